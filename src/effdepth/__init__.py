@@ -1,3 +1,15 @@
-"""effdepth: effective depth of a transformer's residual stream."""
+"""effdepth: effective depth of a transformer's residual stream.
+
+>>> import effdepth, torch
+>>> r = effdepth.from_states(torch.randn(4, 2, 8, 16))
+>>> r.default.reference
+1.5
+"""
 
 __version__ = "0.1.0"
+
+from .errors import EffdepthError
+from .measure import from_states, measure
+from .result import Result, ViewResult, load
+
+__all__ = ["measure", "from_states", "load", "Result", "ViewResult", "EffdepthError", "__version__"]

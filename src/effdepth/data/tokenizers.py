@@ -1,0 +1,65 @@
+"""An offline byte-level tokenizer, built in code, for tiny models and tests.
+
+Every UTF-8 byte is one token (ids 0..255, equal to the byte value), followed
+by three special tokens: ``<bos>`` (256), ``<eos>`` (257) and ``<pad>`` (258).
+Nothing is downloaded and nothing is learned, so the tokenizer is identical on
+every machine; it round-trips through ``save_pretrained`` /
+``AutoTokenizer.from_pretrained`` like any Hugging Face fast tokenizer.
+
+Like SmolLM2's tokenizer it adds no special tokens by itself:
+:func:`effdepth.data.load_corpus` prepends BOS explicitly.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+BOS_TOKEN = "<bos>"
+EOS_TOKEN = "<eos>"
+PAD_TOKEN = "<pad>"
+BYTE_VOCAB_SIZE = 259
+
+
+@lru_cache(maxsize=1)
+def _byte_to_unicode() -> dict[int, str]:
+    # GPT-2's printable stand-ins for bytes: the ByteLevel pre-tokenizer maps
+    # raw bytes onto exactly these characters, so they are the vocabulary.
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    printable += list(range(ord("®"), ord("ÿ") + 1))
+    chars = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+def byte_tokenizer():
+    """Return a fresh byte-level ``PreTrainedTokenizerFast`` (259 tokens).
+
+    Token ids are the UTF-8 bytes of the text; ``<bos>``=256, ``<eos>``=257,
+    ``<pad>``=258. ``model_max_length`` is effectively unbounded.
+
+    >>> tok = byte_tokenizer()
+    >>> tok("hé", add_special_tokens=False)["input_ids"]
+    [104, 195, 169]
+    >>> tok.decode([104, 195, 169]), len(tok), tok.bos_token_id
+    ('hé', 259, 256)
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {char: byte for byte, char in _byte_to_unicode().items()}
+    # No merges: BPE degenerates to one token per (byte-level) character.
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens([BOS_TOKEN, EOS_TOKEN, PAD_TOKEN])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        clean_up_tokenization_spaces=False,
+    )

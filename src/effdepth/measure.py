@@ -1,0 +1,225 @@
+"""``measure`` and ``from_states``: corpus -> batches -> states -> statistics -> metrics -> result."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from tqdm.auto import tqdm
+
+from .capture.forward import decoder_forward
+from .capture.hooks import ResidualCapture
+from .capture.registry import resolve_architecture
+from .errors import EffdepthError
+from .numerics.metrics import SIMILARITIES
+from .numerics.streams import PC_ESTIMATES, ViewAccumulator
+from .numerics.views import parse_views
+from .provenance import code_version, library_versions, machine, now
+from .result import Result, view_results
+
+DEFAULTS = {"seq_len": 256, "num_seqs": 32, "batch_size": 8, "bootstrap": 1000, "seed": 0}
+
+
+def measure(
+    model=None,
+    corpus=None,
+    *,
+    revision: str | None = None,
+    seq_len: int = DEFAULTS["seq_len"],
+    num_seqs: int = DEFAULTS["num_seqs"],
+    batch_size: int = DEFAULTS["batch_size"],
+    similarity: str = "frobenius",
+    include_embedding: bool = False,
+    bootstrap: int = DEFAULTS["bootstrap"],
+    seed: int = DEFAULTS["seed"],
+    dtype=None,
+    device: str | None = None,
+    views=("default",),
+    pc_estimate: str = "calibration",
+    device_map: str | None = None,
+    trust_remote_code: bool = False,
+    tokenizer=None,
+    add_bos: bool = True,
+    blocks_path: str | None = None,
+    embedding_path: str | None = None,
+    progress: bool = True,
+) -> Result:
+    """Measure the effective depth of a causal LM's residual stream.
+
+    ``model``: a Hugging Face id, a local folder, a ``.gguf`` file, a loaded
+    ``PreTrainedModel``, or ``None`` for the embedded SmolLM2-135M-Instruct.
+    ``corpus``: ``None``/``"shakespeare"``, a text/JSONL file or folder,
+    ``"hf:NAME[:CONFIG[:SPLIT]]"``, a list of strings, or a ``(batch, seq)``
+    tensor of token ids used exactly as given.
+
+    >>> import effdepth, torch
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> lm = LlamaForCausalLM(LlamaConfig(num_hidden_layers=3, hidden_size=32, intermediate_size=64,
+    ...     num_attention_heads=4, num_key_value_heads=4, vocab_size=100))
+    >>> r = effdepth.measure(lm, torch.randint(0, 100, (4, 16)), bootstrap=0, progress=False)
+    >>> r.default.reference
+    1.5
+    """
+    _validate(seq_len=seq_len, num_seqs=num_seqs, batch_size=batch_size, bootstrap=bootstrap, similarity=similarity, pc_estimate=pc_estimate)
+    view_specs = parse_views(views)
+    started = time.perf_counter()
+
+    from .models import load_model
+
+    lm = load_model(
+        model, revision=revision, dtype=dtype, device=device, device_map=device_map, trust_remote_code=trust_remote_code, tokenizer=tokenizer
+    )
+    arch = resolve_architecture(lm.model, blocks_path=blocks_path, embedding_path=embedding_path)
+
+    from .data.corpus import load_corpus
+
+    vocab = getattr(lm.model.config.get_text_config() if hasattr(lm.model.config, "get_text_config") else lm.model.config, "vocab_size", None)
+    tokens = load_corpus(corpus, lm.tokenizer, seq_len=seq_len, num_seqs=num_seqs, seed=seed, add_bos=add_bos, vocab_size=vocab)
+
+    acc = ViewAccumulator(view_specs, include_embedding=include_embedding, pc_estimate=pc_estimate)
+    input_device = _input_device(arch, lm.model)
+    if acc.needs_fit and pc_estimate == "exact":
+        for states, mask in _state_batches(lm.model, arch, tokens, batch_size, input_device, progress, "fitting PCs"):
+            acc.fit_batch(states, mask)
+        acc.finalize_fit("exact, an extra pass over every sequence")
+    for states, mask in _state_batches(lm.model, arch, tokens, batch_size, input_device, progress, "measuring"):
+        acc.update(states, mask)
+
+    results = view_results(acc, similarity=similarity, include_embedding=include_embedding, bootstrap=bootstrap, seed=seed)
+    config = {
+        "seq_len": int(tokens.input_ids.shape[1]),
+        "num_seqs": int(tokens.input_ids.shape[0]),
+        "batch_size": batch_size,
+        "similarity": similarity,
+        "include_embedding": include_embedding,
+        "bootstrap": bootstrap,
+        "seed": seed,
+        "views": [v.name for v in view_specs],
+        "pc_estimate": acc.fit_info,
+        "add_bos": add_bos,
+        "num_layers": arch.num_layers,
+        "size_reference_embedding": "S_0 counted as one mean-size update" if include_embedding else None,
+        "blocks_path": arch.paths.get("blocks"),
+        "embedding_path": arch.paths.get("embedding"),
+        "architecture_source": arch.paths.get("source"),
+    }
+    provenance = {
+        "model": lm.info,
+        "corpus": {"name": tokens.name, "sha256": tokens.sha256, **tokens.info},
+        "code": code_version(),
+        "libraries": library_versions(),
+        "machine": machine(),
+        "created": now(),
+        "elapsed_s": round(time.perf_counter() - started, 3),
+        "tokens_measured": acc.tokens,
+    }
+    return Result(views=results, config=config, provenance=provenance)
+
+
+def from_states(
+    states,
+    *,
+    include_embedding: bool = False,
+    similarity: str = "frobenius",
+    views=("default",),
+    bootstrap: int = 0,
+    seed: int = 0,
+    mask=None,
+    pc_estimate: str = "calibration",
+) -> Result:
+    """D_eff and everything else from states you already have.
+
+    ``states`` is ``(L+1, tokens, d)`` (one sequence) or ``(L+1, batch, seq,
+    d)`` (each row a sequence, the bootstrap's unit), ``states[0]`` = S_0.
+    ``mask`` (batch, seq) marks real tokens.
+
+    >>> import effdepth, torch
+    >>> s = torch.zeros(5, 8, 4, dtype=torch.float64)
+    >>> s[:] = torch.randn(8, 4, dtype=torch.float64)     # every state identical
+    >>> round(effdepth.from_states(s).default.deff, 12)
+    1.0
+    """
+    _validate(bootstrap=bootstrap, similarity=similarity, pc_estimate=pc_estimate)
+    s = torch.as_tensor(states)
+    if not torch.is_floating_point(s):
+        s = s.to(torch.float64)
+    if s.dim() == 3:
+        s = s[:, None]
+    if s.dim() != 4 or s.shape[0] < 2 or s.shape[2] < 1:
+        raise EffdepthError(
+            f"states must be shaped (L+1, tokens, d) or (L+1, batch, seq, d) with L >= 1, got {tuple(torch.as_tensor(states).shape)}"
+        )
+    m = None if mask is None else torch.as_tensor(mask).bool()
+    acc = ViewAccumulator(views, include_embedding=include_embedding, pc_estimate=pc_estimate)
+    if acc.needs_fit and pc_estimate == "exact":
+        acc.fit_batch(s, m)
+        acc.finalize_fit("exact, over every sequence")
+    acc.update(s, m)
+    results = view_results(acc, similarity=similarity, include_embedding=include_embedding, bootstrap=bootstrap, seed=seed)
+    config = {
+        "similarity": similarity,
+        "include_embedding": include_embedding,
+        "bootstrap": bootstrap,
+        "seed": seed,
+        "views": [v.name for v in acc.views],
+        "pc_estimate": acc.fit_info,
+        "num_layers": int(s.shape[0]) - 1,
+        "size_reference_embedding": "S_0 counted as one mean-size update" if include_embedding else None,
+    }
+    provenance = {"model": {"source": "states"}, "code": code_version(), "libraries": library_versions(), "created": now()}
+    return Result(views=results, config=config, provenance=provenance)
+
+
+def _validate(**args) -> None:
+    checks = {
+        "seq_len": (lambda v: int(v) >= 2, "--seq-len must be at least 2 (D_eff needs a token after BOS), got {v}"),
+        "num_seqs": (lambda v: int(v) >= 1, "--num-seqs must be at least 1, got {v}"),
+        "batch_size": (lambda v: int(v) >= 1, "--batch-size must be at least 1, got {v}"),
+        "bootstrap": (lambda v: int(v) >= 0, "--bootstrap must be 0 (off) or a number of resamples, got {v}"),
+        "similarity": (lambda v: v in SIMILARITIES, "--similarity must be one of " + ", ".join(SIMILARITIES) + ", got {v!r}"),
+        "pc_estimate": (lambda v: v in PC_ESTIMATES, "--pc-estimate must be one of " + ", ".join(PC_ESTIMATES) + ", got {v!r}"),
+    }
+    for name, value in args.items():
+        ok, message = checks[name]
+        try:
+            good = ok(value)
+        except (TypeError, ValueError):
+            good = False
+        if not good:
+            raise EffdepthError(message.format(v=value))
+
+
+def _input_device(arch, model) -> torch.device:
+    emb = arch.embedding
+    params = list(emb.parameters()) if emb is not None else []
+    return params[0].device if params else next(model.parameters()).device
+
+
+def _state_batches(model, arch, tokens, batch_size, device, progress, label):
+    """Yield (states, mask) per batch; the states buffer is reused, never kept."""
+    ids = tokens.input_ids
+    mask = tokens.attention_mask
+    total = int(mask.sum()) if mask is not None else ids.numel()
+    with ResidualCapture(arch) as capture, tqdm(
+        total=total, unit="tok", desc=label, disable=not progress, dynamic_ncols=True, leave=False
+    ) as bar:
+        for start in range(0, ids.shape[0], batch_size):
+            batch_ids = ids[start : start + batch_size].to(device)
+            batch_mask = mask[start : start + batch_size].to(device) if mask is not None else None
+            try:
+                decoder_forward(model, arch, batch_ids, batch_mask)
+            except EffdepthError:
+                raise
+            except (IndexError, RuntimeError) as exc:
+                raise EffdepthError(_forward_error(exc, batch_ids)) from None
+            yield capture.states, batch_mask
+            bar.update(int(batch_mask.sum()) if batch_mask is not None else batch_ids.numel())
+
+
+def _forward_error(exc: Exception, ids: torch.Tensor) -> str:
+    reason = " ".join(str(exc).split())[:240]
+    if "out of memory" in reason.lower():
+        return f"out of memory in a batch of {ids.shape[0]} x {ids.shape[1]} tokens: {reason}; lower --batch-size or --seq-len"
+    return f"the model's forward pass failed on a batch of {ids.shape[0]} x {ids.shape[1]} tokens: {reason}"
+
+

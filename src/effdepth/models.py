@@ -1,0 +1,196 @@
+"""Loading models: a Hugging Face id (with revision), a local folder, a ``.gguf``
+file, the embedded default (SmolLM2-135M-Instruct), or an already loaded model."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .errors import EffdepthError
+
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "float64": torch.float64,
+}
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object | None
+    info: dict = field(default_factory=dict)
+
+
+def resolve_device(device: str | None) -> torch.device:
+    """``None`` means CUDA when available, else CPU.
+
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    """
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise EffdepthError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise EffdepthError(f"device {device!r} asked for but CUDA is not available here; use --device cpu")
+    return dev
+
+
+def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
+    """``None`` means float32 on CPU and bfloat16 on CUDA.
+
+    >>> resolve_dtype(None, torch.device("cpu"))
+    torch.float32
+    """
+    if dtype is None or dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        return DTYPES[str(dtype).lower()]
+    except KeyError:
+        raise EffdepthError(f"unknown dtype {dtype!r}; choose from float32, bfloat16, float16") from None
+
+
+def load_model(
+    model=None,
+    *,
+    revision: str | None = None,
+    dtype=None,
+    device: str | None = None,
+    device_map: str | None = None,
+    trust_remote_code: bool = False,
+    tokenizer=None,
+) -> LoadedModel:
+    """Load a causal LM for measurement (eval mode, no gradients).
+
+    ``model`` is a Hugging Face id, a local folder, a ``.gguf`` file, ``None``
+    for the embedded SmolLM2-135M-Instruct, or a loaded ``PreTrainedModel``.
+
+    >>> from transformers import GPT2Config, GPT2LMHeadModel
+    >>> lm = load_model(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=20)))
+    >>> lm.info["source"], lm.info["num_layers"]
+    ('object', 1)
+    """
+    dev = resolve_device(device) if device_map is None else None
+    torch_dtype = resolve_dtype(dtype, dev or torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    if isinstance(model, torch.nn.Module):
+        info = {"id": getattr(model, "name_or_path", None) or type(model).__name__, "source": "object", "revision": None}
+        m = model
+        if dtype is not None:
+            m = m.to(torch_dtype)
+        if device is not None:
+            m = m.to(dev)
+        tok = tokenizer
+    else:
+        source, load_args, info = _locate(model, revision)
+        common = {"revision": revision, "trust_remote_code": trust_remote_code, **load_args}
+        m = _from_pretrained(source, common, torch_dtype, dev, device_map, info)
+        tok = tokenizer if tokenizer is not None else _tokenizer(source, common)
+    m.eval()
+    config = m.config
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    info.update(
+        {
+            "model_type": getattr(config, "model_type", None),
+            "class": type(m).__name__,
+            "commit": getattr(config, "_commit_hash", None),
+            "num_layers": getattr(text_config, "num_hidden_layers", None),
+            "hidden_size": getattr(text_config, "hidden_size", None),
+            "dtype": str(next(m.parameters()).dtype).replace("torch.", ""),
+            "device": str(next(m.parameters()).device) if device_map is None else f"device_map={device_map}",
+            "parameters": int(sum(p.numel() for p in m.parameters())),
+        }
+    )
+    return LoadedModel(m, tok, info)
+
+
+def _locate(model, revision) -> tuple:
+    """Where to load from: (path or id, extra from_pretrained kwargs, provenance)."""
+    if model is None:
+        from .data.assets import SMOLLM2_ID, smollm2_gguf
+
+        gguf = smollm2_gguf()
+        return str(gguf.parent), {"gguf_file": gguf.name}, {"id": SMOLLM2_ID, "source": "embedded-gguf", "path": str(gguf), "revision": None}
+    text = str(model)
+    path = Path(text).expanduser()
+    if text.endswith(".gguf"):
+        if not path.is_file():
+            raise EffdepthError(f"GGUF file {text} does not exist; give the path of a .gguf file")
+        return str(path.parent), {"gguf_file": path.name}, {"id": text, "source": "gguf", "path": str(path.resolve()), "revision": None}
+    if path.exists():
+        if not path.is_dir() or not (path / "config.json").is_file():
+            raise EffdepthError(
+                f"{text} is not a model folder (no config.json); give a Hugging Face id, a folder saved with save_pretrained, or a .gguf file"
+            )
+        return str(path), {}, {"id": text, "source": "local", "path": str(path.resolve()), "revision": revision}
+    if text.startswith((".", "/", "~")) or "\\" in text or text.count("/") > 1 or ".." in text.split("/"):
+        raise EffdepthError(f"{text} is neither an existing path nor a Hugging Face model id (owner/name)")
+    return text, {}, {"id": text, "source": "hub", "revision": revision or "main"}
+
+
+def _from_pretrained(source, common, torch_dtype, dev, device_map, info):
+    from transformers import AutoModelForCausalLM
+
+    kwargs = dict(common, dtype=torch_dtype)
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    try:
+        with _quiet():
+            m = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except EffdepthError:
+        raise
+    except Exception as exc:  # transformers raises OSError, ValueError, HF hub errors...
+        raise EffdepthError(_load_error(info, exc)) from None
+    if device_map is None:
+        m = m.to(dev)
+    return m
+
+
+def _tokenizer(source, common):
+    from transformers import AutoTokenizer
+
+    try:
+        with _quiet():
+            return AutoTokenizer.from_pretrained(source, **common)
+    except Exception:
+        return None  # only text corpora need one; they say so clearly
+
+
+def _load_error(info: dict, exc: Exception) -> str:
+    reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+    what = f"model {info['id']!r}" + (f" at revision {info['revision']!r}" if info.get("revision") not in (None, "main") else "")
+    if info["source"] == "hub":
+        return (
+            f"could not load {what}: {reason}; check the id and --revision, your network or HF_HUB_OFFLINE, "
+            "and `huggingface-cli login` for gated models"
+        )
+    return f"could not load {what}: {reason}"
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence library chatter during loading; errors still propagate."""
+    logger = logging.getLogger("transformers")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with contextlib.redirect_stdout(io.StringIO()):
+                yield
+    finally:
+        logger.setLevel(level)

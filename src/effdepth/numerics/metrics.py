@@ -1,0 +1,131 @@
+"""From summed statistics to every number a view reports (METHOD 2-4, 9).
+
+All functions take totals (dicts of arrays, see
+:mod:`effdepth.numerics.accumulate`) with optional leading batch axes, so the
+point estimate and a thousand bootstrap resamples go through the same code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .references import gap_attribution, matched_energies, reference_fl, reference_from_energies
+from .similarity import cosine_from_gram, decay_profile, deff, squared_cosine_from_gram
+
+SIMILARITIES = ("frobenius", "token")
+REFERENCE_NAMES = ("init", "size", "matched")
+ATTRIBUTION_NAMES = ("initial_state", "size_imbalance", "correlated_updates")
+# The scalars that get bootstrap intervals.
+SCALAR_NAMES = ("deff", "ratio", "gap_pct") + tuple(f"reference_{r}" for r in REFERENCE_NAMES) + ATTRIBUTION_NAMES
+
+
+def analysed_slice(include_embedding: bool) -> slice:
+    """Which of the states S_0..S_L enter D_eff: S_1..S_L, or all with the embedding."""
+    return slice(0, None) if include_embedding else slice(1, None)
+
+
+def similarity_matrix(totals: dict, similarity: str, include_embedding: bool) -> np.ndarray:
+    """sim_ij over the analysed states, frobenius (squared cosine of flattened
+    matrices) or token (mean over tokens of the per-token squared cosine)."""
+    sl = analysed_slice(include_embedding)
+    if similarity == "frobenius":
+        return squared_cosine_from_gram(totals["gram_states"][..., sl, sl])
+    if similarity == "token":
+        n = np.asarray(totals["n"])[..., None, None]
+        return totals["cos2_sum"][..., sl, sl] / n
+    raise ValueError(f"unknown similarity {similarity!r}; choose from {', '.join(SIMILARITIES)}")
+
+
+def matched_references(totals: dict, similarity: str, include_embedding: bool) -> dict:
+    """R_init, R_size and R_matched (METHOD 4.2) for the chosen similarity."""
+    if similarity == "token":
+        n = np.asarray(totals["n"])
+        size = totals["ref_init"].shape[-1]
+        return {r: size * size / (totals[f"ref_{r}"].sum(axis=(-2, -1)) / n) for r in REFERENCE_NAMES}
+    energies = np.diagonal(totals["gram_increments"], axis1=-2, axis2=-1)
+    e = matched_energies(energies[..., 0], energies[..., 1:], include_embedding)
+    return {r: reference_from_energies(e[r]) for r in REFERENCE_NAMES}
+
+
+def scalar_metrics(totals: dict, similarity: str, include_embedding: bool) -> dict:
+    """D_eff, ratio to F_N, gap %, references and attribution (vectorised)."""
+    sim = similarity_matrix(totals, similarity, include_embedding)
+    n = sim.shape[-1]
+    fl = reference_fl(n)
+    d = deff(sim)
+    refs = matched_references(totals, similarity, include_embedding)
+    out = {"deff": d, "ratio": d / fl, "gap_pct": 100.0 * (1.0 - d / fl)}
+    out.update({f"reference_{r}": v for r, v in refs.items()})
+    out.update(gap_attribution(fl, refs["init"], refs["matched"], d))
+    return out
+
+
+def update_summary(totals: dict) -> dict:
+    """Update cosine matrix (L x L), cos(U_l, S_{l-1}) and |U_l|/|S_{l-1}|.
+
+    These are frobenius quantities whatever the similarity: they summarise
+    the geometry the "correlated updates" term comes from.
+    """
+    gi = totals["gram_increments"]
+    gs = totals["gram_states"]
+    upd = np.diagonal(gi, axis1=-2, axis2=-1)[..., 1:]
+    prev = np.diagonal(gs, axis1=-2, axis2=-1)[..., :-1]
+    cross = np.diagonal(totals["cross"][..., 1:, :-1], axis1=-2, axis2=-1)
+    denom = np.sqrt(upd * prev)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cos_prev = np.where(denom > 0, cross / np.where(denom > 0, denom, 1.0), 0.0)
+        rel = np.where(prev > 0, np.sqrt(upd / np.where(prev > 0, prev, 1.0)), np.inf)
+    return {
+        "update_cosine": cosine_from_gram(gi[..., 1:, 1:]),
+        "update_state_cosine": np.clip(cos_prev, -1.0, 1.0),
+        "update_energy": upd,
+        "relative_contribution": rel,
+    }
+
+
+def related_measures(totals: dict) -> dict:
+    """Measures from related work (METHOD 9), over all states S_0..S_L.
+
+    ``block_influence[l-1]`` = 1 - mean_t cos(s_{l-1}, s_l) (ShortGPT);
+    ``angular_distance[i][j]`` = mean_t arccos(cos(s_i, s_j)) / pi (Gromov et al.);
+    ``relative_contribution`` and ``update_state_cosine`` as in Csordas et al.
+    """
+    n = np.asarray(totals["n"])
+    cos_mean = totals["cos_sum"] / n[..., None, None]
+    upd = update_summary(totals)
+    return {
+        "block_influence": 1.0 - np.diagonal(cos_mean[..., :-1, 1:], axis1=-2, axis2=-1),
+        "angular_distance": totals["angle_sum"] / n[..., None, None],
+        "relative_contribution": upd["relative_contribution"],
+        "update_state_cosine": upd["update_state_cosine"],
+    }
+
+
+def full_metrics(totals: dict, similarity: str, include_embedding: bool) -> dict:
+    """Everything a view reports, for one set of totals (no batch axes)."""
+    sim = similarity_matrix(totals, similarity, include_embedding)
+    out = scalar_metrics(totals, similarity, include_embedding)
+    out["reference"] = reference_fl(sim.shape[-1])
+    out["similarity"] = sim
+    out["profile"] = decay_profile(sim)
+    out.update(update_summary(totals))
+    out["related"] = related_measures(totals)
+    out["reference_profiles"] = reference_profiles(totals, similarity, include_embedding)
+    return out
+
+
+def reference_profiles(totals: dict, similarity: str, include_embedding: bool) -> dict:
+    """Decay profiles of F_N and the matched references, for overlays."""
+    from .references import energy_ratio_matrix
+
+    n = similarity_matrix(totals, similarity, include_embedding).shape[-1]
+    out = {"fl": decay_profile(energy_ratio_matrix(np.arange(1.0, n + 1.0)))}
+    if similarity == "token":
+        for r in REFERENCE_NAMES:
+            out[r] = decay_profile(totals[f"ref_{r}"] / np.asarray(totals["n"]))
+    else:
+        energies = np.diagonal(totals["gram_increments"], axis1=-2, axis2=-1)
+        e = matched_energies(energies[..., 0], energies[..., 1:], include_embedding)
+        for r in REFERENCE_NAMES:
+            out[r] = decay_profile(energy_ratio_matrix(e[r]))
+    return out

@@ -1,0 +1,173 @@
+"""From batches of states to per-sequence statistics of every view, in one pass.
+
+Views that differ only in which tokens they keep (default, drop-pos0,
+pos0-only) share one stream: position 0 and the rest are accumulated apart
+and added back together. token-norm is a per-token transform of the batch.
+center and top-k PC need a per-layer fit first, estimated either on the first
+batch ("calibration", no extra forward pass) or exactly over all sequences
+(an extra pass that the caller drives through :meth:`fit_batch`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import EffdepthError
+from .accumulate import DEFAULT_CHUNK_TOKENS, token_set_statistics
+from .statistics import UnitStatistics
+from .views import FitAccumulator, ViewSpec, fitted_transform, parse_views, select_parts, token_transform
+
+PC_ESTIMATES = ("calibration", "exact")
+
+
+class ViewAccumulator:
+    """Accumulates per-sequence statistics for a list of views.
+
+    >>> acc = ViewAccumulator(["default", "drop-pos0"])
+    >>> acc.update(torch.randn(3, 2, 5, 4))        # (L+1, batch, seq, d)
+    >>> acc.unit_statistics("default").units
+    2
+    """
+
+    def __init__(
+        self,
+        views=("default",),
+        *,
+        include_embedding: bool = False,
+        pc_estimate: str = "calibration",
+        chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    ):
+        if pc_estimate not in PC_ESTIMATES:
+            raise EffdepthError(f"unknown PC estimate {pc_estimate!r}; choose from {', '.join(PC_ESTIMATES)}")
+        self.views: list[ViewSpec] = parse_views(views)
+        self.include_embedding = include_embedding
+        self.pc_estimate = pc_estimate
+        self.chunk_tokens = chunk_tokens
+        self.streams: dict = {}
+        for v in self.views:
+            parts = self.streams.setdefault(v.stream, {"spec": v, "parts": set()})["parts"]
+            parts.update(v.parts)
+        self._units: dict = {(s, p): [] for s, info in self.streams.items() for p in info["parts"]}
+        self._fit_accumulators: dict = {}
+        self.fits: dict = {}
+        self.fit_info: dict | None = None
+        self.sequences = 0
+        self.tokens = 0
+
+    # -- fitting (center, top-k PC) -------------------------------------------------
+
+    @property
+    def needs_fit(self) -> bool:
+        return any(info["spec"].needs_fit for info in self.streams.values())
+
+    @property
+    def fitted(self) -> bool:
+        return not self.needs_fit or bool(self.fits)
+
+    def fit_batch(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+        """Feed one batch to the per-layer mean / covariance estimates."""
+        for seq in _sequences(states, mask):
+            _check_finite(seq, states.dtype)
+            for info in self.streams.values():
+                spec = info["spec"]
+                if not spec.needs_fit:
+                    continue
+                z = token_transform(seq.to(torch.float64), spec)
+                tokens = _selected(z, spec)
+                self._fit_accumulators.setdefault(spec.fit_key, FitAccumulator()).update(tokens)
+
+    def finalize_fit(self, how: str) -> None:
+        """Turn the estimates into fits; ``how`` is recorded in the result."""
+        tokens = {}
+        for key, info in self.streams.items():
+            spec = info["spec"]
+            if spec.needs_fit:
+                acc = self._fit_accumulators.get(spec.fit_key, FitAccumulator())
+                self.fits[key] = acc.fit(spec)
+                tokens[spec.canonical] = int(acc.count)
+        self.fit_info = {"estimate": self.pc_estimate, "how": how, "tokens": tokens}
+        self._fit_accumulators.clear()
+
+    # -- main pass ------------------------------------------------------------------
+
+    def update(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+        """Add a batch of states ``(L+1, batch, seq, d)``; ``mask`` (batch, seq) marks real tokens."""
+        if states.dim() != 4:
+            raise ValueError(f"states must be (L+1, batch, seq, d), got shape {tuple(states.shape)}")
+        if not self.fitted:
+            if self.pc_estimate == "exact":
+                raise RuntimeError("exact PC estimate needs fit_batch over every batch, then finalize_fit")
+            self.fit_batch(states, mask)
+            self.finalize_fit(f"calibration on the first batch ({states.shape[1]} sequences)")
+        for seq in _sequences(states, mask):
+            z = seq.to(torch.float64)
+            _check_finite(z, states.dtype)
+            self.sequences += 1
+            self.tokens += z.shape[1]
+            for key, info in self.streams.items():
+                spec = info["spec"]
+                zt = token_transform(z, spec)
+                if spec.needs_fit:
+                    # Fits belong to the view's own token set: select first.
+                    parts = {p: fitted_transform(t, spec, self.fits[key]) for p, t in select_parts(zt).items() if p in info["parts"]}
+                else:
+                    parts = select_parts(zt)
+                for p in info["parts"]:
+                    self._units[(key, p)].append(token_set_statistics(parts[p], self.include_embedding, self.chunk_tokens))
+
+    def unit_statistics(self, view: str | ViewSpec) -> UnitStatistics:
+        """Per-sequence statistics of one view (its parts added)."""
+        spec = self._spec(view)
+        total = None
+        for p in spec.parts:
+            stats = UnitStatistics.from_units(self._units[(spec.stream, p)])
+            total = stats if total is None else total + stats
+        return total
+
+    def _spec(self, view) -> ViewSpec:
+        name = view.name if isinstance(view, ViewSpec) else view
+        for v in self.views:
+            if v.name == name:
+                return v
+        raise KeyError(f"view {name!r} was not accumulated; have {[v.name for v in self.views]}")
+
+    # -- saving and merging (resume, distributed) ------------------------------------
+
+    def unit_arrays(self) -> dict:
+        """Every per-unit array, keyed ``"<stream>|<part>|<key>"``: for saving and merging."""
+        out = {}
+        for (key, part), units in self._units.items():
+            if units:
+                for name, arr in UnitStatistics.from_units(units).arrays.items():
+                    out[f"{self.streams[key]['spec'].canonical}|{part}|{name}"] = arr
+        return out
+
+
+def _sequences(states: torch.Tensor, mask: torch.Tensor | None):
+    """Yield each sequence's real-token states ``(M, T_b, d)``; padding never enters."""
+    for b in range(states.shape[1]):
+        if mask is None:
+            yield states[:, b]
+        else:
+            idx = torch.nonzero(mask[b].to(states.device), as_tuple=False).flatten()
+            yield states[:, b].index_select(1, idx)
+
+
+def _selected(z: torch.Tensor, spec: ViewSpec) -> torch.Tensor:
+    if spec.selection == "drop-pos0":
+        return z[:, 1:]
+    if spec.selection == "pos0-only":
+        return z[:, :1]
+    return z
+
+
+def _check_finite(z: torch.Tensor, dtype: torch.dtype) -> None:
+    finite = torch.isfinite(z).flatten(1).all(dim=1)
+    if not bool(finite.all()):
+        layer = int(torch.nonzero(~finite)[0])
+        what = "the embedding output S_0" if layer == 0 else f"the output of block {layer} (S_{layer})"
+        hint = "float32 or bfloat16" if dtype == torch.float16 else "float32"
+        raise EffdepthError(
+            f"non-finite activations in {what} with dtype {str(dtype).replace('torch.', '')}; "
+            f"the model overflows in this dtype (common with float16 and massive activations): rerun with --dtype {hint}"
+        )

@@ -1,0 +1,215 @@
+"""Views: transforms applied identically to every layer's states (METHOD section 5).
+
+A view is written as components joined with ``+``:
+
+- selections ``drop-pos0`` / ``pos0-only`` (position 0 is each sequence's
+  first real token);
+- ``token-norm`` (each token state divided by its norm);
+- ``center`` (subtract each layer's mean state);
+- ``top{k}pc`` / ``top{k}pc-shared`` (remove the top-k principal directions of
+  each layer's mean-centred states, or of all layers pooled).
+
+Whatever order they are written in, components apply in one documented
+order: **selection, then token-norm, then center, then top-k PC**. So
+``token-norm+drop-pos0`` and ``drop-pos0+token-norm`` are the same view (they
+commute anyway), and ``center+drop-pos0`` centres on the tokens that remain
+after dropping position 0. Means and principal directions are fitted on the
+view's own token set after the transforms before them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import EffdepthError
+
+PAPER_VIEWS = ("default", "drop-pos0", "pos0-only", "token-norm", "top1pc", "token-norm+drop-pos0")
+SELECTIONS = ("drop-pos0", "pos0-only")
+_TOPK = re.compile(r"^top(\d+)pc(-shared)?$")
+PARTS = ("pos0", "rest")
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    """One parsed view. ``name`` is kept as the user wrote it.
+
+    >>> v = parse_view("token-norm+drop-pos0")
+    >>> v.selection, v.token_norm, v.parts
+    ('drop-pos0', True, ('rest',))
+    """
+
+    name: str
+    selection: str | None = None
+    token_norm: bool = False
+    center: bool = False
+    top_pcs: int = 0
+    shared_pcs: bool = False
+
+    @property
+    def needs_fit(self) -> bool:
+        return self.center or self.top_pcs > 0
+
+    @property
+    def parts(self) -> tuple:
+        if self.selection == "drop-pos0":
+            return ("rest",)
+        if self.selection == "pos0-only":
+            return ("pos0",)
+        return PARTS
+
+    @property
+    def stream(self) -> tuple:
+        """Views with the same stream share one set of per-part statistics.
+
+        Selections only pick parts, unless a fit depends on the token set.
+        """
+        return (
+            self.token_norm,
+            self.center,
+            self.top_pcs,
+            self.shared_pcs,
+            self.selection if self.needs_fit else None,
+        )
+
+    @property
+    def fit_key(self) -> tuple:
+        """Views with the same fit key fit their means / PCs on the same data."""
+        return (self.token_norm, self.selection)
+
+    @property
+    def canonical(self) -> str:
+        parts = [self.selection] if self.selection else []
+        if self.token_norm:
+            parts.append("token-norm")
+        if self.center:
+            parts.append("center")
+        if self.top_pcs:
+            parts.append(f"top{self.top_pcs}pc" + ("-shared" if self.shared_pcs else ""))
+        return "+".join(parts) or "default"
+
+
+def parse_view(text: str) -> ViewSpec:
+    """Parse one view such as ``"token-norm+drop-pos0"`` or ``"top3pc-shared"``.
+
+    >>> parse_view("top2pc").top_pcs
+    2
+    """
+    name = text.strip()
+    if not name:
+        raise EffdepthError("empty view name; use e.g. --views default,drop-pos0,token-norm,top1pc")
+    fields: dict = {}
+    for comp in name.split("+"):
+        comp = comp.strip()
+        if comp == "default":
+            continue
+        if comp in SELECTIONS:
+            key, value = "selection", comp
+        elif comp == "token-norm":
+            key, value = "token_norm", True
+        elif comp == "center":
+            key, value = "center", True
+        elif m := _TOPK.match(comp):
+            k = int(m.group(1))
+            if k < 1:
+                raise EffdepthError(f"view {name!r}: top-k PC removal needs k >= 1, got {k}")
+            key, value = "top_pcs", (k, bool(m.group(2)))
+        else:
+            raise EffdepthError(
+                f"unknown view component {comp!r} in {name!r}; known: default, drop-pos0, pos0-only, "
+                "token-norm, center, top{k}pc, top{k}pc-shared, joined with '+', or 'paper'"
+            )
+        if key in fields:
+            raise EffdepthError(f"view {name!r} has two {key.replace('_', '-')} components; use one")
+        fields[key] = value
+    top = fields.pop("top_pcs", (0, False))
+    return ViewSpec(name=name, top_pcs=top[0], shared_pcs=top[1], **fields)
+
+
+def parse_views(views) -> list:
+    """Parse ``"default,drop-pos0"``, ``"paper"`` or a sequence of names; keeps order, drops repeats.
+
+    >>> [v.name for v in parse_views("paper")][:3]
+    ['default', 'drop-pos0', 'pos0-only']
+    """
+    if views is None:
+        views = ("default",)
+    if isinstance(views, str):
+        views = [v for v in views.split(",")]
+    names: list = []
+    for v in views:
+        expanded = PAPER_VIEWS if str(v).strip() == "paper" else (str(v).strip(),)
+        for name in expanded:
+            if name not in names:
+                names.append(name)
+    if not names:
+        raise EffdepthError("no views given; use e.g. --views default or --views paper")
+    return [parse_view(n) for n in names]
+
+
+class FitAccumulator:
+    """Streaming per-layer mean and second moment of one token set, in float64.
+
+    Feeds the ``center`` and ``top{k}pc`` views. Memory is (L+1) x d x d.
+    """
+
+    def __init__(self):
+        self.count = 0
+        self.sum = None
+        self.second = None
+
+    def update(self, states: torch.Tensor) -> None:
+        """Add states shaped ``(M, tokens, d)``."""
+        z = states.to(torch.float64)
+        if self.sum is None:
+            self.sum = torch.zeros(z.shape[0], z.shape[2], dtype=torch.float64, device=z.device)
+            self.second = torch.zeros(z.shape[0], z.shape[2], z.shape[2], dtype=torch.float64, device=z.device)
+        self.count += z.shape[1]
+        self.sum += z.sum(1)
+        self.second += z.transpose(1, 2) @ z
+
+    def fit(self, spec: ViewSpec) -> dict:
+        """Mean and top-k principal directions per layer (or shared) for ``spec``."""
+        if self.count == 0:
+            raise EffdepthError(
+                f"view {spec.name!r} has no tokens to fit its mean / principal directions on; "
+                "use more or longer sequences"
+            )
+        mean = self.sum / self.count
+        fit = {"mean": mean, "tokens": self.count}
+        if spec.top_pcs:
+            cov = self.second / self.count - mean[:, :, None] * mean[:, None, :]
+            if spec.shared_pcs:
+                # Pool every layer's mean-centred states: the average covariance.
+                cov = cov.mean(0, keepdim=True)
+            k = min(spec.top_pcs, cov.shape[-1])
+            _, vecs = torch.linalg.eigh(cov)
+            fit["pcs"] = vecs[..., -k:].flip(-1)  # (M or 1, d, k), leading direction first
+        return fit
+
+
+def select_parts(states: torch.Tensor) -> dict:
+    """Split one sequence's real-token states ``(M, T, d)`` into position 0 and the rest."""
+    return {"pos0": states[:, :1], "rest": states[:, 1:]}
+
+
+def token_transform(states: torch.Tensor, spec: ViewSpec) -> torch.Tensor:
+    """The per-token part of a view (token-norm), before any fitted step."""
+    if spec.token_norm:
+        norms = states.norm(dim=-1, keepdim=True)
+        states = states / torch.where(norms > 0, norms, torch.ones_like(norms))
+    return states
+
+
+def fitted_transform(states: torch.Tensor, spec: ViewSpec, fit: dict | None) -> torch.Tensor:
+    """The fitted part of a view (center, top-k PC removal) on ``(M, T, d)`` float64 states."""
+    if not spec.needs_fit:
+        return states
+    if spec.center:
+        states = states - fit["mean"][:, None, :].to(states)
+    if spec.top_pcs:
+        v = fit["pcs"].to(states)  # (M or 1, d, k)
+        states = states - (states @ v) @ v.transpose(1, 2)
+    return states

@@ -1,0 +1,94 @@
+"""Plain-text tables of a result, for the terminal and the README."""
+
+from __future__ import annotations
+
+from ..result import Result, ViewResult
+
+
+def _interval(v: ViewResult, key: str, fmt: str = "{:.3f}") -> str:
+    if not v.ci or key not in v.ci:
+        return ""
+    lo, hi = v.ci[key]
+    return f"[{fmt.format(lo)}, {fmt.format(hi)}]"
+
+
+def _sub(v: ViewResult) -> str:
+    return {True: "yes", False: "no", None: "n/a"}[v.sub_reference]
+
+
+def summary_table(result: Result) -> str:
+    """One row per view: D_eff [interval], F_N, ratio, gap, sub-reference, attribution.
+
+    >>> import effdepth, torch
+    >>> print(summary_table(effdepth.from_states(torch.randn(3, 4, 8))).splitlines()[0].split()[:3])
+    ['view', 'D_eff', '95%']
+    """
+    level = next((int(round(100 * v.ci["level"])) for v in result.views.values() if v.ci), 95)
+    header = ["view", "D_eff", f"{level}% CI", "F_N", "ratio", "gap %", "sub-ref", "init.state", "size.imbal", "corr.upd"]
+    rows = []
+    for name, v in result.views.items():
+        a = v.attribution
+        rows.append(
+            [
+                name,
+                f"{v.deff:.3f}",
+                _interval(v, "deff"),
+                f"{v.reference:.3f}",
+                f"{v.ratio:.3f}",
+                f"{v.gap_pct:+.1f}",
+                _sub(v),
+                f"{a['initial_state']:+.3f}",
+                f"{a['size_imbalance']:+.3f}",
+                f"{a['correlated_updates']:+.3f}",
+            ]
+        )
+    return _render(header, rows)
+
+
+def references_table(result: Result) -> str:
+    """The matched references of each view with their intervals."""
+    header = ["view", "F_N", "R_init", "R_size", "R_matched", "D_eff"]
+    rows = []
+    for name, v in result.views.items():
+        r = v.references
+        rows.append(
+            [
+                name,
+                f"{v.reference:.3f}",
+                f"{r['init']:.3f} {_interval(v, 'reference_init')}".strip(),
+                f"{r['size']:.3f} {_interval(v, 'reference_size')}".strip(),
+                f"{r['matched']:.3f} {_interval(v, 'reference_matched')}".strip(),
+                f"{v.deff:.3f}",
+            ]
+        )
+    return _render(header, rows)
+
+
+def headline(result: Result) -> str:
+    """One paragraph that says what was measured, on what."""
+    p = result.provenance
+    model = p.get("model", {})
+    corpus = p.get("corpus", {})
+    c = result.config
+    v = result.default
+    what = f"{model.get('id', 'states')}"
+    if model.get("revision") not in (None, "main"):
+        what += f"@{model['revision']}"
+    lines = [
+        f"model {what} ({c.get('num_layers')} layers), "
+        + (f"corpus {corpus.get('name')} ({v.sequences} x {c.get('seq_len')} tokens), " if corpus else "")
+        + f"similarity {c.get('similarity')}, N = {v.num_states} states"
+        + (" incl. embedding" if c.get("include_embedding") else ""),
+    ]
+    ci = _interval(v, "deff")
+    lines.append(
+        f"D_eff = {v.deff:.3f} {ci}  vs  F_N = {v.reference:.3f}: ratio {v.ratio:.3f}, gap {v.gap_pct:+.1f}%"
+        + ("  (sub-reference)" if v.sub_reference else "")
+    )
+    return "\n".join(lines)
+
+
+def _render(header: list, rows: list) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    fmt = lambda r: "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(zip(r, widths)))
+    return "\n".join([fmt(header), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows])

@@ -1,0 +1,167 @@
+"""Views (METHOD 5): each equals its transform applied to the raw states, then the default."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import effdepth
+from effdepth.errors import EffdepthError
+from effdepth.numerics.views import parse_view, parse_views
+
+
+def states(L=5, B=3, T=6, d=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(L + 1, B, T, d, generator=g, dtype=torch.float64)
+    return x.cumsum(0) + 0.5
+
+
+def naive_default(s):
+    """D_eff of (M, B, T, d) states, by hand."""
+    S = s.reshape(s.shape[0], -1).numpy()
+    S = S[1:]
+    G = S @ S.T
+    sim = G**2 / np.outer(np.diag(G), np.diag(G))
+    return S.shape[0] ** 2 / sim.sum()
+
+
+def per_layer_pcs(x, k):
+    """Top-k principal directions of each layer's mean-centred tokens: (M, d, k)."""
+    out = []
+    for layer in x:
+        flat = layer.reshape(-1, layer.shape[-1])
+        c = flat - flat.mean(0)
+        _, _, vt = torch.linalg.svd(c, full_matrices=False)
+        out.append(vt[:k].T)
+    return torch.stack(out)
+
+
+def remove(x, v):
+    flat = x.reshape(x.shape[0], -1, x.shape[-1])
+    return (flat - flat @ v @ v.transpose(1, 2)).reshape(x.shape)
+
+
+def transform(view, s):
+    if view == "default":
+        return s
+    if view == "drop-pos0":
+        return s[:, :, 1:]
+    if view == "pos0-only":
+        return s[:, :, :1]
+    if view == "token-norm":
+        return s / s.norm(dim=-1, keepdim=True)
+    if view == "center":
+        return s - s.reshape(s.shape[0], -1, s.shape[-1]).mean(1)[:, None, None]
+    if view == "top2pc":
+        return remove(s, per_layer_pcs(s, 2))
+    if view == "token-norm+drop-pos0":
+        return transform("token-norm", s)[:, :, 1:]
+    if view == "drop-pos0+center":
+        return transform("center", s[:, :, 1:])
+    raise AssertionError(view)
+
+
+VIEWS = ["default", "drop-pos0", "pos0-only", "token-norm", "center", "top2pc", "token-norm+drop-pos0", "drop-pos0+center"]
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_view_equals_transform_then_default(view):
+    s = states()
+    got = effdepth.from_states(s, views=[view], pc_estimate="exact").views[view].deff
+    assert got == pytest.approx(naive_default(transform(view, s)), rel=1e-9)
+
+
+def test_calibration_fit_uses_first_batch_which_here_is_everything():
+    s = states()
+    a = effdepth.from_states(s, views=["top2pc"], pc_estimate="exact").views["top2pc"]
+    b = effdepth.from_states(s, views=["top2pc"], pc_estimate="calibration").views["top2pc"]
+    assert a.deff == pytest.approx(b.deff, rel=1e-9)
+
+
+def test_top1pc_recovers_a_planted_dominant_direction():
+    s = states(T=40)
+    g = torch.Generator().manual_seed(3)
+    direction = torch.randn(s.shape[-1], generator=g, dtype=torch.float64)
+    direction /= direction.norm()
+    strength = torch.randn(s.shape[1], s.shape[2], generator=g, dtype=torch.float64) * 1e4
+    planted = s + strength[None, :, :, None] * direction
+    r = effdepth.from_states(planted, views=["default", "top1pc"], pc_estimate="exact")
+    clean = effdepth.from_states(s, views=["default"]).views["default"].deff
+    # the planted direction makes every layer look alike...
+    assert r.views["default"].deff < 1.01
+    # ...and removing the top PC gives back the clean stream's D_eff.
+    assert r.views["top1pc"].deff == pytest.approx(clean, rel=0.05)
+
+
+@settings(max_examples=25, deadline=None)
+@given(scale=st.floats(1e-6, 1e6), b=st.integers(0, 2), t=st.integers(0, 5))
+def test_token_norm_is_invariant_to_rescaling_a_token(scale, b, t):
+    s = states()
+    scaled = s.clone()
+    scaled[:, b, t] *= scale
+    a = effdepth.from_states(s, views=["token-norm"]).views["token-norm"].deff
+    c = effdepth.from_states(scaled, views=["token-norm"]).views["token-norm"].deff
+    assert a == pytest.approx(c, rel=1e-10)
+
+
+def test_drop_pos0_ignores_a_huge_position_zero_default_does_not():
+    s = states()
+    huge = s.clone()
+    huge[:, :, 0] = 1e9 * torch.ones(s.shape[-1], dtype=torch.float64)  # same huge vector every layer
+    a = effdepth.from_states(s, views=["default", "drop-pos0"]).views
+    b = effdepth.from_states(huge, views=["default", "drop-pos0"]).views
+    assert b["drop-pos0"].deff == pytest.approx(a["drop-pos0"].deff, rel=1e-12)
+    assert b["default"].deff < 1.0001  # dominated: every layer looks like position 0
+    assert a["default"].deff > 1.2
+
+
+def test_parts_add_up_to_default():
+    s = states()
+    v = effdepth.from_states(s, views=["default", "drop-pos0", "pos0-only"]).views
+    g = lambda name: np.array(v[name].statistics["gram_states"])
+    np.testing.assert_allclose(g("default"), g("drop-pos0") + g("pos0-only"), rtol=1e-12)
+
+
+def test_selection_and_token_norm_commute():
+    s = states()
+    r = effdepth.from_states(s, views=["token-norm+drop-pos0", "drop-pos0+token-norm"]).views
+    assert r["token-norm+drop-pos0"].deff == r["drop-pos0+token-norm"].deff
+
+
+def test_documented_order_selection_before_center():
+    # center+drop-pos0 is applied in the documented order: select, then centre.
+    s = states()
+    r = effdepth.from_states(s, views=["center+drop-pos0"], pc_estimate="exact").views["center+drop-pos0"]
+    assert r.deff == pytest.approx(naive_default(transform("drop-pos0+center", s)), rel=1e-9)
+    assert parse_view("center+drop-pos0").canonical == "drop-pos0+center"
+    assert parse_view("top1pc+token-norm+center").canonical == "token-norm+center+top1pc"
+
+
+def test_shared_pcs_remove_one_direction_for_all_layers():
+    s = states(T=30)
+    v = effdepth.from_states(s, views=["top1pc-shared"], pc_estimate="exact").views["top1pc-shared"]
+    flat = s.reshape(s.shape[0], -1, s.shape[-1])
+    cov = torch.stack([torch.cov(layer.T, correction=0) for layer in flat]).mean(0)
+    _, vecs = torch.linalg.eigh(cov)
+    u = vecs[:, -1:]
+    expected = naive_default((flat - flat @ u @ u.T).reshape(s.shape))
+    assert v.deff == pytest.approx(expected, rel=1e-9)
+
+
+def test_paper_views_and_errors():
+    assert [v.name for v in parse_views("paper")] == [
+        "default", "drop-pos0", "pos0-only", "token-norm", "top1pc", "token-norm+drop-pos0",
+    ]
+    assert [v.name for v in parse_views("default,paper")][:2] == ["default", "drop-pos0"]
+    for bad in ["nonsense", "top0pc", "drop-pos0+pos0-only", "token-norm+token-norm", ""]:
+        with pytest.raises(EffdepthError) as e:
+            parse_views([bad]) if bad else parse_view(bad)
+        assert "\n" not in str(e.value)
+
+
+def test_every_view_reports_everything():
+    r = effdepth.from_states(states(B=4), views="paper", bootstrap=50)
+    for name, v in r.views.items():
+        assert v.ci is not None and set(v.ci) >= {"deff", "ratio", "gap_pct", "initial_state", "profile"}
+        assert len(v.profile) == v.num_states and v.references and v.attribution and v.related["angular_distance"]
