@@ -138,6 +138,8 @@ def parse_views(views) -> list:
         views = ("default",)
     if isinstance(views, str):
         views = [v for v in views.split(",")]
+    if all(isinstance(v, ViewSpec) for v in views):
+        return list(views)
     names: list = []
     for v in views:
         expanded = PAPER_VIEWS if str(v).strip() == "paper" else (str(v).strip(),)
