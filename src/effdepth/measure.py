@@ -64,17 +64,20 @@ def measure(
     view_specs = parse_views(views)
     started = time.perf_counter()
 
-    from .models import load_model
-
-    lm = load_model(
-        model, revision=revision, dtype=dtype, device=device, device_map=device_map, trust_remote_code=trust_remote_code, tokenizer=tokenizer
-    )
-    arch = resolve_architecture(lm.model, blocks_path=blocks_path, embedding_path=embedding_path)
-
     from .data.corpus import load_corpus
+    from .models import load_model, load_tokenizer, locate_model
 
-    vocab = getattr(lm.model.config.get_text_config() if hasattr(lm.model.config, "get_text_config") else lm.model.config, "vocab_size", None)
-    tokens = load_corpus(corpus, lm.tokenizer, seq_len=seq_len, num_seqs=num_seqs, seed=seed, add_bos=add_bos, vocab_size=vocab)
+    # Tokenizer and corpus first: a bad corpus fails in seconds, before the weights load.
+    source = model
+    if not isinstance(model, torch.nn.Module):
+        source = locate_model(model, revision=revision, trust_remote_code=trust_remote_code)
+        if tokenizer is None:
+            tokenizer = load_tokenizer(source)
+    tokens = load_corpus(corpus, tokenizer, seq_len=seq_len, num_seqs=num_seqs, seed=seed, add_bos=add_bos)
+
+    lm = load_model(source, dtype=dtype, device=device, device_map=device_map, tokenizer=tokenizer, progress=progress)
+    arch = resolve_architecture(lm.model, blocks_path=blocks_path, embedding_path=embedding_path)
+    _check_vocabulary(tokens.input_ids, lm.info.get("vocab_size"))
 
     acc = ViewAccumulator(view_specs, include_embedding=include_embedding, pc_estimate=pc_estimate)
     input_device = _input_device(arch, lm.model)
@@ -187,6 +190,14 @@ def _validate(**args) -> None:
             good = False
         if not good:
             raise EffdepthError(message.format(v=value))
+
+
+def _check_vocabulary(input_ids: torch.Tensor, vocab_size: int | None) -> None:
+    if vocab_size is not None and input_ids.numel() and int(input_ids.max()) >= vocab_size:
+        raise EffdepthError(
+            f"token id {int(input_ids.max())} is outside the model's vocabulary of {vocab_size}; "
+            "were the ids made with another tokenizer?"
+        )
 
 
 def _input_device(arch, model) -> torch.device:

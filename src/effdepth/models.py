@@ -65,6 +65,46 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
         raise EffdepthError(f"unknown dtype {dtype!r}; choose from float32, bfloat16, float16") from None
 
 
+@dataclass
+class ModelSource:
+    """Where a model is loaded from, before anything heavy is read."""
+
+    location: str
+    kwargs: dict
+    info: dict
+
+
+def locate_model(model, *, revision: str | None = None, trust_remote_code: bool = False) -> ModelSource:
+    """Resolve a model argument (id, folder, ``.gguf``, ``None``) without loading weights.
+
+    >>> locate_model("EleutherAI/pythia-70m", revision="step1000").info["source"]
+    'hub'
+    """
+    location, load_args, info = _locate(model, revision)
+    return ModelSource(location, {"revision": revision, "trust_remote_code": trust_remote_code, **load_args}, info)
+
+
+def load_tokenizer(source: ModelSource):
+    """The model's tokenizer, or ``None`` when the model has none we can load.
+
+    Raises the model's load error when the model itself cannot be found, so an
+    unknown id is reported as such and not as a missing tokenizer.
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        with _quiet():
+            return AutoTokenizer.from_pretrained(source.location, **source.kwargs)
+    except Exception:
+        pass
+    try:
+        with _quiet():
+            AutoConfig.from_pretrained(source.location, **source.kwargs)
+    except Exception as exc:
+        raise EffdepthError(_load_error(source.info, exc)) from None
+    return None  # only text corpora need one; they say so clearly
+
+
 def load_model(
     model=None,
     *,
@@ -74,11 +114,13 @@ def load_model(
     device_map: str | None = None,
     trust_remote_code: bool = False,
     tokenizer=None,
+    progress: bool = True,
 ) -> LoadedModel:
     """Load a causal LM for measurement (eval mode, no gradients).
 
     ``model`` is a Hugging Face id, a local folder, a ``.gguf`` file, ``None``
-    for the embedded SmolLM2-135M-Instruct, or a loaded ``PreTrainedModel``.
+    for the embedded SmolLM2-135M-Instruct, a :class:`ModelSource`, or a
+    loaded ``PreTrainedModel``.
 
     >>> from transformers import GPT2Config, GPT2LMHeadModel
     >>> lm = load_model(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=20)))
@@ -96,10 +138,10 @@ def load_model(
             m = m.to(dev)
         tok = tokenizer
     else:
-        source, load_args, info = _locate(model, revision)
-        common = {"revision": revision, "trust_remote_code": trust_remote_code, **load_args}
-        m = _from_pretrained(source, common, torch_dtype, dev, device_map, info)
-        tok = tokenizer if tokenizer is not None else _tokenizer(source, common)
+        source = model if isinstance(model, ModelSource) else locate_model(model, revision=revision, trust_remote_code=trust_remote_code)
+        info = dict(source.info)
+        m = _from_pretrained(source.location, source.kwargs, torch_dtype, dev, device_map, info, progress)
+        tok = tokenizer if tokenizer is not None else load_tokenizer(source)
     m.eval()
     config = m.config
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -110,6 +152,7 @@ def load_model(
             "commit": getattr(config, "_commit_hash", None),
             "num_layers": getattr(text_config, "num_hidden_layers", None),
             "hidden_size": getattr(text_config, "hidden_size", None),
+            "vocab_size": getattr(text_config, "vocab_size", None),
             "dtype": str(next(m.parameters()).dtype).replace("torch.", ""),
             "device": str(next(m.parameters()).device) if device_map is None else f"device_map={device_map}",
             "parameters": int(sum(p.numel() for p in m.parameters())),
@@ -142,12 +185,16 @@ def _locate(model, revision) -> tuple:
     return text, {}, {"id": text, "source": "hub", "revision": revision or "main"}
 
 
-def _from_pretrained(source, common, torch_dtype, dev, device_map, info):
+def _from_pretrained(source, common, torch_dtype, dev, device_map, info, progress=True):
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
     kwargs = dict(common, dtype=torch_dtype)
     if device_map is not None:
         kwargs["device_map"] = device_map
+    bars = hf_logging.is_progress_bar_enabled()
+    if not progress:
+        hf_logging.disable_progress_bar()
     try:
         with _quiet():
             m = AutoModelForCausalLM.from_pretrained(source, **kwargs)
@@ -155,19 +202,12 @@ def _from_pretrained(source, common, torch_dtype, dev, device_map, info):
         raise
     except Exception as exc:  # transformers raises OSError, ValueError, HF hub errors...
         raise EffdepthError(_load_error(info, exc)) from None
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     if device_map is None:
         m = m.to(dev)
     return m
-
-
-def _tokenizer(source, common):
-    from transformers import AutoTokenizer
-
-    try:
-        with _quiet():
-            return AutoTokenizer.from_pretrained(source, **common)
-    except Exception:
-        return None  # only text corpora need one; they say so clearly
 
 
 def _load_error(info: dict, exc: Exception) -> str:

@@ -149,14 +149,19 @@ def load_corpus(
     """
     if _is_token_ids(spec):
         return _from_token_ids(spec, tokenizer, vocab_size)
-    _check_sizes(seq_len, num_seqs, seed)
-    source = _resolve_text_source(spec)
-    _check_tokenizer(tokenizer, source.name)
+    seq_len, num_seqs, seed = _check_sizes(seq_len, num_seqs, seed)
+    _check_tokenizer(tokenizer, spec)
+    return _from_text(_resolve_text_source(spec), tokenizer, seq_len, num_seqs, seed, add_bos)
+
+
+def _from_text(
+    source: _TextSource, tokenizer: Any, seq_len: int, num_seqs: int, seed: int, add_bos: bool
+) -> TokenizedCorpus:
     bos_id = _special_id(tokenizer, "bos_token_id") if add_bos else None
     chunk_len = seq_len - (1 if bos_id is not None else 0)
     if source.lazy:
         target = num_seqs * HF_POOL_FACTOR * chunk_len
-        stream, documents, complete = _stream_until(tokenizer, source.documents, target, source.name)
+        stream, documents, complete = _stream_until(tokenizer, source.documents, target)
     else:
         stream, documents, complete = _cached_stream(tokenizer, source.documents), len(source.documents), True
     if documents == 0:
@@ -187,7 +192,8 @@ def load_corpus(
 # Argument checks
 
 
-def _check_sizes(seq_len: Any, num_seqs: Any, seed: Any) -> None:
+def _check_sizes(seq_len: Any, num_seqs: Any, seed: Any) -> tuple[int, int, int]:
+    """The three as plain ints (numpy ints would not serialise to JSON), or an EffdepthError."""
     if not _is_int(seq_len) or seq_len < 2:
         raise EffdepthError(
             f"--seq-len must be an integer >= 2 (a BOS token plus at least one text token), got {seq_len!r}"
@@ -196,16 +202,18 @@ def _check_sizes(seq_len: Any, num_seqs: Any, seed: Any) -> None:
         raise EffdepthError(f"--num-seqs must be an integer >= 1, got {num_seqs!r}")
     if not _is_int(seed) or seed < 0:
         raise EffdepthError(f"--seed must be a non-negative integer, got {seed!r}")
+    return int(seq_len), int(num_seqs), int(seed)
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def _check_tokenizer(tokenizer: Any, name: str) -> None:
+def _check_tokenizer(tokenizer: Any, spec: Any) -> None:
     if tokenizer is None:
+        label = "shakespeare" if spec is None else spec if isinstance(spec, (str, os.PathLike)) else "texts"
         raise EffdepthError(
-            f"corpus '{name}' is text and needs a tokenizer to become token ids; "
+            f"corpus '{label}' is text and needs a tokenizer to become token ids; "
             "pass the model's tokenizer (or give pre-tokenized ids)"
         )
     if not callable(tokenizer):
@@ -280,22 +288,28 @@ def _unpack_mapping(spec: Mapping) -> tuple[torch.Tensor, torch.Tensor | None, s
         )
     ids = _as_int64("input_ids", spec["input_ids"])
     mask = spec.get("attention_mask")
-    mask = None if mask is None else _as_int64("attention_mask", mask, allow_bool=True)
+    mask = None if mask is None else _as_int64("attention_mask", mask, allow_bool=True, allow_binary_float=True)
     return ids, mask, "mapping"
 
 
-def _as_int64(what: str, value: Any, *, allow_bool: bool = False) -> torch.Tensor:
-    """A detached int64 CPU copy of ``value``, or an EffdepthError saying why not."""
+def _as_int64(what: str, value: Any, *, allow_bool: bool = False, allow_binary_float: bool = False) -> torch.Tensor:
+    """A detached int64 CPU copy of ``value``, or an EffdepthError saying why not.
+
+    ``allow_binary_float`` accepts a float array holding only 0.0 and 1.0 (masks
+    are sometimes built as floats); any other value is refused, never rounded.
+    """
     if isinstance(value, (list, tuple)):
         try:
             value = np.asarray(value)
         except ValueError as exc:
             raise EffdepthError(f"{what} is a ragged list ({exc}); pad the rows to one length") from exc
+    if allow_binary_float and isinstance(value, (np.ndarray, torch.Tensor)):
+        value = _binary_float_as_bool(what, value)
     if isinstance(value, np.ndarray):
         is_int = np.issubdtype(value.dtype, np.integer) or (allow_bool and value.dtype == np.bool_)
-        if is_int and value.size and np.issubdtype(value.dtype, np.unsignedinteger):
-            if int(value.max()) > np.iinfo(np.int64).max:
-                raise EffdepthError(f"{what} has values too large for int64; token ids must be small integers")
+        unsigned = is_int and value.size and np.issubdtype(value.dtype, np.unsignedinteger)
+        if unsigned and int(value.max()) > np.iinfo(np.int64).max:
+            raise EffdepthError(f"{what} has values too large for int64; token ids must be small integers")
         tensor = torch.from_numpy(np.ascontiguousarray(value)) if is_int else None
         dtype_name = str(value.dtype)
     elif isinstance(value, torch.Tensor):
@@ -314,6 +328,15 @@ def _as_int64(what: str, value: Any, *, allow_bool: bool = False) -> torch.Tenso
         hint = " (add a batch dimension: ids[None])" if tensor.dim() == 1 else ""
         raise EffdepthError(f"{what} must be 2-D (batch, seq), got shape {tuple(tensor.shape)}{hint}")
     return tensor.to(device="cpu", dtype=torch.int64).clone()
+
+
+def _binary_float_as_bool(what: str, value: Any) -> Any:
+    tensor = torch.as_tensor(value) if isinstance(value, np.ndarray) else value
+    if not tensor.is_floating_point():
+        return value
+    if not bool(((tensor == 0) | (tensor == 1)).all()):
+        raise EffdepthError(f"{what} must hold only 0 (padding) and 1 (real token)")
+    return tensor == 1
 
 
 def _check_ids(ids: torch.Tensor, vocab_size: int | None) -> None:
@@ -609,7 +632,7 @@ def _hf_texts(dataset: Any, spec: str) -> Iterator[str]:
 
 # Per tokenizer object (weakly held, so a dropped tokenizer frees its
 # streams), a small LRU of token streams keyed by the corpus text's hash.
-_STREAM_CACHE: "weakref.WeakKeyDictionary[Any, collections.OrderedDict]" = weakref.WeakKeyDictionary()
+_STREAM_CACHE: weakref.WeakKeyDictionary[Any, collections.OrderedDict] = weakref.WeakKeyDictionary()
 
 
 def _texts_sha256(docs: list[str]) -> str:
@@ -639,7 +662,7 @@ def _cached_stream(tokenizer: Any, docs: list[str]) -> np.ndarray:
     return stream
 
 
-def _stream_until(tokenizer: Any, documents: Iterator[str], target: int, name: str) -> tuple[np.ndarray, int, bool]:
+def _stream_until(tokenizer: Any, documents: Iterator[str], target: int) -> tuple[np.ndarray, int, bool]:
     """Tokenize documents in order until ``target`` tokens are packed or they run out."""
     token_lists, total, count, batch = [], 0, 0, []
     for doc in documents:
@@ -670,7 +693,7 @@ def _tokenize_all(tokenizer: Any, docs: list[str]) -> list[list[int]]:
     result: list[list[int]] = [[] for _ in docs]
     for start in range(0, len(pieces), _BATCH_DOCS):
         batch = pieces[start:start + _BATCH_DOCS]
-        for owner, ids in zip(owners[start:start + _BATCH_DOCS], _encode_batch(tokenizer, batch)):
+        for owner, ids in zip(owners[start:start + _BATCH_DOCS], _encode_batch(tokenizer, batch), strict=True):
             result[owner].extend(ids)
     return result
 

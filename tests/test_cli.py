@@ -1,0 +1,97 @@
+"""The CLI, called in-process."""
+
+import json
+
+import pytest
+import torch
+
+from effdepth.cli import default_out, main
+from effdepth.data import byte_tokenizer
+from effdepth.tiny import tiny_model
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny-llama")
+    tiny_model("llama").save_pretrained(d)
+    byte_tokenizer().save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    p = tmp_path_factory.mktemp("corpus") / "text.txt"
+    p.write_text("Now is the winter of our discontent made glorious summer. " * 200)
+    return p
+
+
+def run(argv, capsys):
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_measure_writes_result_and_prints_table(model_dir, corpus_file, tmp_path, capsys):
+    code, out, err = run(
+        ["measure", model_dir, "--corpus", corpus_file, "--seq-len", 16, "--num-seqs", 6, "--batch-size", 4,
+         "--bootstrap", 100, "--views", "default,drop-pos0", "--out", tmp_path / "r", "--no-progress"],
+        capsys,
+    )
+    assert code == 0, err
+    assert "D_eff" in out and "drop-pos0" in out and "R_matched" in out
+    data = json.loads((tmp_path / "r" / "result.json").read_text())
+    assert data["config"]["num_seqs"] == 6 and set(data["views"]) == {"default", "drop-pos0"}
+    assert data["provenance"]["corpus"]["sha256"]
+
+    code, shown, _ = run(["show", tmp_path / "r"], capsys)
+    assert code == 0 and "drop-pos0" in shown
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["measure", "--seq-len", "1"], "--seq-len must be at least 2"),
+        (["measure", "--seq-len", "abc"], "expected an integer"),
+        (["measure", "--similarity", "cos"], "invalid choice"),
+        (["measure", "--views", "bogus"], "unknown view component"),
+        (["measure", "/no/such/model.gguf"], "does not exist"),
+        (["show", "/no/such/result"], "no result at"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_input_gives_one_line_error(argv, message, capsys, tmp_path):
+    code, out, err = run(argv + (["--out", str(tmp_path)] if argv[0] == "measure" else []), capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("effdepth") and message in lines[0], err
+
+
+def test_corpus_too_small(model_dir, tmp_path, capsys):
+    small = tmp_path / "small.txt"
+    small.write_text("tiny")
+    code, _, err = run(["measure", model_dir, "--corpus", small, "--out", tmp_path / "o", "--no-progress"], capsys)
+    assert code == 2 and "tokens" in err and len(err.strip().splitlines()) == 1
+
+
+def test_unwritable_output_folder(model_dir, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, _, err = run(["measure", model_dir, "--out", blocker / "sub", "--no-progress"], capsys)
+    assert code == 2 and "cannot write to output folder" in err
+
+
+def test_unsupported_architecture(tmp_path, capsys):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_config(
+        AutoConfig.for_model("mamba", num_hidden_layers=2, hidden_size=16, vocab_size=300, state_size=4)
+    ).save_pretrained(tmp_path / "mamba")
+    byte_tokenizer().save_pretrained(tmp_path / "mamba")
+    code, _, err = run(["measure", tmp_path / "mamba", "--out", tmp_path / "o", "--no-progress"], capsys)
+    assert code == 2 and "supported:" in err and "gpt_neox" in err
+
+
+def test_default_out_stays_under_runs():
+    assert default_out("../../etc/passwd").parts[0] == "runs"
+    assert ".." not in default_out("../../etc/passwd").parts
+    assert default_out(None).name == "smollm2-135m-instruct"
