@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from functools import partial
+from typing import NamedTuple
 
 import torch
 from tqdm.auto import tqdm
 
-from .capture.forward import decoder_forward
+from .capture.forward import decoder_forward, model_forward_logits
+from .numerics.loss import LossAccumulator
 from .capture.hooks import ResidualCapture
 from .capture.registry import resolve_architecture
 from .errors import EffdepthError
@@ -64,9 +68,71 @@ def measure(
     view_specs = parse_views(views)
     started = time.perf_counter()
 
+    prepared = prepare(
+        model,
+        corpus,
+        revision=revision,
+        seq_len=seq_len,
+        num_seqs=num_seqs,
+        seed=seed,
+        dtype=dtype,
+        device=device,
+        device_map=device_map,
+        trust_remote_code=trust_remote_code,
+        tokenizer=tokenizer,
+        add_bos=add_bos,
+        blocks_path=blocks_path,
+        embedding_path=embedding_path,
+        progress=progress,
+    )
+    return measure_prepared(
+        prepared,
+        views=view_specs,
+        batch_size=batch_size,
+        similarity=similarity,
+        include_embedding=include_embedding,
+        bootstrap=bootstrap,
+        seed=seed,
+        pc_estimate=pc_estimate,
+        progress=progress,
+        started=started,
+    )
+
+
+@dataclass
+class Prepared:
+    """A loaded model, its resolved architecture and the token sequences to run."""
+
+    lm: object
+    arch: object
+    tokens: object
+    add_bos: bool = True
+
+
+def prepare(
+    model=None,
+    corpus=None,
+    *,
+    revision=None,
+    seq_len=DEFAULTS["seq_len"],
+    num_seqs=DEFAULTS["num_seqs"],
+    seed=DEFAULTS["seed"],
+    dtype=None,
+    device=None,
+    device_map=None,
+    trust_remote_code=False,
+    tokenizer=None,
+    add_bos=True,
+    blocks_path=None,
+    embedding_path=None,
+    progress=True,
+) -> Prepared:
+    """Load the model and the corpus once, for one or several measurements
+    (e.g. the carry values of an intervention)."""
     from .data.corpus import load_corpus
     from .models import load_model, load_tokenizer, locate_model
 
+    _validate(seq_len=seq_len, num_seqs=num_seqs)
     # Tokenizer and corpus first: a bad corpus fails in seconds, before the weights load.
     source = model
     if not isinstance(model, torch.nn.Module):
@@ -78,16 +144,45 @@ def measure(
     lm = load_model(source, dtype=dtype, device=device, device_map=device_map, tokenizer=tokenizer, progress=progress)
     arch = resolve_architecture(lm.model, blocks_path=blocks_path, embedding_path=embedding_path)
     _check_vocabulary(tokens.input_ids, lm.info.get("vocab_size"))
+    return Prepared(lm, arch, tokens, add_bos)
 
+
+def measure_prepared(
+    prepared: Prepared,
+    *,
+    views=("default",),
+    batch_size: int = DEFAULTS["batch_size"],
+    similarity: str = "frobenius",
+    include_embedding: bool = False,
+    bootstrap: int = DEFAULTS["bootstrap"],
+    seed: int = DEFAULTS["seed"],
+    pc_estimate: str = "calibration",
+    progress: bool = True,
+    with_loss: bool = False,
+    started: float | None = None,
+) -> Result:
+    """Measure an already prepared model and corpus.
+
+    ``with_loss`` runs the full model (LM head included) and records the mean
+    next-token loss over the same tokens in ``result.extras["loss"]``.
+    Interventions register their hooks on ``prepared.arch.blocks`` around
+    this call (with ``prepend=True``, so capture sees the modified stream).
+    """
+    _validate(batch_size=batch_size, bootstrap=bootstrap, similarity=similarity, pc_estimate=pc_estimate)
+    started = time.perf_counter() if started is None else started
+    lm, arch, tokens = prepared.lm, prepared.arch, prepared.tokens
+    view_specs = parse_views(views)
     acc = ViewAccumulator(view_specs, include_embedding=include_embedding, pc_estimate=pc_estimate)
-    input_device = _input_device(arch, lm.model)
+    loss = LossAccumulator() if with_loss else None
+    batches = partial(_state_batches, lm.model, arch, tokens, batch_size, _input_device(arch, lm.model), progress)
     if acc.needs_fit and pc_estimate == "exact":
-        for states, mask in _state_batches(lm.model, arch, tokens, batch_size, input_device, progress, "fitting PCs"):
-            acc.fit_batch(states, mask)
+        for batch in batches("fitting PCs"):
+            acc.fit_batch(batch.states, batch.mask)
         acc.finalize_fit("exact, an extra pass over every sequence")
-    for states, mask in _state_batches(lm.model, arch, tokens, batch_size, input_device, progress, "measuring"):
-        acc.update(states, mask)
-
+    for batch in batches("measuring", full_model=with_loss):
+        acc.update(batch.states, batch.mask)
+        if loss is not None:
+            loss.update(batch.logits, batch.input_ids, batch.mask)
     results = view_results(acc, similarity=similarity, include_embedding=include_embedding, bootstrap=bootstrap, seed=seed)
     config = {
         "seq_len": int(tokens.input_ids.shape[1]),
@@ -99,7 +194,7 @@ def measure(
         "seed": seed,
         "views": [v.name for v in view_specs],
         "pc_estimate": acc.fit_info,
-        "add_bos": add_bos,
+        "add_bos": prepared.add_bos,
         "num_layers": arch.num_layers,
         "size_reference_embedding": "S_0 counted as one mean-size update" if include_embedding else None,
         "blocks_path": arch.paths.get("blocks"),
@@ -116,7 +211,8 @@ def measure(
         "elapsed_s": round(time.perf_counter() - started, 3),
         "tokens_measured": acc.tokens,
     }
-    return Result(views=results, config=config, provenance=provenance)
+    extras = {"loss": loss.result()} if loss is not None else {}
+    return Result(views=results, config=config, provenance=provenance, extras=extras)
 
 
 def from_states(
@@ -206,8 +302,15 @@ def _input_device(arch, model) -> torch.device:
     return params[0].device if params else next(model.parameters()).device
 
 
-def _state_batches(model, arch, tokens, batch_size, device, progress, label):
-    """Yield (states, mask) per batch; the states buffer is reused, never kept."""
+class Batch(NamedTuple):
+    states: torch.Tensor  # (L+1, batch, seq, d), a reused buffer
+    mask: torch.Tensor | None
+    input_ids: torch.Tensor
+    logits: torch.Tensor | None
+
+
+def _state_batches(model, arch, tokens, batch_size, device, progress, label, full_model=False):
+    """Yield one :class:`Batch` per forward pass; the states buffer is reused, never kept."""
     ids = tokens.input_ids
     mask = tokens.attention_mask
     total = int(mask.sum()) if mask is not None else ids.numel()
@@ -218,12 +321,16 @@ def _state_batches(model, arch, tokens, batch_size, device, progress, label):
             batch_ids = ids[start : start + batch_size].to(device)
             batch_mask = mask[start : start + batch_size].to(device) if mask is not None else None
             try:
-                decoder_forward(model, arch, batch_ids, batch_mask)
+                if full_model:
+                    logits = model_forward_logits(model, batch_ids, batch_mask)
+                else:
+                    decoder_forward(model, arch, batch_ids, batch_mask)
+                    logits = None
             except EffdepthError:
                 raise
             except (IndexError, RuntimeError) as exc:
                 raise EffdepthError(_forward_error(exc, batch_ids)) from None
-            yield capture.states, batch_mask
+            yield Batch(capture.states, batch_mask, batch_ids, logits)
             bar.update(int(batch_mask.sum()) if batch_mask is not None else batch_ids.numel())
 
 

@@ -133,6 +133,7 @@ class Result:
     views: dict
     config: dict
     provenance: dict = field(default_factory=dict)
+    extras: dict = field(default_factory=dict)
 
     @property
     def default(self) -> ViewResult:
@@ -145,6 +146,7 @@ class Result:
             "config": self.config,
             "provenance": self.provenance,
             "views": {name: _view_dict(v) for name, v in self.views.items()},
+            "extras": _finite(self.extras),
         }
 
     @classmethod
@@ -156,7 +158,7 @@ class Result:
             v = dict(v)
             v.pop("sub_reference", None)
             views[name] = ViewResult(**v)
-        return cls(views=views, config=data["config"], provenance=data.get("provenance", {}))
+        return cls(views=views, config=data["config"], provenance=data.get("provenance", {}), extras=data.get("extras", {}))
 
     def save(self, path) -> Path:
         """Write JSON atomically: a crash never leaves a half-written file.
@@ -204,10 +206,17 @@ def write_json_atomic(path: Path, data) -> None:
             json.dump(data, fh, indent=1, allow_nan=False, default=_json_default)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _view_dict(v: ViewResult) -> dict:
