@@ -11,5 +11,6 @@ __version__ = "0.1.0"
 from .errors import EffdepthError
 from .measure import from_states, measure
 from .result import Result, ViewResult, load
+from .intervene import InterventionResult, intervene
 
-__all__ = ["measure", "from_states", "load", "Result", "ViewResult", "EffdepthError", "__version__"]
+__all__ = ["measure", "from_states", "intervene", "InterventionResult", "load", "Result", "ViewResult", "EffdepthError", "__version__"]

@@ -35,9 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("model", nargs="?", default=None, help="Hugging Face id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
     add_measure_arguments(m)
     m.add_argument("--out", "-o", default=None, help="output folder for result.json (default: runs/<model>)")
+    m.add_argument("--no-figures", dest="figures", action="store_false", help="do not write the figures (PNG and PDF) next to result.json")
 
     s = sub.add_parser("show", help="print the tables of a saved result", description="Print a saved result without re-running anything.")
     s.add_argument("result", help="result.json or the folder holding it")
+    add_report_command(sub)
+    add_carry_commands(sub)
     return parser
 
 
@@ -123,11 +126,16 @@ def cmd_measure(args) -> int:
     print()
     print(references_table(result))
     print(f"\nwrote {path}")
+    if args.figures:
+        from .report.figures import write_figures
+
+        figures = write_figures(result, out)
+        print(f"wrote {len(figures)} figures to {out}/: {', '.join(sorted({p.stem for p in figures}))} (.png, .pdf)")
     return 0
 
 
 def cmd_show(args) -> int:
-    from .report.table import headline, references_table, summary_table
+    from .report.table import extras_table, headline, references_table, summary_table
     from .result import load
 
     result = load(args.result)
@@ -136,10 +144,151 @@ def cmd_show(args) -> int:
     print(summary_table(result))
     print()
     print(references_table(result))
+    extras = extras_table(result)
+    if extras:
+        print()
+        print(extras)
     return 0
 
 
-COMMANDS = {"measure": cmd_measure, "show": cmd_show}
+def add_report_command(sub) -> None:
+    r = sub.add_parser(
+        "report", help="write an HTML or Markdown report of saved results",
+        description="One result: a report with its tables, figures and provenance. Several: a comparison table and "
+        "figure (sorted by D_eff / F_N), then a section per result. HTML is one self-contained file; Markdown "
+        "writes its images into <name>_files/ beside it.",
+    )
+    r.add_argument("results", nargs="+", metavar="RESULT_OR_DIR", help="result.json files, or folders searched for result.json")
+    r.add_argument("-o", "--output", default=None, help="output file (default report.html, or report.md with --format md)")
+    r.add_argument("--format", choices=("html", "md"), default=None, help="html (default) or md; by default taken from the -o suffix")
+
+
+def cmd_report(args) -> int:
+    from .report.build import write_report
+
+    written = write_report(args.results, args.output, args.format)
+    extra = f" and {len(written) - 1} images in {written[1].parent}/" if len(written) > 1 else ""
+    print(f"wrote {written[0]}{extra}")
+    return 0
+
+
+COMMANDS = {"measure": cmd_measure, "show": cmd_show, "report": cmd_report}
+
+
+# ---------------------------------------------------------------- residual carry: intervene, recompose, experiment
+
+
+def add_carry_commands(sub) -> None:
+    """The residual-carry commands (METHOD 7): in the model, offline, and trained from scratch."""
+    i = sub.add_parser(
+        "intervene", help="measure D_eff and loss with the residual carry scaled",
+        description="For each carry lam, blocks output lam * s_{l-1} + (s_l - s_{l-1}) (lam = 1: the unmodified model); "
+        "D_eff, references and next-token loss are measured on the same tokens. Writes intervention.json, "
+        "carry-<lam>/result.json and intervention.{png,pdf}. For the offline version from a saved result see 'effdepth recompose'.",
+    )
+    i.add_argument("model", nargs="?", default=None, help="Hugging Face id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
+    i.add_argument("--carry", default="1,0.9,0.75,0.5", help="comma-separated carry values in [0, 1] (default 1,0.9,0.75,0.5)")
+    i.add_argument("--layers", default="all", help="blocks to apply the carry to, 1-based: all (default), A-B, or a list like 1,3,5")
+    add_measure_arguments(i)
+    i.add_argument("--out", "-o", default=None, help="output folder (default: runs/<model>/intervention)")
+
+    r = sub.add_parser(
+        "recompose", help="offline carry sweep and decorrelation of a saved result",
+        description="Rebuild the measured stream from its updates without running the model: S'_l = lam S'_{l-1} + U_l "
+        "(carry sweep), and the same with the updates orthogonalised in order, energies kept (decorrelated; at lam = 1 "
+        "this equals R_matched). Uses only the result's increment Gram matrix, so always the frobenius similarity.",
+    )
+    r.add_argument("result", help="result.json (or its folder) written by effdepth measure")
+    r.add_argument("--carry", default="1,0.9,0.75,0.5", help="comma-separated carry values in [0, 1] (default 1,0.9,0.75,0.5)")
+    r.add_argument("--view", default=None, help="which view of the result (default: its first)")
+    r.add_argument("--out", "-o", default=None, help="also write recompose.json into this folder")
+
+    e = sub.add_parser("experiment", help="controlled training experiments", description="Train small models from scratch and measure them.")
+    kinds = e.add_subparsers(dest="experiment", parser_class=_Parser, metavar="EXPERIMENT", required=True)
+    c = kinds.add_parser(
+        "carry", help="train tiny Llamas with a fixed residual carry and measure D_eff",
+        description="Train one tiny byte-level Llama per carry value (and seed), identical but for the carry in every block, "
+        "on the built-in Shakespeare; save Hugging Face checkpoints DIR/lam-<lam>/seed-<k>/step-<N>/ and measure each on "
+        "held-out sequences WITH its carry (stored as effdepth_carry in the config; a plain 'effdepth measure' of such a "
+        "checkpoint measures the lam = 1 model). Writes DIR/experiment.json and DIR/experiment.{png,pdf}.",
+    )
+    from .experiment.carry import CarryExperiment
+
+    d = CarryExperiment()
+    c.add_argument("--carry", default=",".join(f"{x:g}" for x in d.carries), help=f"carry values in [0, 1] (default {','.join(f'{x:g}' for x in d.carries)})")
+    c.add_argument("--carry-layers", default=d.carry_layers, help="blocks that get the carry: all (default), A-B or a list")
+    c.add_argument("--layers", type=_int, default=d.layers, help=f"number of blocks (default {d.layers})")
+    c.add_argument("--d-model", type=_int, default=d.d_model, help=f"hidden size (default {d.d_model})")
+    c.add_argument("--heads", type=_int, default=d.heads, help=f"attention heads (default {d.heads})")
+    c.add_argument("--steps", type=_int, default=d.steps, help=f"training steps (default {d.steps})")
+    c.add_argument("--batch-size", type=_int, default=d.batch_size, help=f"sequences per step (default {d.batch_size})")
+    c.add_argument("--seq-len", type=_int, default=d.seq_len, help=f"tokens per sequence, BOS included (default {d.seq_len})")
+    c.add_argument("--lr", type=float, default=d.lr, help=f"peak learning rate (default {d.lr:g})")
+    c.add_argument("--warmup", type=_int, default=d.warmup, help=f"warm-up steps (default {d.warmup})")
+    c.add_argument("--save-every", type=_int, default=None, help="checkpoint interval in steps (default: steps / 4; step 0 and the last are always saved)")
+    c.add_argument("--seed", type=_int, default=d.seed, help=f"first seed: initialisation, data order, held-out draw (default {d.seed})")
+    c.add_argument("--seeds", type=_int, default=d.seeds, help=f"number of seeds per carry value, for intervals over seeds (default {d.seeds})")
+    c.add_argument("--eval-seqs", type=_int, default=d.eval_seqs, help=f"held-out sequences measured at each checkpoint (default {d.eval_seqs})")
+    c.add_argument("--bootstrap", type=_int, default=d.bootstrap, help=f"bootstrap resamples per measurement (default {d.bootstrap})")
+    c.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
+    c.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
+    c.add_argument("--out", "-o", default="runs/carry-experiment", help="output folder (default runs/carry-experiment)")
+
+
+def cmd_intervene(args) -> int:
+    from .capture.intervention import check_layer_spec, parse_carry
+    from .intervene import intervene
+
+    kwargs = measure_kwargs(args)
+    # Bad carry values or layers fail before the output folder and the weights.
+    carries = parse_carry(args.carry)
+    check_layer_spec(args.layers)
+    out = ensure_writable(Path(args.out) if args.out else default_out(args.model) / "intervention")
+    result = intervene(args.model, args.corpus, carry=carries, layers=args.layers, **kwargs)
+    path = result.save(out)
+    print(result.headline())
+    print()
+    print(result.table())
+    print(f"\nwrote {path}, {len(carries)} results under {out}/carry-*/ and {out / 'intervention'}.{{png,pdf}}")
+    return 0
+
+
+def cmd_recompose(args) -> int:
+    from .capture.intervention import parse_carry
+    from .intervene import recompose_report
+    from .result import load, write_json_atomic
+
+    carries = parse_carry(args.carry)
+    data, text = recompose_report(load(args.result), carries, view=args.view)
+    print(text)
+    if args.out:
+        path = ensure_writable(Path(args.out)) / "recompose.json"
+        write_json_atomic(path, data)
+        print(f"\nwrote {path}")
+    return 0
+
+
+def cmd_experiment(args) -> int:
+    from .experiment.carry import CarryExperiment, carry_experiment
+
+    spec = CarryExperiment(
+        carries=args.carry, carry_layers=args.carry_layers, layers=args.layers, d_model=args.d_model, heads=args.heads,
+        steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr, warmup=args.warmup,
+        save_every=args.save_every, seed=args.seed, seeds=args.seeds, eval_seqs=args.eval_seqs, bootstrap=args.bootstrap,
+        device=args.device,
+    ).checked()
+    out = ensure_writable(Path(args.out))
+    result = carry_experiment(spec, out, progress=args.progress)
+    print(result.headline())
+    print()
+    print(result.final_table())
+    print()
+    print(result.step_table())
+    print(f"\nwrote {out / 'experiment.json'} and {out / 'experiment'}.{{png,pdf}}; checkpoints under {out}/lam-*/seed-*/step-*/")
+    return 0
+
+
+COMMANDS.update({"intervene": cmd_intervene, "recompose": cmd_recompose, "experiment": cmd_experiment})
 
 
 def main(argv=None) -> int:

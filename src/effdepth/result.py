@@ -97,7 +97,7 @@ def view_result(
         related={k: _list(v) for k, v in m["related"].items()},
         reference_profiles={k: _list(v) for k, v in m["reference_profiles"].items()},
         ci=ci,
-        statistics={k: _list(totals[k]) for k in ("n", "gram_states", "gram_increments", "cross")},
+        statistics={k: _list(totals[k]) for k in ("n", "gram_states", "gram_increments", "update_state_dot")},
     )
 
 

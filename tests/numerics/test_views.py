@@ -165,3 +165,18 @@ def test_every_view_reports_everything():
     for name, v in r.views.items():
         assert v.ci is not None and set(v.ci) >= {"deff", "ratio", "gap_pct", "initial_state", "profile"}
         assert len(v.profile) == v.num_states and v.references and v.attribution and v.related["angular_distance"]
+
+
+@pytest.mark.parametrize("spectrum", ["gapped", "flat"])
+def test_top_eigenvectors_match_eigh(spectrum):
+    from effdepth.numerics.views import top_eigenvectors
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 400, 64, generator=g, dtype=torch.float64)
+    if spectrum == "gapped":
+        x[:, :, :2] *= torch.tensor([20.0, 8.0], dtype=torch.float64)
+    cov = x.transpose(1, 2) @ x / 400
+    got = top_eigenvectors(cov, 2)
+    want = torch.linalg.eigh(cov)[1][..., -2:].flip(-1)
+    # compare projections (eigenvector signs are arbitrary)
+    torch.testing.assert_close(got @ got.transpose(1, 2), want @ want.transpose(1, 2), rtol=0, atol=1e-8)

@@ -12,7 +12,8 @@ Keys (M = L+1 states S_0..S_L, N analysed states):
   X_l = U_l = S_l - S_{l-1}, formed as explicit differences (never by
   expanding the state Gram matrix: consecutive states are nearly parallel
   and that expansion cancels catastrophically).
-- ``cross``: <X_i, S_j>_F, for cos(U_l, S_{l-1}).
+- ``update_state_dot``: <U_l, S_{l-1}>_F for l = 1..L, from explicit
+  per-token products, for cos(U_l, S_{l-1}).
 - ``cos_sum``, ``cos2_sum``, ``angle_sum``: per-token sums of cos, cos^2 and
   arccos/pi between states (the "token" similarity and section 9 measures).
 - ``ref_init``, ``ref_size``, ``ref_matched``: per-token sums of the matched
@@ -33,7 +34,7 @@ STAT_KEYS = (
     "n",
     "gram_states",
     "gram_increments",
-    "cross",
+    "update_state_dot",
     "cos_sum",
     "cos2_sum",
     "angle_sum",
@@ -52,8 +53,9 @@ def empty_statistics(num_states: int, include_embedding: bool) -> dict:
     m = num_states
     n = m if include_embedding else m - 1
     out = {"n": np.zeros((), dtype=np.float64)}
-    for key in ("gram_states", "gram_increments", "cross", "cos_sum", "cos2_sum", "angle_sum"):
+    for key in ("gram_states", "gram_increments", "cos_sum", "cos2_sum", "angle_sum"):
         out[key] = np.zeros((m, m), dtype=np.float64)
+    out["update_state_dot"] = np.zeros(m - 1, dtype=np.float64)
     for key in ("ref_init", "ref_size", "ref_matched"):
         out[key] = np.zeros((n, n), dtype=np.float64)
     return out
@@ -75,21 +77,51 @@ def token_set_statistics(
     >>> float(st["n"]), st["gram_increments"].diagonal().tolist()
     (5.0, [5.0, 5.0, 5.0])
     """
+    first, rest = sequence_statistics(states, include_embedding, chunk_tokens)
+    return add_statistics(first, rest) if rest is not None else first
+
+
+def add_statistics(a: dict, b: dict) -> dict:
+    return {k: a[k] + b[k] for k in STAT_KEYS}
+
+
+def sequence_statistics(
+    states: torch.Tensor,
+    include_embedding: bool = False,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+) -> tuple:
+    """Statistics of position 0 and of the other positions of one sequence.
+
+    ``states`` is ``(M, T, d)`` (real tokens only, in order). Returns
+    ``(pos0, rest)``; ``rest`` is ``None`` when T = 1. Both parts come from
+    one pass over the tokens, so views that only select positions cost nothing
+    extra.
+    """
     if states.dim() != 3:
         raise ValueError(f"states must be (M, tokens, d), got shape {tuple(states.shape)}")
     m, t, _ = states.shape
-    total = empty_statistics(m, include_embedding)
-    for start in range(0, t, max(1, chunk_tokens)):
+    first = _chunk_statistics(states[:, :1], include_embedding)
+    rest = None
+    for start in range(1, t, max(1, chunk_tokens)):
         part = _chunk_statistics(states[:, start : start + chunk_tokens], include_embedding)
-        for key in STAT_KEYS:
-            total[key] = total[key] + part[key]
-    return total
+        rest = part if rest is None else add_statistics(rest, part)
+    return first, rest
 
 
 def _chunk_statistics(states: torch.Tensor, include_embedding: bool) -> dict:
     z = states.to(torch.float64)
     m, t, d = z.shape
-    increments = torch.cat([z[:1], z[1:] - z[:-1]], dim=0)
+    # Updates as explicit differences; the increments' Gram matrix is built
+    # from blocks (S_0 with itself, with the updates, updates with each other).
+    updates = z[1:] - z[:-1]  # (L, t, d)
+    flat_states = z.reshape(m, t * d)
+    flat_updates = updates.reshape(m - 1, t * d)
+    gram_increments = torch.empty(m, m, dtype=torch.float64, device=z.device)
+    s0 = flat_states[:1]
+    gram_increments[:1, :1] = s0 @ s0.T
+    gram_increments[1:, 1:] = flat_updates @ flat_updates.T
+    gram_increments[:1, 1:] = s0 @ flat_updates.T
+    gram_increments[1:, :1] = gram_increments[:1, 1:].T
 
     per_token = z.transpose(0, 1)  # (t, M, d)
     token_gram = per_token @ per_token.transpose(1, 2)  # (t, M, M)
@@ -101,21 +133,26 @@ def _chunk_statistics(states: torch.Tensor, include_embedding: bool) -> dict:
     # A state compared with itself is identical even when it is zero.
     cos = torch.where(eye, torch.ones_like(cos), cos)
 
-    flat_inc = increments.reshape(m, t * d)
-    flat_states = z.reshape(m, t * d)
+    update_energy = torch.linalg.vector_norm(updates, dim=-1).square()  # (L, t)
     out = {
         "n": np.asarray(float(t)),
         "gram_states": token_gram.sum(0),
-        "gram_increments": flat_inc @ flat_inc.T,
-        "cross": flat_inc @ flat_states.T,
+        "gram_increments": gram_increments,
+        "update_state_dot": torch.bmm(flat_updates[:, None, :], flat_states[:-1, :, None]).flatten(),
         "cos_sum": cos.sum(0),
         "cos2_sum": (cos * cos).sum(0),
         "angle_sum": torch.arccos(cos).sum(0) / math.pi,
     }
     out = {k: (v.cpu().numpy() if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
-
-    update_energy = (increments[1:] * increments[1:]).sum(-1).T.cpu().numpy()  # (t, L)
+    update_energy = update_energy.T.cpu().numpy()  # (t, L)
     initial_energy = state_energy[:, 0].cpu().numpy()
     for name, energies in matched_energies(initial_energy, update_energy, include_embedding).items():
         out[f"ref_{name}"] = energy_ratio_matrix(energies).sum(0)
     return out
+
+
+def nonfinite_layer(stats: dict) -> int | None:
+    """The first state index whose energy is not finite, from the statistics alone."""
+    energy = np.diagonal(stats["gram_states"])
+    bad = np.nonzero(~np.isfinite(energy))[0]
+    return int(bad[0]) if bad.size else None

@@ -70,7 +70,7 @@ def update_summary(totals: dict) -> dict:
     gs = totals["gram_states"]
     upd = np.diagonal(gi, axis1=-2, axis2=-1)[..., 1:]
     prev = np.diagonal(gs, axis1=-2, axis2=-1)[..., :-1]
-    cross = np.diagonal(totals["cross"][..., 1:, :-1], axis1=-2, axis2=-1)
+    cross = totals["update_state_dot"]
     denom = np.sqrt(upd * prev)
     with np.errstate(invalid="ignore", divide="ignore"):
         cos_prev = np.where(denom > 0, cross / np.where(denom > 0, denom, 1.0), 0.0)

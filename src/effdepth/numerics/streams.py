@@ -10,12 +10,13 @@ batch ("calibration", no extra forward pass) or exactly over all sequences
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..errors import EffdepthError
-from .accumulate import DEFAULT_CHUNK_TOKENS, token_set_statistics
+from .accumulate import DEFAULT_CHUNK_TOKENS, nonfinite_layer, sequence_statistics
 from .statistics import UnitStatistics
-from .views import FitAccumulator, ViewSpec, fitted_transform, parse_views, select_parts, token_transform
+from .views import FitAccumulator, ViewSpec, fitted_transform, parse_views, token_transform
 
 PC_ESTIMATES = ("calibration", "exact")
 
@@ -67,7 +68,7 @@ class ViewAccumulator:
     def fit_batch(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
         """Feed one batch to the per-layer mean / covariance estimates."""
         for seq in _sequences(states, mask):
-            _check_finite(seq, states.dtype)
+            _check_finite_states(seq, states.dtype)
             for info in self.streams.values():
                 spec = info["spec"]
                 if not spec.needs_fit:
@@ -101,19 +102,16 @@ class ViewAccumulator:
             self.finalize_fit(f"calibration on the first batch ({states.shape[1]} sequences)")
         for seq in _sequences(states, mask):
             z = seq.to(torch.float64)
-            _check_finite(z, states.dtype)
             self.sequences += 1
             self.tokens += z.shape[1]
             for key, info in self.streams.items():
                 spec = info["spec"]
-                zt = token_transform(z, spec)
-                if spec.needs_fit:
-                    # Fits belong to the view's own token set: select first.
-                    parts = {p: fitted_transform(t, spec, self.fits[key]) for p, t in select_parts(zt).items() if p in info["parts"]}
-                else:
-                    parts = select_parts(zt)
+                zt = fitted_transform(token_transform(z, spec), spec, self.fits.get(key))
+                pos0, rest = sequence_statistics(zt, self.include_embedding, self.chunk_tokens)
+                _check_finite(pos0, rest, states.dtype)
+                parts = {"pos0": pos0, "rest": rest if rest is not None else _empty_like(pos0)}
                 for p in info["parts"]:
-                    self._units[(key, p)].append(token_set_statistics(parts[p], self.include_embedding, self.chunk_tokens))
+                    self._units[(key, p)].append(parts[p])
 
     def unit_statistics(self, view: str | ViewSpec) -> UnitStatistics:
         """Per-sequence statistics of one view (its parts added)."""
@@ -161,13 +159,27 @@ def _selected(z: torch.Tensor, spec: ViewSpec) -> torch.Tensor:
     return z
 
 
-def _check_finite(z: torch.Tensor, dtype: torch.dtype) -> None:
+def _check_finite_states(z: torch.Tensor, dtype: torch.dtype) -> None:
     finite = torch.isfinite(z).flatten(1).all(dim=1)
     if not bool(finite.all()):
-        layer = int(torch.nonzero(~finite)[0])
-        what = "the embedding output S_0" if layer == 0 else f"the output of block {layer} (S_{layer})"
-        hint = "float32 or bfloat16" if dtype == torch.float16 else "float32"
-        raise EffdepthError(
-            f"non-finite activations in {what} with dtype {str(dtype).replace('torch.', '')}; "
-            f"the model overflows in this dtype (common with float16 and massive activations): rerun with --dtype {hint}"
-        )
+        _raise_nonfinite(int(torch.nonzero(~finite)[0]), dtype)
+
+
+def _check_finite(pos0: dict, rest: dict | None, dtype: torch.dtype) -> None:
+    """Non-finite states show up as non-finite energies: no extra pass over the states."""
+    for part in (pos0, rest):
+        if part is not None and (layer := nonfinite_layer(part)) is not None:
+            _raise_nonfinite(layer, dtype)
+
+
+def _empty_like(stats: dict) -> dict:
+    return {k: np.zeros_like(v) for k, v in stats.items()}
+
+
+def _raise_nonfinite(layer: int, dtype: torch.dtype) -> None:
+    what = "the embedding output S_0" if layer == 0 else f"the output of block {layer} (S_{layer})"
+    hint = "float32 or bfloat16" if dtype == torch.float16 else "float32"
+    raise EffdepthError(
+        f"non-finite activations in {what} with dtype {str(dtype).replace('torch.', '')}; "
+        f"the model overflows in this dtype (common with float16 and massive activations): rerun with --dtype {hint}"
+    )

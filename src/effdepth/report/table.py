@@ -88,6 +88,39 @@ def headline(result: Result) -> str:
     return "\n".join(lines)
 
 
+def extras_table(result: Result) -> str:
+    """Extra measurements (``result.extras``, e.g. the next-token loss), one line each; ``""`` when none.
+
+    >>> import effdepth, torch
+    >>> r = effdepth.from_states(torch.randn(3, 4, 8))
+    >>> r.extras["loss"] = {"mean": 2.5, "perplexity": 12.18, "tokens": 90}
+    >>> print(extras_table(r))
+    extra             value
+    ---------------  ------
+    loss.mean         2.500
+    loss.perplexity  12.180
+    loss.tokens          90
+    """
+    rows = [[key, _extra_value(value)] for key, value in _flatten(result.extras or {})]
+    return _render(["extra", "value"], rows) if rows else ""
+
+
+def _flatten(d: dict, prefix: str = ""):
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            yield from _flatten(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def _extra_value(v) -> str:
+    if v is None:
+        return "n/a"  # non-finite values are saved as null
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 1e6 else f"{v:.4g}"
+    return str(v)
+
+
 def _render(header: list, rows: list) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     fmt = lambda r: "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(zip(r, widths)))

@@ -1,0 +1,144 @@
+"""What effdepth costs against what a user would otherwise run, measured in one run.
+
+On SmolLM2-135M-Instruct (CPU, float32, Shakespeare, 8 x 256 tokens) it prints:
+
+- time of ``measure`` (default view) / time of a plain ``AutoModelForCausalLM``
+  forward over the same batches (target: <= 1, we skip the LM head);
+- time of ``measure --views paper`` / time of the default-only ``measure``
+  (target: <= 1.3);
+- time and peak memory of a naive baseline that collects
+  ``output_hidden_states`` and computes D_eff afterwards (target: measure
+  faster and leaner);
+- peak memory of ``measure`` at 1x and 4x the tokens (target: flat).
+
+Times are medians of repeated runs in this process; peak memory is the
+increase of the peak resident set (VmHWM) over the resident set just before
+the run, each in a fresh child process so that freed memory is not reused.
+
+    python benchmarks/overhead.py [--repeats 3] [--seq-len 256] [--num-seqs 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+
+def prepare(num_seqs: int, seq_len: int):
+    from effdepth.measure import prepare as prepare_measurement
+
+    return prepare_measurement(None, "shakespeare", seq_len=seq_len, num_seqs=num_seqs, progress=False)
+
+
+def plain_forward(prepared, batch_size):
+    model, ids = prepared.lm.model, prepared.tokens.input_ids
+    with torch.inference_mode():
+        for start in range(0, ids.shape[0], batch_size):
+            model(input_ids=ids[start : start + batch_size], use_cache=False)
+
+
+def measure_run(prepared, batch_size, views="default"):
+    from effdepth.measure import measure_prepared
+
+    return measure_prepared(prepared, views=views, batch_size=batch_size, bootstrap=0, progress=False)
+
+
+def naive_baseline(prepared, batch_size):
+    """What analysis scripts do: keep every hidden state, then compute (and use
+    hidden_states[-1], which is post-norm: wrong, but common)."""
+    model, ids = prepared.lm.model, prepared.tokens.input_ids
+    kept = []
+    with torch.inference_mode():
+        for start in range(0, ids.shape[0], batch_size):
+            out = model(input_ids=ids[start : start + batch_size], output_hidden_states=True, use_cache=False)
+            kept.append(torch.stack(out.hidden_states[1:]).double())
+    s = torch.cat(kept, dim=1)
+    flat = s.reshape(s.shape[0], -1)
+    g = flat @ flat.T
+    sim = g**2 / torch.outer(g.diagonal(), g.diagonal())
+    return float(s.shape[0] ** 2 / sim.sum())
+
+
+def timed(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _status(field):
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(field)
+
+
+def child_peak(kind: str, num_seqs: int, seq_len: int, batch_size: int) -> None:
+    """In a child: load, reset the peak RSS, run once, print the peak increase."""
+    prepared = prepare(num_seqs, seq_len)
+    fn = {"measure": lambda: measure_run(prepared, batch_size), "naive": lambda: naive_baseline(prepared, batch_size)}[kind]
+    with open("/proc/self/clear_refs", "w") as fh:  # resets VmHWM to the current RSS
+        fh.write("5")
+    before = _status("VmRSS")
+    fn()
+    print(json.dumps({"peak_increase": _status("VmHWM") - before}))
+
+
+def peak_in_child(kind, num_seqs, seq_len, batch_size) -> int:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", kind, "--num-seqs", str(num_seqs), "--seq-len", str(seq_len), "--batch-size", str(batch_size)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_increase"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--num-seqs", type=int, default=8)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--child", choices=("measure", "naive"))
+    args = ap.parse_args()
+    if args.child:
+        child_peak(args.child, args.num_seqs, args.seq_len, args.batch_size)
+        return
+
+    prepared = prepare(args.num_seqs, args.seq_len)
+    bs = args.batch_size
+    measure_run(prepared, bs)  # warm-up
+    t_plain = timed(lambda: plain_forward(prepared, bs), args.repeats)
+    t_measure = timed(lambda: measure_run(prepared, bs), args.repeats)
+    t_paper = timed(lambda: measure_run(prepared, bs, "paper"), args.repeats)
+    t_naive = timed(lambda: naive_baseline(prepared, bs), args.repeats)
+
+    mem_measure = peak_in_child("measure", args.num_seqs, args.seq_len, bs)
+    mem_measure_4x = peak_in_child("measure", 4 * args.num_seqs, args.seq_len, bs)
+    mem_naive = peak_in_child("naive", args.num_seqs, args.seq_len, bs)
+
+    mb = lambda b: f"{b / 2**20:.0f} MiB"
+    tokens = args.num_seqs * args.seq_len
+    print(f"SmolLM2-135M-Instruct, CPU ({torch.get_num_threads()} threads), float32, {args.num_seqs} x {args.seq_len} tokens, median of {args.repeats}")
+    print(f"plain AutoModelForCausalLM forward   {t_plain:7.2f} s")
+    print(f"measure (default view)               {t_measure:7.2f} s   ratio to plain forward  {t_measure / t_plain:.2f}  (target <= 1)")
+    print(f"measure --views paper                {t_paper:7.2f} s   ratio to default view   {t_paper / t_measure:.2f}  (target <= 1.3)")
+    print(f"naive output_hidden_states baseline  {t_naive:7.2f} s   measure / naive         {t_measure / t_naive:.2f}  (target < 1)")
+    print(f"peak memory increase: measure {mb(mem_measure)} ({tokens} tokens), measure {mb(mem_measure_4x)} ({4 * tokens} tokens), naive {mb(mem_naive)} ({tokens} tokens)")
+    print(f"measure peak at 4x tokens / at 1x    {mem_measure_4x / mem_measure:.2f}  (target ~1: flat in tokens)")
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()

@@ -1,0 +1,229 @@
+"""The residual-carry intervention (METHOD 7): scale the skip path of chosen blocks.
+
+Block l computes ``s_l = s_{l-1} + f_l(s_{l-1})``. With carry ``lam`` its output
+becomes ``lam * s_{l-1} + (s_l - s_{l-1}) = s_l - (1 - lam) * s_{l-1}``: the
+update is kept, the carried state is scaled. ``lam = 1`` is the unmodified
+model, ``lam = 0`` removes the skip path (the block's update alone goes on).
+
+The hooks are registered with ``prepend=True`` (CAPTURE-NOTES fact 5), so the
+modified output is what the next block, :class:`~effdepth.capture.hooks.ResidualCapture`
+and transformers' own hidden-state hooks all see. They are plain tensor
+arithmetic without ``detach``, so gradients flow through them in training.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import weakref
+from dataclasses import fields, is_dataclass
+
+import torch
+
+from ..errors import EffdepthError
+from .hooks import hidden_from_input, hidden_from_output
+from .registry import ResolvedArchitecture
+
+# Blocks that carry a ResidualCarry right now: nesting two would apply the
+# carry twice, silently.
+_ACTIVE: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
+
+_RANGE = re.compile(r"^(\d+)\s*-\s*(\d+)$")
+
+
+def parse_carry(values) -> tuple:
+    """Carry values from ``"1,0.9,0.5"`` or a sequence of numbers, each checked to lie in [0, 1].
+
+    >>> parse_carry("1,0.75,0.5")
+    (1.0, 0.75, 0.5)
+    """
+    items = [v for v in values.split(",") if v.strip()] if isinstance(values, str) else list(values)
+    if not items:
+        raise EffdepthError("--carry needs at least one value in [0, 1], e.g. --carry 1,0.9,0.75,0.5")
+    out = []
+    for item in items:
+        lam = check_carry(item)
+        if lam in out:
+            raise EffdepthError(f"--carry lists {format_carry(lam)} twice; give each value once")
+        out.append(lam)
+    return tuple(out)
+
+
+def check_carry(value) -> float:
+    """One carry value as a float in [0, 1], or a one-line error.
+
+    >>> check_carry("0.5")
+    0.5
+    """
+    try:
+        lam = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        raise EffdepthError(f"carry value {value!r} is not a number; give values in [0, 1], e.g. --carry 1,0.9") from None
+    if not math.isfinite(lam) or not 0.0 <= lam <= 1.0:
+        raise EffdepthError(f"carry value {value!r} is outside [0, 1]; 1 is the unmodified model, 0 removes the skip path")
+    return lam
+
+
+def format_carry(lam: float) -> str:
+    """The short form used in folder names and tables.
+
+    >>> format_carry(1.0), format_carry(0.75)
+    ('1', '0.75')
+    """
+    return f"{float(lam):g}"
+
+
+def check_layer_spec(spec, option: str = "--layers") -> None:
+    """Fail on a malformed layer spec before any model is loaded (range is checked later).
+
+    >>> check_layer_spec("1-3,7")
+    """
+    parse_layers(spec, None, option)
+
+
+def parse_layers(spec, num_layers: int | None, option: str = "--layers") -> tuple:
+    """1-based block indices from ``"all"``, ``"A-B"``, ``"1,3,5"`` (mixable) or a sequence of ints.
+
+    ``num_layers=None`` checks the syntax only; ``"all"`` then gives ``()``.
+
+    >>> parse_layers("all", 4), parse_layers("2-3", 4), parse_layers("1,4", 4)
+    ((1, 2, 3, 4), (2, 3), (1, 4))
+    """
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() == "all"):
+        return tuple(range(1, num_layers + 1)) if num_layers is not None else ()
+    layers = _layer_items(spec, option)
+    if not layers:
+        raise EffdepthError(f"{option} {spec!r} names no layer; use all, A-B or a comma-separated list such as 1,3,5")
+    if num_layers is not None:
+        bad = [i for i in layers if not 1 <= i <= num_layers]
+        if bad:
+            raise EffdepthError(f"{option} {spec!r} names layer {bad[0]}, but the model's blocks are numbered 1..{num_layers}")
+    return tuple(sorted(set(layers)))
+
+
+def _layer_items(spec, option: str) -> list:
+    if not isinstance(spec, str):
+        try:
+            items = [int(i) for i in spec]
+        except (TypeError, ValueError):
+            raise EffdepthError(f"{option} must be all, A-B or a list of block numbers, got {spec!r}") from None
+        if any(i != j for i, j in zip(items, spec)):
+            raise EffdepthError(f"{option} must hold whole block numbers, got {spec!r}")
+        return items
+    out = []
+    for part in (p.strip() for p in spec.split(",")):
+        span = _RANGE.match(part)
+        if span:
+            lo, hi = int(span.group(1)), int(span.group(2))
+            if lo > hi:
+                raise EffdepthError(f"{option} range {part!r} runs backwards; write it as {hi}-{lo}")
+            out.extend(range(lo, hi + 1))
+        elif part.isdigit():
+            out.append(int(part))
+        else:
+            raise EffdepthError(f"{option} part {part!r} is not a block number or A-B range (1-based, e.g. 1,3,5 or 2-6 or all)")
+    return out
+
+
+class ResidualCarry:
+    """Context manager: blocks ``layers`` (1-based) output ``lam * s_{l-1} + (s_l - s_{l-1})``.
+
+    Hooks are prepended, so downstream blocks and any capture see the
+    modified stream; they are removed in ``finally`` even when a forward pass
+    fails. ``lam = 1`` registers nothing, so it is exactly the unmodified model.
+    Nesting two carries on the same block is refused (it would apply twice).
+
+    >>> import torch
+    >>> from effdepth.tiny import tiny_model
+    >>> from effdepth.capture.registry import resolve_architecture
+    >>> m = tiny_model("llama"); ids = torch.tensor([[256, 72, 105]])
+    >>> with torch.no_grad(), ResidualCarry(resolve_architecture(m), 0.5, "all"):
+    ...     out = m(ids).logits
+    >>> bool((out != m(ids).logits).any())
+    True
+    """
+
+    def __init__(self, arch: ResolvedArchitecture, lam: float, layers="all"):
+        self.arch = arch
+        self.lam = check_carry(lam)
+        self.layers = parse_layers(layers, arch.num_layers)
+        self._handles: list = []
+        self._blocks: list = []
+
+    def __enter__(self) -> "ResidualCarry":
+        if self.lam == 1.0:
+            return self
+        try:
+            for layer in self.layers:
+                block = self.arch.blocks[layer - 1]
+                if block in _ACTIVE:
+                    raise EffdepthError(f"block {layer} already has a residual carry applied; nesting would apply it twice")
+                _ACTIVE.add(block)
+                self._blocks.append(block)
+                self._handles.append(block.register_forward_hook(self._hook, prepend=True, with_kwargs=True))
+        except BaseException:
+            self.remove()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+    def remove(self) -> None:
+        try:
+            for handle in self._handles:
+                handle.remove()
+        finally:
+            for block in self._blocks:
+                _ACTIVE.discard(block)
+            self._handles.clear()
+            self._blocks.clear()
+
+    def _hook(self, module, args, kwargs, output):
+        carried = hidden_from_input(args, kwargs)
+        produced = hidden_from_output(output, carried)
+        # s_l - (1 - lam) s_{l-1}: one fused op, no detach, so gradients flow.
+        modified = produced - (1.0 - self.lam) * carried.to(produced.device, produced.dtype)
+        return replace_hidden(output, produced, modified)
+
+
+def replace_hidden(output, old: torch.Tensor, new: torch.Tensor):
+    """``output`` with the tensor ``old`` (found by identity) replaced by ``new``.
+
+    Handles a bare tensor, tuples/lists, dicts and ``ModelOutput``-like
+    objects, so a block's extra outputs (attention weights, caches) pass
+    through untouched.
+
+    >>> a, b, c = torch.zeros(1), torch.ones(1), torch.full((1,), 2.0)
+    >>> replace_hidden((a, b), a, c)[0] is c
+    True
+    """
+    if output is old:
+        return new
+    if isinstance(output, tuple) and hasattr(output, "_fields"):
+        for name in output._fields:
+            if getattr(output, name) is old:
+                return output._replace(**{name: new})
+    elif isinstance(output, tuple):
+        return tuple(new if item is old else item for item in output)
+    if isinstance(output, list):
+        return [new if item is old else item for item in output]
+    if isinstance(output, dict):
+        # ModelOutput is an ordered dict whose keys mirror its attributes.
+        for key, value in list(output.items()):
+            if value is old:
+                output[key] = new
+                if hasattr(output, key):
+                    setattr(output, key, new)
+                return output
+    for name in _attribute_names(output):
+        if getattr(output, name, None) is old:
+            setattr(output, name, new)
+            return output
+    raise RuntimeError(f"could not replace the hidden state in a block output of type {type(output).__name__}")
+
+
+def _attribute_names(output) -> list:
+    if is_dataclass(output):
+        return [f.name for f in fields(output)]
+    return ["last_hidden_state", "hidden_states"]

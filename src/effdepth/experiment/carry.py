@@ -1,0 +1,607 @@
+"""Trained control for the residual carry (METHOD 7): small models trained from scratch with a fixed carry.
+
+Every run trains the same tiny Llama-architecture model (byte vocabulary,
+identical initialisation and data order for a given seed) with one change:
+every block (or the chosen ones) outputs ``lam * s_{l-1} + (s_l - s_{l-1})``,
+applied by the same :class:`~effdepth.capture.intervention.ResidualCarry`
+hooks the in-model intervention uses. Gradients flow through them.
+
+Checkpoints are standard Hugging Face folders (model and tokenizer),
+``DIR/lam-<lam>/seed-<k>/step-<N>/``, with the carry stored in the config as
+``effdepth_carry`` and ``effdepth_carry_layers``. The carry is not part of the
+Llama code: a plain ``effdepth measure`` (or ``from_pretrained``) of such a
+checkpoint runs it with lam = 1, a different model from the one trained.
+:func:`measure_checkpoint` reads the stored carry and applies it; this
+experiment measures every checkpoint that way, on held-out sequences that
+no training batch contains.
+
+Results: ``DIR/experiment.json`` (every checkpoint's numbers and the
+per-(lam, step) summary over seeds) and ``DIR/experiment.{png,pdf}``; each
+checkpoint's full result is in ``DIR/lam-<lam>/seed-<k>/results/step-<N>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..capture.intervention import ResidualCarry, format_carry, parse_carry, parse_layers
+from ..capture.registry import resolve_architecture
+from ..errors import EffdepthError
+from ..provenance import code_version, library_versions, machine, now
+from ..result import Result, write_json_atomic
+
+SCHEMA = "effdepth.experiment/1"
+PREPARE_OPTIONS = ("revision", "seq_len", "num_seqs", "seed", "dtype", "device", "device_map", "trust_remote_code",
+                   "tokenizer", "add_bos", "blocks_path", "embedding_path", "progress")
+MEASURE_OPTIONS = ("views", "batch_size", "similarity", "include_embedding", "bootstrap", "seed", "pc_estimate", "progress")
+SUMMARY_KEYS = ("deff", "ratio", "reference_init", "reference_size", "reference_matched", "loss", "perplexity", "train_loss")
+
+
+@dataclass
+class CarryExperiment:
+    """Everything that defines a carry experiment; the defaults finish in minutes on 2 CPU cores.
+
+    >>> CarryExperiment().carries
+    (1.0, 0.75, 0.5)
+    """
+
+    carries: tuple = (1.0, 0.75, 0.5)
+    carry_layers: str = "all"
+    layers: int = 4
+    d_model: int = 64
+    heads: int = 4
+    steps: int = 300
+    batch_size: int = 16
+    seq_len: int = 128
+    lr: float = 3e-3
+    warmup: int = 30
+    save_every: int | None = None  # default: steps // 4
+    seed: int = 0
+    seeds: int = 1
+    eval_seqs: int = 32
+    bootstrap: int = 200
+    corpus: str = "shakespeare"
+    device: str | None = None
+
+    def checked(self) -> "CarryExperiment":
+        """A copy with carries parsed and every size validated (one-line errors)."""
+        carries = parse_carry(self.carries)
+        parse_layers(self.carry_layers, self.layers if _positive_int(self.layers) else None, "--carry-layers")
+        for name in ("layers", "d_model", "heads", "steps", "batch_size", "seeds", "eval_seqs"):
+            if not _positive_int(getattr(self, name)):
+                raise EffdepthError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)!r}")
+        if self.d_model % self.heads or (self.d_model // self.heads) % 2:
+            raise EffdepthError(f"--d-model {self.d_model} must split into --heads {self.heads} heads of even size (rotary embeddings)")
+        if not (isinstance(self.seq_len, int) and self.seq_len >= 3):
+            raise EffdepthError(f"--seq-len must be at least 3, got {self.seq_len!r}")
+        if not (isinstance(self.seed, int) and self.seed >= 0) or not (isinstance(self.bootstrap, int) and self.bootstrap >= 0):
+            raise EffdepthError("--seed and --bootstrap must be non-negative integers")
+        if not (math.isfinite(float(self.lr)) and self.lr > 0):
+            raise EffdepthError(f"--lr must be a positive number, got {self.lr!r}")
+        if self.save_every is not None and not _positive_int(self.save_every):
+            raise EffdepthError(f"--save-every must be a positive number of steps, got {self.save_every!r}")
+        if not (isinstance(self.warmup, int) and self.warmup >= 0):
+            raise EffdepthError(f"--warmup must be a non-negative number of steps, got {self.warmup!r}")
+        return CarryExperiment(**{**asdict(self), "carries": carries})
+
+    def checkpoint_steps(self) -> list:
+        """Steps with a checkpoint: 0 (the initialisation), every ``save_every``, and the last.
+
+        >>> CarryExperiment(steps=10, save_every=4).checkpoint_steps()
+        [0, 4, 8, 10]
+        """
+        every = self.save_every or max(1, self.steps // 4)
+        return sorted(set(range(0, self.steps, every)) | {self.steps})
+
+    def seed_list(self) -> list:
+        return list(range(self.seed, self.seed + self.seeds))
+
+
+# --------------------------------------------------------------------------- model and data
+
+
+def carry_model_config(spec: CarryExperiment, lam: float):
+    """The ``LlamaConfig`` of one run: byte vocabulary, the carry recorded as ``effdepth_carry``.
+
+    >>> cfg = carry_model_config(CarryExperiment(), 0.5)
+    >>> cfg.effdepth_carry, cfg.vocab_size, cfg.num_hidden_layers
+    (0.5, 259, 4)
+    """
+    from transformers import LlamaConfig
+
+    from ..data.tokenizers import BYTE_VOCAB_SIZE
+
+    return LlamaConfig(
+        vocab_size=BYTE_VOCAB_SIZE,
+        hidden_size=spec.d_model,
+        intermediate_size=4 * spec.d_model,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        num_key_value_heads=spec.heads,
+        max_position_embeddings=spec.seq_len,
+        tie_word_embeddings=False,
+        bos_token_id=256,
+        eos_token_id=257,
+        pad_token_id=258,
+        effdepth_carry=float(lam),
+        effdepth_carry_layers=list(parse_layers(spec.carry_layers, spec.layers)),
+    )
+
+
+def new_model(spec: CarryExperiment, lam: float, seed: int):
+    """A freshly initialised model: the same weights for every lam at a given seed."""
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(carry_model_config(spec, lam))
+
+
+@dataclass
+class SplitCorpus:
+    """Training sequences and held-out measurement sequences that share no chunk."""
+
+    train: torch.Tensor
+    held_out: torch.Tensor
+    info: dict
+
+
+def split_corpus(corpus="shakespeare", *, seq_len: int, eval_seqs: int, seed: int = 0) -> SplitCorpus:
+    """Every chunk of the corpus, minus ``eval_seqs`` held out for measurement.
+
+    The held-out chunks are :func:`~effdepth.data.load_corpus`'s draw for ``seed``;
+    since a larger draw is a superset of a smaller one, they are removed
+    exactly from the full set of chunks.
+
+    >>> s = split_corpus(["to be or not to be, that is the question"] * 20, seq_len=8, eval_seqs=4)
+    >>> s.held_out.shape[0], s.train.shape[0] + 4 == s.info["chunks_available"]
+    (4, True)
+    """
+    from ..data import byte_tokenizer, load_corpus
+
+    tok = byte_tokenizer()
+    held = load_corpus(corpus, tok, seq_len=seq_len, num_seqs=eval_seqs, seed=seed)
+    available = held.info["chunks_available"]
+    if available <= eval_seqs:
+        raise EffdepthError(f"the corpus has {available} chunks of {seq_len} tokens: too few to hold out {eval_seqs} and train on the rest")
+    everything = load_corpus(corpus, tok, seq_len=seq_len, num_seqs=available, seed=seed)
+    taken = set(held.info["chunk_starts"])
+    keep = [i for i, start in enumerate(everything.info["chunk_starts"]) if start not in taken]
+    info = {"corpus": held.name, "source": held.info.get("source"), "chunks_available": available, "train_seqs": len(keep),
+            "held_out_seqs": eval_seqs, "held_out_sha256": held.sha256, "seq_len": seq_len, "seed": seed}
+    return SplitCorpus(everything.input_ids[keep], held.input_ids, info)
+
+
+def batch_order(num_train: int, batch_size: int, steps: int, seed: int) -> np.ndarray:
+    """Row indices of every training batch, ``(steps, batch_size)``: epochs of seeded permutations.
+
+    >>> batch_order(5, 2, 3, 0).shape
+    (3, 2)
+    """
+    rng = np.random.default_rng(seed)
+    need = steps * batch_size
+    epochs = [rng.permutation(num_train) for _ in range(-(-need // num_train))]
+    return np.concatenate(epochs)[:need].reshape(steps, batch_size)
+
+
+def lr_factor(step: int, warmup: int, steps: int) -> float:
+    """Linear warm-up, then cosine decay to 10% of the peak.
+
+    >>> lr_factor(0, 10, 100) < lr_factor(10, 10, 100) == 1.0
+    True
+    """
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def save_checkpoint(model, folder: Path) -> Path:
+    """``save_pretrained`` of the model and the byte tokenizer, swapped into place whole."""
+    from ..data import byte_tokenizer
+
+    from transformers.utils import logging as hf_logging
+
+    folder = Path(folder)
+    staging = folder.with_name(f".{folder.name}.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a "writing shards" bar per checkpoint would break the training bar
+    try:
+        model.save_pretrained(staging)
+        byte_tokenizer().save_pretrained(staging)
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(staging, folder)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise EffdepthError(f"cannot write checkpoint {folder}: {exc.strerror or exc}; choose another --out") from None
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    return folder
+
+
+def checkpoint_carry(path) -> tuple:
+    """``(lam, layers)`` stored in a checkpoint's config; ``(1.0, "all")`` for an ordinary model.
+
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp(); carry_model_config(CarryExperiment(), 0.5).save_pretrained(d)
+    >>> checkpoint_carry(d)
+    (0.5, [1, 2, 3, 4])
+    """
+    config_file = Path(path) / "config.json"
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return 1.0, "all"
+    return float(config.get("effdepth_carry", 1.0)), config.get("effdepth_carry_layers") or "all"
+
+
+def measure_checkpoint(path, corpus=None, *, carry: float | None = None, layers=None, **options) -> Result:
+    """Measure a checkpoint with the residual carry it was trained with (from its config).
+
+    ``carry``/``layers`` override the stored values; ``options`` are
+    :func:`effdepth.measure`'s. The next-token loss is recorded too.
+
+    >>> import tempfile, torch
+    >>> d = save_checkpoint(new_model(CarryExperiment(layers=2, d_model=16, heads=2), 0.5, 0), Path(tempfile.mkdtemp()) / "m")
+    >>> r = measure_checkpoint(d, torch.randint(0, 256, (2, 8)), bootstrap=0, progress=False)
+    >>> r.extras["intervention"]["carry"]
+    0.5
+    """
+    from ..intervene import measure_with_carry
+    from ..measure import prepare
+
+    stored_lam, stored_layers = checkpoint_carry(path)
+    lam = stored_lam if carry is None else carry
+    unknown = set(options) - set(PREPARE_OPTIONS) - set(MEASURE_OPTIONS)
+    if unknown:
+        raise TypeError(f"measure_checkpoint() got unexpected options: {', '.join(sorted(unknown))}")
+    prepared = prepare(str(path), corpus, **{k: v for k, v in options.items() if k in PREPARE_OPTIONS})
+    return measure_with_carry(prepared, lam, stored_layers if layers is None else layers,
+                              **{k: v for k, v in options.items() if k in MEASURE_OPTIONS})
+
+
+# --------------------------------------------------------------------------- training
+
+
+def run_folder(lam: float, seed: int) -> str:
+    """``lam-<lam>/seed-<k>``.
+
+    >>> run_folder(0.75, 2)
+    'lam-0.75/seed-2'
+    """
+    return f"lam-{format_carry(lam)}/seed-{seed}"
+
+
+def train_run(spec: CarryExperiment, lam: float, seed: int, data: SplitCorpus, out: Path, *, progress: bool = True) -> list:
+    """Train one model with carry ``lam`` from seed ``seed``; save, and measure every checkpoint.
+
+    Returns one record per checkpoint (the numbers that go into ``experiment.json``).
+    """
+    from ..models import resolve_device
+
+    device = resolve_device(spec.device)
+    model = new_model(spec, lam, seed).to(device)
+    arch = resolve_architecture(model)
+    layers = parse_layers(spec.carry_layers, spec.layers)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, spec.warmup, spec.steps))
+    order = torch.as_tensor(batch_order(data.train.shape[0], spec.batch_size, spec.steps, seed))
+    folder = Path(out) / run_folder(lam, seed)
+    records, step, losses = [], 0, []
+    bar = tqdm(total=spec.steps, desc=f"train carry={format_carry(lam)} seed={seed}", unit="step", disable=not progress,
+               dynamic_ncols=True)
+    try:
+        for stop in spec.checkpoint_steps():
+            model.train()
+            with ResidualCarry(arch, lam, layers):
+                while step < stop:
+                    loss = _train_step(model, data.train[order[step]].to(device), optimizer, schedule)
+                    if not math.isfinite(loss):
+                        raise EffdepthError(f"training diverged (loss {loss}) at step {step + 1} with carry {format_carry(lam)}, seed {seed}; lower --lr")
+                    losses.append(loss)
+                    step += 1
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+            segment, losses = losses, []
+            records.append(_checkpoint_record(spec, model, lam, seed, step, segment, data, folder, out))
+    finally:
+        bar.close()
+    return records
+
+
+def _train_step(model, ids: torch.Tensor, optimizer, schedule) -> float:
+    loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    schedule.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(loss.detach())
+
+
+def _checkpoint_record(spec, model, lam, seed, step, train_losses, data, folder: Path, out: Path) -> dict:
+    from ..intervene import intervention_row
+
+    model.eval()
+    ckpt = save_checkpoint(model, folder / f"step-{step}")
+    # Measured from the saved folder, as a user would: proves the checkpoint round-trips.
+    result = measure_checkpoint(ckpt, data.held_out, bootstrap=spec.bootstrap, seed=spec.seed, batch_size=16, dtype="float32",
+                                device=spec.device, progress=False)
+    result_path = result.save(folder / "results" / f"step-{step}.json")
+    row = intervention_row(lam, result)
+    row.pop("view")
+    return {
+        "lam": float(lam),
+        "seed": seed,
+        "step": step,
+        "train_loss": float(np.mean(train_losses)) if train_losses else None,
+        **row,
+        "checkpoint": ckpt.relative_to(out).as_posix(),
+        "result": result_path.relative_to(out).as_posix(),
+    }
+
+
+# --------------------------------------------------------------------------- the experiment
+
+
+@dataclass
+class ExperimentResult:
+    """Records (one per lam, seed, checkpoint), their summary over seeds, and where they came from."""
+
+    config: dict
+    records: list
+    provenance: dict = field(default_factory=dict)
+
+    def summary(self) -> list:
+        """One entry per (lam, step): for each quantity the mean, min and max over seeds.
+
+        With one seed ``deff_ci`` is that run's bootstrap interval instead.
+        """
+        return summarise(self.records)
+
+    def final_table(self) -> str:
+        """D_eff, F_L, ratio, references and losses against lam at the last step."""
+        from .tables import fmt, fmt_interval, render_table
+
+        last = max(r["step"] for r in self.records)
+        rows = [s for s in self.summary() if s["step"] == last]
+        seeds = rows[0]["seeds"] if rows else 0
+        interval = "min-max over seeds" if seeds > 1 else "bootstrap CI"
+        header = ["lam", "D_eff", interval, "F_L", "ratio", "R_init", "R_size", "R_matched", "eval loss", "train loss"]
+        body = [
+            [format_carry(s["lam"]), fmt(s["deff"]["mean"]), fmt_interval(_interval(s)), fmt(s["reference"]),
+             fmt(s["ratio"]["mean"]), fmt(s["reference_init"]["mean"]), fmt(s["reference_size"]["mean"]),
+             fmt(s["reference_matched"]["mean"]), fmt(s["loss"]["mean"], 4), fmt(s["train_loss"]["mean"], 4)]
+            for s in rows
+        ]
+        return render_table(header, body)
+
+    def step_table(self) -> str:
+        """D_eff (mean over seeds) and held-out loss against the training step, one column pair per lam."""
+        from .tables import fmt, render_table
+
+        summary = self.summary()
+        carries = _unique(s["lam"] for s in summary)
+        steps = sorted(_unique(s["step"] for s in summary))
+        cell = {(s["lam"], s["step"]): s for s in summary}
+        header = ["step"] + [f"D_eff lam={format_carry(c)}" for c in carries] + [f"loss lam={format_carry(c)}" for c in carries]
+        body = [[str(step)] + [fmt(cell[c, step]["deff"]["mean"]) for c in carries]
+                + [fmt(cell[c, step]["loss"]["mean"], 4) for c in carries] for step in steps]
+        return render_table(header, body)
+
+    def headline(self) -> str:
+        c = self.config
+        return (f"carry experiment: {c['layers']}-layer Llama, d_model {c['d_model']}, {c['steps']} steps of {c['batch_size']} x "
+                f"{c['seq_len']} tokens, seeds {', '.join(map(str, c['seed_list']))}; measured on {c['eval_seqs']} held-out "
+                f"sequences with the carry applied (frobenius, N = {c['layers']})")
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "config": self.config, "provenance": self.provenance, "records": self.records,
+                "summary": self.summary()}
+
+    def save(self, folder, figure: bool = True) -> Path:
+        """Write ``experiment.json`` and ``experiment.{png,pdf}`` atomically."""
+        path = Path(folder) / "experiment.json"
+        write_json_atomic(path, _finite(self.to_dict()))
+        if figure:
+            from .common import save_figure
+
+            save_figure(experiment_figure(self), Path(folder) / "experiment")
+        return path
+
+
+def carry_experiment(spec: CarryExperiment | None = None, out="runs/carry-experiment", *, progress: bool = True,
+                     **overrides) -> ExperimentResult:
+    """Train one model per (lam, seed), measure every checkpoint with its carry, save the summary.
+
+    ``overrides`` are :class:`CarryExperiment` fields (``carries``, ``steps``, ``layers``...).
+
+    >>> import tempfile
+    >>> r = carry_experiment(out=tempfile.mkdtemp(), carries=(1, 0.5), layers=2, d_model=16, heads=2, steps=2,
+    ...                      seq_len=16, batch_size=2, eval_seqs=2, bootstrap=0, progress=False)
+    >>> [(s["lam"], s["step"]) for s in r.summary()][-1]
+    (0.5, 2)
+    """
+    spec = CarryExperiment(**{**asdict(spec or CarryExperiment()), **overrides}).checked()
+    out = Path(out)
+    started = time.perf_counter()
+    data = split_corpus(spec.corpus, seq_len=spec.seq_len, eval_seqs=spec.eval_seqs, seed=spec.seed)
+    records = []
+    for seed in spec.seed_list():
+        for lam in spec.carries:
+            records += train_run(spec, lam, seed, data, out, progress=progress)
+    config = {**asdict(spec), "carries": list(spec.carries), "seed_list": spec.seed_list(),
+              "checkpoint_steps": spec.checkpoint_steps(), "carry_layers_resolved": list(parse_layers(spec.carry_layers, spec.layers)),
+              "data": data.info, "model": "LlamaForCausalLM (byte vocabulary, untied embeddings, intermediate 4 x d_model)",
+              "optimizer": "AdamW(betas=(0.9, 0.95), weight_decay=0.1), clip 1.0, linear warm-up then cosine to 10%",
+              "measured_with": "the checkpoint's own carry (effdepth_carry in its config), frobenius, default view"}
+    provenance = {"code": code_version(), "libraries": library_versions(), "machine": machine(), "created": now(),
+                  "elapsed_s": round(time.perf_counter() - started, 3)}
+    result = ExperimentResult(config, records, provenance)
+    result.save(out)
+    return result
+
+
+def load_experiment(path) -> ExperimentResult:
+    """Load ``experiment.json`` (or the folder holding it)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "experiment.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise EffdepthError(f"no readable experiment at {path}; pass experiment.json or the --out folder of a run") from None
+    if data.get("schema") != SCHEMA:
+        raise EffdepthError(f"not an effdepth experiment (schema {data.get('schema')!r}, expected {SCHEMA!r})")
+    return ExperimentResult(data["config"], data["records"], data.get("provenance", {}))
+
+
+def summarise(records: list) -> list:
+    """Group records by (lam, step); each quantity gets ``{"mean", "min", "max"}`` over seeds.
+
+    >>> recs = [{"lam": 1.0, "step": 5, "seed": s, "deff": d, "reference": 1.6, "deff_ci": None}
+    ...         for s, d in ((0, 1.2), (1, 1.4))]
+    >>> summarise(recs)[0]["deff"]
+    {'mean': 1.3, 'min': 1.2, 'max': 1.4}
+    """
+    groups: dict = {}
+    for r in records:
+        groups.setdefault((r["lam"], r["step"]), []).append(r)
+    out = []
+    for (lam, step), rs in groups.items():
+        entry = {"lam": lam, "step": step, "seeds": len(rs), "reference": rs[0]["reference"]}
+        for key in SUMMARY_KEYS:
+            if key in rs[0]:
+                entry[key] = _spread([r.get(key) for r in rs])
+        entry["deff_ci"] = rs[0].get("deff_ci") if len(rs) == 1 else None
+        out.append(entry)
+    return out
+
+
+def _spread(values: list) -> dict:
+    xs = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not xs:
+        return {"mean": None, "min": None, "max": None}
+    return {"mean": round(float(np.mean(xs)), 15), "min": min(xs), "max": max(xs)}
+
+
+def _interval(s: dict):
+    if s["seeds"] > 1:
+        return [s["deff"]["min"], s["deff"]["max"]]
+    return s.get("deff_ci")
+
+
+def _unique(xs) -> list:
+    out = []
+    for x in xs:
+        if x not in out:
+            out.append(x)
+    return out
+
+
+def _positive_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 1
+
+
+def _finite(obj):
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+# --------------------------------------------------------------------------- figure
+
+_LAM_STYLES = (("blue", "-", "o"), ("vermillion", "--", "s"), ("bluish_green", "-.", "D"), ("orange", ":", "^"),
+               ("reddish_purple", (0, (6, 2)), "v"), ("sky_blue", (0, (3, 1, 1, 1)), "P"), ("black", "-", "x"))
+
+
+def experiment_figure(result: ExperimentResult):
+    """Three panels: D_eff and loss against lam at the last step; D_eff and held-out loss against step.
+
+    Bands and error bars span the seeds (min to max) with several seeds, the
+    bootstrap interval with one.
+    """
+    from .common import OKABE_ITO, new_figure, style
+
+    summary = result.summary()
+    carries = _unique(s["lam"] for s in summary)
+    last = max(s["step"] for s in summary)
+    with style():
+        fig = new_figure(11.0, 3.8)
+        ax_lam, ax_step, ax_loss = fig.subplots(1, 3)
+        _lam_panel(ax_lam, [s for s in summary if s["step"] == last], OKABE_ITO)
+        ax_lam.set_title(f"after {last} steps", fontsize=9)
+        for i, lam in enumerate(carries):
+            colour, ls, marker = _LAM_STYLES[i % len(_LAM_STYLES)]
+            rows = sorted((s for s in summary if s["lam"] == lam), key=lambda s: s["step"])
+            steps = [s["step"] for s in rows]
+            lo_hi = [_interval(s) or [None, None] for s in rows]
+            ax_step.plot(steps, [_num(s["deff"]["mean"]) for s in rows], color=OKABE_ITO[colour], linestyle=ls, marker=marker,
+                         markersize=4, label=f"$\\lambda$ = {format_carry(lam)}")
+            ax_step.fill_between(steps, [_num(a) for a, _ in lo_hi], [_num(b) for _, b in lo_hi], color=OKABE_ITO[colour],
+                                 alpha=0.2, linewidth=0)
+            ax_loss.plot(steps, [_num(s["loss"]["mean"]) for s in rows], color=OKABE_ITO[colour], linestyle=ls, marker=marker,
+                         markersize=4, label=f"$\\lambda$ = {format_carry(lam)}")
+            ax_loss.fill_between(steps, [_num(s["loss"]["min"]) for s in rows], [_num(s["loss"]["max"]) for s in rows],
+                                 color=OKABE_ITO[colour], alpha=0.2, linewidth=0)
+        ax_step.axhline(summary[0]["reference"], color="#666666", linestyle="--", linewidth=1, label="$F_L$")
+        ax_step.set_xlabel("training step")
+        ax_step.set_ylabel(r"$D_\mathrm{eff}$ (held out)")
+        ax_step.legend(frameon=False)
+        ax_loss.set_xlabel("training step")
+        ax_loss.set_ylabel("held-out next-token loss (nats)")
+        ax_loss.legend(frameon=False)
+        seeds = summary[0]["seeds"]
+        band = f"bands: min-max over {seeds} seeds" if seeds > 1 else "bands: bootstrap interval (one seed)"
+        fig.suptitle(f"Trained residual-carry control \u2014 {result.config['layers']} layers, d_model {result.config['d_model']}; {band}",
+                     fontsize=10)
+    return fig
+
+
+def _lam_panel(ax, rows: list, colours: dict) -> None:
+    rows = sorted(rows, key=lambda s: s["lam"])
+    lam = [s["lam"] for s in rows]
+    ax.plot(lam, [s["reference"] for s in rows], color=colours["orange"], linestyle="--", marker="^", markersize=4, label="$F_L$")
+    ax.plot(lam, [_num(s["reference_matched"]["mean"]) for s in rows], color=colours["vermillion"], linestyle=(0, (6, 2)),
+            marker="s", markersize=4, label=r"$R_\mathrm{matched}$")
+    centre = np.array([_num(s["deff"]["mean"]) for s in rows])
+    bounds = [_interval(s) for s in rows]
+    err = None
+    if any(bounds):
+        err = np.clip(np.vstack([[c - b[0] if b else 0.0 for c, b in zip(centre, bounds)],
+                                 [b[1] - c if b else 0.0 for c, b in zip(centre, bounds)]]), 0.0, None)
+    ax.errorbar(lam, centre, yerr=err, color=colours["blue"], marker="o", markersize=5, linewidth=2, capsize=3,
+                label=r"$D_\mathrm{eff}$")
+    ax.set_xlabel(r"carry $\lambda$")
+    ax.set_ylabel("effective depth (states)")
+    twin = ax.twinx()
+    twin.grid(False)
+    twin.plot(lam, [_num(s["loss"]["mean"]) for s in rows], color=colours["reddish_purple"], linestyle=(0, (1, 1.5)), marker="x",
+              label="held-out loss (right)")
+    twin.set_ylabel("loss (nats)")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = twin.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, frameon=False, fontsize=7)
+
+
+def _num(x) -> float:
+    return float("nan") if x is None else float(x)

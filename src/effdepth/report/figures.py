@@ -1,0 +1,549 @@
+"""Figures of a result, for papers and reports: PNG (150 dpi) and PDF.
+
+Every figure is built on a bare :class:`matplotlib.figure.Figure` with an
+explicit Agg canvas, never through ``pyplot`` and without
+``matplotlib.use``: whatever ``MPLBACKEND`` says, nothing here needs a
+display, and a user's interactive backend (Jupyter, Qt) is left as it was. Colours are the
+Okabe-Ito palette, and every series also differs in line style or marker, so
+the figures survive colour-blindness and greyscale printing.
+
+Each figure has one small function that takes a :class:`~effdepth.Result`
+(or one :class:`~effdepth.ViewResult`) and returns a Figure;
+:func:`write_figures` writes the standard set next to ``result.json``.
+Later figure kinds (suites, trajectories, interventions) add a function here
+and save it with :func:`save_figure`.
+
+>>> import effdepth, torch, tempfile
+>>> r = effdepth.from_states(torch.randn(7, 3, 8, 16).cumsum(0), bootstrap=20)
+>>> [p.name for p in write_figures(r, tempfile.mkdtemp())][:2]
+['similarity.png', 'similarity.pdf']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from ..errors import EffdepthError
+from ..result import Result, ViewResult
+from .sources import result_label
+
+DPI = 150
+
+#: Okabe & Ito (2008), "Color Universal Design": distinguishable under the common colour-vision deficiencies.
+OKABE_ITO = {
+    "black": "#000000",
+    "orange": "#E69F00",
+    "sky_blue": "#56B4E9",
+    "bluish_green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "reddish_purple": "#CC79A7",
+}
+
+#: How each reference profile is drawn: (label, colour, line style, marker).
+REFERENCE_STYLES = {
+    "fl": (r"$F_N$: orthogonal equal updates", OKABE_ITO["orange"], "--", "^"),
+    "init": (r"$R_\mathrm{init}$: + initial state", OKABE_ITO["sky_blue"], "-.", "v"),
+    "size": (r"$R_\mathrm{size}$: + update sizes", OKABE_ITO["bluish_green"], ":", "D"),
+    "matched": (r"$R_\mathrm{matched}$: both", OKABE_ITO["vermillion"], (0, (6, 2)), "s"),
+}
+
+DEFF, R_INIT, R_MATCHED = r"$D_\mathrm{eff}$", r"$R_\mathrm{init}$", r"$R_\mathrm{matched}$"
+
+ATTRIBUTION_TERMS = (
+    ("initial_state", "initial\nstate"),
+    ("size_imbalance", "size\nimbalance"),
+    ("correlated_updates", "correlated\nupdates"),
+)
+
+_RC = {
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9,
+    "legend.fontsize": 8,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#dddddd",
+    "grid.linewidth": 0.6,
+    "pdf.fonttype": 42,  # TrueType in the PDF: journals reject Type 3 fonts
+    "ps.fonttype": 42,
+}
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def similarity_figure(result: Result | ViewResult, view: str | None = None) -> Figure:
+    """Heatmap of the layer-by-layer similarity sim_ij of one view.
+
+    >>> import effdepth, torch
+    >>> fig = similarity_figure(effdepth.from_states(torch.randn(5, 8, 16).cumsum(0)))
+    >>> fig.axes[0].get_xlabel()
+    'layer j'
+    """
+    v, ctx = _view(result, view)
+    sim = _matrix(v.similarity)
+    first = _first_layer(v)
+    n = sim.shape[0]
+    with _style():
+        fig = _figure(5.0, 4.2)
+        ax = fig.add_subplot()
+        lo, hi = first - 0.5, first + n - 0.5
+        im = ax.imshow(sim, cmap="cividis", vmin=0.0, vmax=1.0, extent=(lo, hi, hi, lo), interpolation="nearest")
+        ax.grid(False)
+        ticks = layer_ticks(first, first + n - 1)
+        ax.set_xticks(ticks)
+        ax.set_yticks(ticks)
+        ax.set_xlabel("layer j")
+        ax.set_ylabel("layer i")
+        if n <= 10:
+            _annotate_cells(ax, sim, first)
+        bar = fig.colorbar(im, ax=ax, fraction=0.05, pad=0.03)
+        bar.set_label(_similarity_label(ctx))
+        ax.set_title(_title("Layer similarity", v, ctx))
+        _caption(fig, f"{DEFF} = {_fmt(v.deff)}{_ci_text(v, 'deff')},   $F_N$ = {_fmt(v.reference)},   N = {n} states")
+    return fig
+
+
+def profile_figure(result: Result | ViewResult, view: str | None = None) -> Figure:
+    """Decay profile P(k) with its bootstrap band and the reference profiles.
+
+    >>> import effdepth, torch
+    >>> fig = profile_figure(effdepth.from_states(torch.randn(5, 3, 8, 16).cumsum(0), bootstrap=20))
+    >>> fig.axes[0].get_ylabel()
+    'mean similarity $P(k)$'
+    """
+    v, ctx = _view(result, view)
+    profile = _array(v.profile)
+    k = np.arange(len(profile))
+    every = max(1, len(k) // 12)
+    with _style():
+        fig = _figure(5.6, 4.6)
+        ax = fig.add_subplot()
+        values = {"fl": v.reference, **v.references}
+        for key, (label, colour, style, marker) in REFERENCE_STYLES.items():
+            if key in (v.reference_profiles or {}):
+                ax.plot(k, _array(v.reference_profiles[key]), color=colour, linestyle=style, marker=marker,
+                        markersize=4, markevery=every, linewidth=1.4, label=f"{label} ({_fmt(values.get(key))})")
+        band = (v.ci or {}).get("profile")
+        if band:
+            level = _level(v)
+            ax.fill_between(k, _array(band[0]), _array(band[1]), color=OKABE_ITO["blue"], alpha=0.25, linewidth=0,
+                            label=f"{level}% bootstrap band")
+        ax.plot(k, profile, color=OKABE_ITO["blue"], marker="o", markersize=4, markevery=every, linewidth=2.0,
+                label=f"measured $P(k)$: {DEFF} = {_fmt(v.deff)}")
+        ax.set_xlabel("layer distance $k$")
+        ax.set_ylabel("mean similarity $P(k)$")
+        ax.set_ylim(-0.02, 1.04)
+        ax.set_xlim(0, max(1, len(k) - 1))
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=10, integer=True, steps=[1, 2, 5, 10]))
+        fig.legend(loc="outside lower center", ncol=2, frameon=False, title="effective depth in brackets", title_fontsize=7.5)
+        ax.set_title(_title("Decay profile", v, ctx))
+    return fig
+
+
+def attribution_figure(result: Result | ViewResult, view: str | None = None) -> Figure:
+    """Waterfall from F_N down (or up) to D_eff through the three gap terms.
+
+    The terms add up exactly to F_N - D_eff; the running totals after the
+    first two are R_init and R_matched.
+
+    >>> import effdepth, torch
+    >>> fig = attribution_figure(effdepth.from_states(torch.randn(5, 8, 16).cumsum(0)))
+    >>> [t.get_text().split()[0] for t in fig.axes[0].get_xticklabels()][1:4]
+    ['initial', 'size', 'correlated']
+    """
+    v, ctx = _view(result, view)
+    ci = v.ci or {}
+    level = _level(v)
+    with _style():
+        fig = _figure(5.6, 3.8)
+        ax = fig.add_subplot()
+        ax.grid(axis="x", visible=False)
+        start = _num(v.reference)
+        _end_bar(ax, 0, start, OKABE_ITO["orange"], "//")
+        running, top = start, start
+        for i, (key, _) in enumerate(ATTRIBUTION_TERMS, start=1):
+            term = _num(v.attribution.get(key))
+            after = running - term
+            lower = term >= 0
+            ax.bar(i, after - running, bottom=running, width=0.6, color=OKABE_ITO["vermillion" if lower else "bluish_green"],
+                   hatch="\\\\" if lower else "..", edgecolor="black", linewidth=0.6)
+            if key in ci:
+                lo, hi = ci[key]
+                ax.errorbar(i, after, yerr=[[max(0.0, hi - term)], [max(0.0, term - lo)]], color="#444444", capsize=3, linewidth=1)
+            ax.plot([i - 1 - 0.3, i + 0.3], [running, running], color="#666666", linewidth=0.8, linestyle=":")
+            _bar_label(ax, i, max(running, after), _fmt(-term, signed=True))
+            running, top = after, max(top, running)
+        end = _num(v.deff)
+        _end_bar(ax, 4, end, OKABE_ITO["blue"], None)
+        ax.plot([3 - 0.3, 4 + 0.3], [running, running], color="#666666", linewidth=0.8, linestyle=":")
+        if "deff" in ci:
+            lo, hi = ci["deff"]
+            ax.errorbar(4, end, yerr=[[max(0.0, end - lo)], [max(0.0, hi - end)]], color="black", capsize=4, linewidth=1.2,
+                        label=f"{level}% bootstrap interval")
+            ax.legend(loc="lower left", frameon=True, framealpha=0.9)
+        _bar_label(ax, 0, start, _fmt(start))
+        _bar_label(ax, 4, max(end, ci.get("deff", [end, end])[1]), _fmt(end))
+        reached = {"initial_state": R_INIT, "size_imbalance": R_MATCHED, "correlated_updates": DEFF}
+        names = ["$F_N$"] + [f"{label}\n\u2192 {reached[key]}" for key, label in ATTRIBUTION_TERMS] + [DEFF]
+        ax.set_xticks(range(5), names)
+        ax.set_ylim(0, 1.15 * max(top, end, *(ci.get("deff") or [0])))
+        ax.set_ylabel("effective depth (states)")
+        ax.set_title(_title(f"Gap attribution $F_N$ \u2192 {DEFF}", v, ctx))
+        _caption(fig, f"steps: change in effective depth; hatched red lowers it, dotted green raises it; "
+                      f"terms add up to $F_N$ \u2212 {DEFF}")
+    return fig
+
+
+def views_figure(result: Result) -> Figure:
+    """D_eff / F_N of every view, with intervals; the line at 1 is F_N.
+
+    >>> import effdepth, torch
+    >>> r = effdepth.from_states(torch.randn(5, 3, 8, 16).cumsum(0), views="default,center", bootstrap=20)
+    >>> [t.get_text() for t in views_figure(r).axes[0].get_yticklabels()]
+    ['default', 'center']
+    """
+    labels, ratios, intervals = [], [], []
+    for name, v in result.views.items():
+        labels.append(name)
+        ratios.append(_num(v.ratio))
+        intervals.append((v.ci or {}).get("ratio"))
+    return ratio_dot_figure(labels, ratios, intervals, xlabel=f"{DEFF} / $F_N$", title=_title("Controls", None, _context(result)),
+                            level=_level(next(iter(result.views.values()))))
+
+
+def comparison_figure(results: list, labels: list | None = None) -> Figure:
+    """D_eff / F_L of several results (each its first view), with intervals.
+
+    >>> import effdepth, torch
+    >>> rs = [effdepth.from_states(torch.randn(5, 8, 16).cumsum(0)) for _ in range(2)]
+    >>> len(comparison_figure(rs, ["a", "b"]).axes[0].get_yticklabels())
+    2
+    """
+    labels = labels or [result_label(r) for r in results]
+    views = [r.default for r in results]
+    return ratio_dot_figure(labels, [_num(v.ratio) for v in views], [(v.ci or {}).get("ratio") for v in views],
+                            xlabel=f"{DEFF} / $F_L$", title="Effective depth relative to the structural reference",
+                            level=_level(next((v for v in views if v.ci), views[0])))
+
+
+def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figure:
+    """Per-layer panels: update energy (log), cos(U_l, S_{l-1}) and block influence.
+
+    Missing values (``None``/non-finite in the JSON) are drawn as gaps.
+
+    >>> import effdepth, torch
+    >>> fig = layers_figure(effdepth.from_states(torch.randn(5, 8, 16).cumsum(0)))
+    >>> len(fig.axes)
+    3
+    """
+    v, ctx = _view(result, view)
+    energy = _array(v.update_energy)
+    layers = np.arange(1, len(energy) + 1)
+    tokens = max(1, int(v.tokens or 1))
+    with _style():
+        fig = _figure(5.6, 6.4)
+        axes = fig.subplots(3, 1, sharex=True)
+        ax = axes[0]
+        ax.plot(layers, _positive(energy / tokens), color=OKABE_ITO["vermillion"], marker="o", markersize=4,
+                label=r"update $\|u_l\|^2$")
+        states = _state_energy(v)
+        if states is not None and len(states) == len(layers) + 1:
+            ax.plot(layers, _positive(states[:-1] / tokens), color=OKABE_ITO["blue"], linestyle="--", marker="s", markersize=3.5,
+                    label=r"state entering the block $\|s_{l-1}\|^2$")
+        ax.set_yscale("log")
+        ax.set_ylabel("squared norm\n(mean per token)")
+        # Above the panel: energies grow with depth and would hide under any legend inside it.
+        ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, frameon=False, borderaxespad=0.2)
+
+        ax = axes[1]
+        ax.axhline(0.0, color="#888888", linewidth=0.8)
+        ax.plot(layers, _array(v.update_state_cosine), color=OKABE_ITO["bluish_green"], linestyle="-.", marker="D", markersize=3.5)
+        ax.set_ylabel(r"$\cos(U_l, S_{l-1})$")
+
+        ax = axes[2]
+        influence = _array((v.related or {}).get("block_influence", [None] * len(layers)))
+        ax.plot(layers, influence, color=OKABE_ITO["reddish_purple"], linestyle=":", marker="^", markersize=4)
+        ax.set_ylabel("block influence\n" r"$1 - \overline{\cos}(s_{l-1}, s_l)$")
+        ax.set_xlabel("layer $l$ (block)")
+        ax.set_xticks(layer_ticks(1, len(layers)))
+        ax.set_xlim(0.5, len(layers) + 0.5)
+        fig.suptitle(_title("Per-layer updates", v, ctx), fontsize=10)
+    return fig
+
+
+def layer_ticks(first: int, last: int, most: int = 10) -> list[int]:
+    """Tick positions for a layer axis: the first layer, then round multiples.
+
+    >>> layer_ticks(1, 30)
+    [1, 5, 10, 15, 20, 25, 30]
+    >>> layer_ticks(0, 3)
+    [0, 1, 2, 3]
+    """
+    span = max(1, last - first)
+    step = next(s for s in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 10**9) if span / s <= most)
+    ticks = [first] + [t for t in range(step * (first // step + 1), last + 1, step) if t - first >= step / 2]
+    return ticks
+
+
+def ratio_dot_figure(labels, ratios, intervals, *, xlabel: str, title: str, level: int = 95) -> Figure:
+    """A dot per row with its interval and a reference line at 1 (shared by views and comparisons).
+
+    >>> ratio_dot_figure(["a"], [0.8], [[0.7, 0.9]], xlabel="ratio", title="t").axes[0].get_xlabel()
+    'ratio'
+    """
+    rows = len(labels)
+    with _style():
+        fig = _figure(5.6, 1.3 + 0.38 * rows)
+        ax = fig.add_subplot()
+        ax.grid(axis="y", visible=False)
+        y = np.arange(rows)[::-1]
+        ax.axvline(1.0, color=OKABE_ITO["orange"], linestyle="--", linewidth=1.4, label="reference (ratio 1)")
+        shown_interval = False
+        for yi, r, ci in zip(y, ratios, intervals):
+            below = ci is not None and ci[1] < 1.0
+            if ci is not None:
+                ax.plot(ci, [yi, yi], color=OKABE_ITO["blue"], linewidth=2, solid_capstyle="butt",
+                        label=None if shown_interval else f"{level}% bootstrap interval")
+                shown_interval = True
+            ax.plot([r], [yi], marker="o", markersize=6, color=OKABE_ITO["blue"],
+                    markerfacecolor=OKABE_ITO["blue"] if below else "white", markeredgewidth=1.4, linestyle="none")
+            ax.annotate(_fmt(r), (r, yi), xytext=(0, 5), textcoords="offset points", ha="center", va="bottom", fontsize=7.5)
+        ax.plot([], [], marker="o", color=OKABE_ITO["blue"], linestyle="none", label="interval below 1 (filled)")
+        ax.set_yticks(y, labels)
+        ax.set_ylim(-0.7, rows - 0.3)
+        finite = [x for x in ratios if math.isfinite(x)] + [x for ci in intervals if ci for x in ci]
+        lo, hi = min(finite + [1.0]), max(finite + [1.0])
+        pad = 0.08 * (hi - lo or 1.0)
+        ax.set_xlim(lo - pad, hi + 2.5 * pad)
+        ax.set_xlabel(xlabel)
+        ax.set_title(title)
+        fig.legend(loc="outside lower center", ncol=3, frameon=False)
+    return fig
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_figures(result: Result, folder, view: str | None = None) -> list[Path]:
+    """Write the standard figures of ``result`` into ``folder`` (PNG and PDF each).
+
+    ``view`` picks the view of the per-view figures (default: the first);
+    ``views.*`` is written only when the result has more than one view.
+
+    >>> import effdepth, torch, tempfile
+    >>> r = effdepth.from_states(torch.randn(5, 8, 16).cumsum(0))
+    >>> sorted({p.stem for p in write_figures(r, tempfile.mkdtemp())})
+    ['attribution', 'layers', 'profile', 'similarity']
+    """
+    folder = Path(folder)
+    paths = []
+    for stem, fig in standard_figures(result, view):
+        paths += save_figure(fig, folder / stem)
+    return paths
+
+
+def standard_figures(result: Result, view: str | None = None):
+    """Yield ``(stem, Figure)`` for every standard figure, one at a time (to keep memory flat)."""
+    yield "similarity", similarity_figure(result, view)
+    yield "profile", profile_figure(result, view)
+    yield "attribution", attribution_figure(result, view)
+    if len(result.views) > 1:
+        yield "views", views_figure(result)
+    yield "layers", layers_figure(result, view)
+
+
+def save_figure(fig: Figure, stem, formats=("png", "pdf")) -> list[Path]:
+    """Write ``stem.png`` and ``stem.pdf`` atomically, then close the figure.
+
+    >>> import tempfile
+    >>> fig = Figure(); _ = fig.add_subplot().plot([0, 1])
+    >>> [p.suffix for p in save_figure(fig, Path(tempfile.mkdtemp()) / "line")]
+    ['.png', '.pdf']
+    """
+    stem = Path(stem)
+    try:
+        try:
+            stem.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise EffdepthError(f"cannot write figures to {stem.parent}: {exc.strerror}; choose another output folder") from None
+        return [_save_atomic(fig, stem.with_name(f"{stem.name}.{fmt}"), fmt) for fmt in formats]
+    finally:
+        close_figure(fig)
+
+
+def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
+    """The figure as PNG bytes (for inlining in reports); closes the figure.
+
+    >>> fig = Figure(); _ = fig.add_subplot().plot([0, 1])
+    >>> figure_png(fig)[:4]
+    b'\\x89PNG'
+    """
+    buf = io.BytesIO()
+    try:
+        _canvas(fig).print_figure(buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
+    finally:
+        close_figure(fig)
+    return buf.getvalue()
+
+
+def close_figure(fig: Figure) -> None:
+    """Free a figure; also unregisters it from pyplot if the caller made it there."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close(fig)
+    fig.clear()
+
+
+def _save_atomic(fig: Figure, path: Path, fmt: str) -> Path:
+    # Same folder, then rename: a reader (or a crash) never sees half a file.
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise EffdepthError(f"cannot write figures to {path.parent}: {exc.strerror}; choose another output folder") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            # No timestamps in the files: the same result gives byte-identical figures.
+            meta = {"CreationDate": None} if fmt == "pdf" else {"Software": None}
+            _canvas(fig).print_figure(fh, format=fmt, dpi=DPI, bbox_inches="tight", metadata=meta)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _canvas(fig: Figure):
+    return fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+
+
+def _figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+@contextlib.contextmanager
+def _style():
+    with matplotlib.rc_context(_RC):
+        yield
+
+
+def _view(result, view: str | None) -> tuple[ViewResult, dict]:
+    if isinstance(result, ViewResult):
+        return result, {}
+    if view is None:
+        return result.default, _context(result)
+    if view not in result.views:
+        raise EffdepthError(f"no view {view!r} in this result; it has: {', '.join(result.views)}")
+    return result.views[view], _context(result)
+
+
+def _context(result: Result) -> dict:
+    return {"label": result_label(result), "similarity": result.config.get("similarity"), "multi": len(result.views) > 1}
+
+
+def _title(what: str, v: ViewResult | None, ctx: dict) -> str:
+    parts = [what]
+    if ctx.get("label"):
+        parts.append(ctx["label"])
+    if v is not None and (ctx.get("multi") or v.name != "default"):
+        parts.append(f"view {v.name}")
+    return " \u2014 ".join(parts)
+
+
+def _caption(fig: Figure, text: str) -> None:
+    fig.supxlabel(text, fontsize=7.5, color="#444444")
+
+
+def _similarity_label(ctx: dict) -> str:
+    if ctx.get("similarity") == "token":
+        return r"similarity: token mean of $\cos^2(s_i, s_j)$"
+    return r"similarity: $\cos^2(S_i, S_j)$ (Frobenius)"
+
+
+def _first_layer(v: ViewResult) -> int:
+    # update_* have one entry per block (L); N is L, or L+1 with S_0 included.
+    layers = len(v.update_energy) if v.update_energy is not None else v.num_states
+    return 1 - (int(v.num_states) - layers)
+
+
+def _annotate_cells(ax, sim: np.ndarray, first: int) -> None:
+    n = sim.shape[0]
+    for i in range(n):
+        for j in range(n):
+            x = sim[i, j]
+            if math.isfinite(x):
+                ax.text(first + j, first + i, f"{x:.2f}", ha="center", va="center", fontsize=7 if n <= 6 else 6,
+                        color="black" if x > 0.55 else "white")
+
+
+def _end_bar(ax, x, height, colour, hatch) -> None:
+    ax.bar(x, height, width=0.6, color=colour, hatch=hatch, edgecolor="black", linewidth=0.6)
+
+
+def _bar_label(ax, x, y, text) -> None:
+    if math.isfinite(y):
+        ax.annotate(text, (x, y), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=7.5)
+
+
+def _state_energy(v: ViewResult):
+    gram = (v.statistics or {}).get("gram_states")
+    if not gram:
+        return None
+    return np.diagonal(_matrix(gram)).copy()
+
+
+def _level(v: ViewResult) -> int:
+    level = (v.ci or {}).get("level") or 0.95
+    return int(round(100 * level))
+
+
+def _ci_text(v: ViewResult, key: str) -> str:
+    ci = (v.ci or {}).get(key)
+    return f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else ""
+
+
+def _num(x) -> float:
+    return float("nan") if x is None else float(x)
+
+
+def _array(xs) -> np.ndarray:
+    return np.array([np.nan if x is None else x for x in (xs or [])], dtype=np.float64)
+
+
+def _matrix(rows) -> np.ndarray:
+    return np.array([[np.nan if x is None else x for x in row] for row in rows], dtype=np.float64)
+
+
+def _positive(a: np.ndarray) -> np.ndarray:
+    # A log axis cannot show 0; a gap says "nothing here" more honestly than a clipped floor.
+    return np.where(a > 0, a, np.nan)
+
+
+def _fmt(x, signed: bool = False) -> str:
+    if x is None or not math.isfinite(float(x)):
+        return "n/a"
+    x = float(x) if abs(float(x)) >= 5e-4 else 0.0  # never print "-0.000"
+    return f"{x:+.3f}" if signed else f"{x:.3f}"

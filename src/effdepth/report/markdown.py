@@ -1,0 +1,107 @@
+"""A Markdown report, with its figures as PNG files beside it.
+
+For pasting into papers, issues and notebooks: GitHub-flavoured tables, the
+images referenced by relative path (``report_files/*.png``).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+from .. import __version__
+from . import content
+from .content import Folded, Table
+from .sources import Source
+
+# Intraword "_" (D_eff) and brackets not followed by "(", "[" or ":" never form Markdown syntax;
+# leaving them bare keeps the source readable when pasted.
+_SPECIAL = re.compile(r"([\\`*<>|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:]))")
+
+
+def render_markdown(sources: list, files_dir: str = "report_files", *, sort: bool = True) -> tuple:
+    """``(markdown text, {relative image path: PNG bytes})`` for one result or a comparison.
+
+    >>> import effdepth, torch, pathlib
+    >>> from effdepth.report.sources import Source
+    >>> r = effdepth.from_states(torch.randn(5, 2, 8, 16).cumsum(0))
+    >>> text, images = render_markdown([Source(pathlib.Path("result.json"), r, "0" * 64, "demo")])
+    >>> sorted(images)[0], text.startswith("# Effective depth")
+    ('report_files/attribution.png', True)
+    """
+    from .sources import sort_by_ratio
+
+    if sort:
+        sources = sort_by_ratio(sources)
+    several = len(sources) > 1
+    images: dict = {}
+    title = f"Effective depth: comparison of {len(sources)} results" if several else content.title(sources[0])
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    out = [f"# {esc(title)}", "", f"_Written by effdepth {esc(__version__)} on {esc(when)} from {len(sources)} result(s)._", ""]
+    if several:
+        name = f"{files_dir}/comparison.png"
+        images[name] = content.comparison_png(sources)
+        out += ["## Comparison", "", table(content.comparison_table(sources)), "", _image(name, "comparison"), ""]
+    for i, s in enumerate(sources, start=1):
+        prefix = f"{i:02d}-{_slug(s.label)}-" if several else ""
+        out += _result(s, i, several, files_dir, prefix, images)
+    return "\n".join(out).rstrip() + "\n", images
+
+
+def esc(text) -> str:
+    r"""Escape Markdown syntax so names and values print literally.
+
+    >>> print(esc("a|b_c *x* [1, 2] _y"))
+    a\|b_c \*x\* [1, 2] \_y
+    """
+    return _SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+
+
+def table(t: Table) -> str:
+    """A GitHub-flavoured pipe table, intervals after the values, the note in italics."""
+    numeric = t.numeric or [False] * len(t.header)
+    lines = ["| " + " | ".join(esc(h) for h in t.header) + " |",
+             "|" + "|".join("---:" if n else ":---" for n in numeric) + "|"]
+    for row in t.rows:
+        cells = [esc(f"{c.text} {c.ci}".strip()) for c in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    if t.note:
+        lines += ["", f"_{esc(t.note)}_"]
+    return "\n".join(lines)
+
+
+def _result(s: Source, index: int, several: bool, files_dir: str, prefix: str, images: dict) -> list:
+    r = s.result
+    out = [f"## {index}. {esc(s.label)}", ""] if several else []
+    out += [f"> {esc(content.headline(r))}", "", "### Summary", "", _kv(content.summary_rows(s)), ""]
+    out += ["### Views", "", table(content.views_table(r)), ""]
+    out += ["### References", "", table(content.references_table(r)), ""]
+    extras = content.extras_rows(r)
+    if extras:
+        out += ["### Extra measurements", "", _kv(extras), ""]
+    out += [f"### Figures (view {esc(r.default.name)})", ""]
+    for f in content.render_figures(r):
+        name = f"{files_dir}/{prefix}{f.stem}.png"
+        images[name] = f.png
+        out += [_image(name, f.title), "", f"_{esc(f.title)}._ {esc(f.caption)}", ""]
+    out += ["### Provenance", ""]
+    for group, rows in content.provenance_groups(s):
+        out += [f"**{esc(group)}**", "", _kv(rows, path=str(s.path)), ""]
+    return out
+
+
+def _kv(rows: list, path: str = "result.json") -> str:
+    lines = ["| | |", "|:---|:---|"]
+    for k, v in rows:
+        if isinstance(v, Folded):
+            v = f"{v.preview} ({v.count} values; all in {path})"
+        lines.append(f"| {esc(k)} | {esc(v)} |")
+    return "\n".join(lines)
+
+
+def _image(path: str, alt: str) -> str:
+    return f"![{esc(alt)}]({path})"
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip(".-")[:60] or "result"

