@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("model", nargs="?", default=None, help="Hugging Face id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
     add_measure_arguments(m)
     m.add_argument("--out", "-o", default=None, help="output folder for result.json (default: runs/<model>)")
+    m.add_argument("--resume", metavar="DIR", default=None, help="continue an interrupted run from its output folder")
+    m.add_argument("--checkpoint-every", type=float, default=30.0, metavar="SECONDS", help="save partial statistics this often (default 30)")
     m.add_argument("--no-figures", dest="figures", action="store_false", help="do not write the figures (PNG and PDF) next to result.json")
 
     s = sub.add_parser("show", help="print the tables of a saved result", description="Print a saved result without re-running anything.")
@@ -61,6 +63,7 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     p.add_argument("--device-map", default=None, help="'auto' to spread a large model over the GPUs (accelerate)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow the model repository's own code to run")
+    p.add_argument("--allow-pickle", action="store_true", help="allow pickle (.bin) weights; safetensors are required otherwise")
     p.add_argument("--no-bos", dest="add_bos", action="store_false", help="do not prepend the BOS token to each sequence")
     p.add_argument("--blocks-path", default=None, help="attribute path of the decoder blocks, for models outside the registry")
     p.add_argument("--embedding-path", default=None, help="attribute path of the token embedding, with --blocks-path")
@@ -81,6 +84,7 @@ def measure_kwargs(args: argparse.Namespace) -> dict:
         "device": args.device,
         "device_map": args.device_map,
         "trust_remote_code": args.trust_remote_code,
+        "allow_pickle": args.allow_pickle,
         "views": args.views,
         "pc_estimate": args.pc_estimate,
         "add_bos": args.add_bos,
@@ -117,8 +121,15 @@ def cmd_measure(args) -> int:
     from .measure import measure
     from .report.table import headline, references_table, summary_table
 
-    out = ensure_writable(Path(args.out) if args.out else default_out(args.model))
-    result = measure(args.model, args.corpus, **measure_kwargs(args))
+    from .checkpoint import checkpoint_dir
+
+    if args.resume and args.out and Path(args.out) != Path(args.resume):
+        raise EffdepthError(f"--resume {args.resume} continues in that folder; drop --out {args.out} or make them equal")
+    out = ensure_writable(Path(args.resume or args.out or default_out(args.model)))
+    if not args.resume and (checkpoint_dir(out) / "state.json").is_file():
+        print(f"effdepth: {out} holds an unfinished run; starting over (use --resume {out} to continue it instead)", file=sys.stderr)
+    result = measure(args.model, args.corpus, checkpoint=checkpoint_dir(out), resume=bool(args.resume),
+                     checkpoint_every_s=args.checkpoint_every, **measure_kwargs(args))
     path = result.save(out)
     print(headline(result))
     print()
@@ -230,6 +241,7 @@ def add_carry_commands(sub) -> None:
     c.add_argument("--seeds", type=_int, default=d.seeds, help=f"number of seeds per carry value, for intervals over seeds (default {d.seeds})")
     c.add_argument("--eval-seqs", type=_int, default=d.eval_seqs, help=f"held-out sequences measured at each checkpoint (default {d.eval_seqs})")
     c.add_argument("--bootstrap", type=_int, default=d.bootstrap, help=f"bootstrap resamples per measurement (default {d.bootstrap})")
+    c.add_argument("--corpus", default=d.corpus, help="training and held-out text: shakespeare (default), a text/JSONL file or folder")
     c.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     c.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
     c.add_argument("--out", "-o", default="runs/carry-experiment", help="output folder (default runs/carry-experiment)")
@@ -275,7 +287,7 @@ def cmd_experiment(args) -> int:
         carries=args.carry, carry_layers=args.carry_layers, layers=args.layers, d_model=args.d_model, heads=args.heads,
         steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr, warmup=args.warmup,
         save_every=args.save_every, seed=args.seed, seeds=args.seeds, eval_seqs=args.eval_seqs, bootstrap=args.bootstrap,
-        device=args.device,
+        corpus=args.corpus, device=args.device,
     ).checked()
     out = ensure_writable(Path(args.out))
     result = carry_experiment(spec, out, progress=args.progress)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import time
+from pathlib import Path
 from dataclasses import dataclass
-from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -14,6 +15,7 @@ from .capture.forward import decoder_forward, model_forward_logits
 from .numerics.loss import LossAccumulator
 from .capture.hooks import ResidualCapture
 from .capture.registry import resolve_architecture
+from .checkpoint import MeasurementInterrupted, graceful_interrupts, load_checkpoint, remove_checkpoint, save_checkpoint
 from .errors import EffdepthError
 from .numerics.metrics import SIMILARITIES
 from .numerics.streams import PC_ESTIMATES, ViewAccumulator
@@ -46,6 +48,10 @@ def measure(
     add_bos: bool = True,
     blocks_path: str | None = None,
     embedding_path: str | None = None,
+    allow_pickle: bool = False,
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
+    checkpoint_every_s: float = 30.0,
     progress: bool = True,
 ) -> Result:
     """Measure the effective depth of a causal LM's residual stream.
@@ -54,7 +60,10 @@ def measure(
     ``PreTrainedModel``, or ``None`` for the embedded SmolLM2-135M-Instruct.
     ``corpus``: ``None``/``"shakespeare"``, a text/JSONL file or folder,
     ``"hf:NAME[:CONFIG[:SPLIT]]"``, a list of strings, or a ``(batch, seq)``
-    tensor of token ids used exactly as given.
+    tensor of token ids used exactly as given. With ``checkpoint`` (a folder),
+    an interrupted run keeps its statistics there and ``resume=True``
+    continues it. Pickle weights (``.bin``) are refused unless
+    ``allow_pickle=True``; ``trust_remote_code`` is off unless asked for.
 
     >>> import effdepth, torch
     >>> from transformers import LlamaConfig, LlamaForCausalLM
@@ -83,6 +92,7 @@ def measure(
         add_bos=add_bos,
         blocks_path=blocks_path,
         embedding_path=embedding_path,
+        allow_pickle=allow_pickle,
         progress=progress,
     )
     return measure_prepared(
@@ -95,6 +105,9 @@ def measure(
         seed=seed,
         pc_estimate=pc_estimate,
         progress=progress,
+        checkpoint=checkpoint,
+        resume=resume,
+        checkpoint_every_s=checkpoint_every_s,
         started=started,
     )
 
@@ -125,6 +138,7 @@ def prepare(
     add_bos=True,
     blocks_path=None,
     embedding_path=None,
+    allow_pickle=False,
     progress=True,
 ) -> Prepared:
     """Load the model and the corpus once, for one or several measurements
@@ -141,7 +155,9 @@ def prepare(
             tokenizer = load_tokenizer(source)
     tokens = load_corpus(corpus, tokenizer, seq_len=seq_len, num_seqs=num_seqs, seed=seed, add_bos=add_bos)
 
-    lm = load_model(source, dtype=dtype, device=device, device_map=device_map, tokenizer=tokenizer, progress=progress)
+    lm = load_model(
+        source, dtype=dtype, device=device, device_map=device_map, tokenizer=tokenizer, allow_pickle=allow_pickle, progress=progress
+    )
     arch = resolve_architecture(lm.model, blocks_path=blocks_path, embedding_path=embedding_path)
     _check_vocabulary(tokens.input_ids, lm.info.get("vocab_size"))
     return Prepared(lm, arch, tokens, add_bos)
@@ -159,6 +175,9 @@ def measure_prepared(
     pc_estimate: str = "calibration",
     progress: bool = True,
     with_loss: bool = False,
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
+    checkpoint_every_s: float = 30.0,
     started: float | None = None,
 ) -> Result:
     """Measure an already prepared model and corpus.
@@ -167,36 +186,161 @@ def measure_prepared(
     next-token loss over the same tokens in ``result.extras["loss"]``.
     Interventions register their hooks on ``prepared.arch.blocks`` around
     this call (with ``prepend=True``, so capture sees the modified stream).
+
+    With ``checkpoint`` (a folder), partial statistics are saved there every
+    ``checkpoint_every_s`` seconds and on SIGINT/SIGTERM (then
+    :class:`~effdepth.checkpoint.MeasurementInterrupted` is raised);
+    ``resume=True`` continues from them.
     """
     _validate(batch_size=batch_size, bootstrap=bootstrap, similarity=similarity, pc_estimate=pc_estimate)
     started = time.perf_counter() if started is None else started
-    lm, arch, tokens = prepared.lm, prepared.arch, prepared.tokens
     view_specs = parse_views(views)
     acc = ViewAccumulator(view_specs, include_embedding=include_embedding, pc_estimate=pc_estimate)
     loss = LossAccumulator() if with_loss else None
-    batches = partial(_state_batches, lm.model, arch, tokens, batch_size, _input_device(arch, lm.model), progress)
-    if acc.needs_fit and pc_estimate == "exact":
-        for batch in batches("fitting PCs"):
+    fingerprint = run_fingerprint(prepared, acc, with_loss)
+    run = accumulate(
+        prepared,
+        acc,
+        loss=loss,
+        batch_size=batch_size,
+        progress=progress,
+        checkpoint=checkpoint,
+        resume=resume,
+        checkpoint_every_s=checkpoint_every_s,
+        fingerprint=fingerprint,
+    )
+    return result_from_accumulator(
+        prepared, acc, loss=loss, similarity=similarity, bootstrap=bootstrap, seed=seed, batch_size=batch_size, started=started, run=run
+    )
+
+
+def run_fingerprint(prepared: Prepared, acc: ViewAccumulator, with_loss: bool) -> dict:
+    """What partial statistics belong to: a resume with anything else is refused."""
+    info = prepared.lm.info
+    return {
+        "model": info.get("id"),
+        "revision": info.get("revision"),
+        "commit": info.get("commit"),
+        "corpus_sha256": prepared.tokens.sha256,
+        "views": [v.name for v in acc.views],
+        "include_embedding": acc.include_embedding,
+        "pc_estimate": acc.pc_estimate,
+        "num_layers": prepared.arch.num_layers,
+        "with_loss": with_loss,
+        "effdepth": code_version()["effdepth"],
+    }
+
+
+def accumulate(
+    prepared: Prepared,
+    acc: ViewAccumulator,
+    *,
+    loss: LossAccumulator | None = None,
+    batch_size: int = DEFAULTS["batch_size"],
+    progress: bool = True,
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
+    checkpoint_every_s: float = 30.0,
+    fingerprint: dict | None = None,
+) -> dict:
+    """Feed every sequence of ``prepared`` to ``acc`` (and ``loss``); returns run facts.
+
+    Out of memory in a batch halves the batch size and retries it (the
+    statistics are per sequence, so the numbers do not change).
+    """
+    lm, arch, tokens = prepared.lm, prepared.arch, prepared.tokens
+    device = _input_device(arch, lm.model)
+    folder = Path(checkpoint) if checkpoint is not None else None
+    facts = {"batch_size_used": batch_size, "oom_retries": 0, "resumed_from": 0}
+    if resume:
+        if folder is None:
+            raise EffdepthError("resume needs the folder of the interrupted run (--resume DIR)")
+        _restore(folder, acc, loss, fingerprint)
+        facts["resumed_from"] = acc.sequences
+    if acc.needs_fit and not acc.fitted and acc.pc_estimate == "exact":
+        for batch in _state_batches(lm.model, arch, tokens, batch_size, device, progress, "fitting PCs", facts=facts):
             acc.fit_batch(batch.states, batch.mask)
         acc.finalize_fit("exact, an extra pass over every sequence")
-    for batch in batches("measuring", full_model=with_loss):
+
+    def consume(batch):
         acc.update(batch.states, batch.mask)
         if loss is not None:
             loss.update(batch.logits, batch.input_ids, batch.mask)
-    results = view_results(acc, similarity=similarity, include_embedding=include_embedding, bootstrap=bootstrap, seed=seed)
+
+    last_save = time.monotonic()
+    with graceful_interrupts() as interrupted:
+        try:
+            for _ in _state_batches(
+                lm.model, arch, tokens, batch_size, device, progress, "measuring",
+                full_model=loss is not None, start=acc.sequences, consume=consume, facts=facts,
+            ):
+                if folder is not None and (interrupted or time.monotonic() - last_save > checkpoint_every_s):
+                    _save(folder, acc, loss, fingerprint)
+                    last_save = time.monotonic()
+                if interrupted:
+                    break
+        except KeyboardInterrupt:
+            interrupted.signal = signal.SIGINT
+            if folder is not None:
+                _save(folder, acc, loss, fingerprint)
+    if interrupted:
+        where = f"; partial statistics saved in {folder}, continue with --resume {folder.parent}" if folder else ""
+        raise MeasurementInterrupted(
+            f"interrupted by {signal.Signals(interrupted.signal).name} after {acc.sequences} of {tokens.input_ids.shape[0]} sequences{where}"
+        )
+    if folder is not None:
+        remove_checkpoint(folder)
+    return facts
+
+
+def _save(folder, acc, loss, fingerprint):
+    arrays, meta = acc.state()
+    meta = {"fingerprint": fingerprint, "accumulator": meta, "loss": vars(loss) if loss is not None else None}
+    save_checkpoint(folder, arrays, meta)
+
+
+def _restore(folder, acc, loss, fingerprint):
+    arrays, meta = load_checkpoint(folder)
+    saved = meta.get("fingerprint", {})
+    differ = sorted(k for k in set(saved) | set(fingerprint or {}) if saved.get(k) != (fingerprint or {}).get(k))
+    if differ:
+        raise EffdepthError(
+            f"cannot resume: the saved run differs in {', '.join(differ)}; rerun with the same model, corpus and options, "
+            "or start over without --resume"
+        )
+    acc.load_state(arrays, meta["accumulator"])
+    if loss is not None and meta.get("loss"):
+        loss.total, loss.count = meta["loss"]["total"], meta["loss"]["count"]
+
+
+def result_from_accumulator(
+    prepared: Prepared,
+    acc: ViewAccumulator,
+    *,
+    loss: LossAccumulator | None = None,
+    similarity: str = "frobenius",
+    bootstrap: int = DEFAULTS["bootstrap"],
+    seed: int = DEFAULTS["seed"],
+    batch_size: int = DEFAULTS["batch_size"],
+    started: float | None = None,
+    run: dict | None = None,
+) -> Result:
+    """Metrics, intervals, config and provenance from accumulated statistics."""
+    lm, arch, tokens = prepared.lm, prepared.arch, prepared.tokens
+    results = view_results(acc, similarity=similarity, include_embedding=acc.include_embedding, bootstrap=bootstrap, seed=seed)
     config = {
         "seq_len": int(tokens.input_ids.shape[1]),
         "num_seqs": int(tokens.input_ids.shape[0]),
         "batch_size": batch_size,
         "similarity": similarity,
-        "include_embedding": include_embedding,
+        "include_embedding": acc.include_embedding,
         "bootstrap": bootstrap,
         "seed": seed,
-        "views": [v.name for v in view_specs],
+        "views": [v.name for v in acc.views],
         "pc_estimate": acc.fit_info,
         "add_bos": prepared.add_bos,
         "num_layers": arch.num_layers,
-        "size_reference_embedding": "S_0 counted as one mean-size update" if include_embedding else None,
+        "size_reference_embedding": "S_0 counted as one mean-size update" if acc.include_embedding else None,
         "blocks_path": arch.paths.get("blocks"),
         "embedding_path": arch.paths.get("embedding"),
         "architecture_source": arch.paths.get("source"),
@@ -208,8 +352,9 @@ def measure_prepared(
         "libraries": library_versions(),
         "machine": machine(),
         "created": now(),
-        "elapsed_s": round(time.perf_counter() - started, 3),
+        "elapsed_s": round(time.perf_counter() - started, 3) if started is not None else None,
         "tokens_measured": acc.tokens,
+        "run": run or {},
     }
     extras = {"loss": loss.result()} if loss is not None else {}
     return Result(views=results, config=config, provenance=provenance, extras=extras)
@@ -309,29 +454,65 @@ class Batch(NamedTuple):
     logits: torch.Tensor | None
 
 
-def _state_batches(model, arch, tokens, batch_size, device, progress, label, full_model=False):
-    """Yield one :class:`Batch` per forward pass; the states buffer is reused, never kept."""
+def _state_batches(
+    model, arch, tokens, batch_size, device, progress, label, full_model=False, start=0, consume=None, facts=None
+):
+    """Yield one :class:`Batch` per forward pass from sequence ``start`` on.
+
+    The states buffer is reused, never kept. ``consume(batch)`` runs inside
+    the out-of-memory guard, so a failure there also halves the batch size.
+    """
     ids = tokens.input_ids
     mask = tokens.attention_mask
-    total = int(mask.sum()) if mask is not None else ids.numel()
+    count = lambda lo, hi: int(mask[lo:hi].sum()) if mask is not None else (hi - lo) * ids.shape[1]
+    facts = facts if facts is not None else {}
+    size = batch_size
     with ResidualCapture(arch) as capture, tqdm(
-        total=total, unit="tok", desc=label, disable=not progress, dynamic_ncols=True, leave=False
+        total=count(0, ids.shape[0]), initial=count(0, start), unit="tok", desc=label,
+        disable=not progress, dynamic_ncols=True, leave=False,
     ) as bar:
-        for start in range(0, ids.shape[0], batch_size):
-            batch_ids = ids[start : start + batch_size].to(device)
-            batch_mask = mask[start : start + batch_size].to(device) if mask is not None else None
+        i = start
+        while i < ids.shape[0]:
+            batch_ids = ids[i : i + size].to(device)
+            batch_mask = mask[i : i + size].to(device) if mask is not None else None
             try:
                 if full_model:
                     logits = model_forward_logits(model, batch_ids, batch_mask)
                 else:
                     decoder_forward(model, arch, batch_ids, batch_mask)
                     logits = None
+                batch = Batch(capture.states, batch_mask, batch_ids, logits)
+                if consume is not None:
+                    consume(batch)
             except EffdepthError:
                 raise
             except (IndexError, RuntimeError) as exc:
-                raise EffdepthError(_forward_error(exc, batch_ids)) from None
-            yield Batch(capture.states, batch_mask, batch_ids, logits)
-            bar.update(int(batch_mask.sum()) if batch_mask is not None else batch_ids.numel())
+                if not is_out_of_memory(exc):
+                    raise EffdepthError(_forward_error(exc, batch_ids)) from None
+                if size == 1:
+                    raise EffdepthError(
+                        f"out of memory on a single sequence of {ids.shape[1]} tokens; lower --seq-len, "
+                        "use --dtype bfloat16, or spread the model with --device-map auto"
+                    ) from None
+                size = max(1, size // 2)
+                facts["oom_retries"] = facts.get("oom_retries", 0) + 1
+                facts["batch_size_used"] = size
+                del batch_ids, batch_mask
+                capture.states = None  # let the buffer be reallocated at the smaller size
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                continue
+            yield batch
+            bar.update(count(i, i + batch_ids.shape[0]))
+            i += batch_ids.shape[0]
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, or an allocator failure reported as RuntimeError."""
+    if isinstance(exc, getattr(torch.cuda, "OutOfMemoryError", ())):
+        return True
+    text = str(exc).lower()
+    return "out of memory" in text or "can't allocate memory" in text
 
 
 def _forward_error(exc: Exception, ids: torch.Tensor) -> str:

@@ -114,6 +114,7 @@ def load_model(
     device_map: str | None = None,
     trust_remote_code: bool = False,
     tokenizer=None,
+    allow_pickle: bool = False,
     progress: bool = True,
 ) -> LoadedModel:
     """Load a causal LM for measurement (eval mode, no gradients).
@@ -140,7 +141,11 @@ def load_model(
     else:
         source = model if isinstance(model, ModelSource) else locate_model(model, revision=revision, trust_remote_code=trust_remote_code)
         info = dict(source.info)
-        m = _from_pretrained(source.location, source.kwargs, torch_dtype, dev, device_map, info, progress)
+        kwargs = dict(source.kwargs)
+        if "gguf_file" not in kwargs:
+            # Pickle checkpoints can run arbitrary code when loaded.
+            kwargs["use_safetensors"] = None if allow_pickle else True
+        m = _from_pretrained(source.location, kwargs, torch_dtype, dev, device_map, info, progress)
         tok = tokenizer if tokenizer is not None else load_tokenizer(source)
     m.eval()
     config = m.config
@@ -201,6 +206,11 @@ def _from_pretrained(source, common, torch_dtype, dev, device_map, info, progres
     except EffdepthError:
         raise
     except Exception as exc:  # transformers raises OSError, ValueError, HF hub errors...
+        if common.get("use_safetensors") and _only_pickle_weights(source, exc):
+            raise EffdepthError(
+                f"model {info['id']!r} has only pickle weights (pytorch_model.bin), which can run arbitrary code when loaded; "
+                "pass --allow-pickle if you trust its source"
+            ) from None
         raise EffdepthError(_load_error(info, exc)) from None
     finally:
         if bars:
@@ -208,6 +218,13 @@ def _from_pretrained(source, common, torch_dtype, dev, device_map, info, progres
     if device_map is None:
         m = m.to(dev)
     return m
+
+
+def _only_pickle_weights(source: str, exc: Exception) -> bool:
+    folder = Path(source)
+    if folder.is_dir():
+        return not any(folder.glob("*.safetensors")) and any(folder.glob("*.bin"))
+    return "safetensors" in str(exc).lower()
 
 
 def _load_error(info: dict, exc: Exception) -> str:

@@ -100,10 +100,15 @@ class ViewAccumulator:
                 raise RuntimeError("exact PC estimate needs fit_batch over every batch, then finalize_fit")
             self.fit_batch(states, mask)
             self.finalize_fit(f"calibration on the first batch ({states.shape[1]} sequences)")
+        # Build the batch's units first and commit at the end, so a failure
+        # part-way (e.g. out of memory) leaves the accumulator as it was and
+        # the batch can be retried.
+        new_units: dict = {k: [] for k in self._units}
+        sequences = tokens = 0
         for seq in _sequences(states, mask):
             z = seq.to(torch.float64)
-            self.sequences += 1
-            self.tokens += z.shape[1]
+            sequences += 1
+            tokens += z.shape[1]
             for key, info in self.streams.items():
                 spec = info["spec"]
                 zt = fitted_transform(token_transform(z, spec), spec, self.fits.get(key))
@@ -111,7 +116,11 @@ class ViewAccumulator:
                 _check_finite(pos0, rest, states.dtype)
                 parts = {"pos0": pos0, "rest": rest if rest is not None else _empty_like(pos0)}
                 for p in info["parts"]:
-                    self._units[(key, p)].append(parts[p])
+                    new_units[(key, p)].append(parts[p])
+        for k, units in new_units.items():
+            self._units[k].extend(units)
+        self.sequences += sequences
+        self.tokens += tokens
 
     def unit_statistics(self, view: str | ViewSpec) -> UnitStatistics:
         """Per-sequence statistics of one view (its parts added)."""
@@ -139,6 +148,57 @@ class ViewAccumulator:
                 for name, arr in UnitStatistics.from_units(units).arrays.items():
                     out[f"{self.streams[key]['spec'].canonical}|{part}|{name}"] = arr
         return out
+
+    def state(self) -> tuple:
+        """``(arrays, meta)``: everything needed to continue later; arrays are float64
+        numpy (saved with ``np.savez``, never pickle), meta is JSON-serialisable."""
+        arrays = self.unit_arrays()
+        for key, fit in self.fits.items():
+            name = self.streams[key]["spec"].canonical
+            arrays[f"fit|{name}|mean"] = fit["mean"].cpu().numpy()
+            if "pcs" in fit:
+                arrays[f"fit|{name}|pcs"] = fit["pcs"].cpu().numpy()
+        meta = {
+            "views": [v.name for v in self.views],
+            "include_embedding": self.include_embedding,
+            "pc_estimate": self.pc_estimate,
+            "fit_info": self.fit_info,
+            "fit_tokens": {self.streams[k]["spec"].canonical: int(f["tokens"]) for k, f in self.fits.items()},
+            "sequences": self.sequences,
+            "tokens": self.tokens,
+        }
+        return arrays, meta
+
+    def load_state(self, arrays: dict, meta: dict) -> None:
+        """Continue from :meth:`state` of an accumulator with the same views."""
+        if meta["views"] != [v.name for v in self.views] or meta["include_embedding"] != self.include_embedding:
+            raise EffdepthError(
+                f"saved statistics are for views {meta['views']} (include_embedding={meta['include_embedding']}), "
+                f"not {[v.name for v in self.views]} (include_embedding={self.include_embedding}); rerun with the same options"
+            )
+        by_name = {info["spec"].canonical: key for key, info in self.streams.items()}
+        for (key, part) in self._units:
+            prefix = f"{self.streams[key]['spec'].canonical}|{part}|"
+            cols = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+            n = len(cols["n"]) if cols else 0
+            self._units[(key, part)] = [{k: v[i] for k, v in cols.items()} for i in range(n)]
+        self.fits = {}
+        for name, key in by_name.items():
+            if f"fit|{name}|mean" in arrays:
+                fit = {"mean": torch.from_numpy(arrays[f"fit|{name}|mean"]), "tokens": meta["fit_tokens"][name]}
+                if f"fit|{name}|pcs" in arrays:
+                    fit["pcs"] = torch.from_numpy(arrays[f"fit|{name}|pcs"])
+                self.fits[key] = fit
+        self.fit_info = meta["fit_info"]
+        self.sequences = int(meta["sequences"])
+        self.tokens = int(meta["tokens"])
+
+    def extend(self, other: "ViewAccumulator") -> None:
+        """Append the units of ``other`` (the same views, e.g. another rank's share)."""
+        for key in self._units:
+            self._units[key].extend(other._units[key])
+        self.sequences += other.sequences
+        self.tokens += other.tokens
 
 
 def _sequences(states: torch.Tensor, mask: torch.Tensor | None):

@@ -1,0 +1,122 @@
+"""Interrupt and resume: partial statistics on disk, written atomically.
+
+A measurement keeps per-sequence statistics (small, additive), so stopping
+loses nothing that was accumulated: ``DIR/checkpoint/`` holds them
+(``state.npz``, loaded with ``allow_pickle=False``) and ``state.json`` (what
+they belong to). The JSON is written last and names the arrays file's sha256,
+so a process killed while writing leaves either the previous checkpoint or
+the new one, never a mixture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from .errors import EffdepthError
+from .result import write_json_atomic
+
+CHECKPOINT = "checkpoint"
+
+
+class MeasurementInterrupted(EffdepthError):
+    """Raised after SIGINT/SIGTERM once the partial statistics are safe."""
+
+    exit_code = 130
+
+
+def checkpoint_dir(out) -> Path:
+    return Path(out) / CHECKPOINT
+
+
+def save_checkpoint(folder: Path, arrays: dict, meta: dict) -> None:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".state.", suffix=".npz", dir=folder)
+    os.close(fd)
+    try:
+        np.savez(tmp, **{k: np.asarray(v) for k, v in arrays.items()})
+        digest = _sha256(Path(tmp))
+        name = f"state-{digest[:16]}.npz"
+        os.replace(tmp, folder / name)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    write_json_atomic(folder / "state.json", {**meta, "arrays": name, "arrays_sha256": digest})
+    for old in folder.glob("state-*.npz"):  # earlier arrays, no longer referenced
+        if old.name != name:
+            old.unlink(missing_ok=True)
+
+
+def load_checkpoint(folder: Path) -> tuple:
+    """``(arrays, meta)`` of a checkpoint, verified; a clear error when absent or damaged."""
+    folder = Path(folder)
+    meta_path = folder / "state.json"
+    if not meta_path.is_file():
+        raise EffdepthError(f"nothing to resume in {folder.parent}: no {CHECKPOINT}/state.json; run without --resume to start")
+    try:
+        meta = json.loads(meta_path.read_text())
+        arrays_path = folder / meta["arrays"]
+        if _sha256(arrays_path) != meta["arrays_sha256"]:
+            raise ValueError("checksum mismatch")
+        with np.load(arrays_path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except (OSError, ValueError, KeyError) as exc:
+        raise EffdepthError(f"the checkpoint in {folder} is damaged ({exc}); delete it and run without --resume") from None
+    return arrays, meta
+
+
+def remove_checkpoint(folder: Path) -> None:
+    folder = Path(folder)
+    if folder.is_dir():
+        for f in folder.iterdir():
+            f.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class InterruptFlag:
+    """Set by the first SIGINT/SIGTERM; a second SIGINT interrupts at once."""
+
+    def __init__(self):
+        self.signal: int | None = None
+
+    def __bool__(self) -> bool:
+        return self.signal is not None
+
+
+@contextlib.contextmanager
+def graceful_interrupts():
+    """Turn SIGINT/SIGTERM into a flag checked between batches (main thread only)."""
+    flag = InterruptFlag()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum, frame):
+        if flag and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        flag.signal = signum
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield flag
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

@@ -1,0 +1,202 @@
+"""Interrupt and resume, memory faults, safe loading, determinism (CPU-testable parts)."""
+
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+import effdepth
+from effdepth.cli import main
+from effdepth.data import byte_tokenizer
+from effdepth.errors import EffdepthError
+from effdepth.tiny import tiny_model
+
+SLOW_RUN = textwrap.dedent(
+    """
+    import importlib, sys, time, pathlib
+    m = importlib.import_module("effdepth.measure")  # the package exports a function of that name
+    real = m.decoder_forward
+    calls = [0]
+    def slow(*a, **k):
+        calls[0] += 1
+        if calls[0] == 3:
+            pathlib.Path(sys.argv[1]).write_text("3")
+        time.sleep(0.3)
+        return real(*a, **k)
+    m.decoder_forward = slow
+    from effdepth.cli import main
+    sys.exit(main(sys.argv[2:]))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny")
+    tiny_model("llama").save_pretrained(d)
+    byte_tokenizer().save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    p = tmp_path_factory.mktemp("c") / "c.txt"
+    p.write_text("Friends, Romans, countrymen, lend me your ears. " * 300)
+    return p
+
+
+def argv(model_dir, corpus, out, *extra):
+    return ["measure", str(model_dir), "--corpus", str(corpus), "--seq-len", "16", "--num-seqs", "12",
+            "--batch-size", "1", "--bootstrap", "100", "--views", "default,top1pc", "--out", str(out),
+            "--no-progress", "--no-figures", *extra]
+
+
+def start_slow(tmp_path, args):
+    marker = tmp_path / "marker"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_RUN, str(marker), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 120
+    while not marker.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_saves_statistics_and_resume_gives_the_same_numbers(model_dir, corpus, tmp_path, sig, capsys):
+    out = tmp_path / "run"
+    proc = start_slow(tmp_path, argv(model_dir, corpus, out))
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "--resume" in err and len(err.strip().splitlines()) == 1
+    assert (out / "checkpoint" / "state.json").is_file() and not (out / "result.json").exists()
+
+    assert main(argv(model_dir, corpus, out, "--resume", str(out))) == 0
+    resumed = json.loads((out / "result.json").read_text())
+    assert resumed["provenance"]["run"]["resumed_from"] > 0
+    assert not (out / "checkpoint").exists()
+
+    fresh = tmp_path / "fresh"
+    assert main(argv(model_dir, corpus, fresh)) == 0
+    whole = json.loads((fresh / "result.json").read_text())
+    for view in ("default", "top1pc"):
+        a, b = resumed["views"][view], whole["views"][view]
+        assert a["deff"] == pytest.approx(b["deff"], rel=1e-6)
+        assert a["ci"]["deff"] == pytest.approx(b["ci"]["deff"], rel=1e-6)
+
+
+def test_sigkill_leaves_nothing_half_written_and_the_next_run_resumes(model_dir, corpus, tmp_path):
+    out = tmp_path / "run"
+    proc = start_slow(tmp_path, argv(model_dir, corpus, out, "--checkpoint-every", "0"))
+    time.sleep(0.5)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert not (out / "result.json").exists()
+    # only complete files: a checkpoint that verifies, no stray temporaries
+    assert [p.name for p in out.rglob("*.tmp")] == []
+    assert main(argv(model_dir, corpus, out, "--resume", str(out))) == 0
+    assert (out / "result.json").is_file()
+
+
+def test_resume_refuses_a_different_run(model_dir, corpus, tmp_path):
+    out = tmp_path / "run"
+    proc = start_slow(tmp_path, argv(model_dir, corpus, out))
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    args = argv(model_dir, corpus, out, "--resume", str(out))
+    args[args.index("--num-seqs") + 1] = "10"
+    assert main(args) == 2
+
+
+def test_resume_without_checkpoint_is_a_clear_error(model_dir, corpus, tmp_path, capsys):
+    assert main(argv(model_dir, corpus, tmp_path / "x", "--resume", str(tmp_path / "x"))) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+
+
+def test_out_of_memory_halves_the_batch_and_keeps_the_numbers(monkeypatch):
+    m = importlib.import_module("effdepth.measure")
+    model = tiny_model("llama")
+    ids = torch.randint(0, 256, (8, 12), generator=torch.Generator().manual_seed(0))
+    expected = effdepth.measure(model, ids, batch_size=8, bootstrap=50, progress=False)
+    real = m.decoder_forward
+
+    def picky(model_, arch, batch_ids, mask):
+        if batch_ids.shape[0] > 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(model_, arch, batch_ids, mask)
+
+    monkeypatch.setattr(m, "decoder_forward", picky)
+    got = effdepth.measure(model, ids, batch_size=8, bootstrap=50, progress=False)
+    assert got.provenance["run"]["batch_size_used"] == 2 and got.provenance["run"]["oom_retries"] == 2
+    assert got.default.deff == pytest.approx(expected.default.deff, rel=1e-6)
+    assert got.default.ci["deff"] == pytest.approx(expected.default.ci["deff"], rel=1e-6)
+
+    monkeypatch.setattr(m, "decoder_forward", lambda *a: (_ for _ in ()).throw(RuntimeError("CUDA out of memory")))
+    with pytest.raises(EffdepthError, match="out of memory on a single sequence"):
+        effdepth.measure(model, ids, batch_size=4, bootstrap=0, progress=False)
+
+
+def test_out_of_memory_inside_the_statistics_is_retried_without_double_counting(monkeypatch):
+    from effdepth.numerics import streams
+
+    model = tiny_model("llama")
+    ids = torch.randint(0, 256, (4, 12), generator=torch.Generator().manual_seed(1))
+    expected = effdepth.measure(model, ids, batch_size=4, bootstrap=0, progress=False)
+    real = streams.sequence_statistics
+    state = {"failed": False}
+
+    def flaky(*a, **k):
+        if not state["failed"]:
+            state["failed"] = True
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory")
+        return real(*a, **k)
+
+    monkeypatch.setattr(streams, "sequence_statistics", flaky)
+    got = effdepth.measure(model, ids, batch_size=4, bootstrap=0, progress=False)
+    assert got.default.sequences == 4 and got.default.tokens == expected.default.tokens
+    assert got.default.deff == pytest.approx(expected.default.deff, rel=1e-6)
+
+
+def test_pickle_weights_are_refused_unless_allowed(tmp_path):
+    d = tmp_path / "pickled"
+    model = tiny_model("gpt2")
+    model.config.save_pretrained(d)  # transformers 5 always writes safetensors: write the pickle by hand
+    torch.save(model.state_dict(), d / "pytorch_model.bin")
+    byte_tokenizer().save_pretrained(d)
+    assert not list(d.glob("*.safetensors"))
+    texts = ["A horse, a horse, my kingdom for a horse. " * 30]
+    with pytest.raises(EffdepthError, match="pickle weights.*--allow-pickle"):
+        effdepth.measure(str(d), texts, seq_len=16, num_seqs=2, progress=False)
+    r = effdepth.measure(str(d), texts, seq_len=16, num_seqs=2, bootstrap=0, allow_pickle=True, progress=False)
+    assert r.default.num_states == 3
+
+
+@pytest.mark.parametrize("bad", ["../../x", "a/../../b", "/abs/path/model", "owner/name/extra"])
+def test_ids_that_could_escape_are_rejected(bad):
+    with pytest.raises(EffdepthError):
+        effdepth.measure(bad, progress=False)
+
+
+def test_trust_remote_code_is_off_by_default():
+    import inspect
+
+    assert inspect.signature(effdepth.measure).parameters["trust_remote_code"].default is False
+
+
+def test_float16_accumulates_in_float64():
+    model = tiny_model("llama")
+    ids = torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(0))
+    r16 = effdepth.measure(model, ids, dtype="float16", bootstrap=0, progress=False)
+    r32 = effdepth.measure(model.float(), ids, dtype="float32", bootstrap=0, progress=False)
+    assert r16.provenance["model"]["dtype"] == "float16"
+    assert r16.default.deff == pytest.approx(r32.default.deff, rel=1e-2)
