@@ -23,6 +23,7 @@ from .numerics.views import parse_views
 from .provenance import code_version, library_versions, machine, now
 from .result import Result, view_results
 
+MAX_BOOTSTRAP = 100_000
 DEFAULTS = {"seq_len": 256, "num_seqs": 32, "batch_size": 8, "bootstrap": 1000, "seed": 0}
 
 
@@ -419,7 +420,10 @@ def _validate(**args) -> None:
         "seq_len": (lambda v: int(v) >= 2, "--seq-len must be at least 2 (D_eff needs a token after BOS), got {v}"),
         "num_seqs": (lambda v: int(v) >= 1, "--num-seqs must be at least 1, got {v}"),
         "batch_size": (lambda v: int(v) >= 1, "--batch-size must be at least 1, got {v}"),
-        "bootstrap": (lambda v: int(v) >= 0, "--bootstrap must be 0 (off) or a number of resamples, got {v}"),
+        "bootstrap": (
+            lambda v: 0 <= int(v) <= MAX_BOOTSTRAP,
+            "--bootstrap must be 0 (off) or a number of resamples up to " + f"{MAX_BOOTSTRAP:,}" + ", got {v}",
+        ),
         "similarity": (lambda v: v in SIMILARITIES, "--similarity must be one of " + ", ".join(SIMILARITIES) + ", got {v!r}"),
         "pc_estimate": (lambda v: v in PC_ESTIMATES, "--pc-estimate must be one of " + ", ".join(PC_ESTIMATES) + ", got {v!r}"),
     }

@@ -151,14 +151,18 @@ class Result:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Result":
-        if data.get("schema") != SCHEMA:
-            raise EffdepthError(f"not an effdepth result (schema {data.get('schema')!r}, expected {SCHEMA!r})")
-        views = {}
-        for name, v in data["views"].items():
-            v = dict(v)
-            v.pop("sub_reference", None)
-            views[name] = ViewResult(**v)
-        return cls(views=views, config=data["config"], provenance=data.get("provenance", {}), extras=data.get("extras", {}))
+        schema = data.get("schema") if isinstance(data, dict) else None
+        if schema != SCHEMA:
+            raise EffdepthError(f"not an effdepth result (schema {schema!r}, expected {SCHEMA!r})")
+        try:
+            views = {}
+            for name, v in data["views"].items():
+                v = dict(v)
+                v.pop("sub_reference", None)
+                views[name] = ViewResult(**v)
+            return cls(views=views, config=data["config"], provenance=data.get("provenance", {}), extras=data.get("extras", {}))
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise EffdepthError(f"damaged effdepth result ({type(exc).__name__}: {exc}); rerun the measurement") from None
 
     def save(self, path) -> Path:
         """Write JSON atomically: a crash never leaves a half-written file.
