@@ -41,7 +41,25 @@ def naive(states, include_embedding=False, similarity="frobenius"):
         E_size = [eu.mean()] + [eu.mean() + c for c in np.cumsum(eu)]
         E_matched = [e0] + E_matched
     refs = {"init": R(E_init), "size": R(E_size), "matched": R(E_matched)}
-    upd_cos = np.array([[np.sum(U[i] * U[j]) / np.sqrt(np.sum(U[i] ** 2) * np.sum(U[j] ** 2)) for j in range(M - 1)] for i in range(M - 1)])
+    if similarity == "token":
+        def token_energies(t):
+            e0t = S[0, t] @ S[0, t]
+            eut = np.array([U[k][t] @ U[k][t] for k in range(M - 1)])
+            at = e0t / eut.mean()
+            init = [at + l for l in range(1, M)]
+            size = list(np.cumsum(eut))
+            matched = [e0t + c for c in np.cumsum(eut)]
+            if include_embedding:
+                init, size, matched = [at] + init, [eut.mean()] + [eut.mean() + c for c in np.cumsum(eut)], [e0t] + matched
+            return {"init": init, "size": size, "matched": matched}
+
+        def mean_ratio(name):
+            per_token = [token_energies(t)[name] for t in range(S.shape[1])]
+            return np.mean([[[min(x, y) / max(x, y) for y in E] for x in E] for E in per_token], axis=0)
+
+        refs = {k: N * N / mean_ratio(k).sum() for k in refs}
+    X = ([S[0]] if include_embedding else []) + U
+    upd_cos = np.array([[np.sum(a * b) / np.sqrt(np.sum(a**2) * np.sum(b**2)) for b in X] for a in X])
     cos_prev = [np.sum(U[l - 1] * S[l - 1]) / np.sqrt(np.sum(U[l - 1] ** 2) * np.sum(S[l - 1] ** 2)) for l in range(1, M)]
     bi = [1 - np.mean([S[l - 1, t] @ S[l, t] / np.linalg.norm(S[l - 1, t]) / np.linalg.norm(S[l, t]) for t in range(S.shape[1])]) for l in range(1, M)]
     return dict(deff=d, sim=sim, profile=profile, refs=refs, upd_cos=upd_cos, cos_prev=cos_prev, block_influence=bi, fl=2 * N / (N + 1))
@@ -67,9 +85,8 @@ def test_matches_naive(include, similarity, seed):
     np.testing.assert_allclose(v.update_cosine, ref["upd_cos"], rtol=1e-11, atol=1e-13)
     np.testing.assert_allclose(v.update_state_cosine, ref["cos_prev"], rtol=1e-11, atol=1e-13)
     np.testing.assert_allclose(v.related["block_influence"], ref["block_influence"], rtol=1e-10, atol=1e-13)
-    if similarity == "frobenius":
-        for k in ("init", "size", "matched"):
-            assert v.references[k] == pytest.approx(ref["refs"][k], rel=1e-12)
+    for k in ("init", "size", "matched"):
+        assert v.references[k] == pytest.approx(ref["refs"][k], rel=1e-12)
     assert v.deff == pytest.approx(v.reference - sum(v.attribution.values()), rel=1e-12)
 
 

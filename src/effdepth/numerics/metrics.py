@@ -60,13 +60,16 @@ def scalar_metrics(totals: dict, similarity: str, include_embedding: bool) -> di
     return out
 
 
-def update_summary(totals: dict) -> dict:
-    """Update cosine matrix (L x L), cos(U_l, S_{l-1}) and |U_l|/|S_{l-1}|.
+def update_summary(totals: dict, include_embedding: bool = False) -> dict:
+    """Update cosine matrix (N x N), cos(U_l, S_{l-1}) and |U_l|/|S_{l-1}|.
 
-    These are frobenius quantities whatever the similarity: they summarise
-    the geometry the "correlated updates" term comes from.
+    The cosine matrix is over the increments of the analysed sequence:
+    U_1..U_L, or S_0, U_1..U_L with the embedding. These are frobenius
+    quantities whatever the similarity: they summarise the geometry the
+    "correlated updates" term comes from.
     """
     gi = totals["gram_increments"]
+    sl = analysed_slice(include_embedding)
     gs = totals["gram_states"]
     upd = np.diagonal(gi, axis1=-2, axis2=-1)[..., 1:]
     prev = np.diagonal(gs, axis1=-2, axis2=-1)[..., :-1]
@@ -76,7 +79,7 @@ def update_summary(totals: dict) -> dict:
         cos_prev = np.where(denom > 0, cross / np.where(denom > 0, denom, 1.0), 0.0)
         rel = np.where(prev > 0, np.sqrt(upd / np.where(prev > 0, prev, 1.0)), np.inf)
     return {
-        "update_cosine": cosine_from_gram(gi[..., 1:, 1:]),
+        "update_cosine": cosine_from_gram(gi[..., sl, sl]),
         "update_state_cosine": np.clip(cos_prev, -1.0, 1.0),
         "update_energy": upd,
         "relative_contribution": rel,
@@ -108,7 +111,7 @@ def full_metrics(totals: dict, similarity: str, include_embedding: bool) -> dict
     out["reference"] = reference_fl(sim.shape[-1])
     out["similarity"] = sim
     out["profile"] = decay_profile(sim)
-    out.update(update_summary(totals))
+    out.update(update_summary(totals, include_embedding))
     out["related"] = related_measures(totals)
     out["reference_profiles"] = reference_profiles(totals, similarity, include_embedding)
     return out
