@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("result", help="result.json or the folder holding it")
     add_report_command(sub)
     add_carry_commands(sub)
+    add_scale_commands(sub)
     return parser
 
 
@@ -301,6 +302,113 @@ def cmd_experiment(args) -> int:
 
 
 COMMANDS.update({"intervene": cmd_intervene, "recompose": cmd_recompose, "experiment": cmd_experiment})
+
+
+# ---------------------------------------------------------------- suites, sweeps, trajectories
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def add_scale_commands(sub) -> None:
+    """``suite``, ``sweep`` and ``trajectory``: many models or checkpoints, locally or on Ray (docs/scale.md)."""
+    s = sub.add_parser("suite", help="list or show the model suites", description="Model suites: named lists of models for 'effdepth sweep'.")
+    actions = s.add_subparsers(dest="suite_command", parser_class=_Parser, metavar="ACTION", required=True)
+    actions.add_parser("list", help="the suites shipped with effdepth")
+    show = actions.add_parser("show", help="the models of a suite")
+    show.add_argument("suite", help="a shipped suite name or a suite .yaml file")
+
+    w = sub.add_parser(
+        "sweep", help="measure every model of a suite (resumable)",
+        description="Measure each model (suite names, suite files, ids, tiny:TYPE or folders) with the same options. "
+        "Results go to DIR/<model>/<revision>/effdepth-<version>-<config hash>/result.json, written atomically: rerunning "
+        "the same command skips finished models; a failing model leaves error.json and the rest go on. Writes "
+        "DIR/summary.{csv,parquet}, DIR/suite.{png,pdf} and DIR/report.html. Exits 1 when a model failed. See docs/scale.md.",
+    )
+    w.add_argument("models", nargs="+", metavar="SUITE_OR_MODEL", help="suite name (effdepth suite list), suite file, model id, tiny:TYPE or model folder")
+    w.add_argument("--out", "-o", required=True, help="output folder (results, summary, figure, report)")
+    add_measure_arguments(w)
+    _add_executor_arguments(w)
+    w.add_argument("--no-figures", dest="figures", action="store_false", help="do not write DIR/suite.{png,pdf}")
+    w.add_argument("--no-report", dest="report", action="store_false", help="do not write DIR/report.html")
+
+    t = sub.add_parser(
+        "trajectory", help="measure a model across its training checkpoints",
+        description="Measure a model at its training checkpoints: the hub repository's branches (Pythia step1000, OLMo-2 "
+        "stage1-step1000-tokens5B, ...) or a local folder with one save_pretrained subfolder per checkpoint (step-100, "
+        "checkpoint-100). Checkpoints with the same weights as an earlier one are flagged, not measured again. Writes "
+        "DIR/trajectory.{csv,parquet,json} and DIR/trajectory.{png,pdf}. See docs/scale.md.",
+    )
+    t.add_argument("model", help="Hugging Face id or a local folder of checkpoints")
+    t.add_argument("--revisions", default="auto", help="auto (every checkpoint), every:K (every K-th and the last) or a comma-separated list (default auto)")
+    t.add_argument("--tokens-per-step", type=_int, default=None, help="training tokens per step, when the names do not say (Pythia's is known)")
+    t.add_argument("--out", "-o", required=True, help="output folder")
+    add_measure_arguments(t)
+    _add_executor_arguments(t)
+    t.add_argument("--no-figures", dest="figures", action="store_false", help="do not write DIR/trajectory.{png,pdf}")
+
+
+def _add_executor_arguments(p) -> None:
+    p.add_argument("--executor", choices=("local", "ray"), default="local", help="local: one model at a time here (default); ray: each model a Ray task")
+    p.add_argument("--ray-address", default=None, help="Ray cluster to join (ray://HEAD:10001, HEAD:6379 or auto; default: start Ray here)")
+    p.add_argument("--gpus-per-task", type=_float, default=0.0, help="GPUs each Ray task reserves (default 0)")
+    p.add_argument("--cpus-per-task", type=_float, default=1.0, help="CPUs each Ray task reserves (default 1)")
+
+
+def _scale_kwargs(args) -> dict:
+    kwargs = measure_kwargs(args)
+    kwargs.update(corpus=args.corpus, executor=args.executor, ray_address=args.ray_address, gpus_per_task=args.gpus_per_task,
+                  cpus_per_task=args.cpus_per_task, figures=args.figures, log=lambda line: print(line, flush=True))
+    return kwargs
+
+
+def cmd_suite(args) -> int:
+    from .suites import load_suite, suite_names
+
+    if args.suite_command == "list":
+        for name in suite_names():
+            suite = load_suite(name)
+            print(f"{name:<10} {len(suite.models):>3} models  {suite.description}")
+        return 0
+    suite = load_suite(args.suite)
+    print(f"{suite.name}: {suite.description}\n")
+    print(suite.table())
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from .sweep import sweep
+
+    out = ensure_writable(Path(args.out))
+    outcome = sweep(args.models, out, report=args.report, **_scale_kwargs(args))
+    print()
+    print(outcome.table())
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(outcome.counts.items()))
+    print(f"\n{counts}; wrote {', '.join(p.name for p in outcome.files)} in {out}/")
+    return 1 if outcome.counts.get("error") else 0
+
+
+def cmd_trajectory(args) -> int:
+    from .trajectory import trajectory
+
+    if args.revision is not None:
+        raise EffdepthError("trajectory takes --revisions (auto, every:K or a list), not --revision")
+    out = ensure_writable(Path(args.out))
+    kwargs = _scale_kwargs(args)
+    kwargs.pop("revision")
+    outcome = trajectory(args.model, out, revisions=args.revisions, tokens_per_step=args.tokens_per_step, **kwargs)
+    print()
+    print(outcome.table())
+    print(f"\n{len(outcome.checkpoints)} checkpoints, {len(outcome.duplicates)} duplicates flagged; "
+          f"wrote {', '.join(p.name for p in outcome.files)} in {out}/")
+    return 1 if outcome.counts.get("error") else 0
+
+
+COMMANDS.update({"suite": cmd_suite, "sweep": cmd_sweep, "trajectory": cmd_trajectory})
 
 
 def main(argv=None) -> int:

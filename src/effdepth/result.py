@@ -57,9 +57,10 @@ class ViewResult:
     @property
     def sub_reference(self) -> bool | None:
         """True when the whole interval of D_eff lies below F_N (None without interval)."""
-        if not self.ci:
+        upper = (self.ci or {}).get("deff", [None, None])[1]
+        if upper is None:
             return None
-        return self.ci["deff"][1] < self.reference
+        return upper < self.reference
 
 
 def view_result(

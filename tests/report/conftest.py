@@ -43,6 +43,8 @@ def gappy_result(tmp_path_factory, synthetic_result):
     v.similarity[0][1] = math.nan
     v.profile[2] = math.nan
     r.views["token-norm"].ratio = math.nan
+    r.views["token-norm"].ci["ratio"] = [math.nan, 1.0]
+    v.ci["correlated_updates"] = [math.nan, 0.1]
     r.extras["loss"] = {"mean": 2.25, "perplexity": math.exp(2.25), "tokens": 96}
     path = r.save(tmp_path_factory.mktemp("gappy"))
     loaded = effdepth.load(path)

@@ -10,7 +10,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from ..result import Result, ViewResult
+from ..result import SCHEMA, Result, ViewResult
 from .sources import Source
 
 #: Lists longer than this are folded (HTML) or shortened (Markdown) in the provenance.
@@ -137,10 +137,10 @@ def summary_rows(source: Source) -> list:
     r = source.result
     p, c, v = r.provenance, r.config, r.default
     model, corpus = p.get("model") or {}, p.get("corpus") or {}
-    states = f"S_0..S_L (embedding included)" if c.get("include_embedding") else "S_1..S_L (block outputs)"
+    states = "S_0..S_L (embedding included)" if c.get("include_embedding") else "S_1..S_L (block outputs)"
     rows = [
-        ("model", model.get("id") or model.get("source") or "n/a"),
-        ("revision / commit", f"{model.get('revision') or 'main'} / {model.get('commit') or 'n/a'}"),
+        ("model", f"{model.get('id') or 'n/a'} ({model.get('source') or 'n/a'})"),
+        ("revision / commit", f"{model.get('revision') or 'n/a'} / {model.get('commit') or 'n/a'}"),
         ("architecture", " / ".join(str(x) for x in (model.get("model_type"), model.get("class")) if x) or "n/a"),
         ("layers L", _plain(c.get("num_layers"))),
         ("states analysed N", f"{v.num_states}: {states}"),
@@ -220,14 +220,18 @@ def provenance_groups(source: Source) -> list:
     """
     r = source.result
     p = dict(r.provenance or {})
-    groups = [("result file", [("path", str(source.path)), ("sha256", source.sha256), ("schema", "effdepth.result/1")])]
+    groups = [("result file", [("path", str(source.path)), ("sha256", source.sha256), ("schema", SCHEMA)])]
     order = ["model", "corpus", "code", "libraries", "machine"]
     for key in order + [k for k in p if k not in order and isinstance(p[k], dict)]:
         if isinstance(p.get(key), dict):
             groups.append((key, [(k, _value(x)) for k, x in _flatten(p[key])]))
     groups.append(("configuration", [(k, _value(x)) for k, x in _flatten(r.config or {})]))
+    # Top-level scalars (created, elapsed_s, ...) join a "run" group, the one provenance may already have.
     run = [(k, _value(x)) for k, x in p.items() if not isinstance(x, dict)]
-    if run:
+    named = dict(groups)
+    if run and "run" in named:
+        named["run"].extend(run)
+    elif run:
         groups.append(("run", run))
     return groups
 
@@ -258,7 +262,7 @@ def comparison_table(sources: list) -> Table:
         row = [
             Cell(str(i), sort=i),
             Cell(str(model.get("id") or model.get("source") or s.label), href=f"#result-{i}"),
-            Cell(str(model.get("revision") or "main")),
+            Cell(str(model.get("revision") or "n/a")),
             Cell(_plain(r.config.get("num_layers")), sort=_sortable(r.config.get("num_layers"))),
             Cell(str(v.num_states), sort=v.num_states),
             Cell(str(corpus.get("name", "n/a"))),
@@ -278,10 +282,11 @@ def comparison_table(sources: list) -> Table:
         ]
         rows.append(row)
     header = ["#", "model", "revision", "L", "N", "corpus"] + (["view"] if show_view else []) + [
-        "D_eff", "F_N", "D_eff / F_N", "gap %", "sub-ref.", "R_init", "R_size", "R_matched", *(label for _, label in TERMS)]
+        "D_eff", "F_N", "D_eff / F_N", "gap %", "sub-ref.", "R_init", "R_size", "R_matched", "init. state", "size imbal.", "corr. upd."]
     numeric = [True, False, False, True, True, False] + ([False] if show_view else []) + [True] * 4 + [False] + [True] * 6
-    return Table(header, rows, numeric, note="Sorted by D_eff / F_N, lowest first. Each row is the result's first view. "
-                 "N = L (block outputs) or L + 1 (embedding included); F_N = 2N/(N+1).")
+    return Table(header, rows, numeric, note="Sorted by D_eff / F_N, lowest first (click a header to re-sort). Each row is "
+                 "the result's first view. N = L (block outputs) or L + 1 (embedding included); F_N = 2N/(N+1). "
+                 "init. state, size imbal., corr. upd.: the attribution terms, adding up to F_N - D_eff.")
 
 
 def comparison_png(sources: list) -> bytes:

@@ -1,17 +1,19 @@
 """Figures of a result, for papers and reports: PNG (150 dpi) and PDF.
 
 Every figure is built on a bare :class:`matplotlib.figure.Figure` with an
-explicit Agg canvas, never through ``pyplot`` and without
-``matplotlib.use``: whatever ``MPLBACKEND`` says, nothing here needs a
-display, and a user's interactive backend (Jupyter, Qt) is left as it was. Colours are the
-Okabe-Ito palette, and every series also differs in line style or marker, so
-the figures survive colour-blindness and greyscale printing.
+explicit Agg canvas (:func:`new_figure`), never through ``pyplot`` and
+without ``matplotlib.use``: whatever ``MPLBACKEND`` says, nothing here needs
+a display, and a user's interactive backend (Jupyter, Qt) is left as it was.
+Colours are the Okabe-Ito palette, and every series also differs in line
+style or marker, so the figures survive colour-blindness and greyscale
+printing.
 
 Each figure has one small function that takes a :class:`~effdepth.Result`
 (or one :class:`~effdepth.ViewResult`) and returns a Figure;
 :func:`write_figures` writes the standard set next to ``result.json``.
-Later figure kinds (suites, trajectories, interventions) add a function here
-and save it with :func:`save_figure`.
+Other figure kinds (suites, trajectories, interventions) build theirs with
+:func:`new_figure` inside ``with style():`` and write them with
+:func:`save_figure`.
 
 >>> import effdepth, torch, tempfile
 >>> r = effdepth.from_states(torch.randn(7, 3, 8, 16).cumsum(0), bootstrap=20)
@@ -27,6 +29,7 @@ import math
 import os
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -101,8 +104,8 @@ def similarity_figure(result: Result | ViewResult, view: str | None = None) -> F
     sim = _matrix(v.similarity)
     first = _first_layer(v)
     n = sim.shape[0]
-    with _style():
-        fig = _figure(5.0, 4.2)
+    with style():
+        fig = new_figure(5.0, 4.2)
         ax = fig.add_subplot()
         lo, hi = first - 0.5, first + n - 0.5
         im = ax.imshow(sim, cmap="cividis", vmin=0.0, vmax=1.0, extent=(lo, hi, hi, lo), interpolation="nearest")
@@ -133,13 +136,13 @@ def profile_figure(result: Result | ViewResult, view: str | None = None) -> Figu
     profile = _array(v.profile)
     k = np.arange(len(profile))
     every = max(1, len(k) // 12)
-    with _style():
-        fig = _figure(5.6, 4.6)
+    with style():
+        fig = new_figure(5.6, 4.6)
         ax = fig.add_subplot()
         values = {"fl": v.reference, **v.references}
-        for key, (label, colour, style, marker) in REFERENCE_STYLES.items():
+        for key, (label, colour, dash, marker) in REFERENCE_STYLES.items():
             if key in (v.reference_profiles or {}):
-                ax.plot(k, _array(v.reference_profiles[key]), color=colour, linestyle=style, marker=marker,
+                ax.plot(k, _array(v.reference_profiles[key]), color=colour, linestyle=dash, marker=marker,
                         markersize=4, markevery=every, linewidth=1.4, label=f"{label} ({_fmt(values.get(key))})")
         band = (v.ci or {}).get("profile")
         if band:
@@ -172,8 +175,8 @@ def attribution_figure(result: Result | ViewResult, view: str | None = None) -> 
     v, ctx = _view(result, view)
     ci = v.ci or {}
     level = _level(v)
-    with _style():
-        fig = _figure(5.6, 3.8)
+    with style():
+        fig = new_figure(5.6, 3.8)
         ax = fig.add_subplot()
         ax.grid(axis="x", visible=False)
         start = _num(v.reference)
@@ -185,26 +188,28 @@ def attribution_figure(result: Result | ViewResult, view: str | None = None) -> 
             lower = term >= 0
             ax.bar(i, after - running, bottom=running, width=0.6, color=OKABE_ITO["vermillion" if lower else "bluish_green"],
                    hatch="\\\\" if lower else "..", edgecolor="black", linewidth=0.6)
-            if key in ci:
-                lo, hi = ci[key]
+            if _pair(ci.get(key)):
+                lo, hi = _pair(ci[key])
                 ax.errorbar(i, after, yerr=[[max(0.0, hi - term)], [max(0.0, term - lo)]], color="#444444", capsize=3, linewidth=1)
             ax.plot([i - 1 - 0.3, i + 0.3], [running, running], color="#666666", linewidth=0.8, linestyle=":")
             _bar_label(ax, i, max(running, after), _fmt(-term, signed=True))
-            running, top = after, max(top, running)
+            running, top = after, max(top, running, after)
         end = _num(v.deff)
         _end_bar(ax, 4, end, OKABE_ITO["blue"], None)
         ax.plot([3 - 0.3, 4 + 0.3], [running, running], color="#666666", linewidth=0.8, linestyle=":")
-        if "deff" in ci:
-            lo, hi = ci["deff"]
+        deff_ci = _pair(ci.get("deff"))
+        if deff_ci:
+            lo, hi = deff_ci
             ax.errorbar(4, end, yerr=[[max(0.0, end - lo)], [max(0.0, hi - end)]], color="black", capsize=4, linewidth=1.2,
                         label=f"{level}% bootstrap interval")
             ax.legend(loc="lower left", frameon=True, framealpha=0.9)
         _bar_label(ax, 0, start, _fmt(start))
-        _bar_label(ax, 4, max(end, ci.get("deff", [end, end])[1]), _fmt(end))
+        _bar_label(ax, 4, max(end, deff_ci[1]) if deff_ci else end, _fmt(end))
         reached = {"initial_state": R_INIT, "size_imbalance": R_MATCHED, "correlated_updates": DEFF}
         names = ["$F_N$"] + [f"{label}\n\u2192 {reached[key]}" for key, label in ATTRIBUTION_TERMS] + [DEFF]
         ax.set_xticks(range(5), names)
-        ax.set_ylim(0, 1.15 * max(top, end, *(ci.get("deff") or [0])))
+        heights = [x for x in (top, end, *(deff_ci or ())) if math.isfinite(x)]
+        ax.set_ylim(0, 1.15 * max(heights + [1.0]))
         ax.set_ylabel("effective depth (states)")
         ax.set_title(_title(f"Gap attribution $F_N$ \u2192 {DEFF}", v, ctx))
         _caption(fig, f"steps: change in effective depth; hatched red lowers it, dotted green raises it; "
@@ -224,13 +229,13 @@ def views_figure(result: Result) -> Figure:
     for name, v in result.views.items():
         labels.append(name)
         ratios.append(_num(v.ratio))
-        intervals.append((v.ci or {}).get("ratio"))
+        intervals.append(_pair((v.ci or {}).get("ratio")))
     return ratio_dot_figure(labels, ratios, intervals, xlabel=f"{DEFF} / $F_N$", title=_title("Controls", None, _context(result)),
                             level=_level(next(iter(result.views.values()))))
 
 
 def comparison_figure(results: list, labels: list | None = None) -> Figure:
-    """D_eff / F_L of several results (each its first view), with intervals.
+    """D_eff / F_N (F_L unless the embedding is included) of several results, each its first view, with intervals.
 
     >>> import effdepth, torch
     >>> rs = [effdepth.from_states(torch.randn(5, 8, 16).cumsum(0)) for _ in range(2)]
@@ -239,8 +244,8 @@ def comparison_figure(results: list, labels: list | None = None) -> Figure:
     """
     labels = labels or [result_label(r) for r in results]
     views = [r.default for r in results]
-    return ratio_dot_figure(labels, [_num(v.ratio) for v in views], [(v.ci or {}).get("ratio") for v in views],
-                            xlabel=f"{DEFF} / $F_L$", title="Effective depth relative to the structural reference",
+    return ratio_dot_figure(labels, [_num(v.ratio) for v in views], [_pair((v.ci or {}).get("ratio")) for v in views],
+                            xlabel=f"{DEFF} / $F_N$", title="Effective depth relative to the structural reference",
                             level=_level(next((v for v in views if v.ci), views[0])))
 
 
@@ -258,8 +263,8 @@ def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figur
     energy = _array(v.update_energy)
     layers = np.arange(1, len(energy) + 1)
     tokens = max(1, int(v.tokens or 1))
-    with _style():
-        fig = _figure(5.6, 6.4)
+    with style():
+        fig = new_figure(5.6, 6.4)
         axes = fig.subplots(3, 1, sharex=True)
         ax = axes[0]
         ax.plot(layers, _positive(energy / tokens), color=OKABE_ITO["vermillion"], marker="o", markersize=4,
@@ -310,8 +315,8 @@ def ratio_dot_figure(labels, ratios, intervals, *, xlabel: str, title: str, leve
     'ratio'
     """
     rows = len(labels)
-    with _style():
-        fig = _figure(5.6, 1.3 + 0.38 * rows)
+    with style():
+        fig = new_figure(5.6, 1.3 + 0.38 * rows)
         ax = fig.add_subplot()
         ax.grid(axis="y", visible=False)
         y = np.arange(rows)[::-1]
@@ -325,8 +330,10 @@ def ratio_dot_figure(labels, ratios, intervals, *, xlabel: str, title: str, leve
                 shown_interval = True
             ax.plot([r], [yi], marker="o", markersize=6, color=OKABE_ITO["blue"],
                     markerfacecolor=OKABE_ITO["blue"] if below else "white", markeredgewidth=1.4, linestyle="none")
-            ax.annotate(_fmt(r), (r, yi), xytext=(0, 5), textcoords="offset points", ha="center", va="bottom", fontsize=7.5)
-        ax.plot([], [], marker="o", color=OKABE_ITO["blue"], linestyle="none", label="interval below 1 (filled)")
+            if math.isfinite(r):
+                ax.annotate(_fmt(r), (r, yi), xytext=(0, 5), textcoords="offset points", ha="center", va="bottom", fontsize=7.5)
+        if shown_interval:  # filled vs open only means something with intervals
+            ax.plot([], [], marker="o", color=OKABE_ITO["blue"], linestyle="none", label="interval below 1 (filled)")
         ax.set_yticks(y, labels)
         ax.set_ylim(-0.7, rows - 0.3)
         finite = [x for x in ratios if math.isfinite(x)] + [x for ci in intervals if ci for x in ci]
@@ -368,6 +375,28 @@ def standard_figures(result: Result, view: str | None = None):
     if len(result.views) > 1:
         yield "views", views_figure(result)
     yield "layers", layers_figure(result, view)
+
+
+def new_figure(width: float, height: float) -> Figure:
+    """A bare Agg figure (inches), constrained layout: no pyplot, no display, the user's backend untouched.
+
+    >>> new_figure(2, 2).canvas.__class__.__name__
+    'FigureCanvasAgg'
+    """
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+@contextlib.contextmanager
+def style():
+    """The house style (font sizes, light grid, TrueType in PDFs) for figures made inside the ``with``.
+
+    >>> with style():
+    ...     fig = new_figure(2, 2)
+    """
+    with matplotlib.rc_context(_RC):
+        yield
 
 
 def save_figure(fig: Figure, stem, formats=("png", "pdf")) -> list[Path]:
@@ -438,16 +467,6 @@ def _canvas(fig: Figure):
     return fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
 
 
-def _figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-@contextlib.contextmanager
-def _style():
-    with matplotlib.rc_context(_RC):
-        yield
 
 
 def _view(result, view: str | None) -> tuple[ViewResult, dict]:
@@ -465,12 +484,11 @@ def _context(result: Result) -> dict:
 
 
 def _title(what: str, v: ViewResult | None, ctx: dict) -> str:
-    parts = [what]
-    if ctx.get("label"):
-        parts.append(ctx["label"])
+    # What the figure shows, then on its own (wrapped) line whose it is: model ids can be long.
+    whose = [ctx["label"]] if ctx.get("label") else []
     if v is not None and (ctx.get("multi") or v.name != "default"):
-        parts.append(f"view {v.name}")
-    return " \u2014 ".join(parts)
+        whose.append(f"view {v.name}")
+    return "\n".join([what, *textwrap.wrap(" \u00b7 ".join(whose), 72)])
 
 
 def _caption(fig: Figure, text: str) -> None:
@@ -523,6 +541,13 @@ def _level(v: ViewResult) -> int:
 def _ci_text(v: ViewResult, key: str) -> str:
     ci = (v.ci or {}).get(key)
     return f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else ""
+
+
+def _pair(ci):
+    """``(lo, hi)`` as floats, or None when absent or not finite (saved as null)."""
+    if not ci or any(x is None or not math.isfinite(float(x)) for x in ci):
+        return None
+    return float(ci[0]), float(ci[1])
 
 
 def _num(x) -> float:

@@ -23,7 +23,7 @@ CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 
 CSS = """
 :root { --fg: #1a1a1a; --muted: #5a5a5a; --line: #d9d9d9; --band: #f5f7fa; --accent: #0072B2; }
 * { box-sizing: border-box; }
-body { margin: 0 auto; max-width: 1180px; padding: 24px 28px 64px; color: var(--fg); background: #fff;
+body { margin: 0 auto; max-width: 1240px; padding: 24px 24px 64px; color: var(--fg); background: #fff;
   font: 15px/1.5 system-ui, -apple-system, "Segoe UI", "DejaVu Sans", Arial, sans-serif; }
 h1 { font-size: 1.7em; margin: 0.2em 0 0.1em; }
 h2 { font-size: 1.35em; margin: 2em 0 0.4em; padding-top: 0.6em; border-top: 2px solid var(--line); }
@@ -32,13 +32,16 @@ p.meta, p.note, figcaption { color: var(--muted); font-size: 0.88em; }
 p.headline { font-size: 1.08em; background: var(--band); border-left: 4px solid var(--accent); padding: 10px 14px; margin: 0.8em 0; }
 .scroll { overflow-x: auto; }
 table { border-collapse: collapse; font-size: 0.9em; font-variant-numeric: tabular-nums; }
-th, td { padding: 4px 10px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
-th { background: var(--band); font-weight: 600; white-space: nowrap; }
-td.num, th.num { text-align: right; white-space: nowrap; }
+th, td { padding: 4px 8px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
+th { background: var(--band); font-weight: 600; vertical-align: bottom; }
+td.num, th.num { text-align: right; }
+td.num { white-space: nowrap; }
 tbody tr:nth-child(even) td { background: #fbfbfb; }
 span.ci { display: block; color: var(--muted); font-size: 0.85em; }
-table.kv th { text-align: left; width: 14em; background: none; font-weight: 500; color: var(--muted); white-space: normal; }
+table.kv th { vertical-align: top; text-align: left; width: 14em; background: none; font-weight: 500; color: var(--muted); white-space: normal; }
 table.kv td { word-break: break-word; }
+table.sortable { font-size: 0.84em; }
+table.sortable th, table.sortable td { padding: 4px 6px; }
 table.sortable th { cursor: pointer; user-select: none; }
 table.sortable th[aria-sort="ascending"]::after { content: " \\25B2"; font-size: 0.75em; }
 table.sortable th[aria-sort="descending"]::after { content: " \\25BC"; font-size: 0.75em; }
@@ -47,6 +50,7 @@ figure { margin: 0; }
 figure img { width: 100%; height: auto; border: 1px solid var(--line); }
 figure.wide { grid-column: 1 / -1; max-width: 760px; }
 .prov { display: grid; grid-template-columns: repeat(auto-fit, minmax(460px, 1fr)); gap: 0 28px; }
+.prov table.kv { width: 100%; }
 .prov h4 { margin: 1em 0 0.2em; font-size: 0.95em; text-transform: capitalize; }
 code, .mono { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 0.92em; }
 details summary { cursor: pointer; color: var(--accent); }

@@ -91,7 +91,7 @@ def _result(s: Source, index: int, several: bool, files_dir: str, prefix: str, i
 
 
 def _kv(rows: list, path: str = "result.json") -> str:
-    lines = ["| | |", "|:---|:---|"]
+    lines = ["| field | value |", "|:---|:---|"]
     for k, v in rows:
         if isinstance(v, Folded):
             v = f"{v.preview} ({v.count} values; all in {path})"

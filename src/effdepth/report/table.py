@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import math
+
 from ..result import Result, ViewResult
 
 
-def _interval(v: ViewResult, key: str, fmt: str = "{:.3f}") -> str:
-    if not v.ci or key not in v.ci:
+def _n(x, spec: str = ".3f") -> str:
+    """A number, or ``n/a`` where the saved result has null (non-finite) or nothing."""
+    if x is None or not math.isfinite(float(x)):
+        return "n/a"
+    return format(float(x), spec)
+
+
+def _interval(v: ViewResult, key: str, spec: str = ".3f") -> str:
+    if not v.ci or not v.ci.get(key):
         return ""
     lo, hi = v.ci[key]
-    return f"[{fmt.format(lo)}, {fmt.format(hi)}]"
+    return f"[{_n(lo, spec)}, {_n(hi, spec)}]"
 
 
 def _sub(v: ViewResult) -> str:
@@ -31,15 +40,15 @@ def summary_table(result: Result) -> str:
         rows.append(
             [
                 name,
-                f"{v.deff:.3f}",
+                _n(v.deff),
                 _interval(v, "deff"),
-                f"{v.reference:.3f}",
-                f"{v.ratio:.3f}",
-                f"{v.gap_pct:+.1f}",
+                _n(v.reference),
+                _n(v.ratio),
+                _n(v.gap_pct, "+.1f"),
                 _sub(v),
-                f"{a['initial_state']:+.3f}",
-                f"{a['size_imbalance']:+.3f}",
-                f"{a['correlated_updates']:+.3f}",
+                _n(a.get("initial_state"), "+.3f"),
+                _n(a.get("size_imbalance"), "+.3f"),
+                _n(a.get("correlated_updates"), "+.3f"),
             ]
         )
     return _render(header, rows)
@@ -54,11 +63,11 @@ def references_table(result: Result) -> str:
         rows.append(
             [
                 name,
-                f"{v.reference:.3f}",
-                f"{r['init']:.3f} {_interval(v, 'reference_init')}".strip(),
-                f"{r['size']:.3f} {_interval(v, 'reference_size')}".strip(),
-                f"{r['matched']:.3f} {_interval(v, 'reference_matched')}".strip(),
-                f"{v.deff:.3f}",
+                _n(v.reference),
+                f"{_n(r.get('init'))} {_interval(v, 'reference_init')}".strip(),
+                f"{_n(r.get('size'))} {_interval(v, 'reference_size')}".strip(),
+                f"{_n(r.get('matched'))} {_interval(v, 'reference_matched')}".strip(),
+                _n(v.deff),
             ]
         )
     return _render(header, rows)
@@ -82,7 +91,7 @@ def headline(result: Result) -> str:
     ]
     ci = _interval(v, "deff")
     lines.append(
-        f"D_eff = {v.deff:.3f} {ci}  vs  F_N = {v.reference:.3f}: ratio {v.ratio:.3f}, gap {v.gap_pct:+.1f}%"
+        f"D_eff = {_n(v.deff)} {ci}  vs  F_N = {_n(v.reference)}: ratio {_n(v.ratio)}, gap {_n(v.gap_pct, '+.1f')}%"
         + ("  (sub-reference)" if v.sub_reference else "")
     )
     return "\n".join(lines)
@@ -117,7 +126,7 @@ def _extra_value(v) -> str:
     if v is None:
         return "n/a"  # non-finite values are saved as null
     if isinstance(v, float):
-        return f"{v:.3f}" if abs(v) < 1e6 else f"{v:.4g}"
+        return _n(v) if abs(v) < 1e6 else f"{v:.4g}"
     return str(v)
 
 
