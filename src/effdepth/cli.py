@@ -357,12 +357,15 @@ def _add_executor_arguments(p) -> None:
     p.add_argument("--ray-address", default=None, help="Ray cluster to join (ray://HEAD:10001, HEAD:6379 or auto; default: start Ray here)")
     p.add_argument("--gpus-per-task", type=_float, default=0.0, help="GPUs each Ray task reserves (default 0)")
     p.add_argument("--cpus-per-task", type=_float, default=1.0, help="CPUs each Ray task reserves (default 1)")
+    p.add_argument("--checkpoint-every", type=_float, default=30.0, metavar="SECONDS",
+                   help="local executor: save a model's partial statistics this often, and on Ctrl-C/SIGTERM; a rerun continues them (default 30)")
 
 
 def _scale_kwargs(args) -> dict:
     kwargs = measure_kwargs(args)
     kwargs.update(corpus=args.corpus, executor=args.executor, ray_address=args.ray_address, gpus_per_task=args.gpus_per_task,
-                  cpus_per_task=args.cpus_per_task, figures=args.figures, log=lambda line: print(line, flush=True))
+                  cpus_per_task=args.cpus_per_task, figures=args.figures, checkpoint_every_s=args.checkpoint_every,
+                  log=lambda line: print(line, flush=True))
     return kwargs
 
 
@@ -387,7 +390,7 @@ def cmd_sweep(args) -> int:
     outcome = sweep(args.models, out, report=args.report, **_scale_kwargs(args))
     print()
     print(outcome.table())
-    counts = ", ".join(f"{n} {s}" for s, n in sorted(outcome.counts.items()))
+    counts = _counts_text(outcome.counts)
     print(f"\n{counts}; wrote {', '.join(p.name for p in outcome.files)} in {out}/")
     return 1 if outcome.counts.get("error") else 0
 
@@ -403,9 +406,14 @@ def cmd_trajectory(args) -> int:
     outcome = trajectory(args.model, out, revisions=args.revisions, tokens_per_step=args.tokens_per_step, **kwargs)
     print()
     print(outcome.table())
-    print(f"\n{len(outcome.checkpoints)} checkpoints, {len(outcome.duplicates)} duplicates flagged; "
+    print(f"\n{len(outcome.checkpoints)} checkpoints ({_counts_text(outcome.counts)}), {len(outcome.duplicates)} duplicates flagged; "
           f"wrote {', '.join(p.name for p in outcome.files)} in {out}/")
     return 1 if outcome.counts.get("error") else 0
+
+
+def _counts_text(counts: dict) -> str:
+    words = {"done": "done before", "ok": "measured", "error": "failed"}
+    return ", ".join(f"{counts[s]} {words[s]}" for s in words if counts.get(s)) or "nothing to do"
 
 
 COMMANDS.update({"suite": cmd_suite, "sweep": cmd_sweep, "trajectory": cmd_trajectory})

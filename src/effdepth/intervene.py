@@ -11,6 +11,7 @@ Saved as ``DIR/intervention.json`` (every per-lam result inside),
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from tqdm.auto import tqdm
 
 from .capture.intervention import ResidualCarry, check_layer_spec, format_carry, parse_carry, parse_layers
 from .errors import EffdepthError
-from .measure import DEFAULTS, _validate, measure_prepared, prepare
+from .measure import _validate, measure_prepared, prepare
 from .numerics.views import parse_views
 from .provenance import code_version, library_versions, machine, now
 from .result import Result, write_json_atomic
@@ -148,38 +149,15 @@ def intervention_row(lam: float, result: Result, view: str | None = None) -> dic
     }
 
 
-def intervene(
-    model=None,
-    corpus=None,
-    *,
-    carry=DEFAULT_CARRY,
-    layers="all",
-    views=("default",),
-    revision: str | None = None,
-    seq_len: int = DEFAULTS["seq_len"],
-    num_seqs: int = DEFAULTS["num_seqs"],
-    batch_size: int = DEFAULTS["batch_size"],
-    similarity: str = "frobenius",
-    include_embedding: bool = False,
-    bootstrap: int = DEFAULTS["bootstrap"],
-    seed: int = DEFAULTS["seed"],
-    dtype=None,
-    device: str | None = None,
-    pc_estimate: str = "calibration",
-    device_map: str | None = None,
-    trust_remote_code: bool = False,
-    tokenizer=None,
-    add_bos: bool = True,
-    blocks_path: str | None = None,
-    embedding_path: str | None = None,
-    progress: bool = True,
-) -> InterventionResult:
+def intervene(model=None, corpus=None, *, carry=DEFAULT_CARRY, layers="all", views=("default",), **options) -> InterventionResult:
     """Measure D_eff and the next-token loss with the residual carry set to each lam.
 
     ``carry``: values in [0, 1] (a sequence or ``"1,0.9,0.5"``); ``layers``:
     ``"all"``, ``"A-B"``, ``"1,3,5"`` or a list of 1-based block numbers.
-    Every other option is :func:`effdepth.measure`'s. The model and corpus are
-    loaded once; each lam gets a full :class:`~effdepth.Result` (all views).
+    ``options`` are :func:`effdepth.measure`'s (``seq_len``, ``num_seqs``,
+    ``batch_size``, ``bootstrap``, ``similarity``, ``include_embedding``,
+    ``dtype``, ``device``, ``progress``...). The model and corpus are loaded
+    once; each lam gets a full :class:`~effdepth.Result` (all views).
 
     >>> import effdepth, torch
     >>> from effdepth.tiny import tiny_model
@@ -191,25 +169,42 @@ def intervene(
     carries = parse_carry(carry)
     check_layer_spec(layers)
     parse_views(views)
-    _validate(seq_len=seq_len, num_seqs=num_seqs, batch_size=batch_size, bootstrap=bootstrap, similarity=similarity,
-              pc_estimate=pc_estimate)
+    load_options, measure_options = split_options(options)
+    # Measurement options fail here, before minutes of loading weights.
+    _validate(**{k: measure_options[k] for k in ("batch_size", "bootstrap", "similarity", "pc_estimate") if k in measure_options})
     started = time.perf_counter()
-    prepared = prepare(
-        model, corpus, revision=revision, seq_len=seq_len, num_seqs=num_seqs, seed=seed, dtype=dtype, device=device,
-        device_map=device_map, trust_remote_code=trust_remote_code, tokenizer=tokenizer, add_bos=add_bos,
-        blocks_path=blocks_path, embedding_path=embedding_path, progress=progress,
-    )
+    prepared = prepare(model, corpus, **load_options)
     blocks = parse_layers(layers, prepared.arch.num_layers)
-    options = {"views": views, "batch_size": batch_size, "similarity": similarity, "include_embedding": include_embedding,
-               "bootstrap": bootstrap, "seed": seed, "pc_estimate": pc_estimate, "progress": progress}
+    progress = options.get("progress", True)
     results = {}
     for lam in tqdm(carries, desc="carry", unit="value", disable=not progress or len(carries) < 2, leave=False):
-        results[lam] = measure_with_carry(prepared, lam, blocks, **options)
+        results[lam] = measure_with_carry(prepared, lam, blocks, views=views, **measure_options)
     config = {"carries": list(carries), "layers": list(blocks), "all_layers": len(blocks) == prepared.arch.num_layers,
               "layer_spec": layers if isinstance(layers, str) else list(layers), **results[carries[0]].config}
     provenance = {"code": code_version(), "libraries": library_versions(), "machine": machine(), "created": now(),
                   "elapsed_s": round(time.perf_counter() - started, 3)}
     return InterventionResult(carries, blocks, results, config, provenance)
+
+
+# measure_prepared's own plumbing, not a measurement option.
+_NOT_OPTIONS = {"prepared", "with_loss", "checkpoint", "resume", "checkpoint_every_s", "started", "model", "corpus"}
+
+
+def split_options(options: dict) -> tuple:
+    """Split :func:`effdepth.measure` options into ``prepare``'s and ``measure_prepared``'s.
+
+    Read from their signatures, so options added there pass through here too.
+    ``seed`` and ``progress`` go to both.
+
+    >>> split_options({"seq_len": 16, "bootstrap": 0, "seed": 1})
+    ({'seq_len': 16, 'seed': 1}, {'bootstrap': 0, 'seed': 1})
+    """
+    load_names = set(inspect.signature(prepare).parameters) - _NOT_OPTIONS
+    measure_names = set(inspect.signature(measure_prepared).parameters) - _NOT_OPTIONS
+    unknown = set(options) - load_names - measure_names
+    if unknown:
+        raise TypeError(f"unexpected measurement option(s): {', '.join(sorted(unknown))}")
+    return ({k: v for k, v in options.items() if k in load_names}, {k: v for k, v in options.items() if k in measure_names})
 
 
 def measure_with_carry(prepared, lam: float, layers, **options) -> Result:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,8 +199,10 @@ def _from_pretrained(source, common, torch_dtype, dev, device_map, info, progres
     if device_map is not None:
         kwargs["device_map"] = device_map
     bars = hf_logging.is_progress_bar_enabled()
+    tqdm_env = os.environ.get("TQDM_DISABLE")
     if not progress:
         hf_logging.disable_progress_bar()
+        os.environ["TQDM_DISABLE"] = "1"  # the GGUF de-quantiser uses plain tqdm
     try:
         with _quiet():
             m = AutoModelForCausalLM.from_pretrained(source, **kwargs)
@@ -215,6 +218,11 @@ def _from_pretrained(source, common, torch_dtype, dev, device_map, info, progres
     finally:
         if bars:
             hf_logging.enable_progress_bar()
+        if not progress:
+            if tqdm_env is None:
+                os.environ.pop("TQDM_DISABLE", None)
+            else:
+                os.environ["TQDM_DISABLE"] = tqdm_env
     if device_map is None:
         m = m.to(dev)
     return m

@@ -15,6 +15,10 @@ checkpoint runs it with lam = 1, a different model from the one trained.
 experiment measures every checkpoint that way, on held-out sequences that
 no training batch contains.
 
+Runs are deterministic under a seed on the CPU (``torch.manual_seed`` before
+initialisation, a seeded data order, the same held-out draw for every run);
+on a GPU, kernels may differ in the last bits between runs.
+
 Results: ``DIR/experiment.json`` (every checkpoint's numbers and the
 per-(lam, step) summary over seeds) and ``DIR/experiment.{png,pdf}``; each
 checkpoint's full result is in ``DIR/lam-<lam>/seed-<k>/results/step-<N>.json``.
@@ -41,9 +45,6 @@ from ..provenance import code_version, library_versions, machine, now
 from ..result import Result, write_json_atomic
 
 SCHEMA = "effdepth.experiment/1"
-PREPARE_OPTIONS = ("revision", "seq_len", "num_seqs", "seed", "dtype", "device", "device_map", "trust_remote_code",
-                   "tokenizer", "add_bos", "blocks_path", "embedding_path", "progress")
-MEASURE_OPTIONS = ("views", "batch_size", "similarity", "include_embedding", "bootstrap", "seed", "pc_estimate", "progress")
 SUMMARY_KEYS = ("deff", "ratio", "reference_init", "reference_size", "reference_matched", "loss", "perplexity", "train_loss")
 
 
@@ -58,7 +59,7 @@ class CarryExperiment:
     carries: tuple = (1.0, 0.75, 0.5)
     carry_layers: str = "all"
     layers: int = 4
-    d_model: int = 64
+    d_model: int = 96
     heads: int = 4
     steps: int = 300
     batch_size: int = 16
@@ -153,6 +154,8 @@ class SplitCorpus:
     train: torch.Tensor
     held_out: torch.Tensor
     info: dict
+    train_starts: np.ndarray | None = None  # where each chunk starts in the packed token stream
+    held_out_starts: np.ndarray | None = None
 
 
 def split_corpus(corpus="shakespeare", *, seq_len: int, eval_seqs: int, seed: int = 0) -> SplitCorpus:
@@ -178,7 +181,8 @@ def split_corpus(corpus="shakespeare", *, seq_len: int, eval_seqs: int, seed: in
     keep = [i for i, start in enumerate(everything.info["chunk_starts"]) if start not in taken]
     info = {"corpus": held.name, "source": held.info.get("source"), "chunks_available": available, "train_seqs": len(keep),
             "held_out_seqs": eval_seqs, "held_out_sha256": held.sha256, "seq_len": seq_len, "seed": seed}
-    return SplitCorpus(everything.input_ids[keep], held.input_ids, info)
+    starts = np.asarray(everything.info["chunk_starts"])
+    return SplitCorpus(everything.input_ids[keep], held.input_ids, info, starts[keep], np.asarray(held.info["chunk_starts"]))
 
 
 def batch_order(num_train: int, batch_size: int, steps: int, seed: int) -> np.ndarray:
@@ -262,17 +266,14 @@ def measure_checkpoint(path, corpus=None, *, carry: float | None = None, layers=
     >>> r.extras["intervention"]["carry"]
     0.5
     """
-    from ..intervene import measure_with_carry
+    from ..intervene import measure_with_carry, split_options
     from ..measure import prepare
 
     stored_lam, stored_layers = checkpoint_carry(path)
     lam = stored_lam if carry is None else carry
-    unknown = set(options) - set(PREPARE_OPTIONS) - set(MEASURE_OPTIONS)
-    if unknown:
-        raise TypeError(f"measure_checkpoint() got unexpected options: {', '.join(sorted(unknown))}")
-    prepared = prepare(str(path), corpus, **{k: v for k, v in options.items() if k in PREPARE_OPTIONS})
-    return measure_with_carry(prepared, lam, stored_layers if layers is None else layers,
-                              **{k: v for k, v in options.items() if k in MEASURE_OPTIONS})
+    load_options, measure_options = split_options(options)
+    prepared = prepare(str(path), corpus, **load_options)
+    return measure_with_carry(prepared, lam, stored_layers if layers is None else layers, **measure_options)
 
 
 # --------------------------------------------------------------------------- training

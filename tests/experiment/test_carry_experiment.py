@@ -1,0 +1,131 @@
+"""The trained carry control: determinism, checkpoints, measurement with the carry, outputs, CLI."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from effdepth.cli import main
+from effdepth.errors import EffdepthError
+from effdepth.experiment import CarryExperiment, carry_experiment, checkpoint_carry, load_experiment, measure_checkpoint, split_corpus
+from effdepth.experiment.carry import batch_order, new_model
+from effdepth.measure import measure
+
+TEXT = ["Now is the winter of our discontent made glorious summer by this sun of York. " * 30,
+        "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " * 30]
+TINY = dict(carries=(1.0, 0.5), carry_layers="all", layers=2, d_model=16, heads=2, steps=3, save_every=2, batch_size=2,
+            seq_len=16, eval_seqs=3, bootstrap=20, corpus=TEXT, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    a, b = tmp_path_factory.mktemp("a"), tmp_path_factory.mktemp("b")
+    return (a, carry_experiment(out=a, progress=False, **TINY)), (b, carry_experiment(out=b, progress=False, **TINY))
+
+
+def test_training_is_deterministic_under_a_seed(runs):
+    (a, ra), (b, rb) = runs
+    assert ra.records == rb.records  # every number, paths relative to the output folder
+    for lam in ("1", "0.5"):
+        wa = load_file(a / f"lam-{lam}/seed-0/step-3/model.safetensors")
+        wb = load_file(b / f"lam-{lam}/seed-0/step-3/model.safetensors")
+        assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_same_seed_same_start_and_carry_changes_training(runs):
+    (a, _), _ = runs
+    init = [load_file(a / f"lam-{lam}/seed-0/step-0/model.safetensors") for lam in ("1", "0.5")]
+    assert all(torch.equal(init[0][k], init[1][k]) for k in init[0])  # identical but for the carry
+    final = [load_file(a / f"lam-{lam}/seed-0/step-3/model.safetensors") for lam in ("1", "0.5")]
+    assert any(not torch.equal(final[0][k], final[1][k]) for k in final[0])  # gradients went through the carry
+
+
+def test_checkpoints_are_standard_and_remember_their_carry(runs):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    (a, result), _ = runs
+    assert sorted(p.name for p in (a / "lam-0.5" / "seed-0").glob("step-*")) == ["step-0", "step-2", "step-3"]
+    ckpt = a / "lam-0.5" / "seed-0" / "step-3"
+    model = AutoModelForCausalLM.from_pretrained(ckpt)
+    assert model.config.effdepth_carry == 0.5 and model.config.effdepth_carry_layers == [1, 2]
+    assert len(AutoTokenizer.from_pretrained(ckpt)) == 259
+    assert checkpoint_carry(ckpt) == (0.5, [1, 2])
+    assert not list(a.rglob(".*partial*"))
+
+    held_out = split_corpus(TEXT, seq_len=16, eval_seqs=3).held_out
+    again = measure_checkpoint(ckpt, held_out, bootstrap=20, seed=0, batch_size=16, dtype="float32", progress=False)
+    record = next(r for r in result.records if r["lam"] == 0.5 and r["step"] == 3)
+    assert again.default.deff == record["deff"] and again.extras["loss"]["mean"] == record["loss"]
+    # A plain measurement runs the checkpoint with lam = 1: a different model (documented).
+    plain = measure(str(ckpt), held_out, bootstrap=0, progress=False, dtype="float32")
+    assert plain.default.deff != record["deff"]
+
+
+def test_experiment_outputs(runs):
+    (a, result), _ = runs
+    for name in ("experiment.json", "experiment.png", "experiment.pdf", "lam-1/seed-0/results/step-3.json"):
+        assert (a / name).is_file(), name
+    data = json.loads((a / "experiment.json").read_text())
+    assert data["schema"] == "effdepth.experiment/1"
+    assert {(s["lam"], s["step"]) for s in data["summary"]} == {(lam, s) for lam in (1.0, 0.5) for s in (0, 2, 3)}
+    assert load_experiment(a).records == result.records
+    table = result.final_table()
+    assert "bootstrap CI" in table and "R_matched" in table and "train loss" in table
+    assert "D_eff lam=0.5" in result.step_table()
+
+
+def test_intervals_over_seeds(tmp_path):
+    result = carry_experiment(out=tmp_path, progress=False, **{**TINY, "carries": (0.5,), "steps": 1, "seeds": 2, "bootstrap": 0})
+    final = [s for s in result.summary() if s["step"] == 1][0]
+    assert final["seeds"] == 2 and final["deff"]["min"] <= final["deff"]["mean"] <= final["deff"]["max"]
+    assert "min-max over seeds" in result.final_table()
+    assert (tmp_path / "lam-0.5" / "seed-1" / "step-1").is_dir()
+
+
+def test_held_out_sequences_are_never_trained_on():
+    split = split_corpus(TEXT, seq_len=16, eval_seqs=5, seed=0)
+    assert split.held_out.shape == (5, 16)
+    train, held = set(split.train_starts.tolist()), set(split.held_out_starts.tolist())
+    assert not train & held and len(train) + 5 == split.info["chunks_available"] == split.info["train_seqs"] + 5
+    order = batch_order(split.train.shape[0], 4, 10, seed=3)
+    assert np.array_equal(order, batch_order(split.train.shape[0], 4, 10, seed=3))
+    assert order.max() < split.train.shape[0]
+
+
+def test_model_is_identical_across_carries_at_a_seed():
+    spec = CarryExperiment(**{k: v for k, v in TINY.items() if k != "corpus"})
+    a, b = new_model(spec, 1.0, 7), new_model(spec, 0.5, 7)
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+    assert a.config.effdepth_carry == 1.0 and b.config.effdepth_carry == 0.5
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [({"carries": (1.2,)}, "outside"), ({"carries": ()}, "at least one"), ({"d_model": 30, "heads": 4}, "heads of even size"),
+     ({"carry_layers": "3"}, "--carry-layers '3' names layer 3"), ({"steps": 0}, "--steps must be a positive"),
+     ({"lr": -1.0}, "--lr"), ({"save_every": 0}, "--save-every")],
+)
+def test_bad_settings(override, message, tmp_path):
+    with pytest.raises(EffdepthError, match=message):
+        carry_experiment(out=tmp_path, progress=False, **{**TINY, **override})
+
+
+def test_cli_experiment(tmp_path, capsys):
+    corpus = tmp_path / "text.txt"
+    corpus.write_text("\n".join(TEXT))
+    code = main(["experiment", "carry", "--corpus", str(corpus), "--carry", "1,0.5", "--layers", "2", "--d-model", "16", "--heads", "2", "--steps", "2",
+                 "--batch-size", "2", "--seq-len", "16", "--eval-seqs", "3", "--bootstrap", "10", "--device", "cpu",
+                 "--out", str(tmp_path / "run"), "--no-progress"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "R_matched" in out and "step" in out and (tmp_path / "run" / "experiment.json").is_file()
+
+    code = main(["experiment", "carry", "--carry", "1,2", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "outside [0, 1]" in err and err.count("\n") == 1
+    code = main(["experiment", "carry", "--steps", "x"])
+    assert code == 2 and "expected an integer" in capsys.readouterr().err
+    code = main(["experiment"])
+    assert code == 2
