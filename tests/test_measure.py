@@ -151,7 +151,12 @@ def test_missing_paths_and_unknown_ids(tmp_path):
 
 
 def test_unknown_hub_id_offline(monkeypatch):
+    import huggingface_hub.constants
+
+    # The flag is read at import time; set it where the library looks, so the
+    # test does not wait out network retries.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(EffdepthError, match="could not load model 'nobody/no-such-model'"):
         effdepth.measure("nobody/no-such-model", progress=False)
 

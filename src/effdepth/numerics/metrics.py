@@ -75,7 +75,7 @@ def update_summary(totals: dict, include_embedding: bool = False) -> dict:
     prev = np.diagonal(gs, axis1=-2, axis2=-1)[..., :-1]
     cross = totals["update_state_dot"]
     denom = np.sqrt(upd * prev)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         cos_prev = np.where(denom > 0, cross / np.where(denom > 0, denom, 1.0), 0.0)
         rel = np.where(prev > 0, np.sqrt(upd / np.where(prev > 0, prev, 1.0)), np.inf)
     return {
