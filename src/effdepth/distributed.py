@@ -1,0 +1,330 @@
+"""One measurement spread over several processes or nodes, with ``torchrun``.
+
+::
+
+    torchrun --nproc-per-node 4 -m effdepth.distributed measure EleutherAI/pythia-1b --num-seqs 512 --out runs/p1b
+
+Every rank loads the model and the same corpus, measures a contiguous share
+of the sequences (rank 0 the first), and sends its per-sequence statistics
+to rank 0 with ``torch.distributed``. The statistics are additive per
+sequence and arrive in rank order, so rank 0 holds exactly the units a
+single process would have, in the same order: the numbers, bootstrap
+intervals included, are those of ``effdepth measure`` on the same sequences.
+Rank 0 alone writes ``result.json`` (and the figures).
+
+Backends: ``gloo`` (CPU, the default without CUDA) or ``nccl`` (GPUs; each
+rank uses ``cuda:LOCAL_RANK``). Views that fit means or principal
+directions use the calibration estimate, fitted by every rank on the same
+first batch; ``--pc-estimate exact`` and ``--device-map`` are not supported
+here, nor are checkpoints (rerun instead: each rank's share is small).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .errors import EffdepthError
+
+UNDER_TORCHRUN = "run it under torchrun, e.g. torchrun --nproc-per-node 2 -m effdepth.distributed measure MODEL --out DIR"
+
+
+class PeerFailed(EffdepthError):
+    """Another rank failed; its own message says why (this one is not worth printing twice)."""
+
+
+def shares(total: int, world: int) -> list[tuple[int, int]]:
+    """Contiguous ``[lo, hi)`` sequence ranges per rank; the first ``total % world`` get one more.
+
+    >>> shares(7, 3)
+    [(0, 3), (3, 5), (5, 7)]
+    """
+    base, extra = divmod(total, world)
+    bounds, lo = [], 0
+    for r in range(world):
+        hi = lo + base + (1 if r < extra else 0)
+        bounds.append((lo, hi))
+        lo = hi
+    return bounds
+
+
+def slice_tokens(tokens, lo: int, hi: int):
+    """Sequences ``lo:hi`` of a :class:`~effdepth.data.TokenizedCorpus` (provenance kept: it describes the whole run).
+
+    >>> import torch
+    >>> from effdepth.data import load_corpus
+    >>> slice_tokens(load_corpus(torch.arange(12).reshape(4, 3)), 1, 3).input_ids.tolist()
+    [[3, 4, 5], [6, 7, 8]]
+    """
+    mask = tokens.attention_mask
+    return replace(tokens, input_ids=tokens.input_ids[lo:hi], attention_mask=None if mask is None else mask[lo:hi])
+
+
+def measure_distributed(
+    model=None,
+    corpus=None,
+    *,
+    revision=None,
+    seq_len: int | None = None,
+    num_seqs: int | None = None,
+    batch_size: int | None = None,
+    similarity: str = "frobenius",
+    include_embedding: bool = False,
+    bootstrap: int | None = None,
+    seed: int | None = None,
+    dtype=None,
+    device: str | None = None,
+    views=("default",),
+    pc_estimate: str = "calibration",
+    trust_remote_code: bool = False,
+    tokenizer=None,
+    add_bos: bool = True,
+    blocks_path: str | None = None,
+    embedding_path: str | None = None,
+    allow_pickle: bool = False,
+    progress: bool = True,
+):
+    """:func:`effdepth.measure` over the ranks of the initialised process group.
+
+    Call it on every rank (same arguments); rank 0 gets the
+    :class:`~effdepth.Result`, the others ``None``. Launch with ``torchrun``
+    (see the module docstring), or initialise ``torch.distributed`` yourself.
+    """
+    import torch.distributed as dist
+
+    from .measure import DEFAULTS, _validate, accumulate, prepare, result_from_accumulator
+    from .numerics.streams import ViewAccumulator
+    from .numerics.views import parse_views
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise EffdepthError(f"no torch.distributed process group; {UNDER_TORCHRUN}")
+    seq_len = DEFAULTS["seq_len"] if seq_len is None else seq_len
+    num_seqs = DEFAULTS["num_seqs"] if num_seqs is None else num_seqs
+    batch_size = DEFAULTS["batch_size"] if batch_size is None else batch_size
+    bootstrap = DEFAULTS["bootstrap"] if bootstrap is None else bootstrap
+    seed = DEFAULTS["seed"] if seed is None else seed
+    _validate(seq_len=seq_len, num_seqs=num_seqs, batch_size=batch_size, bootstrap=bootstrap, similarity=similarity, pc_estimate=pc_estimate)
+    view_specs = parse_views(views)
+    if pc_estimate == "exact" and any(v.needs_fit for v in view_specs):
+        raise EffdepthError("--pc-estimate exact is not supported in a distributed measurement; use the default calibration estimate")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    comm = _comm_device()
+    started = time.perf_counter()
+
+    prepared = agreed(lambda: prepare(
+        model, corpus, revision=revision, seq_len=seq_len, num_seqs=num_seqs, seed=seed, dtype=dtype, device=device,
+        trust_remote_code=trust_remote_code, tokenizer=tokenizer, add_bos=add_bos, blocks_path=blocks_path,
+        embedding_path=embedding_path, allow_pickle=allow_pickle, progress=progress and rank == 0,
+    ), "loading the model and corpus", comm)
+    total = prepared.tokens.num_seqs
+    if total < world:
+        raise EffdepthError(f"{total} sequences cannot be shared by {world} processes; use --num-seqs >= {world} or fewer processes")
+    bounds = shares(total, world)
+    acc = ViewAccumulator(view_specs, include_embedding=include_embedding, pc_estimate=pc_estimate)
+    if acc.needs_fit:
+        agreed(lambda: calibrate(prepared, acc, batch_size), "fitting the views on the first batch", comm)
+    mine = replace(prepared, tokens=slice_tokens(prepared.tokens, *bounds[rank]))
+    run = agreed(lambda: accumulate(mine, acc, batch_size=batch_size, progress=progress and rank == 0), "measuring", comm)
+    merged = gather_accumulator(acc, comm)
+    if rank != 0:
+        return None
+    run = {**run, "distributed": {"world_size": world, "backend": dist.get_backend(), "shares": [list(b) for b in bounds]}}
+    return result_from_accumulator(
+        prepared, merged, similarity=similarity, bootstrap=bootstrap, seed=seed, batch_size=batch_size, started=started, run=run
+    )
+
+
+def calibrate(prepared, acc, batch_size: int) -> None:
+    """Fit center / top-k PC views on the first batch of the whole corpus, as one process would.
+
+    Every rank does it on the same sequences, so every rank applies the same fit.
+    """
+    from .measure import accumulate
+    from .numerics.streams import ViewAccumulator
+
+    first = replace(prepared, tokens=slice_tokens(prepared.tokens, 0, min(batch_size, prepared.tokens.num_seqs)))
+    probe = ViewAccumulator([v.name for v in acc.views], include_embedding=acc.include_embedding, pc_estimate="calibration")
+    accumulate(first, probe, batch_size=batch_size, progress=False)
+    acc.fits, acc.fit_info = probe.fits, probe.fit_info
+
+
+def gather_accumulator(acc, device: torch.device):
+    """Rank 0: a :class:`ViewAccumulator` with every rank's units in rank order; others ``None``.
+
+    Each rank flattens its per-unit arrays into one float64 vector (same
+    keys, same per-unit shapes everywhere; only the unit count differs),
+    padded to the longest, and rank 0 gathers and splits them.
+    """
+    import torch.distributed as dist
+
+    from .numerics.streams import ViewAccumulator
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    arrays, meta = acc.state()
+    keys = sorted(k for k in arrays if not k.startswith("fit|"))
+    flat = np.concatenate([np.asarray(arrays[k], dtype=np.float64).ravel() for k in keys]) if keys else np.zeros(0)
+    sizes = _all_gather_ints([len(flat), acc.sequences, acc.tokens], device)
+    longest = max(s[0] for s in sizes)
+    mine = torch.zeros(longest, dtype=torch.float64, device=device)
+    mine[: len(flat)] = torch.from_numpy(flat).to(device)
+    received = [torch.zeros_like(mine) for _ in range(world)] if rank == 0 else None
+    dist.gather(mine, gather_list=received, dst=0)
+    if rank != 0:
+        return None
+    unit_shapes = {k: np.asarray(arrays[k]).shape[1:] for k in keys}
+    parts = {k: [] for k in keys}
+    for (length, units, _), vector in zip(sizes, received):
+        _split(vector[:length].cpu().numpy(), units, keys, unit_shapes, parts)
+    merged_arrays = {k: np.concatenate(v) for k, v in parts.items()}
+    merged_arrays.update({k: v for k, v in arrays.items() if k.startswith("fit|")})
+    merged_meta = {**meta, "sequences": sum(s[1] for s in sizes), "tokens": sum(s[2] for s in sizes)}
+    merged = ViewAccumulator([v.name for v in acc.views], include_embedding=acc.include_embedding, pc_estimate=acc.pc_estimate)
+    merged.load_state(merged_arrays, merged_meta)
+    return merged
+
+
+def _split(vector: np.ndarray, units: int, keys: list, unit_shapes: dict, into: dict) -> None:
+    at = 0
+    for k in keys:
+        size = units * int(np.prod(unit_shapes[k], dtype=np.int64))
+        into[k].append(vector[at : at + size].reshape((units,) + unit_shapes[k]))
+        at += size
+
+
+def _all_gather_ints(values: list[int], device) -> list[list[int]]:
+    import torch.distributed as dist
+
+    mine = torch.tensor(values, dtype=torch.int64, device=device)
+    out = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, mine)
+    return [t.tolist() for t in out]
+
+
+def agreed(fn, what: str, device):
+    """Run ``fn`` on every rank; if any rank fails, every rank raises (none waits forever)."""
+    error = None
+    try:
+        value = fn()
+    except Exception as exc:  # noqa: BLE001 - re-raised below, after the others know
+        error, value = exc, None
+    failed = _all_gather_ints([int(error is not None)], device)
+    if error is not None:
+        raise error
+    bad = [r for r, (f,) in enumerate(failed) if f]
+    if bad:
+        raise PeerFailed(f"rank {', '.join(map(str, bad))} failed while {what}")
+    return value
+
+
+def _comm_device() -> torch.device:
+    import torch.distributed as dist
+
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    return torch.device("cpu")
+
+
+@contextmanager
+def process_group(backend: str | None = None):
+    """Join the process group torchrun set up; leave it at the end."""
+    import torch.distributed as dist
+
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        raise EffdepthError(f"not started by torchrun (no RANK / WORLD_SIZE); {UNDER_TORCHRUN}")
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend)
+    try:
+        yield dist.get_rank()
+    finally:
+        dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def build_parser():
+    from .cli import _Parser, add_measure_arguments
+
+    parser = _Parser(
+        prog="effdepth.distributed",
+        description="Measure one model over several processes (torchrun). Example: "
+        "torchrun --nproc-per-node 2 -m effdepth.distributed measure MODEL --out DIR",
+    )
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND", required=True)
+    m = sub.add_parser("measure", help="measure D_eff of one model, sequences shared by the ranks")
+    m.add_argument("model", nargs="?", default=None, help="Hugging Face id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
+    add_measure_arguments(m)
+    m.add_argument("--out", "-o", default=None, help="output folder for result.json (default: runs/<model>)")
+    m.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="gloo (CPU) or nccl (GPUs); default nccl when CUDA is available")
+    m.add_argument("--no-figures", dest="figures", action="store_false", help="do not write the figures next to result.json")
+    return parser
+
+
+def main(argv=None) -> int:
+    """``python -m effdepth.distributed measure ...`` under torchrun; returns the exit status."""
+    rank = int(os.environ.get("RANK", 0))
+    try:
+        args = build_parser().parse_args(argv)
+        if args.device_map is not None:
+            raise EffdepthError("--device-map does not combine with a distributed measurement: every rank holds the whole model")
+        with process_group(args.backend):
+            return _measure_command(args)
+    except PeerFailed as exc:
+        if rank == 0:
+            print(f"effdepth: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except EffdepthError as exc:
+        print(f"effdepth: error: [rank {rank}] {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"effdepth: interrupted [rank {rank}]", file=sys.stderr)
+        return 130
+
+
+def _measure_command(args) -> int:
+    import torch.distributed as dist
+
+    from .cli import default_out, ensure_writable, measure_kwargs
+
+    kwargs = measure_kwargs(args)
+    kwargs.pop("device_map")
+    if kwargs["device"] is None and torch.cuda.is_available():
+        kwargs["device"] = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+    out = default_out(args.model) if args.out is None else Path(args.out)
+    # Rank 0 alone writes, but every rank must hear if it cannot: they would wait for it forever.
+    agreed(lambda: ensure_writable(out) if dist.get_rank() == 0 else None, "checking the output folder", _comm_device())
+    result = measure_distributed(args.model, args.corpus, **kwargs)
+    if result is None:
+        return 0
+    return _write(result, out, args.figures)
+
+
+def _write(result, out: Path, figures: bool) -> int:
+    from .report.table import headline, references_table, summary_table
+
+    path = result.save(out)
+    print(headline(result))
+    print()
+    print(summary_table(result))
+    print()
+    print(references_table(result))
+    print(f"\nwrote {path} ({result.provenance['run']['distributed']['world_size']} processes)")
+    if figures:
+        from .report.figures import write_figures
+
+        written = write_figures(result, out)
+        print(f"wrote {len(written)} figures to {out}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

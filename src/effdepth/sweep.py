@@ -1,0 +1,725 @@
+"""``effdepth sweep``: measure many models (and revisions), one result each, resumable.
+
+Every (model, revision, configuration) is a :class:`Job` with a key::
+
+    <model slug>/<revision slug>/effdepth-<version>-<digest>
+
+where the digest hashes the model id, revision, weights fingerprint (when
+known) and every measurement option that can change the numbers (corpus,
+sequence length and count, similarity, views, bootstrap, seed, dtype, ...;
+not batch size or device, see :data:`UNHASHED_OPTIONS`).
+``DIR/<key>/result.json`` is written atomically when a job finishes, so
+rerunning the same command skips finished jobs, and a new effdepth version
+or other options get new keys instead of stale numbers. A job that
+fails leaves ``DIR/<key>/error.json`` (one line) and the others go on; it is
+retried on the next run. With the local executor an interrupted model keeps
+its partial statistics in ``DIR/<key>/checkpoint/`` and continues from them.
+
+At the end: ``DIR/summary.csv`` and ``DIR/summary.parquet`` (one row per
+result and view), ``DIR/suite.{png,pdf}`` and ``DIR/report.html``.
+
+>>> import tempfile, pathlib
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> corpus = d / "text.txt"; _ = corpus.write_text("To be, or not to be, that is the question. " * 40)
+>>> s = sweep(["tiny:gpt2"], d / "out", corpus=str(corpus), seq_len=16, num_seqs=4, bootstrap=0, report=False, figures=False)
+>>> s.counts, s.rows[0]["model"], s.rows[0]["L"]
+({'ok': 1}, 'tiny:gpt2', 3)
+"""
+
+from __future__ import annotations
+
+import csv
+import gc
+import hashlib
+import io
+import json
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from . import __version__
+from .errors import EffdepthError
+from .executors import make_executor
+from .result import Result, load, write_json_atomic
+from .revisions import check_revision, parse_revision, tokens_per_step_for
+from .suites import TINY_PREFIX, SuiteModel, format_params, resolve_models
+
+RESULT, ERROR, JOB = "result.json", "error.json", "job.json"
+
+#: measure() options that do not change the numbers (statistics are per
+#: sequence; permissions are not measurements): left out of a job's key.
+#: Every other option is in it, including any measure() gains later.
+UNHASHED_OPTIONS = ("batch_size", "device", "device_map", "trust_remote_code", "allow_pickle")
+#: measure() arguments a sweep sets itself, per job.
+MANAGED_ARGUMENTS = ("model", "revision", "checkpoint", "resume", "checkpoint_every_s", "progress", "tokenizer")
+
+COLUMNS = (
+    "model", "family", "params", "revision", "step", "tokens_seen", "view", "L", "N",
+    "D_eff", "D_eff_lo", "D_eff_hi", "F_L", "ratio", "ratio_lo", "ratio_hi", "gap_pct", "gap_pct_lo", "gap_pct_hi",
+    "R_init", "R_init_lo", "R_init_hi", "R_size", "R_size_lo", "R_size_hi", "R_matched", "R_matched_lo", "R_matched_hi",
+    "initial_state", "initial_state_lo", "initial_state_hi", "size_imbalance", "size_imbalance_lo", "size_imbalance_hi",
+    "correlated_updates", "correlated_updates_lo", "correlated_updates_hi",
+    "sequences", "tokens_measured", "status", "error", "key",
+)
+# (column, ViewResult value, ci key)
+_METRICS = (
+    ("D_eff", lambda v: v.deff, "deff"),
+    ("ratio", lambda v: v.ratio, "ratio"),
+    ("gap_pct", lambda v: v.gap_pct, "gap_pct"),
+    ("R_init", lambda v: v.references["init"], "reference_init"),
+    ("R_size", lambda v: v.references["size"], "reference_size"),
+    ("R_matched", lambda v: v.references["matched"], "reference_matched"),
+    ("initial_state", lambda v: v.attribution["initial_state"], "initial_state"),
+    ("size_imbalance", lambda v: v.attribution["size_imbalance"], "size_imbalance"),
+    ("correlated_updates", lambda v: v.attribution["correlated_updates"], "correlated_updates"),
+)
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+@dataclass(frozen=True)
+class Job:
+    """One measurement: a model at a revision with the sweep's options.
+
+    ``source`` is where to load from when it is not ``model.id`` (a local
+    checkpoint folder); ``tag`` names the revision in keys and tables
+    (default: the revision, else ``main``); ``weights`` is a fingerprint of
+    the weights when known (it joins the key, so changed weights are
+    measured again); ``extra`` holds table columns such as ``step``.
+
+    >>> j = Job(SuiteModel("EleutherAI/pythia-70m"), {"seq_len": 16}, revision="step1000")
+    >>> j.key.startswith("EleutherAI-pythia-70m/step1000/effdepth-")
+    True
+    """
+
+    model: SuiteModel
+    options: dict
+    revision: str | None = None
+    source: str | None = None
+    tag: str | None = None
+    name: str | None = None
+    weights: str | None = None
+    extra: dict = field(default_factory=dict)
+    tokenizer: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.name or self.model.id}@{self.tag or self.revision or 'main'}"
+
+    @property
+    def digest(self) -> str:
+        what = {
+            "effdepth": __version__,
+            "model": self.model.id,
+            "source": self.source,
+            "revision": self.revision,
+            "weights": self.weights,
+            "tokenizer": self.tokenizer,
+            "options": {k: v for k, v in self.options.items() if k not in UNHASHED_OPTIONS},
+        }
+        return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+
+    @property
+    def key(self) -> str:
+        return f"{slug(self.name or self.model.id)}/{slug(self.tag or self.revision or 'main')}/effdepth-{__version__}-{self.digest[:12]}"
+
+    def describe(self) -> dict:
+        """What ``DIR/<key>/job.json`` records, for people and for the summary."""
+        return {
+            "model": self.model.id, "family": self.model.family, "params": self.model.params, "revision": self.revision,
+            "tag": self.tag, "source": self.source, "weights": self.weights, "options": self.options, "extra": self.extra,
+            "effdepth": __version__, "digest": self.digest, "key": self.key,
+        }
+
+    def payload(self, *, checkpoint: str | None = None, progress: bool = False, checkpoint_every_s: float = 30.0) -> dict:
+        """What a worker needs to measure this job: plain data, picklable and JSON-able."""
+        return {
+            "id": self.model.id, "source": self.source, "revision": self.revision, "options": self.options,
+            "tokenizer": self.tokenizer, "effdepth": __version__, "checkpoint": checkpoint, "progress": progress,
+            "checkpoint_every_s": checkpoint_every_s,
+        }
+
+
+def slug(text) -> str:
+    """A single safe path component: never ``..``, never absolute, never empty.
+
+    >>> slug("EleutherAI/pythia-70m"), slug("../../etc/passwd"), slug("tiny:llama"), slug("..")
+    ('EleutherAI-pythia-70m', 'etc-passwd', 'tiny-llama', 'x')
+    """
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", str(text))
+    s = re.sub(r"\.{2,}", ".", s).strip(".-")
+    return s[:80].strip(".-") or "x"
+
+
+def job_folder(out, job: Job) -> Path:
+    """``out/<key>``, checked to stay inside ``out`` whatever the id and revision were."""
+    root = Path(out).resolve()
+    folder = (root / job.key).resolve()
+    if root not in folder.parents:
+        raise EffdepthError(f"refusing to write {job.label} outside {root}")
+    return folder
+
+
+def make_jobs(models, options: dict, *, revision: str | None = None) -> list[Job]:
+    """One job per model; ``revision`` applies to models that do not name their own.
+
+    >>> [j.label for j in make_jobs(["tiny:gpt2", "EleutherAI/pythia-70m"], {}, revision="step1000")]
+    ['tiny:gpt2@main', 'EleutherAI/pythia-70m@step1000']
+    """
+    jobs = []
+    for m in resolve_models(models):
+        rev = None if m.id.startswith(TINY_PREFIX) else (m.revision or revision)
+        if rev is not None:
+            check_revision(rev)
+        rev = None if rev == "main" else rev  # the default branch: one key whether named or not
+        jobs.append(Job(m, options, revision=rev, extra=_revision_columns(m.id, rev)))
+    return jobs
+
+
+def _revision_columns(model_id: str, revision: str | None) -> dict:
+    c = parse_revision(revision, tokens_per_step=tokens_per_step_for(model_id)) if revision else None
+    return {"step": c.step, "tokens_seen": c.tokens} if c else {}
+
+
+def measure_options(**options) -> dict:
+    """The sweep's measure() options, checked and made JSON-able (they are hashed and sent to workers).
+
+    >>> measure_options(seq_len=16, views="default,drop-pos0")["views"]
+    ['default', 'drop-pos0']
+    """
+    import inspect
+
+    from .measure import _validate, measure
+    from .numerics.views import parse_views
+
+    accepted = {name: p.default for name, p in inspect.signature(measure).parameters.items() if name not in MANAGED_ARGUMENTS}
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise EffdepthError(f"unknown measurement option(s) for a sweep: {', '.join(unknown)}")
+    out = {**accepted, **options}
+    _validate(**{k: out[k] for k in ("seq_len", "num_seqs", "batch_size", "bootstrap", "similarity", "pc_estimate")})
+    out["views"] = [v.name for v in parse_views(out["views"])]
+    out["corpus"] = _corpus_spec(out["corpus"])
+    if out["dtype"] is not None:
+        out["dtype"] = str(out["dtype"]).replace("torch.", "")
+    return out
+
+
+def _corpus_spec(corpus):
+    if corpus is None or isinstance(corpus, str):
+        return corpus
+    if isinstance(corpus, Path):
+        return str(corpus)
+    if isinstance(corpus, (list, tuple)) and all(isinstance(t, str) for t in corpus):
+        return list(corpus)
+    raise EffdepthError("a sweep's corpus must be shakespeare, a file or folder path, hf:NAME[:CONFIG[:SPLIT]] or a list of texts")
+
+
+# --------------------------------------------------------------------------- running one job (anywhere)
+
+
+def run_job(payload: dict) -> dict:
+    """Measure one job; the outcome is ``{"status": "ok", "result": dict}`` or
+    ``{"status": "error", "error": one line, "type": ...}``. Runs in this
+    process or on a Ray worker; an interruption (not a failure) propagates.
+    """
+    from .checkpoint import MeasurementInterrupted
+
+    try:
+        result = measure_job(payload)
+    except MeasurementInterrupted:
+        raise
+    except EffdepthError as exc:
+        return {"status": "error", "error": str(exc), "type": "EffdepthError"}
+    except Exception as exc:  # a model we cannot run must not stop the others
+        return {"status": "error", "error": f"{type(exc).__name__}: {_one_line(exc)}", "type": type(exc).__name__}
+    finally:
+        _free_memory()
+    return {"status": "ok", "result": result.to_dict()}
+
+
+def measure_job(payload: dict) -> Result:
+    """The measurement itself: tiny models are built here, others loaded by ``measure``."""
+    from .measure import measure
+
+    if payload.get("effdepth") != __version__:
+        # The key promises numbers from the driver's version.
+        raise EffdepthError(
+            f"this worker has effdepth {__version__} but the driver {payload.get('effdepth')}; install the same version everywhere"
+        )
+    options = dict(payload["options"])
+    corpus = options.pop("corpus", None)
+    model = payload.get("source") or payload["id"]
+    if payload["id"].startswith(TINY_PREFIX):
+        model, options["tokenizer"] = _tiny_model(payload["id"]), _byte_tokenizer()
+    elif payload.get("tokenizer"):
+        options["tokenizer"] = _load_tokenizer(payload["tokenizer"])
+    checkpoint = payload.get("checkpoint")
+    resume = checkpoint is not None and (Path(checkpoint) / "state.json").is_file()
+
+    def run(resume):
+        return measure(
+            model, corpus, revision=payload.get("revision"), checkpoint=checkpoint, resume=resume,
+            checkpoint_every_s=payload.get("checkpoint_every_s", 30.0), progress=bool(payload.get("progress")), **options,
+        )
+
+    try:
+        return run(resume)
+    except EffdepthError as exc:
+        # Partial statistics that no longer fit (the branch moved, the file was
+        # damaged) are discarded; the job is keyed, so nothing else can be there.
+        if not resume or not str(exc).startswith(("cannot resume", "the checkpoint in")):
+            raise
+        from .checkpoint import remove_checkpoint
+
+        remove_checkpoint(Path(checkpoint))
+        return run(False)
+
+
+def _tiny_model(model_id: str):
+    from .tiny import tiny_model
+
+    model = tiny_model(model_id[len(TINY_PREFIX):])
+    model.name_or_path = model_id  # recorded as the model's id in the result
+    return model
+
+
+def _load_tokenizer(location: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(location)
+    except Exception as exc:
+        raise EffdepthError(f"cannot load the tokenizer in {location}: {_one_line(exc)}") from None
+
+
+@lru_cache(maxsize=1)
+def _byte_tokenizer():
+    # One instance for every tiny model: the corpus loader caches tokenized text per tokenizer.
+    from .data import byte_tokenizer
+
+    return byte_tokenizer()
+
+
+def _free_memory() -> None:
+    gc.collect()
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+@dataclass
+class SweepOutcome:
+    """What a sweep did: the summary rows, how many jobs ended how, the files written."""
+
+    out: Path
+    rows: list
+    counts: dict
+    files: list = field(default_factory=list)
+
+    def table(self) -> str:
+        """The first view of each job as a plain-text table."""
+        return summary_text(self.rows)
+
+
+def sweep(
+    models,
+    out,
+    *,
+    revision: str | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
+    gpus_per_task: float = 0.0,
+    cpus_per_task: float = 1.0,
+    figures: bool = True,
+    report: bool = True,
+    progress: bool = False,
+    checkpoint_every_s: float = 30.0,
+    log=None,
+    **options,
+) -> SweepOutcome:
+    """Measure every model of ``models`` (suite names, suite files, ids, ``tiny:TYPE``, folders) into ``out``.
+
+    ``options`` are :func:`effdepth.measure`'s (``corpus``, ``seq_len``,
+    ``num_seqs``, ``views``, ``bootstrap``, ``dtype``, ``device_map``, ...).
+    ``executor="ray"`` runs each model as a Ray task (``gpus_per_task``,
+    ``ray_address``). ``log`` (e.g. ``print``) receives one line per job.
+    With the local executor, partial statistics are saved every
+    ``checkpoint_every_s`` seconds and on SIGINT/SIGTERM, and a rerun continues them.
+
+    >>> import tempfile
+    >>> s = sweep(["tiny:gpt2"], tempfile.mkdtemp(), corpus=["some text " * 30], seq_len=8, num_seqs=2,
+    ...           bootstrap=0, figures=False, report=False)
+    >>> s.counts
+    {'ok': 1}
+    """
+    opts = measure_options(**options)
+    jobs = make_jobs(models, opts, revision=revision)
+    ex = make_executor(executor, ray_address=ray_address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task)
+    statuses = run_jobs(jobs, out, ex, progress=progress, log=log, checkpoint_every_s=checkpoint_every_s)
+    rows = summary_rows(out, jobs)
+    files = write_outputs(out, rows, jobs, figures=figures, report=report, log=log)
+    return SweepOutcome(Path(out), rows, _count(statuses), files)
+
+
+def run_jobs(jobs: list, out, executor, *, progress: bool = False, log=None, checkpoint_every_s: float = 30.0) -> dict:
+    """Run the unfinished jobs on ``executor``; write each outcome. Returns ``{key: status}``.
+
+    Status: ``done`` (finished before), ``ok`` or ``error``.
+    """
+    from .checkpoint import MeasurementInterrupted, checkpoint_dir
+
+    log = log or (lambda line: None)
+    out = _writable(Path(out))
+    statuses, todo = {}, []
+    for job in jobs:
+        folder = job_folder(out, job)
+        if _finished(folder):
+            statuses[job.key] = "done"
+            log(f"{job.label}: done already ({job.key})")
+            continue
+        write_json_atomic(folder / JOB, job.describe())
+        todo.append(job)
+    numbers = {job.key: f"[{i}/{len(todo)}]" for i, job in enumerate(todo, 1)}
+    started: dict = {}
+
+    def on_start(job):
+        started[job.key] = time.perf_counter()
+        log(f"{numbers[job.key]} {job.label}: measuring")
+
+    def on_done(job, outcome):
+        statuses[job.key] = record(out, job, outcome)
+        seconds = time.perf_counter() - started.get(job.key, time.perf_counter())
+        log(f"{numbers[job.key]} {job.label}: {_outcome_text(outcome)} ({seconds:.1f} s)")
+
+    local = executor.shares_filesystem  # only then can a job keep partial statistics where a rerun finds them
+
+    def payload(job):
+        checkpoint = str(checkpoint_dir(job_folder(out, job))) if local else None
+        return job.payload(checkpoint=checkpoint, progress=progress and local, checkpoint_every_s=checkpoint_every_s)
+
+    items = [(job, payload(job)) for job in todo]
+    try:
+        executor.run(items, run_job, on_done, on_start)
+    except MeasurementInterrupted as exc:
+        finished = sum(s in ("done", "ok") for s in statuses.values())
+        # measure's own advice (--resume DIR) is for one run; a sweep resumes by being rerun.
+        what = str(exc).split(";")[0]
+        kept = " (its partial statistics are kept)" if local else ""
+        raise MeasurementInterrupted(
+            f"{what}{kept}; {finished} of {len(jobs)} results are done in {out}: rerun the same command to continue"
+        ) from None
+    return statuses
+
+
+def record(out, job: Job, outcome: dict) -> str:
+    """Write a job's outcome (result.json or error.json) into its folder; returns the status."""
+    folder = job_folder(out, job)
+    if outcome.get("status") == "ok":
+        result = Result.from_dict(outcome["result"])
+        result.provenance["job"] = job.describe()
+        result.save(folder)
+        (folder / ERROR).unlink(missing_ok=True)
+        return "ok"
+    error = {"model": job.model.id, "revision": job.revision, "tag": job.tag, "error": " ".join(str(outcome.get("error")).split()),
+             "type": outcome.get("type"), "effdepth": __version__, "key": job.key}
+    write_json_atomic(folder / ERROR, error)
+    return "error"
+
+
+def _finished(folder: Path) -> bool:
+    return _load_result(folder) is not None
+
+
+def _load_result(folder: Path) -> Result | None:
+    if not (folder / RESULT).is_file():
+        return None
+    try:
+        return load(folder)
+    except EffdepthError:
+        return None  # unreadable: measure it again
+
+
+def _writable(out: Path) -> Path:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EffdepthError(f"cannot write to {out}: {exc.strerror}; choose another --out") from None
+    return out
+
+
+def _outcome_text(outcome: dict) -> str:
+    if outcome.get("status") != "ok":
+        return f"failed: {outcome.get('error')}"
+    v = Result.from_dict(outcome["result"]).default
+    ci = f" [{v.ci['ratio'][0]:.3f}, {v.ci['ratio'][1]:.3f}]" if v.ci else ""
+    return f"D_eff {v.deff:.3f} / F_L {v.reference:.3f} = {v.ratio:.3f}{ci}"
+
+
+def _count(statuses: dict) -> dict:
+    counts: dict = {}
+    for s in statuses.values():
+        counts[s] = counts.get(s, 0) + 1
+    return counts
+
+
+# --------------------------------------------------------------------------- summary table
+
+
+def summary_rows(out, jobs: list) -> list[dict]:
+    """One row per (job, view) from what is on disk: results, errors, or ``missing``."""
+    rows = []
+    for job in jobs:
+        folder = job_folder(out, job)
+        result = _load_result(folder)
+        if result is not None:
+            rows += result_rows(job, result)
+        elif (folder / ERROR).is_file():
+            rows.append(_row(job, status="error", error=_read_error(folder / ERROR)))
+        else:
+            rows.append(_row(job, status="missing"))
+    return rows
+
+
+def result_rows(job: Job, result: Result) -> list[dict]:
+    """A row per view of ``result``, with the job's columns."""
+    rows = []
+    for name, v in result.views.items():
+        row = _row(job, status="ok", view=name, L=result.config.get("num_layers"), N=v.num_states, F_L=v.reference,
+                   sequences=v.sequences, tokens_measured=v.tokens)
+        for column, value, ci_key in _METRICS:
+            row[column] = _float(value(v))
+            bounds = (v.ci or {}).get(ci_key) or [None, None]
+            row[f"{column}_lo"], row[f"{column}_hi"] = _float(bounds[0]), _float(bounds[1])
+        rows.append(row)
+    return rows
+
+
+def _row(job: Job, **values) -> dict:
+    row = dict.fromkeys(COLUMNS)
+    row.update(model=job.name or job.model.id, family=job.model.family, params=job.model.params,
+               revision=job.tag or job.revision or "main", key=job.key)
+    row.update({k: v for k, v in job.extra.items()})
+    row.update(values)
+    return row
+
+
+def _read_error(path: Path) -> str:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("error") or "unknown error"
+    except (OSError, ValueError):
+        return "unreadable error.json"
+
+
+def _float(x):
+    return None if x is None or not math.isfinite(float(x)) else float(x)
+
+
+def write_table(out, stem: str, rows: list[dict], columns=None, log=None) -> list[Path]:
+    """``stem.csv`` always, ``stem.parquet`` when pyarrow is installed; both atomic."""
+    from .report.build import write_atomic
+
+    columns = list(columns or (rows[0].keys() if rows else COLUMNS))
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: ("" if r.get(k) is None else r.get(k)) for k in columns} for r in rows)
+    files = [write_atomic(Path(out) / f"{stem}.csv", text.getvalue().encode("utf-8"))]
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        if log:
+            log(f"{stem}.parquet skipped: pip install 'effdepth[parquet]' for Parquet tables")
+        return files
+    table = pa.Table.from_pylist([{k: r.get(k) for k in columns} for r in rows], schema=_schema(pa, columns, rows))
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    files.append(write_atomic(Path(out) / f"{stem}.parquet", buf.getvalue()))
+    return files
+
+
+def _schema(pa, columns, rows):
+    """Types from the values, so an all-empty column is a typed column of nulls."""
+    fields = []
+    for c in columns:
+        values = [r.get(c) for r in rows if r.get(c) is not None]
+        if values and all(isinstance(v, bool) for v in values):
+            t = pa.bool_()
+        elif values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            t = pa.int64()
+        elif values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            t = pa.float64()
+        elif not values and c not in ("model", "family", "revision", "view", "status", "error", "key"):
+            t = pa.float64()
+        else:
+            t = pa.string()
+        fields.append(pa.field(c, t))
+    return pa.schema(fields)
+
+
+def summary_text(rows: list[dict]) -> str:
+    """The first view of each job, one line each."""
+    header = ("model", "revision", "D_eff [95% CI]", "F_L", "ratio", "status")
+    lines, seen = [header], set()
+    for r in rows:
+        if (r["model"], r["revision"]) in seen:
+            continue
+        seen.add((r["model"], r["revision"]))
+        if r.get("D_eff") is None:
+            lines.append((r["model"], r["revision"], "-", "-", "-", f"{r['status']}: {r.get('error') or ''}".strip(": ")))
+            continue
+        ci = f" [{r['D_eff_lo']:.3f}, {r['D_eff_hi']:.3f}]" if r.get("D_eff_lo") is not None else ""
+        lines.append((r["model"], r["revision"], f"{r['D_eff']:.3f}{ci}", f"{r['F_L']:.3f}", f"{r['ratio']:.3f}", r.get("note") or r["status"]))
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
+    text = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
+    text.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(text)
+
+
+def write_outputs(out, rows, jobs, *, figures: bool = True, report: bool = True, log=None) -> list[Path]:
+    """``summary.{csv,parquet}``, ``suite.{png,pdf}`` and ``report.html`` of a sweep."""
+    log = log or (lambda line: None)
+    out = Path(out)
+    files = write_table(out, "summary", rows, COLUMNS, log=log)
+    ok = [r for r in rows if r["status"] == "ok"]
+    if figures and ok:
+        from .report.figures import save_figure
+
+        files += save_figure(suite_figure(rows), out / "suite")
+    if report and ok:
+        files += _write_report(out, jobs, log)
+    return files
+
+
+def _write_report(out: Path, jobs: list, log) -> list[Path]:
+    try:
+        from .report.build import write_report
+    except ImportError:
+        log("report.html skipped: this effdepth has no report module")
+        return []
+    paths = [job_folder(out, j) / RESULT for j in jobs if (job_folder(out, j) / RESULT).is_file()]
+    try:
+        return write_report(paths, out / "report.html")
+    except EffdepthError as exc:  # the numbers are safe on disk; a report problem must not fail the run
+        log(f"report.html skipped: {exc}")
+        return []
+
+
+# --------------------------------------------------------------------------- the suite figure
+
+#: Okabe-Ito colours in the order families get them (yellow left out: too light on white).
+#: F_L and the ratio-1 line are black, so no family is.
+FAMILY_COLOURS = ("blue", "vermillion", "bluish_green", "reddish_purple", "sky_blue", "orange")
+FAMILY_MARKERS = ("o", "s", "D", "^", "v", "P", "X")
+
+
+def suite_figure(rows: list[dict]):
+    """D_eff and F_L (left) and D_eff / F_L (right) per model, grouped by family, with intervals.
+
+    Uses each model's first view; failed models are listed with "failed".
+
+    >>> r = {"key": "k", "model": "a/m", "family": "f", "params": 1, "revision": "main", "status": "ok", "D_eff": 1.2,
+    ...      "D_eff_lo": 1.1, "D_eff_hi": 1.3, "F_L": 1.9, "ratio": 0.63, "ratio_lo": 0.6, "ratio_hi": 0.7}
+    >>> len(suite_figure([r]).axes)
+    2
+    """
+    from .report.figures import OKABE_ITO
+
+    entries = _figure_entries(rows)
+    families = list(dict.fromkeys(e["family"] or "other" for e in entries))
+    style = {f: (OKABE_ITO[FAMILY_COLOURS[i % len(FAMILY_COLOURS)]], FAMILY_MARKERS[i % len(FAMILY_MARKERS)]) for i, f in enumerate(families)}
+    with _style():
+        fig = new_figure(7.4, 1.5 + 0.3 * len(entries))
+        left, right = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [1, 1]})
+        y = list(range(len(entries)))[::-1]
+        for yi, e in zip(y, entries):
+            colour, marker = style[e["family"] or "other"]
+            if e["status"] != "ok":
+                left.text(0.02, yi, f"failed: {(e.get('error') or '')[:40]}", transform=left.get_yaxis_transform(),
+                          va="center", fontsize=7, color=OKABE_ITO["vermillion"])
+                continue
+            _dot(left, e["D_eff"], yi, (e.get("D_eff_lo"), e.get("D_eff_hi")), colour, marker)
+            left.plot([e["F_L"]], [yi], marker="|", markersize=11, markeredgewidth=2, color=OKABE_ITO["black"], linestyle="none")
+            _dot(right, e["ratio"], yi, (e.get("ratio_lo"), e.get("ratio_hi")), colour, marker)
+        _family_separators((left, right), entries, y)
+        right.axvline(1.0, color=OKABE_ITO["black"], linestyle="--", linewidth=1.0)
+        left.set_yticks(y, [_entry_label(e) for e in entries])
+        left.set_ylim(-0.7, len(entries) - 0.3)
+        left.set_xlabel(r"$D_\mathrm{eff}$ (dot, 95% CI) and $F_L$ (|)")
+        right.set_xlabel(r"$D_\mathrm{eff} / F_L$ (1 = reference)")
+        for f in families:
+            colour, marker = style[f]
+            right.plot([], [], marker=marker, color=colour, linestyle="none", label=f)
+        left.plot([], [], marker="|", color=OKABE_ITO["black"], markersize=9, markeredgewidth=2, linestyle="none", label=r"$F_L$")
+        fig.legend(loc="outside lower center", ncol=min(6, len(families) + 1), frameon=False)
+        fig.suptitle("Effective depth across the suite")
+    return fig
+
+
+def _figure_entries(rows: list[dict]) -> list[dict]:
+    first = {}
+    for r in rows:
+        first.setdefault(r["key"], r)
+    order = list(dict.fromkeys(r["family"] or "other" for r in first.values()))
+    def place(r):  # families in order of appearance, then by size
+        return order.index(r["family"] or "other"), r["params"] is None, r["params"] or 0, r["model"], r["revision"]
+
+    return sorted(first.values(), key=place)
+
+
+def _entry_label(e: dict) -> str:
+    name = str(e["model"]).rstrip("/").rsplit("/", 1)[-1]
+    rev = "" if e["revision"] in (None, "main") else f" @{e['revision']}"
+    says_size = re.search(r"\d(\.\d+)?[mbkt]\b", name.lower()) is not None
+    size = f" ({format_params(e['params'])})" if e.get("params") and not says_size else ""
+    return f"{name}{size}{rev}"
+
+
+def _dot(ax, x, y, ci, colour, marker) -> None:
+    lo, hi = ci
+    if lo is not None and hi is not None:
+        ax.plot([lo, hi], [y, y], color=colour, linewidth=2, solid_capstyle="butt")
+    ax.plot([x], [y], marker=marker, markersize=6, color=colour, linestyle="none")
+
+
+def _family_separators(axes, entries, y) -> None:
+    for i in range(1, len(entries)):
+        if (entries[i]["family"] or "other") != (entries[i - 1]["family"] or "other"):
+            for ax in axes:
+                ax.axhline((y[i] + y[i - 1]) / 2, color="#999999", linewidth=0.6)
+
+
+_RC = {
+    "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8, "xtick.labelsize": 8,
+    "ytick.labelsize": 8, "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+    "grid.color": "#dddddd", "grid.linewidth": 0.6, "pdf.fonttype": 42, "ps.fonttype": 42,
+}
+
+
+def _style():
+    import matplotlib
+
+    return matplotlib.rc_context(_RC)
+
+
+def new_figure(width: float, height: float):
+    """A bare Agg figure (no pyplot, no global backend change)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=150, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig

@@ -1,0 +1,519 @@
+"""``effdepth trajectory``: D_eff across the training checkpoints of one model.
+
+Checkpoints come from the hub repository's branches (Pythia ``step1000``,
+OLMo-2 ``stage1-step1000-tokens5B``, ...; see :mod:`effdepth.revisions`) or
+from a local folder with one ``save_pretrained`` subfolder per checkpoint
+(``step-100``, ``step100``, ``checkpoint-100``).
+
+Upstream repositories sometimes serve the same weights under several
+branches (CAPTURE-NOTES). Before measuring, every selected checkpoint gets a
+weights fingerprint: the LFS sha256 of its weight files from the hub's file
+metadata, or the sha256 of the local files (else the branch's commit). A
+checkpoint whose fingerprint repeats an earlier one is not measured again:
+the table and figure flag it as a duplicate instead of plotting it as
+progress.
+
+Measuring goes through the sweep machinery (:mod:`effdepth.sweep`): keyed,
+atomic, resumable results under ``DIR/<model>/<revision>/effdepth-<v>-<hash>/``,
+locally or on Ray. Output: ``DIR/trajectory.csv`` (+ ``.parquet``),
+``DIR/trajectory.json`` (checkpoints, duplicates, skipped names) and
+``DIR/trajectory.{png,pdf}``.
+
+>>> import tempfile, pathlib
+>>> from effdepth.tiny import tiny_model
+>>> from effdepth.data import byte_tokenizer
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> for step, seed in ((0, 0), (100, 1)):
+...     tiny_model("gpt2", seed=seed).save_pretrained(d / "ckpts" / f"step-{step}")
+...     _ = byte_tokenizer().save_pretrained(d / "ckpts" / f"step-{step}")
+>>> t = trajectory(d / "ckpts", d / "out", corpus=["To be, or not to be. " * 20], seq_len=8, num_seqs=2, bootstrap=0)
+>>> [(r["revision"], r["step"], r["status"]) for r in t.rows]
+[('step-0', 0, 'ok'), ('step-100', 100, 'ok')]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from .errors import EffdepthError
+from .executors import make_executor
+from .result import write_json_atomic
+from .revisions import Checkpoint, parse_revision, parse_revisions, parse_selection, select_every, tokens_per_step_for
+from .suites import SuiteModel, check_model_id, guess_family
+from .sweep import COLUMNS, Job, _count, measure_options, run_jobs, summary_rows, write_table
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+#: ``tokens`` is what the checkpoint's name says; ``tokens_seen`` the running total plotted.
+TRAJECTORY_COLUMNS = (
+    ("model", "revision", "step", "tokens", "tokens_seen", "track", "final", "duplicate_of", "weights", "weights_source")
+    + tuple(c for c in COLUMNS if c not in ("model", "family", "params", "revision", "step", "tokens_seen"))
+)
+
+
+@dataclass
+class Discovered:
+    """The checkpoints of a model before selection: where they live and what they are."""
+
+    model: str
+    kind: str  # "hub" or "local"
+    checkpoints: list
+    skipped: list
+    commits: dict = field(default_factory=dict)
+    tokens_per_step: int | None = None
+
+
+@dataclass
+class TrajectoryOutcome:
+    """What :func:`trajectory` measured and wrote.
+
+    ``duplicates`` maps a revision to the earlier one with identical weights;
+    ``skipped`` lists names that are not checkpoints.
+    """
+
+    out: Path
+    rows: list
+    checkpoints: list
+    duplicates: dict
+    skipped: list
+    counts: dict
+    files: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+    def table(self) -> str:
+        from .sweep import summary_text
+
+        return summary_text(self.rows)
+
+
+def trajectory(
+    model,
+    out,
+    *,
+    revisions: str = "auto",
+    tokens_per_step: int | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
+    gpus_per_task: float = 0.0,
+    cpus_per_task: float = 1.0,
+    figures: bool = True,
+    progress: bool = False,
+    checkpoint_every_s: float = 30.0,
+    log=None,
+    **options,
+) -> TrajectoryOutcome:
+    """Measure ``model`` at each selected checkpoint and write the trajectory into ``out``.
+
+    ``model``: a hub id (its branches) or a local folder of checkpoints.
+    ``revisions``: ``"auto"`` (every checkpoint), ``"every:K"`` (every K-th
+    and the last) or a comma-separated list. ``tokens_per_step`` converts
+    steps to tokens when the names do not say (Pythia's is known).
+    ``options`` are :func:`effdepth.measure`'s; see the module example.
+    """
+    log = log or (lambda line: None)
+    parse_selection(revisions)  # bad input fails before the hub is asked anything
+    opts = measure_options(**options)
+    ex = make_executor(executor, ray_address=ray_address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task)
+    found = discover(model, tokens_per_step=tokens_per_step)
+    checkpoints, notes = select(found, revisions)
+    for note in notes:
+        log(note)
+    if not checkpoints:
+        raise EffdepthError(f"no checkpoints to measure in {found.model}; names seen but skipped: {', '.join(found.skipped[:10]) or 'none'}")
+    fingerprints = {c.revision: weights_fingerprint(found, c) for c in checkpoints}
+    duplicates = find_duplicates(checkpoints, fingerprints)
+    for dup, original in duplicates.items():
+        log(f"{dup}: same weights as {original} ({fingerprints[dup][1]}); flagged, not measured again")
+    jobs = {c.revision: _job(found, c, opts, fingerprints[c.revision]) for c in checkpoints if c.revision not in duplicates}
+    statuses = run_jobs(list(jobs.values()), out, ex, progress=progress, log=log, checkpoint_every_s=checkpoint_every_s)
+    rows = trajectory_rows(out, checkpoints, jobs, duplicates, fingerprints)
+    outcome = TrajectoryOutcome(Path(out), rows, checkpoints, duplicates, found.skipped, _count(statuses), notes=notes)
+    outcome.files = _write_outputs(outcome, found, figures=figures, log=log)
+    return outcome
+
+
+# --------------------------------------------------------------------------- finding checkpoints
+
+
+def discover(model, *, tokens_per_step: int | None = None) -> Discovered:
+    """Every checkpoint of ``model``: the hub's branches, or a local folder's subfolders."""
+    text = str(model)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return _discover_local(path, tokens_per_step)
+    return _discover_hub(check_model_id(text), tokens_per_step)
+
+
+def _discover_local(folder: Path, tokens_per_step: int | None) -> Discovered:
+    if (folder / "config.json").is_file():
+        raise EffdepthError(
+            f"{folder} is a single model; a trajectory needs a folder with one subfolder per checkpoint (step-100/, step-200/, ...) or a hub id"
+        )
+    subfolders = {p.name: p for p in sorted(folder.iterdir()) if p.is_dir() and (p / "config.json").is_file()}
+    checkpoints, skipped = parse_revisions(subfolders, tokens_per_step=tokens_per_step)
+    checkpoints = [replace(c, path=str(subfolders[c.revision])) for c in checkpoints]
+    return Discovered(str(folder), "local", checkpoints, skipped, tokens_per_step=tokens_per_step)
+
+
+def _discover_hub(repo: str, tokens_per_step: int | None) -> Discovered:
+    import huggingface_hub
+
+    if repo.startswith("tiny:"):
+        raise EffdepthError("tiny models have no training checkpoints; save some with save_pretrained and pass their folder")
+    try:
+        refs = huggingface_hub.list_repo_refs(repo)
+    except Exception as exc:  # network, auth, unknown repo: all mean no branch list
+        raise EffdepthError(
+            f"cannot list the branches of {repo}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}; "
+            "check the id, your network or HF_HUB_OFFLINE (or pass a local folder of checkpoints)"
+        ) from None
+    commits = {b.name: b.target_commit for b in refs.branches}
+    per_step = tokens_per_step or tokens_per_step_for(repo)
+    checkpoints, skipped = parse_revisions(commits, tokens_per_step=per_step)
+    return Discovered(repo, "hub", checkpoints, skipped, commits, tokens_per_step=per_step)
+
+
+def select(found: Discovered, revisions: str) -> tuple[list[Checkpoint], list[str]]:
+    """The checkpoints ``--revisions`` asks for, and notes about names left out.
+
+    >>> cps, _ = parse_revisions(["step0", "step1", "step2", "main"])
+    >>> [c.revision for c in select(Discovered("m", "hub", cps, ["v1"]), "every:2")[0]]
+    ['step0', 'step2', 'main']
+    """
+    kind, arg = parse_selection(revisions)
+    notes = []
+    if found.skipped and kind != "list":
+        shown = ", ".join(found.skipped[:8]) + (f" and {len(found.skipped) - 8} more" if len(found.skipped) > 8 else "")
+        notes.append(f"skipped {len(found.skipped)} name(s) that are not checkpoints: {shown}")
+    if kind == "auto":
+        return list(found.checkpoints), notes
+    if kind == "every":
+        return select_every(found.checkpoints, arg), notes
+    return _listed(found, arg, notes), notes
+
+
+def _listed(found: Discovered, names: list, notes: list) -> list[Checkpoint]:
+    by_name = {c.revision: c for c in found.checkpoints}
+    chosen = []
+    for name in names:
+        if name in by_name:
+            chosen.append(by_name[name])
+        elif found.kind == "local":
+            raise EffdepthError(f"no checkpoint folder {name!r} in {found.model}; have: {', '.join(by_name) or 'none'}")
+        elif parse_revision(name) is None:
+            notes.append(f"skipped {name}: not a checkpoint name (step..., stage...-step...-tokens...B or main)")
+        else:
+            # A tag or a branch the listing did not show: trust the user, the load will tell.
+            chosen.append(parse_revisions([name], tokens_per_step=found.tokens_per_step)[0][0])
+    order = {c.revision: i for i, c in enumerate(found.checkpoints)}
+    return sorted(chosen, key=lambda c: order.get(c.revision, len(order)))
+
+
+# --------------------------------------------------------------------------- identical weights
+
+
+def weights_fingerprint(found: Discovered, checkpoint: Checkpoint) -> tuple[str | None, str]:
+    """``(fingerprint, how it was obtained)``; equal fingerprints mean identical weights."""
+    if found.kind == "local":
+        return local_fingerprint(Path(checkpoint.path))
+    fp = hub_fingerprint(found.model, checkpoint.revision)
+    if fp is not None:
+        return fp, "hub LFS sha256"
+    commit = found.commits.get(checkpoint.revision)
+    return (f"commit:{commit}", "branch commit") if commit else (None, "unknown")
+
+
+def hub_fingerprint(repo: str, revision: str) -> str | None:
+    """A digest of the LFS sha256 of the revision's weight files, from the hub's metadata.
+
+    Safetensors files when there are any, else pickle weights (only hashed,
+    never loaded here). ``None`` when the hub does not say.
+    """
+    import huggingface_hub
+
+    api = huggingface_hub.HfApi()
+    files = _model_info_files(api, repo, revision)
+    weights = _weight_entries(files)
+    if weights and all(sha for _, sha in weights):
+        return _digest(weights)
+    names = [name for name, _ in weights] or ["model.safetensors"]
+    weights = _weight_entries(_paths_info_files(api, repo, revision, names))
+    return _digest(weights) if weights and all(sha for _, sha in weights) else None
+
+
+def _model_info_files(api, repo: str, revision: str) -> list:
+    try:
+        info = api.model_info(repo, revision=revision, files_metadata=True)
+    except Exception:  # no metadata is not an error: we fall back
+        return []
+    return [(s.rfilename, _lfs_sha256(getattr(s, "lfs", None))) for s in (getattr(info, "siblings", None) or [])]
+
+
+def _paths_info_files(api, repo: str, revision: str, names: list) -> list:
+    try:
+        entries = api.get_paths_info(repo, names, revision=revision)
+    except Exception:
+        return []
+    return [(e.path, _lfs_sha256(getattr(e, "lfs", None))) for e in entries if hasattr(e, "lfs")]
+
+
+def _lfs_sha256(lfs) -> str | None:
+    if lfs is None:
+        return None
+    return getattr(lfs, "sha256", None) or (lfs.get("sha256") if isinstance(lfs, dict) else None)
+
+
+def _weight_entries(files: list) -> list:
+    for suffix_group in ((".safetensors",), (".bin", ".pt", ".pth")):
+        chosen = sorted((n, sha) for n, sha in files if n.endswith(suffix_group) and "/" not in n)
+        if chosen:
+            return chosen
+    return []
+
+
+def local_fingerprint(folder: Path) -> tuple[str | None, str]:
+    """sha256 of the weight files of a checkpoint folder (safetensors first).
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp()); _ = (d / "model.safetensors").write_bytes(b"w")
+    >>> local_fingerprint(d)[1]
+    'file sha256'
+    """
+    for suffixes in ((".safetensors",), WEIGHT_SUFFIXES[1:]):
+        files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(suffixes))
+        if files:
+            return _digest([(p.name, _file_sha256(p)) for p in files]), "file sha256"
+    return None, "unknown"
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _digest(entries: list) -> str:
+    return hashlib.sha256(json.dumps(sorted(entries)).encode()).hexdigest()
+
+
+def find_duplicates(checkpoints: list[Checkpoint], fingerprints: dict) -> dict:
+    """``{revision: earlier revision with the same weights}``, in training order.
+
+    >>> cps, _ = parse_revisions(["step1", "step2", "step3"])
+    >>> find_duplicates(cps, {"step1": ("a", ""), "step2": ("a", ""), "step3": (None, "")})
+    {'step2': 'step1'}
+    """
+    first, duplicates = {}, {}
+    for c in checkpoints:
+        fp = fingerprints.get(c.revision, (None, ""))[0]
+        if fp is None:
+            continue
+        if fp in first:
+            duplicates[c.revision] = first[fp]
+        else:
+            first[fp] = c.revision
+    return duplicates
+
+
+# --------------------------------------------------------------------------- jobs and rows
+
+
+def _job(found: Discovered, c: Checkpoint, opts: dict, fingerprint: tuple) -> Job:
+    local = found.kind == "local"
+    model = SuiteModel(found.model, family=guess_family(found.model) if not local else "local")
+    extra = _checkpoint_columns(c, {c.revision: fingerprint})
+    return Job(
+        model, opts, revision=None if local else c.revision, source=c.path if local else None, tag=c.revision,
+        name=Path(found.model).name if local else found.model, weights=fingerprint[0], extra=extra,
+        tokenizer=_shared_tokenizer(Path(c.path)) if local else None,
+    )
+
+
+def _shared_tokenizer(checkpoint: Path) -> str | None:
+    # Training scripts often save the tokenizer once, next to the checkpoints.
+    if any((checkpoint / f).is_file() for f in TOKENIZER_FILES):
+        return None
+    parent = checkpoint.parent
+    return str(parent) if any((parent / f).is_file() for f in TOKENIZER_FILES) else None
+
+
+def trajectory_rows(out, checkpoints: list, jobs: dict, duplicates: dict, fingerprints: dict) -> list[dict]:
+    """Rows in training order; a duplicate repeats its original's numbers with status ``duplicate``."""
+    measured = {rev: summary_rows(out, [job]) for rev, job in jobs.items()}
+    rows = []
+    for c in checkpoints:
+        if c.revision in duplicates:
+            original = duplicates[c.revision]
+            for r in measured[original]:
+                rows.append({**r, **_checkpoint_columns(c, fingerprints), "revision": c.revision, "duplicate_of": original,
+                             "status": "duplicate", "note": f"same weights as {original}"})
+        else:
+            rows += [{**r, "duplicate_of": None} for r in measured[c.revision]]
+    return rows
+
+
+def _checkpoint_columns(c: Checkpoint, fingerprints: dict) -> dict:
+    fp, how = fingerprints.get(c.revision, (None, "unknown"))
+    return {"step": c.step, "tokens": c.tokens, "tokens_seen": c.tokens_seen, "track": c.track, "final": c.final,
+            "weights": fp, "weights_source": how}
+
+
+def _write_outputs(outcome: TrajectoryOutcome, found: Discovered, *, figures: bool, log) -> list[Path]:
+    out = outcome.out
+    files = write_table(out, "trajectory", outcome.rows, TRAJECTORY_COLUMNS, log=log)
+    summary = {
+        "model": found.model, "source": found.kind,
+        "checkpoints": [asdict(c) for c in outcome.checkpoints],
+        "duplicates": outcome.duplicates, "skipped": outcome.skipped, "notes": outcome.notes,
+    }
+    write_json_atomic(out / "trajectory.json", summary)
+    files.append(out / "trajectory.json")
+    if figures and any(r["status"] in ("ok", "duplicate") and r.get("D_eff") is not None for r in outcome.rows):
+        from .report.figures import save_figure
+
+        title = found.model if found.kind == "hub" else Path(found.model).name
+        files += save_figure(trajectory_figure(outcome.rows, title=title), out / "trajectory")
+    return files
+
+
+# --------------------------------------------------------------------------- the figure
+
+
+def trajectory_figure(rows: list[dict], title: str = ""):
+    """D_eff (with its interval), F_L and the matched references against training tokens.
+
+    The x axis is tokens seen when every point has them, else the step;
+    logarithmic, with step 0 in a short linear stretch at the left (symlog).
+    Duplicated checkpoints are grey crosses, not joined to the line; ``main``
+    without a step sits just right of the last checkpoint.
+
+    >>> r = lambda rev, step, d: {"key": rev, "revision": rev, "step": step, "tokens_seen": step * 10, "track": "main",
+    ...     "final": False, "status": "ok", "D_eff": d, "D_eff_lo": d - .1, "D_eff_hi": d + .1, "F_L": 1.9,
+    ...     "R_init": 1.5, "R_size": 1.8, "R_matched": 1.4}
+    >>> fig = trajectory_figure([r("step0", 0, 1.0), r("step10", 10, 1.2), r("step100", 100, 1.3)])
+    >>> fig.axes[0].get_xscale()
+    'symlog'
+    """
+    from .report.figures import OKABE_ITO, REFERENCE_STYLES
+    from .sweep import _style, new_figure
+
+    points = _first_view(rows)
+    x_key, x_label = _x_axis(points)
+    xs = _positions(points, x_key)
+    with _style():
+        fig = new_figure(6.4, 4.0)
+        ax = fig.add_subplot()
+        measured = [(x, p) for x, p in zip(xs, points) if p["status"] == "ok" and p.get("D_eff") is not None]
+        for series in _tracks(measured):
+            _series(ax, series, "D_eff", r"$D_\mathrm{eff}$ (95% CI)", OKABE_ITO["blue"], "-", "o", band=True)
+            _series(ax, series, "F_L", r"$F_L$", OKABE_ITO["black"], "--", None, band=False)
+            for key, name in (("R_init", "init"), ("R_size", "size"), ("R_matched", "matched")):
+                label, colour, style, marker = REFERENCE_STYLES[name]
+                _series(ax, series, key, label, colour, style, None, band=True, alpha=0.1)
+        dups = [(x, p) for x, p in zip(xs, points) if p["status"] == "duplicate" and p.get("D_eff") is not None]
+        if dups:
+            ax.plot([x for x, _ in dups], [p["D_eff"] for _, p in dups], linestyle="none", marker="x", markersize=8,
+                    markeredgewidth=1.6, color="#777777", label="duplicate weights (repeats an earlier checkpoint)")
+        # main has no step: its tick says so instead of a made-up token count.
+        named = {x: p["revision"] for x, p in zip(xs, points) if x_key is not None and p.get(x_key) is None}
+        _scale(ax, [x for x, _ in measured + dups], tokens=x_key == "tokens_seen", named=named)
+        _label_final(ax, zip(xs, points))
+        ax.set_xlabel(x_label)
+        ax.set_ylabel("effective depth")
+        ax.set_title(f"{title}: effective depth during training" if title else "Effective depth during training")
+        handles, labels = ax.get_legend_handles_labels()
+        unique = dict(zip(labels, handles))
+        fig.legend(unique.values(), unique.keys(), loc="outside lower center", ncol=3, frameon=False)
+    return fig
+
+
+def _tracks(measured: list) -> list[list]:
+    """Points per training track; later tracks (OLMo-2 stage 2) start from the last point of the first."""
+    names = list(dict.fromkeys(p.get("track") or "main" for _, p in measured if not p.get("final")))
+    tracks = [sorted(((x, p) for x, p in measured if (p.get("track") or "main") == t and not p.get("final")), key=lambda xp: xp[0])
+              for t in names]
+    if len(tracks) > 1 and tracks[0]:
+        tracks = tracks[:1] + [[tracks[0][-1]] + t for t in tracks[1:]]
+    finals = [(x, p) for x, p in measured if p.get("final")]
+    return tracks + ([finals] if finals else [])
+
+
+def _first_view(rows: list[dict]) -> list[dict]:
+    first = {}
+    for r in rows:
+        first.setdefault(r["revision"], r)
+    return list(first.values())
+
+
+def _x_axis(points: list[dict]) -> tuple[str | None, str]:
+    def known(key):
+        return all(p.get(key) is not None for p in points if not p.get("final"))
+
+    if known("tokens_seen"):
+        return "tokens_seen", "training tokens seen"
+    if known("step"):
+        return "step", "training step"
+    return None, "checkpoint (training order)"
+
+
+def _positions(points: list[dict], key: str | None) -> list[float]:
+    if key is None:
+        return [float(i + 1) for i in range(len(points))]
+    known = [float(p[key]) for p in points if p.get(key) is not None]
+    last = max(known, default=1.0) or 1.0
+    # main without a step: just right of the last checkpoint (a factor on a log axis).
+    return [float(p[key]) if p.get(key) is not None else last * 1.25 for p in points]
+
+
+def _series(ax, series, key, label, colour, style, marker, *, band: bool, alpha: float = 0.2) -> None:
+    pts = [(x, p) for x, p in series if p.get(key) is not None]
+    if not pts:
+        return
+    xs = [x for x, _ in pts]
+    ax.plot(xs, [p[key] for _, p in pts], color=colour, linestyle=style, marker=marker, markersize=4, linewidth=1.4, label=label)
+    if band and all(p.get(f"{key}_lo") is not None and p.get(f"{key}_hi") is not None for _, p in pts):
+        ax.fill_between(xs, [p[f"{key}_lo"] for _, p in pts], [p[f"{key}_hi"] for _, p in pts], color=colour, alpha=alpha, linewidth=0)
+
+
+def _scale(ax, xs: list[float], tokens: bool, named: dict) -> None:
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    positive = [x for x in xs if x > 0]
+    if not positive:
+        return
+    if any(x <= 0 for x in xs):
+        # Step 0 has no place on a log axis: a short linear stretch [0, first step] holds it.
+        ax.set_xscale("symlog", linthresh=min(positive), linscale=0.4)
+        ax.set_xlim(left=0)
+    else:
+        ax.set_xscale("log")
+    distinct = sorted(set(xs))
+    if len(distinct) <= 8:
+        # Few checkpoints: label exactly those (a log axis over less than a decade shows no ticks at all).
+        ax.xaxis.set_major_locator(FixedLocator(distinct))
+        ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: named.get(x) or (_short_number(x) if tokens or x >= 1e4 else f"{x:g}")))
+
+
+def _short_number(x: float) -> str:
+    """A tick label like people write token counts.
+
+    >>> _short_number(2_097_152_000), _short_number(0)
+    ('2.1B', '0')
+    """
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:g}"
+
+
+def _label_final(ax, placed) -> None:
+    for x, p in placed:
+        if p.get("final") and p.get("D_eff") is not None:
+            ax.annotate(p["revision"], (x, p["D_eff"]), xytext=(4, 6), textcoords="offset points", fontsize=7)

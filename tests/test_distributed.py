@@ -1,0 +1,105 @@
+"""torchrun (gloo, CPU): the same numbers as one process on the same sequences."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import effdepth
+from effdepth.data import byte_tokenizer, load_corpus
+from effdepth.distributed import main, measure_distributed, shares, slice_tokens
+from effdepth.tiny import tiny_model
+
+OPTIONS = ["--seq-len", "16", "--num-seqs", "7", "--batch-size", "2", "--bootstrap", "50", "--views", "default,drop-pos0,top1pc"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny-llama")
+    tiny_model("llama").save_pretrained(d)
+    byte_tokenizer().save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    p = tmp_path_factory.mktemp("corpus") / "text.txt"
+    p.write_text("Friends, Romans, countrymen, lend me your ears; I come to bury Caesar, not to praise him. " * 40)
+    return str(p)
+
+
+def test_shares_are_contiguous_and_cover_everything():
+    for total in range(1, 12):
+        for world in range(1, total + 1):
+            bounds = shares(total, world)
+            assert bounds[0][0] == 0 and bounds[-1][1] == total
+            assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+            assert max(h - l for l, h in bounds) - min(h - l for l, h in bounds) <= 1
+
+
+def test_slice_tokens_keeps_the_mask():
+    ids = torch.arange(12).reshape(4, 3)
+    mask = torch.ones_like(ids)
+    mask[2, 2] = 0
+    part = slice_tokens(load_corpus({"input_ids": ids, "attention_mask": mask}), 2, 4)
+    assert part.input_ids.tolist() == [[6, 7, 8], [9, 10, 11]] and part.attention_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+
+
+def _same(a, b):
+    assert list(a.views) == list(b.views)
+    for name in a.views:
+        va, vb = a.views[name], b.views[name]
+        assert vb.deff == pytest.approx(va.deff, rel=1e-9) and vb.sequences == va.sequences and vb.tokens == va.tokens
+        assert np.allclose(vb.similarity, va.similarity, rtol=1e-9, atol=0)
+        for key in ("deff", "ratio", "reference_matched", "correlated_updates"):
+            assert vb.ci[key] == pytest.approx(va.ci[key], rel=1e-9)  # the bootstrap saw the same units in the same order
+    assert a.config["pc_estimate"] == b.config["pc_estimate"]
+
+
+def test_torchrun_two_processes_match_one(model_dir, corpus, tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "effdepth.distributed", "measure", str(model_dir), "--corpus", corpus, *OPTIONS,
+         "--backend", "gloo", "--device", "cpu", "--out", str(out), "--no-progress", "--no-figures"],
+        capture_output=True, text=True, timeout=240, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "2 processes" in proc.stdout
+    distributed = effdepth.load(out)
+    assert distributed.provenance["run"]["distributed"] == {"world_size": 2, "backend": "gloo", "shares": [[0, 4], [4, 7]]}
+    single = effdepth.measure(str(model_dir), corpus, seq_len=16, num_seqs=7, batch_size=2, bootstrap=50,
+                              views="default,drop-pos0,top1pc", progress=False)
+    _same(single, distributed)
+
+
+@pytest.fixture
+def one_process_group(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_in_process_group_of_one(one_process_group, model_dir, corpus):
+    kwargs = dict(seq_len=16, num_seqs=3, batch_size=2, bootstrap=20, views="default,center", progress=False)
+    _same(effdepth.measure(str(model_dir), corpus, **kwargs), measure_distributed(str(model_dir), corpus, **kwargs))
+    with pytest.raises(effdepth.EffdepthError, match="exact is not supported"):
+        measure_distributed(str(model_dir), corpus, views="top1pc", pc_estimate="exact")
+
+
+def test_without_torchrun_a_one_line_error(monkeypatch, capsys, model_dir):
+    for name in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["measure", str(model_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not started by torchrun" in err and "\n" not in err
+    assert main(["measure", str(model_dir), "--device-map", "auto"]) == 2
+    assert "--device-map does not combine" in capsys.readouterr().err
+    with pytest.raises(effdepth.EffdepthError, match="no torch.distributed process group"):
+        measure_distributed(str(model_dir))

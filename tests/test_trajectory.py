@@ -1,0 +1,230 @@
+"""Trajectories over local checkpoints and (faked) hub branches, duplicates flagged."""
+
+import json
+import shutil
+import types
+
+import huggingface_hub
+import pandas as pd
+import pytest
+import torch
+from huggingface_hub.hf_api import BlobLfsInfo, GitRefInfo, GitRefs, RepoSibling
+
+import effdepth
+import effdepth.sweep as sweep_module
+from effdepth.cli import main
+from effdepth.data import byte_tokenizer
+from effdepth.errors import EffdepthError
+from effdepth.revisions import PYTHIA_TOKENS_PER_STEP
+from effdepth.tiny import tiny_model
+from effdepth.trajectory import trajectory, trajectory_figure
+
+SMALL = ["--seq-len", "16", "--num-seqs", "4", "--bootstrap", "20", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """step-0, step-100, step-200 (a byte copy of step-100); the tokenizer saved once beside them."""
+    root = tmp_path_factory.mktemp("run") / "ckpts"
+    byte_tokenizer().save_pretrained(root)
+    for step, seed in ((0, 0), (100, 1)):
+        tiny_model("llama", seed=seed).save_pretrained(root / f"step-{step}")
+    shutil.copytree(root / "step-100", root / "step-200")
+    (root / "logs").mkdir()  # no config.json: not a checkpoint
+    tiny_model("llama", seed=3).save_pretrained(root / "final")  # a model, but no step in its name
+    return root
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    p = tmp_path_factory.mktemp("corpus") / "text.txt"
+    p.write_text("Shall I compare thee to a summer's day? Thou art more lovely and more temperate. " * 50)
+    return str(p)
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory, checkpoints, corpus):
+    out = tmp_path_factory.mktemp("trajectory")
+    calls = []
+    real = sweep_module.measure_job
+    mp = pytest.MonkeyPatch()
+    mp.setattr(sweep_module, "measure_job", lambda p: calls.append(p["source"]) or real(p))
+    try:
+        code = main(["trajectory", str(checkpoints), "--out", str(out), "--corpus", corpus, "--tokens-per-step", "1000", *SMALL])
+    finally:
+        mp.undo()
+    return out, code, calls
+
+
+def test_local_checkpoints_measured_in_training_order(local_run, checkpoints):
+    out, code, calls = local_run
+    assert code == 0
+    table = pd.read_csv(out / "trajectory.csv")
+    assert table["revision"].tolist() == ["step-0", "step-100", "step-200"]
+    assert table["step"].tolist() == [0, 100, 200]
+    assert table["tokens_seen"].tolist() == [0, 100_000, 200_000]
+    assert table.loc[0, "status"] == "ok" and table.loc[0, "D_eff_lo"] <= table.loc[0, "D_eff"] <= table.loc[0, "D_eff_hi"]
+    ok = table[table.status == "ok"].iloc[0]
+    assert effdepth.load(out / ok.key).default.deff == pytest.approx(ok.D_eff)
+    assert (out / "trajectory.parquet").is_file() and (out / "trajectory.png").is_file() and (out / "trajectory.pdf").is_file()
+
+
+def test_duplicated_checkpoint_is_flagged_not_measured(local_run, checkpoints):
+    out, _, calls = local_run
+    assert sorted(calls) == sorted(str(checkpoints / n) for n in ("step-0", "step-100"))
+    table = pd.read_csv(out / "trajectory.csv").set_index("revision")
+    assert table.loc["step-200", "status"] == "duplicate" and table.loc["step-200", "duplicate_of"] == "step-100"
+    assert table.loc["step-200", "weights"] == table.loc["step-100", "weights"] != table.loc["step-0", "weights"]
+    assert table.loc["step-200", "weights_source"] == "file sha256"
+    assert table.loc["step-200", "D_eff"] == table.loc["step-100", "D_eff"]
+    summary = json.loads((out / "trajectory.json").read_text())
+    assert summary["duplicates"] == {"step-200": "step-100"} and summary["skipped"] == ["final"]
+
+
+def test_rerun_measures_nothing(local_run, checkpoints, corpus, monkeypatch):
+    out, _, _ = local_run
+    monkeypatch.setattr(sweep_module, "measure_job", lambda p: pytest.fail("measured again"))
+    t = trajectory(checkpoints, out, corpus=corpus, tokens_per_step=1000, seq_len=16, num_seqs=4, bootstrap=20, figures=False)
+    assert t.counts == {"done": 2} and t.duplicates == {"step-200": "step-100"}
+
+
+def test_a_single_model_folder_is_not_a_trajectory(checkpoints, tmp_path):
+    with pytest.raises(EffdepthError, match="single model"):
+        trajectory(checkpoints / "step-0", tmp_path)
+    with pytest.raises(EffdepthError, match="no checkpoint folder 'step-7'"):
+        trajectory(checkpoints, tmp_path, revisions="step-0,step-7")
+
+
+# --------------------------------------------------------------------------- the hub, faked
+
+PYTHIA_BRANCHES = ["main", "step0", "step1", "step2", "step4", "step1000", "step50000", "step58000", "step143000", "backup-2023"]
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    """Branches from list_repo_refs and LFS sha256s from model_info, as the hub answers them."""
+    state = types.SimpleNamespace(branches=list(PYTHIA_BRANCHES), sha={}, info_calls=[], paths_calls=[], measured=[],
+                                  model_info_fails=False, paths_info=True, refs_error=None)
+    state.sha = {b: f"{i:064x}" for i, b in enumerate(state.branches)}
+    state.sha["step58000"] = state.sha["step50000"]  # as pythia-12b serves
+    state.sha["main"] = state.sha["step143000"]
+
+    def list_repo_refs(repo_id, **kwargs):
+        if state.refs_error:
+            raise state.refs_error
+        return GitRefs(branches=[GitRefInfo(name=b, ref=f"refs/heads/{b}", target_commit=f"{i:040x}") for i, b in enumerate(state.branches)],
+                       converts=[], tags=[])
+
+    class FakeApi:
+        def model_info(self, repo_id, revision=None, files_metadata=False, **kwargs):
+            state.info_calls.append(revision)
+            if state.model_info_fails:
+                raise OSError("metadata unavailable")
+            lfs = BlobLfsInfo(size=10, sha256=state.sha[revision], pointer_size=130)
+            return types.SimpleNamespace(siblings=[RepoSibling("config.json", size=1, blob_id="c"),
+                                                   RepoSibling("model.safetensors", size=10, blob_id="b", lfs=lfs)])
+
+        def get_paths_info(self, repo_id, paths, revision=None, **kwargs):
+            state.paths_calls.append(revision)
+            if not state.paths_info:
+                raise OSError("no")
+            return [types.SimpleNamespace(path="model.safetensors", lfs={"size": 10, "sha256": state.sha[revision], "pointer_size": 1})]
+
+    def measure_job(payload):
+        state.measured.append(payload["revision"])
+        g = torch.Generator().manual_seed(len(state.measured))
+        return effdepth.from_states(torch.randn(7, 3, 8, 16, generator=g, dtype=torch.float64).cumsum(0), bootstrap=20)
+
+    monkeypatch.setattr(huggingface_hub, "list_repo_refs", list_repo_refs)
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.setattr(sweep_module, "measure_job", measure_job)
+    return state
+
+
+def test_hub_auto_flags_identical_branches(fake_hub, tmp_path):
+    t = trajectory("EleutherAI/pythia-12b", tmp_path, bootstrap=20)
+    assert t.skipped == ["backup-2023"] and any("backup-2023" in n for n in t.notes)
+    assert t.duplicates == {"step58000": "step50000", "main": "step143000"}
+    assert "step58000" not in fake_hub.measured and "main" not in fake_hub.measured
+    assert fake_hub.measured == ["step0", "step1", "step2", "step4", "step1000", "step50000", "step143000"]
+    rows = {r["revision"]: r for r in t.rows}
+    assert rows["step1000"]["tokens_seen"] == 1000 * PYTHIA_TOKENS_PER_STEP
+    assert rows["step58000"]["status"] == "duplicate" and rows["step58000"]["weights_source"] == "hub LFS sha256"
+    assert rows["main"]["final"] and rows["main"]["duplicate_of"] == "step143000"
+    assert (tmp_path / "trajectory.png").is_file()
+    table = pd.read_parquet(tmp_path / "trajectory.parquet")
+    assert table["revision"].tolist()[-1] == "main" and (table["status"] == "duplicate").sum() == 2
+
+
+def test_hub_every_k_and_lists(fake_hub, tmp_path):
+    t = trajectory("EleutherAI/pythia-12b", tmp_path, revisions="every:3", bootstrap=20, figures=False)
+    assert [c.revision for c in t.checkpoints] == ["step0", "step4", "step58000", "step143000", "main"]
+    assert t.duplicates == {"main": "step143000"}  # step50000 was not selected: step58000 is measured
+    assert sorted(fake_hub.info_calls) == sorted(c.revision for c in t.checkpoints)
+    t = trajectory("EleutherAI/pythia-12b", tmp_path, revisions="step1000,nonsense,step2", bootstrap=20, figures=False)
+    assert [c.revision for c in t.checkpoints] == ["step2", "step1000"]
+    assert any("nonsense" in n for n in t.notes)
+
+
+def test_hub_metadata_fallbacks(fake_hub, tmp_path):
+    fake_hub.model_info_fails = True
+    t = trajectory("EleutherAI/pythia-12b", tmp_path, revisions="step50000,step58000", bootstrap=20, figures=False)
+    assert fake_hub.paths_calls == ["step50000", "step58000"] and t.duplicates == {"step58000": "step50000"}
+    # No metadata at all: the branch commit is the fingerprint (distinct commits here: nothing flagged).
+    fake_hub.paths_info = False
+    t = trajectory("EleutherAI/pythia-12b", tmp_path, revisions="step50000,step58000", bootstrap=20, figures=False)
+    assert t.duplicates == {} and t.rows[0]["weights_source"] == "branch commit"
+
+
+def test_olmo2_branches_on_the_token_axis(fake_hub, tmp_path):
+    fake_hub.branches = ["main", "stage1-step0-tokens0B", "stage1-step1000-tokens5B", "stage1-step2000-tokens9B",
+                         "stage2-ingredient1-step500-tokens3B", "stage2-ingredient2-step500-tokens3B"]
+    fake_hub.sha = {b: f"{i:064x}" for i, b in enumerate(fake_hub.branches)}
+    t = trajectory("allenai/OLMo-2-0425-1B", tmp_path, bootstrap=20)
+    rows = {r["revision"]: r for r in t.rows}
+    assert rows["stage2-ingredient2-step500-tokens3B"]["tokens_seen"] == 12_000_000_000
+    assert rows["stage2-ingredient1-step500-tokens3B"]["track"] == "stage2-ingredient1"
+    assert t.duplicates == {} and len(fake_hub.measured) == 6
+
+
+def test_hub_errors_are_one_line(fake_hub, tmp_path, capsys):
+    fake_hub.refs_error = OSError("Repository Not Found\nfor url ...")
+    assert main(["trajectory", "EleutherAI/pythia-12b", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot list the branches of EleutherAI/pythia-12b" in err and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["trajectory", "EleutherAI/pythia-70m", "--revisions", "every:0", "--out", "{out}"], "every:K needs a whole number"),
+        (["trajectory", "EleutherAI/pythia-70m", "--revisions", "../step1", "--out", "{out}"], "malformed revision"),
+        (["trajectory", "EleutherAI/pythia-70m", "--revision", "step1", "--out", "{out}"], "not --revision"),
+        (["trajectory", "../x", "--out", "{out}"], "malformed model id"),
+        (["trajectory", "tiny:llama", "--out", "{out}"], "no training checkpoints"),
+        (["trajectory", "EleutherAI/pythia-70m", "--out", "{out}", "--executor", "spark"], "invalid choice"),
+    ],
+)
+def test_cli_bad_input_exits_2(fake_hub, tmp_path, capsys, argv, message):
+    fake_hub.refs_error = AssertionError("the hub must not be asked")
+    code = main([a.replace("{out}", str(tmp_path / "o")) for a in argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and "\n" not in err
+
+
+def _row(rev, step, d, status="ok", final=False):
+    return {"key": rev, "revision": rev, "step": step, "tokens_seen": None if step is None else step * 100, "track": "main",
+            "final": final, "status": status, "D_eff": d, "D_eff_lo": d - 0.1, "D_eff_hi": d + 0.1, "F_L": 1.9,
+            "R_init": 1.5, "R_init_lo": 1.4, "R_init_hi": 1.6, "R_size": 1.8, "R_matched": 1.4}
+
+
+def test_figure_axis_places_step0_and_main():
+    fig = trajectory_figure([_row("step0", 0, 1.0), _row("step10", 10, 1.2), _row("step20", 20, 1.2, "duplicate"),
+                             _row("main", None, 1.3, final=True)])
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "symlog" and ax.get_xlim()[0] == 0
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels[0] == "0" and labels[-1] == "main"
+    assert any("duplicate" in t.get_text() for t in fig.legends[0].get_texts())
+    fig = trajectory_figure([_row("step10", 10, 1.0), _row("step1000", 1000, 1.2)])
+    assert fig.axes[0].get_xscale() == "log"
