@@ -5,11 +5,12 @@ On SmolLM2-135M-Instruct (CPU, float32, Shakespeare, 8 x 256 tokens) it prints:
 - time of ``measure`` (default view) / time of a plain ``AutoModelForCausalLM``
   forward over the same batches (target: <= 1, we skip the LM head);
 - time of ``measure --views paper`` / time of the default-only ``measure``
-  (target: <= 1.3);
+  (target: <= 1.3), on the same batches, and again on 4x the sequences (the
+  top-PC calibration on the first batch is a one-time cost);
 - time and peak memory of a naive baseline that collects
   ``output_hidden_states`` and computes D_eff afterwards (target: measure
   faster and leaner);
-- peak memory of ``measure`` at 1x and 4x the tokens (target: flat).
+- peak memory of ``measure`` at 1x, 4x and 8x the tokens (target: flat).
 
 Times are medians of repeated runs in this process; peak memory is the
 increase of the peak resident set (VmHWM) over the resident set just before
@@ -123,9 +124,15 @@ def main() -> None:
     t_measure = timed(lambda: measure_run(prepared, bs), args.repeats)
     t_paper = timed(lambda: measure_run(prepared, bs, "paper"), args.repeats)
     t_naive = timed(lambda: naive_baseline(prepared, bs), args.repeats)
+    del prepared
+    larger = prepare(4 * args.num_seqs, args.seq_len)
+    t_measure_4x = timed(lambda: measure_run(larger, bs), args.repeats)
+    t_paper_4x = timed(lambda: measure_run(larger, bs, "paper"), args.repeats)
+    del larger
 
     mem_measure = peak_in_child("measure", args.num_seqs, args.seq_len, bs)
     mem_measure_4x = peak_in_child("measure", 4 * args.num_seqs, args.seq_len, bs)
+    mem_measure_8x = peak_in_child("measure", 8 * args.num_seqs, args.seq_len, bs)
     mem_naive = peak_in_child("naive", args.num_seqs, args.seq_len, bs)
 
     mb = lambda b: f"{b / 2**20:.0f} MiB"
@@ -135,8 +142,11 @@ def main() -> None:
     print(f"measure (default view)               {t_measure:7.2f} s   ratio to plain forward  {t_measure / t_plain:.2f}  (target <= 1)")
     print(f"measure --views paper                {t_paper:7.2f} s   ratio to default view   {t_paper / t_measure:.2f}  (target <= 1.3)")
     print(f"naive output_hidden_states baseline  {t_naive:7.2f} s   measure / naive         {t_measure / t_naive:.2f}  (target < 1)")
-    print(f"peak memory increase: measure {mb(mem_measure)} ({tokens} tokens), measure {mb(mem_measure_4x)} ({4 * tokens} tokens), naive {mb(mem_naive)} ({tokens} tokens)")
-    print(f"measure peak at 4x tokens / at 1x    {mem_measure_4x / mem_measure:.2f}  (target ~1: flat in tokens)")
+    print(f"at {4 * args.num_seqs} x {args.seq_len} tokens: measure {t_measure_4x:.2f} s, --views paper {t_paper_4x:.2f} s, "
+          f"ratio {t_paper_4x / t_measure_4x:.2f}  (target <= 1.3)")
+    print(f"peak memory increase of measure: {mb(mem_measure)} ({tokens} tokens), {mb(mem_measure_4x)} ({4 * tokens}), "
+          f"{mb(mem_measure_8x)} ({8 * tokens}); naive baseline {mb(mem_naive)} ({tokens} tokens)")
+    print(f"measure peak at 8x tokens / at 4x    {mem_measure_8x / mem_measure_4x:.2f}  (target ~1: flat in tokens)")
 
 
 if __name__ == "__main__":

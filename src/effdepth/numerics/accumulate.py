@@ -43,9 +43,10 @@ STAT_KEYS = (
     "ref_matched",
 )
 
-# Bounds the float64 working set of one call: (tokens, M, M) per-token
-# matrices and an (M, tokens, d) copy of the states.
-DEFAULT_CHUNK_TOKENS = 512
+# Tokens per float64 working set: (tokens, M, M) per-token matrices and an
+# (M, tokens, d) copy of the states. Small chunks stay in cache and reuse
+# allocator memory instead of faulting in fresh pages (measured fastest on CPU).
+DEFAULT_CHUNK_TOKENS = 64
 
 
 def empty_statistics(num_states: int, include_embedding: bool) -> dict:
@@ -100,15 +101,16 @@ def sequence_statistics(
     if states.dim() != 3:
         raise ValueError(f"states must be (M, tokens, d), got shape {tuple(states.shape)}")
     m, t, _ = states.shape
-    first = _chunk_statistics(states[:, :1], include_embedding)
+    first = chunk_statistics(states[:, :1], include_embedding)
     rest = None
     for start in range(1, t, max(1, chunk_tokens)):
-        part = _chunk_statistics(states[:, start : start + chunk_tokens], include_embedding)
+        part = chunk_statistics(states[:, start : start + chunk_tokens], include_embedding)
         rest = part if rest is None else add_statistics(rest, part)
     return first, rest
 
 
-def _chunk_statistics(states: torch.Tensor, include_embedding: bool) -> dict:
+def chunk_statistics(states: torch.Tensor, include_embedding: bool) -> dict:
+    """Statistics of a few tokens ``(M, tokens, d)``; add chunks with :func:`add_statistics`."""
     z = states.to(torch.float64)
     m, t, d = z.shape
     # Updates as explicit differences; the increments' Gram matrix is built

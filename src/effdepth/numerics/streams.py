@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..errors import EffdepthError
-from .accumulate import DEFAULT_CHUNK_TOKENS, nonfinite_layer, sequence_statistics
+from .accumulate import DEFAULT_CHUNK_TOKENS, add_statistics, chunk_statistics, nonfinite_layer
 from .statistics import UnitStatistics
 from .views import FitAccumulator, ViewSpec, fitted_transform, parse_views, token_transform
 
@@ -67,15 +67,24 @@ class ViewAccumulator:
 
     def fit_batch(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
         """Feed one batch to the per-layer mean / covariance estimates."""
+        fitted = [info["spec"] for info in self.streams.values() if info["spec"].needs_fit]
+        # One estimate per token set: views that share it (e.g. center and
+        # top1pc) must not feed the same tokens twice.
+        token_sets = {spec.fit_key: spec for spec in fitted}
+        for key, spec in token_sets.items():
+            if key not in self._fit_accumulators:
+                self._fit_accumulators[key] = FitAccumulator(
+                    precision=torch.float64 if self.pc_estimate == "exact" else torch.float32,
+                    scatter=any(v.top_pcs for v in fitted if v.fit_key == key),
+                )
+        pending: dict = {key: [] for key in token_sets}
         for seq in _sequences(states, mask):
             _check_finite_states(seq, states.dtype)
-            for info in self.streams.values():
-                spec = info["spec"]
-                if not spec.needs_fit:
-                    continue
-                z = token_transform(seq.to(torch.float64), spec)
-                tokens = _selected(z, spec)
-                self._fit_accumulators.setdefault(spec.fit_key, FitAccumulator()).update(tokens)
+            for key, spec in token_sets.items():
+                pending[key].append(_selected(token_transform(seq.to(torch.float64), spec), spec))
+        # One update per batch: a single large matrix product per layer.
+        for key, parts in pending.items():
+            self._fit_accumulators[key].update(torch.cat(parts, dim=1))
 
     def finalize_fit(self, how: str) -> None:
         """Turn the estimates into fits; ``how`` is recorded in the result."""
@@ -106,13 +115,11 @@ class ViewAccumulator:
         new_units: dict = {k: [] for k in self._units}
         sequences = tokens = 0
         for seq in _sequences(states, mask):
-            z = seq.to(torch.float64)
             sequences += 1
-            tokens += z.shape[1]
+            tokens += seq.shape[1]
+            totals = self._sequence_statistics(seq)
             for key, info in self.streams.items():
-                spec = info["spec"]
-                zt = fitted_transform(token_transform(z, spec), spec, self.fits.get(key))
-                pos0, rest = sequence_statistics(zt, self.include_embedding, self.chunk_tokens)
+                pos0, rest = totals[key]
                 _check_finite(pos0, rest, states.dtype)
                 parts = {"pos0": pos0, "rest": rest if rest is not None else _empty_like(pos0)}
                 for p in info["parts"]:
@@ -121,6 +128,26 @@ class ViewAccumulator:
             self._units[k].extend(units)
         self.sequences += sequences
         self.tokens += tokens
+
+    def _sequence_statistics(self, seq: torch.Tensor) -> dict:
+        """(pos0, rest) statistics of every stream for one sequence ``(M, T, d)``.
+
+        Chunks of tokens are converted to float64 once and shared by the
+        streams; every transform is per token once fitted, so chunking is exact.
+        """
+        out: dict = {key: [None, None] for key in self.streams}
+        for start in range(0, seq.shape[1], self.chunk_tokens):
+            chunk = seq[:, start : start + self.chunk_tokens].to(torch.float64)
+            for key, info in self.streams.items():
+                spec = info["spec"]
+                z = fitted_transform(token_transform(chunk, spec), spec, self.fits.get(key))
+                if start == 0:
+                    out[key][0] = chunk_statistics(z[:, :1], self.include_embedding)
+                    z = z[:, 1:]
+                if z.shape[1]:
+                    part = chunk_statistics(z, self.include_embedding)
+                    out[key][1] = part if out[key][1] is None else add_statistics(out[key][1], part)
+        return out
 
     def unit_statistics(self, view: str | ViewSpec) -> UnitStatistics:
         """Per-sequence statistics of one view (its parts added)."""

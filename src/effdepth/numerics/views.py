@@ -152,25 +152,49 @@ def parse_views(views) -> list:
 
 
 class FitAccumulator:
-    """Streaming per-layer mean and second moment of one token set, in float64.
+    """Streaming per-layer mean and scatter matrix of one token set.
 
-    Feeds the ``center`` and ``top{k}pc`` views. Memory is (L+1) x d x d.
+    Feeds the ``center`` and ``top{k}pc`` views; memory is (L+1) x d x d when
+    principal directions are needed. Each update is centred on its own mean
+    before its scatter is formed, and updates are merged with Chan's parallel
+    formula in float64, so a dominant mean (massive activations) cannot
+    cancel digits away. ``precision`` is the dtype of each update's matrix
+    product: float64 for exact estimates, float32 is enough (and several times
+    faster on CPU) for a calibration estimate.
+
+    >>> acc = FitAccumulator()
+    >>> acc.update(torch.tensor([[[1.0, 0.0], [3.0, 0.0]]]))
+    >>> acc.fit(parse_view("center"))["mean"].tolist()
+    [[2.0, 0.0]]
     """
 
-    def __init__(self):
+    def __init__(self, precision: torch.dtype = torch.float64, scatter: bool = True):
+        self.precision = precision
+        self.want_scatter = scatter
         self.count = 0
-        self.sum = None
-        self.second = None
+        self.mean = None
+        self.scatter = None
 
     def update(self, states: torch.Tensor) -> None:
         """Add states shaped ``(M, tokens, d)``."""
+        n = states.shape[1]
+        if n == 0:
+            return
         z = states.to(torch.float64)
-        if self.sum is None:
-            self.sum = torch.zeros(z.shape[0], z.shape[2], dtype=torch.float64, device=z.device)
-            self.second = torch.zeros(z.shape[0], z.shape[2], z.shape[2], dtype=torch.float64, device=z.device)
-        self.count += z.shape[1]
-        self.sum += z.sum(1)
-        self.second += z.transpose(1, 2) @ z
+        batch_mean = z.mean(1)
+        if self.mean is None:
+            m, _, d = z.shape
+            self.mean = torch.zeros(m, d, dtype=torch.float64, device=z.device)
+            if self.want_scatter:
+                self.scatter = torch.zeros(m, d, d, dtype=torch.float64, device=z.device)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        if self.want_scatter:
+            centred = (z - batch_mean[:, None, :]).to(self.precision)
+            self.scatter += (centred.transpose(1, 2) @ centred).to(torch.float64)
+            self.scatter += delta[:, :, None] * delta[:, None, :] * (self.count * n / total)
+        self.mean += delta * (n / total)
+        self.count = total
 
     def fit(self, spec: ViewSpec) -> dict:
         """Mean and top-k principal directions per layer (or shared) for ``spec``."""
@@ -179,10 +203,9 @@ class FitAccumulator:
                 f"view {spec.name!r} has no tokens to fit its mean / principal directions on; "
                 "use more or longer sequences"
             )
-        mean = self.sum / self.count
-        fit = {"mean": mean, "tokens": self.count}
+        fit = {"mean": self.mean, "tokens": self.count}
         if spec.top_pcs:
-            cov = self.second / self.count - mean[:, :, None] * mean[:, None, :]
+            cov = self.scatter / self.count
             if spec.shared_pcs:
                 # Pool every layer's mean-centred states: the average covariance.
                 cov = cov.mean(0, keepdim=True)
@@ -190,7 +213,7 @@ class FitAccumulator:
         return fit
 
 
-def top_eigenvectors(cov: torch.Tensor, k: int, iterations: int = 40, tol: float = 1e-10) -> torch.Tensor:
+def top_eigenvectors(cov: torch.Tensor, k: int, iterations: int = 60, tol: float = 1e-9) -> torch.Tensor:
     """Leading-k eigenvectors of symmetric PSD matrices ``(B, d, d)`` -> ``(B, d, k)``.
 
     Subspace iteration with a Rayleigh-Ritz step costs O(d^2 k) per iteration
@@ -208,8 +231,14 @@ def top_eigenvectors(cov: torch.Tensor, k: int, iterations: int = 40, tol: float
         return torch.linalg.eigh(cov)[1][..., -k:].flip(-1)
     gen = torch.Generator(device="cpu").manual_seed(0)
     basis = torch.randn(b, d, q, generator=gen, dtype=cov.dtype).to(cov.device)
-    for _ in range(iterations):
+    previous = None
+    for step in range(1, iterations + 1):
         basis, _ = torch.linalg.qr(cov @ basis)
+        if step % 4 == 0:  # stop once the Ritz values settle
+            ritz = torch.linalg.eigvalsh(basis.transpose(1, 2) @ cov @ basis)[..., -k:]
+            if previous is not None and bool(((ritz - previous).abs() <= 1e-14 * ritz.abs().clamp_min(1e-300)).all()):
+                break
+            previous = ritz
     values, small = torch.linalg.eigh(basis.transpose(1, 2) @ cov @ basis)
     vecs = (basis @ small)[..., -k:].flip(-1)
     vals = values[..., -k:].flip(-1)
