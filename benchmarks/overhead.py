@@ -15,6 +15,10 @@ On SmolLM2-135M-Instruct (CPU, float32, Shakespeare, 8 x 256 tokens) it prints:
 Times are medians of repeated runs in this process; peak memory is the
 increase of the peak resident set (VmHWM) over the resident set just before
 the run, each in a fresh child process so that freed memory is not reused.
+glibc's default allocator keeps freed blocks of the per-batch temporaries
+and its resident set creeps up over the first batches; with a fixed mmap
+threshold (``MALLOC_MMAP_THRESHOLD_=65536``) freed memory goes back to the
+system at once, which shows what effdepth itself holds. Both are printed.
 
     python benchmarks/overhead.py [--repeats 3] [--seq-len 256] [--num-seqs 8]
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -67,13 +72,26 @@ def naive_baseline(prepared, batch_size):
     return float(s.shape[0] ** 2 / sim.sum())
 
 
-def timed(fn, repeats):
-    times = []
+def interleaved(runs: dict, repeats: int) -> list:
+    """``repeats`` rounds, each timing every run once, in order."""
+    out = []
     for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        row = {}
+        for name, fn in runs.items():
+            start = time.perf_counter()
+            fn()
+            row[name] = time.perf_counter() - start
+        out.append(row)
+    return out
+
+
+def median(rounds: list, name: str) -> float:
+    return statistics.median(r[name] for r in rounds)
+
+
+def ratio(rounds: list, num: str, den: str) -> float:
+    """Median over rounds of the within-round ratio."""
+    return statistics.median(r[num] / r[den] for r in rounds)
 
 
 def _status(field):
@@ -95,12 +113,16 @@ def child_peak(kind: str, num_seqs: int, seq_len: int, batch_size: int) -> None:
     print(json.dumps({"peak_increase": _status("VmHWM") - before}))
 
 
-def peak_in_child(kind, num_seqs, seq_len, batch_size) -> int:
+def peak_in_child(kind, num_seqs, seq_len, batch_size, fixed_threshold=True) -> int:
+    env = dict(os.environ)
+    if fixed_threshold:
+        env["MALLOC_MMAP_THRESHOLD_"] = "65536"
     out = subprocess.run(
         [sys.executable, __file__, "--child", kind, "--num-seqs", str(num_seqs), "--seq-len", str(seq_len), "--batch-size", str(batch_size)],
         capture_output=True,
         text=True,
         check=True,
+        env=env,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])["peak_increase"]
 
@@ -119,34 +141,48 @@ def main() -> None:
 
     prepared = prepare(args.num_seqs, args.seq_len)
     bs = args.batch_size
-    measure_run(prepared, bs)  # warm-up
-    t_plain = timed(lambda: plain_forward(prepared, bs), args.repeats)
-    t_measure = timed(lambda: measure_run(prepared, bs), args.repeats)
-    t_paper = timed(lambda: measure_run(prepared, bs, "paper"), args.repeats)
-    t_naive = timed(lambda: naive_baseline(prepared, bs), args.repeats)
+    measure_run(prepared, bs, "paper")  # warm-up
+    # Interleaved rounds: this machine's speed drifts between minutes, so each
+    # ratio is taken within a round and the median over rounds is reported.
+    rounds = interleaved(
+        {
+            "plain": lambda: plain_forward(prepared, bs),
+            "measure": lambda: measure_run(prepared, bs),
+            "paper": lambda: measure_run(prepared, bs, "paper"),
+            "naive": lambda: naive_baseline(prepared, bs),
+        },
+        args.repeats,
+    )
     del prepared
     larger = prepare(4 * args.num_seqs, args.seq_len)
-    t_measure_4x = timed(lambda: measure_run(larger, bs), args.repeats)
-    t_paper_4x = timed(lambda: measure_run(larger, bs, "paper"), args.repeats)
+    rounds_4x = interleaved({"measure": lambda: measure_run(larger, bs), "paper": lambda: measure_run(larger, bs, "paper")}, args.repeats)
     del larger
+    t_plain, t_measure, t_paper, t_naive = (median(rounds, k) for k in ("plain", "measure", "paper", "naive"))
+    t_measure_4x, t_paper_4x = median(rounds_4x, "measure"), median(rounds_4x, "paper")
+    r_plain, r_paper, r_naive = ratio(rounds, "measure", "plain"), ratio(rounds, "paper", "measure"), ratio(rounds, "measure", "naive")
+    r_paper_4x = ratio(rounds_4x, "paper", "measure")
 
     mem_measure = peak_in_child("measure", args.num_seqs, args.seq_len, bs)
     mem_measure_4x = peak_in_child("measure", 4 * args.num_seqs, args.seq_len, bs)
     mem_measure_8x = peak_in_child("measure", 8 * args.num_seqs, args.seq_len, bs)
     mem_naive = peak_in_child("naive", args.num_seqs, args.seq_len, bs)
+    glibc_1x = peak_in_child("measure", args.num_seqs, args.seq_len, bs, fixed_threshold=False)
+    glibc_8x = peak_in_child("measure", 8 * args.num_seqs, args.seq_len, bs, fixed_threshold=False)
 
     mb = lambda b: f"{b / 2**20:.0f} MiB"
     tokens = args.num_seqs * args.seq_len
-    print(f"SmolLM2-135M-Instruct, CPU ({torch.get_num_threads()} threads), float32, {args.num_seqs} x {args.seq_len} tokens, median of {args.repeats}")
+    print(f"SmolLM2-135M-Instruct, CPU ({torch.get_num_threads()} threads), float32, {args.num_seqs} x {args.seq_len} tokens, "
+          f"medians of {args.repeats} interleaved rounds")
     print(f"plain AutoModelForCausalLM forward   {t_plain:7.2f} s")
-    print(f"measure (default view)               {t_measure:7.2f} s   ratio to plain forward  {t_measure / t_plain:.2f}  (target <= 1)")
-    print(f"measure --views paper                {t_paper:7.2f} s   ratio to default view   {t_paper / t_measure:.2f}  (target <= 1.3)")
-    print(f"naive output_hidden_states baseline  {t_naive:7.2f} s   measure / naive         {t_measure / t_naive:.2f}  (target < 1)")
+    print(f"measure (default view)               {t_measure:7.2f} s   ratio to plain forward  {r_plain:.2f}  (target <= 1)")
+    print(f"measure --views paper                {t_paper:7.2f} s   ratio to default view   {r_paper:.2f}  (target <= 1.3)")
+    print(f"naive output_hidden_states baseline  {t_naive:7.2f} s   measure / naive         {r_naive:.2f}  (target < 1)")
     print(f"at {4 * args.num_seqs} x {args.seq_len} tokens: measure {t_measure_4x:.2f} s, --views paper {t_paper_4x:.2f} s, "
-          f"ratio {t_paper_4x / t_measure_4x:.2f}  (target <= 1.3)")
-    print(f"peak memory increase of measure: {mb(mem_measure)} ({tokens} tokens), {mb(mem_measure_4x)} ({4 * tokens}), "
+          f"ratio {r_paper_4x:.2f}  (target <= 1.3)")
+    print(f"peak memory increase (fixed mmap threshold) of measure: {mb(mem_measure)} ({tokens} tokens), {mb(mem_measure_4x)} ({4 * tokens}), "
           f"{mb(mem_measure_8x)} ({8 * tokens}); naive baseline {mb(mem_naive)} ({tokens} tokens)")
-    print(f"measure peak at 8x tokens / at 4x    {mem_measure_8x / mem_measure_4x:.2f}  (target ~1: flat in tokens)")
+    print(f"measure peak at 8x tokens / at 1x    {mem_measure_8x / mem_measure:.2f}  (target ~1: flat in tokens)")
+    print(f"default glibc allocator: measure {mb(glibc_1x)} ({tokens} tokens), {mb(glibc_8x)} ({8 * tokens}): freed blocks kept for reuse")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,10 @@ class MeasurementInterrupted(EffdepthError):
     exit_code = 130
 
 
+class CheckpointMismatch(EffdepthError):
+    """Saved partial statistics cannot be continued: damaged, or from another run."""
+
+
 def checkpoint_dir(out) -> Path:
     return Path(out) / CHECKPOINT
 
@@ -70,7 +74,7 @@ def load_checkpoint(folder: Path) -> tuple:
         with np.load(arrays_path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
     except (OSError, ValueError, KeyError) as exc:
-        raise EffdepthError(f"the checkpoint in {folder} is damaged ({exc}); delete it and run without --resume") from None
+        raise CheckpointMismatch(f"the checkpoint in {folder} is damaged ({exc}); delete it and run without --resume") from None
     return arrays, meta
 
 

@@ -99,7 +99,7 @@ def measure_distributed(
     """
     import torch.distributed as dist
 
-    from .measure import DEFAULTS, _validate, accumulate, prepare, result_from_accumulator
+    from .measure import DEFAULTS, validate_options, accumulate, prepare, result_from_accumulator
     from .numerics.streams import ViewAccumulator
     from .numerics.views import parse_views
 
@@ -110,7 +110,7 @@ def measure_distributed(
     batch_size = DEFAULTS["batch_size"] if batch_size is None else batch_size
     bootstrap = DEFAULTS["bootstrap"] if bootstrap is None else bootstrap
     seed = DEFAULTS["seed"] if seed is None else seed
-    _validate(seq_len=seq_len, num_seqs=num_seqs, batch_size=batch_size, bootstrap=bootstrap, similarity=similarity, pc_estimate=pc_estimate)
+    validate_options(seq_len=seq_len, num_seqs=num_seqs, batch_size=batch_size, bootstrap=bootstrap, similarity=similarity, pc_estimate=pc_estimate)
     view_specs = parse_views(views)
     if pc_estimate == "exact" and any(v.needs_fit for v in view_specs):
         raise EffdepthError("--pc-estimate exact is not supported in a distributed measurement; use the default calibration estimate")
@@ -152,7 +152,7 @@ def calibrate(prepared, acc, batch_size: int) -> None:
     first = replace(prepared, tokens=slice_tokens(prepared.tokens, 0, min(batch_size, prepared.tokens.num_seqs)))
     probe = ViewAccumulator([v.name for v in acc.views], include_embedding=acc.include_embedding, pc_estimate="calibration")
     accumulate(first, probe, batch_size=batch_size, progress=False)
-    acc.fits, acc.fit_info = probe.fits, probe.fit_info
+    acc.copy_fits(probe)
 
 
 def gather_accumulator(acc, device: torch.device):

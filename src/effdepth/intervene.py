@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from .capture.intervention import ResidualCarry, check_layer_spec, format_carry, parse_carry, parse_layers
 from .errors import EffdepthError
-from .measure import _validate, measure_prepared, prepare
+from .measure import measure_prepared, prepare, validate_options
 from .numerics.views import parse_views
 from .provenance import code_version, library_versions, machine, now
 from .result import Result, write_json_atomic
@@ -171,7 +171,7 @@ def intervene(model=None, corpus=None, *, carry=DEFAULT_CARRY, layers="all", vie
     parse_views(views)
     load_options, measure_options = split_options(options)
     # Measurement options fail here, before minutes of loading weights.
-    _validate(**{k: measure_options[k] for k in ("batch_size", "bootstrap", "similarity", "pc_estimate") if k in measure_options})
+    validate_options(**{k: measure_options[k] for k in ("batch_size", "bootstrap", "similarity", "pc_estimate") if k in measure_options})
     started = time.perf_counter()
     prepared = prepare(model, corpus, **load_options)
     blocks = parse_layers(layers, prepared.arch.num_layers)

@@ -15,7 +15,7 @@ from .capture.forward import decoder_forward, model_forward_logits
 from .numerics.loss import LossAccumulator
 from .capture.hooks import ResidualCapture
 from .capture.registry import resolve_architecture
-from .checkpoint import MeasurementInterrupted, graceful_interrupts, load_checkpoint, remove_checkpoint, save_checkpoint
+from .checkpoint import CheckpointMismatch, MeasurementInterrupted, graceful_interrupts, load_checkpoint, remove_checkpoint, save_checkpoint
 from .errors import EffdepthError
 from .numerics.metrics import SIMILARITIES
 from .numerics.streams import PC_ESTIMATES, ViewAccumulator
@@ -74,7 +74,7 @@ def measure(
     >>> r.default.reference
     1.5
     """
-    _validate(seq_len=seq_len, num_seqs=num_seqs, batch_size=batch_size, bootstrap=bootstrap, similarity=similarity, pc_estimate=pc_estimate)
+    validate_options(seq_len=seq_len, num_seqs=num_seqs, batch_size=batch_size, bootstrap=bootstrap, similarity=similarity, pc_estimate=pc_estimate)
     view_specs = parse_views(views)
     started = time.perf_counter()
 
@@ -147,7 +147,7 @@ def prepare(
     from .data.corpus import load_corpus
     from .models import load_model, load_tokenizer, locate_model
 
-    _validate(seq_len=seq_len, num_seqs=num_seqs)
+    validate_options(seq_len=seq_len, num_seqs=num_seqs)
     # Tokenizer and corpus first: a bad corpus fails in seconds, before the weights load.
     source = model
     if not isinstance(model, torch.nn.Module):
@@ -193,7 +193,7 @@ def measure_prepared(
     :class:`~effdepth.checkpoint.MeasurementInterrupted` is raised);
     ``resume=True`` continues from them.
     """
-    _validate(batch_size=batch_size, bootstrap=bootstrap, similarity=similarity, pc_estimate=pc_estimate)
+    validate_options(batch_size=batch_size, bootstrap=bootstrap, similarity=similarity, pc_estimate=pc_estimate)
     started = time.perf_counter() if started is None else started
     view_specs = parse_views(views)
     acc = ViewAccumulator(view_specs, include_embedding=include_embedding, pc_estimate=pc_estimate)
@@ -305,7 +305,7 @@ def _restore(folder, acc, loss, fingerprint):
     saved = meta.get("fingerprint", {})
     differ = sorted(k for k in set(saved) | set(fingerprint or {}) if saved.get(k) != (fingerprint or {}).get(k))
     if differ:
-        raise EffdepthError(
+        raise CheckpointMismatch(
             f"cannot resume: the saved run differs in {', '.join(differ)}; rerun with the same model, corpus and options, "
             "or start over without --resume"
         )
@@ -384,7 +384,7 @@ def from_states(
     >>> round(effdepth.from_states(s).default.deff, 12)
     1.0
     """
-    _validate(bootstrap=bootstrap, similarity=similarity, pc_estimate=pc_estimate)
+    validate_options(bootstrap=bootstrap, similarity=similarity, pc_estimate=pc_estimate)
     s = torch.as_tensor(states)
     if not torch.is_floating_point(s):
         s = s.to(torch.float64)
@@ -415,7 +415,11 @@ def from_states(
     return Result(views=results, config=config, provenance=provenance)
 
 
-def _validate(**args) -> None:
+def validate_options(**args) -> None:
+    """One-line errors for measurement options, before anything is loaded.
+
+    >>> validate_options(seq_len=256, bootstrap=1000)
+    """
     checks = {
         "seq_len": (lambda v: int(v) >= 2, "--seq-len must be at least 2 (D_eff needs a token after BOS), got {v}"),
         "num_seqs": (lambda v: int(v) >= 1, "--num-seqs must be at least 1, got {v}"),

@@ -193,7 +193,7 @@ def measure_options(**options) -> dict:
     """
     import inspect
 
-    from .measure import _validate, measure
+    from .measure import validate_options, measure
     from .numerics.views import parse_views
 
     accepted = {name: p.default for name, p in inspect.signature(measure).parameters.items() if name not in MANAGED_ARGUMENTS}
@@ -201,7 +201,7 @@ def measure_options(**options) -> dict:
     if unknown:
         raise EffdepthError(f"unknown measurement option(s) for a sweep: {', '.join(unknown)}")
     out = {**accepted, **options}
-    _validate(**{k: out[k] for k in ("seq_len", "num_seqs", "batch_size", "bootstrap", "similarity", "pc_estimate")})
+    validate_options(**{k: out[k] for k in ("seq_len", "num_seqs", "batch_size", "bootstrap", "similarity", "pc_estimate")})
     out["views"] = [v.name for v in parse_views(out["views"])]
     out["corpus"] = _corpus_spec(out["corpus"])
     if out["dtype"] is not None:
@@ -267,14 +267,15 @@ def measure_job(payload: dict) -> Result:
             checkpoint_every_s=payload.get("checkpoint_every_s", 30.0), progress=bool(payload.get("progress")), **options,
         )
 
+    from .checkpoint import CheckpointMismatch, remove_checkpoint
+
     try:
         return run(resume)
-    except EffdepthError as exc:
+    except CheckpointMismatch:
         # Partial statistics that no longer fit (the branch moved, the file was
         # damaged) are discarded; the job is keyed, so nothing else can be there.
-        if not resume or not str(exc).startswith(("cannot resume", "the checkpoint in")):
+        if not resume:
             raise
-        from .checkpoint import remove_checkpoint
 
         remove_checkpoint(Path(checkpoint))
         return run(False)

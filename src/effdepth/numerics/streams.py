@@ -98,6 +98,11 @@ class ViewAccumulator:
         self.fit_info = {"estimate": self.pc_estimate, "how": how, "tokens": tokens}
         self._fit_accumulators.clear()
 
+    def copy_fits(self, other: "ViewAccumulator") -> None:
+        """Use the means / principal directions ``other`` fitted (same views), e.g.
+        so every rank of a distributed run applies the same fit."""
+        self.fits, self.fit_info = dict(other.fits), other.fit_info
+
     # -- main pass ------------------------------------------------------------------
 
     def update(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
