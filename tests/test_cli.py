@@ -3,19 +3,9 @@
 import json
 
 import pytest
-import torch
 
 from effdepth.cli import default_out, main
 from effdepth.data import byte_tokenizer
-from effdepth.tiny import tiny_model
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny-llama")
-    tiny_model("llama").save_pretrained(d)
-    byte_tokenizer().save_pretrained(d)
-    return d
 
 
 @pytest.fixture(scope="module")

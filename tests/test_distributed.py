@@ -9,19 +9,10 @@ import pytest
 import torch
 
 import effdepth
-from effdepth.data import byte_tokenizer, load_corpus
+from effdepth.data import load_corpus
 from effdepth.distributed import main, measure_distributed, shares, slice_tokens
-from effdepth.tiny import tiny_model
 
 OPTIONS = ["--seq-len", "16", "--num-seqs", "7", "--batch-size", "2", "--bootstrap", "50", "--views", "default,drop-pos0,top1pc"]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny-llama")
-    tiny_model("llama").save_pretrained(d)
-    byte_tokenizer().save_pretrained(d)
-    return d
 
 
 @pytest.fixture(scope="module")

@@ -8,16 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from effdepth.cli import main
-from effdepth.data import byte_tokenizer
-from effdepth.tiny import tiny_model
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny")
-    tiny_model("gpt2").save_pretrained(d)
-    byte_tokenizer().save_pretrained(d)
-    return d
+def model_dir(saved_tiny_model):
+    return saved_tiny_model("gpt2")
 
 
 @pytest.fixture(scope="module")

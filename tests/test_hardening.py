@@ -38,14 +38,6 @@ SLOW_RUN = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny")
-    tiny_model("llama").save_pretrained(d)
-    byte_tokenizer().save_pretrained(d)
-    return d
-
-
-@pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     p = tmp_path_factory.mktemp("c") / "c.txt"
     p.write_text("Friends, Romans, countrymen, lend me your ears. " * 300)

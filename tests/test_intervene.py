@@ -11,7 +11,6 @@ from effdepth.capture.hooks import ResidualCapture
 from effdepth.capture.intervention import ResidualCarry, parse_carry, parse_layers, replace_hidden
 from effdepth.capture.registry import resolve_architecture
 from effdepth.cli import main
-from effdepth.data import byte_tokenizer
 from effdepth.errors import EffdepthError
 from effdepth.intervene import InterventionResult, load_intervention, measure_with_carry
 from effdepth.measure import measure_prepared, prepare
@@ -255,14 +254,6 @@ def test_intervene_saves_results_table_and_figure(llama, tmp_path):
 
 
 # ---------------------------------------------------------------- CLI
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny-llama")
-    tiny_model("llama").save_pretrained(d)
-    byte_tokenizer().save_pretrained(d)
-    return d
 
 
 def run(argv, capsys):

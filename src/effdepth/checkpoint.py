@@ -11,7 +11,6 @@ the new one, never a mixture.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import signal
@@ -22,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import EffdepthError
+from .files import file_sha256
 from .result import write_json_atomic
 
 CHECKPOINT = "checkpoint"
@@ -48,7 +48,7 @@ def save_checkpoint(folder: Path, arrays: dict, meta: dict) -> None:
     os.close(fd)
     try:
         np.savez(tmp, **{k: np.asarray(v) for k, v in arrays.items()})
-        digest = _sha256(Path(tmp))
+        digest = file_sha256(Path(tmp))
         name = f"state-{digest[:16]}.npz"
         os.replace(tmp, folder / name)
     except BaseException:
@@ -69,7 +69,7 @@ def load_checkpoint(folder: Path) -> tuple:
     try:
         meta = json.loads(meta_path.read_text())
         arrays_path = folder / meta["arrays"]
-        if _sha256(arrays_path) != meta["arrays_sha256"]:
+        if file_sha256(arrays_path) != meta["arrays_sha256"]:
             raise ValueError("checksum mismatch")
         with np.load(arrays_path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
@@ -85,14 +85,6 @@ def remove_checkpoint(folder: Path) -> None:
             f.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             folder.rmdir()
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class InterruptFlag:

@@ -120,7 +120,7 @@ def ensure_writable(folder: Path) -> Path:
 
 def cmd_measure(args) -> int:
     from .measure import measure
-    from .report.table import headline, references_table, summary_table
+    from .report.table import summary_text
 
     from .checkpoint import checkpoint_dir
 
@@ -132,11 +132,7 @@ def cmd_measure(args) -> int:
     result = measure(args.model, args.corpus, checkpoint=checkpoint_dir(out), resume=bool(args.resume),
                      checkpoint_every_s=args.checkpoint_every, **measure_kwargs(args))
     path = result.save(out)
-    print(headline(result))
-    print()
-    print(summary_table(result))
-    print()
-    print(references_table(result))
+    print(summary_text(result))
     print(f"\nwrote {path}")
     if args.figures:
         from .report.figures import write_figures
@@ -147,19 +143,10 @@ def cmd_measure(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from .report.table import extras_table, headline, references_table, summary_table
+    from .report.table import summary_text
     from .result import load
 
-    result = load(args.result)
-    print(headline(result))
-    print()
-    print(summary_table(result))
-    print()
-    print(references_table(result))
-    extras = extras_table(result)
-    if extras:
-        print()
-        print(extras)
+    print(summary_text(load(args.result)))
     return 0
 
 

@@ -309,14 +309,10 @@ def _measure_command(args) -> int:
 
 
 def _write(result, out: Path, figures: bool) -> int:
-    from .report.table import headline, references_table, summary_table
+    from .report.table import summary_text
 
     path = result.save(out)
-    print(headline(result))
-    print()
-    print(summary_table(result))
-    print()
-    print(references_table(result))
+    print(summary_text(result))
     print(f"\nwrote {path} ({result.provenance['run']['distributed']['world_size']} processes)")
     if figures:
         from .report.figures import write_figures

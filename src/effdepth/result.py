@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from .errors import EffdepthError
+from .files import write_json_atomic as _write_json
 from .numerics.bootstrap import bootstrap_intervals, bootstrap_weights
 from .numerics.metrics import full_metrics
 from .numerics.statistics import UnitStatistics
@@ -198,30 +197,9 @@ def load(path) -> Result:
     return Result.from_dict(data)
 
 
-def write_json_atomic(path: Path, data) -> None:
-    """Write JSON next to its destination, then rename: readers see old or new, never half."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise EffdepthError(f"cannot write to {path.parent}: {exc.strerror}; choose another --out folder") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, allow_nan=False, default=_json_default)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def write_json_atomic(path: Path, data) -> Path:
+    """Write JSON atomically, converting numpy values; readers see old or new, never half."""
+    return _write_json(path, data, default=_json_default)
 
 
 def _view_dict(v: ViewResult) -> dict:

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .errors import EffdepthError
+from .files import file_sha256
 from .executors import make_executor
 from .result import write_json_atomic
 from .revisions import Checkpoint, parse_revision, parse_revisions, parse_selection, select_every, tokens_per_step_for
@@ -286,16 +287,8 @@ def local_fingerprint(folder: Path) -> tuple[str | None, str]:
     for suffixes in ((".safetensors",), WEIGHT_SUFFIXES[1:]):
         files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(suffixes))
         if files:
-            return _digest([(p.name, _file_sha256(p)) for p in files]), "file sha256"
+            return _digest([(p.name, file_sha256(p)) for p in files]), "file sha256"
     return None, "unknown"
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _digest(entries: list) -> str:

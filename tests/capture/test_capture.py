@@ -8,7 +8,7 @@ from effdepth.capture.forward import decoder_forward
 from effdepth.capture.hooks import ResidualCapture
 from effdepth.capture.registry import resolve_architecture
 from effdepth.errors import EffdepthError
-from effdepth.tiny import TINY_HIDDEN, TINY_LAYERS, TINY_MODEL_TYPES, tiny_config, tiny_model
+from effdepth.tiny import TINY_HIDDEN, TINY_LAYERS, TINY_MODEL_TYPES, tiny_model
 
 
 @pytest.fixture(scope="module", params=TINY_MODEL_TYPES)

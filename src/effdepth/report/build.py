@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from ..errors import EffdepthError
+from ..files import write_atomic
 from .sources import load_sources
 
 FORMATS = ("html", "md")
@@ -45,28 +45,6 @@ def write_report(paths, output=None, fmt: str | None = None) -> list[Path]:
         written.append(write_atomic(output.parent / rel, png))
     written.insert(0, write_atomic(output, text.encode("utf-8")))
     return written
-
-
-def write_atomic(path: Path, data: bytes) -> Path:
-    """Write next to the destination, then rename: readers see the old file or the new one."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise EffdepthError(f"cannot write to {path.parent}: {exc.strerror}; choose another -o") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise EffdepthError(f"cannot write {path}: {exc.strerror}; choose another -o") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def _prepare_folder(folder: Path) -> None:

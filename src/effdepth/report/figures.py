@@ -26,9 +26,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
-import os
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -39,6 +37,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ..errors import EffdepthError
+from ..files import write_atomic
 from ..result import Result, ViewResult
 from .sources import result_label
 
@@ -442,22 +441,12 @@ def close_figure(fig: Figure) -> None:
 
 
 def _save_atomic(fig: Figure, path: Path, fmt: str) -> Path:
-    # Same folder, then rename: a reader (or a crash) never sees half a file.
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise EffdepthError(f"cannot write figures to {path.parent}: {exc.strerror}; choose another output folder") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            # No timestamps in the files: the same result gives byte-identical figures.
-            meta = {"CreationDate": None} if fmt == "pdf" else {"Software": None}
-            _canvas(fig).print_figure(fh, format=fmt, dpi=DPI, bbox_inches="tight", metadata=meta)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    # No timestamps in the files: the same result gives byte-identical figures.
+    meta = {"CreationDate": None} if fmt == "pdf" else {"Software": None}
+    return write_atomic(
+        path, writer=lambda fh: _canvas(fig).print_figure(fh, format=fmt, dpi=DPI, bbox_inches="tight", metadata=meta)
+    )
+
 
 
 # --------------------------------------------------------------------------- helpers

@@ -134,3 +134,17 @@ def _render(header: list, rows: list) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     fmt = lambda r: "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(zip(r, widths)))
     return "\n".join([fmt(header), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows])
+
+
+def summary_text(result: Result) -> str:
+    """Everything the terminal shows for a result: headline, views, references, extras.
+
+    >>> import effdepth, torch
+    >>> "R_matched" in summary_text(effdepth.from_states(torch.randn(3, 4, 8)))
+    True
+    """
+    parts = [headline(result), summary_table(result), references_table(result)]
+    extras = extras_table(result)
+    if extras:
+        parts.append(extras)
+    return "\n\n".join(parts)

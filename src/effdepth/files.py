@@ -1,0 +1,70 @@
+"""Files that are never half-written, and file fingerprints.
+
+Every file effdepth writes goes to a temporary file in the destination's
+folder and is renamed into place, so a reader or a crash sees the old file or
+the new one, never a mixture.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .errors import EffdepthError
+
+
+def write_atomic(path, data: bytes | None = None, *, writer=None) -> Path:
+    """Write ``data`` (or call ``writer(binary_file)``) to ``path`` atomically.
+
+    >>> import tempfile
+    >>> p = write_atomic(Path(tempfile.mkdtemp()) / "a.txt", b"hello")
+    >>> p.read_bytes()
+    b'hello'
+    """
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise EffdepthError(f"cannot write to {path.parent}: {exc.strerror}; choose another output folder") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if writer is not None:
+                writer(fh)
+            else:
+                fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs are meant to be shared
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise EffdepthError(f"cannot write {path}: {exc.strerror}; choose another output folder") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json_atomic(path, data, default=None) -> Path:
+    """Standard JSON (no NaN), written atomically; ``default`` converts other types."""
+    text = json.dumps(data, indent=1, allow_nan=False, default=default)
+    return write_atomic(path, text.encode("utf-8"))
+
+
+def file_sha256(path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
