@@ -55,6 +55,22 @@ def write_json_atomic(path, data, default=None) -> Path:
     return write_atomic(path, text.encode("utf-8"))
 
 
+def read_json(path, what: str, default_name: str):
+    """JSON from ``path`` (or ``path/default_name`` for a folder), with one-line
+    errors that name ``what`` was expected (e.g. "result")."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / default_name
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError):
+        raise EffdepthError(f"no {what} at {path}; pass a {default_name} or the --out folder of a run") from None
+    except IsADirectoryError:
+        raise EffdepthError(f"{path} is a folder, not a {what} file") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EffdepthError(f"{path} is not a readable {what} file ({type(exc).__name__}); was it written by effdepth?") from None
+
+
 def file_sha256(path) -> str:
     """Hex sha256 of a file, read in 1 MiB blocks."""
     h = hashlib.sha256()

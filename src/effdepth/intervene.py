@@ -12,7 +12,6 @@ Saved as ``DIR/intervention.json`` (every per-lam result inside),
 from __future__ import annotations
 
 import inspect
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from tqdm.auto import tqdm
 
 from .capture.intervention import ResidualCarry, check_layer_spec, format_carry, parse_carry, parse_layers
 from .errors import EffdepthError
+from .files import read_json
 from .measure import measure_prepared, prepare, validate_options
 from .numerics.views import parse_views
 from .provenance import code_version, library_versions, machine, now
@@ -269,16 +269,7 @@ def load_intervention(path) -> InterventionResult:
     >>> load_intervention(p).carries
     (1.0,)
     """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "intervention.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise EffdepthError(f"no intervention at {path}; pass an intervention.json or the --out folder of a run") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EffdepthError(f"{path} is not a readable intervention file ({type(exc).__name__})") from None
-    return InterventionResult.from_dict(data)
+    return InterventionResult.from_dict(read_json(path, "intervention", "intervention.json"))
 
 
 def intervention_figure(ir: InterventionResult, view: str | None = None):

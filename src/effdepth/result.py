@@ -7,7 +7,6 @@ JSON (never pickle), atomically.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import EffdepthError
+from .files import read_json
 from .files import write_json_atomic as _write_json
 from .numerics.bootstrap import bootstrap_intervals, bootstrap_weights
 from .numerics.metrics import full_metrics
@@ -185,16 +185,7 @@ def load(path) -> Result:
     >>> effdepth.load(p).default.deff == r.default.deff
     True
     """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "result.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise EffdepthError(f"no result at {path}; pass a result.json or the --out folder of a run") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EffdepthError(f"{path} is not a readable result file ({type(exc).__name__}); was it written by effdepth?") from None
-    return Result.from_dict(data)
+    return Result.from_dict(read_json(path, "result", "result.json"))
 
 
 def write_json_atomic(path: Path, data) -> Path:
