@@ -22,6 +22,7 @@ from .numerics.streams import PC_ESTIMATES, ViewAccumulator
 from .numerics.views import parse_views
 from .provenance import code_version, library_versions, machine, now
 from .result import Result, view_results
+from . import __version__
 
 MAX_BOOTSTRAP = 100_000
 DEFAULTS = {"seq_len": 256, "num_seqs": 32, "batch_size": 8, "bootstrap": 1000, "seed": 0}
@@ -228,7 +229,7 @@ def run_fingerprint(prepared: Prepared, acc: ViewAccumulator, with_loss: bool) -
         "pc_estimate": acc.pc_estimate,
         "num_layers": prepared.arch.num_layers,
         "with_loss": with_loss,
-        "effdepth": code_version()["effdepth"],
+        "effdepth": __version__,  # not code_version(): no git call per run just for this
     }
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .accumulate import STAT_KEYS, empty_statistics
+from .accumulate import STAT_KEYS
 
 
 @dataclass
@@ -32,11 +32,6 @@ class UnitStatistics:
             raise ValueError("no units to stack")
         return cls({k: np.stack([np.asarray(u[k], dtype=np.float64) for u in units]) for k in STAT_KEYS})
 
-    @classmethod
-    def empty(cls, num_states: int, include_embedding: bool) -> "UnitStatistics":
-        template = empty_statistics(num_states, include_embedding)
-        return cls({k: np.zeros((0,) + np.shape(v)) for k, v in template.items()})
-
     @property
     def units(self) -> int:
         return int(self.arrays["n"].shape[0])
@@ -55,12 +50,3 @@ class UnitStatistics:
         if self.units != other.units:
             raise ValueError(f"cannot add statistics of {self.units} and {other.units} units")
         return UnitStatistics({k: self.arrays[k] + other.arrays[k] for k in self.arrays})
-
-    def concat(self, other: "UnitStatistics") -> "UnitStatistics":
-        """Append the units of ``other`` (e.g. the next batch, or another rank)."""
-        if not self.arrays:
-            return other
-        return UnitStatistics({k: np.concatenate([self.arrays[k], other.arrays[k]]) for k in self.arrays})
-
-    def select(self, index) -> "UnitStatistics":
-        return UnitStatistics({k: v[index] for k, v in self.arrays.items()})
