@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.effdepth-installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -19,8 +19,13 @@ $(STAMP): pyproject.toml requirements-cpu.txt
 demo: setup
 	$(VENV)/bin/effdepth measure --views paper --out runs/demo
 
+# Everything: unit and integration tiers, doctests, the real SmolLM2 model (what CI runs).
 test: setup
 	$(PY) -m pytest -q
+
+# The unit tier alone: no model, seconds.
+test-fast: setup
+	$(PY) -m pytest -q tests/unit
 
 bench: setup
 	$(PY) benchmarks/overhead.py

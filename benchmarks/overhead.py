@@ -36,11 +36,13 @@ import time
 import numpy as np
 import torch
 
+from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
+
 
 def prepare(num_seqs: int, seq_len: int):
     from effdepth.measure import prepare as prepare_measurement
 
-    return prepare_measurement(None, "shakespeare", seq_len=seq_len, num_seqs=num_seqs, progress=False)
+    return prepare_measurement(LoadOptions(corpus="shakespeare", seq_len=seq_len, num_seqs=num_seqs), progress=False)
 
 
 def plain_forward(prepared, batch_size):
@@ -53,7 +55,7 @@ def plain_forward(prepared, batch_size):
 def measure_run(prepared, batch_size, views="default"):
     from effdepth.measure import measure_prepared
 
-    return measure_prepared(prepared, views=views, batch_size=batch_size, bootstrap=0, progress=False)
+    return measure_prepared(prepared, AnalysisOptions(views=views, batch_size=batch_size, bootstrap=0), run=RunOptions(progress=False))
 
 
 def naive_baseline(prepared, batch_size):

@@ -1,6 +1,21 @@
-"""Fixtures shared across the test tree."""
+"""Fixtures shared across the test tree.
+
+Tiers: ``tests/unit`` (no model, seconds: ``make test-fast``) and
+``tests/integration`` (tiny and real models, the CLI, the browser).
+Markers: ``slow`` (the real SmolLM2 model), ``gpu`` (skipped without CUDA).
+"""
 
 import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
 
 from effdepth.data import byte_tokenizer
 from effdepth.tiny import tiny_model

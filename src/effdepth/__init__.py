@@ -6,7 +6,7 @@
 1.5
 """
 
-__version__ = "0.1.0"
+from .version import __version__
 
 from .errors import EffdepthError
 from .measure import from_states, measure

@@ -15,22 +15,32 @@ import json
 import os
 import signal
 import tempfile
+import sys
 import threading
 from pathlib import Path
 
 import numpy as np
 
 from .errors import EffdepthError
-from .files import file_sha256
-from .result import write_json_atomic
+from .files import file_sha256, write_json_atomic
 
 CHECKPOINT = "checkpoint"
 
 
 class MeasurementInterrupted(EffdepthError):
-    """Raised after SIGINT/SIGTERM once the partial statistics are safe."""
+    """Raised after SIGINT/SIGTERM once the partial statistics are safe.
+
+    The exit status is the shell's for the signal: 130 (SIGINT) or 143 (SIGTERM).
+
+    >>> MeasurementInterrupted("stopped", signal.SIGTERM).exit_code
+    143
+    """
 
     exit_code = 130
+
+    def __init__(self, message: str, signum: int = signal.SIGINT):
+        super().__init__(message)
+        self.exit_code = 128 + int(signum)
 
 
 class CheckpointMismatch(EffdepthError):
@@ -88,7 +98,7 @@ def remove_checkpoint(folder: Path) -> None:
 
 
 class InterruptFlag:
-    """Set by the first SIGINT/SIGTERM; a second SIGINT interrupts at once."""
+    """Set by the first SIGINT/SIGTERM; a second signal of either kind interrupts at once."""
 
     def __init__(self):
         self.signal: int | None = None
@@ -106,9 +116,14 @@ def graceful_interrupts():
         return
 
     def handler(signum, frame):
-        if flag and signum == signal.SIGINT:
+        if flag:
+            # A stuck or huge batch must not make the user wait: stop now. The
+            # accumulator commits a batch only when it is complete, so what is
+            # saved is every finished batch.
             raise KeyboardInterrupt
         flag.signal = signum
+        print(f"effdepth: {signal.Signals(signum).name} received: stopping after this batch "
+              "(send it again to stop at once)", file=sys.stderr, flush=True)
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

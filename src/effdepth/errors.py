@@ -16,3 +16,7 @@ class EffdepthError(Exception):
     def __init__(self, message: str):
         # One line: newlines in a message would break the CLI's contract.
         super().__init__(" ".join(str(message).split()))
+
+
+class UnknownOption(EffdepthError, TypeError):
+    """An option name that no measurement has (a ``TypeError`` too, as for any unknown keyword argument)."""

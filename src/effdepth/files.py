@@ -13,6 +13,8 @@ import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from .errors import EffdepthError
 
 
@@ -49,10 +51,28 @@ def write_atomic(path, data: bytes | None = None, *, writer=None) -> Path:
     return path
 
 
-def write_json_atomic(path, data, default=None) -> Path:
-    """Standard JSON (no NaN), written atomically; ``default`` converts other types."""
-    text = json.dumps(data, indent=1, allow_nan=False, default=default)
+def write_json_atomic(path, data) -> Path:
+    """Standard JSON (no NaN), written atomically; numpy numbers and arrays and paths are converted.
+
+    >>> import tempfile, numpy as np
+    >>> p = write_json_atomic(Path(tempfile.mkdtemp()) / "a.json", {"n": np.int64(3), "x": np.arange(2.0), "p": Path("a")})
+    >>> json.loads(p.read_text())
+    {'n': 3, 'x': [0.0, 1.0], 'p': 'a'}
+    """
+    text = json.dumps(data, indent=1, allow_nan=False, default=_json_default)
     return write_atomic(path, text.encode("utf-8"))
+
+
+def _json_default(obj):
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"cannot write {type(obj).__name__} to JSON")
 
 
 def read_json(path, what: str, default_name: str):

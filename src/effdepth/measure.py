@@ -4,68 +4,49 @@ from __future__ import annotations
 
 import signal
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
-from tqdm.auto import tqdm
 
-from .capture.forward import decoder_forward, model_forward_logits
-from .numerics.loss import LossAccumulator
-from .capture.hooks import ResidualCapture
+from .version import __version__
+from .capture.batches import state_batches
 from .capture.registry import resolve_architecture
 from .checkpoint import CheckpointMismatch, MeasurementInterrupted, graceful_interrupts, load_checkpoint, remove_checkpoint, save_checkpoint
 from .errors import EffdepthError
-from .numerics.metrics import SIMILARITIES
-from .numerics.streams import PC_ESTIMATES, ViewAccumulator
-from .numerics.views import parse_views
+from .numerics.loss import LossAccumulator
+from .numerics.streams import ViewAccumulator
+from .numerics.summary import view_summaries
+from .options import DEFAULTS, AnalysisOptions, LoadOptions, Options, RunOptions, validate_options
 from .provenance import code_version, library_versions, machine, now
 from .result import Result, view_results
-from . import __version__
 
-MAX_BOOTSTRAP = 100_000
-DEFAULTS = {"seq_len": 256, "num_seqs": 32, "batch_size": 8, "bootstrap": 1000, "seed": 0}
+__all__ = ["measure", "run_measurement", "prepare", "measure_prepared", "from_states", "Prepared", "accumulate", "result_from_accumulator",
+           "validate_options", "DEFAULTS"]
+
+SIZE_REFERENCE_EMBEDDING = "S_0 counted as one mean-size update"
 
 
-def measure(
-    model=None,
-    corpus=None,
-    *,
-    revision: str | None = None,
-    seq_len: int = DEFAULTS["seq_len"],
-    num_seqs: int = DEFAULTS["num_seqs"],
-    batch_size: int = DEFAULTS["batch_size"],
-    similarity: str = "frobenius",
-    include_embedding: bool = False,
-    bootstrap: int = DEFAULTS["bootstrap"],
-    seed: int = DEFAULTS["seed"],
-    dtype=None,
-    device: str | None = None,
-    views=("default",),
-    pc_estimate: str = "calibration",
-    device_map: str | None = None,
-    trust_remote_code: bool = False,
-    tokenizer=None,
-    add_bos: bool = True,
-    blocks_path: str | None = None,
-    embedding_path: str | None = None,
-    allow_pickle: bool = False,
-    checkpoint: str | Path | None = None,
-    resume: bool = False,
-    checkpoint_every_s: float = 30.0,
-    progress: bool = True,
-) -> Result:
+def measure(model=None, corpus=None, *, checkpoint: str | Path | None = None, resume: bool = False,
+            checkpoint_every_s: float = 30.0, progress: bool = True, **options) -> Result:
     """Measure the effective depth of a causal LM's residual stream.
 
     ``model``: a Hugging Face id, a local folder, a ``.gguf`` file, a loaded
     ``PreTrainedModel``, or ``None`` for the embedded SmolLM2-135M-Instruct.
     ``corpus``: ``None``/``"shakespeare"``, a text/JSONL file or folder,
     ``"hf:NAME[:CONFIG[:SPLIT]]"``, a list of strings, or a ``(batch, seq)``
-    tensor of token ids used exactly as given. With ``checkpoint`` (a folder),
-    an interrupted run keeps its statistics there and ``resume=True``
-    continues it. Pickle weights (``.bin``) are refused unless
-    ``allow_pickle=True``; ``trust_remote_code`` is off unless asked for.
+    tensor of token ids used exactly as given.
+
+    ``options`` are the fields of :class:`~effdepth.options.LoadOptions`
+    (``revision``, ``tokenizer``, ``seq_len``, ``num_seqs``, ``seed``,
+    ``add_bos``, ``dtype``, ``device``, ``device_map``, ``trust_remote_code``,
+    ``allow_pickle``, ``blocks_path``, ``embedding_path``) and of
+    :class:`~effdepth.options.AnalysisOptions` (``views``, ``similarity``,
+    ``include_embedding``, ``pc_estimate``, ``bootstrap``, ``batch_size``),
+    validated before anything loads. With ``checkpoint`` (a folder), an
+    interrupted run keeps its statistics there and ``resume=True`` continues
+    it. Pickle weights (``.bin``) are refused unless ``allow_pickle=True``;
+    ``trust_remote_code`` is off unless asked for.
 
     >>> import effdepth, torch
     >>> from transformers import LlamaConfig, LlamaForCausalLM
@@ -75,113 +56,77 @@ def measure(
     >>> r.default.reference
     1.5
     """
-    validate_options(seq_len=seq_len, num_seqs=num_seqs, batch_size=batch_size, bootstrap=bootstrap, similarity=similarity, pc_estimate=pc_estimate)
-    view_specs = parse_views(views)
-    started = time.perf_counter()
+    opts = Options.build(model=model, corpus=corpus, **options)
+    run = RunOptions(progress=progress, checkpoint=checkpoint, resume=resume, checkpoint_every_s=checkpoint_every_s)
+    return run_measurement(opts, run)
 
-    prepared = prepare(
-        model,
-        corpus,
-        revision=revision,
-        seq_len=seq_len,
-        num_seqs=num_seqs,
-        seed=seed,
-        dtype=dtype,
-        device=device,
-        device_map=device_map,
-        trust_remote_code=trust_remote_code,
-        tokenizer=tokenizer,
-        add_bos=add_bos,
-        blocks_path=blocks_path,
-        embedding_path=embedding_path,
-        allow_pickle=allow_pickle,
-        progress=progress,
-    )
-    return measure_prepared(
-        prepared,
-        views=view_specs,
-        batch_size=batch_size,
-        similarity=similarity,
-        include_embedding=include_embedding,
-        bootstrap=bootstrap,
-        seed=seed,
-        pc_estimate=pc_estimate,
-        progress=progress,
-        checkpoint=checkpoint,
-        resume=resume,
-        checkpoint_every_s=checkpoint_every_s,
-        started=started,
-    )
+
+def run_measurement(options: Options, run: RunOptions | None = None) -> Result:
+    """:func:`measure` with its options already built: load, then measure.
+
+    >>> import torch
+    >>> from effdepth.tiny import tiny_model
+    >>> opts = Options.build(model=tiny_model("gpt2"), corpus=torch.randint(0, 256, (2, 8)), bootstrap=0)
+    >>> run_measurement(opts, RunOptions(progress=False)).default.num_states
+    3
+    """
+    run = run or RunOptions()
+    started = time.perf_counter()
+    prepared = prepare(options.load, progress=run.progress)
+    return measure_prepared(prepared, options.analysis, run=run, started=started)
 
 
 @dataclass
 class Prepared:
-    """A loaded model, its resolved architecture and the token sequences to run."""
+    """A loaded model, its resolved architecture, the token sequences to run and the options they came from."""
 
     lm: object
     arch: object
     tokens: object
-    add_bos: bool = True
+    load: LoadOptions = field(default_factory=LoadOptions)
+
+    @property
+    def add_bos(self) -> bool:
+        return self.load.add_bos
 
 
-def prepare(
-    model=None,
-    corpus=None,
-    *,
-    revision=None,
-    seq_len=DEFAULTS["seq_len"],
-    num_seqs=DEFAULTS["num_seqs"],
-    seed=DEFAULTS["seed"],
-    dtype=None,
-    device=None,
-    device_map=None,
-    trust_remote_code=False,
-    tokenizer=None,
-    add_bos=True,
-    blocks_path=None,
-    embedding_path=None,
-    allow_pickle=False,
-    progress=True,
-) -> Prepared:
+def prepare(load: LoadOptions | Options, *, progress: bool = True) -> Prepared:
     """Load the model and the corpus once, for one or several measurements
-    (e.g. the carry values of an intervention)."""
-    from .data.corpus import load_corpus
-    from .models import load_model, load_tokenizer, locate_model
+    (e.g. the carry values of an intervention).
 
-    validate_options(seq_len=seq_len, num_seqs=num_seqs)
+    >>> import torch
+    >>> from effdepth.tiny import tiny_model
+    >>> p = prepare(LoadOptions(model=tiny_model("llama"), corpus=torch.randint(0, 256, (2, 8))), progress=False)
+    >>> p.arch.num_layers, tuple(p.tokens.input_ids.shape)
+    (3, (2, 8))
+    """
+    from .data.corpus import is_token_ids, load_corpus
+    from .models import check_sequence_length, load_model, load_tokenizer, locate_model, source_config
+
+    load = load.load if isinstance(load, Options) else load
     # Tokenizer and corpus first: a bad corpus fails in seconds, before the weights load.
-    source = model
-    if not isinstance(model, torch.nn.Module):
-        source = locate_model(model, revision=revision, trust_remote_code=trust_remote_code)
+    source, tokenizer = load.model, load.tokenizer
+    if not isinstance(source, torch.nn.Module):
+        source = locate_model(source, revision=load.revision, trust_remote_code=load.trust_remote_code)
+        if not load.allow_long and not is_token_ids(load.corpus) and (config := source_config(source)) is not None:
+            check_sequence_length(load.seq_len, config, source.info.get("id") or "the model")
         if tokenizer is None:
             tokenizer = load_tokenizer(source)
-    tokens = load_corpus(corpus, tokenizer, seq_len=seq_len, num_seqs=num_seqs, seed=seed, add_bos=add_bos)
+    tokens = load_corpus(load.corpus, tokenizer, seq_len=load.seq_len, num_seqs=load.num_seqs, seed=load.seed, add_bos=load.add_bos)
 
     lm = load_model(
-        source, dtype=dtype, device=device, device_map=device_map, tokenizer=tokenizer, allow_pickle=allow_pickle, progress=progress
+        source, dtype=load.dtype, device=load.device, device_map=load.device_map, tokenizer=tokenizer,
+        allow_pickle=load.allow_pickle, progress=progress,
     )
-    arch = resolve_architecture(lm.model, blocks_path=blocks_path, embedding_path=embedding_path)
+    arch = resolve_architecture(lm.model, blocks_path=load.blocks_path, embedding_path=load.embedding_path)
     _check_vocabulary(tokens.input_ids, lm.info.get("vocab_size"))
-    return Prepared(lm, arch, tokens, add_bos)
+    if not load.allow_long:
+        check_sequence_length(int(tokens.input_ids.shape[1]), getattr(lm.model, "config", None), lm.info.get("id") or "the model")
+    return Prepared(lm, arch, tokens, load)
 
 
-def measure_prepared(
-    prepared: Prepared,
-    *,
-    views=("default",),
-    batch_size: int = DEFAULTS["batch_size"],
-    similarity: str = "frobenius",
-    include_embedding: bool = False,
-    bootstrap: int = DEFAULTS["bootstrap"],
-    seed: int = DEFAULTS["seed"],
-    pc_estimate: str = "calibration",
-    progress: bool = True,
-    with_loss: bool = False,
-    checkpoint: str | Path | None = None,
-    resume: bool = False,
-    checkpoint_every_s: float = 30.0,
-    started: float | None = None,
-) -> Result:
+def measure_prepared(prepared: Prepared, analysis: AnalysisOptions | None = None, *, run: RunOptions | None = None,
+                     with_loss: bool = False, started: float | None = None) -> Result:
     """Measure an already prepared model and corpus.
 
     ``with_loss`` runs the full model (LM head included) and records the mean
@@ -189,31 +134,25 @@ def measure_prepared(
     Interventions register their hooks on ``prepared.arch.blocks`` around
     this call (with ``prepend=True``, so capture sees the modified stream).
 
-    With ``checkpoint`` (a folder), partial statistics are saved there every
-    ``checkpoint_every_s`` seconds and on SIGINT/SIGTERM (then
+    With ``run.checkpoint`` (a folder), partial statistics are saved there every
+    ``run.checkpoint_every_s`` seconds and on SIGINT/SIGTERM (then
     :class:`~effdepth.checkpoint.MeasurementInterrupted` is raised);
-    ``resume=True`` continues from them.
+    ``run.resume`` continues from them.
+
+    >>> import torch
+    >>> from effdepth.tiny import tiny_model
+    >>> p = prepare(LoadOptions(model=tiny_model("llama"), corpus=torch.randint(0, 256, (2, 8))), progress=False)
+    >>> measure_prepared(p, AnalysisOptions(bootstrap=0), run=RunOptions(progress=False)).default.num_states
+    3
     """
-    validate_options(batch_size=batch_size, bootstrap=bootstrap, similarity=similarity, pc_estimate=pc_estimate)
+    analysis = analysis or AnalysisOptions()
+    run = run or RunOptions()
     started = time.perf_counter() if started is None else started
-    view_specs = parse_views(views)
-    acc = ViewAccumulator(view_specs, include_embedding=include_embedding, pc_estimate=pc_estimate)
+    acc = ViewAccumulator(analysis.view_specs, include_embedding=analysis.include_embedding, pc_estimate=analysis.pc_estimate)
     loss = LossAccumulator() if with_loss else None
     fingerprint = run_fingerprint(prepared, acc, with_loss)
-    run = accumulate(
-        prepared,
-        acc,
-        loss=loss,
-        batch_size=batch_size,
-        progress=progress,
-        checkpoint=checkpoint,
-        resume=resume,
-        checkpoint_every_s=checkpoint_every_s,
-        fingerprint=fingerprint,
-    )
-    return result_from_accumulator(
-        prepared, acc, loss=loss, similarity=similarity, bootstrap=bootstrap, seed=seed, batch_size=batch_size, started=started, run=run
-    )
+    facts = accumulate(prepared, acc, analysis.batch_size, loss=loss, run=run, fingerprint=fingerprint)
+    return result_from_accumulator(prepared, acc, analysis, loss=loss, started=started, run=facts)
 
 
 def run_fingerprint(prepared: Prepared, acc: ViewAccumulator, with_loss: bool) -> dict:
@@ -233,34 +172,24 @@ def run_fingerprint(prepared: Prepared, acc: ViewAccumulator, with_loss: bool) -
     }
 
 
-def accumulate(
-    prepared: Prepared,
-    acc: ViewAccumulator,
-    *,
-    loss: LossAccumulator | None = None,
-    batch_size: int = DEFAULTS["batch_size"],
-    progress: bool = True,
-    checkpoint: str | Path | None = None,
-    resume: bool = False,
-    checkpoint_every_s: float = 30.0,
-    fingerprint: dict | None = None,
-) -> dict:
+def accumulate(prepared: Prepared, acc: ViewAccumulator, batch_size: int, *, loss: LossAccumulator | None = None,
+               run: RunOptions | None = None, fingerprint: dict | None = None) -> dict:
     """Feed every sequence of ``prepared`` to ``acc`` (and ``loss``); returns run facts.
 
     Out of memory in a batch halves the batch size and retries it (the
     statistics are per sequence, so the numbers do not change).
     """
     lm, arch, tokens = prepared.lm, prepared.arch, prepared.tokens
-    device = _input_device(arch, lm.model)
-    folder = Path(checkpoint) if checkpoint is not None else None
+    run = run or RunOptions()
+    folder = Path(run.checkpoint) if run.checkpoint is not None else None
     facts = {"batch_size_used": batch_size, "oom_retries": 0, "resumed_from": 0}
-    if resume:
+    if run.resume:
         if folder is None:
             raise EffdepthError("resume needs the folder of the interrupted run (--resume DIR)")
         _restore(folder, acc, loss, fingerprint)
         facts["resumed_from"] = acc.sequences
     if acc.needs_fit and not acc.fitted and acc.pc_estimate == "exact":
-        for batch in _state_batches(lm.model, arch, tokens, batch_size, device, progress, "fitting PCs", facts=facts):
+        for batch in state_batches(lm.model, arch, tokens, batch_size, label="fitting PCs", progress=run.progress, facts=facts):
             acc.fit_batch(batch.states, batch.mask)
         acc.finalize_fit("exact, an extra pass over every sequence")
 
@@ -272,23 +201,24 @@ def accumulate(
     last_save = time.monotonic()
     with graceful_interrupts() as interrupted:
         try:
-            for _ in _state_batches(
-                lm.model, arch, tokens, batch_size, device, progress, "measuring",
-                full_model=loss is not None, start=acc.sequences, consume=consume, facts=facts,
+            for _ in state_batches(
+                lm.model, arch, tokens, batch_size, progress=run.progress, full_model=loss is not None,
+                start=acc.sequences, consume=consume, facts=facts,
             ):
-                if folder is not None and (interrupted or time.monotonic() - last_save > checkpoint_every_s):
+                if folder is not None and (interrupted or time.monotonic() - last_save > run.checkpoint_every_s):
                     _save(folder, acc, loss, fingerprint)
                     last_save = time.monotonic()
                 if interrupted:
                     break
         except KeyboardInterrupt:
-            interrupted.signal = signal.SIGINT
+            interrupted.signal = interrupted.signal or signal.SIGINT
             if folder is not None:
                 _save(folder, acc, loss, fingerprint)
     if interrupted:
         where = f"; partial statistics saved in {folder}, continue with --resume {folder.parent}" if folder else ""
         raise MeasurementInterrupted(
-            f"interrupted by {signal.Signals(interrupted.signal).name} after {acc.sequences} of {tokens.input_ids.shape[0]} sequences{where}"
+            f"interrupted by {signal.Signals(interrupted.signal).name} after {acc.sequences} of {tokens.input_ids.shape[0]} sequences{where}",
+            interrupted.signal,
         )
     if folder is not None:
         remove_checkpoint(folder)
@@ -315,34 +245,25 @@ def _restore(folder, acc, loss, fingerprint):
         loss.total, loss.count = meta["loss"]["total"], meta["loss"]["count"]
 
 
-def result_from_accumulator(
-    prepared: Prepared,
-    acc: ViewAccumulator,
-    *,
-    loss: LossAccumulator | None = None,
-    similarity: str = "frobenius",
-    bootstrap: int = DEFAULTS["bootstrap"],
-    seed: int = DEFAULTS["seed"],
-    batch_size: int = DEFAULTS["batch_size"],
-    started: float | None = None,
-    run: dict | None = None,
-) -> Result:
+def result_from_accumulator(prepared: Prepared, acc: ViewAccumulator, analysis: AnalysisOptions, *,
+                            loss: LossAccumulator | None = None, started: float | None = None, run: dict | None = None) -> Result:
     """Metrics, intervals, config and provenance from accumulated statistics."""
     lm, arch, tokens = prepared.lm, prepared.arch, prepared.tokens
-    results = view_results(acc, similarity=similarity, include_embedding=acc.include_embedding, bootstrap=bootstrap, seed=seed)
+    results = view_results(view_summaries(acc, similarity=analysis.similarity, include_embedding=acc.include_embedding,
+                                          bootstrap=analysis.bootstrap, seed=analysis.seed))
     config = {
         "seq_len": int(tokens.input_ids.shape[1]),
         "num_seqs": int(tokens.input_ids.shape[0]),
-        "batch_size": batch_size,
-        "similarity": similarity,
+        "batch_size": analysis.batch_size,
+        "similarity": analysis.similarity,
         "include_embedding": acc.include_embedding,
-        "bootstrap": bootstrap,
-        "seed": seed,
+        "bootstrap": analysis.bootstrap,
+        "seed": analysis.seed,
         "views": [v.name for v in acc.views],
         "pc_estimate": acc.fit_info,
         "add_bos": prepared.add_bos,
         "num_layers": arch.num_layers,
-        "size_reference_embedding": "S_0 counted as one mean-size update" if acc.include_embedding else None,
+        "size_reference_embedding": SIZE_REFERENCE_EMBEDDING if acc.include_embedding else None,
         "blocks_path": arch.paths.get("blocks"),
         "embedding_path": arch.paths.get("embedding"),
         "architecture_source": arch.paths.get("source"),
@@ -362,22 +283,15 @@ def result_from_accumulator(
     return Result(views=results, config=config, provenance=provenance, extras=extras)
 
 
-def from_states(
-    states,
-    *,
-    include_embedding: bool = False,
-    similarity: str = "frobenius",
-    views=("default",),
-    bootstrap: int = 0,
-    seed: int = 0,
-    mask=None,
-    pc_estimate: str = "calibration",
-) -> Result:
+def from_states(states, *, mask=None, views=("default",), similarity: str = "frobenius", include_embedding: bool = False,
+                bootstrap: int = 0, seed: int = 0, pc_estimate: str = "calibration") -> Result:
     """D_eff and everything else from states you already have.
 
     ``states`` is ``(L+1, tokens, d)`` (one sequence) or ``(L+1, batch, seq,
     d)`` (each row a sequence, the bootstrap's unit), ``states[0]`` = S_0.
-    ``mask`` (batch, seq) marks real tokens.
+    ``mask`` (``(batch, seq)``, or ``(tokens,)`` for one sequence) marks real
+    tokens. Unlike :func:`measure` (1000 resamples), ``bootstrap`` defaults to
+    0 here: ask for intervals explicitly, with several sequences.
 
     >>> import effdepth, torch
     >>> s = torch.zeros(5, 8, 4, dtype=torch.float64)
@@ -385,7 +299,8 @@ def from_states(
     >>> round(effdepth.from_states(s).default.deff, 12)
     1.0
     """
-    validate_options(bootstrap=bootstrap, similarity=similarity, pc_estimate=pc_estimate)
+    analysis = AnalysisOptions(views=views, similarity=similarity, include_embedding=include_embedding,
+                               bootstrap=bootstrap, seed=seed, pc_estimate=pc_estimate)
     s = torch.as_tensor(states)
     if not torch.is_floating_point(s):
         s = s.to(torch.float64)
@@ -395,13 +310,14 @@ def from_states(
         raise EffdepthError(
             f"states must be shaped (L+1, tokens, d) or (L+1, batch, seq, d) with L >= 1, got {tuple(torch.as_tensor(states).shape)}"
         )
-    m = None if mask is None else torch.as_tensor(mask).bool()
-    acc = ViewAccumulator(views, include_embedding=include_embedding, pc_estimate=pc_estimate)
+    m = _checked_mask(mask, s, three_d=torch.as_tensor(states).dim() == 3)
+    _check_user_states(s, bootstrap)
+    acc = ViewAccumulator(analysis.view_specs, include_embedding=include_embedding, pc_estimate=pc_estimate)
     if acc.needs_fit and pc_estimate == "exact":
         acc.fit_batch(s, m)
         acc.finalize_fit("exact, over every sequence")
     acc.update(s, m)
-    results = view_results(acc, similarity=similarity, include_embedding=include_embedding, bootstrap=bootstrap, seed=seed)
+    results = view_results(view_summaries(acc, similarity=similarity, include_embedding=include_embedding, bootstrap=bootstrap, seed=seed))
     config = {
         "similarity": similarity,
         "include_embedding": include_embedding,
@@ -410,36 +326,45 @@ def from_states(
         "views": [v.name for v in acc.views],
         "pc_estimate": acc.fit_info,
         "num_layers": int(s.shape[0]) - 1,
-        "size_reference_embedding": "S_0 counted as one mean-size update" if include_embedding else None,
+        "size_reference_embedding": SIZE_REFERENCE_EMBEDDING if include_embedding else None,
     }
     provenance = {"model": {"source": "states"}, "code": code_version(), "libraries": library_versions(), "created": now()}
     return Result(views=results, config=config, provenance=provenance)
 
 
-def validate_options(**args) -> None:
-    """One-line errors for measurement options, before anything is loaded.
+def _checked_mask(mask, states: torch.Tensor, three_d: bool) -> torch.Tensor | None:
+    """The mask as ``(batch, seq)`` booleans, or a one-line error when it does not fit the states."""
+    if mask is None:
+        return None
+    m = torch.as_tensor(mask)
+    batch, seq = int(states.shape[1]), int(states.shape[2])
+    if three_d and m.dim() == 1:
+        m = m[None]
+    if tuple(m.shape) != (batch, seq):
+        want = f"({seq},) or (1, {seq})" if three_d else f"({batch}, {seq})"
+        raise EffdepthError(
+            f"mask of shape {tuple(torch.as_tensor(mask).shape)} does not match states of shape {tuple(states.shape) if not three_d else (states.shape[0],) + tuple(states.shape[2:])}: "
+            f"it must be {want}, one entry per token (True/1 = real token)"
+        )
+    return m.bool()
 
-    >>> validate_options(seq_len=256, bootstrap=1000)
-    """
-    checks = {
-        "seq_len": (lambda v: int(v) >= 2, "--seq-len must be at least 2 (D_eff needs a token after BOS), got {v}"),
-        "num_seqs": (lambda v: int(v) >= 1, "--num-seqs must be at least 1, got {v}"),
-        "batch_size": (lambda v: int(v) >= 1, "--batch-size must be at least 1, got {v}"),
-        "bootstrap": (
-            lambda v: 0 <= int(v) <= MAX_BOOTSTRAP,
-            "--bootstrap must be 0 (off) or a number of resamples up to " + f"{MAX_BOOTSTRAP:,}" + ", got {v}",
-        ),
-        "similarity": (lambda v: v in SIMILARITIES, "--similarity must be one of " + ", ".join(SIMILARITIES) + ", got {v!r}"),
-        "pc_estimate": (lambda v: v in PC_ESTIMATES, "--pc-estimate must be one of " + ", ".join(PC_ESTIMATES) + ", got {v!r}"),
-    }
-    for name, value in args.items():
-        ok, message = checks[name]
-        try:
-            good = ok(value)
-        except (TypeError, ValueError):
-            good = False
-        if not good:
-            raise EffdepthError(message.format(v=value))
+
+def _check_user_states(states: torch.Tensor, bootstrap: int) -> None:
+    """Problems with states a user brings, said in their terms (no model ran here)."""
+    import warnings
+
+    finite = torch.isfinite(states).flatten(1).all(dim=1)
+    if not bool(finite.all()):
+        layer = int(torch.nonzero(~finite)[0])
+        raise EffdepthError(
+            f"states[{layer}] contains NaN or infinite values; from_states takes them as given, so check how they were computed"
+        )
+    if not bool(states.flatten(1).abs().amax(dim=1).gt(0).any()):
+        warnings.warn("every state is zero: D_eff is then N by convention (zero states count as orthogonal) and says nothing about a model",
+                      stacklevel=3)
+    if bootstrap > 0 and states.shape[1] < 2:
+        warnings.warn(f"bootstrap={bootstrap} but the states hold one sequence, and sequences are the bootstrap's units: "
+                      "no interval; pass (L+1, batch, seq, d) with several sequences", stacklevel=3)
 
 
 def _check_vocabulary(input_ids: torch.Tensor, vocab_size: int | None) -> None:
@@ -448,86 +373,3 @@ def _check_vocabulary(input_ids: torch.Tensor, vocab_size: int | None) -> None:
             f"token id {int(input_ids.max())} is outside the model's vocabulary of {vocab_size}; "
             "were the ids made with another tokenizer?"
         )
-
-
-def _input_device(arch, model) -> torch.device:
-    emb = arch.embedding
-    params = list(emb.parameters()) if emb is not None else []
-    return params[0].device if params else next(model.parameters()).device
-
-
-class Batch(NamedTuple):
-    states: torch.Tensor  # (L+1, batch, seq, d), a reused buffer
-    mask: torch.Tensor | None
-    input_ids: torch.Tensor
-    logits: torch.Tensor | None
-
-
-def _state_batches(
-    model, arch, tokens, batch_size, device, progress, label, full_model=False, start=0, consume=None, facts=None
-):
-    """Yield one :class:`Batch` per forward pass from sequence ``start`` on.
-
-    The states buffer is reused, never kept. ``consume(batch)`` runs inside
-    the out-of-memory guard, so a failure there also halves the batch size.
-    """
-    ids = tokens.input_ids
-    mask = tokens.attention_mask
-    count = lambda lo, hi: int(mask[lo:hi].sum()) if mask is not None else (hi - lo) * ids.shape[1]
-    facts = facts if facts is not None else {}
-    size = batch_size
-    with ResidualCapture(arch) as capture, tqdm(
-        total=count(0, ids.shape[0]), initial=count(0, start), unit="tok", desc=label,
-        disable=not progress, dynamic_ncols=True, leave=False,
-    ) as bar:
-        i = start
-        while i < ids.shape[0]:
-            batch_ids = ids[i : i + size].to(device)
-            batch_mask = mask[i : i + size].to(device) if mask is not None else None
-            try:
-                if full_model:
-                    logits = model_forward_logits(model, batch_ids, batch_mask)
-                else:
-                    decoder_forward(model, arch, batch_ids, batch_mask)
-                    logits = None
-                batch = Batch(capture.states, batch_mask, batch_ids, logits)
-                if consume is not None:
-                    consume(batch)
-            except EffdepthError:
-                raise
-            except (IndexError, RuntimeError) as exc:
-                if not is_out_of_memory(exc):
-                    raise EffdepthError(_forward_error(exc, batch_ids)) from None
-                if size == 1:
-                    raise EffdepthError(
-                        f"out of memory on a single sequence of {ids.shape[1]} tokens; lower --seq-len, "
-                        "use --dtype bfloat16, or spread the model with --device-map auto"
-                    ) from None
-                size = max(1, size // 2)
-                facts["oom_retries"] = facts.get("oom_retries", 0) + 1
-                facts["batch_size_used"] = size
-                del batch_ids, batch_mask
-                capture.states = None  # let the buffer be reallocated at the smaller size
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-                continue
-            yield batch
-            bar.update(count(i, i + batch_ids.shape[0]))
-            i += batch_ids.shape[0]
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """CUDA's OutOfMemoryError, or an allocator failure reported as RuntimeError."""
-    if isinstance(exc, getattr(torch.cuda, "OutOfMemoryError", ())):
-        return True
-    text = str(exc).lower()
-    return "out of memory" in text or "can't allocate memory" in text
-
-
-def _forward_error(exc: Exception, ids: torch.Tensor) -> str:
-    reason = " ".join(str(exc).split())[:240]
-    if "out of memory" in reason.lower():
-        return f"out of memory in a batch of {ids.shape[0]} x {ids.shape[1]} tokens: {reason}; lower --batch-size or --seq-len"
-    return f"the model's forward pass failed on a batch of {ids.shape[0]} x {ids.shape[1]} tokens: {reason}"
-
-

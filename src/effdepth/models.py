@@ -85,6 +85,56 @@ def locate_model(model, *, revision: str | None = None, trust_remote_code: bool 
     return ModelSource(location, {"revision": revision, "trust_remote_code": trust_remote_code, **load_args}, info)
 
 
+POSITION_FIELDS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length", "seq_length")
+
+
+def max_positions(config) -> int | None:
+    """The longest sequence a model's config says it takes, or ``None`` when it does not say.
+
+    >>> from transformers import GPT2Config
+    >>> max_positions(GPT2Config(n_positions=64))
+    64
+    """
+    for cfg in (config, getattr(config, "text_config", None)):
+        for name in POSITION_FIELDS:
+            value = getattr(cfg, name, None) if cfg is not None else None
+            if isinstance(value, int) and value > 0:
+                return value
+    return None
+
+
+def check_sequence_length(seq_len: int, config, what: str) -> None:
+    """Refuse ``seq_len`` beyond the model's positions: such a forward pass can run for many minutes
+    and grow without bound. ``--allow-long`` skips this for configs that understate the limit.
+
+    >>> from transformers import GPT2Config
+    >>> check_sequence_length(16, GPT2Config(n_positions=64), "gpt2")
+    >>> check_sequence_length(100, GPT2Config(n_positions=64), "gpt2")
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: --seq-len 100 is beyond gpt2's 64 positions (from its config); use --seq-len 64 or less, or --allow-long if the config understates the limit
+    """
+    limit = max_positions(config)
+    if limit is not None and seq_len > limit:
+        raise EffdepthError(
+            f"--seq-len {seq_len} is beyond {what}'s {limit} positions (from its config); use --seq-len {limit} or less, "
+            "or --allow-long if the config understates the limit"
+        )
+
+
+def source_config(source: ModelSource):
+    """The config of a hub model or folder (cheap: one small file), or ``None`` for GGUF files or when it cannot be read."""
+    if "gguf_file" in source.kwargs:
+        return None  # parsing a GGUF header costs seconds: the loaded model's config is checked instead
+    from transformers import AutoConfig
+
+    try:
+        with _quiet():
+            return AutoConfig.from_pretrained(source.location, **source.kwargs)
+    except Exception:
+        return None
+
+
 def load_tokenizer(source: ModelSource):
     """The model's tokenizer, or ``None`` when the model has none we can load.
 

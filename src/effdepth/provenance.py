@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from . import __version__
+from .version import __version__
 
 
 def code_version() -> dict:

@@ -11,14 +11,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from .errors import EffdepthError
 from .files import read_json
-from .files import write_json_atomic as _write_json
-from .numerics.bootstrap import bootstrap_intervals, bootstrap_weights
-from .numerics.metrics import full_metrics
-from .numerics.statistics import UnitStatistics
+from .files import write_json_atomic  # also the deprecated ``result.write_json_atomic``, until every caller has moved
 
 SCHEMA = "effdepth.result/1"
 
@@ -62,60 +57,9 @@ class ViewResult:
         return upper < self.reference
 
 
-def view_result(
-    name: str,
-    stats: UnitStatistics,
-    *,
-    similarity: str,
-    include_embedding: bool,
-    bootstrap: int = 0,
-    seed: int = 0,
-    weights: np.ndarray | None = None,
-) -> ViewResult:
-    """Compute one view's result from its per-sequence statistics."""
-    totals = stats.total()
-    m = full_metrics(totals, similarity, include_embedding)
-    ci = bootstrap_intervals(
-        stats, similarity=similarity, include_embedding=include_embedding, resamples=bootstrap, seed=seed, weights=weights
-    )
-    return ViewResult(
-        name=name,
-        deff=float(m["deff"]),
-        reference=float(m["reference"]),
-        ratio=float(m["ratio"]),
-        gap_pct=float(m["gap_pct"]),
-        num_states=int(m["similarity"].shape[-1]),
-        tokens=int(totals["n"]),
-        sequences=stats.units,
-        profile=_list(m["profile"]),
-        similarity=_list(m["similarity"]),
-        references={k: float(m[f"reference_{k}"]) for k in ("init", "size", "matched")},
-        attribution={k: float(m[k]) for k in ("initial_state", "size_imbalance", "correlated_updates")},
-        update_cosine=_list(m["update_cosine"]),
-        update_state_cosine=_list(m["update_state_cosine"]),
-        update_energy=_list(m["update_energy"]),
-        related={k: _list(v) for k, v in m["related"].items()},
-        reference_profiles={k: _list(v) for k, v in m["reference_profiles"].items()},
-        ci=ci,
-        statistics={k: _list(totals[k]) for k in ("n", "gram_states", "gram_increments", "update_state_dot")},
-    )
-
-
-def view_results(accumulator, *, similarity: str, include_embedding: bool, bootstrap: int, seed: int) -> dict:
-    """Results of every view of a :class:`~effdepth.numerics.streams.ViewAccumulator`.
-
-    All views resample the same sequences, so their intervals are comparable.
-    """
-    out = {}
-    weights = None
-    for spec in accumulator.views:
-        stats = accumulator.unit_statistics(spec)
-        if weights is None and bootstrap > 0 and stats.units >= 2:
-            weights = bootstrap_weights(stats.units, bootstrap, seed)
-        out[spec.name] = view_result(
-            spec.name, stats, similarity=similarity, include_embedding=include_embedding, bootstrap=bootstrap, seed=seed, weights=weights
-        )
-    return out
+def view_results(summaries: dict) -> dict:
+    """``{name: ViewResult}`` from :func:`effdepth.numerics.summary.view_summaries`' plain data."""
+    return {name: ViewResult(name=name, **summary) for name, summary in summaries.items()}
 
 
 @dataclass
@@ -188,11 +132,6 @@ def load(path) -> Result:
     return Result.from_dict(read_json(path, "result", "result.json"))
 
 
-def write_json_atomic(path: Path, data) -> Path:
-    """Write JSON atomically, converting numpy values; readers see old or new, never half."""
-    return _write_json(path, data, default=_json_default)
-
-
 def _view_dict(v: ViewResult) -> dict:
     d = asdict(v)
     d["sub_reference"] = v.sub_reference
@@ -208,20 +147,3 @@ def _finite(obj):
     if isinstance(obj, list):
         return [_finite(v) for v in obj]
     return obj
-
-
-def _json_default(obj):
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating,)):
-        return float(obj)
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"cannot write {type(obj).__name__} to JSON")
-
-
-def _list(x):
-    a = np.asarray(x, dtype=np.float64)
-    return a.tolist() if a.ndim else float(a)

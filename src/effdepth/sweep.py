@@ -40,21 +40,19 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from . import __version__
+from .version import __version__
 from .errors import EffdepthError
 from .executors import make_executor
-from .result import Result, load, write_json_atomic
+from .options import UNHASHED_OPTIONS, Options, RunOptions
+from .files import write_json_atomic
+from .result import Result, load
 from .revisions import check_revision, parse_revision, tokens_per_step_for
-from .suites import TINY_PREFIX, SuiteModel, format_params, resolve_models
+from .suites import TINY_PREFIX, SuiteModel, resolve_models
 
 RESULT, ERROR, JOB = "result.json", "error.json", "job.json"
 
-#: measure() options that do not change the numbers (statistics are per
-#: sequence; permissions are not measurements): left out of a job's key.
-#: Every other option is in it, including any measure() gains later.
-UNHASHED_OPTIONS = ("batch_size", "device", "device_map", "trust_remote_code", "allow_pickle")
-#: measure() arguments a sweep sets itself, per job.
-MANAGED_ARGUMENTS = ("model", "revision", "checkpoint", "resume", "checkpoint_every_s", "progress", "tokenizer")
+#: Options a sweep sets itself, per job.
+MANAGED_OPTIONS = ("model", "revision", "tokenizer")
 
 COLUMNS = (
     "model", "family", "params", "revision", "step", "tokens_seen", "view", "L", "N",
@@ -185,27 +183,15 @@ def _revision_columns(model_id: str, revision: str | None) -> dict:
     return {"step": c.step, "tokens_seen": c.tokens} if c else {}
 
 
-def measure_options(**options) -> dict:
-    """The sweep's measure() options, checked and made JSON-able (they are hashed and sent to workers).
+def job_options(options: Options) -> dict:
+    """A sweep's options as JSON-able data (they are hashed and sent to workers); the
+    model, revision and tokenizer are each job's own.
 
-    >>> measure_options(seq_len=16, views="default,drop-pos0")["views"]
+    >>> job_options(Options.build(seq_len=16, views="default,drop-pos0"))["views"]
     ['default', 'drop-pos0']
     """
-    import inspect
-
-    from .measure import validate_options, measure
-    from .numerics.views import parse_views
-
-    accepted = {name: p.default for name, p in inspect.signature(measure).parameters.items() if name not in MANAGED_ARGUMENTS}
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise EffdepthError(f"unknown measurement option(s) for a sweep: {', '.join(unknown)}")
-    out = {**accepted, **options}
-    validate_options(**{k: out[k] for k in ("seq_len", "num_seqs", "batch_size", "bootstrap", "similarity", "pc_estimate")})
-    out["views"] = [v.name for v in parse_views(out["views"])]
-    out["corpus"] = _corpus_spec(out["corpus"])
-    if out["dtype"] is not None:
-        out["dtype"] = str(out["dtype"]).replace("torch.", "")
+    out = {k: v for k, v in options.to_dict().items() if k not in MANAGED_OPTIONS}
+    out["corpus"] = _corpus_spec(options.load.corpus)
     return out
 
 
@@ -244,28 +230,27 @@ def run_job(payload: dict) -> dict:
 
 def measure_job(payload: dict) -> Result:
     """The measurement itself: tiny models are built here, others loaded by ``measure``."""
-    from .measure import measure
+    from .measure import run_measurement
 
     if payload.get("effdepth") != __version__:
         # The key promises numbers from the driver's version.
         raise EffdepthError(
             f"this worker has effdepth {__version__} but the driver {payload.get('effdepth')}; install the same version everywhere"
         )
-    options = dict(payload["options"])
-    corpus = options.pop("corpus", None)
-    model = payload.get("source") or payload["id"]
+    own = {"model": payload.get("source") or payload["id"], "revision": payload.get("revision")}
     if payload["id"].startswith(TINY_PREFIX):
-        model, options["tokenizer"] = _tiny_model(payload["id"]), _byte_tokenizer()
+        own.update(model=_tiny_model(payload["id"]), tokenizer=_byte_tokenizer())
     elif payload.get("tokenizer"):
-        options["tokenizer"] = _load_tokenizer(payload["tokenizer"])
+        own["tokenizer"] = _load_tokenizer(payload["tokenizer"])
+    options = Options.from_dict(payload["options"]).replace(**own)
     checkpoint = payload.get("checkpoint")
     resume = checkpoint is not None and (Path(checkpoint) / "state.json").is_file()
 
     def run(resume):
-        return measure(
-            model, corpus, revision=payload.get("revision"), checkpoint=checkpoint, resume=resume,
-            checkpoint_every_s=payload.get("checkpoint_every_s", 30.0), progress=bool(payload.get("progress")), **options,
-        )
+        return run_measurement(options, RunOptions(
+            progress=bool(payload.get("progress")), checkpoint=checkpoint, resume=resume,
+            checkpoint_every_s=payload.get("checkpoint_every_s", 30.0),
+        ))
 
     from .checkpoint import CheckpointMismatch, remove_checkpoint
 
@@ -332,33 +317,23 @@ class SweepOutcome:
 
     def table(self) -> str:
         """The first view of each job as a plain-text table."""
-        return summary_text(self.rows)
+        from .report.tables import suite_summary_text
+
+        return suite_summary_text(self.rows)
 
 
-def sweep(
-    models,
-    out,
-    *,
-    revision: str | None = None,
-    executor: str = "local",
-    ray_address: str | None = None,
-    gpus_per_task: float = 0.0,
-    cpus_per_task: float = 1.0,
-    figures: bool = True,
-    report: bool = True,
-    progress: bool = False,
-    checkpoint_every_s: float = 30.0,
-    log=None,
-    **options,
-) -> SweepOutcome:
+def sweep(models, out, options: Options | None = None, *, revision: str | None = None, executor="local",
+          figures: bool = True, report: bool = True, run: RunOptions | None = None, log=None, **measure_options) -> SweepOutcome:
     """Measure every model of ``models`` (suite names, suite files, ids, ``tiny:TYPE``, folders) into ``out``.
 
-    ``options`` are :func:`effdepth.measure`'s (``corpus``, ``seq_len``,
-    ``num_seqs``, ``views``, ``bootstrap``, ``dtype``, ``device_map``, ...).
-    ``executor="ray"`` runs each model as a Ray task (``gpus_per_task``,
-    ``ray_address``). ``log`` (e.g. ``print``) receives one line per job.
-    With the local executor, partial statistics are saved every
-    ``checkpoint_every_s`` seconds and on SIGINT/SIGTERM, and a rerun continues them.
+    ``options`` (an :class:`~effdepth.options.Options`) or ``measure_options``
+    (:func:`effdepth.measure`'s keywords: ``corpus``, ``seq_len``,
+    ``num_seqs``, ``views``, ``bootstrap``, ``dtype``, ...) say how to measure.
+    ``executor`` is ``"local"``, ``"ray"`` or an executor from
+    :func:`~effdepth.executors.make_executor` (Ray with its options).
+    ``log`` (e.g. ``print``) receives one line per job. With the local
+    executor, partial statistics are saved every ``run.checkpoint_every_s``
+    seconds and on SIGINT/SIGTERM, and a rerun continues them.
 
     >>> import tempfile
     >>> s = sweep(["tiny:gpt2"], tempfile.mkdtemp(), corpus=["some text " * 30], seq_len=8, num_seqs=2,
@@ -366,16 +341,23 @@ def sweep(
     >>> s.counts
     {'ok': 1}
     """
-    opts = measure_options(**options)
-    jobs = make_jobs(models, opts, revision=revision)
-    ex = make_executor(executor, ray_address=ray_address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task)
-    statuses = run_jobs(jobs, out, ex, progress=progress, log=log, checkpoint_every_s=checkpoint_every_s)
+    options = _combined(options, measure_options)
+    run = run or RunOptions(progress=False)
+    jobs = make_jobs(models, job_options(options), revision=revision)
+    ex = make_executor(executor) if isinstance(executor, str) else executor
+    statuses = run_jobs(jobs, out, ex, run=run, log=log)
     rows = summary_rows(out, jobs)
     files = write_outputs(out, rows, jobs, figures=figures, report=report, log=log)
-    return SweepOutcome(Path(out), rows, _count(statuses), files)
+    return SweepOutcome(Path(out), rows, count_statuses(statuses), files)
 
 
-def run_jobs(jobs: list, out, executor, *, progress: bool = False, log=None, checkpoint_every_s: float = 30.0) -> dict:
+def _combined(options: Options | None, measure_options: dict) -> Options:
+    if options is None:
+        return Options.build(**measure_options)
+    return options.replace(**measure_options) if measure_options else options
+
+
+def run_jobs(jobs: list, out, executor, *, run: RunOptions | None = None, log=None) -> dict:
     """Run the unfinished jobs on ``executor``; write each outcome. Returns ``{key: status}``.
 
     Status: ``done`` (finished before), ``ok`` or ``error``.
@@ -383,6 +365,7 @@ def run_jobs(jobs: list, out, executor, *, progress: bool = False, log=None, che
     from .checkpoint import MeasurementInterrupted, checkpoint_dir
 
     log = log or (lambda line: None)
+    run = run or RunOptions(progress=False)
     out = _writable(Path(out))
     statuses, todo = {}, []
     for job in jobs:
@@ -409,7 +392,7 @@ def run_jobs(jobs: list, out, executor, *, progress: bool = False, log=None, che
 
     def payload(job):
         checkpoint = str(checkpoint_dir(job_folder(out, job))) if local else None
-        return job.payload(checkpoint=checkpoint, progress=progress and local, checkpoint_every_s=checkpoint_every_s)
+        return job.payload(checkpoint=checkpoint, progress=run.progress and local, checkpoint_every_s=run.checkpoint_every_s)
 
     items = [(job, payload(job)) for job in todo]
     try:
@@ -420,7 +403,8 @@ def run_jobs(jobs: list, out, executor, *, progress: bool = False, log=None, che
         what = str(exc).split(";")[0]
         kept = " (its partial statistics are kept)" if local else ""
         raise MeasurementInterrupted(
-            f"{what}{kept}; {finished} of {len(jobs)} results are done in {out}: rerun the same command to continue"
+            f"{what}{kept}; {finished} of {len(jobs)} results are done in {out}: rerun the same command to continue",
+            exc.exit_code - 128,
         ) from None
     return statuses
 
@@ -469,7 +453,12 @@ def _outcome_text(outcome: dict) -> str:
     return f"D_eff {v.deff:.3f} / F_L {v.reference:.3f} = {v.ratio:.3f}{ci}"
 
 
-def _count(statuses: dict) -> dict:
+def count_statuses(statuses: dict) -> dict:
+    """``{status: how many}``.
+
+    >>> count_statuses({"a": "ok", "b": "ok", "c": "error"})
+    {'ok': 2, 'error': 1}
+    """
     counts: dict = {}
     for s in statuses.values():
         counts[s] = counts.get(s, 0) + 1
@@ -530,7 +519,7 @@ def _float(x):
 
 def write_table(out, stem: str, rows: list[dict], columns=None, log=None) -> list[Path]:
     """``stem.csv`` always, ``stem.parquet`` when pyarrow is installed; both atomic."""
-    from .report.build import write_atomic
+    from .files import write_atomic
 
     columns = list(columns or (rows[0].keys() if rows else COLUMNS))
     text = io.StringIO()
@@ -571,25 +560,6 @@ def _schema(pa, columns, rows):
     return pa.schema(fields)
 
 
-def summary_text(rows: list[dict]) -> str:
-    """The first view of each job, one line each."""
-    header = ("model", "revision", "D_eff [95% CI]", "F_L", "ratio", "status")
-    lines, seen = [header], set()
-    for r in rows:
-        if (r["model"], r["revision"]) in seen:
-            continue
-        seen.add((r["model"], r["revision"]))
-        if r.get("D_eff") is None:
-            lines.append((r["model"], r["revision"], "-", "-", "-", f"{r['status']}: {r.get('error') or ''}".strip(": ")))
-            continue
-        ci = f" [{r['D_eff_lo']:.3f}, {r['D_eff_hi']:.3f}]" if r.get("D_eff_lo") is not None else ""
-        lines.append((r["model"], r["revision"], f"{r['D_eff']:.3f}{ci}", f"{r['F_L']:.3f}", f"{r['ratio']:.3f}", r.get("note") or r["status"]))
-    widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
-    text = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
-    text.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(text)
-
-
 def write_outputs(out, rows, jobs, *, figures: bool = True, report: bool = True, log=None) -> list[Path]:
     """``summary.{csv,parquet}``, ``suite.{png,pdf}`` and ``report.html`` of a sweep."""
     log = log or (lambda line: None)
@@ -597,7 +567,8 @@ def write_outputs(out, rows, jobs, *, figures: bool = True, report: bool = True,
     files = write_table(out, "summary", rows, COLUMNS, log=log)
     ok = [r for r in rows if r["status"] == "ok"]
     if figures and ok:
-        from .report.figures import save_figure
+        from .report.figures_suite import suite_figure
+        from .report.style import save_figure
 
         files += save_figure(suite_figure(rows), out / "suite")
     if report and ok:
@@ -617,110 +588,3 @@ def _write_report(out: Path, jobs: list, log) -> list[Path]:
     except EffdepthError as exc:  # the numbers are safe on disk; a report problem must not fail the run
         log(f"report.html skipped: {exc}")
         return []
-
-
-# --------------------------------------------------------------------------- the suite figure
-
-#: Okabe-Ito colours in the order families get them (yellow left out: too light on white).
-#: F_L and the ratio-1 line are black, so no family is.
-FAMILY_COLOURS = ("blue", "vermillion", "bluish_green", "reddish_purple", "sky_blue", "orange")
-FAMILY_MARKERS = ("o", "s", "D", "^", "v", "P", "X")
-
-
-def suite_figure(rows: list[dict]):
-    """D_eff and F_L (left) and D_eff / F_L (right) per model, grouped by family, with intervals.
-
-    Uses each model's first view; failed models are listed with "failed".
-
-    >>> r = {"key": "k", "model": "a/m", "family": "f", "params": 1, "revision": "main", "status": "ok", "D_eff": 1.2,
-    ...      "D_eff_lo": 1.1, "D_eff_hi": 1.3, "F_L": 1.9, "ratio": 0.63, "ratio_lo": 0.6, "ratio_hi": 0.7}
-    >>> len(suite_figure([r]).axes)
-    2
-    """
-    from .report.figures import OKABE_ITO
-
-    entries = _figure_entries(rows)
-    families = list(dict.fromkeys(e["family"] or "other" for e in entries))
-    style = {f: (OKABE_ITO[FAMILY_COLOURS[i % len(FAMILY_COLOURS)]], FAMILY_MARKERS[i % len(FAMILY_MARKERS)]) for i, f in enumerate(families)}
-    with _style():
-        fig = new_figure(7.4, 1.5 + 0.3 * len(entries))
-        left, right = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [1, 1]})
-        y = list(range(len(entries)))[::-1]
-        for yi, e in zip(y, entries):
-            colour, marker = style[e["family"] or "other"]
-            if e["status"] != "ok":
-                left.text(0.02, yi, f"failed: {(e.get('error') or '')[:40]}", transform=left.get_yaxis_transform(),
-                          va="center", fontsize=7, color=OKABE_ITO["vermillion"])
-                continue
-            _dot(left, e["D_eff"], yi, (e.get("D_eff_lo"), e.get("D_eff_hi")), colour, marker)
-            left.plot([e["F_L"]], [yi], marker="|", markersize=11, markeredgewidth=2, color=OKABE_ITO["black"], linestyle="none")
-            _dot(right, e["ratio"], yi, (e.get("ratio_lo"), e.get("ratio_hi")), colour, marker)
-        _family_separators((left, right), entries, y)
-        right.axvline(1.0, color=OKABE_ITO["black"], linestyle="--", linewidth=1.0)
-        left.set_yticks(y, [_entry_label(e) for e in entries])
-        left.set_ylim(-0.7, len(entries) - 0.3)
-        left.set_xlabel(r"$D_\mathrm{eff}$ (dot, 95% CI) and $F_L$ (|)")
-        right.set_xlabel(r"$D_\mathrm{eff} / F_L$ (1 = reference)")
-        for f in families:
-            colour, marker = style[f]
-            right.plot([], [], marker=marker, color=colour, linestyle="none", label=f)
-        left.plot([], [], marker="|", color=OKABE_ITO["black"], markersize=9, markeredgewidth=2, linestyle="none", label=r"$F_L$")
-        fig.legend(loc="outside lower center", ncol=min(6, len(families) + 1), frameon=False)
-        fig.suptitle("Effective depth across the suite")
-    return fig
-
-
-def _figure_entries(rows: list[dict]) -> list[dict]:
-    first = {}
-    for r in rows:
-        first.setdefault(r["key"], r)
-    order = list(dict.fromkeys(r["family"] or "other" for r in first.values()))
-    def place(r):  # families in order of appearance, then by size
-        return order.index(r["family"] or "other"), r["params"] is None, r["params"] or 0, r["model"], r["revision"]
-
-    return sorted(first.values(), key=place)
-
-
-def _entry_label(e: dict) -> str:
-    name = str(e["model"]).rstrip("/").rsplit("/", 1)[-1]
-    rev = "" if e["revision"] in (None, "main") else f" @{e['revision']}"
-    says_size = re.search(r"\d(\.\d+)?[mbkt]\b", name.lower()) is not None
-    size = f" ({format_params(e['params'])})" if e.get("params") and not says_size else ""
-    return f"{name}{size}{rev}"
-
-
-def _dot(ax, x, y, ci, colour, marker) -> None:
-    lo, hi = ci
-    if lo is not None and hi is not None:
-        ax.plot([lo, hi], [y, y], color=colour, linewidth=2, solid_capstyle="butt")
-    ax.plot([x], [y], marker=marker, markersize=6, color=colour, linestyle="none")
-
-
-def _family_separators(axes, entries, y) -> None:
-    for i in range(1, len(entries)):
-        if (entries[i]["family"] or "other") != (entries[i - 1]["family"] or "other"):
-            for ax in axes:
-                ax.axhline((y[i] + y[i - 1]) / 2, color="#999999", linewidth=0.6)
-
-
-_RC = {
-    "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8, "xtick.labelsize": 8,
-    "ytick.labelsize": 8, "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
-    "grid.color": "#dddddd", "grid.linewidth": 0.6, "pdf.fonttype": 42, "ps.fonttype": 42,
-}
-
-
-def _style():
-    import matplotlib
-
-    return matplotlib.rc_context(_RC)
-
-
-def new_figure(width: float, height: float):
-    """A bare Agg figure (no pyplot, no global backend change)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=150, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig

@@ -39,12 +39,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .errors import EffdepthError
-from .files import file_sha256
+from .options import Options, RunOptions
+from .files import file_sha256, write_json_atomic
 from .executors import make_executor
-from .result import write_json_atomic
 from .revisions import Checkpoint, parse_revision, parse_revisions, parse_selection, select_every, tokens_per_step_for
 from .suites import SuiteModel, check_model_id, guess_family
-from .sweep import COLUMNS, Job, _count, measure_options, run_jobs, summary_rows, write_table
+from .sweep import COLUMNS, Job, count_statuses, job_options, run_jobs, summary_rows, write_table
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
@@ -86,39 +86,28 @@ class TrajectoryOutcome:
     notes: list = field(default_factory=list)
 
     def table(self) -> str:
-        from .sweep import summary_text
+        from .report.tables import suite_summary_text
 
-        return summary_text(self.rows)
+        return suite_summary_text(self.rows)
 
 
-def trajectory(
-    model,
-    out,
-    *,
-    revisions: str = "auto",
-    tokens_per_step: int | None = None,
-    executor: str = "local",
-    ray_address: str | None = None,
-    gpus_per_task: float = 0.0,
-    cpus_per_task: float = 1.0,
-    figures: bool = True,
-    progress: bool = False,
-    checkpoint_every_s: float = 30.0,
-    log=None,
-    **options,
-) -> TrajectoryOutcome:
+def trajectory(model, out, options: Options | None = None, *, revisions: str = "auto", tokens_per_step: int | None = None,
+               executor="local", figures: bool = True, run: RunOptions | None = None, log=None, **measure_options) -> TrajectoryOutcome:
     """Measure ``model`` at each selected checkpoint and write the trajectory into ``out``.
 
     ``model``: a hub id (its branches) or a local folder of checkpoints.
     ``revisions``: ``"auto"`` (every checkpoint), ``"every:K"`` (every K-th
     and the last) or a comma-separated list. ``tokens_per_step`` converts
     steps to tokens when the names do not say (Pythia's is known).
-    ``options`` are :func:`effdepth.measure`'s; see the module example.
+    ``options``/``measure_options`` and ``executor`` are as for
+    :func:`~effdepth.sweep.sweep`; see the module example.
     """
     log = log or (lambda line: None)
     parse_selection(revisions)  # bad input fails before the hub is asked anything
-    opts = measure_options(**options)
-    ex = make_executor(executor, ray_address=ray_address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task)
+    if measure_options.get("revision") is not None or (options is not None and options.load.revision is not None):
+        raise EffdepthError("trajectory takes --revisions (auto, every:K or a list), not --revision")
+    opts = job_options(Options.build(**measure_options) if options is None else options.replace(**measure_options))
+    ex = make_executor(executor) if isinstance(executor, str) else executor
     found = discover(model, tokens_per_step=tokens_per_step)
     checkpoints, notes = select(found, revisions)
     for note in notes:
@@ -130,9 +119,9 @@ def trajectory(
     for dup, original in duplicates.items():
         log(f"{dup}: same weights as {original} ({fingerprints[dup][1]}); flagged, not measured again")
     jobs = {c.revision: _job(found, c, opts, fingerprints[c.revision]) for c in checkpoints if c.revision not in duplicates}
-    statuses = run_jobs(list(jobs.values()), out, ex, progress=progress, log=log, checkpoint_every_s=checkpoint_every_s)
+    statuses = run_jobs(list(jobs.values()), out, ex, run=run, log=log)
     rows = trajectory_rows(out, checkpoints, jobs, duplicates, fingerprints)
-    outcome = TrajectoryOutcome(Path(out), rows, checkpoints, duplicates, found.skipped, _count(statuses), notes=notes)
+    outcome = TrajectoryOutcome(Path(out), rows, checkpoints, duplicates, found.skipped, count_statuses(statuses), notes=notes)
     outcome.files = _write_outputs(outcome, found, figures=figures, log=log)
     return outcome
 
@@ -368,145 +357,9 @@ def _write_outputs(outcome: TrajectoryOutcome, found: Discovered, *, figures: bo
     write_json_atomic(out / "trajectory.json", summary)
     files.append(out / "trajectory.json")
     if figures and any(r["status"] in ("ok", "duplicate") and r.get("D_eff") is not None for r in outcome.rows):
-        from .report.figures import save_figure
+        from .report.figures_trajectory import trajectory_figure
+        from .report.style import save_figure
 
         title = found.model if found.kind == "hub" else Path(found.model).name
         files += save_figure(trajectory_figure(outcome.rows, title=title), out / "trajectory")
     return files
-
-
-# --------------------------------------------------------------------------- the figure
-
-
-def trajectory_figure(rows: list[dict], title: str = ""):
-    """D_eff (with its interval), F_L and the matched references against training tokens.
-
-    The x axis is tokens seen when every point has them, else the step;
-    logarithmic, with step 0 in a short linear stretch at the left (symlog).
-    Duplicated checkpoints are grey crosses, not joined to the line; ``main``
-    without a step sits just right of the last checkpoint.
-
-    >>> r = lambda rev, step, d: {"key": rev, "revision": rev, "step": step, "tokens_seen": step * 10, "track": "main",
-    ...     "final": False, "status": "ok", "D_eff": d, "D_eff_lo": d - .1, "D_eff_hi": d + .1, "F_L": 1.9,
-    ...     "R_init": 1.5, "R_size": 1.8, "R_matched": 1.4}
-    >>> fig = trajectory_figure([r("step0", 0, 1.0), r("step10", 10, 1.2), r("step100", 100, 1.3)])
-    >>> fig.axes[0].get_xscale()
-    'symlog'
-    """
-    from .report.figures import OKABE_ITO, REFERENCE_STYLES
-    from .sweep import _style, new_figure
-
-    points = _first_view(rows)
-    x_key, x_label = _x_axis(points)
-    xs = _positions(points, x_key)
-    with _style():
-        fig = new_figure(6.4, 4.0)
-        ax = fig.add_subplot()
-        measured = [(x, p) for x, p in zip(xs, points) if p["status"] == "ok" and p.get("D_eff") is not None]
-        for series in _tracks(measured):
-            _series(ax, series, "D_eff", r"$D_\mathrm{eff}$ (95% CI)", OKABE_ITO["blue"], "-", "o", band=True)
-            _series(ax, series, "F_L", r"$F_L$", OKABE_ITO["black"], "--", None, band=False)
-            for key, name in (("R_init", "init"), ("R_size", "size"), ("R_matched", "matched")):
-                label, colour, style, marker = REFERENCE_STYLES[name]
-                _series(ax, series, key, label, colour, style, None, band=True, alpha=0.1)
-        dups = [(x, p) for x, p in zip(xs, points) if p["status"] == "duplicate" and p.get("D_eff") is not None]
-        if dups:
-            ax.plot([x for x, _ in dups], [p["D_eff"] for _, p in dups], linestyle="none", marker="x", markersize=8,
-                    markeredgewidth=1.6, color="#777777", label="duplicate weights (repeats an earlier checkpoint)")
-        # main has no step: its tick says so instead of a made-up token count.
-        named = {x: p["revision"] for x, p in zip(xs, points) if x_key is not None and p.get(x_key) is None}
-        _scale(ax, [x for x, _ in measured + dups], tokens=x_key == "tokens_seen", named=named)
-        _label_final(ax, zip(xs, points))
-        ax.set_xlabel(x_label)
-        ax.set_ylabel("effective depth")
-        ax.set_title(f"{title}: effective depth during training" if title else "Effective depth during training")
-        handles, labels = ax.get_legend_handles_labels()
-        unique = dict(zip(labels, handles))
-        fig.legend(unique.values(), unique.keys(), loc="outside lower center", ncol=3, frameon=False)
-    return fig
-
-
-def _tracks(measured: list) -> list[list]:
-    """Points per training track; later tracks (OLMo-2 stage 2) start from the last point of the first."""
-    names = list(dict.fromkeys(p.get("track") or "main" for _, p in measured if not p.get("final")))
-    tracks = [sorted(((x, p) for x, p in measured if (p.get("track") or "main") == t and not p.get("final")), key=lambda xp: xp[0])
-              for t in names]
-    if len(tracks) > 1 and tracks[0]:
-        tracks = tracks[:1] + [[tracks[0][-1]] + t for t in tracks[1:]]
-    finals = [(x, p) for x, p in measured if p.get("final")]
-    return tracks + ([finals] if finals else [])
-
-
-def _first_view(rows: list[dict]) -> list[dict]:
-    first = {}
-    for r in rows:
-        first.setdefault(r["revision"], r)
-    return list(first.values())
-
-
-def _x_axis(points: list[dict]) -> tuple[str | None, str]:
-    def known(key):
-        return all(p.get(key) is not None for p in points if not p.get("final"))
-
-    if known("tokens_seen"):
-        return "tokens_seen", "training tokens seen"
-    if known("step"):
-        return "step", "training step"
-    return None, "checkpoint (training order)"
-
-
-def _positions(points: list[dict], key: str | None) -> list[float]:
-    if key is None:
-        return [float(i + 1) for i in range(len(points))]
-    known = [float(p[key]) for p in points if p.get(key) is not None]
-    last = max(known, default=1.0) or 1.0
-    # main without a step: just right of the last checkpoint (a factor on a log axis).
-    return [float(p[key]) if p.get(key) is not None else last * 1.25 for p in points]
-
-
-def _series(ax, series, key, label, colour, style, marker, *, band: bool, alpha: float = 0.2) -> None:
-    pts = [(x, p) for x, p in series if p.get(key) is not None]
-    if not pts:
-        return
-    xs = [x for x, _ in pts]
-    ax.plot(xs, [p[key] for _, p in pts], color=colour, linestyle=style, marker=marker, markersize=4, linewidth=1.4, label=label)
-    if band and all(p.get(f"{key}_lo") is not None and p.get(f"{key}_hi") is not None for _, p in pts):
-        ax.fill_between(xs, [p[f"{key}_lo"] for _, p in pts], [p[f"{key}_hi"] for _, p in pts], color=colour, alpha=alpha, linewidth=0)
-
-
-def _scale(ax, xs: list[float], tokens: bool, named: dict) -> None:
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-
-    positive = [x for x in xs if x > 0]
-    if not positive:
-        return
-    if any(x <= 0 for x in xs):
-        # Step 0 has no place on a log axis: a short linear stretch [0, first step] holds it.
-        ax.set_xscale("symlog", linthresh=min(positive), linscale=0.4)
-        ax.set_xlim(left=0)
-    else:
-        ax.set_xscale("log")
-    distinct = sorted(set(xs))
-    if len(distinct) <= 8:
-        # Few checkpoints: label exactly those (a log axis over less than a decade shows no ticks at all).
-        ax.xaxis.set_major_locator(FixedLocator(distinct))
-        ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: named.get(x) or (_short_number(x) if tokens or x >= 1e4 else f"{x:g}")))
-
-
-def _short_number(x: float) -> str:
-    """A tick label like people write token counts.
-
-    >>> _short_number(2_097_152_000), _short_number(0)
-    ('2.1B', '0')
-    """
-    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{unit}"
-    return f"{x:g}"
-
-
-def _label_final(ax, placed) -> None:
-    for x, p in placed:
-        if p.get("final") and p.get("D_eff") is not None:
-            ax.annotate(p["revision"], (x, p["D_eff"]), xytext=(4, 6), textcoords="offset points", fontsize=7)

@@ -384,6 +384,35 @@ class _TextSource:
     lazy: bool = False
 
 
+def is_token_ids(spec: Any) -> bool:
+    """Token ids given as such (a 2-D integer tensor/array or an ``input_ids`` mapping), used exactly as given.
+
+    >>> import torch
+    >>> is_token_ids(torch.zeros(2, 3, dtype=torch.long)), is_token_ids("shakespeare")
+    (True, False)
+    """
+    return _is_token_ids(spec)
+
+
+def check_corpus_spec(spec: Any) -> None:
+    """The checks of a corpus that cost nothing (a named path exists), before a model loads.
+
+    >>> check_corpus_spec("shakespeare")
+    >>> try:
+    ...     check_corpus_spec("no/such/file.txt")
+    ... except Exception as exc:
+    ...     print(str(exc).split(";")[0])
+    corpus path no/such/file.txt does not exist
+    """
+    if spec is None or _is_token_ids(spec) or not isinstance(spec, (str, os.PathLike)):
+        return
+    if isinstance(spec, str) and (spec == "shakespeare" or spec.startswith("hf:")):
+        return
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise EffdepthError(f"corpus path {path} does not exist; accepted forms: {ACCEPTED_FORMS}")
+
+
 def _resolve_text_source(spec: Any) -> _TextSource:
     if spec is None or (isinstance(spec, str) and spec == "shakespeare"):
         return _shakespeare_source()

@@ -12,6 +12,7 @@ from .carry import (
     checkpoint_carry,
     load_experiment,
     measure_checkpoint,
+    save_experiment,
     split_corpus,
 )
 
@@ -22,5 +23,6 @@ __all__ = [
     "checkpoint_carry",
     "load_experiment",
     "measure_checkpoint",
+    "save_experiment",
     "split_corpus",
 ]

@@ -31,7 +31,7 @@ import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,10 +42,10 @@ from ..capture.intervention import ResidualCarry, format_carry, parse_carry, par
 from ..capture.registry import resolve_architecture
 from ..errors import EffdepthError
 from ..provenance import code_version, library_versions, machine, now
-from ..result import Result, write_json_atomic
-
-SCHEMA = "effdepth.experiment/1"
-SUMMARY_KEYS = ("deff", "ratio", "reference_init", "reference_size", "reference_matched", "loss", "perplexity", "train_loss")
+from ..result import Result
+# The result itself lives in the result layer; re-exported here for ``from effdepth.experiment.carry import ...``.
+from ..results_carry import EXPERIMENT_SCHEMA as SCHEMA
+from ..results_carry import SUMMARY_KEYS, ExperimentResult, load_experiment, summarise  # noqa: F401
 
 
 @dataclass
@@ -254,7 +254,7 @@ def checkpoint_carry(path) -> tuple:
     return float(config.get("effdepth_carry", 1.0)), config.get("effdepth_carry_layers") or "all"
 
 
-def measure_checkpoint(path, corpus=None, *, carry: float | None = None, layers=None, **options) -> Result:
+def measure_checkpoint(path, corpus=None, *, carry: float | None = None, layers=None, progress: bool = True, **options) -> Result:
     """Measure a checkpoint with the residual carry it was trained with (from its config).
 
     ``carry``/``layers`` override the stored values; ``options`` are
@@ -266,14 +266,15 @@ def measure_checkpoint(path, corpus=None, *, carry: float | None = None, layers=
     >>> r.extras["intervention"]["carry"]
     0.5
     """
-    from ..intervene import measure_with_carry, split_options
+    from ..intervene import measure_with_carry
     from ..measure import prepare
+    from ..options import Options
 
     stored_lam, stored_layers = checkpoint_carry(path)
     lam = stored_lam if carry is None else carry
-    load_options, measure_options = split_options(options)
-    prepared = prepare(str(path), corpus, **load_options)
-    return measure_with_carry(prepared, lam, stored_layers if layers is None else layers, **measure_options)
+    opts = Options.build(model=str(path), corpus=corpus, **options)
+    prepared = prepare(opts.load, progress=progress)
+    return measure_with_carry(prepared, lam, stored_layers if layers is None else layers, opts.analysis, progress=progress)
 
 
 # --------------------------------------------------------------------------- training
@@ -360,72 +361,6 @@ def _checkpoint_record(spec, model, lam, seed, step, train_losses, data, folder:
 # --------------------------------------------------------------------------- the experiment
 
 
-@dataclass
-class ExperimentResult:
-    """Records (one per lam, seed, checkpoint), their summary over seeds, and where they came from."""
-
-    config: dict
-    records: list
-    provenance: dict = field(default_factory=dict)
-
-    def summary(self) -> list:
-        """One entry per (lam, step): for each quantity the mean, min and max over seeds.
-
-        With one seed ``deff_ci`` is that run's bootstrap interval instead.
-        """
-        return summarise(self.records)
-
-    def final_table(self) -> str:
-        """D_eff, F_L, ratio, references and losses against lam at the last step."""
-        from .tables import fmt, fmt_interval, render_table
-
-        last = max(r["step"] for r in self.records)
-        rows = [s for s in self.summary() if s["step"] == last]
-        seeds = rows[0]["seeds"] if rows else 0
-        interval = "min-max over seeds" if seeds > 1 else "bootstrap CI"
-        header = ["lam", "D_eff", interval, "F_L", "ratio", "R_init", "R_size", "R_matched", "eval loss", "train loss"]
-        body = [
-            [format_carry(s["lam"]), fmt(s["deff"]["mean"]), fmt_interval(_interval(s)), fmt(s["reference"]),
-             fmt(s["ratio"]["mean"]), fmt(s["reference_init"]["mean"]), fmt(s["reference_size"]["mean"]),
-             fmt(s["reference_matched"]["mean"]), fmt(s["loss"]["mean"], 4), fmt(s["train_loss"]["mean"], 4)]
-            for s in rows
-        ]
-        return render_table(header, body)
-
-    def step_table(self) -> str:
-        """D_eff (mean over seeds) and held-out loss against the training step, one column pair per lam."""
-        from .tables import fmt, render_table
-
-        summary = self.summary()
-        carries = _unique(s["lam"] for s in summary)
-        steps = sorted(_unique(s["step"] for s in summary))
-        cell = {(s["lam"], s["step"]): s for s in summary}
-        header = ["step"] + [f"D_eff lam={format_carry(c)}" for c in carries] + [f"loss lam={format_carry(c)}" for c in carries]
-        body = [[str(step)] + [fmt(cell[c, step]["deff"]["mean"]) for c in carries]
-                + [fmt(cell[c, step]["loss"]["mean"], 4) for c in carries] for step in steps]
-        return render_table(header, body)
-
-    def headline(self) -> str:
-        c = self.config
-        return (f"carry experiment: {c['layers']}-layer Llama, d_model {c['d_model']}, {c['steps']} steps of {c['batch_size']} x "
-                f"{c['seq_len']} tokens, seeds {', '.join(map(str, c['seed_list']))}; measured on {c['eval_seqs']} held-out "
-                f"sequences with the carry applied (frobenius, N = {c['layers']})")
-
-    def to_dict(self) -> dict:
-        return {"schema": SCHEMA, "config": self.config, "provenance": self.provenance, "records": self.records,
-                "summary": self.summary()}
-
-    def save(self, folder, figure: bool = True) -> Path:
-        """Write ``experiment.json`` and ``experiment.{png,pdf}`` atomically."""
-        path = Path(folder) / "experiment.json"
-        write_json_atomic(path, _finite(self.to_dict()))
-        if figure:
-            from .common import save_figure
-
-            save_figure(experiment_figure(self), Path(folder) / "experiment")
-        return path
-
-
 def carry_experiment(spec: CarryExperiment | None = None, out="runs/carry-experiment", *, progress: bool = True,
                      **overrides) -> ExperimentResult:
     """Train one model per (lam, seed), measure every checkpoint with its carry, save the summary.
@@ -454,155 +389,28 @@ def carry_experiment(spec: CarryExperiment | None = None, out="runs/carry-experi
     provenance = {"code": code_version(), "libraries": library_versions(), "machine": machine(), "created": now(),
                   "elapsed_s": round(time.perf_counter() - started, 3)}
     result = ExperimentResult(config, records, provenance)
-    result.save(out)
+    save_experiment(result, out)
     return result
 
 
-def load_experiment(path) -> ExperimentResult:
-    """Load ``experiment.json`` (or the folder holding it)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "experiment.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        raise EffdepthError(f"no readable experiment at {path}; pass experiment.json or the --out folder of a run") from None
-    if data.get("schema") != SCHEMA:
-        raise EffdepthError(f"not an effdepth experiment (schema {data.get('schema')!r}, expected {SCHEMA!r})")
-    return ExperimentResult(data["config"], data["records"], data.get("provenance", {}))
+def save_experiment(result: ExperimentResult, folder, figure: bool = True) -> Path:
+    """Write ``experiment.json`` (:meth:`ExperimentResult.save`), then ``experiment.{png,pdf}``, atomically.
 
-
-def summarise(records: list) -> list:
-    """Group records by (lam, step); each quantity gets ``{"mean", "min", "max"}`` over seeds.
-
-    >>> recs = [{"lam": 1.0, "step": 5, "seed": s, "deff": d, "reference": 1.6, "deff_ci": None}
-    ...         for s, d in ((0, 1.2), (1, 1.4))]
-    >>> summarise(recs)[0]["deff"]
-    {'mean': 1.3, 'min': 1.2, 'max': 1.4}
+    >>> import tempfile
+    >>> recs = [{"lam": lam, "seed": 0, "step": step, "deff": 1.2, "deff_ci": None, "reference": 1.6, "reference_matched": 1.4,
+    ...          "loss": 2.0} for lam in (1.0, 0.5) for step in (0, 4)]
+    >>> p = save_experiment(ExperimentResult({"layers": 2, "d_model": 16}, recs), tempfile.mkdtemp())
+    >>> sorted(f.name for f in p.parent.iterdir())
+    ['experiment.json', 'experiment.pdf', 'experiment.png']
     """
-    groups: dict = {}
-    for r in records:
-        groups.setdefault((r["lam"], r["step"]), []).append(r)
-    out = []
-    for (lam, step), rs in groups.items():
-        entry = {"lam": lam, "step": step, "seeds": len(rs), "reference": rs[0]["reference"]}
-        for key in SUMMARY_KEYS:
-            if key in rs[0]:
-                entry[key] = _spread([r.get(key) for r in rs])
-        entry["deff_ci"] = rs[0].get("deff_ci") if len(rs) == 1 else None
-        out.append(entry)
-    return out
+    path = result.save(folder)
+    if figure:
+        from ..report.figures_experiment import experiment_figure
+        from ..report.style import save_figure
 
-
-def _spread(values: list) -> dict:
-    xs = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    if not xs:
-        return {"mean": None, "min": None, "max": None}
-    return {"mean": round(float(np.mean(xs)), 15), "min": min(xs), "max": max(xs)}
-
-
-def _interval(s: dict):
-    if s["seeds"] > 1:
-        return [s["deff"]["min"], s["deff"]["max"]]
-    return s.get("deff_ci")
-
-
-def _unique(xs) -> list:
-    out = []
-    for x in xs:
-        if x not in out:
-            out.append(x)
-    return out
+        save_figure(experiment_figure(result), Path(folder) / "experiment")
+    return path
 
 
 def _positive_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 1
-
-
-def _finite(obj):
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-# --------------------------------------------------------------------------- figure
-
-_LAM_STYLES = (("blue", "-", "o"), ("vermillion", "--", "s"), ("bluish_green", "-.", "D"), ("orange", ":", "^"),
-               ("reddish_purple", (0, (6, 2)), "v"), ("sky_blue", (0, (3, 1, 1, 1)), "P"), ("black", "-", "x"))
-
-
-def experiment_figure(result: ExperimentResult):
-    """Three panels: D_eff and loss against lam at the last step; D_eff and held-out loss against step.
-
-    Bands and error bars span the seeds (min to max) with several seeds, the
-    bootstrap interval with one.
-    """
-    from .common import OKABE_ITO, new_figure, style
-
-    summary = result.summary()
-    carries = _unique(s["lam"] for s in summary)
-    last = max(s["step"] for s in summary)
-    with style():
-        fig = new_figure(11.0, 3.8)
-        ax_lam, ax_step, ax_loss = fig.subplots(1, 3)
-        _lam_panel(ax_lam, [s for s in summary if s["step"] == last], OKABE_ITO)
-        ax_lam.set_title(f"after {last} steps", fontsize=9)
-        for i, lam in enumerate(carries):
-            colour, ls, marker = _LAM_STYLES[i % len(_LAM_STYLES)]
-            rows = sorted((s for s in summary if s["lam"] == lam), key=lambda s: s["step"])
-            steps = [s["step"] for s in rows]
-            lo_hi = [_interval(s) or [None, None] for s in rows]
-            ax_step.plot(steps, [_num(s["deff"]["mean"]) for s in rows], color=OKABE_ITO[colour], linestyle=ls, marker=marker,
-                         markersize=4, label=f"$\\lambda$ = {format_carry(lam)}")
-            ax_step.fill_between(steps, [_num(a) for a, _ in lo_hi], [_num(b) for _, b in lo_hi], color=OKABE_ITO[colour],
-                                 alpha=0.2, linewidth=0)
-            ax_loss.plot(steps, [_num(s["loss"]["mean"]) for s in rows], color=OKABE_ITO[colour], linestyle=ls, marker=marker,
-                         markersize=4, label=f"$\\lambda$ = {format_carry(lam)}")
-            ax_loss.fill_between(steps, [_num(s["loss"]["min"]) for s in rows], [_num(s["loss"]["max"]) for s in rows],
-                                 color=OKABE_ITO[colour], alpha=0.2, linewidth=0)
-        ax_step.axhline(summary[0]["reference"], color="#666666", linestyle="--", linewidth=1, label="$F_L$")
-        ax_step.set_xlabel("training step")
-        ax_step.set_ylabel(r"$D_\mathrm{eff}$ (held out)")
-        ax_step.legend(frameon=False)
-        ax_loss.set_xlabel("training step")
-        ax_loss.set_ylabel("held-out next-token loss (nats)")
-        ax_loss.legend(frameon=False)
-        seeds = summary[0]["seeds"]
-        band = f"bands: min-max over {seeds} seeds" if seeds > 1 else "bands: bootstrap interval (one seed)"
-        fig.suptitle(f"Trained residual-carry control \u2014 {result.config['layers']} layers, d_model {result.config['d_model']}; {band}",
-                     fontsize=10)
-    return fig
-
-
-def _lam_panel(ax, rows: list, colours: dict) -> None:
-    rows = sorted(rows, key=lambda s: s["lam"])
-    lam = [s["lam"] for s in rows]
-    ax.plot(lam, [s["reference"] for s in rows], color=colours["orange"], linestyle="--", marker="^", markersize=4, label="$F_L$")
-    ax.plot(lam, [_num(s["reference_matched"]["mean"]) for s in rows], color=colours["vermillion"], linestyle=(0, (6, 2)),
-            marker="s", markersize=4, label=r"$R_\mathrm{matched}$")
-    centre = np.array([_num(s["deff"]["mean"]) for s in rows])
-    bounds = [_interval(s) for s in rows]
-    err = None
-    if any(bounds):
-        err = np.clip(np.vstack([[c - b[0] if b else 0.0 for c, b in zip(centre, bounds)],
-                                 [b[1] - c if b else 0.0 for c, b in zip(centre, bounds)]]), 0.0, None)
-    ax.errorbar(lam, centre, yerr=err, color=colours["blue"], marker="o", markersize=5, linewidth=2, capsize=3,
-                label=r"$D_\mathrm{eff}$")
-    ax.set_xlabel(r"carry $\lambda$")
-    ax.set_ylabel("effective depth (states)")
-    twin = ax.twinx()
-    twin.grid(False)
-    twin.plot(lam, [_num(s["loss"]["mean"]) for s in rows], color=colours["reddish_purple"], linestyle=(0, (1, 1.5)), marker="x",
-              label="held-out loss (right)")
-    twin.set_ylabel("loss (nats)")
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = twin.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, frameon=False, fontsize=7)
-
-
-def _num(x) -> float:
-    return float("nan") if x is None else float(x)

@@ -1,7 +1,16 @@
 """Reports of saved results: terminal tables, figures, HTML and Markdown.
 
-- :mod:`.table`: plain-text tables (``effdepth show``, the ``measure`` output).
-- :mod:`.figures`: matplotlib figures (PNG + PDF), headless.
+The only output stage: every table, headline and figure effdepth shows or
+writes is rendered here, from results and plain rows; nothing here imports a
+workflow (measure, sweep, trajectory, intervene, experiment, ...).
+
+- :mod:`.numbers`: how numbers are written (``fmt``, ``fmt_interval``, ``format_params``).
+- :mod:`.tables`: plain-text tables (``effdepth show``, the ``measure``,
+  ``sweep``, ``trajectory``, ``intervene`` and ``experiment`` output).
+- :mod:`.style`: the one figure style (palette, rc parameters, canvases, writing PNG + PDF).
+- :mod:`.figures`: the standard figures of a result; :mod:`.figures_suite`,
+  :mod:`.figures_trajectory`, :mod:`.figures_intervention` and
+  :mod:`.figures_experiment`: the figures of the other kinds of results.
 - :mod:`.build`: ``effdepth report``: one self-contained HTML file, or
   Markdown with its images beside it, for one result or a comparison.
 

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..result import SCHEMA, Result, ViewResult
+from .numbers import fmt, fmt_interval
 from .sources import Source
 
 #: Lists longer than this are folded (HTML) or shortened (Markdown) in the provenance.
@@ -74,24 +75,9 @@ class RenderedFigure:
 # --------------------------------------------------------------------------- formatting
 
 
-def fmt(x, digits: int = 3, signed: bool = False) -> str:
-    """A number for a table; ``n/a`` for missing or non-finite values.
-
-    >>> fmt(1.23456), fmt(None), fmt(-0.00001, signed=True)
-    ('1.235', 'n/a', '+0.000')
-    """
-    if x is None or isinstance(x, bool) or not math.isfinite(float(x)):
-        return "n/a"
-    x = float(x)
-    if abs(x) < 0.5 * 10**-digits:
-        x = 0.0  # never "-0.000"
-    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
-
-
 def interval(v: ViewResult, key: str, digits: int = 3) -> str:
     """``[lo, hi]`` of ``v.ci[key]``, or ``""`` without a bootstrap."""
-    ci = (v.ci or {}).get(key)
-    return f"[{fmt(ci[0], digits)}, {fmt(ci[1], digits)}]" if ci else ""
+    return fmt_interval((v.ci or {}).get(key), digits)
 
 
 def level(v: ViewResult) -> int:
@@ -238,7 +224,8 @@ def provenance_groups(source: Source) -> list:
 
 def render_figures(result: Result) -> list:
     """The standard figures of ``result`` as PNG bytes, with titles and captions."""
-    from .figures import figure_png, standard_figures
+    from .figures import standard_figures
+    from .style import figure_png
 
     out = []
     for stem, fig in standard_figures(result):
@@ -290,7 +277,8 @@ def comparison_table(sources: list) -> Table:
 
 
 def comparison_png(sources: list) -> bytes:
-    from .figures import comparison_figure, figure_png
+    from .figures import comparison_figure
+    from .style import figure_png
 
     return figure_png(comparison_figure([s.result for s in sources], [s.label for s in sources]))
 

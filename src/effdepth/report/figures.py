@@ -1,19 +1,16 @@
 """Figures of a result, for papers and reports: PNG (150 dpi) and PDF.
 
-Every figure is built on a bare :class:`matplotlib.figure.Figure` with an
-explicit Agg canvas (:func:`new_figure`), never through ``pyplot`` and
-without ``matplotlib.use``: whatever ``MPLBACKEND`` says, nothing here needs
-a display, and a user's interactive backend (Jupyter, Qt) is left as it was.
-Colours are the Okabe-Ito palette, and every series also differs in line
-style or marker, so the figures survive colour-blindness and greyscale
+Figures use the house style of :mod:`effdepth.report.style` (bare Agg
+canvases, no pyplot, the Okabe-Ito palette); every series also differs in
+line style or marker, so the figures survive colour-blindness and greyscale
 printing.
 
 Each figure has one small function that takes a :class:`~effdepth.Result`
 (or one :class:`~effdepth.ViewResult`) and returns a Figure;
 :func:`write_figures` writes the standard set next to ``result.json``.
-Other figure kinds (suites, trajectories, interventions) build theirs with
-:func:`new_figure` inside ``with style():`` and write them with
-:func:`save_figure`.
+The figures of other kinds of results live beside this module:
+:mod:`.figures_suite`, :mod:`.figures_trajectory`,
+:mod:`.figures_intervention` and :mod:`.figures_experiment`.
 
 >>> import effdepth, torch, tempfile
 >>> r = effdepth.from_states(torch.randn(7, 3, 8, 16).cumsum(0), bootstrap=20)
@@ -23,37 +20,19 @@ Other figure kinds (suites, trajectories, interventions) build theirs with
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
-import sys
 import textwrap
 from pathlib import Path
 
-import matplotlib
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ..errors import EffdepthError
-from ..files import write_atomic
 from ..result import Result, ViewResult
+from .numbers import fmt
 from .sources import result_label
-
-DPI = 150
-
-#: Okabe & Ito (2008), "Color Universal Design": distinguishable under the common colour-vision deficiencies.
-OKABE_ITO = {
-    "black": "#000000",
-    "orange": "#E69F00",
-    "sky_blue": "#56B4E9",
-    "bluish_green": "#009E73",
-    "yellow": "#F0E442",
-    "blue": "#0072B2",
-    "vermillion": "#D55E00",
-    "reddish_purple": "#CC79A7",
-}
+from .style import OKABE_ITO, new_figure, save_figure, style
 
 #: How each reference profile is drawn: (label, colour, line style, marker).
 REFERENCE_STYLES = {
@@ -70,23 +49,6 @@ ATTRIBUTION_TERMS = (
     ("size_imbalance", "size\nimbalance"),
     ("correlated_updates", "correlated\nupdates"),
 )
-
-_RC = {
-    "font.size": 9,
-    "axes.titlesize": 10,
-    "axes.labelsize": 9,
-    "legend.fontsize": 8,
-    "xtick.labelsize": 8,
-    "ytick.labelsize": 8,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.color": "#dddddd",
-    "grid.linewidth": 0.6,
-    "pdf.fonttype": 42,  # TrueType in the PDF: journals reject Type 3 fonts
-    "ps.fonttype": 42,
-}
-
 
 # --------------------------------------------------------------------------- figures
 
@@ -119,7 +81,7 @@ def similarity_figure(result: Result | ViewResult, view: str | None = None) -> F
         bar = fig.colorbar(im, ax=ax, fraction=0.05, pad=0.03)
         bar.set_label(_similarity_label(ctx))
         ax.set_title(_title("Layer similarity", v, ctx))
-        _caption(fig, f"{DEFF} = {_fmt(v.deff)}{_ci_text(v, 'deff')},   $F_N$ = {_fmt(v.reference)},   N = {n} states")
+        _caption(fig, f"{DEFF} = {fmt(v.deff)}{_ci_text(v, 'deff')},   $F_N$ = {fmt(v.reference)},   N = {n} states")
     return fig
 
 
@@ -142,14 +104,14 @@ def profile_figure(result: Result | ViewResult, view: str | None = None) -> Figu
         for key, (label, colour, dash, marker) in REFERENCE_STYLES.items():
             if key in (v.reference_profiles or {}):
                 ax.plot(k, _array(v.reference_profiles[key]), color=colour, linestyle=dash, marker=marker,
-                        markersize=4, markevery=every, linewidth=1.4, label=f"{label} ({_fmt(values.get(key))})")
+                        markersize=4, markevery=every, linewidth=1.4, label=f"{label} ({fmt(values.get(key))})")
         band = (v.ci or {}).get("profile")
         if band:
             level = _level(v)
             ax.fill_between(k, _array(band[0]), _array(band[1]), color=OKABE_ITO["blue"], alpha=0.25, linewidth=0,
                             label=f"{level}% bootstrap band")
         ax.plot(k, profile, color=OKABE_ITO["blue"], marker="o", markersize=4, markevery=every, linewidth=2.0,
-                label=f"measured $P(k)$: {DEFF} = {_fmt(v.deff)}")
+                label=f"measured $P(k)$: {DEFF} = {fmt(v.deff)}")
         ax.set_xlabel("layer distance $k$")
         ax.set_ylabel("mean similarity $P(k)$")
         ax.set_ylim(-0.02, 1.04)
@@ -191,7 +153,7 @@ def attribution_figure(result: Result | ViewResult, view: str | None = None) -> 
                 lo, hi = _pair(ci[key])
                 ax.errorbar(i, after, yerr=[[max(0.0, hi - term)], [max(0.0, term - lo)]], color="#444444", capsize=3, linewidth=1)
             ax.plot([i - 1 - 0.3, i + 0.3], [running, running], color="#666666", linewidth=0.8, linestyle=":")
-            _bar_label(ax, i, max(running, after), _fmt(-term, signed=True))
+            _bar_label(ax, i, max(running, after), fmt(-term, signed=True))
             running, top = after, max(top, running, after)
         end = _num(v.deff)
         _end_bar(ax, 4, end, OKABE_ITO["blue"], None)
@@ -202,8 +164,8 @@ def attribution_figure(result: Result | ViewResult, view: str | None = None) -> 
             ax.errorbar(4, end, yerr=[[max(0.0, end - lo)], [max(0.0, hi - end)]], color="black", capsize=4, linewidth=1.2,
                         label=f"{level}% bootstrap interval")
             ax.legend(loc="lower left", frameon=True, framealpha=0.9)
-        _bar_label(ax, 0, start, _fmt(start))
-        _bar_label(ax, 4, max(end, deff_ci[1]) if deff_ci else end, _fmt(end))
+        _bar_label(ax, 0, start, fmt(start))
+        _bar_label(ax, 4, max(end, deff_ci[1]) if deff_ci else end, fmt(end))
         reached = {"initial_state": R_INIT, "size_imbalance": R_MATCHED, "correlated_updates": DEFF}
         names = ["$F_N$"] + [f"{label}\n\u2192 {reached[key]}" for key, label in ATTRIBUTION_TERMS] + [DEFF]
         ax.set_xticks(range(5), names)
@@ -330,7 +292,7 @@ def ratio_dot_figure(labels, ratios, intervals, *, xlabel: str, title: str, leve
             ax.plot([r], [yi], marker="o", markersize=6, color=OKABE_ITO["blue"],
                     markerfacecolor=OKABE_ITO["blue"] if below else "white", markeredgewidth=1.4, linestyle="none")
             if math.isfinite(r):
-                ax.annotate(_fmt(r), (r, yi), xytext=(0, 5), textcoords="offset points", ha="center", va="bottom", fontsize=7.5)
+                ax.annotate(fmt(r), (r, yi), xytext=(0, 5), textcoords="offset points", ha="center", va="bottom", fontsize=7.5)
         if shown_interval:  # filled vs open only means something with intervals
             ax.plot([], [], marker="o", color=OKABE_ITO["blue"], linestyle="none", label="interval below 1 (filled)")
         ax.set_yticks(y, labels)
@@ -376,86 +338,7 @@ def standard_figures(result: Result, view: str | None = None):
     yield "layers", layers_figure(result, view)
 
 
-def new_figure(width: float, height: float) -> Figure:
-    """A bare Agg figure (inches), constrained layout: no pyplot, no display, the user's backend untouched.
-
-    >>> new_figure(2, 2).canvas.__class__.__name__
-    'FigureCanvasAgg'
-    """
-    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-@contextlib.contextmanager
-def style():
-    """The house style (font sizes, light grid, TrueType in PDFs) for figures made inside the ``with``.
-
-    >>> with style():
-    ...     fig = new_figure(2, 2)
-    """
-    with matplotlib.rc_context(_RC):
-        yield
-
-
-def save_figure(fig: Figure, stem, formats=("png", "pdf")) -> list[Path]:
-    """Write ``stem.png`` and ``stem.pdf`` atomically, then close the figure.
-
-    >>> import tempfile
-    >>> fig = Figure(); _ = fig.add_subplot().plot([0, 1])
-    >>> [p.suffix for p in save_figure(fig, Path(tempfile.mkdtemp()) / "line")]
-    ['.png', '.pdf']
-    """
-    stem = Path(stem)
-    try:
-        try:
-            stem.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise EffdepthError(f"cannot write figures to {stem.parent}: {exc.strerror}; choose another output folder") from None
-        return [_save_atomic(fig, stem.with_name(f"{stem.name}.{fmt}"), fmt) for fmt in formats]
-    finally:
-        close_figure(fig)
-
-
-def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
-    """The figure as PNG bytes (for inlining in reports); closes the figure.
-
-    >>> fig = Figure(); _ = fig.add_subplot().plot([0, 1])
-    >>> figure_png(fig)[:4]
-    b'\\x89PNG'
-    """
-    buf = io.BytesIO()
-    try:
-        _canvas(fig).print_figure(buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
-    finally:
-        close_figure(fig)
-    return buf.getvalue()
-
-
-def close_figure(fig: Figure) -> None:
-    """Free a figure; also unregisters it from pyplot if the caller made it there."""
-    pyplot = sys.modules.get("matplotlib.pyplot")
-    if pyplot is not None:
-        pyplot.close(fig)
-    fig.clear()
-
-
-def _save_atomic(fig: Figure, path: Path, fmt: str) -> Path:
-    # No timestamps in the files: the same result gives byte-identical figures.
-    meta = {"CreationDate": None} if fmt == "pdf" else {"Software": None}
-    return write_atomic(
-        path, writer=lambda fh: _canvas(fig).print_figure(fh, format=fmt, dpi=DPI, bbox_inches="tight", metadata=meta)
-    )
-
-
-
 # --------------------------------------------------------------------------- helpers
-
-
-def _canvas(fig: Figure):
-    return fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
-
-
 
 
 def _view(result, view: str | None) -> tuple[ViewResult, dict]:
@@ -529,7 +412,7 @@ def _level(v: ViewResult) -> int:
 
 def _ci_text(v: ViewResult, key: str) -> str:
     ci = (v.ci or {}).get(key)
-    return f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else ""
+    return f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else ""
 
 
 def _pair(ci):
@@ -555,9 +438,3 @@ def _positive(a: np.ndarray) -> np.ndarray:
     # A log axis cannot show 0; a gap says "nothing here" more honestly than a clipped floor.
     return np.where(a > 0, a, np.nan)
 
-
-def _fmt(x, signed: bool = False) -> str:
-    if x is None or not math.isfinite(float(x)):
-        return "n/a"
-    x = float(x) if abs(float(x)) >= 5e-4 else 0.0  # never print "-0.000"
-    return f"{x:+.3f}" if signed else f"{x:.3f}"

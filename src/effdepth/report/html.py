@@ -13,7 +13,7 @@ import re
 from datetime import datetime, timezone
 from html import escape
 
-from .. import __version__
+from ..version import __version__
 from . import content
 from .content import Cell, Folded, Table
 from .sources import Source

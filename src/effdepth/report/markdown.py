@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from .. import __version__
+from ..version import __version__
 from . import content
 from .content import Folded, Table
 from .sources import Source

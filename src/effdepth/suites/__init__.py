@@ -28,6 +28,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import EffdepthError
+from ..report.numbers import format_params
 from ..revisions import check_revision
 
 SUITE_KEYS = ("name", "description", "models")
@@ -193,20 +194,6 @@ def parse_params(value) -> int | None:
     if not m:
         raise EffdepthError(f"params must be a number or like 70M / 1.4B, got {value!r}")
     return round(float(m[1]) * _SCALE[m[2].upper()])
-
-
-def format_params(params: int | None) -> str:
-    """A parameter count as people write it.
-
-    >>> format_params(1_400_000_000), format_params(70_000_000), format_params(None)
-    ('1.4B', '70M', '-')
-    """
-    if params is None:
-        return "-"
-    for unit in ("T", "B", "M", "K"):
-        if params >= _SCALE[unit]:
-            return f"{params / _SCALE[unit]:.3g}{unit}"
-    return str(params)
 
 
 def _parse_model(entry, where: str) -> SuiteModel:

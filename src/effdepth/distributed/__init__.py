@@ -22,16 +22,15 @@ here, nor are checkpoints (rerun instead: each rank's share is small).
 from __future__ import annotations
 
 import os
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from .errors import EffdepthError
+from ..errors import EffdepthError
+from ..options import Options, RunOptions
 
 UNDER_TORCHRUN = "run it under torchrun, e.g. torchrun --nproc-per-node 2 -m effdepth.distributed measure MODEL --out DIR"
 
@@ -67,78 +66,45 @@ def slice_tokens(tokens, lo: int, hi: int):
     return replace(tokens, input_ids=tokens.input_ids[lo:hi], attention_mask=None if mask is None else mask[lo:hi])
 
 
-def measure_distributed(
-    model=None,
-    corpus=None,
-    *,
-    revision=None,
-    seq_len: int | None = None,
-    num_seqs: int | None = None,
-    batch_size: int | None = None,
-    similarity: str = "frobenius",
-    include_embedding: bool = False,
-    bootstrap: int | None = None,
-    seed: int | None = None,
-    dtype=None,
-    device: str | None = None,
-    views=("default",),
-    pc_estimate: str = "calibration",
-    trust_remote_code: bool = False,
-    tokenizer=None,
-    add_bos: bool = True,
-    blocks_path: str | None = None,
-    embedding_path: str | None = None,
-    allow_pickle: bool = False,
-    progress: bool = True,
-):
+def measure_distributed(options: Options, *, progress: bool = True):
     """:func:`effdepth.measure` over the ranks of the initialised process group.
 
-    Call it on every rank (same arguments); rank 0 gets the
+    Call it on every rank (same options); rank 0 gets the
     :class:`~effdepth.Result`, the others ``None``. Launch with ``torchrun``
     (see the module docstring), or initialise ``torch.distributed`` yourself.
     """
     import torch.distributed as dist
 
-    from .measure import DEFAULTS, validate_options, accumulate, prepare, result_from_accumulator
-    from .numerics.streams import ViewAccumulator
-    from .numerics.views import parse_views
+    from ..measure import accumulate, prepare, result_from_accumulator
+    from ..numerics.streams import ViewAccumulator
 
     if not dist.is_available() or not dist.is_initialized():
         raise EffdepthError(f"no torch.distributed process group; {UNDER_TORCHRUN}")
-    seq_len = DEFAULTS["seq_len"] if seq_len is None else seq_len
-    num_seqs = DEFAULTS["num_seqs"] if num_seqs is None else num_seqs
-    batch_size = DEFAULTS["batch_size"] if batch_size is None else batch_size
-    bootstrap = DEFAULTS["bootstrap"] if bootstrap is None else bootstrap
-    seed = DEFAULTS["seed"] if seed is None else seed
-    validate_options(seq_len=seq_len, num_seqs=num_seqs, batch_size=batch_size, bootstrap=bootstrap, similarity=similarity, pc_estimate=pc_estimate)
-    view_specs = parse_views(views)
-    if pc_estimate == "exact" and any(v.needs_fit for v in view_specs):
+    analysis = options.analysis
+    view_specs = analysis.view_specs
+    if options.load.device_map is not None:
+        raise EffdepthError("--device-map does not combine with a distributed measurement: every rank holds the whole model")
+    if analysis.pc_estimate == "exact" and any(v.needs_fit for v in view_specs):
         raise EffdepthError("--pc-estimate exact is not supported in a distributed measurement; use the default calibration estimate")
     rank, world = dist.get_rank(), dist.get_world_size()
-    comm = _comm_device()
+    comm = comm_device()
     started = time.perf_counter()
 
-    prepared = agreed(lambda: prepare(
-        model, corpus, revision=revision, seq_len=seq_len, num_seqs=num_seqs, seed=seed, dtype=dtype, device=device,
-        trust_remote_code=trust_remote_code, tokenizer=tokenizer, add_bos=add_bos, blocks_path=blocks_path,
-        embedding_path=embedding_path, allow_pickle=allow_pickle, progress=progress and rank == 0,
-    ), "loading the model and corpus", comm)
+    prepared = agreed(lambda: prepare(options.load, progress=progress and rank == 0), "loading the model and corpus", comm)
     total = prepared.tokens.num_seqs
     if total < world:
         raise EffdepthError(f"{total} sequences cannot be shared by {world} processes; use --num-seqs >= {world} or fewer processes")
     bounds = shares(total, world)
-    acc = ViewAccumulator(view_specs, include_embedding=include_embedding, pc_estimate=pc_estimate)
+    acc = ViewAccumulator(view_specs, include_embedding=analysis.include_embedding, pc_estimate=analysis.pc_estimate)
     if acc.needs_fit:
-        agreed(lambda: calibrate(prepared, acc, batch_size), "fitting the views on the first batch", comm)
+        agreed(lambda: calibrate(prepared, acc, analysis.batch_size), "fitting the views on the first batch", comm)
     mine = replace(prepared, tokens=slice_tokens(prepared.tokens, *bounds[rank]))
-    run = agreed(lambda: accumulate(mine, acc, batch_size=batch_size, progress=progress and rank == 0), "measuring", comm)
+    run = agreed(lambda: accumulate(mine, acc, analysis.batch_size, run=RunOptions(progress=progress and rank == 0)), "measuring", comm)
     merged = gather_accumulator(acc, comm)
     if rank != 0:
         return None
     run = {**run, "distributed": {"world_size": world, "backend": dist.get_backend(), "shares": [list(b) for b in bounds]}}
-    return result_from_accumulator(
-        prepared, merged, similarity=similarity, bootstrap=bootstrap, seed=seed, batch_size=batch_size, started=started, run=run
-    )
+    return result_from_accumulator(prepared, merged, analysis, started=started, run=run)
 
 
 def calibrate(prepared, acc, batch_size: int) -> None:
@@ -146,12 +112,12 @@ def calibrate(prepared, acc, batch_size: int) -> None:
 
     Every rank does it on the same sequences, so every rank applies the same fit.
     """
-    from .measure import accumulate
-    from .numerics.streams import ViewAccumulator
+    from ..measure import accumulate
+    from ..numerics.streams import ViewAccumulator
 
     first = replace(prepared, tokens=slice_tokens(prepared.tokens, 0, min(batch_size, prepared.tokens.num_seqs)))
     probe = ViewAccumulator([v.name for v in acc.views], include_embedding=acc.include_embedding, pc_estimate="calibration")
-    accumulate(first, probe, batch_size=batch_size, progress=False)
+    accumulate(first, probe, batch_size, run=RunOptions(progress=False))
     acc.copy_fits(probe)
 
 
@@ -164,7 +130,7 @@ def gather_accumulator(acc, device: torch.device):
     """
     import torch.distributed as dist
 
-    from .numerics.streams import ViewAccumulator
+    from ..numerics.streams import ViewAccumulator
 
     rank, world = dist.get_rank(), dist.get_world_size()
     arrays, meta = acc.state()
@@ -223,7 +189,7 @@ def agreed(fn, what: str, device):
     return value
 
 
-def _comm_device() -> torch.device:
+def comm_device() -> torch.device:
     import torch.distributed as dist
 
     if dist.get_backend() == "nccl":
@@ -246,81 +212,3 @@ def process_group(backend: str | None = None):
         yield dist.get_rank()
     finally:
         dist.destroy_process_group()
-
-
-# --------------------------------------------------------------------------- command line
-
-
-def build_parser():
-    from .cli import _Parser, add_measure_arguments
-
-    parser = _Parser(
-        prog="effdepth.distributed",
-        description="Measure one model over several processes (torchrun). Example: "
-        "torchrun --nproc-per-node 2 -m effdepth.distributed measure MODEL --out DIR",
-    )
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND", required=True)
-    m = sub.add_parser("measure", help="measure D_eff of one model, sequences shared by the ranks")
-    m.add_argument("model", nargs="?", default=None, help="Hugging Face id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
-    add_measure_arguments(m)
-    m.add_argument("--out", "-o", default=None, help="output folder for result.json (default: runs/<model>)")
-    m.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="gloo (CPU) or nccl (GPUs); default nccl when CUDA is available")
-    m.add_argument("--no-figures", dest="figures", action="store_false", help="do not write the figures next to result.json")
-    return parser
-
-
-def main(argv=None) -> int:
-    """``python -m effdepth.distributed measure ...`` under torchrun; returns the exit status."""
-    rank = int(os.environ.get("RANK", 0))
-    try:
-        args = build_parser().parse_args(argv)
-        if args.device_map is not None:
-            raise EffdepthError("--device-map does not combine with a distributed measurement: every rank holds the whole model")
-        with process_group(args.backend):
-            return _measure_command(args)
-    except PeerFailed as exc:
-        if rank == 0:
-            print(f"effdepth: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except EffdepthError as exc:
-        print(f"effdepth: error: [rank {rank}] {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print(f"effdepth: interrupted [rank {rank}]", file=sys.stderr)
-        return 130
-
-
-def _measure_command(args) -> int:
-    import torch.distributed as dist
-
-    from .cli import default_out, ensure_writable, measure_kwargs
-
-    kwargs = measure_kwargs(args)
-    kwargs.pop("device_map")
-    if kwargs["device"] is None and torch.cuda.is_available():
-        kwargs["device"] = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-    out = default_out(args.model) if args.out is None else Path(args.out)
-    # Rank 0 alone writes, but every rank must hear if it cannot: they would wait for it forever.
-    agreed(lambda: ensure_writable(out) if dist.get_rank() == 0 else None, "checking the output folder", _comm_device())
-    result = measure_distributed(args.model, args.corpus, **kwargs)
-    if result is None:
-        return 0
-    return _write(result, out, args.figures)
-
-
-def _write(result, out: Path, figures: bool) -> int:
-    from .report.table import summary_text
-
-    path = result.save(out)
-    print(summary_text(result))
-    print(f"\nwrote {path} ({result.provenance['run']['distributed']['world_size']} processes)")
-    if figures:
-        from .report.figures import write_figures
-
-        written = write_figures(result, out)
-        print(f"wrote {len(written)} figures to {out}/")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -20,15 +20,16 @@ from effdepth.tiny import tiny_model
 
 SLOW_RUN = textwrap.dedent(
     """
-    import importlib, sys, time, pathlib
-    m = importlib.import_module("effdepth.measure")  # the package exports a function of that name
+    import importlib, os, sys, time, pathlib
+    m = importlib.import_module("effdepth.capture.batches")
+    pause = float(os.environ.get("EFFDEPTH_TEST_PAUSE", "0.3"))
     real = m.decoder_forward
     calls = [0]
     def slow(*a, **k):
         calls[0] += 1
         if calls[0] == 3:
             pathlib.Path(sys.argv[1]).write_text("3")
-        time.sleep(0.3)
+        time.sleep(pause if calls[0] >= 3 else 0.3)
         return real(*a, **k)
     m.decoder_forward = slow
     from effdepth.cli import main
@@ -50,9 +51,9 @@ def argv(model_dir, corpus, out, *extra):
             "--no-progress", "--no-figures", *extra]
 
 
-def start_slow(tmp_path, args):
+def start_slow(tmp_path, args, pause=0.3):
     marker = tmp_path / "marker"
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", EFFDEPTH_TEST_PAUSE=str(pause))
     proc = subprocess.Popen([sys.executable, "-c", SLOW_RUN, str(marker), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 120
@@ -69,8 +70,9 @@ def test_signal_saves_statistics_and_resume_gives_the_same_numbers(model_dir, co
     proc = start_slow(tmp_path, argv(model_dir, corpus, out))
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    assert "--resume" in err and len(err.strip().splitlines()) == 1
+    assert proc.returncode == 128 + sig, err
+    notice, error = err.strip().splitlines()
+    assert "stopping after this batch" in notice and "--resume" in error
     assert (out / "checkpoint" / "state.json").is_file() and not (out / "result.json").exists()
 
     assert main(argv(model_dir, corpus, out, "--resume", str(out))) == 0
@@ -85,6 +87,21 @@ def test_signal_saves_statistics_and_resume_gives_the_same_numbers(model_dir, co
         a, b = resumed["views"][view], whole["views"][view]
         assert a["deff"] == pytest.approx(b["deff"], rel=1e-6)
         assert a["ci"]["deff"] == pytest.approx(b["ci"]["deff"], rel=1e-6)
+
+
+def test_a_second_signal_stops_a_stuck_batch_at_once(model_dir, corpus, tmp_path):
+    out = tmp_path / "run"
+    proc = start_slow(tmp_path, argv(model_dir, corpus, out, "--checkpoint-every", "1000"), pause=120)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - started < 30, "the second signal waited for the batch"
+    assert proc.returncode == 143, err
+    assert (out / "checkpoint" / "state.json").is_file() and not (out / "result.json").exists()
+    assert [p.name for p in out.rglob("*.tmp")] == []
+    assert main(argv(model_dir, corpus, out, "--resume", str(out))) == 0
 
 
 def test_sigkill_leaves_nothing_half_written_and_the_next_run_resumes(model_dir, corpus, tmp_path):
@@ -116,7 +133,7 @@ def test_resume_without_checkpoint_is_a_clear_error(model_dir, corpus, tmp_path,
 
 
 def test_out_of_memory_halves_the_batch_and_keeps_the_numbers(monkeypatch):
-    m = importlib.import_module("effdepth.measure")
+    m = importlib.import_module("effdepth.capture.batches")
     model = tiny_model("llama")
     ids = torch.randint(0, 256, (8, 12), generator=torch.Generator().manual_seed(0))
     expected = effdepth.measure(model, ids, batch_size=8, bootstrap=50, progress=False)
@@ -179,10 +196,10 @@ def test_ids_that_could_escape_are_rejected(bad):
         effdepth.measure(bad, progress=False)
 
 
-def test_trust_remote_code_is_off_by_default():
-    import inspect
+def test_trust_remote_code_and_pickle_are_off_by_default():
+    from effdepth.options import LoadOptions
 
-    assert inspect.signature(effdepth.measure).parameters["trust_remote_code"].default is False
+    assert LoadOptions().trust_remote_code is False and LoadOptions().allow_pickle is False
 
 
 def test_float16_accumulates_in_float64():

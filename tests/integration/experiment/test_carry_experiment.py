@@ -12,6 +12,7 @@ from effdepth.errors import EffdepthError
 from effdepth.experiment import CarryExperiment, carry_experiment, checkpoint_carry, load_experiment, measure_checkpoint, split_corpus
 from effdepth.experiment.carry import batch_order, new_model
 from effdepth.measure import measure
+from effdepth.report.tables import experiment_final_table, experiment_step_table
 
 TEXT = ["Now is the winter of our discontent made glorious summer by this sun of York. " * 30,
         "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " * 30]
@@ -71,16 +72,16 @@ def test_experiment_outputs(runs):
     assert data["schema"] == "effdepth.experiment/1"
     assert {(s["lam"], s["step"]) for s in data["summary"]} == {(lam, s) for lam in (1.0, 0.5) for s in (0, 2, 3)}
     assert load_experiment(a).records == result.records
-    table = result.final_table()
+    table = experiment_final_table(result)
     assert "bootstrap CI" in table and "R_matched" in table and "train loss" in table
-    assert "D_eff lam=0.5" in result.step_table()
+    assert "D_eff lam=0.5" in experiment_step_table(result)
 
 
 def test_intervals_over_seeds(tmp_path):
     result = carry_experiment(out=tmp_path, progress=False, **{**TINY, "carries": (0.5,), "steps": 1, "seeds": 2, "bootstrap": 0})
     final = [s for s in result.summary() if s["step"] == 1][0]
     assert final["seeds"] == 2 and final["deff"]["min"] <= final["deff"]["mean"] <= final["deff"]["max"]
-    assert "min-max over seeds" in result.final_table()
+    assert "min-max over seeds" in experiment_final_table(result)
     assert (tmp_path / "lam-0.5" / "seed-1" / "step-1").is_dir()
 
 

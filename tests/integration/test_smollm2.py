@@ -10,18 +10,19 @@ import torch
 import effdepth
 from effdepth.capture.hooks import ResidualCapture
 from effdepth.measure import measure_prepared, prepare
+from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def smol():
-    return prepare(None, "shakespeare", seq_len=64, num_seqs=8, progress=False)
+    return prepare(LoadOptions(corpus="shakespeare", seq_len=64, num_seqs=8), progress=False)
 
 
 @pytest.fixture(scope="module")
 def result(smol):
-    return measure_prepared(smol, views="paper", batch_size=4, bootstrap=200, progress=False)
+    return measure_prepared(smol, AnalysisOptions(views="paper", batch_size=4, bootstrap=200), run=RunOptions(progress=False))
 
 
 def test_model_and_corpus_are_the_real_ones(smol):
@@ -62,5 +63,5 @@ def test_end_to_end_result_is_complete_and_consistent(result, tmp_path):
 
 
 def test_batch_size_invariance_on_the_real_model(smol, result):
-    other = measure_prepared(smol, views=["default"], batch_size=8, bootstrap=0, progress=False)
+    other = measure_prepared(smol, AnalysisOptions(views=["default"], batch_size=8, bootstrap=0), run=RunOptions(progress=False))
     assert other.default.deff == pytest.approx(result.views["default"].deff, rel=1e-6)

@@ -10,7 +10,8 @@ import effdepth.sweep as sweep_module
 from effdepth.cli import main
 from effdepth.errors import EffdepthError
 from effdepth.suites import SuiteModel
-from effdepth.sweep import COLUMNS, Job, job_folder, make_jobs, measure_options, slug, sweep
+from effdepth.options import Options
+from effdepth.sweep import COLUMNS, Job, job_folder, job_options, make_jobs, slug, sweep
 
 SMALL = {"seq_len": 16, "num_seqs": 4, "bootstrap": 20, "batch_size": 4}
 
@@ -54,7 +55,7 @@ def finished(tmp_path_factory, corpus):
 def test_results_are_keyed_by_model_revision_version_and_config(finished, corpus):
     out, outcome = finished
     assert outcome.counts == {"ok": 2}
-    jobs = make_jobs(["tiny:llama", "tiny:gpt2"], measure_options(corpus=corpus, views="default,drop-pos0", **SMALL))
+    jobs = make_jobs(["tiny:llama", "tiny:gpt2"], job_options(Options.build(corpus=corpus, views="default,drop-pos0", **SMALL)))
     for job in jobs:
         folder = job_folder(out, job)
         assert folder.parent.parent == out / slug(job.model.id)
@@ -100,7 +101,7 @@ def test_other_options_or_version_are_not_reused(finished, corpus, counted, monk
     assert counted == ["tiny:gpt2"]
     monkeypatch.setattr(sweep_module, "__version__", "99.0")
     monkeypatch.setattr(effdepth, "__version__", "99.0")
-    job = make_jobs(["tiny:gpt2"], measure_options(corpus=corpus, **SMALL))[0]
+    job = make_jobs(["tiny:gpt2"], job_options(Options.build(corpus=corpus, **SMALL)))[0]
     assert "effdepth-99.0-" in job.key
 
 

@@ -10,7 +10,9 @@ import torch
 
 import effdepth
 from effdepth.data import load_corpus
-from effdepth.distributed import main, measure_distributed, shares, slice_tokens
+from effdepth.cli.torchrun import main
+from effdepth.distributed import measure_distributed, shares, slice_tokens
+from effdepth.options import Options
 
 OPTIONS = ["--seq-len", "16", "--num-seqs", "7", "--batch-size", "2", "--bootstrap", "50", "--views", "default,drop-pos0,top1pc"]
 
@@ -78,10 +80,11 @@ def one_process_group(tmp_path):
 
 
 def test_in_process_group_of_one(one_process_group, model_dir, corpus):
-    kwargs = dict(seq_len=16, num_seqs=3, batch_size=2, bootstrap=20, views="default,center", progress=False)
-    _same(effdepth.measure(str(model_dir), corpus, **kwargs), measure_distributed(str(model_dir), corpus, **kwargs))
+    kwargs = dict(seq_len=16, num_seqs=3, batch_size=2, bootstrap=20, views="default,center")
+    distributed = measure_distributed(Options.build(model=str(model_dir), corpus=corpus, **kwargs), progress=False)
+    _same(effdepth.measure(str(model_dir), corpus, progress=False, **kwargs), distributed)
     with pytest.raises(effdepth.EffdepthError, match="exact is not supported"):
-        measure_distributed(str(model_dir), corpus, views="top1pc", pc_estimate="exact")
+        measure_distributed(Options.build(model=str(model_dir), corpus=corpus, views="top1pc", pc_estimate="exact"))
 
 
 def test_without_torchrun_a_one_line_error(monkeypatch, capsys, model_dir):
@@ -93,4 +96,4 @@ def test_without_torchrun_a_one_line_error(monkeypatch, capsys, model_dir):
     assert main(["measure", str(model_dir), "--device-map", "auto"]) == 2
     assert "--device-map does not combine" in capsys.readouterr().err
     with pytest.raises(effdepth.EffdepthError, match="no torch.distributed process group"):
-        measure_distributed(str(model_dir))
+        measure_distributed(Options.build(model=str(model_dir)))

@@ -12,8 +12,10 @@ from effdepth.capture.intervention import ResidualCarry, parse_carry, parse_laye
 from effdepth.capture.registry import resolve_architecture
 from effdepth.cli import main
 from effdepth.errors import EffdepthError
-from effdepth.intervene import InterventionResult, load_intervention, measure_with_carry
+from effdepth.intervene import InterventionResult, load_intervention, measure_with_carry, save_intervention
 from effdepth.measure import measure_prepared, prepare
+from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
+from effdepth.report.tables import intervention_table
 from effdepth.tiny import tiny_model
 
 IDS = torch.tensor([[256, 84, 111, 32, 98, 101, 32, 111, 114, 32, 110, 111],
@@ -44,9 +46,10 @@ def our_hook_count(model):
 
 
 def test_carry_one_reproduces_unmodified_result_exactly(llama):
-    prepared = prepare(llama, IDS, progress=False)
-    plain = measure_prepared(prepared, views="default,drop-pos0", bootstrap=20, with_loss=True, progress=False)
-    carried = measure_with_carry(prepared, 1.0, "all", views="default,drop-pos0", bootstrap=20, progress=False)
+    prepared = prepare(LoadOptions(model=llama, corpus=IDS), progress=False)
+    analysis = AnalysisOptions(views="default,drop-pos0", bootstrap=20)
+    plain = measure_prepared(prepared, analysis, with_loss=True, run=RunOptions(progress=False))
+    carried = measure_with_carry(prepared, 1.0, "all", analysis, progress=False)
     for name in plain.views:
         assert carried.to_dict()["views"][name] == plain.to_dict()["views"][name]
     assert carried.extras["loss"] == plain.extras["loss"]
@@ -238,9 +241,9 @@ def test_intervene_saves_results_table_and_figure(llama, tmp_path):
     assert [r["lam"] for r in rows] == [1.0, 0.5]
     assert all(r["loss"] > 0 and r["perplexity"] > 1 and len(r["deff_ci"]) == 2 for r in rows)
     assert set(ir.results[0.5].views) == {"default", "token-norm"}
-    assert "R_matched" in ir.table() and "perplexity" in ir.table("token-norm")
+    assert "R_matched" in intervention_table(ir) and "perplexity" in intervention_table(ir, "token-norm")
 
-    path = ir.save(tmp_path)
+    path = save_intervention(ir, tmp_path)
     for name in ("intervention.json", "intervention.png", "intervention.pdf", "carry-1/result.json", "carry-0.5/result.json"):
         assert (tmp_path / name).is_file(), name
     assert not list(tmp_path.glob(".*tmp"))

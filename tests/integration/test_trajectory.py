@@ -16,8 +16,9 @@ from effdepth.cli import main
 from effdepth.data import byte_tokenizer
 from effdepth.errors import EffdepthError
 from effdepth.revisions import PYTHIA_TOKENS_PER_STEP
+from effdepth.report.figures_trajectory import trajectory_figure
 from effdepth.tiny import tiny_model
-from effdepth.trajectory import trajectory, trajectory_figure
+from effdepth.trajectory import trajectory
 
 SMALL = ["--seq-len", "16", "--num-seqs", "4", "--bootstrap", "20", "--no-progress"]
 

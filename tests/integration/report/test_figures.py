@@ -11,7 +11,8 @@ from PIL import Image
 
 import effdepth
 from effdepth.report import figures
-from effdepth.report.figures import layer_ticks, save_figure, write_figures
+from effdepth.report.figures import layer_ticks, write_figures
+from effdepth.report.style import save_figure
 
 STEMS = ["similarity", "profile", "attribution", "views", "layers"]
 

@@ -1,0 +1,76 @@
+"""The ``effdepth`` command line: one module per command group, shared arguments in :mod:`.arguments`.
+
+Nothing outside this package imports it; it imports everything it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+from ..version import __version__
+from ..errors import EffdepthError
+from . import carry, measure, report, scale
+from .arguments import Parser, default_out, ensure_writable
+
+__all__ = ["main", "build_parser", "default_out", "ensure_writable"]
+
+#: Command groups in the order ``effdepth --help`` lists them.
+GROUPS = (measure, report, carry, scale)
+
+
+def build_parser() -> tuple:
+    """``(parser, {command: handler})``.
+
+    >>> parser, commands = build_parser()
+    >>> sorted(commands)[:3]
+    ['experiment', 'intervene', 'measure']
+    """
+    parser = Parser(prog="effdepth", description="Effective depth (D_eff) of a transformer's residual stream.")
+    parser.add_argument("--version", action="version", version=f"effdepth {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=Parser, metavar="COMMAND")
+    commands: dict = {}
+    for group in GROUPS:
+        commands.update(group.register(sub))
+    return parser, commands
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so Python's exit-time flush cannot fail on the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def main(argv=None) -> int:
+    """Entry point; returns the exit status (0, 2 for a user error, 130 on Ctrl-C)."""
+    try:
+        parser, commands = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        return commands[args.command](args)
+    except EffdepthError as exc:
+        print(f"effdepth: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("effdepth: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `effdepth show RUN | head -1`: the reader left; exit quietly like other Unix tools.
+        _silence_stdout()
+        return 0
+    except Exception as exc:  # a bug, not bad input: one line, the traceback on request
+        if os.environ.get("EFFDEPTH_DEBUG"):
+            traceback.print_exc()
+        else:
+            print(
+                f"effdepth: internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:300]} "
+                "(set EFFDEPTH_DEBUG=1 for the traceback, and please report it)",
+                file=sys.stderr,
+            )
+        return 1

@@ -1,0 +1,141 @@
+"""Argument groups and helpers shared by the commands: one definition of every measurement flag."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+
+from ..errors import EffdepthError
+from ..options import DEFAULTS, RunOptions
+from ..numerics.metrics import SIMILARITIES
+from ..numerics.streams import PC_ESTIMATES
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line, not usage + message."""
+
+    def error(self, message):
+        raise EffdepthError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def int_arg(text: str) -> int:
+    """``type=`` for integer flags, with a readable error.
+
+    >>> int_arg("12")
+    12
+    """
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def float_arg(text: str) -> float:
+    """``type=`` for number flags, with a readable error.
+
+    >>> float_arg("0.5")
+    0.5
+    """
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+MODEL_HELP = "Hugging Face id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)"
+
+
+def add_model_argument(p: argparse.ArgumentParser) -> None:
+    """The optional positional MODEL of every command that loads one model."""
+    p.add_argument("model", nargs="?", default=None, help=MODEL_HELP)
+
+
+def add_measure_arguments(p: argparse.ArgumentParser) -> None:
+    """Measurement options shared by every command that measures (see :class:`effdepth.options.Options`)."""
+    p.add_argument("--revision", default=None, help="model revision (branch, tag or commit) on the hub")
+    p.add_argument("--corpus", default=None, help="shakespeare (default), a text/JSONL file or folder, or hf:NAME[:CONFIG[:SPLIT]]")
+    p.add_argument("--seq-len", type=int_arg, default=DEFAULTS["seq_len"], help=f"tokens per sequence, BOS included (default {DEFAULTS['seq_len']})")
+    p.add_argument("--num-seqs", type=int_arg, default=DEFAULTS["num_seqs"], help=f"number of sequences (default {DEFAULTS['num_seqs']})")
+    p.add_argument("--batch-size", type=int_arg, default=DEFAULTS["batch_size"], help=f"sequences per forward pass (default {DEFAULTS['batch_size']})")
+    p.add_argument("--similarity", choices=SIMILARITIES, default="frobenius", help="layer similarity (default frobenius)")
+    p.add_argument("--include-embedding", action="store_true", help="analyse S_0..S_L (N = L+1) instead of S_1..S_L")
+    p.add_argument("--views", default="default", help="comma-separated views, e.g. default,drop-pos0,token-norm,top1pc, or 'paper'")
+    p.add_argument("--pc-estimate", choices=PC_ESTIMATES, default="calibration", help="how center/top-k PC views fit (default: first batch)")
+    p.add_argument("--bootstrap", type=int_arg, default=DEFAULTS["bootstrap"], help=f"bootstrap resamples over sequences, 0 to skip (default {DEFAULTS['bootstrap']})")
+    p.add_argument("--seed", type=int_arg, default=DEFAULTS["seed"], help="seed for sequence sampling and bootstrap (default 0)")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on CPU, bfloat16 on CUDA)")
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
+    p.add_argument("--device-map", default=None, help="'auto' to spread a large model over the GPUs (accelerate)")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow the model repository's own code to run")
+    p.add_argument("--allow-pickle", action="store_true", help="allow pickle (.bin) weights; safetensors are required otherwise")
+    p.add_argument("--no-bos", dest="add_bos", action="store_false", help="do not prepend the BOS token to each sequence")
+    p.add_argument("--blocks-path", default=None, help="attribute path of the decoder blocks, for models outside the registry")
+    p.add_argument("--embedding-path", default=None, help="attribute path of the token embedding, with --blocks-path")
+    p.add_argument("--allow-long", action="store_true", help="allow --seq-len beyond the positions the model's config states")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
+
+
+def add_executor_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the jobs of a sweep or trajectory run, and how often they checkpoint."""
+    p.add_argument("--executor", choices=("local", "ray"), default="local", help="local: one model at a time here (default); ray: each model a Ray task")
+    p.add_argument("--ray-address", default=None, help="Ray cluster to join (ray://HEAD:10001, HEAD:6379 or auto; default: start Ray here)")
+    p.add_argument("--gpus-per-task", type=float_arg, default=0.0, help="GPUs each Ray task reserves (default 0)")
+    p.add_argument("--cpus-per-task", type=float_arg, default=1.0, help="CPUs each Ray task reserves (default 1)")
+    p.add_argument("--checkpoint-every", type=float_arg, default=30.0, metavar="SECONDS",
+                   help="local executor: save a model's partial statistics this often, and on Ctrl-C/SIGTERM; a rerun continues them (default 30)")
+
+
+def executor_from_args(args):
+    """The executor the flags of :func:`add_executor_arguments` ask for (checked before any work)."""
+    from ..executors import make_executor
+
+    return make_executor(args.executor, ray_address=args.ray_address, gpus_per_task=args.gpus_per_task,
+                         cpus_per_task=args.cpus_per_task)
+
+
+def run_options_from_args(args, **values) -> RunOptions:
+    """:class:`~effdepth.options.RunOptions` from ``--no-progress`` and ``--checkpoint-every``.
+
+    >>> run_options_from_args(argparse.Namespace(progress=False, checkpoint_every=5.0)).checkpoint_every_s
+    5.0
+    """
+    return RunOptions(progress=getattr(args, "progress", True), checkpoint_every_s=getattr(args, "checkpoint_every", 30.0), **values)
+
+
+def add_out_argument(p: argparse.ArgumentParser, help: str, required: bool = False, default=None) -> None:
+    p.add_argument("--out", "-o", default=default, required=required, help=help)
+
+
+def default_out(model: str | None) -> Path:
+    """``runs/<model>``: a slug that can never leave ``runs/``.
+
+    >>> default_out("EleutherAI/pythia-70m").as_posix()
+    'runs/EleutherAI--pythia-70m'
+    """
+    name = "smollm2-135m-instruct" if model is None else Path(str(model)).name if str(model).endswith(".gguf") else str(model)
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "--", name).strip(".-") or "model"
+    return Path("runs") / slug
+
+
+def ensure_writable(folder: Path) -> Path:
+    """Fail before an hour of measuring, not after it.
+
+    >>> import tempfile
+    >>> ensure_writable(Path(tempfile.mkdtemp()) / "out").is_dir()
+    True
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".effdepth-write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise EffdepthError(f"cannot write to output folder {folder}: {exc.strerror}; choose another --out") from None
+    return folder
+
+
+def log_line(line: str) -> None:
+    """Progress lines of sweeps and trajectories, flushed at once (they may run for hours)."""
+    print(line, flush=True)

@@ -1,0 +1,25 @@
+"""``effdepth report``: HTML or Markdown reports of saved results."""
+
+from __future__ import annotations
+
+
+def register(sub) -> dict:
+    r = sub.add_parser(
+        "report", help="write an HTML or Markdown report of saved results",
+        description="One result: a report with its tables, figures and provenance. Several: a comparison table and "
+        "figure (sorted by D_eff / F_N), then a section per result. HTML is one self-contained file; Markdown "
+        "writes its images into <name>_files/ beside it.",
+    )
+    r.add_argument("results", nargs="+", metavar="RESULT_OR_DIR", help="result.json files, or folders searched for result.json")
+    r.add_argument("-o", "--output", default=None, help="output file (default report.html, or report.md with --format md)")
+    r.add_argument("--format", choices=("html", "md"), default=None, help="html (default) or md; by default taken from the -o suffix")
+    return {"report": cmd_report}
+
+
+def cmd_report(args) -> int:
+    from ..report.build import write_report
+
+    written = write_report(args.results, args.output, args.format)
+    extra = f" and {len(written) - 1} images in {written[1].parent}/" if len(written) > 1 else ""
+    print(f"wrote {written[0]}{extra}")
+    return 0

@@ -1,0 +1,104 @@
+"""``suite``, ``sweep`` and ``trajectory``: many models or checkpoints, locally or on Ray (docs/scale.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import EffdepthError
+from ..options import Options
+from .arguments import Parser, add_executor_arguments, add_measure_arguments, ensure_writable, executor_from_args, int_arg, log_line, run_options_from_args
+
+
+def register(sub) -> dict:
+    s = sub.add_parser("suite", help="list or show the model suites", description="Model suites: named lists of models for 'effdepth sweep'.")
+    actions = s.add_subparsers(dest="suite_command", parser_class=Parser, metavar="ACTION", required=True)
+    actions.add_parser("list", help="the suites shipped with effdepth")
+    show = actions.add_parser("show", help="the models of a suite")
+    show.add_argument("suite", help="a shipped suite name or a suite .yaml file")
+
+    w = sub.add_parser(
+        "sweep", help="measure every model of a suite (resumable)",
+        description="Measure each model (suite names, suite files, ids, tiny:TYPE or folders) with the same options. "
+        "Results go to DIR/<model>/<revision>/effdepth-<version>-<config hash>/result.json, written atomically: rerunning "
+        "the same command skips finished models; a failing model leaves error.json and the rest go on. Writes "
+        "DIR/summary.{csv,parquet}, DIR/suite.{png,pdf} and DIR/report.html. Exits 1 when a model failed. See docs/scale.md.",
+    )
+    w.add_argument("models", nargs="+", metavar="SUITE_OR_MODEL", help="suite name (effdepth suite list), suite file, model id, tiny:TYPE or model folder")
+    w.add_argument("--out", "-o", required=True, help="output folder (results, summary, figure, report)")
+    add_measure_arguments(w)
+    add_executor_arguments(w)
+    w.add_argument("--no-figures", dest="figures", action="store_false", help="do not write DIR/suite.{png,pdf}")
+    w.add_argument("--no-report", dest="report", action="store_false", help="do not write DIR/report.html")
+
+    t = sub.add_parser(
+        "trajectory", help="measure a model across its training checkpoints",
+        description="Measure a model at its training checkpoints: the hub repository's branches (Pythia step1000, OLMo-2 "
+        "stage1-step1000-tokens5B, ...) or a local folder with one save_pretrained subfolder per checkpoint (step-100, "
+        "checkpoint-100). Checkpoints with the same weights as an earlier one are flagged, not measured again. Writes "
+        "DIR/trajectory.{csv,parquet,json} and DIR/trajectory.{png,pdf}. See docs/scale.md.",
+    )
+    t.add_argument("model", help="Hugging Face id or a local folder of checkpoints")
+    t.add_argument("--revisions", default="auto", help="auto (every checkpoint), every:K (every K-th and the last) or a comma-separated list (default auto)")
+    t.add_argument("--tokens-per-step", type=int_arg, default=None, help="training tokens per step, when the names do not say (Pythia's is known)")
+    t.add_argument("--out", "-o", required=True, help="output folder")
+    add_measure_arguments(t)
+    add_executor_arguments(t)
+    t.add_argument("--no-figures", dest="figures", action="store_false", help="do not write DIR/trajectory.{png,pdf}")
+    return {"suite": cmd_suite, "sweep": cmd_sweep, "trajectory": cmd_trajectory}
+
+
+def cmd_suite(args) -> int:
+    from ..suites import load_suite, suite_names
+
+    if args.suite_command == "list":
+        for name in suite_names():
+            suite = load_suite(name)
+            print(f"{name:<10} {len(suite.models):>3} models  {suite.description}")
+        return 0
+    suite = load_suite(args.suite)
+    print(f"{suite.name}: {suite.description}\n")
+    print(suite.table())
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from ..report.tables import suite_summary_text
+    from ..sweep import sweep
+
+    options = Options.from_args(args, revision=None)  # the revision is each model's (make_jobs checks it)
+    executor = executor_from_args(args)
+    out = ensure_writable(Path(args.out))
+    outcome = sweep(args.models, out, options, revision=args.revision, executor=executor,
+                    figures=args.figures, report=args.report, run=run_options_from_args(args), log=log_line)
+    print()
+    print(suite_summary_text(outcome.rows))
+    print(f"\n{counts_text(outcome.counts)}; wrote {', '.join(p.name for p in outcome.files)} in {out}/")
+    return 1 if outcome.counts.get("error") else 0
+
+
+def cmd_trajectory(args) -> int:
+    from ..report.tables import suite_summary_text
+    from ..trajectory import trajectory
+
+    if args.revision is not None:
+        raise EffdepthError("trajectory takes --revisions (auto, every:K or a list), not --revision")
+    options = Options.from_args(args)
+    executor = executor_from_args(args)
+    out = ensure_writable(Path(args.out))
+    outcome = trajectory(args.model, out, options, revisions=args.revisions, tokens_per_step=args.tokens_per_step,
+                         executor=executor, figures=args.figures, run=run_options_from_args(args), log=log_line)
+    print()
+    print(suite_summary_text(outcome.rows))
+    print(f"\n{len(outcome.checkpoints)} checkpoints ({counts_text(outcome.counts)}), {len(outcome.duplicates)} duplicates flagged; "
+          f"wrote {', '.join(p.name for p in outcome.files)} in {out}/")
+    return 1 if outcome.counts.get("error") else 0
+
+
+def counts_text(counts: dict) -> str:
+    """How the jobs ended, in words.
+
+    >>> counts_text({"ok": 2, "error": 1})
+    '2 measured, 1 failed'
+    """
+    words = {"done": "done before", "ok": "measured", "error": "failed"}
+    return ", ".join(f"{counts[s]} {words[s]}" for s in words if counts.get(s)) or "nothing to do"

@@ -1,0 +1,70 @@
+"""``torchrun --nproc-per-node N -m effdepth.distributed measure MODEL ...``: one measurement over several processes."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from ..errors import EffdepthError
+from ..options import Options
+from .arguments import Parser, add_measure_arguments, add_model_argument, default_out, ensure_writable
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="effdepth.distributed",
+        description="Measure one model over several processes (torchrun). Example: "
+        "torchrun --nproc-per-node 2 -m effdepth.distributed measure MODEL --out DIR",
+    )
+    sub = parser.add_subparsers(dest="command", parser_class=Parser, metavar="COMMAND", required=True)
+    m = sub.add_parser("measure", help="measure D_eff of one model, sequences shared by the ranks")
+    add_model_argument(m)
+    add_measure_arguments(m)
+    m.add_argument("--out", "-o", default=None, help="output folder for result.json (default: runs/<model>)")
+    m.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="gloo (CPU) or nccl (GPUs); default nccl when CUDA is available")
+    m.add_argument("--no-figures", dest="figures", action="store_false", help="do not write the figures next to result.json")
+    return parser
+
+
+def main(argv=None) -> int:
+    """``python -m effdepth.distributed measure ...`` under torchrun; returns the exit status."""
+    from ..distributed import PeerFailed, process_group
+
+    rank = int(os.environ.get("RANK", 0))
+    try:
+        args = build_parser().parse_args(argv)
+        if args.device_map is not None:
+            raise EffdepthError("--device-map does not combine with a distributed measurement: every rank holds the whole model")
+        with process_group(args.backend):
+            return _measure_command(args)
+    except PeerFailed as exc:
+        if rank == 0:
+            print(f"effdepth: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except EffdepthError as exc:
+        print(f"effdepth: error: [rank {rank}] {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"effdepth: interrupted [rank {rank}]", file=sys.stderr)
+        return 130
+
+
+def _measure_command(args) -> int:
+    import torch
+    import torch.distributed as dist
+
+    from ..distributed import agreed, comm_device, measure_distributed
+    from .measure import write_result
+
+    options = Options.from_args(args)
+    if options.load.device is None and torch.cuda.is_available():
+        options = options.replace(device=f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}")
+    out = default_out(args.model) if args.out is None else Path(args.out)
+    # Rank 0 alone writes, but every rank must hear if it cannot: they would wait for it forever.
+    agreed(lambda: ensure_writable(out) if dist.get_rank() == 0 else None, "checking the output folder", comm_device())
+    result = measure_distributed(options, progress=args.progress)
+    if result is None:
+        return 0
+    write_result(result, out, figures=args.figures, note=f" ({result.provenance['run']['distributed']['world_size']} processes)")
+    return 0

@@ -1,0 +1,315 @@
+"""Every measurement option, in one place.
+
+Three frozen dataclasses, validated once when built (one-line errors):
+
+- :class:`LoadOptions`: what to load (model, revision, corpus, sequence
+  length and count, dtype, device, permissions, block paths);
+- :class:`AnalysisOptions`: how to analyse (views, similarity, the embedding
+  state, PC estimate, bootstrap, seed, batch size);
+- :class:`RunOptions`: how to run (progress bars, checkpoints); never changes
+  a number.
+
+:class:`Options` holds the first two. Its :meth:`Options.to_dict` is the one
+description of a measurement that the saved config, the resume fingerprint
+and the sweep key are made from; :meth:`Options.from_args` reads the command
+line, :meth:`Options.build` the keyword arguments of :func:`effdepth.measure`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from .data.corpus import check_corpus_spec
+from .errors import EffdepthError, UnknownOption
+from .numerics.metrics import SIMILARITIES
+from .numerics.streams import PC_ESTIMATES
+from .numerics.views import parse_views
+
+MAX_BOOTSTRAP = 100_000
+DEFAULTS = {"seq_len": 256, "num_seqs": 32, "batch_size": 8, "bootstrap": 1000, "seed": 0}
+
+
+def _at_least(minimum: int, message: str):
+    def check(value):
+        if not _is_int(value) or int(value) < minimum:
+            raise EffdepthError(message.format(v=value))
+
+    return check
+
+
+def _is_int(value) -> bool:
+    if isinstance(value, bool):
+        return False
+    try:
+        return int(value) == value
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _check_bootstrap(value) -> None:
+    if not _is_int(value) or not 0 <= int(value) <= MAX_BOOTSTRAP:
+        raise EffdepthError(f"--bootstrap must be 0 (off) or a number of resamples up to {MAX_BOOTSTRAP:,}, got {value}")
+
+
+def _check_choice(flag: str, choices):
+    def check(value):
+        if value not in choices:
+            raise EffdepthError(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
+
+    return check
+
+
+_CHECKS = {
+    "seq_len": _at_least(2, "--seq-len must be at least 2 (D_eff needs a token after BOS), got {v}"),
+    "num_seqs": _at_least(1, "--num-seqs must be at least 1, got {v}"),
+    "batch_size": _at_least(1, "--batch-size must be at least 1, got {v}"),
+    "seed": _at_least(0, "--seed must be a non-negative integer, got {v}"),
+    "bootstrap": _check_bootstrap,
+    "similarity": _check_choice("--similarity", SIMILARITIES),
+    "pc_estimate": _check_choice("--pc-estimate", PC_ESTIMATES),
+}
+
+
+def validate_options(**values) -> None:
+    """One-line errors for measurement options, before anything is loaded.
+
+    >>> validate_options(seq_len=256, bootstrap=1000)
+    >>> validate_options(seq_len=1)
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: --seq-len must be at least 2 (D_eff needs a token after BOS), got 1
+    """
+    for name, value in values.items():
+        _CHECKS[name](value)
+
+
+def check_revision_target(model, revision) -> None:
+    """Revisions belong to hub models: refuse one for a local folder, a ``.gguf`` file or a loaded model.
+
+    >>> check_revision_target("EleutherAI/pythia-70m", "step1000")
+    >>> check_revision_target("model.gguf", "main")
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: --revision main applies to Hugging Face hub models, not to model.gguf; drop --revision (a local folder or .gguf file is one fixed set of weights)
+    """
+    if revision is None:
+        return
+    if model is None:
+        what = "the embedded SmolLM2 model"
+    elif not isinstance(model, (str, Path)):
+        what = f"an already loaded {type(model).__name__}"
+    elif str(model).endswith(".gguf") or Path(str(model)).expanduser().exists():
+        what = str(model)
+    else:
+        return
+    raise EffdepthError(
+        f"--revision {revision} applies to Hugging Face hub models, not to {what}; "
+        "drop --revision (a local folder or .gguf file is one fixed set of weights)"
+    )
+
+
+def check_device(device) -> None:
+    """A device that is not there fails now, not after the model has loaded.
+
+    >>> check_device("cpu")
+    """
+    if device in (None, "auto", "cpu"):
+        return
+    from .models import resolve_device
+
+    resolve_device(device)
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """What to load: the model, its revision, the corpus and how it is cut into sequences.
+
+    ``model`` and ``corpus`` may be Python objects (a loaded model, a tensor
+    of token ids); :meth:`to_dict` then describes them instead.
+
+    >>> LoadOptions(seq_len=16).seq_len
+    16
+    """
+
+    model: object = None
+    revision: str | None = None
+    corpus: object = None
+    tokenizer: object = None
+    seq_len: int = DEFAULTS["seq_len"]
+    num_seqs: int = DEFAULTS["num_seqs"]
+    seed: int = DEFAULTS["seed"]
+    add_bos: bool = True
+    dtype: object = None
+    device: str | None = None
+    device_map: str | None = None
+    trust_remote_code: bool = False
+    allow_pickle: bool = False
+    blocks_path: str | None = None
+    embedding_path: str | None = None
+    allow_long: bool = False
+
+    def __post_init__(self):
+        validate_options(seq_len=self.seq_len, num_seqs=self.num_seqs, seed=self.seed)
+        # Cheap checks of paths and hardware come here, before seconds or minutes of loading.
+        check_revision_target(self.model, self.revision)
+        check_device(self.device)
+        check_corpus_spec(self.corpus)
+        object.__setattr__(self, "seq_len", int(self.seq_len))
+        object.__setattr__(self, "num_seqs", int(self.num_seqs))
+        if self.dtype is not None and not isinstance(self.dtype, str):
+            object.__setattr__(self, "dtype", str(self.dtype).replace("torch.", ""))
+        if isinstance(self.corpus, Path):
+            object.__setattr__(self, "corpus", str(self.corpus))
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """How to analyse the states: views, similarity, references, intervals.
+
+    ``views`` is normalised to the tuple of view names (``"paper"`` expanded).
+
+    >>> AnalysisOptions(views="paper").views[:2]
+    ('default', 'drop-pos0')
+    """
+
+    views: tuple = ("default",)
+    similarity: str = "frobenius"
+    include_embedding: bool = False
+    pc_estimate: str = "calibration"
+    bootstrap: int = DEFAULTS["bootstrap"]
+    seed: int = DEFAULTS["seed"]
+    batch_size: int = DEFAULTS["batch_size"]
+
+    def __post_init__(self):
+        validate_options(
+            batch_size=self.batch_size, bootstrap=self.bootstrap, similarity=self.similarity,
+            pc_estimate=self.pc_estimate, seed=self.seed,
+        )
+        object.__setattr__(self, "views", tuple(v.name for v in parse_views(self.views)))
+        object.__setattr__(self, "bootstrap", int(self.bootstrap))
+        object.__setattr__(self, "batch_size", int(self.batch_size))
+
+    @property
+    def view_specs(self) -> list:
+        return parse_views(self.views)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run: progress bars and checkpoints. Never changes a number.
+
+    >>> RunOptions(progress=False).checkpoint_every_s
+    30.0
+    """
+
+    progress: bool = True
+    checkpoint: str | Path | None = None
+    resume: bool = False
+    checkpoint_every_s: float = 30.0
+
+
+_LOAD = tuple(f.name for f in fields(LoadOptions))
+_ANALYSIS = tuple(f.name for f in fields(AnalysisOptions))
+_RUN = tuple(f.name for f in fields(RunOptions))
+
+#: Options that do not change the numbers (statistics are per sequence;
+#: permissions are not measurements): left out of a sweep job's key.
+UNHASHED_OPTIONS = ("batch_size", "device", "device_map", "trust_remote_code", "allow_pickle")
+
+
+@dataclass(frozen=True)
+class Options:
+    """One measurement's options: :class:`LoadOptions` and :class:`AnalysisOptions`.
+
+    >>> o = Options.build(seq_len=16, views="default,top1pc", seed=3)
+    >>> o.load.seq_len, o.analysis.views, o.load.seed == o.analysis.seed == 3
+    (16, ('default', 'top1pc'), True)
+    >>> Options.build(seq_lenn=16)
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.UnknownOption: unknown measurement option 'seq_lenn'; known: model, revision, corpus, ...
+    """
+
+    load: LoadOptions = field(default_factory=LoadOptions)
+    analysis: AnalysisOptions = field(default_factory=AnalysisOptions)
+
+    @classmethod
+    def build(cls, **values) -> "Options":
+        """From keyword arguments (those of :func:`effdepth.measure`); ``seed`` sets both parts."""
+        known = _LOAD + tuple(n for n in _ANALYSIS if n not in _LOAD)
+        for name in values:
+            if name not in known:
+                raise UnknownOption(f"unknown measurement option {name!r}; known: {', '.join(known)}")
+        load = LoadOptions(**{k: v for k, v in values.items() if k in _LOAD})
+        analysis = AnalysisOptions(**{k: v for k, v in values.items() if k in _ANALYSIS})
+        return cls(load, analysis)
+
+    @classmethod
+    def from_args(cls, args, **overrides) -> "Options":
+        """From an ``argparse.Namespace`` with the shared measurement arguments; ``overrides`` win.
+
+        >>> import argparse
+        >>> Options.from_args(argparse.Namespace(model="m", seq_len=16, progress=False)).load.model
+        'm'
+        """
+        names = set(_LOAD) | set(_ANALYSIS)
+        return cls.build(**{**{k: v for k, v in vars(args).items() if k in names}, **overrides})
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Options":
+        """The inverse of :meth:`to_dict` for JSON-able options (e.g. a sweep job's).
+
+        >>> o = Options.build(corpus="shakespeare", seq_len=16)
+        >>> Options.from_dict(o.to_dict()) == o
+        True
+        """
+        return cls.build(**{k: (tuple(v) if k == "views" else v) for k, v in data.items()})
+
+    def replace(self, **values) -> "Options":
+        """A copy with some options changed (validated again).
+
+        >>> Options().replace(seq_len=8).load.seq_len
+        8
+        """
+        load = replace(self.load, **{k: v for k, v in values.items() if k in _LOAD})
+        analysis = replace(self.analysis, **{k: v for k, v in values.items() if k in _ANALYSIS})
+        unknown = set(values) - set(_LOAD) - set(_ANALYSIS)
+        if unknown:
+            raise UnknownOption(f"unknown measurement option {sorted(unknown)[0]!r}")
+        return Options(load, analysis)
+
+    def to_dict(self) -> dict:
+        """Every option, flat and JSON-able; Python objects are described by type.
+
+        >>> d = Options.build(seq_len=16).to_dict()
+        >>> d["seq_len"], d["views"], d["model"]
+        (16, ['default'], None)
+        """
+        out = {}
+        for part in (self.load, self.analysis):
+            for f in fields(part):
+                out[f.name] = _describe(getattr(part, f.name))
+        return out
+
+    def key_dict(self) -> dict:
+        """The options that can change a number: what a sweep job's key hashes.
+
+        >>> "batch_size" in Options().key_dict()
+        False
+        """
+        return {k: v for k, v in self.to_dict().items() if k not in UNHASHED_OPTIONS}
+
+
+def _describe(value):
+    """JSON-able form of an option value; objects (models, tensors) by their type and shape."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        if all(isinstance(v, (str, int, float, bool)) or v is None for v in value):
+            return list(value)
+    shape = getattr(value, "shape", None)
+    name = type(value).__name__
+    return f"<{name} {tuple(shape)}>" if shape is not None else f"<{name}>"

@@ -1,0 +1,141 @@
+"""The figure of a trajectory: D_eff and the references across training checkpoints.
+
+Takes the trajectory's rows (plain dicts, as in ``trajectory.csv``);
+:func:`effdepth.trajectory.trajectory` saves it as ``DIR/trajectory.{png,pdf}``.
+"""
+
+from __future__ import annotations
+
+from .figures import REFERENCE_STYLES
+from .style import OKABE_ITO, new_figure, style
+
+
+def trajectory_figure(rows: list[dict], title: str = ""):
+    """D_eff (with its interval), F_L and the matched references against training tokens.
+
+    The x axis is tokens seen when every point has them, else the step;
+    logarithmic, with step 0 in a short linear stretch at the left (symlog).
+    Duplicated checkpoints are grey crosses, not joined to the line; ``main``
+    without a step sits just right of the last checkpoint.
+
+    >>> r = lambda rev, step, d: {"key": rev, "revision": rev, "step": step, "tokens_seen": step * 10, "track": "main",
+    ...     "final": False, "status": "ok", "D_eff": d, "D_eff_lo": d - .1, "D_eff_hi": d + .1, "F_L": 1.9,
+    ...     "R_init": 1.5, "R_size": 1.8, "R_matched": 1.4}
+    >>> fig = trajectory_figure([r("step0", 0, 1.0), r("step10", 10, 1.2), r("step100", 100, 1.3)])
+    >>> fig.axes[0].get_xscale()
+    'symlog'
+    """
+    points = _first_view(rows)
+    x_key, x_label = _x_axis(points)
+    xs = _positions(points, x_key)
+    with style():
+        fig = new_figure(6.4, 4.0)
+        ax = fig.add_subplot()
+        measured = [(x, p) for x, p in zip(xs, points) if p["status"] == "ok" and p.get("D_eff") is not None]
+        for series in _tracks(measured):
+            _series(ax, series, "D_eff", r"$D_\mathrm{eff}$ (95% CI)", OKABE_ITO["blue"], "-", "o", band=True)
+            _series(ax, series, "F_L", r"$F_L$", OKABE_ITO["black"], "--", None, band=False)
+            for key, name in (("R_init", "init"), ("R_size", "size"), ("R_matched", "matched")):
+                label, colour, dash, marker = REFERENCE_STYLES[name]
+                _series(ax, series, key, label, colour, dash, None, band=True, alpha=0.1)
+        dups = [(x, p) for x, p in zip(xs, points) if p["status"] == "duplicate" and p.get("D_eff") is not None]
+        if dups:
+            ax.plot([x for x, _ in dups], [p["D_eff"] for _, p in dups], linestyle="none", marker="x", markersize=8,
+                    markeredgewidth=1.6, color="#777777", label="duplicate weights (repeats an earlier checkpoint)")
+        # main has no step: its tick says so instead of a made-up token count.
+        named = {x: p["revision"] for x, p in zip(xs, points) if x_key is not None and p.get(x_key) is None}
+        _scale(ax, [x for x, _ in measured + dups], tokens=x_key == "tokens_seen", named=named)
+        _label_final(ax, zip(xs, points))
+        ax.set_xlabel(x_label)
+        ax.set_ylabel("effective depth")
+        ax.set_title(f"{title}: effective depth during training" if title else "Effective depth during training")
+        handles, labels = ax.get_legend_handles_labels()
+        unique = dict(zip(labels, handles))
+        fig.legend(unique.values(), unique.keys(), loc="outside lower center", ncol=3, frameon=False)
+    return fig
+
+
+def _tracks(measured: list) -> list[list]:
+    """Points per training track; later tracks (OLMo-2 stage 2) start from the last point of the first."""
+    names = list(dict.fromkeys(p.get("track") or "main" for _, p in measured if not p.get("final")))
+    tracks = [sorted(((x, p) for x, p in measured if (p.get("track") or "main") == t and not p.get("final")), key=lambda xp: xp[0])
+              for t in names]
+    if len(tracks) > 1 and tracks[0]:
+        tracks = tracks[:1] + [[tracks[0][-1]] + t for t in tracks[1:]]
+    finals = [(x, p) for x, p in measured if p.get("final")]
+    return tracks + ([finals] if finals else [])
+
+
+def _first_view(rows: list[dict]) -> list[dict]:
+    first = {}
+    for r in rows:
+        first.setdefault(r["revision"], r)
+    return list(first.values())
+
+
+def _x_axis(points: list[dict]) -> tuple[str | None, str]:
+    def known(key):
+        return all(p.get(key) is not None for p in points if not p.get("final"))
+
+    if known("tokens_seen"):
+        return "tokens_seen", "training tokens seen"
+    if known("step"):
+        return "step", "training step"
+    return None, "checkpoint (training order)"
+
+
+def _positions(points: list[dict], key: str | None) -> list[float]:
+    if key is None:
+        return [float(i + 1) for i in range(len(points))]
+    known = [float(p[key]) for p in points if p.get(key) is not None]
+    last = max(known, default=1.0) or 1.0
+    # main without a step: just right of the last checkpoint (a factor on a log axis).
+    return [float(p[key]) if p.get(key) is not None else last * 1.25 for p in points]
+
+
+def _series(ax, series, key, label, colour, dash, marker, *, band: bool, alpha: float = 0.2) -> None:
+    pts = [(x, p) for x, p in series if p.get(key) is not None]
+    if not pts:
+        return
+    xs = [x for x, _ in pts]
+    ax.plot(xs, [p[key] for _, p in pts], color=colour, linestyle=dash, marker=marker, markersize=4, linewidth=1.4, label=label)
+    if band and all(p.get(f"{key}_lo") is not None and p.get(f"{key}_hi") is not None for _, p in pts):
+        ax.fill_between(xs, [p[f"{key}_lo"] for _, p in pts], [p[f"{key}_hi"] for _, p in pts], color=colour, alpha=alpha, linewidth=0)
+
+
+def _scale(ax, xs: list[float], tokens: bool, named: dict) -> None:
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    positive = [x for x in xs if x > 0]
+    if not positive:
+        return
+    if any(x <= 0 for x in xs):
+        # Step 0 has no place on a log axis: a short linear stretch [0, first step] holds it.
+        ax.set_xscale("symlog", linthresh=min(positive), linscale=0.4)
+        ax.set_xlim(left=0)
+    else:
+        ax.set_xscale("log")
+    distinct = sorted(set(xs))
+    if len(distinct) <= 8:
+        # Few checkpoints: label exactly those (a log axis over less than a decade shows no ticks at all).
+        ax.xaxis.set_major_locator(FixedLocator(distinct))
+        ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: named.get(x) or (_short_number(x) if tokens or x >= 1e4 else f"{x:g}")))
+
+
+def _short_number(x: float) -> str:
+    """A tick label like people write token counts.
+
+    >>> _short_number(2_097_152_000), _short_number(0)
+    ('2.1B', '0')
+    """
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:g}"
+
+
+def _label_final(ax, placed) -> None:
+    for x, p in placed:
+        if p.get("final") and p.get("D_eff") is not None:
+            ax.annotate(p["revision"], (x, p["D_eff"]), xytext=(4, 6), textcoords="offset points", fontsize=7)
