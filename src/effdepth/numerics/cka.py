@@ -463,6 +463,15 @@ class PooledCka:
             "cka_full_tokens": np.asarray(float(n)),
         }
 
+    def copy(self) -> "PooledCka":
+        """An independent copy on the same device."""
+        out = PooledCka()
+        out.count = self.count
+        for k in ("shift", "sums", "cross", "increment_sq"):
+            value = getattr(self, k)
+            setattr(out, k, None if value is None else value.clone())
+        return out
+
     def state(self) -> dict:
         """float64 numpy arrays for saving (empty when nothing was added)."""
         if self.shift is None:

@@ -193,16 +193,36 @@ class ViewAccumulator:
                 for p in info["parts"]:
                     new_units[(key, p)].append(parts[p])
             self._sequence_kernel_statistics(seq, gram_views, new_cka, pooled_states)
+        pooled = {k: torch.cat(parts, dim=1) for k, parts in pooled_states.items() if parts}
         for k, units in new_units.items():
             self._units[k].extend(units)
         for k, units in new_cka.items():
             self._cka_units[k].extend(units)
         # Last: the pooled cross-products are added in place (no large temporaries).
-        for k, parts in pooled_states.items():
-            if parts:
-                self._pooled[k].update(torch.cat(parts, dim=1))
+        for k, y in pooled.items():
+            self._pooled[k].update(y)
         self.sequences += sequences
         self.tokens += tokens
+
+    def _mark(self) -> dict:
+        """What :meth:`_restore` needs to undo later updates (cka-full sums are copied)."""
+        return {
+            "units": {k: len(v) for k, v in self._units.items()},
+            "cka": {k: len(v) for k, v in self._cka_units.items()},
+            "pooled": {k: p.copy() for k, p in self._pooled.items()},
+            "fits": (dict(self.fits), self.fit_info),
+            "counts": (self.sequences, self.tokens),
+        }
+
+    def _restore(self, mark: dict) -> None:
+        """Undo every update since :meth:`_mark` (e.g. when a paired stream failed)."""
+        for k, n in mark["units"].items():
+            del self._units[k][n:]
+        for k, n in mark["cka"].items():
+            del self._cka_units[k][n:]
+        self._pooled = dict(mark["pooled"])
+        self.fits, self.fit_info = mark["fits"]
+        self.sequences, self.tokens = mark["counts"]
 
     def _gram_views(self) -> dict:
         """What cka needs of each token set, with the fitted PCs of its stream."""
