@@ -142,7 +142,12 @@ def cka_token_sets(views) -> dict:
 
 
 def cka_set_key(spec: ViewSpec) -> tuple:
-    """Key of a view's cka token set: its stream and its selection."""
+    """Key of a view's cka token set: its stream and its selection.
+
+    >>> a, b = parse_views("token-norm+drop-pos0,drop-pos0+token-norm")
+    >>> cka_set_key(a) == cka_set_key(b)
+    True
+    """
     return (spec.stream, spec.selection)
 
 
@@ -201,63 +206,80 @@ def gram_rows(num_states: int, tokens: int, budget_bytes: int = GRAM_BUDGET_BYTE
     return int(max(1, min(tokens, budget_bytes // per_row)))
 
 
-class _CentredGram:
-    """One view of one sequence, ready to turn shared Gram rows into its centred Gram rows.
+class _ViewStates:
+    """A view's transformed states over all positions of one sequence, shared by its
+    token sets (all positions, drop-pos0), with their explicit layer differences.
 
-    With ``Z`` the view's states over its n kept tokens (token-normed, PCs
-    removed) and ``zbar`` their mean, the centred Gram is
-    ``K_ab = Z_a.Z_b - Z_a.zbar - Z_b.zbar + |zbar|^2``; the row terms come from
-    Z (n x d work per layer), the T x T part from the shared Gram, so any block
-    of rows can be centred on its own.
-
-    The shared Gram is that of the states minus the sequence mean ``c``
-    (``G' = X'X'^T``): centring a Gram cancels |mean|^2-sized terms, so
-    shifting first keeps the digits a dominant mean would take. Views without
-    token-norm are blind to the shift (the PCs act linearly; a constant is
-    centred away). token-norm divides by the raw norms, so it rebuilds the raw
-    Gram rows ``G' + X'c 1^T + 1 (X'c)^T + |c|^2`` before rescaling.
+    The input is the states minus the sequence mean ``c``, as the shared Gram
+    is (see :class:`_CentredGram`). Views without token-norm are blind to that
+    shift (the PCs act linearly; a constant is centred away). token-norm
+    divides by the raw norms, so it keeps what rebuilding the raw Gram rows
+    ``G' + X'c 1^T + 1 (X'c)^T + |c|^2`` needs.
     """
 
-    def __init__(self, shifted: torch.Tensor, shift: torch.Tensor, view: GramView):
-        self.first = view.first
-        kept = shifted[:, view.first :]
-        self.n = kept.shape[1]
+    def __init__(self, shifted: torch.Tensor, shift: torch.Tensor, token_norm: bool, pcs: torch.Tensor | None):
         self.norms = None
-        z = kept
-        if view.token_norm:
-            raw = kept + shift[:, None]
-            self.norms = _safe_norms(raw)  # (M, n)
-            self.cross_shift = (kept @ shift[..., None])[..., 0]  # (M, n): X'_a . c
+        z = shifted
+        if token_norm:
+            z = shifted + shift[:, None]
+            self.norms = _safe_norms(z)  # (M, T)
+            self.cross_shift = (shifted @ shift[..., None])[..., 0]  # (M, T): X'_a . c
             self.shift_sq = shift.square().sum(-1)  # (M,): |c|^2
-            z = raw / self.norms[..., None]
+            z /= self.norms[..., None]
         self.proj = None
-        if view.pcs is not None:
-            v = view.pcs.to(z)
-            self.proj = z @ v  # (M, n, k): the PC scores (XV)
-            z = z - self.proj @ v.transpose(1, 2)
+        if pcs is not None:
+            v = pcs.to(z)
+            self.proj = z @ v  # (M, T, k): the PC scores (XV)
+            z = torch.baddbmm(z, self.proj, v.transpose(1, 2).expand(z.shape[0], -1, -1), alpha=-1.0)
+        self.z = z
+        self.diff = z[1:] - z[:-1]  # explicit differences: consecutive states are nearly parallel
+
+
+class _CentredGram:
+    """One token set of one view of one sequence, turning shared Gram rows into centred rows.
+
+    With ``Z`` the view's states over its n kept tokens and ``zbar`` their
+    mean, the centred Gram is ``K_ab = Z_a.Z_b - Z_a.zbar - Z_b.zbar + |zbar|^2``;
+    the row terms come from Z (n x d work per layer), the T x T part from the
+    shared Gram, so any block of rows can be centred on its own. The shared
+    Gram is of the states minus their sequence mean: centring a Gram cancels
+    |mean|^2-sized terms, and shifting first keeps the digits a dominant mean
+    would take.
+    """
+
+    def __init__(self, states: _ViewStates, first: int):
+        self.states, self.first = states, first
+        z = states.z[:, first:]
+        self.n = z.shape[1]
         mean = z.mean(dim=1)
         self.row_mean = (z @ mean[..., None])[..., 0]  # (M, n): Z_a . zbar
         self.grand = mean.square().sum(-1)  # (M,): |zbar|^2
-        self.energy = centred_energies(z - mean[:, None]) / (self.n - 1)
+        # |Y_0|^2 and |Y_l - Y_{l-1}|^2 of the centred states, from the shared differences.
+        energy = torch.empty_like(self.grand)
+        energy[0] = (z[0] - mean[0]).square().sum()
+        steps = states.diff[:, first:] - (mean[1:] - mean[:-1])[:, None]
+        energy[1:] = torch.linalg.vector_norm(steps, dim=(1, 2)).square()
+        self.energy = energy / (self.n - 1)
 
     def rows(self, gram: torch.Tensor, start: int, stop: int) -> torch.Tensor | None:
-        """Centred Gram rows of this view from shared Gram rows ``start:stop`` ``(M, stop-start, T)``."""
+        """Centred Gram rows of this token set from shared Gram rows ``start:stop`` ``(M, stop-start, T)``."""
         lo = max(start, self.first)
         if lo >= stop:
             return None
-        a, b = lo - self.first, stop - self.first  # the rows' indices among the kept tokens
-        g = gram[:, lo - start :, self.first :]
+        f, vs = self.first, self.states
+        g = gram[:, lo - start :, f:]
         # A fresh array either way: the shared rows serve every view and are never modified.
-        if self.norms is not None:
-            k = g + self.cross_shift[:, a:b, None]
-            k += self.cross_shift[:, None, :]
-            k += self.shift_sq[:, None, None]
-            k /= self.norms[:, a:b, None]
-            k /= self.norms[:, None, :]
+        if vs.norms is not None:
+            k = g + vs.cross_shift[:, lo:stop, None]
+            k += vs.cross_shift[:, None, f:]
+            k += vs.shift_sq[:, None, None]
+            k /= vs.norms[:, lo:stop, None]
+            k /= vs.norms[:, None, f:]
         else:
             k = g.clone()
-        if self.proj is not None:
-            k.baddbmm_(self.proj[:, a:b], self.proj.transpose(1, 2), alpha=-1.0)
+        if vs.proj is not None:
+            k.baddbmm_(vs.proj[:, lo:stop], vs.proj[:, f:].transpose(1, 2), alpha=-1.0)
+        a, b = lo - f, stop - f  # the rows' indices among the kept tokens
         k -= self.row_mean[:, a:b, None]
         k -= self.row_mean[:, None, :]
         k += self.grand[:, None, None]
@@ -283,7 +305,18 @@ def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRA
     m, t, _ = x.shape
     shift = x.mean(dim=1)
     shifted = x - shift[:, None]
-    plans = [_CentredGram(shifted, shift, v) if t - v.first >= MIN_TOKENS else None for v in views]
+    transformed: dict = {}  # one per distinct transform, shared by its token sets
+    plans = []
+    for v in views:
+        if t - v.first < MIN_TOKENS:
+            plans.append(None)
+            continue
+        key = (v.token_norm, None if v.pcs is None else id(v.pcs))
+        if key not in transformed:
+            transformed[key] = _ViewStates(shifted, shift, v.token_norm, v.pcs)
+        plans.append(_CentredGram(transformed[key], v.first))
+    for vs in transformed.values():
+        vs.z = vs.diff = None  # only the norms, shift terms and PC scores are needed from here
     live = [p for p in plans if p is not None]
     hsic = {id(p): x.new_zeros(m, m) for p in live}
     if live:
@@ -299,7 +332,7 @@ def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRA
     return [_cka_unit(plan, hsic.get(id(plan)), m) for plan in plans]
 
 
-def _cka_unit(plan: _CentredGram | None, hsic: torch.Tensor | None, m: int) -> dict:
+def _cka_unit(plan: "_CentredGram | None", hsic: torch.Tensor | None, m: int) -> dict:
     if plan is None:
         return empty_cka_unit(m)
     return {

@@ -373,7 +373,8 @@ class ViewAccumulator:
         wanted = [s for s in KERNEL_SIMILARITIES if s in self.similarities]
         if saved != wanted:
             raise EffdepthError(
-                f"saved statistics have kernel similarities {saved}, this run needs {wanted}; rerun with the same similarities"
+                f"saved statistics were accumulated for kernel similarities {saved or 'none'}, this run needs {wanted or 'none'}; "
+                "resume with the same similarities or start afresh without resuming"
             )
         by_name = {info["spec"].canonical: key for key, info in self.streams.items()}
         for (key, part) in self._units:
