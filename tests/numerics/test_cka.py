@@ -1,5 +1,7 @@
 """Linear CKA (METHOD 2.1, 8): closed forms, views against a naive computation, accumulation."""
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -278,6 +280,8 @@ def test_pos0_only_is_unavailable_never_a_number():
         with pytest.raises(ViewUnavailable) as e:
             acc.unit_statistics("pos0-only", sim)
         assert "one token" in e.value.reason and isinstance(e.value, EffdepthError)
+        again = pickle.loads(pickle.dumps(e.value))  # crosses process boundaries intact
+        assert (again.view, again.similarity, again.reason, str(again)) == ("pos0-only", sim, e.value.reason, str(e.value))
     # frobenius still has a value for it
     assert acc.unit_statistics("pos0-only").units == 3
 
