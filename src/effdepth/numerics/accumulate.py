@@ -1,6 +1,8 @@
 """Sufficient statistics of one token set, computed from its states in float64.
 
-This is the only place that touches activations. Everything downstream
+This is the only place that touches activations, with :mod:`.cka` for the
+kernel similarities (whose statistics do not add up over tokens) and
+:mod:`.surrogate` for the calibrated references. Everything downstream
 (metrics, references, bootstrap, views, recomposition) works from these small
 (L+1) x (L+1) matrices, which add up over tokens and over sequences.
 

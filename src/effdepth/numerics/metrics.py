@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from .references import gap_attribution, matched_energies, reference_fl, reference_from_energies
-from .similarity import cosine_from_gram, decay_profile, deff, squared_cosine_from_gram
+from .similarity import cka_from_hsic, cosine_from_gram, decay_profile, deff, squared_cosine_from_gram
 
-SIMILARITIES = ("frobenius", "token")
+SIMILARITIES = ("frobenius", "token", "cka", "cka-full")
 REFERENCE_NAMES = ("init", "size", "matched")
 ATTRIBUTION_NAMES = ("initial_state", "size_imbalance", "correlated_updates")
 # The scalars that get bootstrap intervals.
@@ -25,14 +25,31 @@ def analysed_slice(include_embedding: bool) -> slice:
 
 
 def similarity_matrix(totals: dict, similarity: str, include_embedding: bool) -> np.ndarray:
-    """sim_ij over the analysed states, frobenius (squared cosine of flattened
-    matrices) or token (mean over tokens of the per-token squared cosine)."""
+    """sim_ij over the analysed states: frobenius (squared cosine of flattened
+    matrices), token (mean over tokens of the per-token squared cosine), cka
+    (per-sequence linear CKA, summed HSIC) or cka-full (pooled linear CKA).
+
+    A cka resample without any sequence that has a cka value gives NaN, which
+    the bootstrap's percentiles skip.
+
+    >>> from effdepth.numerics.cka import empty_cka_unit
+    >>> h = np.array([[9.0, 0.0, 0.0], [0.0, 4.0, 2.0], [0.0, 2.0, 4.0]])
+    >>> similarity_matrix({**empty_cka_unit(3), "hsic": h, "cka_sequences": np.asarray(1.0)}, "cka", False)
+    array([[1. , 0.5],
+           [0.5, 1. ]])
+    """
     sl = analysed_slice(include_embedding)
     if similarity == "frobenius":
         return squared_cosine_from_gram(totals["gram_states"][..., sl, sl])
     if similarity == "token":
         n = np.asarray(totals["n"])[..., None, None]
         return totals["cos2_sum"][..., sl, sl] / n
+    if similarity == "cka":
+        sim = cka_from_hsic(totals["hsic"][..., sl, sl])
+        entered = np.asarray(totals["cka_sequences"])[..., None, None]
+        return np.where(entered > 0, sim, np.nan)
+    if similarity == "cka-full":
+        return cka_from_hsic(totals["hsic_full"][..., sl, sl])
     raise ValueError(f"unknown similarity {similarity!r}; choose from {', '.join(SIMILARITIES)}")
 
 
@@ -42,9 +59,35 @@ def matched_references(totals: dict, similarity: str, include_embedding: bool) -
         n = np.asarray(totals["n"])
         size = totals["ref_init"].shape[-1]
         return {r: size * size / (totals[f"ref_{r}"].sum(axis=(-2, -1)) / n) for r in REFERENCE_NAMES}
-    energies = np.diagonal(totals["gram_increments"], axis1=-2, axis2=-1)
-    e = matched_energies(energies[..., 0], energies[..., 1:], include_embedding)
+    e = reference_energies(totals, similarity, include_embedding)
     return {r: reference_from_energies(e[r]) for r in REFERENCE_NAMES}
+
+
+def increment_energies(totals: dict, similarity: str) -> np.ndarray:
+    """|S_0|^2, |U_1|^2..|U_L|^2 as the similarity sees them, shape ``(..., M)``.
+
+    frobenius: the raw states; cka: per-sequence centred states (each
+    sequence's energies over n_b - 1, summed); cka-full: pooled centred states.
+
+    >>> increment_energies({"cka_energy": np.array([2.0, 1.0, 1.0])}, "cka").tolist()
+    [2.0, 1.0, 1.0]
+    """
+    if similarity == "cka":
+        return np.asarray(totals["cka_energy"], dtype=np.float64)
+    if similarity == "cka-full":
+        return np.asarray(totals["cka_full_energy"], dtype=np.float64)
+    return np.diagonal(totals["gram_increments"], axis1=-2, axis2=-1)
+
+
+def reference_energies(totals: dict, similarity: str, include_embedding: bool) -> dict:
+    """Cumulative energies of R_init, R_size and R_matched for a similarity (not "token").
+
+    >>> e = reference_energies({"cka_energy": np.array([2.0, 1.0, 1.0])}, "cka", False)
+    >>> e["matched"].tolist()
+    [3.0, 4.0]
+    """
+    energies = increment_energies(totals, similarity)
+    return matched_energies(energies[..., 0], energies[..., 1:], include_embedding)
 
 
 def scalar_metrics(totals: dict, similarity: str, include_embedding: bool) -> dict:
@@ -127,8 +170,7 @@ def reference_profiles(totals: dict, similarity: str, include_embedding: bool) -
         for r in REFERENCE_NAMES:
             out[r] = decay_profile(totals[f"ref_{r}"] / np.asarray(totals["n"]))
     else:
-        energies = np.diagonal(totals["gram_increments"], axis1=-2, axis2=-1)
-        e = matched_energies(energies[..., 0], energies[..., 1:], include_embedding)
+        e = reference_energies(totals, similarity, include_embedding)
         for r in REFERENCE_NAMES:
             out[r] = decay_profile(energy_ratio_matrix(e[r]))
     return out

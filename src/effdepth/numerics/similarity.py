@@ -24,6 +24,26 @@ def squared_cosine_from_gram(gram: np.ndarray) -> np.ndarray:
     return np.clip(sim, 0.0, 1.0)
 
 
+def cka_from_hsic(hsic: np.ndarray) -> np.ndarray:
+    """Linear CKA ``h_ij / sqrt(h_ii h_jj)`` from (summed) HSIC matrices.
+
+    Biased HSIC of PSD kernels is never negative, so CKA lies in [0, 1]; a
+    layer with zero centred energy is identical to itself and unlike the rest.
+
+    >>> cka_from_hsic(np.array([[4.0, 1.0], [1.0, 1.0]]))
+    array([[1. , 0.5],
+           [0.5, 1. ]])
+    """
+    h = np.asarray(hsic, dtype=np.float64)
+    diag = np.diagonal(h, axis1=-2, axis2=-1)
+    denom = np.sqrt(np.clip(diag[..., :, None] * diag[..., None, :], 0.0, None))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sim = np.where(denom > 0, h / np.where(denom > 0, denom, 1.0), 0.0)
+    n = h.shape[-1]
+    sim[..., np.arange(n), np.arange(n)] = 1.0
+    return np.clip(sim, 0.0, 1.0)
+
+
 def cosine_from_gram(gram: np.ndarray) -> np.ndarray:
     """Signed cosine ``<A_i,A_j> / (|A_i| |A_j|)`` from a Gram matrix.
 

@@ -1,8 +1,9 @@
 """Per-unit sufficient statistics: mergeable by addition, resampled by the bootstrap.
 
 A unit is one sequence (the independent unit of METHOD section 6). Each key
-of :data:`~effdepth.numerics.accumulate.STAT_KEYS` holds an array with a
-leading unit axis.
+(those of :data:`~effdepth.numerics.accumulate.STAT_KEYS`, and whatever else
+the units carry, e.g. the cka keys of :mod:`effdepth.numerics.cka`) holds an
+array with a leading unit axis.
 """
 
 from __future__ import annotations
@@ -28,13 +29,21 @@ class UnitStatistics:
 
     @classmethod
     def from_units(cls, units: list) -> "UnitStatistics":
+        """Stack per-unit dicts; the keys are the union of what the units carry
+        (STAT_KEYS first), and every unit must carry every key."""
         if not units:
             raise ValueError("no units to stack")
-        return cls({k: np.stack([np.asarray(u[k], dtype=np.float64) for u in units]) for k in STAT_KEYS})
+        keys = [k for k in STAT_KEYS if k in units[0]]
+        for u in units:
+            keys += [k for k in u if k not in keys]
+        missing = sorted({k for u in units for k in keys if k not in u})
+        if missing:
+            raise ValueError(f"units carry different statistics: some lack {missing}")
+        return cls({k: np.stack([np.asarray(u[k], dtype=np.float64) for u in units]) for k in keys})
 
     @property
     def units(self) -> int:
-        return int(self.arrays["n"].shape[0])
+        return int(next(iter(self.arrays.values())).shape[0]) if self.arrays else 0
 
     def total(self) -> dict:
         """Sums over units: the statistics of the whole token set."""
@@ -44,6 +53,28 @@ class UnitStatistics:
         """Totals for each row of ``weights`` (shape ``(B, units)``), e.g. bootstrap counts."""
         w = np.asarray(weights, dtype=np.float64)
         return {k: np.tensordot(w, v, axes=(1, 0)) for k, v in self.arrays.items()}
+
+    def joined(self, other: "UnitStatistics") -> "UnitStatistics":
+        """The same units with the other set's keys added (e.g. cka keys to the frobenius ones).
+
+        >>> a = UnitStatistics({"n": np.ones(2)}); b = UnitStatistics({"hsic": np.zeros((2, 3, 3))})
+        >>> sorted(a.joined(b).arrays)
+        ['hsic', 'n']
+        """
+        if self.units != other.units:
+            raise ValueError(f"cannot join statistics of {self.units} and {other.units} units")
+        shared = set(self.arrays) & set(other.arrays)
+        if shared:
+            raise ValueError(f"both statistics carry {sorted(shared)}")
+        return UnitStatistics({**self.arrays, **other.arrays})
+
+    def pooled(self) -> "UnitStatistics":
+        """One unit holding the totals: statistics that cannot be resampled by sequence.
+
+        >>> UnitStatistics({"n": np.ones(3)}).pooled().arrays["n"].tolist()
+        [3.0]
+        """
+        return UnitStatistics({k: v[None] for k, v in self.total().items()})
 
     def __add__(self, other: "UnitStatistics") -> "UnitStatistics":
         """Statistics of the union of two disjoint token sets of the same units."""

@@ -6,6 +6,10 @@ and added back together. token-norm is a per-token transform of the batch.
 center and top-k PC need a per-layer fit first, estimated either on the first
 batch ("calibration", no extra forward pass) or exactly over all sequences
 (an extra pass that the caller drives through :meth:`fit_batch`).
+
+The cka similarities (see :mod:`effdepth.numerics.cka`) are not additive
+over positions, so they are kept per token set (all positions, drop-pos0)
+instead of per part; one token Gram per layer and sequence feeds them all.
 """
 
 from __future__ import annotations
@@ -15,19 +19,62 @@ import torch
 
 from ..errors import EffdepthError
 from .accumulate import DEFAULT_CHUNK_TOKENS, add_statistics, chunk_statistics, nonfinite_layer
+from .cka import (
+    FULL_BUDGET_BYTES,
+    GRAM_BUDGET_BYTES,
+    MIN_TOKENS,
+    PooledCka,
+    ViewUnavailable,
+    check_cka_full_memory,
+    cka_set_key,
+    cka_token_sets,
+    gram_view,
+    require_cka_view,
+    sequence_cka,
+    view_token_states,
+)
+from .metrics import SIMILARITIES
 from .statistics import UnitStatistics
 from .views import FitAccumulator, ViewSpec, fitted_transform, parse_views, token_transform
 
 PC_ESTIMATES = ("calibration", "exact")
+# Similarities with statistics of their own (frobenius and token are always kept).
+KERNEL_SIMILARITIES = ("cka", "cka-full")
+
+
+def validate_similarities(similarities) -> tuple:
+    """The similarities as a tuple without repeats; a one-line error for an unknown one.
+
+    >>> validate_similarities("cka,frobenius")
+    ('cka', 'frobenius')
+    """
+    if isinstance(similarities, str):
+        similarities = similarities.split(",")
+    out: list = []
+    for name in similarities:
+        name = str(name).strip()
+        if name not in SIMILARITIES:
+            raise EffdepthError(f"unknown similarity {name!r}; choose from {', '.join(SIMILARITIES)}")
+        if name not in out:
+            out.append(name)
+    return tuple(out)
 
 
 class ViewAccumulator:
     """Accumulates per-sequence statistics for a list of views.
 
+    frobenius and token statistics are always kept; ``similarities`` adds
+    those of "cka" (per sequence) and "cka-full" (pooled, memory-checked
+    against ``cka_full_budget_bytes`` at the first update). The cka token
+    Grams are formed in blocks of rows when M * T^2 float64 exceeds
+    ``gram_budget_bytes``.
+
     >>> acc = ViewAccumulator(["default", "drop-pos0"])
     >>> acc.update(torch.randn(3, 2, 5, 4))        # (L+1, batch, seq, d)
     >>> acc.unit_statistics("default").units
     2
+    >>> sorted(acc.unit_statistics("drop-pos0", "cka").total())[:3]
+    ['angle_sum', 'cka_energy', 'cka_sequences']
     """
 
     def __init__(
@@ -37,6 +84,9 @@ class ViewAccumulator:
         include_embedding: bool = False,
         pc_estimate: str = "calibration",
         chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+        similarities=("cka",),
+        gram_budget_bytes: int = GRAM_BUDGET_BYTES,
+        cka_full_budget_bytes: int = FULL_BUDGET_BYTES,
     ):
         if pc_estimate not in PC_ESTIMATES:
             raise EffdepthError(f"unknown PC estimate {pc_estimate!r}; choose from {', '.join(PC_ESTIMATES)}")
@@ -49,6 +99,14 @@ class ViewAccumulator:
             parts = self.streams.setdefault(v.stream, {"spec": v, "parts": set()})["parts"]
             parts.update(v.parts)
         self._units: dict = {(s, p): [] for s, info in self.streams.items() for p in info["parts"]}
+        self.similarities = validate_similarities(similarities)
+        self.gram_budget_bytes = gram_budget_bytes
+        self.cka_full_budget_bytes = cka_full_budget_bytes
+        kernel = [s for s in KERNEL_SIMILARITIES if s in self.similarities]
+        self.cka_sets: dict = cka_token_sets(self.views) if kernel else {}
+        # Per token set: one cka unit per sequence (zeros for a sequence left out).
+        self._cka_units: dict = {k: [] for k in self.cka_sets} if "cka" in kernel else {}
+        self._pooled: dict = {k: PooledCka() for k in self.cka_sets} if "cka-full" in kernel else {}
         self._fit_accumulators: dict = {}
         self.fits: dict = {}
         self.fit_info: dict | None = None
@@ -109,6 +167,8 @@ class ViewAccumulator:
         """Add a batch of states ``(L+1, batch, seq, d)``; ``mask`` (batch, seq) marks real tokens."""
         if states.dim() != 4:
             raise ValueError(f"states must be (L+1, batch, seq, d), got shape {tuple(states.shape)}")
+        if self._pooled:
+            check_cka_full_memory(self.views, states.shape[0], states.shape[-1], self.cka_full_budget_bytes)
         if not self.fitted:
             if self.pc_estimate == "exact":
                 raise RuntimeError("exact PC estimate needs fit_batch over every batch, then finalize_fit")
@@ -118,6 +178,9 @@ class ViewAccumulator:
         # part-way (e.g. out of memory) leaves the accumulator as it was and
         # the batch can be retried.
         new_units: dict = {k: [] for k in self._units}
+        new_cka: dict = {k: [] for k in self._cka_units}
+        pooled_states: dict = {k: [] for k in self._pooled}
+        gram_views = self._gram_views()
         sequences = tokens = 0
         for seq in _sequences(states, mask):
             sequences += 1
@@ -129,10 +192,53 @@ class ViewAccumulator:
                 parts = {"pos0": pos0, "rest": rest if rest is not None else _empty_like(pos0)}
                 for p in info["parts"]:
                     new_units[(key, p)].append(parts[p])
+            self._sequence_kernel_statistics(seq, gram_views, new_cka, pooled_states)
+        pooled = {k: torch.cat(parts, dim=1) for k, parts in pooled_states.items() if parts}
         for k, units in new_units.items():
             self._units[k].extend(units)
+        for k, units in new_cka.items():
+            self._cka_units[k].extend(units)
+        # Last: the pooled cross-products are added in place (no large temporaries).
+        for k, y in pooled.items():
+            self._pooled[k].update(y)
         self.sequences += sequences
         self.tokens += tokens
+
+    def _mark(self) -> dict:
+        """What :meth:`_restore` needs to undo later updates (cka-full sums are copied)."""
+        return {
+            "units": {k: len(v) for k, v in self._units.items()},
+            "cka": {k: len(v) for k, v in self._cka_units.items()},
+            "pooled": {k: p.copy() for k, p in self._pooled.items()},
+            "fits": (dict(self.fits), self.fit_info),
+            "counts": (self.sequences, self.tokens),
+        }
+
+    def _restore(self, mark: dict) -> None:
+        """Undo every update since :meth:`_mark` (e.g. when a paired stream failed)."""
+        for k, n in mark["units"].items():
+            del self._units[k][n:]
+        for k, n in mark["cka"].items():
+            del self._cka_units[k][n:]
+        self._pooled = dict(mark["pooled"])
+        self.fits, self.fit_info = mark["fits"]
+        self.sequences, self.tokens = mark["counts"]
+
+    def _gram_views(self) -> dict:
+        """What cka needs of each token set, with the fitted PCs of its stream."""
+        return {key: gram_view(spec, self.fits.get(spec.stream)) for key, spec in self.cka_sets.items()}
+
+    def _sequence_kernel_statistics(self, seq: torch.Tensor, gram_views: dict, cka_units: dict, pooled: dict) -> None:
+        """cka units and cka-full states of one sequence ``(M, T, d)`` for every token set."""
+        if not self.cka_sets:
+            return
+        x = seq.to(torch.float64)
+        if cka_units:
+            keys = list(cka_units)
+            for key, unit in zip(keys, sequence_cka(x, [gram_views[k] for k in keys], self.gram_budget_bytes)):
+                cka_units[key].append(unit)
+        for key in pooled:
+            pooled[key].append(view_token_states(x, gram_views[key]))
 
     def _sequence_statistics(self, seq: torch.Tensor) -> dict:
         """(pos0, rest) statistics of every stream for one sequence ``(M, T, d)``.
@@ -154,14 +260,52 @@ class ViewAccumulator:
                     out[key][1] = part if out[key][1] is None else add_statistics(out[key][1], part)
         return out
 
-    def unit_statistics(self, view: str | ViewSpec) -> UnitStatistics:
-        """Per-sequence statistics of one view (its parts added)."""
+    def unit_statistics(self, view: str | ViewSpec, similarity: str | None = None) -> UnitStatistics:
+        """Per-sequence statistics of one view, with what ``similarity`` needs.
+
+        ``None``, "frobenius" and "token": the additive statistics (parts
+        added). "cka": those plus the view's cka keys, one unit per sequence
+        (zeros for a sequence left out). "cka-full": everything summed into a
+        single unit plus the pooled keys, so the bootstrap gives no interval.
+        Raises :class:`~effdepth.numerics.cka.ViewUnavailable` where the view
+        has no value under that similarity.
+        """
         spec = self._spec(view)
         total = None
         for p in spec.parts:
             stats = UnitStatistics.from_units(self._units[(spec.stream, p)])
             total = stats if total is None else total + stats
-        return total
+        if similarity in (None, "frobenius", "token"):
+            return total
+        key = self._kernel_key(spec, similarity)
+        if similarity == "cka":
+            cka = UnitStatistics.from_units(self._cka_units[key])
+            if not cka.total()["cka_sequences"] > 0:
+                raise ViewUnavailable(spec.name, "cka", f"no sequence has at least {MIN_TOKENS} tokens in this view")
+            return total.joined(cka)
+        pooled = self._pooled[key]
+        if pooled.count < MIN_TOKENS:
+            raise ViewUnavailable(spec.name, "cka-full", f"fewer than {MIN_TOKENS} tokens in this view")
+        return total.pooled().joined(UnitStatistics.from_units([pooled.statistics()]))
+
+    def cka_left_out(self, view: str | ViewSpec) -> int:
+        """Sequences left out of a view's cka statistics (fewer than 4 tokens in the view)."""
+        spec = self._spec(view)
+        key = self._kernel_key(spec, "cka")
+        entered = sum(float(u["cka_sequences"]) for u in self._cka_units[key])
+        return len(self._cka_units[key]) - int(entered)
+
+    def _kernel_key(self, spec: ViewSpec, similarity: str) -> tuple:
+        if similarity not in KERNEL_SIMILARITIES:
+            raise ValueError(f"unknown similarity {similarity!r}; choose from {', '.join(SIMILARITIES)}")
+        require_cka_view(spec, similarity)
+        store = self._cka_units if similarity == "cka" else self._pooled
+        if cka_set_key(spec) not in store:
+            raise EffdepthError(
+                f"{similarity} statistics were not accumulated (similarities {list(self.similarities)}); "
+                f"accumulate with similarities including {similarity!r}"
+            )
+        return cka_set_key(spec)
 
     def _spec(self, view) -> ViewSpec:
         name = view.name if isinstance(view, ViewSpec) else view
@@ -173,18 +317,34 @@ class ViewAccumulator:
     # -- saving and merging (resume, distributed) ------------------------------------
 
     def unit_arrays(self) -> dict:
-        """Every per-unit array, keyed ``"<stream>|<part>|<key>"``: for saving and merging."""
+        """Every per-unit array, keyed ``"<stream>|<part>|<key>"``: for saving and merging.
+
+        cka units use the part ``cka`` (all positions) or ``cka-drop-pos0``.
+        """
         out = {}
         for (key, part), units in self._units.items():
             if units:
                 for name, arr in UnitStatistics.from_units(units).arrays.items():
                     out[f"{self.streams[key]['spec'].canonical}|{part}|{name}"] = arr
+        for key, units in self._cka_units.items():
+            if units:
+                for name, arr in UnitStatistics.from_units(units).arrays.items():
+                    out[f"{self._set_label(key)}|{name}"] = arr
         return out
+
+    def _set_label(self, key: tuple) -> str:
+        """``"<stream>|cka"`` or ``"<stream>|cka-drop-pos0"`` for a cka token set."""
+        stream, selection = key
+        return f"{self.streams[stream]['spec'].canonical}|cka" + (f"-{selection}" if selection else "")
 
     def state(self) -> tuple:
         """``(arrays, meta)``: everything needed to continue later; arrays are float64
         numpy (saved with ``np.savez``, never pickle), meta is JSON-serialisable."""
         arrays = self.unit_arrays()
+        # Pooled cka-full sums are not per unit: merge them with extend(), never by concatenation.
+        for key, pooled in self._pooled.items():
+            for name, arr in pooled.state().items():
+                arrays[f"full|{self._set_label(key)}|{name}"] = arr
         for key, fit in self.fits.items():
             name = self.streams[key]["spec"].canonical
             arrays[f"fit|{name}|mean"] = fit["mean"].cpu().numpy()
@@ -194,6 +354,7 @@ class ViewAccumulator:
             "views": [v.name for v in self.views],
             "include_embedding": self.include_embedding,
             "pc_estimate": self.pc_estimate,
+            "similarities": list(self.similarities),
             "fit_info": self.fit_info,
             "fit_tokens": {self.streams[k]["spec"].canonical: int(f["tokens"]) for k, f in self.fits.items()},
             "sequences": self.sequences,
@@ -208,12 +369,27 @@ class ViewAccumulator:
                 f"saved statistics are for views {meta['views']} (include_embedding={meta['include_embedding']}), "
                 f"not {[v.name for v in self.views]} (include_embedding={self.include_embedding}); rerun with the same options"
             )
+        saved = [s for s in KERNEL_SIMILARITIES if s in meta.get("similarities", ())]
+        wanted = [s for s in KERNEL_SIMILARITIES if s in self.similarities]
+        if saved != wanted:
+            raise EffdepthError(
+                f"saved statistics were accumulated for kernel similarities {saved or 'none'}, this run needs {wanted or 'none'}; "
+                "resume with the same similarities or start afresh without resuming"
+            )
         by_name = {info["spec"].canonical: key for key, info in self.streams.items()}
         for (key, part) in self._units:
             prefix = f"{self.streams[key]['spec'].canonical}|{part}|"
             cols = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
             n = len(cols["n"]) if cols else 0
             self._units[(key, part)] = [{k: v[i] for k, v in cols.items()} for i in range(n)]
+        for key in self._cka_units:
+            prefix = f"{self._set_label(key)}|"
+            cols = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+            n = len(cols["hsic"]) if cols else 0
+            self._cka_units[key] = [{k: v[i] for k, v in cols.items()} for i in range(n)]
+        for key in self._pooled:
+            prefix = f"full|{self._set_label(key)}|"
+            self._pooled[key] = PooledCka.from_state({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)})
         self.fits = {}
         for name, key in by_name.items():
             if f"fit|{name}|mean" in arrays:
@@ -227,8 +403,17 @@ class ViewAccumulator:
 
     def extend(self, other: "ViewAccumulator") -> None:
         """Append the units of ``other`` (the same views, e.g. another rank's share)."""
+        if other.similarities != self.similarities or [v.name for v in other.views] != [v.name for v in self.views]:
+            raise EffdepthError(
+                f"cannot merge statistics of views {[v.name for v in other.views]} / similarities {list(other.similarities)} "
+                f"into views {[v.name for v in self.views]} / similarities {list(self.similarities)}"
+            )
         for key in self._units:
             self._units[key].extend(other._units[key])
+        for key in self._cka_units:
+            self._cka_units[key].extend(other._cka_units[key])
+        for key in self._pooled:
+            self._pooled[key].merge(other._pooled[key])
         self.sequences += other.sequences
         self.tokens += other.tokens
 

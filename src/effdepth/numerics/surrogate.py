@@ -1,0 +1,225 @@
+"""Calibrated references (METHOD 4.3): null streams measured through the very same code.
+
+For each analysed batch a surrogate stream ``S'_l = S'_{l-1} + Z_l`` is built
+with i.i.d. Gaussian ``Z_l`` of the batch's shape (padding positions stay
+zero), each sequence's ``|Z_l|^2`` rescaled to its measured ``|U_l|^2``
+exactly:
+
+- "matched": ``S'_0`` is the measured ``S_0``: persistent initial state and
+  update sizes kept, correlations removed;
+- "structural": every update gets the sequence's mean measured update
+  energy and ``S'_0 = 0``; with ``include_embedding``, ``S'_0`` is a Gaussian
+  with that same energy, as F_N counts S_0 as one unit update.
+
+The surrogate goes through the same views, similarity and estimator as the
+real states, so for cka it calibrates the finite-sample bias of HSIC; for
+frobenius it converges to F_N and R_matched as tokens x d grows.
+
+Noise is drawn per sequence from a generator seeded by ``(seed, sequence
+index)``, so the surrogate of a sequence does not depend on how sequences
+were batched, resumed or shared between processes; both kinds use the same
+draws (common random numbers: their difference is less noisy).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..errors import EffdepthError
+from .cka import GRAM_BUDGET_BYTES
+from .streams import ViewAccumulator
+
+KINDS = ("structural", "matched")
+
+
+def sequence_generator(seed: int, index: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator for sequence ``index`` of a run with ``seed``: independent streams per sequence.
+
+    >>> a = torch.randn(2, generator=sequence_generator(0, 5))
+    >>> bool((a == torch.randn(2, generator=sequence_generator(0, 5))).all())
+    True
+    """
+    mixed = int(np.random.SeedSequence([int(seed), int(index)]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+    return torch.Generator(device=device).manual_seed(mixed)
+
+
+def update_energies(states: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-sequence ``|U_l|^2`` over real tokens, ``(L, batch)``, from explicit differences.
+
+    >>> s = torch.zeros(3, 1, 2, 2, dtype=torch.float64); s[1, 0, :, 0] = 1.0; s[2] = 2 * s[1]
+    >>> update_energies(s).flatten().tolist()
+    [2.0, 2.0]
+    """
+    s = states.to(torch.float64)
+    updates = s[1:] - s[:-1]
+    if mask is not None:
+        updates = updates * mask.to(device=s.device, dtype=torch.float64)[None, :, :, None]
+    return updates.square().sum(dim=(2, 3))
+
+
+def surrogate_states(
+    states: torch.Tensor,
+    mask: torch.Tensor | None,
+    kind: str,
+    generator,
+    include_embedding: bool = False,
+) -> torch.Tensor:
+    """The surrogate stream of a batch ``(L+1, batch, seq, d)``, float64 on the states' device.
+
+    ``generator`` is one ``torch.Generator`` (used for the sequences in order)
+    or one per sequence. Each sequence draws ``(L+1, n_b, d)`` normals for its
+    n_b real tokens (row 0 is the structural S'_0 with the embedding), so the
+    draws do not depend on the padding.
+
+    >>> s = torch.randn(4, 2, 5, 8, dtype=torch.float64).cumsum(0)
+    >>> z = surrogate_states(s, None, "matched", torch.Generator().manual_seed(0))
+    >>> torch.allclose(update_energies(z), update_energies(s), rtol=1e-12)
+    True
+    """
+    if kind not in KINDS:
+        raise EffdepthError(f"unknown surrogate kind {kind!r}; choose from {', '.join(KINDS)}")
+    s = states.to(torch.float64)
+    m, b, t, d = s.shape
+    real = torch.ones(b, t, dtype=torch.bool, device=s.device) if mask is None else mask.to(s.device).bool()
+    measured = update_energies(s, real)  # (L, B)
+    mean_update = measured.mean(dim=0)  # (B,)
+    generators = list(generator) if isinstance(generator, (list, tuple)) else [generator] * b
+    if len(generators) != b:
+        raise ValueError(f"{len(generators)} generators for {b} sequences")
+    noise = torch.zeros(m, b, t, d, dtype=torch.float64, device=s.device)
+    for i, gen in enumerate(generators):
+        idx = torch.nonzero(real[i], as_tuple=False).flatten()
+        if idx.numel():
+            draw = torch.randn(m, idx.numel(), d, generator=gen, dtype=torch.float64, device=gen.device)
+            noise[:, i, idx] = draw.to(s.device)
+    target = measured if kind == "matched" else mean_update.expand(m - 1, b)
+    noise[1:] = _rescaled(noise[1:], target)
+    if kind == "matched":
+        noise[0] = s[0] * real[:, :, None]
+    elif include_embedding:
+        noise[0] = _rescaled(noise[:1], mean_update[None])[0]
+    else:
+        noise[0] = 0.0
+    # S'_l = S'_{l-1} + Z_l, one explicit addition per layer.
+    return noise.cumsum(dim=0)
+
+
+def _rescaled(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Each ``z[l, b]`` scaled so that its squared norm is exactly ``target[l, b]`` (0 stays 0)."""
+    energy = z.square().sum(dim=(2, 3))
+    factor = torch.where(energy > 0, torch.sqrt(target / torch.where(energy > 0, energy, 1.0)), 0.0)
+    return z * factor[:, :, None, None]
+
+
+class CalibratedReferences:
+    """The structural and matched surrogate streams of a measurement, one accumulator per kind.
+
+    Each kind's :class:`~effdepth.numerics.streams.ViewAccumulator` has the
+    same views, similarities and ``include_embedding`` as the real one; views
+    that need a fit (center, top-k PC) fit it on the first surrogate batch.
+    ``max_seqs`` caps the sequences used (``None``: all); ``first_sequence`` is
+    the global index of the first sequence this instance sees (a rank's
+    offset in a distributed run), so every sequence gets the same noise
+    whoever measures it.
+
+    >>> cal = CalibratedReferences(["default"], similarities=("cka",), seed=1)
+    >>> cal.update(torch.randn(4, 3, 6, 8).cumsum(0))
+    >>> cal.unit_statistics("default", "cka", kind="structural").units
+    3
+    """
+
+    def __init__(
+        self,
+        views=("default",),
+        *,
+        include_embedding: bool = False,
+        similarities=("cka",),
+        seed: int = 0,
+        max_seqs: int | None = None,
+        first_sequence: int = 0,
+        gram_budget_bytes: int = GRAM_BUDGET_BYTES,
+        **accumulator_options,
+    ):
+        if max_seqs is not None and int(max_seqs) < 0:
+            raise EffdepthError(f"--surrogate-seqs must be at least 0 (or all), got {max_seqs}")
+        self.include_embedding = include_embedding
+        self.seed = int(seed)
+        self.max_seqs = None if max_seqs is None else int(max_seqs)
+        self.first_sequence = int(first_sequence)
+        self.sequences = 0
+        self.accumulators = {
+            kind: ViewAccumulator(
+                views,
+                include_embedding=include_embedding,
+                pc_estimate="calibration",
+                similarities=similarities,
+                gram_budget_bytes=gram_budget_bytes,
+                **accumulator_options,
+            )
+            for kind in KINDS
+        }
+
+    def update(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+        """Add the surrogates of a batch ``(L+1, batch, seq, d)`` (up to ``max_seqs`` in all).
+
+        Both kinds are updated or neither: a failure part-way (e.g. out of
+        memory) leaves everything as it was, so the batch can be retried.
+        """
+        take = states.shape[1] if self.max_seqs is None else max(0, min(states.shape[1], self.max_seqs - self.sequences))
+        if take == 0:
+            return
+        s = states[:, :take]
+        m = None if mask is None else mask[:take]
+        first = self.first_sequence + self.sequences
+        marks = {kind: acc._mark() for kind, acc in self.accumulators.items()}
+        try:
+            for kind, acc in self.accumulators.items():
+                gens = [sequence_generator(self.seed, first + i, s.device) for i in range(take)]
+                acc.update(surrogate_states(s, m, kind, gens, self.include_embedding), m)
+        except BaseException:
+            for kind, acc in self.accumulators.items():
+                acc._restore(marks[kind])
+            raise
+        self.sequences += take
+
+    def unit_statistics(self, view, similarity: str | None = None, kind: str = "matched"):
+        """Per-sequence statistics of one view of one surrogate kind (see ``ViewAccumulator``)."""
+        if kind not in KINDS:
+            raise EffdepthError(f"unknown surrogate kind {kind!r}; choose from {', '.join(KINDS)}")
+        return self.accumulators[kind].unit_statistics(view, similarity)
+
+    def state(self) -> tuple:
+        """``(arrays, meta)`` for resume: each kind's accumulator state, keys prefixed ``"<kind>/"``."""
+        arrays, kinds = {}, {}
+        for kind, acc in self.accumulators.items():
+            a, kinds[kind] = acc.state()
+            arrays.update({f"{kind}/{k}": v for k, v in a.items()})
+        meta = {
+            "kinds": kinds,
+            "seed": self.seed,
+            "max_seqs": self.max_seqs,
+            "first_sequence": self.first_sequence,
+            "sequences": self.sequences,
+        }
+        return arrays, meta
+
+    def load_state(self, arrays: dict, meta: dict) -> None:
+        """Continue from :meth:`state` of calibrated references with the same options."""
+        if meta["seed"] != self.seed or meta["first_sequence"] != self.first_sequence:
+            raise EffdepthError(
+                f"saved surrogate streams used seed {meta['seed']} from sequence {meta['first_sequence']}, "
+                f"not seed {self.seed} from sequence {self.first_sequence}; rerun with the same seed"
+            )
+        for kind, acc in self.accumulators.items():
+            prefix = f"{kind}/"
+            acc.load_state({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}, meta["kinds"][kind])
+        self.sequences = int(meta["sequences"])
+
+    def extend(self, other: "CalibratedReferences") -> None:
+        """Append another instance's sequences (e.g. another rank's share)."""
+        if other.seed != self.seed:
+            raise EffdepthError(f"cannot merge surrogate streams of seeds {other.seed} and {self.seed}")
+        for kind, acc in self.accumulators.items():
+            acc.extend(other.accumulators[kind])
+        self.sequences += other.sequences
