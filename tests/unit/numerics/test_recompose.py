@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import effdepth
@@ -55,12 +55,16 @@ def decorrelate(states):
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), shape=shapes, include_embedding=st.booleans(), residual=st.booleans())
+@example(seed=61394, shape=(5, 1, 1, 1), include_embedding=False, residual=True)
 def test_carry_one_recomposition_equals_the_measured_deff(seed, shape, include_embedding, residual):
     states = random_states(seed, *shape, residual=residual)
     view = effdepth.from_states(torch.from_numpy(states), include_embedding=include_embedding).default
     row = recompose_carry(view, [1.0], include_embedding=include_embedding)[0]
-    assert row["deff"] == pytest.approx(view.deff, rel=RTOL)
-    assert row["reference"] == view.reference and row["ratio"] == pytest.approx(view.ratio, rel=RTOL)
+    # Rebuilding a state from its increments cancels digits when it is tiny
+    # next to its neighbours (hypothesis found a scalar stream with -0.006
+    # among states near 9: 3e-11 off), so this identity gets 1e-9, not RTOL.
+    assert row["deff"] == pytest.approx(view.deff, rel=1e-9)
+    assert row["reference"] == view.reference and row["ratio"] == pytest.approx(view.ratio, rel=1e-9)
 
 
 @settings(max_examples=60, deadline=None)
