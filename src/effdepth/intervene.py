@@ -120,13 +120,16 @@ def recompose_report(result: Result, carries=DEFAULT_CARRY, view: str | None = N
     from .report.numbers import fmt
     from .report.tables import render_table
 
-    if view is not None and view not in result.views:
-        raise EffdepthError(f"no view {view!r} in this result; it has: {', '.join(result.views)}")
-    v = result.default if view is None else result.views[view]
+    name = view or result.default.name
+    if name not in result.views and name not in result.similarities.get("frobenius", {}):
+        raise EffdepthError(f"no view {name!r} in this result; it has: {', '.join(result.views)}")
+    # The recomposition is a frobenius computation: compare it with the result's frobenius numbers when it has them.
+    frobenius = result.similarities.get("frobenius", {}).get(name)
+    v = frobenius or result.views[name]
     include = bool(result.config.get("include_embedding", False))
     rows = recompose_carry(v, parse_carry(carries), include_embedding=include)
     decorrelated = recompose_decorrelated(v, include_embedding=include)
-    measured_with = result.config.get("similarity", "frobenius")
+    measured_with = "frobenius" if frobenius is not None else v.definition
     data = {
         "schema": "effdepth.recompose/1",
         "view": v.name,
@@ -139,7 +142,13 @@ def recompose_report(result: Result, carries=DEFAULT_CARRY, view: str | None = N
     }
     header = ["lam", "D_eff recomposed", "D_eff decorrelated", "F_N", "ratio"]
     body = [[format_carry(r["lam"]), fmt(r["deff"]), fmt(r["deff_decorrelated"]), fmt(r["reference"]), fmt(r["ratio"])] for r in rows]
-    note = (f"offline recomposition of view {v.name} (frobenius, N = {v.num_states}): measured D_eff {fmt(v.deff)}"
-            + ("" if measured_with == "frobenius" else f" ({measured_with} similarity, not comparable)")
-            + f", R_matched {fmt(v.references.get('matched'))} = decorrelated at lam 1 ({fmt(decorrelated['deff'])})")
+    if measured_with == "frobenius":
+        comparison = (f"measured D_eff {fmt(v.deff)} (= recomposed at lam 1), "
+                      f"R_matched {fmt(v.references.get('matched'))} = decorrelated at lam 1 ({fmt(decorrelated['deff'])})")
+    else:
+        # R_matched and D_eff of another similarity are not what the frobenius identities reproduce.
+        comparison = (f"the result holds {measured_with} numbers (D_eff {fmt(v.deff)}), not comparable with this frobenius "
+                      "recomposition; measure with --similarity frobenius (or all) to check lam 1 = measured and "
+                      "decorrelated = R_matched")
+    note = f"offline recomposition of view {v.name} (frobenius, N = {v.num_states}): {comparison}"
     return data, note + "\n\n" + render_table(header, body)

@@ -15,9 +15,11 @@ from .capture.registry import resolve_architecture
 from .checkpoint import CheckpointMismatch, MeasurementInterrupted, graceful_interrupts, load_checkpoint, remove_checkpoint, save_checkpoint
 from .errors import EffdepthError
 from .numerics.loss import LossAccumulator
+from .numerics.cka import check_cka_full_memory
 from .numerics.streams import ViewAccumulator
 from .numerics.summary import view_summaries
-from .options import DEFAULTS, AnalysisOptions, LoadOptions, Options, RunOptions, validate_options
+from .numerics.surrogate import CalibratedReferences
+from .options import DEFAULT_SIMILARITY, DEFAULTS, AnalysisOptions, LoadOptions, Options, RunOptions, validate_options
 from .provenance import code_version, library_versions, machine, now
 from .result import Result, view_results
 
@@ -148,14 +150,92 @@ def measure_prepared(prepared: Prepared, analysis: AnalysisOptions | None = None
     analysis = analysis or AnalysisOptions()
     run = run or RunOptions()
     started = time.perf_counter() if started is None else started
-    acc = ViewAccumulator(analysis.view_specs, include_embedding=analysis.include_embedding, pc_estimate=analysis.pc_estimate)
-    loss = LossAccumulator() if with_loss else None
-    fingerprint = run_fingerprint(prepared, acc, with_loss)
-    facts = accumulate(prepared, acc, analysis.batch_size, loss=loss, run=run, fingerprint=fingerprint)
-    return result_from_accumulator(prepared, acc, analysis, loss=loss, started=started, run=facts)
+    check_kernel_memory(prepared, analysis)
+    state = MeasurementState.new(analysis, with_loss=with_loss)
+    fingerprint = run_fingerprint(prepared, analysis, with_loss)
+    facts = accumulate(prepared, state, analysis.batch_size, run=run, fingerprint=fingerprint)
+    return result_from_accumulator(prepared, state, analysis, started=started, run=facts)
 
 
-def run_fingerprint(prepared: Prepared, acc: ViewAccumulator, with_loss: bool) -> dict:
+@dataclass
+class MeasurementState:
+    """Everything one pass over the batches feeds: the views' statistics, the surrogate
+    streams of the calibrated references (docs/method.md#calibrated-references) and the loss.
+
+    >>> st = MeasurementState.new(AnalysisOptions(views="default,drop-pos0", surrogate_seqs=2))
+    >>> st.update(torch.randn(4, 3, 6, 8), None)
+    >>> st.views.sequences, st.calibrated.sequences
+    (3, 2)
+    """
+
+    views: ViewAccumulator
+    calibrated: CalibratedReferences | None = None
+    loss: LossAccumulator | None = None
+
+    @classmethod
+    def new(cls, analysis: AnalysisOptions, *, with_loss: bool = False, first_sequence: int = 0,
+            surrogate_limit: int | None = None) -> "MeasurementState":
+        """Empty statistics for ``analysis``; ``first_sequence`` and ``surrogate_limit`` place a
+        distributed rank's share among all sequences (the surrogate noise is drawn per global sequence)."""
+        views = ViewAccumulator(analysis.view_specs, include_embedding=analysis.include_embedding,
+                                pc_estimate=analysis.pc_estimate, similarities=analysis.similarity,
+                                cka_full_budget_bytes=analysis.max_memory)
+        calibrated = None
+        kernel_free = [s for s in analysis.similarity if s != "cka-full"]  # cka-full's surrogates would double its memory
+        if analysis.surrogate_seqs != 0 and kernel_free:
+            limit = analysis.surrogate_seqs if surrogate_limit is None else surrogate_limit
+            calibrated = CalibratedReferences(analysis.view_specs, include_embedding=analysis.include_embedding,
+                                              similarities=kernel_free, seed=analysis.seed, max_seqs=limit,
+                                              first_sequence=first_sequence)
+        return cls(views, calibrated, LossAccumulator() if with_loss else None)
+
+    @property
+    def sequences(self) -> int:
+        return self.views.sequences
+
+    def update(self, states: torch.Tensor, mask: torch.Tensor | None, logits=None, input_ids=None) -> None:
+        """Add one batch to every stream, or to none: a failure part-way (out of memory) rolls
+        back what was added, so the batch can be retried at a smaller size."""
+        mark = self.views.mark()
+        try:
+            self.views.update(states, mask)
+            if self.calibrated is not None:
+                self.calibrated.update(states, mask)
+        except BaseException:
+            self.views.rollback(mark)
+            raise
+        if self.loss is not None:
+            self.loss.update(logits, input_ids, mask)
+
+    def state(self) -> tuple:
+        """``(arrays, meta)`` of every stream, for a checkpoint."""
+        arrays, meta = self.views.state()
+        out_meta = {"accumulator": meta, "loss": vars(self.loss) if self.loss is not None else None}
+        if self.calibrated is not None:
+            cal_arrays, out_meta["calibrated"] = self.calibrated.state()
+            arrays.update({f"cal/{k}": v for k, v in cal_arrays.items()})
+        return arrays, out_meta
+
+    def load_state(self, arrays: dict, meta: dict) -> None:
+        """Continue from :meth:`state` of a measurement with the same options."""
+        self.views.load_state({k: v for k, v in arrays.items() if not k.startswith("cal/")}, meta["accumulator"])
+        if self.calibrated is not None:
+            self.calibrated.load_state({k[4:]: v for k, v in arrays.items() if k.startswith("cal/")}, meta["calibrated"])
+        if self.loss is not None and meta.get("loss"):
+            self.loss.total, self.loss.count = meta["loss"]["total"], meta["loss"]["count"]
+
+
+def check_kernel_memory(prepared: Prepared, analysis: AnalysisOptions) -> None:
+    """cka-full needs (L+1)(L+2)/2 d x d float64 cross-products per view token set: refuse before the first batch."""
+    if "cka-full" not in analysis.similarity:
+        return
+    embedding = prepared.lm.model.get_input_embeddings() if hasattr(prepared.lm.model, "get_input_embeddings") else None
+    hidden = getattr(embedding, "embedding_dim", None) or getattr(getattr(prepared.lm.model, "config", None), "hidden_size", None)
+    if hidden:
+        check_cka_full_memory(analysis.view_specs, prepared.arch.num_layers + 1, int(hidden), analysis.max_memory)
+
+
+def run_fingerprint(prepared: Prepared, analysis: AnalysisOptions, with_loss: bool) -> dict:
     """What partial statistics belong to: a resume with anything else is refused."""
     info = prepared.lm.info
     return {
@@ -163,30 +243,34 @@ def run_fingerprint(prepared: Prepared, acc: ViewAccumulator, with_loss: bool) -
         "revision": info.get("revision"),
         "commit": info.get("commit"),
         "corpus_sha256": prepared.tokens.sha256,
-        "views": [v.name for v in acc.views],
-        "include_embedding": acc.include_embedding,
-        "pc_estimate": acc.pc_estimate,
+        "views": list(analysis.views),
+        "similarity": list(analysis.similarity),
+        "surrogate_seqs": analysis.surrogate_seqs,
+        "seed": analysis.seed,
+        "include_embedding": analysis.include_embedding,
+        "pc_estimate": analysis.pc_estimate,
         "num_layers": prepared.arch.num_layers,
         "with_loss": with_loss,
         "effdepth": __version__,  # not code_version(): no git call per run just for this
     }
 
 
-def accumulate(prepared: Prepared, acc: ViewAccumulator, batch_size: int, *, loss: LossAccumulator | None = None,
-               run: RunOptions | None = None, fingerprint: dict | None = None) -> dict:
-    """Feed every sequence of ``prepared`` to ``acc`` (and ``loss``); returns run facts.
+def accumulate(prepared: Prepared, state: MeasurementState, batch_size: int, *, run: RunOptions | None = None,
+               fingerprint: dict | None = None) -> dict:
+    """Feed every sequence of ``prepared`` to ``state``; returns run facts.
 
     Out of memory in a batch halves the batch size and retries it (the
     statistics are per sequence, so the numbers do not change).
     """
     lm, arch, tokens = prepared.lm, prepared.arch, prepared.tokens
+    acc = state.views
     run = run or RunOptions()
     folder = Path(run.checkpoint) if run.checkpoint is not None else None
     facts = {"batch_size_used": batch_size, "oom_retries": 0, "resumed_from": 0}
     if run.resume:
         if folder is None:
             raise EffdepthError("resume needs the folder of the interrupted run (--resume DIR)")
-        _restore(folder, acc, loss, fingerprint)
+        _restore(folder, state, fingerprint)
         facts["resumed_from"] = acc.sequences
     if acc.needs_fit and not acc.fitted and acc.pc_estimate == "exact":
         for batch in state_batches(lm.model, arch, tokens, batch_size, label="fitting PCs", progress=run.progress, facts=facts):
@@ -194,26 +278,24 @@ def accumulate(prepared: Prepared, acc: ViewAccumulator, batch_size: int, *, los
         acc.finalize_fit("exact, an extra pass over every sequence")
 
     def consume(batch):
-        acc.update(batch.states, batch.mask)
-        if loss is not None:
-            loss.update(batch.logits, batch.input_ids, batch.mask)
+        state.update(batch.states, batch.mask, batch.logits, batch.input_ids)
 
     last_save = time.monotonic()
     with graceful_interrupts() as interrupted:
         try:
             for _ in state_batches(
-                lm.model, arch, tokens, batch_size, progress=run.progress, full_model=loss is not None,
+                lm.model, arch, tokens, batch_size, progress=run.progress, full_model=state.loss is not None,
                 start=acc.sequences, consume=consume, facts=facts,
             ):
                 if folder is not None and (interrupted or time.monotonic() - last_save > run.checkpoint_every_s):
-                    _save(folder, acc, loss, fingerprint)
+                    _save(folder, state, fingerprint)
                     last_save = time.monotonic()
                 if interrupted:
                     break
         except KeyboardInterrupt:
             interrupted.signal = interrupted.signal or signal.SIGINT
             if folder is not None:
-                _save(folder, acc, loss, fingerprint)
+                _save(folder, state, fingerprint)
     if interrupted:
         where = f"; partial statistics saved in {folder}, continue with --resume {folder.parent}" if folder else ""
         raise MeasurementInterrupted(
@@ -225,13 +307,12 @@ def accumulate(prepared: Prepared, acc: ViewAccumulator, batch_size: int, *, los
     return facts
 
 
-def _save(folder, acc, loss, fingerprint):
-    arrays, meta = acc.state()
-    meta = {"fingerprint": fingerprint, "accumulator": meta, "loss": vars(loss) if loss is not None else None}
-    save_checkpoint(folder, arrays, meta)
+def _save(folder, state: MeasurementState, fingerprint):
+    arrays, meta = state.state()
+    save_checkpoint(folder, arrays, {"fingerprint": fingerprint, **meta})
 
 
-def _restore(folder, acc, loss, fingerprint):
+def _restore(folder, state: MeasurementState, fingerprint):
     arrays, meta = load_checkpoint(folder)
     saved = meta.get("fingerprint", {})
     differ = sorted(k for k in set(saved) | set(fingerprint or {}) if saved.get(k) != (fingerprint or {}).get(k))
@@ -240,30 +321,22 @@ def _restore(folder, acc, loss, fingerprint):
             f"cannot resume: the saved run differs in {', '.join(differ)}; rerun with the same model, corpus and options, "
             "or start over without --resume"
         )
-    acc.load_state(arrays, meta["accumulator"])
-    if loss is not None and meta.get("loss"):
-        loss.total, loss.count = meta["loss"]["total"], meta["loss"]["count"]
+    state.load_state(arrays, meta)
 
 
-def result_from_accumulator(prepared: Prepared, acc: ViewAccumulator, analysis: AnalysisOptions, *,
-                            loss: LossAccumulator | None = None, started: float | None = None, run: dict | None = None) -> Result:
+def result_from_accumulator(prepared: Prepared, state: MeasurementState, analysis: AnalysisOptions, *,
+                            started: float | None = None, run: dict | None = None) -> Result:
     """Metrics, intervals, config and provenance from accumulated statistics."""
     lm, arch, tokens = prepared.lm, prepared.arch, prepared.tokens
-    results = view_results(view_summaries(acc, similarity=analysis.similarity, include_embedding=acc.include_embedding,
-                                          bootstrap=analysis.bootstrap, seed=analysis.seed))
+    acc = state.views
+    views, others, unavailable = summarise(state, analysis)
     config = {
         "seq_len": int(tokens.input_ids.shape[1]),
         "num_seqs": int(tokens.input_ids.shape[0]),
         "batch_size": analysis.batch_size,
-        "similarity": analysis.similarity,
-        "include_embedding": acc.include_embedding,
-        "bootstrap": analysis.bootstrap,
-        "seed": analysis.seed,
-        "views": [v.name for v in acc.views],
-        "pc_estimate": acc.fit_info,
+        **analysis_config(analysis, acc),
         "add_bos": prepared.add_bos,
         "num_layers": arch.num_layers,
-        "size_reference_embedding": SIZE_REFERENCE_EMBEDDING if acc.include_embedding else None,
         "blocks_path": arch.paths.get("blocks"),
         "embedding_path": arch.paths.get("embedding"),
         "architecture_source": arch.paths.get("source"),
@@ -279,12 +352,56 @@ def result_from_accumulator(prepared: Prepared, acc: ViewAccumulator, analysis: 
         "tokens_measured": acc.tokens,
         "run": run or {},
     }
-    extras = {"loss": loss.result()} if loss is not None else {}
-    return Result(views=results, config=config, provenance=provenance, extras=extras)
+    extras = {"loss": state.loss.result()} if state.loss is not None else {}
+    return Result(views=views, config=config, provenance=provenance, extras=extras, others=others, unavailable=unavailable)
 
 
-def from_states(states, *, mask=None, views=("default",), similarity: str = "frobenius", include_embedding: bool = False,
-                bootstrap: int = 0, seed: int = 0, pc_estimate: str = "calibration") -> Result:
+def summarise(state: MeasurementState, analysis: AnalysisOptions) -> tuple:
+    """``(primary views, {other similarity: views}, {similarity: {view: reason}})`` of a measurement."""
+    by_similarity, unavailable = {}, {}
+    for sim in analysis.similarity:
+        done, missing = view_summaries(state.views, similarity=sim, include_embedding=analysis.include_embedding,
+                                       bootstrap=analysis.bootstrap, seed=analysis.seed, calibrated=state.calibrated)
+        by_similarity[sim] = view_results(done)
+        if missing:
+            unavailable[sim] = missing
+    primary, *rest = analysis.similarity
+    if not by_similarity[primary]:
+        reasons = "; ".join(f"{v}: {r}" for v, r in unavailable.get(primary, {}).items())
+        raise EffdepthError(f"no view has a {primary} value ({reasons}); use longer sequences (--seq-len), "
+                            "or put frobenius or token first in --similarity")
+    return by_similarity[primary], {s: by_similarity[s] for s in rest}, unavailable
+
+
+def analysis_config(analysis: AnalysisOptions, acc: ViewAccumulator) -> dict:
+    """The analysis part of a result's config: what produced its numbers, and the choices behind them."""
+    return {
+        "similarity": analysis.primary_similarity,
+        "similarities": list(analysis.similarity),
+        "include_embedding": analysis.include_embedding,
+        "bootstrap": analysis.bootstrap,
+        "bootstrap_fits": "fixed: means and principal directions are not refitted per resample (fit uncertainty is not in the view intervals)",
+        "seed": analysis.seed,
+        "views": [v.name for v in acc.views],
+        "pc_estimate": acc.fit_info,
+        "size_reference_embedding": SIZE_REFERENCE_EMBEDDING if analysis.include_embedding else None,
+        "surrogate_seqs": analysis.surrogate_seqs,
+        "cka": CKA_CHOICES if {"cka", "cka-full"} & set(analysis.similarity) else None,
+        "max_memory": analysis.max_memory if "cka-full" in analysis.similarity else None,
+        "zero_states": "a zero state is orthogonal to every other state (similarity 0) and identical to itself",
+    }
+
+
+CKA_CHOICES = {
+    "hsic": "biased, per sequence (sequences as minibatches), averaged over sequences",
+    "min_tokens": 4,
+    "energies": "per-sequence centred energies divided by (n_b - 1), summed over sequences",
+    "center_view": "a no-op: per-sequence centring removes any constant shift",
+}
+
+
+def from_states(states, *, mask=None, views=("default",), similarity=DEFAULT_SIMILARITY, include_embedding: bool = False,
+                bootstrap: int = 0, seed: int = 0, pc_estimate: str = "calibration", surrogate_seqs: int | None = 0) -> Result:
     """D_eff and everything else from states you already have.
 
     ``states`` is ``(L+1, tokens, d)`` (one sequence) or ``(L+1, batch, seq,
@@ -300,7 +417,7 @@ def from_states(states, *, mask=None, views=("default",), similarity: str = "fro
     1.0
     """
     analysis = AnalysisOptions(views=views, similarity=similarity, include_embedding=include_embedding,
-                               bootstrap=bootstrap, seed=seed, pc_estimate=pc_estimate)
+                               bootstrap=bootstrap, seed=seed, pc_estimate=pc_estimate, surrogate_seqs=surrogate_seqs)
     s = torch.as_tensor(states)
     if not torch.is_floating_point(s):
         s = s.to(torch.float64)
@@ -312,24 +429,16 @@ def from_states(states, *, mask=None, views=("default",), similarity: str = "fro
         )
     m = _checked_mask(mask, s, three_d=torch.as_tensor(states).dim() == 3)
     _check_user_states(s, bootstrap)
-    acc = ViewAccumulator(analysis.view_specs, include_embedding=include_embedding, pc_estimate=pc_estimate)
+    state = MeasurementState.new(analysis)
+    acc = state.views
     if acc.needs_fit and pc_estimate == "exact":
         acc.fit_batch(s, m)
         acc.finalize_fit("exact, over every sequence")
-    acc.update(s, m)
-    results = view_results(view_summaries(acc, similarity=similarity, include_embedding=include_embedding, bootstrap=bootstrap, seed=seed))
-    config = {
-        "similarity": similarity,
-        "include_embedding": include_embedding,
-        "bootstrap": bootstrap,
-        "seed": seed,
-        "views": [v.name for v in acc.views],
-        "pc_estimate": acc.fit_info,
-        "num_layers": int(s.shape[0]) - 1,
-        "size_reference_embedding": SIZE_REFERENCE_EMBEDDING if include_embedding else None,
-    }
+    state.update(s, m)
+    views, others, unavailable = summarise(state, analysis)
+    config = {**analysis_config(analysis, acc), "num_layers": int(s.shape[0]) - 1}
     provenance = {"model": {"source": "states"}, "code": code_version(), "libraries": library_versions(), "created": now()}
-    return Result(views=results, config=config, provenance=provenance)
+    return Result(views=views, config=config, provenance=provenance, others=others, unavailable=unavailable)
 
 
 def _checked_mask(mask, states: torch.Tensor, three_d: bool) -> torch.Tensor | None:

@@ -17,11 +17,13 @@ line, :meth:`Options.build` the keyword arguments of :func:`effdepth.measure`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from .data.corpus import check_corpus_spec
 from .errors import EffdepthError, UnknownOption
+from .numerics.cka import MIN_TOKENS, ViewUnavailable, require_cka_view
 from .numerics.metrics import SIMILARITIES
 from .numerics.streams import PC_ESTIMATES
 from .numerics.views import parse_views
@@ -60,13 +62,63 @@ def _check_choice(flag: str, choices):
     return check
 
 
+#: The similarity of a measurement unless told otherwise (docs/method.md#why-cka).
+DEFAULT_SIMILARITY = "cka"
+#: What ``--similarity all`` means: the three families, the default first (cka-full only when named).
+ALL_SIMILARITIES = ("cka", "frobenius", "token")
+DEFAULT_MAX_MEMORY = 4 * 2**30
+
+
+def parse_similarities(value) -> tuple:
+    """One name, a comma list, ``all`` or a sequence -> the similarities, the primary (first) first.
+
+    >>> parse_similarities("all"), parse_similarities("token,cka")
+    (('cka', 'frobenius', 'token'), ('token', 'cka'))
+    """
+    names = value.split(",") if isinstance(value, str) else list(value or ())
+    out: list = []
+    for name in names:
+        name = str(name).strip()
+        for n in ALL_SIMILARITIES if name == "all" else (name,):
+            if n not in SIMILARITIES:
+                raise EffdepthError(f"--similarity must be one of {', '.join(SIMILARITIES)}, a comma list of them, or all; got {n!r}")
+            if n not in out:
+                out.append(n)
+    if not out:
+        raise EffdepthError("--similarity is empty; use e.g. --similarity cka or --similarity all")
+    return tuple(out)
+
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
+          "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
+
+
+def parse_bytes(value) -> int:
+    """``4GiB``, ``500MB``, ``1e9`` or a number of bytes -> bytes.
+
+    >>> parse_bytes("4GiB"), parse_bytes("500MB"), parse_bytes(1024)
+    (4294967296, 500000000, 1024)
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number, unit = float(value), ""
+    else:
+        m = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
+        if not m or m.group(2).lower() not in _UNITS:
+            raise EffdepthError(f"--max-memory must be a size such as 4GiB, 500MB or a number of bytes, got {value!r}")
+        number, unit = float(m.group(1)), m.group(2).lower()
+    size = int(number * _UNITS[unit])
+    if size <= 0:
+        raise EffdepthError(f"--max-memory must be positive, got {value!r}")
+    return size
+
+
 _CHECKS = {
     "seq_len": _at_least(2, "--seq-len must be at least 2 (D_eff needs a token after BOS), got {v}"),
     "num_seqs": _at_least(1, "--num-seqs must be at least 1, got {v}"),
     "batch_size": _at_least(1, "--batch-size must be at least 1, got {v}"),
     "seed": _at_least(0, "--seed must be a non-negative integer, got {v}"),
     "bootstrap": _check_bootstrap,
-    "similarity": _check_choice("--similarity", SIMILARITIES),
+    "similarity": parse_similarities,
     "pc_estimate": _check_choice("--pc-estimate", PC_ESTIMATES),
 }
 
@@ -174,25 +226,68 @@ class AnalysisOptions:
     """
 
     views: tuple = ("default",)
-    similarity: str = "frobenius"
+    similarity: tuple = (DEFAULT_SIMILARITY,)
     include_embedding: bool = False
     pc_estimate: str = "calibration"
     bootstrap: int = DEFAULTS["bootstrap"]
     seed: int = DEFAULTS["seed"]
     batch_size: int = DEFAULTS["batch_size"]
+    surrogate_seqs: int | None = None
+    max_memory: int = DEFAULT_MAX_MEMORY
 
     def __post_init__(self):
-        validate_options(
-            batch_size=self.batch_size, bootstrap=self.bootstrap, similarity=self.similarity,
-            pc_estimate=self.pc_estimate, seed=self.seed,
-        )
+        validate_options(batch_size=self.batch_size, bootstrap=self.bootstrap, pc_estimate=self.pc_estimate, seed=self.seed)
+        object.__setattr__(self, "similarity", parse_similarities(self.similarity))
         object.__setattr__(self, "views", tuple(v.name for v in parse_views(self.views)))
         object.__setattr__(self, "bootstrap", int(self.bootstrap))
         object.__setattr__(self, "batch_size", int(self.batch_size))
+        object.__setattr__(self, "max_memory", parse_bytes(self.max_memory))
+        if isinstance(self.surrogate_seqs, str) and self.surrogate_seqs.strip().isdigit():
+            object.__setattr__(self, "surrogate_seqs", int(self.surrogate_seqs))
+        if self.surrogate_seqs is not None:
+            if str(self.surrogate_seqs) == "all":
+                object.__setattr__(self, "surrogate_seqs", None)
+            elif not _is_int(self.surrogate_seqs) or int(self.surrogate_seqs) < 0:
+                raise EffdepthError(f"--surrogate-seqs must be 0 (none), a number of sequences or all, got {self.surrogate_seqs}")
+            else:
+                object.__setattr__(self, "surrogate_seqs", int(self.surrogate_seqs))
+        _check_views_have_values(self.view_specs, self.similarity[0])
+
+    @property
+    def primary_similarity(self) -> str:
+        """The first similarity: the one ``result.views`` holds."""
+        return self.similarity[0]
 
     @property
     def view_specs(self) -> list:
         return parse_views(self.views)
+
+
+def _check_kernel_length(load: "LoadOptions", analysis: "AnalysisOptions") -> None:
+    """cka needs 4 tokens per sequence in a view: refuse sequences too short for every view before anything loads."""
+    primary = analysis.primary_similarity
+    if primary not in ("cka", "cka-full") or not isinstance(load.corpus, (str, type(None))):
+        return
+    shortest_loss = min(1 if spec.selection == "drop-pos0" else 0 for spec in analysis.view_specs)
+    if load.seq_len - shortest_loss < MIN_TOKENS:
+        raise EffdepthError(f"--seq-len {load.seq_len} leaves fewer than {MIN_TOKENS} tokens per sequence in every view, "
+                            f"and {primary} needs {MIN_TOKENS}; use --seq-len {MIN_TOKENS + shortest_loss} or more, "
+                            "or put frobenius or token first in --similarity")
+
+
+def _check_views_have_values(specs, similarity: str) -> None:
+    """Refuse, before anything runs, a run whose every view has no value under its primary similarity."""
+    if similarity not in ("cka", "cka-full"):
+        return
+    reasons = []
+    for spec in specs:
+        try:
+            require_cka_view(spec, similarity)
+            return
+        except ViewUnavailable as exc:
+            reasons.append(exc.reason)
+    raise EffdepthError(f"no view has a {similarity} value ({'; '.join(reasons)}); add a view such as default, "
+                        "or put frobenius or token first in --similarity")
 
 
 @dataclass(frozen=True)
@@ -243,6 +338,7 @@ class Options:
                 raise UnknownOption(f"unknown measurement option {name!r}; known: {', '.join(known)}")
         load = LoadOptions(**{k: v for k, v in values.items() if k in _LOAD})
         analysis = AnalysisOptions(**{k: v for k, v in values.items() if k in _ANALYSIS})
+        _check_kernel_length(load, analysis)
         return cls(load, analysis)
 
     @classmethod
@@ -264,7 +360,7 @@ class Options:
         >>> Options.from_dict(o.to_dict()) == o
         True
         """
-        return cls.build(**{k: (tuple(v) if k == "views" else v) for k, v in data.items()})
+        return cls.build(**{k: (tuple(v) if k in ("views", "similarity") else v) for k, v in data.items()})
 
     def replace(self, **values) -> "Options":
         """A copy with some options changed (validated again).
@@ -283,8 +379,8 @@ class Options:
         """Every option, flat and JSON-able; Python objects are described by type.
 
         >>> d = Options.build(seq_len=16).to_dict()
-        >>> d["seq_len"], d["views"], d["model"]
-        (16, ['default'], None)
+        >>> d["seq_len"], d["views"], d["similarity"], d["model"]
+        (16, ['default'], ['cka'], None)
         """
         out = {}
         for part in (self.load, self.analysis):

@@ -23,9 +23,14 @@ class ViewResult:
     """All numbers of one view (METHOD 3-4, 9), plus the totals they came from.
 
     ``ci`` maps each scalar (``deff``, ``ratio``, ``gap_pct``,
-    ``reference_init``/``size``/``matched``, the attribution terms) and
-    ``profile`` to ``[lo, hi]`` percentile bounds, or is ``None`` without a
-    bootstrap.
+    ``reference_init``/``size``/``matched``, ``reference_structural_cal`` /
+    ``matched_cal`` when measured, the attribution terms) and ``profile`` to
+    ``[lo, hi]`` percentile bounds, or is ``None`` without a bootstrap.
+    ``definition`` names the similarity (frobenius, token, cka, cka-full)
+    these numbers come from; ``similarity`` is its N x N matrix.
+    ``left_out`` counts sequences too short for the view under cka (fewer
+    than 4 tokens); ``calibrated_sequences`` the sequences of the surrogate
+    streams behind ``references["structural_cal"]`` / ``["matched_cal"]``.
     """
 
     name: str
@@ -47,6 +52,9 @@ class ViewResult:
     reference_profiles: dict
     ci: dict | None = None
     statistics: dict = field(default_factory=dict)
+    definition: str = "frobenius"
+    left_out: int = 0
+    calibrated_sequences: int = 0
 
     @property
     def sub_reference(self) -> bool | None:
@@ -60,6 +68,11 @@ class ViewResult:
 def view_results(summaries: dict) -> dict:
     """``{name: ViewResult}`` from :func:`effdepth.numerics.summary.view_summaries`' plain data."""
     return {name: ViewResult(name=name, **summary) for name, summary in summaries.items()}
+
+
+def views_by_similarity(summaries: dict) -> dict:
+    """``{similarity: {view: ViewResult}}`` from ``{similarity: {view: summary}}``."""
+    return {sim: view_results(views) for sim, views in summaries.items()}
 
 
 @dataclass
@@ -78,20 +91,58 @@ class Result:
     config: dict
     provenance: dict = field(default_factory=dict)
     extras: dict = field(default_factory=dict)
+    others: dict = field(default_factory=dict)
+    unavailable: dict = field(default_factory=dict)
 
     @property
     def default(self) -> ViewResult:
         """The first view (``default`` unless views were chosen otherwise)."""
         return next(iter(self.views.values()))
 
+    @property
+    def primary_similarity(self) -> str:
+        """The similarity of :attr:`views`: the first one asked for (results before 0.2: the only one)."""
+        return self.config.get("similarity") or "frobenius"
+
+    @property
+    def similarities(self) -> dict:
+        """``{similarity: {view: ViewResult}}`` for every similarity computed, the primary first.
+
+        >>> import effdepth, torch
+        >>> r = effdepth.from_states(torch.randn(4, 3, 8, 16), similarity="cka,frobenius")
+        >>> list(r.similarities), r.view("default", similarity="frobenius").definition
+        (['cka', 'frobenius'], 'frobenius')
+        """
+        return {self.primary_similarity: self.views, **self.others}
+
+    def view(self, name: str, similarity: str | None = None) -> ViewResult:
+        """One view's numbers under one similarity (default: the primary); a one-line error says why
+        a pair is missing (not measured, or unavailable under that similarity)."""
+        similarity = similarity or self.primary_similarity
+        if similarity not in self.similarities:
+            raise EffdepthError(f"this result has no {similarity} numbers; it has {', '.join(self.similarities)} "
+                                f"(measure with --similarity {similarity} or --similarity all)")
+        views = self.similarities[similarity]
+        if name in views:
+            return views[name]
+        reason = self.unavailable.get(similarity, {}).get(name)
+        if reason:
+            raise EffdepthError(f"view {name!r} has no {similarity} value: {reason}")
+        raise EffdepthError(f"no view {name!r} in this result; it has: {', '.join(views)}")
+
     def to_dict(self) -> dict:
-        return {
+        out = {
             "schema": SCHEMA,
             "config": self.config,
             "provenance": self.provenance,
             "views": {name: _view_dict(v) for name, v in self.views.items()},
             "extras": _finite(self.extras),
         }
+        if self.others:
+            out["similarities"] = {sim: {name: _view_dict(v) for name, v in views.items()} for sim, views in self.others.items()}
+        if self.unavailable:
+            out["unavailable"] = self.unavailable
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "Result":
@@ -99,12 +150,16 @@ class Result:
         if schema != SCHEMA:
             raise EffdepthError(f"not an effdepth result (schema {schema!r}, expected {SCHEMA!r})")
         try:
-            views = {}
-            for name, v in data["views"].items():
-                v = dict(v)
-                v.pop("sub_reference", None)
-                views[name] = ViewResult(**v)
-            return cls(views=views, config=data["config"], provenance=data.get("provenance", {}), extras=data.get("extras", {}))
+            config = dict(data["config"])
+            # Results written before similarities were a choice: their one similarity is in the config.
+            config.setdefault("similarity", "frobenius")
+            config.setdefault("similarities", [config["similarity"]])
+            primary = config["similarity"]
+            views = {name: _view_from_dict(v, primary) for name, v in data["views"].items()}
+            others = {sim: {name: _view_from_dict(v, sim) for name, v in vs.items()}
+                      for sim, vs in (data.get("similarities") or {}).items()}
+            return cls(views=views, config=config, provenance=data.get("provenance", {}), extras=data.get("extras", {}),
+                       others=others, unavailable=data.get("unavailable") or {})
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise EffdepthError(f"damaged effdepth result ({type(exc).__name__}: {exc}); rerun the measurement") from None
 
@@ -130,6 +185,13 @@ def load(path) -> Result:
     True
     """
     return Result.from_dict(read_json(path, "result", "result.json"))
+
+
+def _view_from_dict(v: dict, similarity: str) -> ViewResult:
+    v = dict(v)
+    v.pop("sub_reference", None)
+    v.setdefault("definition", similarity)
+    return ViewResult(**v)
 
 
 def _view_dict(v: ViewResult) -> dict:

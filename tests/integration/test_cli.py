@@ -42,7 +42,7 @@ def test_measure_writes_result_and_prints_table(model_dir, corpus_file, tmp_path
     [
         (["measure", "--seq-len", "1"], "--seq-len must be at least 2"),
         (["measure", "--seq-len", "abc"], "expected an integer"),
-        (["measure", "--similarity", "cos"], "invalid choice"),
+        (["measure", "--similarity", "cos"], "--similarity must be one of"),
         (["measure", "--views", "bogus"], "unknown view component"),
         (["measure", "/no/such/model.gguf"], "does not exist"),
         (["show", "/no/such/result"], "no result at"),

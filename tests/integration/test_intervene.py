@@ -269,7 +269,7 @@ def test_cli_intervene_and_recompose(model_dir, tmp_path, capsys):
     corpus = tmp_path / "text.txt"
     corpus.write_text("Now is the winter of our discontent made glorious summer. " * 100)
     code, out, err = run(["intervene", model_dir, "--corpus", corpus, "--carry", "1,0.75", "--layers", "1-2", "--seq-len", 16,
-                          "--num-seqs", 4, "--bootstrap", 20, "--out", tmp_path / "iv", "--no-progress"], capsys)
+                          "--num-seqs", 4, "--bootstrap", 20, "--similarity", "cka,frobenius", "--out", tmp_path / "iv", "--no-progress"], capsys)
     assert code == 0, err
     assert "R_matched" in out and "perplexity" in out and "0.75" in out
     data = json.loads((tmp_path / "iv" / "intervention.json").read_text())
@@ -279,7 +279,7 @@ def test_cli_intervene_and_recompose(model_dir, tmp_path, capsys):
     assert code == 0, err
     assert "D_eff decorrelated" in out
     rec = json.loads((tmp_path / "rc" / "recompose.json").read_text())
-    measured = json.loads((tmp_path / "iv" / "carry-1" / "result.json").read_text())["views"]["default"]
+    measured = json.loads((tmp_path / "iv" / "carry-1" / "result.json").read_text())["similarities"]["frobenius"]["default"]
     assert rec["rows"][0]["deff"] == pytest.approx(measured["deff"], rel=1e-10)
     assert rec["decorrelated"]["deff"] == pytest.approx(measured["references"]["matched"], rel=1e-10)
 

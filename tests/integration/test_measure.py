@@ -18,10 +18,11 @@ def ids(num=6, seq=12, seed=0):
     return torch.randint(0, 256, (num, seq), generator=torch.Generator().manual_seed(seed))
 
 
-def naive_deff_from_hidden_states(model, input_ids):
+def naive_deff_from_hidden_states(model, input_ids, similarity="frobenius"):
     """Independent: output_hidden_states for S_0..S_{L-1}, the final norm undone by
     a hook-free second route (run the blocks by hand is model-specific), so use
-    hidden_states[:-1] plus the last block's output taken from a plain forward hook."""
+    hidden_states[:-1] plus the last block's output taken from a plain forward hook.
+    cka: per-sequence linear CKA with the biased HSIC in feature space, averaged over sequences."""
     last = {}
     block = model.model.layers[-1]
     h = block.register_forward_hook(lambda m, a, o: last.__setitem__("s", o if torch.is_tensor(o) else o[0]))
@@ -31,16 +32,28 @@ def naive_deff_from_hidden_states(model, input_ids):
     finally:
         h.remove()
     states = list(out.hidden_states[:-1]) + [last["s"]]
+    if similarity == "cka":
+        X = np.stack([s.double().numpy() for s in states])[1:]  # (N, B, T, d)
+        Y = X - X.mean(axis=2, keepdims=True)
+        n = X.shape[2]
+        H = np.zeros((X.shape[0], X.shape[0]))
+        for i in range(X.shape[0]):
+            for j in range(X.shape[0]):
+                cross = np.einsum("btd,bte->bde", Y[i], Y[j])
+                H[i, j] = (cross**2).sum(axis=(1, 2)).sum() / (n - 1) ** 2
+        sim = H / np.sqrt(np.outer(np.diag(H), np.diag(H)))
+        return X.shape[0] ** 2 / sim.sum()
     S = np.stack([s.double().numpy().reshape(-1) for s in states])[1:]
     G = S @ S.T
     sim = G**2 / np.outer(np.diag(G), np.diag(G))
     return S.shape[0] ** 2 / sim.sum()
 
 
-def test_measure_equals_naive_computation(llama):
+@pytest.mark.parametrize("similarity", ["frobenius", "cka"])
+def test_measure_equals_naive_computation(llama, similarity):
     x = ids()
-    r = effdepth.measure(llama, x, bootstrap=0, progress=False)
-    assert r.default.deff == pytest.approx(naive_deff_from_hidden_states(llama, x), rel=1e-6)
+    r = effdepth.measure(llama, x, bootstrap=0, similarity=similarity, progress=False)
+    assert r.default.deff == pytest.approx(naive_deff_from_hidden_states(llama, x, similarity), rel=1e-6)
     assert r.default.tokens == x.numel() and r.default.sequences == x.shape[0]
 
 

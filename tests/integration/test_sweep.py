@@ -136,21 +136,21 @@ def test_a_model_interrupted_midway_continues_from_its_partial_statistics(tmp_pa
     import signal
 
     from effdepth.checkpoint import MeasurementInterrupted
-    from effdepth.numerics.streams import ViewAccumulator
+    from effdepth.measure import MeasurementState
 
-    update = ViewAccumulator.update
+    update = MeasurementState.update
 
-    def update_then_terminate(self, states, mask=None):
-        update(self, states, mask)
+    def update_then_terminate(self, *args):
+        update(self, *args)
         os.kill(os.getpid(), signal.SIGTERM)  # caught by measure: it stops after this batch
 
     options = {**SMALL, "batch_size": 2}
-    monkeypatch.setattr(ViewAccumulator, "update", update_then_terminate)
+    monkeypatch.setattr(MeasurementState, "update", update_then_terminate)
     with pytest.raises(MeasurementInterrupted, match="rerun the same command"):
         sweep(["tiny:gpt2"], tmp_path, corpus=corpus, **options)
     assert list(tmp_path.rglob("checkpoint/state.json")) and not list(tmp_path.rglob("result.json"))
 
-    monkeypatch.setattr(ViewAccumulator, "update", update)
+    monkeypatch.setattr(MeasurementState, "update", update)
     outcome = sweep(["tiny:gpt2"], tmp_path, corpus=corpus, figures=False, report=False, **options)
     result = effdepth.load(tmp_path / outcome.rows[0]["key"])
     assert result.provenance["run"]["resumed_from"] == 2 and result.default.sequences == 4

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from ..errors import EffdepthError
-from ..options import DEFAULTS, RunOptions
+from ..options import DEFAULT_SIMILARITY, DEFAULTS, RunOptions
 from ..numerics.metrics import SIMILARITIES
 from ..numerics.streams import PC_ESTIMATES
 
@@ -59,7 +59,13 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=int_arg, default=DEFAULTS["seq_len"], help=f"tokens per sequence, BOS included (default {DEFAULTS['seq_len']})")
     p.add_argument("--num-seqs", type=int_arg, default=DEFAULTS["num_seqs"], help=f"number of sequences (default {DEFAULTS['num_seqs']})")
     p.add_argument("--batch-size", type=int_arg, default=DEFAULTS["batch_size"], help=f"sequences per forward pass (default {DEFAULTS['batch_size']})")
-    p.add_argument("--similarity", choices=SIMILARITIES, default="frobenius", help="layer similarity (default frobenius)")
+    p.add_argument("--similarity", default=DEFAULT_SIMILARITY, metavar="NAME[,NAME...]|all",
+                   help=f"layer similarity: {', '.join(SIMILARITIES)}, a comma list (the first is the result's primary), "
+                        "or all (cka, frobenius, token); every one from the same forward passes (default cka)")
+    p.add_argument("--surrogate-seqs", default=None, metavar="K|all",
+                   help="sequences fed to the surrogate streams of the calibrated references (default all; 0 to skip)")
+    p.add_argument("--max-memory", default="4GiB", metavar="SIZE",
+                   help="memory cka-full may hold for its cross-products, e.g. 4GiB (default 4GiB)")
     p.add_argument("--include-embedding", action="store_true", help="analyse S_0..S_L (N = L+1) instead of S_1..S_L")
     p.add_argument("--views", default="default", help="comma-separated views, e.g. default,drop-pos0,token-norm,top1pc, or 'paper'")
     p.add_argument("--pc-estimate", choices=PC_ESTIMATES, default="calibration", help="how center/top-k PC views fit (default: first batch)")

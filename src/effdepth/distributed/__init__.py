@@ -75,8 +75,7 @@ def measure_distributed(options: Options, *, progress: bool = True):
     """
     import torch.distributed as dist
 
-    from ..measure import accumulate, prepare, result_from_accumulator
-    from ..numerics.streams import ViewAccumulator
+    from ..measure import MeasurementState, accumulate, prepare, result_from_accumulator
 
     if not dist.is_available() or not dist.is_initialized():
         raise EffdepthError(f"no torch.distributed process group; {UNDER_TORCHRUN}")
@@ -86,6 +85,9 @@ def measure_distributed(options: Options, *, progress: bool = True):
         raise EffdepthError("--device-map does not combine with a distributed measurement: every rank holds the whole model")
     if analysis.pc_estimate == "exact" and any(v.needs_fit for v in view_specs):
         raise EffdepthError("--pc-estimate exact is not supported in a distributed measurement; use the default calibration estimate")
+    if "cka-full" in analysis.similarity:
+        raise EffdepthError("cka-full is not supported in a distributed measurement (its pooled cross-products are not per "
+                            "sequence); use --similarity cka, or measure cka-full in one process")
     rank, world = dist.get_rank(), dist.get_world_size()
     comm = comm_device()
     started = time.perf_counter()
@@ -95,30 +97,53 @@ def measure_distributed(options: Options, *, progress: bool = True):
     if total < world:
         raise EffdepthError(f"{total} sequences cannot be shared by {world} processes; use --num-seqs >= {world} or fewer processes")
     bounds = shares(total, world)
-    acc = ViewAccumulator(view_specs, include_embedding=analysis.include_embedding, pc_estimate=analysis.pc_estimate)
-    if acc.needs_fit:
-        agreed(lambda: calibrate(prepared, acc, analysis.batch_size), "fitting the views on the first batch", comm)
-    mine = replace(prepared, tokens=slice_tokens(prepared.tokens, *bounds[rank]))
-    run = agreed(lambda: accumulate(mine, acc, analysis.batch_size, run=RunOptions(progress=progress and rank == 0)), "measuring", comm)
-    merged = gather_accumulator(acc, comm)
+    lo, hi = bounds[rank]
+    cap = analysis.surrogate_seqs
+    # Each rank's surrogate streams draw the noise of its own global sequences, up to the cap.
+    state = MeasurementState.new(analysis, first_sequence=lo, surrogate_limit=None if cap is None else max(0, min(hi, cap) - lo))
+    agreed(lambda: calibrate(prepared, state, analysis), "fitting the views on the calibration sequences", comm)
+    mine = replace(prepared, tokens=slice_tokens(prepared.tokens, lo, hi))
+    run = agreed(lambda: accumulate(mine, state, analysis.batch_size, run=RunOptions(progress=progress and rank == 0)), "measuring", comm)
+    merged = gather_state(state, analysis, comm)
     if rank != 0:
         return None
     run = {**run, "distributed": {"world_size": world, "backend": dist.get_backend(), "shares": [list(b) for b in bounds]}}
     return result_from_accumulator(prepared, merged, analysis, started=started, run=run)
 
 
-def calibrate(prepared, acc, batch_size: int) -> None:
-    """Fit center / top-k PC views on the first batch of the whole corpus, as one process would.
+def calibrate(prepared, state, analysis) -> None:
+    """Fit center / top-k PC views (real and surrogate streams) on the first sequences of the whole
+    corpus, as one process would. Every rank does it on the same sequences, so every rank applies the same fit."""
+    from ..measure import MeasurementState, accumulate
 
-    Every rank does it on the same sequences, so every rank applies the same fit.
-    """
-    from ..measure import accumulate
-    from ..numerics.streams import ViewAccumulator
+    if not state.views.needs_fit:
+        return
+    first = replace(prepared, tokens=slice_tokens(prepared.tokens, 0, min(analysis.batch_size, prepared.tokens.num_seqs)))
+    probe = MeasurementState.new(analysis)
+    accumulate(first, probe, analysis.batch_size, run=RunOptions(progress=False))
+    state.views.copy_fits(probe.views)
+    if state.calibrated is not None:
+        for kind, acc in state.calibrated.accumulators.items():
+            acc.copy_fits(probe.calibrated.accumulators[kind])
 
-    first = replace(prepared, tokens=slice_tokens(prepared.tokens, 0, min(batch_size, prepared.tokens.num_seqs)))
-    probe = ViewAccumulator([v.name for v in acc.views], include_embedding=acc.include_embedding, pc_estimate="calibration")
-    accumulate(first, probe, batch_size, run=RunOptions(progress=False))
-    acc.copy_fits(probe)
+
+def gather_state(state, analysis, device: torch.device):
+    """Rank 0: the whole measurement's :class:`~effdepth.measure.MeasurementState`, every rank's
+    sequences in rank order (surrogate streams too); other ranks ``None``."""
+    from ..measure import MeasurementState
+
+    views = gather_accumulator(state.views, device)
+    calibrated = None
+    if state.calibrated is not None:
+        kinds = {kind: gather_accumulator(acc, device) for kind, acc in state.calibrated.accumulators.items()}
+        sequences = _all_gather_ints([state.calibrated.sequences], device)
+        if views is not None:
+            calibrated = MeasurementState.new(analysis).calibrated
+            calibrated.accumulators = kinds
+            calibrated.sequences = sum(s[0] for s in sequences)
+    if views is None:
+        return None
+    return MeasurementState(views, calibrated, None)
 
 
 def gather_accumulator(acc, device: torch.device):
@@ -151,7 +176,8 @@ def gather_accumulator(acc, device: torch.device):
     merged_arrays = {k: np.concatenate(v) for k, v in parts.items()}
     merged_arrays.update({k: v for k, v in arrays.items() if k.startswith("fit|")})
     merged_meta = {**meta, "sequences": sum(s[1] for s in sizes), "tokens": sum(s[2] for s in sizes)}
-    merged = ViewAccumulator([v.name for v in acc.views], include_embedding=acc.include_embedding, pc_estimate=acc.pc_estimate)
+    merged = ViewAccumulator([v.name for v in acc.views], include_embedding=acc.include_embedding, pc_estimate=acc.pc_estimate,
+                             similarities=acc.similarities)
     merged.load_state(merged_arrays, merged_meta)
     return merged
 

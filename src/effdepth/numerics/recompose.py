@@ -88,7 +88,7 @@ def recompose_carry(result_or_view, carries, include_embedding: bool | None = No
     Always the frobenius similarity: the Gram matrix holds nothing per token.
 
     >>> import effdepth, torch
-    >>> r = effdepth.from_states(torch.randn(5, 2, 8, 16, dtype=torch.float64))
+    >>> r = effdepth.from_states(torch.randn(5, 2, 8, 16, dtype=torch.float64), similarity="frobenius")
     >>> rows = recompose_carry(r, [1.0, 0.5])
     >>> abs(rows[0]["deff"] - r.default.deff) < 1e-12
     True
@@ -111,7 +111,7 @@ def recompose_decorrelated(result_or_view, include_embedding: bool | None = None
     process that reference describes.
 
     >>> import effdepth, torch
-    >>> r = effdepth.from_states(torch.randn(5, 2, 8, 16, dtype=torch.float64))
+    >>> r = effdepth.from_states(torch.randn(5, 2, 8, 16, dtype=torch.float64), similarity="frobenius")
     >>> d = recompose_decorrelated(r)
     >>> abs(d["deff"] - r.default.references["matched"]) < 1e-12
     True

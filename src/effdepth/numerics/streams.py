@@ -204,8 +204,8 @@ class ViewAccumulator:
         self.sequences += sequences
         self.tokens += tokens
 
-    def _mark(self) -> dict:
-        """What :meth:`_restore` needs to undo later updates (cka-full sums are copied)."""
+    def mark(self) -> dict:
+        """What :meth:`rollback` needs to undo later updates (cka-full sums are copied)."""
         return {
             "units": {k: len(v) for k, v in self._units.items()},
             "cka": {k: len(v) for k, v in self._cka_units.items()},
@@ -214,8 +214,8 @@ class ViewAccumulator:
             "counts": (self.sequences, self.tokens),
         }
 
-    def _restore(self, mark: dict) -> None:
-        """Undo every update since :meth:`_mark` (e.g. when a paired stream failed)."""
+    def rollback(self, mark: dict) -> None:
+        """Undo every update since :meth:`mark` (e.g. when a paired stream failed)."""
         for k, n in mark["units"].items():
             del self._units[k][n:]
         for k, n in mark["cka"].items():

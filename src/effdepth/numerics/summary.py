@@ -10,11 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from .bootstrap import bootstrap_intervals, bootstrap_weights
+from .cka import ViewUnavailable
 from .metrics import full_metrics
 from .statistics import UnitStatistics
 
-#: The totals kept in a result, so its numbers can be recomputed from it.
-KEPT_TOTALS = ("n", "gram_states", "gram_increments", "update_state_dot")
+#: The totals kept in a result, so its numbers can be recomputed from it (the kernel ones when present).
+KEPT_TOTALS = ("n", "gram_states", "gram_increments", "update_state_dot", "hsic", "cka_energy", "hsic_full", "cka_full_energy")
 
 
 def view_summary(stats: UnitStatistics, *, similarity: str, include_embedding: bool, bootstrap: int = 0, seed: int = 0,
@@ -51,29 +52,74 @@ def view_summary(stats: UnitStatistics, *, similarity: str, include_embedding: b
         "related": {k: as_list(v) for k, v in m["related"].items()},
         "reference_profiles": {k: as_list(v) for k, v in m["reference_profiles"].items()},
         "ci": ci,
-        "statistics": {k: as_list(totals[k]) for k in KEPT_TOTALS},
+        "statistics": {k: as_list(totals[k]) for k in KEPT_TOTALS if k in totals},
+        "definition": similarity,
     }
 
 
-def view_summaries(accumulator, *, similarity: str, include_embedding: bool, bootstrap: int, seed: int) -> dict:
-    """``{view name: summary}`` for every view of a :class:`~effdepth.numerics.streams.ViewAccumulator`.
+def view_summaries(accumulator, *, similarity: str, include_embedding: bool, bootstrap: int, seed: int,
+                   calibrated=None) -> tuple:
+    """``({view name: summary}, {view name: reason unavailable})`` of one similarity, for every view
+    of a :class:`~effdepth.numerics.streams.ViewAccumulator`.
+
+    With ``calibrated`` (:class:`~effdepth.numerics.surrogate.CalibratedReferences`),
+    each view's references gain ``structural_cal`` and ``matched_cal``: the
+    D_eff of the surrogate streams through the same view and similarity.
 
     >>> import torch
     >>> from effdepth.numerics.streams import ViewAccumulator
-    >>> acc = ViewAccumulator(["default", "drop-pos0"]); acc.update(torch.randn(3, 2, 5, 4))
-    >>> sorted(view_summaries(acc, similarity="frobenius", include_embedding=False, bootstrap=0, seed=0))
-    ['default', 'drop-pos0']
+    >>> acc = ViewAccumulator(["default", "pos0-only"], similarities=("cka",)); acc.update(torch.randn(3, 2, 5, 4))
+    >>> done, unavailable = view_summaries(acc, similarity="cka", include_embedding=False, bootstrap=0, seed=0)
+    >>> sorted(done), unavailable["pos0-only"][:40]
+    (['default'], 'pos0-only keeps one token per sequence; ')
     """
-    out = {}
+    out, unavailable = {}, {}
     weights = None
     for spec in accumulator.views:
-        stats = accumulator.unit_statistics(spec)
+        try:
+            stats = accumulator.unit_statistics(spec, similarity)
+        except ViewUnavailable as exc:
+            unavailable[spec.name] = exc.reason
+            continue
         if weights is None and bootstrap > 0 and stats.units >= 2:
             weights = bootstrap_weights(stats.units, bootstrap, seed)
-        out[spec.name] = view_summary(
-            stats, similarity=similarity, include_embedding=include_embedding, bootstrap=bootstrap, seed=seed, weights=weights
+        summary = view_summary(
+            stats, similarity=similarity, include_embedding=include_embedding, bootstrap=bootstrap, seed=seed,
+            weights=weights if weights is not None and stats.units == weights.shape[1] else None,
         )
-    return out
+        # cka-full pools every sequence into one unit; the count that matters is the real one.
+        summary["sequences"] = accumulator.sequences if similarity == "cka-full" else summary["sequences"]
+        if similarity == "cka":
+            summary["left_out"] = accumulator.cka_left_out(spec)
+        if calibrated is not None and similarity != "cka-full":
+            add_calibrated(summary, calibrated, spec, similarity=similarity, include_embedding=include_embedding,
+                           bootstrap=bootstrap, seed=seed, weights=weights)
+        out[spec.name] = summary
+    return out, unavailable
+
+
+CALIBRATED = {"structural": "structural_cal", "matched": "matched_cal"}
+
+
+def add_calibrated(summary: dict, calibrated, spec, *, similarity: str, include_embedding: bool, bootstrap: int,
+                   seed: int, weights: np.ndarray | None) -> None:
+    """Put the surrogate streams' D_eff (and intervals, and profiles) among a view's references."""
+    for kind, name in CALIBRATED.items():
+        try:
+            stats = calibrated.unit_statistics(spec, similarity, kind=kind)
+        except ViewUnavailable:
+            continue
+        totals = stats.total()
+        m = full_metrics(totals, similarity, include_embedding)
+        summary["references"][name] = float(m["deff"])
+        summary["reference_profiles"][name] = as_list(m["profile"])
+        # The same resampled sequences as the real stream when it covers them all (paired intervals).
+        paired = weights if weights is not None and weights.shape[1] == stats.units else None
+        ci = bootstrap_intervals(stats, similarity=similarity, include_embedding=include_embedding,
+                                 resamples=bootstrap, seed=seed + 1, weights=paired)
+        if ci is not None and summary["ci"] is not None:
+            summary["ci"][f"reference_{name}"] = ci["deff"]
+    summary["calibrated_sequences"] = calibrated.sequences
 
 
 def as_list(x):

@@ -172,14 +172,14 @@ class CalibratedReferences:
         s = states[:, :take]
         m = None if mask is None else mask[:take]
         first = self.first_sequence + self.sequences
-        marks = {kind: acc._mark() for kind, acc in self.accumulators.items()}
+        marks = {kind: acc.mark() for kind, acc in self.accumulators.items()}
         try:
             for kind, acc in self.accumulators.items():
                 gens = [sequence_generator(self.seed, first + i, s.device) for i in range(take)]
                 acc.update(surrogate_states(s, m, kind, gens, self.include_embedding), m)
         except BaseException:
             for kind, acc in self.accumulators.items():
-                acc._restore(marks[kind])
+                acc.rollback(marks[kind])
             raise
         self.sequences += take
 

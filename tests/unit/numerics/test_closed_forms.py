@@ -9,6 +9,12 @@ from hypothesis import strategies as st
 import effdepth
 from effdepth.numerics.references import reference_fl, reference_from_energies
 
+
+def from_states(states, **options):
+    """These closed forms and identities are the cosine families': frobenius unless a test says otherwise."""
+    options.setdefault("similarity", "frobenius")
+    return effdepth.from_states(states, **options)
+
 REL = 1e-12
 
 
@@ -36,7 +42,7 @@ def test_identical_states_give_one(L, tokens, data):
     rng = np.random.default_rng(data.draw(st.integers(0, 10_000)))
     s = np.repeat(rng.standard_normal((1, tokens, 8)), L + 1, axis=0) * rng.uniform(0.5, 2)
     for sim in ("frobenius", "token"):
-        assert effdepth.from_states(s, similarity=sim).default.deff == pytest.approx(1.0, rel=REL)
+        assert from_states(s, similarity=sim).default.deff == pytest.approx(1.0, rel=REL)
 
 
 @settings(max_examples=40, deadline=None)
@@ -48,7 +54,7 @@ def test_mutually_orthogonal_states_give_n(L, include):
         s[l, :, l] = torch.tensor([1.0, 2.0, 3.0])
     n = L + 1 if include else L
     for sim in ("frobenius", "token"):
-        assert effdepth.from_states(s, include_embedding=include, similarity=sim).default.deff == pytest.approx(n, rel=REL)
+        assert from_states(s, include_embedding=include, similarity=sim).default.deff == pytest.approx(n, rel=REL)
 
 
 @settings(max_examples=40, deadline=None)
@@ -56,7 +62,7 @@ def test_mutually_orthogonal_states_give_n(L, include):
 def test_orthogonal_equal_updates_without_initial_state_give_fl(L, tokens):
     s = orthogonal_increment_states([1.0] * L, 0.0, tokens, L + 1)
     for sim in ("frobenius", "token"):
-        v = effdepth.from_states(s, similarity=sim).default
+        v = from_states(s, similarity=sim).default
         assert v.deff == pytest.approx(2 * L / (L + 1), rel=REL)
         assert v.reference == pytest.approx(2 * L / (L + 1), rel=REL)
         assert v.ratio == pytest.approx(1.0, rel=REL)
@@ -67,7 +73,7 @@ def test_orthogonal_equal_updates_without_initial_state_give_fl(L, tokens):
 def test_include_embedding_with_unit_first_state_gives_fn(L):
     # With the embedding analysed, F_N counts S_0 as one unit update (E = 1..N).
     s = orthogonal_increment_states([1.0] * L, 1.0, 2, L + 2)
-    v = effdepth.from_states(s, include_embedding=True).default
+    v = from_states(s, include_embedding=True).default
     assert v.deff == pytest.approx(reference_fl(L + 1), rel=REL)
 
 
@@ -85,7 +91,7 @@ def test_orthogonal_updates_give_r_of_cumulative_energies(energies, initial, inc
     expected = reference_from_energies(cumulative if include else cumulative[1:])
     if include and initial == 0.0:
         return  # S_0 = 0 has no direction: the closed form needs E_0 > 0
-    v = effdepth.from_states(s, include_embedding=include, similarity=sim).default
+    v = from_states(s, include_embedding=include, similarity=sim).default
     assert v.deff == pytest.approx(float(expected), rel=1e-10)
     # Orthogonal updates: D_eff is exactly R_matched, nothing is left to correlation.
     assert v.references["matched"] == pytest.approx(v.deff, rel=1e-10)
@@ -113,7 +119,7 @@ def test_ar1_in_high_dimension(rho):
         s[l] = rho * s[l - 1] + np.sqrt(1 - rho**2) * torch.randn(tokens, d, generator=gen, dtype=torch.float64)
     n = L
     expected = n**2 / (n + 2 * sum((n - k) * rho ** (2 * k) for k in range(1, n)))
-    got = effdepth.from_states(s).default.deff
+    got = from_states(s).default.deff
     # finite-d noise: squared cosines of independent vectors are ~1/(tokens*d), not 0
     assert got == pytest.approx(expected, rel=0.01)
 

@@ -7,6 +7,12 @@ import torch
 import effdepth
 
 
+def from_states(states, **options):
+    """These closed forms and identities are the cosine families': frobenius unless a test says otherwise."""
+    options.setdefault("similarity", "frobenius")
+    return effdepth.from_states(states, **options)
+
+
 def naive(states, include_embedding=False, similarity="frobenius"):
     """Straight from METHOD.md, with loops and no shared code."""
     S = np.asarray(states, dtype=np.float64)  # (M, tokens, d)
@@ -77,7 +83,7 @@ def random_walk(L=6, tokens=7, d=10, seed=0):
 def test_matches_naive(include, similarity, seed):
     s = random_walk(seed=seed)
     ref = naive(s, include, similarity)
-    v = effdepth.from_states(torch.from_numpy(s), include_embedding=include, similarity=similarity).default
+    v = from_states(torch.from_numpy(s), include_embedding=include, similarity=similarity).default
     assert v.deff == pytest.approx(ref["deff"], rel=1e-12)
     assert v.reference == pytest.approx(ref["fl"], rel=1e-15)
     np.testing.assert_allclose(v.similarity, ref["sim"], rtol=1e-12)
@@ -93,7 +99,7 @@ def test_matches_naive(include, similarity, seed):
 def test_profile_form_equals_matrix_form():
     from effdepth.numerics.similarity import deff, deff_from_profile
 
-    v = effdepth.from_states(torch.from_numpy(random_walk())).default
+    v = from_states(torch.from_numpy(random_walk())).default
     assert float(deff_from_profile(np.array(v.profile))) == pytest.approx(float(deff(np.array(v.similarity))), rel=1e-12)
 
 
@@ -105,7 +111,7 @@ def test_update_energy_uses_explicit_differences():
     L = 4
     ups = rng.standard_normal((L, 5, 64)) * 1e-2
     s = np.concatenate([base[None], base[None] + np.cumsum(ups, axis=0)])
-    v = effdepth.from_states(torch.from_numpy(s)).default
+    v = from_states(torch.from_numpy(s)).default
     expected = (ups**2).sum(axis=(1, 2))
     np.testing.assert_allclose(v.update_energy, expected, rtol=1e-6)
 
@@ -116,9 +122,9 @@ def test_batch_units_and_mask():
     batch = np.stack([s[:, :6], s[:, 6:]], axis=1)  # (M, 2, 6, d)
     padded = np.concatenate([batch, np.full((5, 2, 3, 8), 1e30)], axis=2)
     mask = np.concatenate([np.ones((2, 6)), np.zeros((2, 3))], axis=1)
-    a = effdepth.from_states(torch.from_numpy(batch)).default
-    b = effdepth.from_states(torch.from_numpy(padded), mask=torch.from_numpy(mask)).default
-    whole = effdepth.from_states(torch.from_numpy(s)).default
+    a = from_states(torch.from_numpy(batch)).default
+    b = from_states(torch.from_numpy(padded), mask=torch.from_numpy(mask)).default
+    whole = from_states(torch.from_numpy(s)).default
     assert a.deff == pytest.approx(b.deff, rel=1e-12)
     assert a.deff == pytest.approx(whole.deff, rel=1e-12)
     assert a.sequences == 2 and whole.sequences == 1

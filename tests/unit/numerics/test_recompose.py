@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 import effdepth
 from effdepth.errors import EffdepthError
 from effdepth.numerics.recompose import (
+
     carried_gram,
     carry_matrix,
     decorrelated_gram,
@@ -16,6 +17,12 @@ from effdepth.numerics.recompose import (
     recompose_decorrelated,
     state_gram_deff,
 )
+
+
+def from_states(states, **options):
+    """These closed forms and identities are the cosine families': frobenius unless a test says otherwise."""
+    options.setdefault("similarity", "frobenius")
+    return effdepth.from_states(states, **options)
 
 RTOL = 1e-11
 
@@ -58,7 +65,7 @@ def decorrelate(states):
 @example(seed=61394, shape=(5, 1, 1, 1), include_embedding=False, residual=True)
 def test_carry_one_recomposition_equals_the_measured_deff(seed, shape, include_embedding, residual):
     states = random_states(seed, *shape, residual=residual)
-    view = effdepth.from_states(torch.from_numpy(states), include_embedding=include_embedding).default
+    view = from_states(torch.from_numpy(states), include_embedding=include_embedding).default
     row = recompose_carry(view, [1.0], include_embedding=include_embedding)[0]
     # Rebuilding a state from its increments cancels digits when it is tiny
     # next to its neighbours (hypothesis found a scalar stream with -0.006
@@ -71,7 +78,7 @@ def test_carry_one_recomposition_equals_the_measured_deff(seed, shape, include_e
 @given(seed=st.integers(0, 2**32 - 1), shape=shapes, include_embedding=st.booleans())
 def test_decorrelated_recomposition_equals_r_matched(seed, shape, include_embedding):
     states = random_states(seed, *shape)
-    result = effdepth.from_states(torch.from_numpy(states), include_embedding=include_embedding)
+    result = from_states(torch.from_numpy(states), include_embedding=include_embedding)
     decorrelated = recompose_decorrelated(result)  # include_embedding read from the result
     assert decorrelated["deff"] == pytest.approx(result.default.references["matched"], rel=RTOL)
     rows = recompose_carry(result, [1.0])
@@ -82,8 +89,8 @@ def test_decorrelated_recomposition_equals_r_matched(seed, shape, include_embedd
 @given(seed=st.integers(0, 2**32 - 1), shape=shapes, lam=st.floats(0.0, 1.0), include_embedding=st.booleans())
 def test_gram_recomposition_matches_explicitly_rebuilt_states(seed, shape, lam, include_embedding):
     states = random_states(seed, *shape)
-    rebuilt = effdepth.from_states(torch.from_numpy(carry_sweep(states, lam)), include_embedding=include_embedding).default
-    row = recompose_carry(effdepth.from_states(torch.from_numpy(states)).default, [lam], include_embedding=include_embedding)[0]
+    rebuilt = from_states(torch.from_numpy(carry_sweep(states, lam)), include_embedding=include_embedding).default
+    row = recompose_carry(from_states(torch.from_numpy(states)).default, [lam], include_embedding=include_embedding)[0]
     assert row["deff"] == pytest.approx(rebuilt.deff, rel=1e-9)
 
 
@@ -93,8 +100,8 @@ def test_gram_recomposition_matches_explicitly_rebuilt_states(seed, shape, lam, 
 def test_decorrelated_gram_matches_gram_schmidt_on_states(seed, layers, lam, include_embedding):
     states = random_states(seed, layers, 2, 3, 4)  # 24 dimensions > L+1 increments
     explicit = decorrelate(states)
-    swept = effdepth.from_states(torch.from_numpy(carry_sweep(explicit, lam)), include_embedding=include_embedding).default
-    gram = effdepth.from_states(torch.from_numpy(states)).default.statistics["gram_increments"]
+    swept = from_states(torch.from_numpy(carry_sweep(explicit, lam)), include_embedding=include_embedding).default
+    gram = from_states(torch.from_numpy(states)).default.statistics["gram_increments"]
     got = recompose_decorrelated(gram, include_embedding=include_embedding, carry=lam)
     assert got["deff"] == pytest.approx(swept.deff, rel=1e-9)
 
@@ -129,15 +136,15 @@ def test_orthogonal_equal_updates_give_fl():
 
 def test_views_and_token_similarity_results():
     states = torch.from_numpy(random_states(3, 4, 3, 5, 16))
-    result = effdepth.from_states(states, views="default,drop-pos0", similarity="token")
+    result = from_states(states, views="default,drop-pos0", similarity="token")
     view = result.views["drop-pos0"]
-    frob = effdepth.from_states(states, views="default,drop-pos0").views["drop-pos0"]
+    frob = from_states(states, views="default,drop-pos0").views["drop-pos0"]
     assert recompose_carry(view, [1.0])[0]["deff"] == pytest.approx(frob.deff, rel=RTOL)  # always frobenius
     assert recompose_decorrelated(view)["deff"] == pytest.approx(frob.references["matched"], rel=RTOL)
 
 
 def test_bad_inputs():
-    view = effdepth.from_states(torch.randn(4, 8, 16)).default
+    view = from_states(torch.randn(4, 8, 16)).default
     with pytest.raises(EffdepthError, match="outside"):
         recompose_carry(view, [1.2])
     with pytest.raises(EffdepthError, match="outside"):

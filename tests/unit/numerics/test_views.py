@@ -11,6 +11,12 @@ from effdepth.errors import EffdepthError
 from effdepth.numerics.views import parse_view, parse_views
 
 
+def from_states(states, **options):
+    """These closed forms and identities are the cosine families': frobenius unless a test says otherwise."""
+    options.setdefault("similarity", "frobenius")
+    return effdepth.from_states(states, **options)
+
+
 def states(L=5, B=3, T=6, d=12, seed=0):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(L + 1, B, T, d, generator=g, dtype=torch.float64)
@@ -68,15 +74,15 @@ VIEWS = ["default", "drop-pos0", "pos0-only", "token-norm", "center", "top2pc", 
 @pytest.mark.parametrize("view", VIEWS)
 def test_view_equals_transform_then_default(view):
     s = states()
-    got = effdepth.from_states(s, views=[view], pc_estimate="exact").views[view].deff
+    got = from_states(s, views=[view], pc_estimate="exact").views[view].deff
     assert got == pytest.approx(naive_default(transform(view, s)), rel=1e-9)
 
 
 def test_calibration_fit_uses_first_batch_which_here_is_everything():
     # Same tokens; calibration forms its scatter matrices in float32, exact in float64.
     s = states()
-    a = effdepth.from_states(s, views=["top2pc"], pc_estimate="exact").views["top2pc"]
-    b = effdepth.from_states(s, views=["top2pc"], pc_estimate="calibration").views["top2pc"]
+    a = from_states(s, views=["top2pc"], pc_estimate="exact").views["top2pc"]
+    b = from_states(s, views=["top2pc"], pc_estimate="calibration").views["top2pc"]
     assert a.deff == pytest.approx(b.deff, rel=1e-5)
 
 
@@ -115,8 +121,8 @@ def test_top1pc_recovers_a_planted_dominant_direction():
     direction /= direction.norm()
     strength = torch.randn(s.shape[1], s.shape[2], generator=g, dtype=torch.float64) * 1e4
     planted = s + strength[None, :, :, None] * direction
-    r = effdepth.from_states(planted, views=["default", "top1pc"], pc_estimate="exact")
-    clean = effdepth.from_states(s, views=["default"]).views["default"].deff
+    r = from_states(planted, views=["default", "top1pc"], pc_estimate="exact")
+    clean = from_states(s, views=["default"]).views["default"].deff
     # the planted direction makes every layer look alike...
     assert r.views["default"].deff < 1.01
     # ...and removing the top PC gives back the clean stream's D_eff.
@@ -129,8 +135,8 @@ def test_token_norm_is_invariant_to_rescaling_a_token(scale, b, t):
     s = states()
     scaled = s.clone()
     scaled[:, b, t] *= scale
-    a = effdepth.from_states(s, views=["token-norm"]).views["token-norm"].deff
-    c = effdepth.from_states(scaled, views=["token-norm"]).views["token-norm"].deff
+    a = from_states(s, views=["token-norm"]).views["token-norm"].deff
+    c = from_states(scaled, views=["token-norm"]).views["token-norm"].deff
     assert a == pytest.approx(c, rel=1e-10)
 
 
@@ -138,8 +144,8 @@ def test_drop_pos0_ignores_a_huge_position_zero_default_does_not():
     s = states()
     huge = s.clone()
     huge[:, :, 0] = 1e9 * torch.ones(s.shape[-1], dtype=torch.float64)  # same huge vector every layer
-    a = effdepth.from_states(s, views=["default", "drop-pos0"]).views
-    b = effdepth.from_states(huge, views=["default", "drop-pos0"]).views
+    a = from_states(s, views=["default", "drop-pos0"]).views
+    b = from_states(huge, views=["default", "drop-pos0"]).views
     assert b["drop-pos0"].deff == pytest.approx(a["drop-pos0"].deff, rel=1e-12)
     assert b["default"].deff < 1.0001  # dominated: every layer looks like position 0
     assert a["default"].deff > 1.2
@@ -147,21 +153,21 @@ def test_drop_pos0_ignores_a_huge_position_zero_default_does_not():
 
 def test_parts_add_up_to_default():
     s = states()
-    v = effdepth.from_states(s, views=["default", "drop-pos0", "pos0-only"]).views
+    v = from_states(s, views=["default", "drop-pos0", "pos0-only"]).views
     g = lambda name: np.array(v[name].statistics["gram_states"])
     np.testing.assert_allclose(g("default"), g("drop-pos0") + g("pos0-only"), rtol=1e-12)
 
 
 def test_selection_and_token_norm_commute():
     s = states()
-    r = effdepth.from_states(s, views=["token-norm+drop-pos0", "drop-pos0+token-norm"]).views
+    r = from_states(s, views=["token-norm+drop-pos0", "drop-pos0+token-norm"]).views
     assert r["token-norm+drop-pos0"].deff == r["drop-pos0+token-norm"].deff
 
 
 def test_documented_order_selection_before_center():
     # center+drop-pos0 is applied in the documented order: select, then centre.
     s = states()
-    r = effdepth.from_states(s, views=["center+drop-pos0"], pc_estimate="exact").views["center+drop-pos0"]
+    r = from_states(s, views=["center+drop-pos0"], pc_estimate="exact").views["center+drop-pos0"]
     assert r.deff == pytest.approx(naive_default(transform("drop-pos0+center", s)), rel=1e-9)
     assert parse_view("center+drop-pos0").canonical == "drop-pos0+center"
     assert parse_view("top1pc+token-norm+center").canonical == "token-norm+center+top1pc"
@@ -169,7 +175,7 @@ def test_documented_order_selection_before_center():
 
 def test_shared_pcs_remove_one_direction_for_all_layers():
     s = states(T=30)
-    v = effdepth.from_states(s, views=["top1pc-shared"], pc_estimate="exact").views["top1pc-shared"]
+    v = from_states(s, views=["top1pc-shared"], pc_estimate="exact").views["top1pc-shared"]
     flat = s.reshape(s.shape[0], -1, s.shape[-1])
     cov = torch.stack([torch.cov(layer.T, correction=0) for layer in flat]).mean(0)
     _, vecs = torch.linalg.eigh(cov)
@@ -190,7 +196,7 @@ def test_paper_views_and_errors():
 
 
 def test_every_view_reports_everything():
-    r = effdepth.from_states(states(B=4), views="paper", bootstrap=50)
+    r = from_states(states(B=4), views="paper", bootstrap=50)
     for name, v in r.views.items():
         assert v.ci is not None and set(v.ci) >= {"deff", "ratio", "gap_pct", "initial_state", "profile"}
         assert len(v.profile) == v.num_states and v.references and v.attribution and v.related["angular_distance"]
