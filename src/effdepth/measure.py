@@ -146,13 +146,19 @@ def prepare(
     """Load the model and the corpus once, for one or several measurements
     (e.g. the carry values of an intervention)."""
     from .data.corpus import load_corpus
-    from .models import load_model, load_tokenizer, locate_model
+    from .hub import check_measure_inputs
+    from .models import ModelSource, load_model, load_tokenizer, locate_model
 
     validate_options(seq_len=seq_len, num_seqs=num_seqs)
     # Tokenizer and corpus first: a bad corpus fails in seconds, before the weights load.
     source = model
     if not isinstance(model, torch.nn.Module):
-        source = locate_model(model, revision=revision, trust_remote_code=trust_remote_code)
+        source = model if isinstance(model, ModelSource) else locate_model(model, revision=revision, trust_remote_code=trust_remote_code)
+    # Offline, or with no way to the hub: fail in seconds when the cache lacks the model or corpus.
+    on_hub = isinstance(source, ModelSource) and source.info.get("source") == "hub"
+    check_measure_inputs(source.info["id"] if on_hub else None, source.kwargs.get("revision") if on_hub else None,
+                         corpus, allow_pickle=allow_pickle)
+    if not isinstance(model, torch.nn.Module):
         if tokenizer is None:
             tokenizer = load_tokenizer(source)
     tokens = load_corpus(corpus, tokenizer, seq_len=seq_len, num_seqs=num_seqs, seed=seed, add_bos=add_bos)

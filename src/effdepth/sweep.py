@@ -251,6 +251,10 @@ def measure_job(payload: dict) -> Result:
         raise EffdepthError(
             f"this worker has effdepth {__version__} but the driver {payload.get('effdepth')}; install the same version everywhere"
         )
+    if payload.get("offline"):
+        from .hub import set_offline
+
+        set_offline(True)
     options = dict(payload["options"])
     corpus = options.pop("corpus", None)
     model = payload.get("source") or payload["id"]
@@ -369,10 +373,35 @@ def sweep(
     opts = measure_options(**options)
     jobs = make_jobs(models, opts, revision=revision)
     ex = make_executor(executor, ray_address=ray_address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task)
+    check_cache(jobs, opts, models=models, revision=revision)
     statuses = run_jobs(jobs, out, ex, progress=progress, log=log, checkpoint_every_s=checkpoint_every_s)
     rows = summary_rows(out, jobs)
     files = write_outputs(out, rows, jobs, figures=figures, report=report, log=log)
     return SweepOutcome(Path(out), rows, _count(statuses), files)
+
+
+def check_cache(jobs: list, opts: dict, *, models=(), revision: str | None = None) -> None:
+    """Before the first forward pass: every hub model and revision, and the corpus, from the hub or the cache.
+
+    Offline, all that is missing is listed at once with the ``effdepth fetch``
+    command that fills the cache; online the hub is probed once (see
+    :func:`effdepth.hub.check_available`).
+
+    >>> check_cache(make_jobs(["tiny:gpt2"], {"corpus": ["text"]}), {"corpus": ["text"]})
+    """
+    from . import hub
+
+    allow_pickle = bool(opts.get("allow_pickle"))
+    corpus = opts.get("corpus")
+    needs = [hub.Need("model", j.model.id, j.revision, allow_pickle) for j in jobs
+             if j.source is None and not j.model.is_tiny and not Path(j.model.id).expanduser().exists()]
+    needs += hub.corpus_needs(corpus)
+    specs = [str(m) for m in (models if isinstance(models, (list, tuple)) else [models]) if isinstance(m, (str, Path))]
+    with_models = any(n.kind == "model" for n in needs)
+    hub_corpus = [corpus] if hub.parse_hf_corpus(corpus) is not None else []
+    fix = hub.fetch_command(specs if with_models else [], revisions=[revision] if revision else [],
+                            corpora=hub_corpus if with_models else hub_corpus or [hub.SHAKESPEARE], allow_pickle=allow_pickle)
+    hub.check_available(needs, fix=fix)
 
 
 def run_jobs(jobs: list, out, executor, *, progress: bool = False, log=None, checkpoint_every_s: float = 30.0) -> dict:
@@ -407,9 +436,14 @@ def run_jobs(jobs: list, out, executor, *, progress: bool = False, log=None, che
 
     local = executor.shares_filesystem  # only then can a job keep partial statistics where a rerun finds them
 
+    from .hub import is_offline
+
+    offline = is_offline()  # Ray workers on other nodes do not inherit this process's switch
+
     def payload(job):
         checkpoint = str(checkpoint_dir(job_folder(out, job))) if local else None
-        return job.payload(checkpoint=checkpoint, progress=progress and local, checkpoint_every_s=checkpoint_every_s)
+        data = job.payload(checkpoint=checkpoint, progress=progress and local, checkpoint_every_s=checkpoint_every_s)
+        return {**data, "offline": True} if offline else data
 
     items = [(job, payload(job)) for job in todo]
     try:
