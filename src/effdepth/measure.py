@@ -103,13 +103,20 @@ def prepare(load: LoadOptions | Options, *, progress: bool = True) -> Prepared:
     (3, (2, 8))
     """
     from .data.corpus import is_token_ids, load_corpus
-    from .models import check_sequence_length, load_model, load_tokenizer, locate_model, source_config
+    from .hub import check_measure_inputs
+    from .models import ModelSource, check_sequence_length, load_model, load_tokenizer, locate_model, source_config
 
     load = load.load if isinstance(load, Options) else load
     # Tokenizer and corpus first: a bad corpus fails in seconds, before the weights load.
     source, tokenizer = load.model, load.tokenizer
     if not isinstance(source, torch.nn.Module):
-        source = locate_model(source, revision=load.revision, trust_remote_code=load.trust_remote_code)
+        if not isinstance(source, ModelSource):
+            source = locate_model(source, revision=load.revision, trust_remote_code=load.trust_remote_code)
+    # Offline, or with no way to the hub: fail in seconds when the cache lacks the model or corpus.
+    on_hub = isinstance(source, ModelSource) and source.info.get("source") == "hub"
+    check_measure_inputs(source.info["id"] if on_hub else None, source.kwargs.get("revision") if on_hub else None,
+                         load.corpus, allow_pickle=load.allow_pickle)
+    if not isinstance(source, torch.nn.Module):
         if not load.allow_long and not is_token_ids(load.corpus) and (config := source_config(source)) is not None:
             check_sequence_length(load.seq_len, config, source.info.get("id") or "the model")
         if tokenizer is None:

@@ -205,7 +205,7 @@ def load_model(
         {
             "model_type": getattr(config, "model_type", None),
             "class": type(m).__name__,
-            "commit": getattr(config, "_commit_hash", None),
+            "commit": getattr(config, "_commit_hash", None) or _hub_commit(info),
             "num_layers": getattr(text_config, "num_hidden_layers", None),
             "hidden_size": getattr(text_config, "hidden_size", None),
             "vocab_size": getattr(text_config, "vocab_size", None),
@@ -215,6 +215,15 @@ def load_model(
         }
     )
     return LoadedModel(m, tok, info)
+
+
+def _hub_commit(info: dict) -> str | None:
+    """The commit a hub model was loaded from, as the cache recorded it (transformers 5 no longer says)."""
+    if info.get("source") != "hub":
+        return None
+    from .hub import cached_commit
+
+    return cached_commit(info["id"], info.get("revision"))
 
 
 def _locate(model, revision) -> tuple:
@@ -299,11 +308,13 @@ def _load_error(info: dict, exc: Exception) -> str:
 @contextlib.contextmanager
 def _quiet():
     """Silence library chatter during loading; errors still propagate."""
+    from .hub import quiet_hub
+
     logger = logging.getLogger("transformers")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), quiet_hub():
             warnings.simplefilter("ignore")
             with contextlib.redirect_stdout(io.StringIO()):
                 yield

@@ -237,6 +237,10 @@ def measure_job(payload: dict) -> Result:
         raise EffdepthError(
             f"this worker has effdepth {__version__} but the driver {payload.get('effdepth')}; install the same version everywhere"
         )
+    if payload.get("offline"):
+        from .hub import set_offline
+
+        set_offline(True)
     own = {"model": payload.get("source") or payload["id"], "revision": payload.get("revision")}
     if payload["id"].startswith(TINY_PREFIX):
         own.update(model=_tiny_model(payload["id"]), tokenizer=_byte_tokenizer())
@@ -345,6 +349,7 @@ def sweep(models, out, options: Options | None = None, *, revision: str | None =
     run = run or RunOptions(progress=False)
     jobs = make_jobs(models, job_options(options), revision=revision)
     ex = make_executor(executor) if isinstance(executor, str) else executor
+    check_cache(jobs, job_options(options), models=models, revision=revision)
     statuses = run_jobs(jobs, out, ex, run=run, log=log)
     rows = summary_rows(out, jobs)
     files = write_outputs(out, rows, jobs, figures=figures, report=report, log=log)
@@ -355,6 +360,30 @@ def _combined(options: Options | None, measure_options: dict) -> Options:
     if options is None:
         return Options.build(**measure_options)
     return options.replace(**measure_options) if measure_options else options
+
+
+def check_cache(jobs: list, opts: dict, *, models=(), revision: str | None = None) -> None:
+    """Before the first forward pass: every hub model and revision, and the corpus, from the hub or the cache.
+
+    Offline, all that is missing is listed at once with the ``effdepth fetch``
+    command that fills the cache; online the hub is probed once (see
+    :func:`effdepth.hub.check_available`).
+
+    >>> check_cache(make_jobs(["tiny:gpt2"], {"corpus": ["text"]}), {"corpus": ["text"]})
+    """
+    from . import hub
+
+    allow_pickle = bool(opts.get("allow_pickle"))
+    corpus = opts.get("corpus")
+    needs = [hub.Need("model", j.model.id, j.revision, allow_pickle) for j in jobs
+             if j.source is None and not j.model.is_tiny and not Path(j.model.id).expanduser().exists()]
+    needs += hub.corpus_needs(corpus)
+    specs = [str(m) for m in (models if isinstance(models, (list, tuple)) else [models]) if isinstance(m, (str, Path))]
+    with_models = any(n.kind == "model" for n in needs)
+    hub_corpus = [corpus] if hub.parse_hf_corpus(corpus) is not None else []
+    fix = hub.fetch_command(specs if with_models else [], revisions=[revision] if revision else [],
+                            corpora=hub_corpus if with_models else hub_corpus or [hub.SHAKESPEARE], allow_pickle=allow_pickle)
+    hub.check_available(needs, fix=fix)
 
 
 def run_jobs(jobs: list, out, executor, *, run: RunOptions | None = None, log=None) -> dict:
@@ -390,9 +419,14 @@ def run_jobs(jobs: list, out, executor, *, run: RunOptions | None = None, log=No
 
     local = executor.shares_filesystem  # only then can a job keep partial statistics where a rerun finds them
 
+    from .hub import is_offline
+
+    offline = is_offline()  # Ray workers on other nodes do not inherit this process's switch
+
     def payload(job):
         checkpoint = str(checkpoint_dir(job_folder(out, job))) if local else None
-        return job.payload(checkpoint=checkpoint, progress=run.progress and local, checkpoint_every_s=run.checkpoint_every_s)
+        data = job.payload(checkpoint=checkpoint, progress=run.progress and local, checkpoint_every_s=run.checkpoint_every_s)
+        return {**data, "offline": True} if offline else data
 
     items = [(job, payload(job)) for job in todo]
     try:

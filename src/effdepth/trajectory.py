@@ -66,6 +66,7 @@ class Discovered:
     skipped: list
     commits: dict = field(default_factory=dict)
     tokens_per_step: int | None = None
+    notes: list = field(default_factory=list)
 
 
 @dataclass
@@ -108,12 +109,13 @@ def trajectory(model, out, options: Options | None = None, *, revisions: str = "
         raise EffdepthError("trajectory takes --revisions (auto, every:K or a list), not --revision")
     opts = job_options(Options.build(**measure_options) if options is None else options.replace(**measure_options))
     ex = make_executor(executor) if isinstance(executor, str) else executor
-    found = discover(model, tokens_per_step=tokens_per_step)
+    found = discover(model, tokens_per_step=tokens_per_step, revisions=revisions)
     checkpoints, notes = select(found, revisions)
     for note in notes:
         log(note)
     if not checkpoints:
         raise EffdepthError(f"no checkpoints to measure in {found.model}; names seen but skipped: {', '.join(found.skipped[:10]) or 'none'}")
+    _check_cache(found, checkpoints, revisions, opts)
     fingerprints = {c.revision: weights_fingerprint(found, c) for c in checkpoints}
     duplicates = find_duplicates(checkpoints, fingerprints)
     for dup, original in duplicates.items():
@@ -129,13 +131,18 @@ def trajectory(model, out, options: Options | None = None, *, revisions: str = "
 # --------------------------------------------------------------------------- finding checkpoints
 
 
-def discover(model, *, tokens_per_step: int | None = None) -> Discovered:
-    """Every checkpoint of ``model``: the hub's branches, or a local folder's subfolders."""
+def discover(model, *, tokens_per_step: int | None = None, revisions: str = "auto") -> Discovered:
+    """Every checkpoint of ``model``: the hub's branches, or a local folder's subfolders.
+
+    Offline (``--offline``, ``HF_HUB_OFFLINE=1``, or a hub that cannot be
+    reached) the branches come from the local cache; ``revisions`` only
+    shapes the ``effdepth fetch`` advice when they are not there.
+    """
     text = str(model)
     path = Path(text).expanduser()
     if path.is_dir():
         return _discover_local(path, tokens_per_step)
-    return _discover_hub(check_model_id(text), tokens_per_step)
+    return _discover_hub(check_model_id(text), tokens_per_step, revisions)
 
 
 def _discover_local(folder: Path, tokens_per_step: int | None) -> Discovered:
@@ -149,22 +156,54 @@ def _discover_local(folder: Path, tokens_per_step: int | None) -> Discovered:
     return Discovered(str(folder), "local", checkpoints, skipped, tokens_per_step=tokens_per_step)
 
 
-def _discover_hub(repo: str, tokens_per_step: int | None) -> Discovered:
+def _discover_hub(repo: str, tokens_per_step: int | None, revisions: str = "auto") -> Discovered:
     import huggingface_hub
+
+    from . import hub
 
     if repo.startswith("tiny:"):
         raise EffdepthError("tiny models have no training checkpoints; save some with save_pretrained and pass their folder")
-    try:
-        refs = huggingface_hub.list_repo_refs(repo)
-    except Exception as exc:  # network, auth, unknown repo: all mean no branch list
-        raise EffdepthError(
-            f"cannot list the branches of {repo}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}; "
-            "check the id, your network or HF_HUB_OFFLINE (or pass a local folder of checkpoints)"
-        ) from None
-    commits = {b.name: b.target_commit for b in refs.branches}
+    notes = []
+    if hub.is_offline():
+        commits, notes = _cached_branches(repo, revisions)
+    else:
+        try:
+            with hub.quiet_hub():
+                commits = {b.name: b.target_commit for b in huggingface_hub.list_repo_refs(repo).branches}
+        except Exception as exc:  # network, auth, unknown repo: all mean no branch list
+            problem = hub.hub_problem() if hub.is_network_error(exc) else None
+            if problem is None:
+                raise EffdepthError(
+                    f"cannot list the branches of {repo}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}; "
+                    "check the id, your network or HF_HUB_OFFLINE (or pass a local folder of checkpoints)"
+                ) from None
+            if not hub.cached_branches(repo)[0]:
+                raise EffdepthError(f"cannot list the branches of {repo}: " + hub.unreachable_message(
+                    problem, ", and none are in the local cache", f"run `{hub.fetch_command([repo], revisions_spec=revisions)}` "
+                    "on a machine with internet (a login node), then add --offline here")) from None
+            hub.set_offline(True)
+            commits, notes = _cached_branches(repo, revisions)
+            notes.insert(0, f"the Hugging Face hub cannot be reached ({problem}); reading the local cache only, as with --offline")
     per_step = tokens_per_step or tokens_per_step_for(repo)
     checkpoints, skipped = parse_revisions(commits, tokens_per_step=per_step)
-    return Discovered(repo, "hub", checkpoints, skipped, commits, tokens_per_step=per_step)
+    return Discovered(repo, "hub", checkpoints, skipped, commits, tokens_per_step=per_step, notes=notes)
+
+
+def _cached_branches(repo: str, revisions: str) -> tuple[dict, list]:
+    """Offline: the branch list ``effdepth fetch --revisions`` recorded, else the branches in the cache."""
+    from . import hub
+
+    commits, complete = hub.cached_branches(repo)
+    fix = hub.fetch_command([repo], revisions_spec=revisions)
+    if not commits:
+        raise EffdepthError(
+            f"cannot list the branches of {repo} offline: none are in the local cache {hub.hub_cache()}; "
+            f"run `{fix}` on a machine with internet (a login node) first"
+        )
+    if complete:
+        return commits, []
+    return commits, [f"offline: the branches are those in the local cache ({len(commits)}), not the hub's full list; "
+                     f"`{fix}` records the full list"]
 
 
 def select(found: Discovered, revisions: str) -> tuple[list[Checkpoint], list[str]]:
@@ -175,7 +214,7 @@ def select(found: Discovered, revisions: str) -> tuple[list[Checkpoint], list[st
     ['step0', 'step2', 'main']
     """
     kind, arg = parse_selection(revisions)
-    notes = []
+    notes = list(found.notes)
     if found.skipped and kind != "list":
         shown = ", ".join(found.skipped[:8]) + (f" and {len(found.skipped) - 8} more" if len(found.skipped) > 8 else "")
         notes.append(f"skipped {len(found.skipped)} name(s) that are not checkpoints: {shown}")
@@ -203,6 +242,26 @@ def _listed(found: Discovered, names: list, notes: list) -> list[Checkpoint]:
     return sorted(chosen, key=lambda c: order.get(c.revision, len(order)))
 
 
+def _check_cache(found: Discovered, checkpoints: list, revisions: str, opts: dict) -> None:
+    """Offline, every selected checkpoint (and the corpus) must be in the cache: all missing are listed at once.
+
+    Online the hub already answered the branch listing; nothing to check.
+    """
+    from . import hub
+
+    if not hub.is_offline():
+        return
+    corpus = opts.get("corpus")
+    needs = hub.corpus_needs(corpus)
+    fix_corpora = [corpus] if hub.parse_hf_corpus(corpus) is not None else []
+    if found.kind == "hub":
+        needs = [hub.Need("model", found.model, c.revision, opts.get("allow_pickle", False)) for c in checkpoints] + needs
+        fix = hub.fetch_command([found.model], revisions_spec=revisions, corpora=fix_corpora, allow_pickle=opts.get("allow_pickle", False))
+    else:
+        fix = hub.fetch_command(corpora=fix_corpora or [hub.SHAKESPEARE])
+    hub.check_available(needs, fix=fix)
+
+
 # --------------------------------------------------------------------------- identical weights
 
 
@@ -210,6 +269,14 @@ def weights_fingerprint(found: Discovered, checkpoint: Checkpoint) -> tuple[str 
     """``(fingerprint, how it was obtained)``; equal fingerprints mean identical weights."""
     if found.kind == "local":
         return local_fingerprint(Path(checkpoint.path))
+    from .hub import cached_weight_shas, is_offline
+
+    if is_offline():
+        shas = cached_weight_shas(found.model, checkpoint.revision)
+        if shas:
+            return _digest(shas), "cached LFS sha256"  # the same digest as the hub's metadata gives
+        commit = found.commits.get(checkpoint.revision)
+        return (f"commit:{commit}", "branch commit") if commit else (None, "unknown")
     fp = hub_fingerprint(found.model, checkpoint.revision)
     if fp is not None:
         return fp, "hub LFS sha256"

@@ -17,6 +17,7 @@ LAYERS = (
     ("version", "errors", "files", "provenance"),
     ("numerics",),
     ("data", "tiny"),
+    ("hub",),
     ("models",),
     ("capture",),
     ("options",),
@@ -28,10 +29,9 @@ LAYERS = (
     ("notebook", "distributed"),
     ("intervene",),
     ("experiment",),
-    ("hub",),
     ("sweep",),
     ("trajectory",),
-    ("claims",),
+    ("fetch", "claims"),
     ("cli",),
 )
 # The package's own __init__ is the public facade: it may import every layer but cli.
@@ -77,7 +77,8 @@ def imported_modules(path: Path) -> set:
             if target.split(".")[0] != "effdepth":
                 continue
             # ``from . import content`` names a module; ``from .x import f`` names x.
-            found.add(target)
+            if node.module:
+                found.add(target)
             for alias in node.names:
                 candidate = f"{target}.{alias.name}"
                 if (PACKAGE.parent / Path(*candidate.split("."))).with_suffix(".py").exists() or (

@@ -11,13 +11,13 @@ import traceback
 
 from ..version import __version__
 from ..errors import EffdepthError
-from . import carry, measure, report, scale
+from . import carry, fetch, measure, report, scale
 from .arguments import Parser, default_out, ensure_writable
 
 __all__ = ["main", "build_parser", "default_out", "ensure_writable"]
 
 #: Command groups in the order ``effdepth --help`` lists them.
-GROUPS = (measure, report, carry, scale)
+GROUPS = (measure, report, carry, scale, fetch)
 
 
 def build_parser() -> tuple:
@@ -25,7 +25,7 @@ def build_parser() -> tuple:
 
     >>> parser, commands = build_parser()
     >>> sorted(commands)[:3]
-    ['experiment', 'intervene', 'measure']
+    ['experiment', 'fetch', 'intervene']
     """
     parser = Parser(prog="effdepth", description="Effective depth (D_eff) of a transformer's residual stream.")
     parser.add_argument("--version", action="version", version=f"effdepth {__version__}")
@@ -34,6 +34,16 @@ def build_parser() -> tuple:
     for group in GROUPS:
         commands.update(group.register(sub))
     return parser, commands
+
+
+def run_command(command, args) -> int:
+    """Apply ``--offline`` before anything reads from the hub, and keep the hub library's retry chatter quiet."""
+    from ..hub import quiet_hub, set_offline
+
+    if getattr(args, "offline", False):
+        set_offline(True)
+    with quiet_hub():
+        return command(args)
 
 
 def _silence_stdout() -> None:
@@ -53,7 +63,7 @@ def main(argv=None) -> int:
         if args.command is None:
             parser.print_help()
             return 2
-        return commands[args.command](args)
+        return run_command(commands[args.command], args)
     except EffdepthError as exc:
         print(f"effdepth: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -79,6 +79,8 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-bos", dest="add_bos", action="store_false", help="do not prepend the BOS token to each sequence")
     p.add_argument("--blocks-path", default=None, help="attribute path of the decoder blocks, for models outside the registry")
     p.add_argument("--embedding-path", default=None, help="attribute path of the token embedding, with --blocks-path")
+    p.add_argument("--offline", action="store_true",
+                   help="read only the local Hugging Face cache (sets HF_HUB_OFFLINE=1); fill it with 'effdepth fetch' where there is internet")
     p.add_argument("--allow-long", action="store_true", help="allow --seq-len beyond the positions the model's config states")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
 

@@ -616,7 +616,7 @@ def _hf_error(spec: str, exc: Exception) -> EffdepthError:
     detail = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
     network = (
         "offline mode is on (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE), so only a dataset already in the local "
-        "Hugging Face cache can load"
+        f"Hugging Face cache can load (fill it with `effdepth fetch --corpus {spec}` where there is internet)"
         if _hf_offline()
         else "the Hugging Face hub must be reachable (or set HF_DATASETS_OFFLINE=1 to use a dataset already "
         "in the local cache)"
