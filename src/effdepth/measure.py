@@ -55,11 +55,16 @@ def measure(
     resume: bool = False,
     checkpoint_every_s: float = 30.0,
     progress: bool = True,
+    allow_processed: bool = False,
 ) -> Result:
     """Measure the effective depth of a causal LM's residual stream.
 
     ``model``: a Hugging Face id, a local folder, a ``.gguf`` file, a loaded
-    ``PreTrainedModel``, or ``None`` for the embedded SmolLM2-135M-Instruct.
+    ``PreTrainedModel``, or ``None`` for the embedded SmolLM2-135M-Instruct;
+    also a TransformerLens ``HookedTransformer``/``TransformerBridge`` (run
+    through its own hooks; one with centred writing weights is refused unless
+    ``allow_processed=True``) or an nnsight ``LanguageModel``/``TransformersModel``
+    (its Hugging Face module is measured). Their own tokenizer is the default.
     ``corpus``: ``None``/``"shakespeare"``, a text/JSONL file or folder,
     ``"hf:NAME[:CONFIG[:SPLIT]]"``, a list of strings, or a ``(batch, seq)``
     tensor of token ids used exactly as given. With ``checkpoint`` (a folder),
@@ -96,6 +101,7 @@ def measure(
         embedding_path=embedding_path,
         allow_pickle=allow_pickle,
         progress=progress,
+        allow_processed=allow_processed,
     )
     return measure_prepared(
         prepared,
@@ -142,6 +148,7 @@ def prepare(
     embedding_path=None,
     allow_pickle=False,
     progress=True,
+    allow_processed=False,
 ) -> Prepared:
     """Load the model and the corpus once, for one or several measurements
     (e.g. the carry values of an intervention)."""
@@ -149,6 +156,14 @@ def prepare(
     from .models import load_model, load_tokenizer, locate_model
 
     validate_options(seq_len=seq_len, num_seqs=num_seqs)
+    # --- lens: TransformerLens / nnsight objects (capture/external.py); None for anything else.
+    from .capture.external import adapt_external
+
+    external = adapt_external(model, allow_processed=allow_processed)
+    if external is not None:
+        model = external.model
+        tokenizer = tokenizer if tokenizer is not None else external.tokenizer
+    # --- end lens
     # Tokenizer and corpus first: a bad corpus fails in seconds, before the weights load.
     source = model
     if not isinstance(model, torch.nn.Module):
@@ -157,10 +172,15 @@ def prepare(
             tokenizer = load_tokenizer(source)
     tokens = load_corpus(corpus, tokenizer, seq_len=seq_len, num_seqs=num_seqs, seed=seed, add_bos=add_bos)
 
-    lm = load_model(
-        source, dtype=dtype, device=device, device_map=device_map, tokenizer=tokenizer, allow_pickle=allow_pickle, progress=progress
-    )
-    arch = resolve_architecture(lm.model, blocks_path=blocks_path, embedding_path=embedding_path)
+    if external is not None and external.architecture is not None:  # lens: TransformerLens runs through its own hooks
+        lm, arch = external.loaded(dtype=dtype, device=device), external.architecture
+    else:
+        lm = load_model(
+            source, dtype=dtype, device=device, device_map=device_map, tokenizer=tokenizer, allow_pickle=allow_pickle, progress=progress
+        )
+        arch = resolve_architecture(lm.model, blocks_path=blocks_path, embedding_path=embedding_path)
+        if external is not None:  # lens: nnsight, recorded in the provenance
+            lm.info.update(external.info)
     _check_vocabulary(tokens.input_ids, lm.info.get("vocab_size"))
     return Prepared(lm, arch, tokens, add_bos)
 
@@ -401,18 +421,24 @@ def from_states(
         acc.fit_batch(s, m)
         acc.finalize_fit("exact, over every sequence")
     acc.update(s, m)
-    results = view_results(acc, similarity=similarity, include_embedding=include_embedding, bootstrap=bootstrap, seed=seed)
+    return states_result(acc, similarity=similarity, bootstrap=bootstrap, seed=seed, num_layers=int(s.shape[0]) - 1)
+
+
+def states_result(acc: ViewAccumulator, *, similarity: str, bootstrap: int, seed: int, num_layers: int, model=None) -> Result:
+    """The :class:`Result` of statistics accumulated from states (``from_states``,
+    ``effdepth.Accumulator``); ``model`` is the provenance of the states."""
+    results = view_results(acc, similarity=similarity, include_embedding=acc.include_embedding, bootstrap=bootstrap, seed=seed)
     config = {
         "similarity": similarity,
-        "include_embedding": include_embedding,
+        "include_embedding": acc.include_embedding,
         "bootstrap": bootstrap,
         "seed": seed,
         "views": [v.name for v in acc.views],
         "pc_estimate": acc.fit_info,
-        "num_layers": int(s.shape[0]) - 1,
-        "size_reference_embedding": "S_0 counted as one mean-size update" if include_embedding else None,
+        "num_layers": num_layers,
+        "size_reference_embedding": "S_0 counted as one mean-size update" if acc.include_embedding else None,
     }
-    provenance = {"model": {"source": "states"}, "code": code_version(), "libraries": library_versions(), "created": now()}
+    provenance = {"model": model or {"source": "states"}, "code": code_version(), "libraries": library_versions(), "created": now()}
     return Result(views=results, config=config, provenance=provenance)
 
 
@@ -476,7 +502,9 @@ def _state_batches(
     count = lambda lo, hi: int(mask[lo:hi].sum()) if mask is not None else (hi - lo) * ids.shape[1]
     facts = facts if facts is not None else {}
     size = batch_size
-    with ResidualCapture(arch) as capture, tqdm(
+    # lens: an architecture with its own hooks and forward pass (TransformerLens, capture/external.py).
+    hooked = callable(getattr(arch, "run", None))
+    with (arch.capture() if hooked else ResidualCapture(arch)) as capture, tqdm(
         total=count(0, ids.shape[0]), initial=count(0, start), unit="tok", desc=label,
         disable=not progress, dynamic_ncols=True, leave=False,
     ) as bar:
@@ -485,7 +513,9 @@ def _state_batches(
             batch_ids = ids[i : i + size].to(device)
             batch_mask = mask[i : i + size].to(device) if mask is not None else None
             try:
-                if full_model:
+                if hooked:
+                    logits = arch.run(batch_ids, batch_mask, logits=full_model)
+                elif full_model:
                     logits = model_forward_logits(model, batch_ids, batch_mask)
                 else:
                     decoder_forward(model, arch, batch_ids, batch_mask)
