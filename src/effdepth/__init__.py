@@ -14,3 +14,8 @@ from .result import Result, ViewResult, load
 from .intervene import InterventionResult, intervene
 
 __all__ = ["measure", "from_states", "intervene", "InterventionResult", "load", "Result", "ViewResult", "EffdepthError", "__version__"]
+
+# lens: the notebook API (your model object, your loop)
+from .notebook import Accumulator, capture, from_hidden_states
+
+__all__ += ["capture", "Accumulator", "from_hidden_states"]

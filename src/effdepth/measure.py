@@ -11,6 +11,7 @@ import torch
 
 from .version import __version__
 from .capture.batches import state_batches
+from .capture.external import adapt_external
 from .capture.registry import resolve_architecture
 from .checkpoint import CheckpointMismatch, MeasurementInterrupted, graceful_interrupts, load_checkpoint, remove_checkpoint, save_checkpoint
 from .errors import EffdepthError
@@ -49,6 +50,12 @@ def measure(model=None, corpus=None, *, checkpoint: str | Path | None = None, re
     interrupted run keeps its statistics there and ``resume=True`` continues
     it. Pickle weights (``.bin``) are refused unless ``allow_pickle=True``;
     ``trust_remote_code`` is off unless asked for.
+
+    ``model`` may also be a TransformerLens ``HookedTransformer`` /
+    ``TransformerBridge`` (run through its own hooks; one with centred writing
+    weights is refused unless ``allow_processed=True``) or an nnsight
+    ``LanguageModel`` / ``TransformersModel`` (its Hugging Face module is
+    measured); their own tokenizer is the default.
 
     >>> import effdepth, torch
     >>> from transformers import LlamaConfig, LlamaForCausalLM
@@ -107,8 +114,13 @@ def prepare(load: LoadOptions | Options, *, progress: bool = True) -> Prepared:
     from .models import ModelSource, check_sequence_length, load_model, load_tokenizer, locate_model, source_config
 
     load = load.load if isinstance(load, Options) else load
-    # Tokenizer and corpus first: a bad corpus fails in seconds, before the weights load.
+    # TransformerLens and nnsight objects (None for anything else): measured through their own hooks or module.
+    external = adapt_external(load.model, allow_processed=load.allow_processed)
     source, tokenizer = load.model, load.tokenizer
+    if external is not None:
+        source = external.model
+        tokenizer = tokenizer if tokenizer is not None else external.tokenizer
+    # Tokenizer and corpus first: a bad corpus fails in seconds, before the weights load.
     if not isinstance(source, torch.nn.Module):
         if not isinstance(source, ModelSource):
             source = locate_model(source, revision=load.revision, trust_remote_code=load.trust_remote_code)
@@ -123,11 +135,16 @@ def prepare(load: LoadOptions | Options, *, progress: bool = True) -> Prepared:
             tokenizer = load_tokenizer(source)
     tokens = load_corpus(load.corpus, tokenizer, seq_len=load.seq_len, num_seqs=load.num_seqs, seed=load.seed, add_bos=load.add_bos)
 
-    lm = load_model(
-        source, dtype=load.dtype, device=load.device, device_map=load.device_map, tokenizer=tokenizer,
-        allow_pickle=load.allow_pickle, progress=progress,
-    )
-    arch = resolve_architecture(lm.model, blocks_path=load.blocks_path, embedding_path=load.embedding_path)
+    if external is not None and external.architecture is not None:  # TransformerLens runs through its own hooks
+        lm, arch = external.loaded(dtype=load.dtype, device=load.device), external.architecture
+    else:
+        lm = load_model(
+            source, dtype=load.dtype, device=load.device, device_map=load.device_map, tokenizer=tokenizer,
+            allow_pickle=load.allow_pickle, progress=progress,
+        )
+        arch = resolve_architecture(lm.model, blocks_path=load.blocks_path, embedding_path=load.embedding_path)
+        if external is not None:  # nnsight: recorded in the provenance
+            lm.info.update(external.info)
     _check_vocabulary(tokens.input_ids, lm.info.get("vocab_size"))
     if not load.allow_long:
         check_sequence_length(int(tokens.input_ids.shape[1]), getattr(lm.model, "config", None), lm.info.get("id") or "the model")
@@ -442,9 +459,15 @@ def from_states(states, *, mask=None, views=("default",), similarity=DEFAULT_SIM
         acc.fit_batch(s, m)
         acc.finalize_fit("exact, over every sequence")
     state.update(s, m)
+    return states_result(state, analysis, num_layers=int(s.shape[0]) - 1)
+
+
+def states_result(state: MeasurementState, analysis: AnalysisOptions, *, num_layers: int, model: dict | None = None) -> Result:
+    """The :class:`Result` of statistics accumulated from states a user brought (``from_states``,
+    ``effdepth.Accumulator``); ``model`` is the provenance of the states."""
     views, others, unavailable = summarise(state, analysis)
-    config = {**analysis_config(analysis, acc), "num_layers": int(s.shape[0]) - 1}
-    provenance = {"model": {"source": "states"}, "code": code_version(), "libraries": library_versions(), "created": now()}
+    config = {**analysis_config(analysis, state.views), "num_layers": num_layers}
+    provenance = {"model": model or {"source": "states"}, "code": code_version(), "libraries": library_versions(), "created": now()}
     return Result(views=views, config=config, provenance=provenance, others=others, unavailable=unavailable)
 
 

@@ -200,6 +200,7 @@ class LoadOptions:
     blocks_path: str | None = None
     embedding_path: str | None = None
     allow_long: bool = False
+    allow_processed: bool = False
 
     def __post_init__(self):
         validate_options(seq_len=self.seq_len, num_seqs=self.num_seqs, seed=self.seed)

@@ -52,7 +52,9 @@ def state_batches(model, arch, tokens, batch_size: int, *, label: str = "measuri
     count = lambda lo, hi: int(mask[lo:hi].sum()) if mask is not None else (hi - lo) * ids.shape[1]
     facts = facts if facts is not None else {}
     size = batch_size
-    with ResidualCapture(arch) as capture, tqdm(
+    # An architecture with its own hooks and forward pass (TransformerLens, capture/external.py).
+    hooked = callable(getattr(arch, "run", None))
+    with (arch.capture() if hooked else ResidualCapture(arch)) as capture, tqdm(
         total=count(0, ids.shape[0]), initial=count(0, start), unit="tok", desc=label,
         disable=not progress, dynamic_ncols=True, leave=False,
     ) as bar:
@@ -61,7 +63,9 @@ def state_batches(model, arch, tokens, batch_size: int, *, label: str = "measuri
             batch_ids = ids[i : i + size].to(device)
             batch_mask = mask[i : i + size].to(device) if mask is not None else None
             try:
-                if full_model:
+                if hooked:
+                    logits = arch.run(batch_ids, batch_mask, logits=full_model)
+                elif full_model:
                     logits = model_forward_logits(model, batch_ids, batch_mask)
                 else:
                     decoder_forward(model, arch, batch_ids, batch_mask)

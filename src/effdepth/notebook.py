@@ -1,0 +1,317 @@
+"""D_eff from the model object you already hold, in your own loop.
+
+- :func:`capture`: ``with effdepth.capture(model) as states: model(ids)``
+  gives S_0..S_L (before the final norm), one ``(batch, seq, d)`` tensor per
+  state, for a Hugging Face model, an nnsight wrapper or a TransformerLens
+  model.
+- :class:`Accumulator`: feed it those states batch by batch (a training loop
+  can measure every N steps); ``.result()`` is the same :class:`Result` as
+  :func:`effdepth.measure`. Only per-sequence statistics (a few (L+1)x(L+1)
+  matrices) are kept, never the states.
+- :func:`from_hidden_states`: Hugging Face's ``output_hidden_states`` tuple,
+  whose last entry is the final norm's output, not a residual state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import warnings
+from collections.abc import Sequence
+from dataclasses import replace
+
+import torch
+
+from .capture.external import TRANSFORMER_LENS, adapt_external
+from .capture.hooks import ResidualCapture
+from .capture.registry import resolve_architecture
+from .errors import EffdepthError
+from .measure import MeasurementState, states_result
+from .numerics.views import parse_views
+from .options import DEFAULT_SIMILARITY, AnalysisOptions
+from .result import Result
+
+#: The similarity of :class:`Accumulator` and :func:`from_hidden_states`;
+#: kept equal to :func:`effdepth.measure`'s default (a test checks).
+
+CAPTURE_HOW = "with effdepth.capture(model) as states: model(ids)"
+HIDDEN_STATES_TRAP = (
+    "hidden_states[-1] of a Hugging Face model is the output of its final norm in every supported family, "
+    "not a residual state, so it cannot enter D_eff"
+)
+
+
+class CapturedStates(Sequence):
+    """S_0..S_L of the latest forward pass inside :func:`capture`.
+
+    ``states[l]`` is S_l, ``(batch, seq, d)``; ``states.tensor`` all of them,
+    ``(L+1, batch, seq, d)``, in the model's dtype and device, detached. The
+    buffer is reused by the next forward pass of the same shape: ``clone()``
+    what you want to keep.
+    """
+
+    def __init__(self, capture: ResidualCapture, num_layers: int, info: dict):
+        self._capture = capture
+        self.num_layers = num_layers
+        self.info = info
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        if self._capture.states is None:
+            raise EffdepthError(f"no forward pass has run inside the capture yet; call the model inside the block: {CAPTURE_HOW}")
+        return self._capture.states
+
+    def __len__(self) -> int:
+        return self.num_layers + 1
+
+    def __getitem__(self, index):
+        return self.tensor[index]
+
+    def __repr__(self) -> str:
+        shape = "empty" if self._capture.states is None else "x".join(map(str, self._capture.states.shape[1:]))
+        return f"CapturedStates(S_0..S_{self.num_layers}, {shape})"
+
+
+@contextlib.contextmanager
+def capture(model, *, allow_processed: bool = False):
+    """Capture the residual stream S_0..S_L of every forward pass run inside the block.
+
+    ``model``: a Hugging Face causal LM, an nnsight ``LanguageModel`` /
+    ``TransformersModel`` (call it, or its ``._module``, inside the block),
+    or a TransformerLens ``HookedTransformer`` / ``TransformerBridge`` (a
+    model with centred writing weights is refused unless
+    ``allow_processed=True``). States are read by hooks before the final norm
+    and hold the latest batch only; gradients are untouched.
+
+    >>> import effdepth, torch
+    >>> from effdepth.tiny import tiny_model
+    >>> model = tiny_model("llama")
+    >>> with effdepth.capture(model) as states:
+    ...     logits = model(torch.randint(0, 256, (2, 8))).logits
+    >>> len(states), tuple(states[0].shape)
+    (4, (2, 8, 64))
+    """
+    external = adapt_external(model, allow_processed=allow_processed)
+    if external is not None and external.architecture is not None:
+        arch, info = external.architecture, external.info
+        recorder = arch.capture()
+    else:
+        module = external.model if external is not None else model
+        arch = resolve_architecture(module)
+        info = {"class": type(module).__name__, "model_type": arch.model_type, "id": getattr(module, "name_or_path", None) or None,
+                **(external.info if external is not None else {})}
+        recorder = ResidualCapture(arch)
+    with recorder:
+        yield CapturedStates(recorder, arch.num_layers, {"source": "capture", **info})
+
+
+class Accumulator:
+    """D_eff from batches of states you feed it: your loop, effdepth's statistics.
+
+    ``update(states, mask=None)`` takes what :func:`capture` yields, a
+    ``(L+1, batch, seq, d)`` tensor, or a list of L+1 ``(batch, seq, d)``
+    (or ``(seq, d)``) tensors; ``mask`` ``(batch, seq)`` marks real tokens
+    (padding never enters a statistic). ``result()`` returns the same
+    :class:`~effdepth.result.Result` as :func:`effdepth.measure` over the
+    same batches. Views needing a fit (centring, top-k PC) fit on the first
+    batch. ``reset()`` starts over, e.g. every N training steps.
+
+    >>> import effdepth, torch
+    >>> from effdepth.tiny import tiny_model
+    >>> model, acc = tiny_model("gpt2"), effdepth.Accumulator()
+    >>> with effdepth.capture(model) as states, torch.no_grad():
+    ...     for _ in range(2):
+    ...         _ = model(torch.randint(0, 256, (2, 8)))
+    ...         acc.update(states)
+    >>> r = acc.result()
+    >>> r.default.sequences, r.default.reference
+    (4, 1.5)
+    """
+
+    def __init__(self, views=("default",), similarity=DEFAULT_SIMILARITY, *, include_embedding: bool = False,
+                 bootstrap: int = 0, seed: int = 0, surrogate_seqs: int | None = 0):
+        self.analysis = AnalysisOptions(views=views, similarity=similarity, include_embedding=include_embedding,
+                                        bootstrap=bootstrap, seed=seed, surrogate_seqs=surrogate_seqs)
+        self.views = self.analysis.view_specs
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every batch (the views and options stay)."""
+        self._state = MeasurementState.new(self.analysis)
+        self._acc = self._state.views
+        self.num_layers: int | None = None
+        self._model: dict | None = None
+
+    @property
+    def sequences(self) -> int:
+        return self._acc.sequences
+
+    @property
+    def tokens(self) -> int:
+        return self._acc.tokens
+
+    def update(self, states, mask=None) -> None:
+        """Add one batch of states; nothing of it is kept but its statistics."""
+        s = state_batch(states)
+        if self.num_layers is None:
+            self.num_layers = int(s.shape[0]) - 1
+        elif s.shape[0] - 1 != self.num_layers:
+            raise EffdepthError(
+                f"this batch has {s.shape[0]} states but earlier ones had {self.num_layers + 1}; one Accumulator per model (reset() to start over)"
+            )
+        if isinstance(states, CapturedStates) and self._model is None:
+            self._model = states.info
+        self._state.update(s, _mask(mask, s))
+
+    def result(self, views=None, similarity: str | None = None, *, bootstrap: int | None = None, seed: int | None = None) -> Result:
+        """The :class:`~effdepth.result.Result` of every batch so far.
+
+        ``views`` (a subset of those accumulated) and ``similarity`` default
+        to the Accumulator's own.
+        """
+        if self.sequences == 0:
+            raise EffdepthError("the Accumulator has no states yet; call update(states) with at least one batch first")
+        changes = {k: v for k, v in {"similarity": similarity, "bootstrap": bootstrap, "seed": seed}.items() if v is not None}
+        state = self._state
+        if views is not None:
+            wanted = [v.name for v in parse_views(views)]
+            have = [v.name for v in self.views]
+            missing = [w for w in wanted if w not in have]
+            if missing:
+                raise EffdepthError(
+                    f"view {missing[0]!r} was not accumulated (have {', '.join(have)}); name it when creating the Accumulator: Accumulator(views=...)"
+                )
+            acc = copy.copy(self._acc)  # shares the statistics, reports only the wanted views
+            acc.views = [v for v in self.views if v.name in wanted]
+            state = MeasurementState(acc, self._state.calibrated, None)
+            changes["views"] = tuple(wanted)
+        analysis = replace(self.analysis, **changes)
+        kernel = {"cka", "cka-full"}
+        extra = [s for s in analysis.similarity if s in kernel and s not in self.analysis.similarity]
+        if extra:
+            raise EffdepthError(f"{extra[0]} statistics were not accumulated; create the Accumulator with similarity including {extra[0]!r}")
+        return states_result(state, analysis, num_layers=self.num_layers, model=self._model or {"source": "states"})
+
+
+def from_hidden_states(
+    hidden_states,
+    attention_mask=None,
+    *,
+    model=None,
+    views=("default",),
+    similarity=DEFAULT_SIMILARITY,
+    include_embedding: bool = False,
+    bootstrap: int = 0,
+    seed: int = 0,
+) -> Result:
+    """D_eff from the ``hidden_states`` tuple of ``model(..., output_hidden_states=True)``.
+
+    Its last entry is the final norm's output, not S_L, in every supported
+    family; ``model=`` (the model that produced it: Hugging Face or nnsight)
+    tells effdepth the family, and D_eff is then measured on S_0..S_{L-1},
+    which the result records (``config["hidden_states"]``) and a warning
+    says. For all L blocks, capture S_L instead: ``with effdepth.capture(model)
+    as states: model(ids)``. ``attention_mask`` marks real tokens; padding never
+    enters a statistic. Without ``model=`` the tuple is refused.
+
+    >>> import effdepth, torch, warnings
+    >>> from effdepth.tiny import tiny_model
+    >>> model = tiny_model("llama")
+    >>> out = model(torch.randint(0, 256, (2, 8)), output_hidden_states=True)
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     r = effdepth.from_hidden_states(out.hidden_states, model=model)
+    >>> r.config["num_layers"], r.config["hidden_states"]["states"]
+    (2, 'S_0..S_2')
+    """
+    hidden = getattr(hidden_states, "hidden_states", hidden_states)
+    if not isinstance(hidden, (tuple, list)) or not all(isinstance(h, torch.Tensor) for h in hidden) or len(hidden) < 2:
+        raise EffdepthError(
+            "hidden_states must be the tuple of L+1 tensors from model(..., output_hidden_states=True); "
+            "for a (L+1, batch, seq, d) tensor of residual states use effdepth.from_states"
+        )
+    if model is None:
+        raise EffdepthError(
+            f"{HIDDEN_STATES_TRAP}; pass model= (the model that produced it) to measure S_0..S_(L-1), "
+            f"or capture S_L too: {CAPTURE_HOW}"
+        )
+    external = adapt_external(model, allow_processed=True)
+    if external is not None and external.library == TRANSFORMER_LENS:
+        raise EffdepthError(
+            f"TransformerLens models give no hidden_states tuple; use effdepth.measure(model, corpus) or {CAPTURE_HOW}"
+        )
+    module = external.model if external is not None else model
+    arch = resolve_architecture(module)
+    L = arch.num_layers
+    if len(hidden) != L + 1:
+        raise EffdepthError(
+            f"got {len(hidden)} hidden states, but this {arch.model_type} model has {L} blocks, so output_hidden_states=True "
+            f"gives {L + 1}; pass the whole tuple from the same model"
+        )
+    if L < 2:
+        raise EffdepthError(f"a model with {L} block leaves only S_0 once hidden_states[-1] is dropped; {CAPTURE_HOW}")
+    final_norm = arch.paths.get("final_norm") or "the final norm"
+    warnings.warn(
+        f"hidden_states[-1] is the output of {final_norm}, not a residual state: measuring S_0..S_{L - 1} "
+        f"({L - 1} of {L} blocks); for all {L}: {CAPTURE_HOW}",
+        UserWarning,
+        stacklevel=2,
+    )
+    acc = Accumulator(views, similarity, include_embedding=include_embedding, bootstrap=bootstrap, seed=seed)
+    acc.update(list(hidden[:-1]), attention_mask)
+    result = acc.result()
+    result.config["hidden_states"] = {
+        "states": f"S_0..S_{L - 1}",
+        "dropped": f"hidden_states[-1], the output of {final_norm}",
+        "model_blocks": L,
+        "measured_blocks": L - 1,
+        "all_blocks": CAPTURE_HOW,
+    }
+    result.provenance["model"] = {
+        "source": "hidden_states",
+        "class": type(module).__name__,
+        "model_type": arch.model_type,
+        "id": getattr(module, "name_or_path", None) or None,
+        **(external.info if external is not None else {}),
+    }
+    return result
+
+
+def state_batch(states) -> torch.Tensor:
+    """States as one ``(L+1, batch, seq, d)`` tensor, detached.
+
+    >>> tuple(state_batch([torch.zeros(5, 4)] * 3).shape)
+    (3, 1, 5, 4)
+    """
+    if isinstance(states, CapturedStates):
+        s = states.tensor
+    elif isinstance(states, (list, tuple)):
+        if len(states) < 2 or not all(isinstance(t, torch.Tensor) for t in states):
+            raise EffdepthError(f"states must be at least two tensors S_0..S_L (one per state), got {len(states)} items")
+        shapes = {tuple(t.shape) for t in states}
+        if len(shapes) != 1:
+            raise EffdepthError(f"every state must have the same shape (batch, seq, d), got {sorted(shapes)}")
+        s = torch.stack([t.detach() for t in states])
+    elif isinstance(states, torch.Tensor):
+        s = states
+    else:
+        raise EffdepthError(f"states must be what effdepth.capture yields, a (L+1, batch, seq, d) tensor or a list of tensors, got {type(states).__name__}")
+    s = s.detach()
+    if s.dim() == 3:
+        s = s[:, None]
+    if s.dim() != 4 or s.shape[0] < 2 or s.shape[2] < 1:
+        raise EffdepthError(f"states must be shaped (L+1, batch, seq, d) or (L+1, seq, d) with L >= 1, got {tuple(s.shape)}")
+    if not torch.is_floating_point(s):
+        s = s.to(torch.float64)
+    return s
+
+
+def _mask(mask, states: torch.Tensor) -> torch.Tensor | None:
+    if mask is None:
+        return None
+    m = torch.as_tensor(mask)
+    if m.dim() == 1:
+        m = m[None]
+    if tuple(m.shape) != tuple(states.shape[1:3]):
+        raise EffdepthError(f"mask must be (batch, seq) = {tuple(states.shape[1:3])} like the states, got {tuple(m.shape)}")
+    return m.bool()
