@@ -5,7 +5,17 @@ small, non-finite activations) is raised as :class:`EffdepthError` with a
 one-line message that says what went wrong, why, and what to do. The CLI
 prints it as ``effdepth: error: <message>`` and exits with status 2; nothing
 else should reach the user as a traceback.
+
+A hint that names an option names it as the user gave it: its flag under the
+command line (:func:`command_line`), its argument name in Python.
 """
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+
+_INTERFACE = contextvars.ContextVar("effdepth_interface", default="python")
 
 
 class EffdepthError(Exception):
@@ -20,3 +30,39 @@ class EffdepthError(Exception):
 
 class UnknownOption(EffdepthError, TypeError):
     """An option name that no measurement has (a ``TypeError`` too, as for any unknown keyword argument)."""
+
+
+@contextlib.contextmanager
+def command_line():
+    """Within this block, hints name command-line flags (the CLI runs every command in one).
+
+    >>> with command_line():
+    ...     spelled("--tokenizer PATH_OR_ID", "tokenizer=")
+    '--tokenizer PATH_OR_ID'
+    """
+    token = _INTERFACE.set("cli")
+    try:
+        yield
+    finally:
+        _INTERFACE.reset(token)
+
+
+def spelled(flag: str, argument: str) -> str:
+    """``flag`` on the command line, ``argument`` in Python.
+
+    >>> spelled("--tokenizer PATH_OR_ID", "tokenizer=")
+    'tokenizer='
+    """
+    return flag if _INTERFACE.get() == "cli" else argument
+
+
+def tokenizer_hint() -> str:
+    """What to do when a text corpus has no tokenizer, in the user's own terms.
+
+    >>> tokenizer_hint()
+    "pass the model's tokenizer: tokenizer= a tokenizer object, or the folder, Hugging Face id or .gguf file of one (or give pre-tokenized ids)"
+    """
+    return "pass the model's tokenizer: " + spelled(
+        "--tokenizer PATH_OR_ID (a folder holding the tokenizer files, a Hugging Face id or a .gguf file)",
+        "tokenizer= a tokenizer object, or the folder, Hugging Face id or .gguf file of one (or give pre-tokenized ids)",
+    )

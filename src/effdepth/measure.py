@@ -14,7 +14,7 @@ from .capture.batches import state_batches
 from .capture.external import adapt_external
 from .capture.registry import resolve_architecture
 from .checkpoint import CheckpointMismatch, MeasurementInterrupted, graceful_interrupts, load_checkpoint, remove_checkpoint, save_checkpoint
-from .errors import EffdepthError
+from .errors import EffdepthError, tokenizer_hint
 from .numerics.loss import LossAccumulator
 from .numerics.cka import check_cka_full_memory
 from .numerics.streams import ViewAccumulator
@@ -111,7 +111,8 @@ def prepare(load: LoadOptions | Options, *, progress: bool = True) -> Prepared:
     """
     from .data.corpus import is_token_ids, load_corpus
     from .hub import check_measure_inputs
-    from .models import ModelSource, check_sequence_length, load_model, load_tokenizer, locate_model, source_config
+    from .models import (ModelSource, check_sequence_length, load_model, load_named_tokenizer, load_tokenizer, locate_model,
+                         prepare_source, source_config)
 
     load = load.load if isinstance(load, Options) else load
     # TransformerLens and nnsight objects (None for anything else): measured through their own hooks or module.
@@ -120,6 +121,8 @@ def prepare(load: LoadOptions | Options, *, progress: bool = True) -> Prepared:
     if external is not None:
         source = external.model
         tokenizer = tokenizer if tokenizer is not None else external.tokenizer
+    if isinstance(tokenizer, (str, Path)):  # --tokenizer PATH_OR_ID
+        tokenizer = load_named_tokenizer(tokenizer)
     # Tokenizer and corpus first: a bad corpus fails in seconds, before the weights load.
     if not isinstance(source, torch.nn.Module):
         if not isinstance(source, ModelSource):
@@ -129,10 +132,16 @@ def prepare(load: LoadOptions | Options, *, progress: bool = True) -> Prepared:
     check_measure_inputs(source.info["id"] if on_hub else None, source.kwargs.get("revision") if on_hub else None,
                          load.corpus, allow_pickle=load.allow_pickle)
     if not isinstance(source, torch.nn.Module):
+        # A .gguf file's first load: parsed once into a dequantised copy that config, tokenizer and weights load from.
+        source = prepare_source(source, progress=progress)
         if not load.allow_long and not is_token_ids(load.corpus) and (config := source_config(source)) is not None:
             check_sequence_length(load.seq_len, config, source.info.get("id") or "the model")
         if tokenizer is None:
             tokenizer = load_tokenizer(source)
+            if tokenizer is None and not is_token_ids(load.corpus):
+                label = load.corpus if isinstance(load.corpus, str) else "shakespeare" if load.corpus is None else "texts"
+                raise EffdepthError(f"model {source.info.get('id')!r} has no tokenizer effdepth can load, and corpus "
+                                    f"'{label}' is text; {tokenizer_hint()}")
     tokens = load_corpus(load.corpus, tokenizer, seq_len=load.seq_len, num_seqs=load.num_seqs, seed=load.seed, add_bos=load.add_bos)
 
     if external is not None and external.architecture is not None:  # TransformerLens runs through its own hooks

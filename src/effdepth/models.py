@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,11 +67,23 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
 
 @dataclass
 class ModelSource:
-    """Where a model is loaded from, before anything heavy is read."""
+    """Where a model is loaded from, before anything heavy is read.
+
+    A ``.gguf`` file is located at its dequantised copy in the effdepth cache
+    when there is one (:mod:`effdepth.gguf_cache`); ``info`` still names the
+    GGUF file and its sha256. ``preloaded`` holds ``(model, tokenizer)`` only
+    when a GGUF file was converted but its copy could not be saved.
+    """
 
     location: str
     kwargs: dict
     info: dict
+    preloaded: tuple | None = None
+
+    @property
+    def unconverted_gguf(self) -> bool:
+        """A ``.gguf`` file with no dequantised copy yet (:func:`prepare_source` makes one)."""
+        return "gguf_file" in self.kwargs and self.preloaded is None
 
 
 def locate_model(model, *, revision: str | None = None, trust_remote_code: bool = False) -> ModelSource:
@@ -122,8 +133,52 @@ def check_sequence_length(seq_len: int, config, what: str) -> None:
         )
 
 
+def prepare_source(source: ModelSource, *, progress: bool = True) -> ModelSource:
+    """Make the dequantised copy of a ``.gguf`` file on its first load (the file is parsed once for
+    config, tokenizer and weights) and return the source of that copy; any other source as it is.
+
+    >>> prepare_source(locate_model("EleutherAI/pythia-70m")).location
+    'EleutherAI/pythia-70m'
+    """
+    if not source.unconverted_gguf:
+        return source
+    from .gguf_cache import convert
+
+    path, sha = Path(source.info["path"]), source.info["sha256"]
+    done = convert(path, sha, progress=progress)
+    if done.folder is None:
+        info = {**source.info, "weights": {"from": "the GGUF file, de-quantised in this run (no copy could be kept)"}}
+        return ModelSource(source.location, source.kwargs, info, preloaded=(done.model, done.tokenizer))
+    return _copy_source(source, done.folder, made="this run")
+
+
+def _gguf_source(path: Path, info: dict) -> tuple:
+    """A ``.gguf`` file: its dequantised copy when the cache holds a sound one, else the file itself."""
+    from .gguf_cache import check_gguf_header, file_sha256, find_copy
+
+    check_gguf_header(path)
+    info = {**info, "sha256": file_sha256(path)}
+    folder = find_copy(path, info["sha256"])
+    if folder is not None:
+        copy = _copy_source(ModelSource(str(path.parent), {}, info), folder, made="an earlier run")
+        return copy.location, {}, copy.info
+    return str(path.parent), {"gguf_file": path.name}, info
+
+
+def _copy_source(source: ModelSource, folder: Path, *, made: str) -> ModelSource:
+    """The source of a GGUF file's dequantised copy: loaded as a local folder, recorded as the GGUF file."""
+    from .gguf_cache import copy_info
+
+    weights = {"from": "dequantised float32 copy of the GGUF file in the effdepth cache", "copy": str(folder),
+               "gguf": source.info["path"], "gguf_sha256": source.info["sha256"], "made": made, **copy_info(folder)}
+    return ModelSource(str(folder), {"revision": None, "trust_remote_code": source.kwargs.get("trust_remote_code", False)},
+                       {**source.info, "weights": weights})
+
+
 def source_config(source: ModelSource):
     """The config of a hub model or folder (cheap: one small file), or ``None`` for GGUF files or when it cannot be read."""
+    if source.preloaded is not None:
+        return getattr(source.preloaded[0], "config", None)
     if "gguf_file" in source.kwargs:
         return None  # parsing a GGUF header costs seconds: the loaded model's config is checked instead
     from transformers import AutoConfig
@@ -143,6 +198,9 @@ def load_tokenizer(source: ModelSource):
     """
     from transformers import AutoConfig, AutoTokenizer
 
+    if source.preloaded is not None:
+        return source.preloaded[1]
+
     try:
         with _quiet():
             return AutoTokenizer.from_pretrained(source.location, **source.kwargs)
@@ -154,6 +212,60 @@ def load_tokenizer(source: ModelSource):
     except Exception as exc:
         raise EffdepthError(_load_error(source.info, exc)) from None
     return None  # only text corpora need one; they say so clearly
+
+
+def load_named_tokenizer(spec: str | Path):
+    """The tokenizer ``--tokenizer`` names: a folder holding tokenizer files, a Hugging Face id or a
+    ``.gguf`` file (from its dequantised copy when the cache has one).
+
+    >>> from effdepth.data import byte_tokenizer
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = byte_tokenizer().save_pretrained(folder)
+    >>> len(load_named_tokenizer(folder))
+    259
+    """
+    from transformers import AutoTokenizer
+
+    text = str(spec)
+    path = Path(text).expanduser()
+    kwargs: dict = {}
+    gguf = contextlib.nullcontext()
+    if text.endswith(".gguf"):
+        if not path.is_file():
+            raise EffdepthError(f"tokenizer {text} does not exist; give a tokenizer folder, a Hugging Face id or a .gguf file")
+        from .gguf_cache import check_gguf_header, file_sha256, find_copy, parse_once
+
+        check_gguf_header(path)
+        copy = find_copy(path, file_sha256(path))
+        location = str(copy) if copy is not None else str(path.parent)
+        if copy is None:
+            kwargs, gguf = {"gguf_file": path.name}, parse_once(progress=False)
+    elif path.exists():
+        if not path.is_dir():
+            raise EffdepthError(f"tokenizer {text} is a file; give the folder holding its files (tokenizer.json, ...), "
+                                "a Hugging Face id or a .gguf file")
+        location = str(path)
+    elif _looks_like_path(text):
+        raise EffdepthError(f"tokenizer {text} does not exist; give a tokenizer folder, a Hugging Face id or a .gguf file")
+    else:
+        location = text
+    try:
+        with _quiet(), gguf:
+            return AutoTokenizer.from_pretrained(location, **kwargs)
+    except Exception as exc:
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise EffdepthError(f"cannot load tokenizer {text}: {reason}; give a folder holding tokenizer files "
+                            "(tokenizer.json, ...), a Hugging Face id or a .gguf file") from None
+
+
+def _looks_like_path(text: str) -> bool:
+    """Not a Hugging Face id (owner/name) but a path.
+
+    >>> _looks_like_path("./tok"), _looks_like_path("gpt2"), _looks_like_path("EleutherAI/pythia-70m")
+    (True, False, False)
+    """
+    return text.startswith((".", "/", "~")) or "\\" in text or text.count("/") > 1 or ".." in text.split("/")
 
 
 def load_model(
@@ -191,12 +303,15 @@ def load_model(
         tok = tokenizer
     else:
         source = model if isinstance(model, ModelSource) else locate_model(model, revision=revision, trust_remote_code=trust_remote_code)
+        source = prepare_source(source, progress=progress)
+        try:
+            m = _load_source(source, torch_dtype, dev, device_map, allow_pickle, progress)
+        except EffdepthError as exc:
+            if "copy" not in source.info.get("weights", {}):
+                raise
+            source = _rebuild_copy(source, exc, progress)
+            m = _load_source(source, torch_dtype, dev, device_map, allow_pickle, progress)
         info = dict(source.info)
-        kwargs = dict(source.kwargs)
-        if "gguf_file" not in kwargs:
-            # Pickle checkpoints can run arbitrary code when loaded.
-            kwargs["use_safetensors"] = None if allow_pickle else True
-        m = _from_pretrained(source.location, kwargs, torch_dtype, dev, device_map, info, progress)
         tok = tokenizer if tokenizer is not None else load_tokenizer(source)
     m.eval()
     config = m.config
@@ -217,6 +332,32 @@ def load_model(
     return LoadedModel(m, tok, info)
 
 
+def _load_source(source: ModelSource, torch_dtype, dev, device_map, allow_pickle: bool, progress: bool):
+    """The model of ``source``, on ``dev`` in ``torch_dtype``."""
+    if source.preloaded is not None and device_map is None:
+        return source.preloaded[0].to(device=dev, dtype=torch_dtype)
+    kwargs = dict(source.kwargs)
+    if "gguf_file" not in kwargs:
+        # Pickle checkpoints can run arbitrary code when loaded.
+        kwargs["use_safetensors"] = None if allow_pickle else True
+    return _from_pretrained(source.location, kwargs, torch_dtype, dev, device_map, source.info, progress)
+
+
+def _rebuild_copy(source: ModelSource, error: Exception, progress: bool) -> ModelSource:
+    """A GGUF copy that passed its checks but does not load: say so in one line, remove it, convert again."""
+    import sys
+
+    from .data.assets import _display
+    from .gguf_cache import _discard
+
+    path, copy = Path(source.info["path"]), Path(source.info["weights"]["copy"])
+    print(f"effdepth: the dequantised copy of {path.name} in {_display(copy)} does not load ({str(error)[:200]}); "
+          "rebuilding it from the GGUF file", file=sys.stderr, flush=True)
+    _discard(copy)
+    info = {k: v for k, v in source.info.items() if k != "weights"}
+    return prepare_source(ModelSource(str(path.parent), {"gguf_file": path.name}, info), progress=progress)
+
+
 def _hub_commit(info: dict) -> str | None:
     """The commit a hub model was loaded from, as the cache recorded it (transformers 5 no longer says)."""
     if info.get("source") != "hub":
@@ -232,38 +373,37 @@ def _locate(model, revision) -> tuple:
         from .data.assets import SMOLLM2_ID, smollm2_gguf
 
         gguf = smollm2_gguf()
-        return str(gguf.parent), {"gguf_file": gguf.name}, {"id": SMOLLM2_ID, "source": "embedded-gguf", "path": str(gguf), "revision": None}
+        return _gguf_source(gguf, {"id": SMOLLM2_ID, "source": "embedded-gguf", "path": str(gguf), "revision": None})
     text = str(model)
     path = Path(text).expanduser()
     if text.endswith(".gguf"):
         if not path.is_file():
             raise EffdepthError(f"GGUF file {text} does not exist; give the path of a .gguf file")
-        return str(path.parent), {"gguf_file": path.name}, {"id": text, "source": "gguf", "path": str(path.resolve()), "revision": None}
+        return _gguf_source(path.resolve(), {"id": text, "source": "gguf", "path": str(path.resolve()), "revision": None})
     if path.exists():
         if not path.is_dir() or not (path / "config.json").is_file():
             raise EffdepthError(
                 f"{text} is not a model folder (no config.json); give a Hugging Face id, a folder saved with save_pretrained, or a .gguf file"
             )
         return str(path), {}, {"id": text, "source": "local", "path": str(path.resolve()), "revision": revision}
-    if text.startswith((".", "/", "~")) or "\\" in text or text.count("/") > 1 or ".." in text.split("/"):
+    if _looks_like_path(text):
         raise EffdepthError(f"{text} is neither an existing path nor a Hugging Face model id (owner/name)")
     return text, {}, {"id": text, "source": "hub", "revision": revision or "main"}
 
 
 def _from_pretrained(source, common, torch_dtype, dev, device_map, info, progress=True):
     from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
 
     kwargs = dict(common, dtype=torch_dtype)
     if device_map is not None:
         kwargs["device_map"] = device_map
-    bars = hf_logging.is_progress_bar_enabled()
-    tqdm_env = os.environ.get("TQDM_DISABLE")
-    if not progress:
-        hf_logging.disable_progress_bar()
-        os.environ["TQDM_DISABLE"] = "1"  # the GGUF de-quantiser uses plain tqdm
+    gguf = contextlib.nullcontext()
+    if "gguf_file" in common:
+        from .gguf_cache import parse_once
+
+        gguf = parse_once(progress)
     try:
-        with _quiet():
+        with _quiet(), _progress_bars(progress), gguf:
             m = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except EffdepthError:
         raise
@@ -274,14 +414,6 @@ def _from_pretrained(source, common, torch_dtype, dev, device_map, info, progres
                 "pass --allow-pickle if you trust its source"
             ) from None
         raise EffdepthError(_load_error(info, exc)) from None
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
-        if not progress:
-            if tqdm_env is None:
-                os.environ.pop("TQDM_DISABLE", None)
-            else:
-                os.environ["TQDM_DISABLE"] = tqdm_env
     if device_map is None:
         m = m.to(dev)
     return m
@@ -303,6 +435,24 @@ def _load_error(info: dict, exc: Exception) -> str:
             "and `huggingface-cli login` for gated models"
         )
     return f"could not load {what}: {reason}"
+
+
+@contextlib.contextmanager
+def _progress_bars(progress: bool):
+    """``progress=False`` hides transformers' own bars while loading (the GGUF de-quantiser's bar is
+    plain tqdm: :func:`effdepth.gguf_cache.parse_once` hides that one)."""
+    if progress:
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 @contextlib.contextmanager

@@ -161,6 +161,25 @@ def check_revision_target(model, revision) -> None:
     )
 
 
+def check_tokenizer_spec(tokenizer) -> None:
+    """A ``tokenizer`` given as a path that is not there fails now, before the model loads
+    (a string is a folder, a Hugging Face id or a ``.gguf`` file; an object is used as it is).
+
+    >>> check_tokenizer_spec("EleutherAI/pythia-70m")
+    >>> check_tokenizer_spec("./no/such/tokenizer")
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: tokenizer ./no/such/tokenizer does not exist; give a tokenizer folder, a Hugging Face id or a .gguf file
+    """
+    if not isinstance(tokenizer, str):
+        return
+    from .models import _looks_like_path
+
+    path = Path(tokenizer).expanduser()
+    if not path.exists() and (tokenizer.endswith(".gguf") or _looks_like_path(tokenizer)):
+        raise EffdepthError(f"tokenizer {tokenizer} does not exist; give a tokenizer folder, a Hugging Face id or a .gguf file")
+
+
 def check_device(device) -> None:
     """A device that is not there fails now, not after the model has loaded.
 
@@ -208,6 +227,9 @@ class LoadOptions:
         check_revision_target(self.model, self.revision)
         check_device(self.device)
         check_corpus_spec(self.corpus)
+        if isinstance(self.tokenizer, Path):
+            object.__setattr__(self, "tokenizer", str(self.tokenizer))
+        check_tokenizer_spec(self.tokenizer)
         object.__setattr__(self, "seq_len", int(self.seq_len))
         object.__setattr__(self, "num_seqs", int(self.num_seqs))
         if self.dtype is not None and not isinstance(self.dtype, str):

@@ -112,3 +112,77 @@ def tiny_model(model_type: str, seed: int = 0):
     else:
         model = AutoModelForCausalLM.from_config(config)
     return model.eval()
+
+
+def tiny_gguf(path, *, seed: int = 0, layers: int = 2, quantized: bool = True):
+    """Write a tiny random Llama as a ``.gguf`` file (Q8_0 matrices) with the byte
+    tokenizer's vocabulary, for tests of GGUF loading; returns its path.
+
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> p = tiny_gguf(Path(tempfile.mkdtemp()) / "tiny.gguf")
+    >>> p.read_bytes()[:4], p.stat().st_size > 50_000
+    (b'GGUF', True)
+    """
+    from pathlib import Path
+
+    import gguf
+    import numpy as np
+
+    from .data.tokenizers import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, _byte_to_unicode
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    d, ff, heads, kv, vocab = TINY_HIDDEN, 128, 4, 2, TINY_VOCAB
+    head_dim = d // heads
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("effdepth tiny llama")
+    w.add_context_length(512)
+    w.add_embedding_length(d)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_rope_dimension_count(head_dim)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    # A byte-level BPE without merges: one token per byte, as effdepth.data.byte_tokenizer().
+    chars = _byte_to_unicode()
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([chars[b] for b in range(256)] + [BOS_TOKEN, EOS_TOKEN, PAD_TOKEN])
+    w.add_token_types([1] * 256 + [3] * 3)
+    w.add_token_scores([0.0] * vocab)
+    w.add_bos_token_id(256)
+    w.add_eos_token_id(257)
+    w.add_pad_token_id(258)
+    qtype = gguf.GGMLQuantizationType.Q8_0
+
+    def matrix(name, rows, cols):
+        values = (rng.standard_normal((rows, cols)) * 0.1).astype(np.float32)
+        if quantized:
+            w.add_tensor(name, gguf.quants.quantize(values, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(name, values)
+
+    def norm(name):
+        w.add_tensor(name, (1 + 0.05 * rng.standard_normal(d)).astype(np.float32))
+
+    matrix("token_embd.weight", vocab, d)
+    for i in range(layers):
+        norm(f"blk.{i}.attn_norm.weight")
+        matrix(f"blk.{i}.attn_q.weight", d, d)
+        matrix(f"blk.{i}.attn_k.weight", kv * head_dim, d)
+        matrix(f"blk.{i}.attn_v.weight", kv * head_dim, d)
+        matrix(f"blk.{i}.attn_output.weight", d, d)
+        norm(f"blk.{i}.ffn_norm.weight")
+        matrix(f"blk.{i}.ffn_gate.weight", ff, d)
+        matrix(f"blk.{i}.ffn_up.weight", ff, d)
+        matrix(f"blk.{i}.ffn_down.weight", d, ff)
+    norm("output_norm.weight")
+    matrix("output.weight", vocab, d)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

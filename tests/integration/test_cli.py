@@ -85,3 +85,21 @@ def test_default_out_stays_under_runs():
     assert default_out("../../etc/passwd").parts[0] == "runs"
     assert ".." not in default_out("../../etc/passwd").parts
     assert default_out(None).name == "smollm2-135m-instruct"
+
+
+def test_a_failed_run_removes_the_output_folder_it_created(tmp_path, capsys):
+    out = tmp_path / "new" / "run"
+    code, _, err = run(["measure", tmp_path / "nope.gguf", "--out", out, "--no-progress"], capsys)
+    assert code == 2 and "does not exist" in err
+    assert not out.exists() and not out.parent.exists() and tmp_path.is_dir()
+
+
+def test_a_failed_run_keeps_a_folder_it_did_not_create_or_that_holds_something(tmp_path, capsys):
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    assert run(["measure", tmp_path / "nope.gguf", "--out", existing, "--no-progress"], capsys)[0] == 2
+    assert existing.is_dir()
+    kept = tmp_path / "kept"
+    (kept / "notes").mkdir(parents=True)
+    assert run(["measure", tmp_path / "nope.gguf", "--out", kept, "--no-progress"], capsys)[0] == 2
+    assert (kept / "notes").is_dir()

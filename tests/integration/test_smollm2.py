@@ -65,3 +65,34 @@ def test_end_to_end_result_is_complete_and_consistent(result, tmp_path):
 def test_batch_size_invariance_on_the_real_model(smol, result):
     other = measure_prepared(smol, AnalysisOptions(views=["default"], batch_size=8, bootstrap=0), run=RunOptions(progress=False))
     assert other.default.deff == pytest.approx(result.views["default"].deff, rel=1e-6)
+
+
+def test_the_embedded_gguf_loads_from_its_dequantised_copy_bit_for_bit(smol):
+    """The copy in the cache holds exactly what transformers reads from the GGUF file, and a second
+    load takes the copy (no conversion) and gives the same states."""
+    import hashlib
+
+    from transformers import AutoModelForCausalLM
+
+    from effdepth import gguf_cache
+    from effdepth.data import smollm2_gguf
+
+    path = smollm2_gguf()
+    info = smol.lm.info
+    assert info["path"] == str(path) and info["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert info["weights"]["gguf_sha256"] == info["sha256"] and info["weights"]["dtype"] == "float32"
+    real_convert = gguf_cache.convert
+    gguf_cache.convert = lambda *a, **k: pytest.fail("converted again")
+    try:
+        again = prepare(LoadOptions(corpus="shakespeare", seq_len=64, num_seqs=8), progress=False)
+    finally:
+        gguf_cache.convert = real_convert
+    assert again.lm.info["weights"]["made"] == "an earlier run"
+    ids = smol.tokens.input_ids[:2]
+    assert torch.equal(again.tokens.input_ids, smol.tokens.input_ids)
+    direct = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = direct(input_ids=ids, output_hidden_states=True).hidden_states
+        first = smol.lm.model(input_ids=ids, output_hidden_states=True).hidden_states
+        second = again.lm.model(input_ids=ids, output_hidden_states=True).hidden_states
+    assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(want, first, second, strict=True))

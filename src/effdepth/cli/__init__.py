@@ -38,11 +38,12 @@ def build_parser() -> tuple:
 
 def run_command(command, args) -> int:
     """Apply ``--offline`` before anything reads from the hub, and keep the hub library's retry chatter quiet."""
+    from ..errors import command_line
     from ..hub import quiet_hub, set_offline
 
     if getattr(args, "offline", False):
         set_offline(True)
-    with quiet_hub():
+    with quiet_hub(), command_line():
         return command(args)
 
 

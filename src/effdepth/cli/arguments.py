@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -55,6 +56,8 @@ def add_model_argument(p: argparse.ArgumentParser) -> None:
 def add_measure_arguments(p: argparse.ArgumentParser) -> None:
     """Measurement options shared by every command that measures (see :class:`effdepth.options.Options`)."""
     p.add_argument("--revision", default=None, help="model revision (branch, tag or commit) on the hub")
+    p.add_argument("--tokenizer", default=None, metavar="PATH_OR_ID",
+                   help="tokenizer for text corpora when the model has none (or another): a folder, a Hugging Face id or a .gguf file")
     p.add_argument("--corpus", default=None, help="shakespeare (default), a text/JSONL file or folder, or hf:NAME[:CONFIG[:SPLIT]]")
     p.add_argument("--seq-len", type=int_arg, default=DEFAULTS["seq_len"], help=f"tokens per sequence, BOS included (default {DEFAULTS['seq_len']})")
     p.add_argument("--num-seqs", type=int_arg, default=DEFAULTS["num_seqs"], help=f"number of sequences (default {DEFAULTS['num_seqs']})")
@@ -142,6 +145,34 @@ def ensure_writable(folder: Path) -> Path:
     except OSError as exc:
         raise EffdepthError(f"cannot write to output folder {folder}: {exc.strerror}; choose another --out") from None
     return folder
+
+
+@contextlib.contextmanager
+def output_folder(folder: Path):
+    """:func:`ensure_writable`, and when the block fails, remove the folders it created that are
+    still empty: a run that fails before writing anything leaves no empty output folder behind.
+
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp()) / "runs" / "x"
+    >>> try:
+    ...     with output_folder(out):
+    ...         raise EffdepthError("the model did not load")
+    ... except EffdepthError:
+    ...     pass
+    >>> out.exists(), out.parent.exists()
+    (False, False)
+    """
+    created = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
+    ensure_writable(folder)
+    try:
+        yield folder
+    except BaseException:
+        for made in created:
+            try:
+                made.rmdir()  # only an empty folder: anything written (a checkpoint, a result) stays
+            except OSError:
+                break
+        raise
 
 
 def log_line(line: str) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..errors import EffdepthError
 from ..options import Options
-from .arguments import add_measure_arguments, add_model_argument, default_out, ensure_writable, float_arg, run_options_from_args
+from .arguments import add_measure_arguments, add_model_argument, default_out, float_arg, output_folder, run_options_from_args
 
 
 def register(sub) -> dict:
@@ -31,12 +31,13 @@ def cmd_measure(args) -> int:
     options = Options.from_args(args)  # every option is checked before the output folder or the weights
     if args.resume and args.out and Path(args.out) != Path(args.resume):
         raise EffdepthError(f"--resume {args.resume} continues in that folder; drop --out {args.out} or make them equal")
-    out = ensure_writable(Path(args.resume or args.out or default_out(args.model)))
-    if not args.resume and (checkpoint_dir(out) / "state.json").is_file():
-        print(f"effdepth: {out} holds an unfinished run; starting over (use --resume {out} to continue it instead)", file=sys.stderr)
-    run = run_options_from_args(args, checkpoint=checkpoint_dir(out), resume=bool(args.resume))
-    result = run_measurement(options, run)
-    write_result(result, out, figures=args.figures)
+    # A run that fails before writing anything removes the output folder it created.
+    with output_folder(Path(args.resume or args.out or default_out(args.model))) as out:
+        if not args.resume and (checkpoint_dir(out) / "state.json").is_file():
+            print(f"effdepth: {out} holds an unfinished run; starting over (use --resume {out} to continue it instead)", file=sys.stderr)
+        run = run_options_from_args(args, checkpoint=checkpoint_dir(out), resume=bool(args.resume))
+        result = run_measurement(options, run)
+        write_result(result, out, figures=args.figures)
     return 0
 
 
