@@ -3,9 +3,11 @@
 Builds randomly initialised models of real sizes from their configs (no
 download: Pythia-1.4B and OLMo-2-7B shapes), and prints, measured in one run:
 tokens per second of a bare forward (decoder stack, bfloat16, no hooks),
-tokens per second of ``measure`` with the default view and with every view of
-``--views paper``, their ratios (target: >= 0.90 with all views on), and peak
-GPU memory of each.
+tokens per second of ``measure`` under frobenius (default view), cka (default
+view; and with the calibrated references), cka with every view of ``--views
+paper``, and ``--similarity all --views paper`` with the calibrated
+references, their ratios to the bare forward (target: >= 0.90 with all views
+on), and peak GPU memory of each.
 
     python benchmarks/gpu.py [--shapes pythia-1.4b,olmo2-7b] [--seq-len 2048] [--batch-size 8] [--batches 4]
 
@@ -49,11 +51,22 @@ def bare_forward(model, arch, batches):
         decoder_forward(model, arch, ids, None)
 
 
-def run_measure(model, batches, views):
+def run_measure(model, batches, views, similarity="cka", surrogate_seqs=0):
     from effdepth.measure import measure
 
     ids = torch.cat(batches).cpu()
-    return measure(model, ids, batch_size=batches[0].shape[0], views=views, bootstrap=0, progress=False)
+    return measure(model, ids, batch_size=batches[0].shape[0], views=views, similarity=similarity,
+                   surrogate_seqs=surrogate_seqs, bootstrap=0, progress=False)
+
+
+#: (label, views, similarity, surrogate sequences: 0 none, None all)
+RUNS = (
+    ("frobenius default", "default", "frobenius", 0),
+    ("cka default", "default", "cka", 0),
+    ("cka default + calibrated", "default", "cka", None),
+    ("cka --views paper", "paper", "cka", 0),
+    ("all --views paper + calibrated", "paper", "all", None),
+)
 
 
 def timed(fn):
@@ -88,15 +101,13 @@ def main() -> int:
         tokens = args.batches * args.batch_size * args.seq_len
         with torch.inference_mode():
             bare_forward(model, arch, batches[:1])  # warm-up (kernels, allocator)
-        run_measure(model, batches[:1], "paper")
+        run_measure(model, batches[:1], "paper", "all", None)
         t_bare, m_bare = timed(lambda: bare_forward(model, arch, batches))
-        t_default, m_default = timed(lambda: run_measure(model, batches, "default"))
-        t_paper, m_paper = timed(lambda: run_measure(model, batches, "paper"))
         gib = lambda b: f"{b / 2**30:.1f} GiB"
-        print(f"{shape}: bare forward {tokens / t_bare:,.0f} tok/s (peak {gib(m_bare)}); "
-              f"measure default {tokens / t_default:,.0f} tok/s = {t_bare / t_default:.2f} of bare (peak {gib(m_default)}); "
-              f"measure --views paper {tokens / t_paper:,.0f} tok/s = {t_bare / t_paper:.2f} of bare (peak {gib(m_paper)}) "
-              f"[target >= 0.90]")
+        print(f"{shape}: bare forward {tokens / t_bare:,.0f} tok/s (peak {gib(m_bare)})")
+        for label, views, similarity, surrogates in RUNS:
+            t, m = timed(lambda: run_measure(model, batches, views, similarity, surrogates))
+            print(f"  measure {label:32s} {tokens / t:>12,.0f} tok/s = {t_bare / t:.2f} of bare (peak {gib(m)}) [target >= 0.90]")
         del model, batches
         torch.cuda.empty_cache()
     return 0

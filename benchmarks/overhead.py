@@ -1,16 +1,21 @@
 """What effdepth costs against what a user would otherwise run, measured in one run.
 
-On SmolLM2-135M-Instruct (CPU, float32, Shakespeare, 8 x 256 tokens) it prints:
+On SmolLM2-135M-Instruct (CPU, float32, Shakespeare) at 8 x 256 and at
+32 x 256 tokens it prints, each ratio taken within interleaved rounds:
 
-- time of ``measure`` (default view) / time of a plain ``AutoModelForCausalLM``
-  forward over the same batches (target: <= 1, we skip the LM head);
-- time of ``measure --views paper`` / time of the default-only ``measure``
-  (target: <= 1.3), on the same batches, and again on 4x the sequences (the
-  top-PC calibration on the first batch is a one-time cost);
+- ``measure`` (frobenius, default view) / a plain ``AutoModelForCausalLM``
+  forward over the same batches (target: <= 1, we skip the LM head), and the
+  same for the default run (cka, with calibrated references);
+- the default view under ``cka`` / under ``frobenius`` (target <= 1.10);
+- ``--views paper`` / the default view alone, same similarity (target <= 1.15);
+- ``--similarity all --views paper`` / ``--similarity frobenius`` default view
+  (target <= 1.5);
+- the calibrated references (surrogate streams over every sequence) / the
+  same run without them (target <= 1.3);
 - time and peak memory of a naive baseline that collects
   ``output_hidden_states`` and computes D_eff afterwards (target: measure
   faster and leaner);
-- peak memory of ``measure`` at 1x, 4x and 8x the tokens (target: flat).
+- peak memory of the default ``measure`` at 1x, 4x and 8x the tokens (target: flat).
 
 Times are medians of repeated runs in this process; peak memory is the
 increase of the peak resident set (VmHWM) over the resident set just before
@@ -52,10 +57,26 @@ def plain_forward(prepared, batch_size):
             model(input_ids=ids[start : start + batch_size], use_cache=False)
 
 
-def measure_run(prepared, batch_size, views="default"):
+def measure_run(prepared, batch_size, views="default", similarity="frobenius", surrogate_seqs=0):
     from effdepth.measure import measure_prepared
 
-    return measure_prepared(prepared, AnalysisOptions(views=views, batch_size=batch_size, bootstrap=0), run=RunOptions(progress=False))
+    analysis = AnalysisOptions(views=views, similarity=similarity, surrogate_seqs=surrogate_seqs, batch_size=batch_size, bootstrap=0)
+    return measure_prepared(prepared, analysis, run=RunOptions(progress=False))
+
+
+#: The runs compared, as (views, similarity, surrogate sequences: 0 = none, None = all).
+VARIANTS = {
+    "frobenius": ("default", "frobenius", 0),
+    "cka": ("default", "cka", 0),
+    "frobenius paper": ("paper", "frobenius", 0),
+    "cka paper": ("paper", "cka", 0),
+    "all paper": ("paper", "all", 0),
+    "cka calibrated": ("default", "cka", None),
+}
+
+
+def variant_runs(prepared, batch_size) -> dict:
+    return {name: (lambda v=v: measure_run(prepared, batch_size, *v)) for name, v in VARIANTS.items()}
 
 
 def naive_baseline(prepared, batch_size):
@@ -107,7 +128,8 @@ def _status(field):
 def child_peak(kind: str, num_seqs: int, seq_len: int, batch_size: int) -> None:
     """In a child: load, reset the peak RSS, run once, print the peak increase."""
     prepared = prepare(num_seqs, seq_len)
-    fn = {"measure": lambda: measure_run(prepared, batch_size), "naive": lambda: naive_baseline(prepared, batch_size)}[kind]
+    fn = {"measure": lambda: measure_run(prepared, batch_size, "default", "cka", None),
+          "naive": lambda: naive_baseline(prepared, batch_size)}[kind]
     with open("/proc/self/clear_refs", "w") as fh:  # resets VmHWM to the current RSS
         fh.write("5")
     before = _status("VmRSS")
@@ -143,26 +165,13 @@ def main() -> None:
 
     prepared = prepare(args.num_seqs, args.seq_len)
     bs = args.batch_size
-    measure_run(prepared, bs, "paper")  # warm-up
+    measure_run(prepared, bs, "paper", "all", None)  # warm-up
     # Interleaved rounds: this machine's speed drifts between minutes, so each
     # ratio is taken within a round and the median over rounds is reported.
-    rounds = interleaved(
-        {
-            "plain": lambda: plain_forward(prepared, bs),
-            "measure": lambda: measure_run(prepared, bs),
-            "paper": lambda: measure_run(prepared, bs, "paper"),
-            "naive": lambda: naive_baseline(prepared, bs),
-        },
-        args.repeats,
-    )
-    del prepared
+    rounds = interleaved({"plain": lambda: plain_forward(prepared, bs), **variant_runs(prepared, bs),
+                          "naive": lambda: naive_baseline(prepared, bs)}, args.repeats)
     larger = prepare(4 * args.num_seqs, args.seq_len)
-    rounds_4x = interleaved({"measure": lambda: measure_run(larger, bs), "paper": lambda: measure_run(larger, bs, "paper")}, args.repeats)
-    del larger
-    t_plain, t_measure, t_paper, t_naive = (median(rounds, k) for k in ("plain", "measure", "paper", "naive"))
-    t_measure_4x, t_paper_4x = median(rounds_4x, "measure"), median(rounds_4x, "paper")
-    r_plain, r_paper, r_naive = ratio(rounds, "measure", "plain"), ratio(rounds, "paper", "measure"), ratio(rounds, "measure", "naive")
-    r_paper_4x = ratio(rounds_4x, "paper", "measure")
+    rounds_4x = interleaved({"plain": lambda: plain_forward(larger, bs), **variant_runs(larger, bs)}, args.repeats)
 
     mem_measure = peak_in_child("measure", args.num_seqs, args.seq_len, bs)
     mem_measure_4x = peak_in_child("measure", 4 * args.num_seqs, args.seq_len, bs)
@@ -173,16 +182,28 @@ def main() -> None:
 
     mb = lambda b: f"{b / 2**20:.0f} MiB"
     tokens = args.num_seqs * args.seq_len
-    print(f"SmolLM2-135M-Instruct, CPU ({torch.get_num_threads()} threads), float32, {args.num_seqs} x {args.seq_len} tokens, "
+    print(f"SmolLM2-135M-Instruct, CPU ({torch.get_num_threads()} threads), float32, batch {bs}, "
           f"medians of {args.repeats} interleaved rounds")
-    print(f"plain AutoModelForCausalLM forward   {t_plain:7.2f} s")
-    print(f"measure (default view)               {t_measure:7.2f} s   ratio to plain forward  {r_plain:.2f}  (target <= 1)")
-    print(f"measure --views paper                {t_paper:7.2f} s   ratio to default view   {r_paper:.2f}  (target <= 1.3)")
-    print(f"naive output_hidden_states baseline  {t_naive:7.2f} s   measure / naive         {r_naive:.2f}  (target < 1)")
-    print(f"at {4 * args.num_seqs} x {args.seq_len} tokens: measure {t_measure_4x:.2f} s, --views paper {t_paper_4x:.2f} s, "
-          f"ratio {r_paper_4x:.2f}  (target <= 1.3)")
-    print(f"peak memory increase (fixed mmap threshold) of measure: {mb(mem_measure)} ({tokens} tokens), {mb(mem_measure_4x)} ({4 * tokens}), "
-          f"{mb(mem_measure_8x)} ({8 * tokens}); naive baseline {mb(mem_naive)} ({tokens} tokens)")
+    checks = (
+        ("frobenius default / plain forward", "frobenius", "plain", 1.0),
+        ("cka default + calibrated / plain forward", "cka calibrated", "plain", None),
+        ("cka / frobenius (default view)", "cka", "frobenius", 1.10),
+        ("frobenius: paper views / default view", "frobenius paper", "frobenius", 1.15),
+        ("cka: paper views / default view", "cka paper", "cka", 1.15),
+        ("all similarities, paper views / frobenius default", "all paper", "frobenius", 1.5),
+        ("calibrated references (all sequences) / none", "cka calibrated", "cka", 1.3),
+    )
+    header = f"{'':52s} {args.num_seqs} x {args.seq_len:<8d} {4 * args.num_seqs} x {args.seq_len:<8d} target"
+    print(header)
+    print(f"{'plain AutoModelForCausalLM forward (s)':52s} {median(rounds, 'plain'):>12.2f} {median(rounds_4x, 'plain'):>14.2f}")
+    for name in VARIANTS:
+        print(f"{'measure, ' + name + ' (s)':52s} {median(rounds, name):>12.2f} {median(rounds_4x, name):>14.2f}")
+    for label, num, den, target in checks:
+        print(f"{label:52s} {ratio(rounds, num, den):>12.2f} {ratio(rounds_4x, num, den):>14.2f}   {'<= ' + str(target) if target else ''}")
+    print(f"{'naive output_hidden_states baseline (s)':52s} {median(rounds, 'naive'):>12.2f}")
+    print(f"{'frobenius default / naive baseline':52s} {ratio(rounds, 'frobenius', 'naive'):>12.2f}                  < 1")
+    print(f"peak memory increase (fixed mmap threshold) of the default measure (cka, calibrated): {mb(mem_measure)} ({tokens} tokens), "
+          f"{mb(mem_measure_4x)} ({4 * tokens}), {mb(mem_measure_8x)} ({8 * tokens}); naive baseline {mb(mem_naive)} ({tokens} tokens)")
     print(f"measure peak at 8x tokens / at 1x    {mem_measure_8x / mem_measure:.2f}  (target ~1: flat in tokens)")
     print(f"default glibc allocator: measure {mb(glibc_1x)} ({tokens} tokens), {mb(glibc_8x)} ({8 * tokens}): freed blocks kept for reuse")
 

@@ -88,6 +88,23 @@ def load_checkpoint(folder: Path) -> tuple:
     return arrays, meta
 
 
+def saved_run(folder: Path) -> dict | None:
+    """What a checkpoint recorded about its run (options and command, see :func:`save_checkpoint`'s ``meta["run"]``),
+    without reading its arrays; ``None`` when there is no checkpoint or it records nothing.
+
+    >>> import tempfile
+    >>> saved_run(Path(tempfile.mkdtemp())) is None
+    True
+    """
+    meta_path = Path(folder) / "state.json"
+    if not meta_path.is_file():
+        return None
+    try:
+        return json.loads(meta_path.read_text()).get("run")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def remove_checkpoint(folder: Path) -> None:
     folder = Path(folder)
     if folder.is_dir():

@@ -82,7 +82,29 @@ def run_measurement(options: Options, run: RunOptions | None = None) -> Result:
     run = run or RunOptions()
     started = time.perf_counter()
     prepared = prepare(options.load, progress=run.progress)
-    return measure_prepared(prepared, options.analysis, run=run, started=started)
+    stored = stored_carry(prepared.lm.model)
+    result = measure_prepared(prepared, options.analysis, run=run, started=started)
+    if stored is not None:
+        result.extras["stored_carry"] = stored
+    return result
+
+
+def stored_carry(model) -> dict | None:
+    """A checkpoint trained with a residual carry (``effdepth experiment carry``) records it in its config;
+    a plain measurement runs it with lam = 1, which is not the trained model: say so (and record it)."""
+    import warnings
+
+    config = getattr(model, "config", None)
+    lam = getattr(config, "effdepth_carry", None)
+    if lam is None or float(lam) == 1.0:
+        return None
+    layers = getattr(config, "effdepth_carry_layers", None) or "all"
+    layers = layers if isinstance(layers, str) else ",".join(str(x) for x in layers)
+    warnings.warn(
+        f"this checkpoint was trained with residual carry {float(lam):g} in blocks {layers}, but a plain measurement runs it "
+        f"with carry 1 (the unmodified stream); to measure it as trained: effdepth intervene MODEL --carry {float(lam):g} "
+        f"--layers {layers}, or effdepth.experiment.measure_checkpoint(path)", UserWarning, stacklevel=3)
+    return {"carry": float(lam), "layers": layers, "applied": False}
 
 
 @dataclass
@@ -321,16 +343,17 @@ def accumulate(prepared: Prepared, state: MeasurementState, batch_size: int, *, 
                 start=acc.sequences, consume=consume, facts=facts,
             ):
                 if folder is not None and (interrupted or time.monotonic() - last_save > run.checkpoint_every_s):
-                    _save(folder, state, fingerprint)
+                    _save(folder, state, fingerprint, run.record)
                     last_save = time.monotonic()
                 if interrupted:
                     break
         except KeyboardInterrupt:
             interrupted.signal = interrupted.signal or signal.SIGINT
             if folder is not None:
-                _save(folder, state, fingerprint)
+                _save(folder, state, fingerprint, run.record)
     if interrupted:
-        where = f"; partial statistics saved in {folder}, continue with --resume {folder.parent}" if folder else ""
+        command = (run.record or {}).get("command") or f"--resume {folder.parent}" if folder else ""
+        where = f"; partial statistics saved in {folder}, continue with: {command}" if folder else ""
         raise MeasurementInterrupted(
             f"interrupted by {signal.Signals(interrupted.signal).name} after {acc.sequences} of {tokens.input_ids.shape[0]} sequences{where}",
             interrupted.signal,
@@ -340,9 +363,9 @@ def accumulate(prepared: Prepared, state: MeasurementState, batch_size: int, *, 
     return facts
 
 
-def _save(folder, state: MeasurementState, fingerprint):
+def _save(folder, state: MeasurementState, fingerprint, record=None):
     arrays, meta = state.state()
-    save_checkpoint(folder, arrays, {"fingerprint": fingerprint, **meta})
+    save_checkpoint(folder, arrays, {"fingerprint": fingerprint, "run": record, **meta})
 
 
 def _restore(folder, state: MeasurementState, fingerprint):

@@ -325,6 +325,8 @@ class RunOptions:
     checkpoint: str | Path | None = None
     resume: bool = False
     checkpoint_every_s: float = 30.0
+    #: What a checkpoint records about the run (its options and the command that continues it).
+    record: dict | None = None
 
 
 _LOAD = tuple(f.name for f in fields(LoadOptions))

@@ -89,6 +89,32 @@ def test_signal_saves_statistics_and_resume_gives_the_same_numbers(model_dir, co
         assert a["ci"]["deff"] == pytest.approx(b["ci"]["deff"], rel=1e-6)
 
 
+def test_resume_dir_alone_or_the_printed_command_continues_the_run(model_dir, corpus, tmp_path):
+    import shlex
+
+    out = tmp_path / "run"
+    proc = start_slow(tmp_path, argv(model_dir, corpus, out, "--seq-len", "12"))
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    command = err.strip().splitlines()[-1].split("continue with: ", 1)[1]
+    assert command.startswith("effdepth measure ") and "--seq-len 12" in command and f"--resume {out}" in command
+
+    started = time.monotonic()
+    assert main(["measure", "--resume", str(out), "--seq-len", "16", "--no-progress"]) == 2
+    assert time.monotonic() - started < 10, "a mismatch must be found before the model loads"
+
+    saved = json.loads((out / "checkpoint" / "state.json").read_text())["run"]
+    assert saved["flags"]["seq_len"] == 12 and saved["flags"]["model"] == str(model_dir)
+    assert main(["measure", "--resume", str(out), "--no-progress", "--no-figures"]) == 0
+    resumed = json.loads((out / "result.json").read_text())
+    assert resumed["config"]["seq_len"] == 12 and resumed["provenance"]["run"]["resumed_from"] > 0
+
+    fresh = tmp_path / "fresh"
+    assert main([*shlex.split(command)[1:-2], "--out", str(fresh), "--no-progress", "--no-figures"]) == 0
+    whole = json.loads((fresh / "result.json").read_text())
+    assert resumed["views"]["default"]["deff"] == pytest.approx(whole["views"]["default"]["deff"], rel=1e-9)
+
+
 def test_a_second_signal_stops_a_stuck_batch_at_once(model_dir, corpus, tmp_path):
     out = tmp_path / "run"
     proc = start_slow(tmp_path, argv(model_dir, corpus, out, "--checkpoint-every", "1000"), pause=120)

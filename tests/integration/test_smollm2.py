@@ -9,15 +9,19 @@ import torch
 
 import effdepth
 from effdepth.capture.hooks import ResidualCapture
-from effdepth.measure import measure_prepared, prepare
+from effdepth.data.corpus import load_corpus
+from effdepth.measure import Prepared, measure_prepared, prepare
 from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def smol():
-    return prepare(LoadOptions(corpus="shakespeare", seq_len=64, num_seqs=8), progress=False)
+def smol(smol_256):
+    """The same loaded model (loading it costs seconds) on 8 x 64 tokens."""
+    load = LoadOptions(corpus="shakespeare", seq_len=64, num_seqs=8)
+    tokens = load_corpus(load.corpus, smol_256.lm.tokenizer, seq_len=64, num_seqs=8, seed=load.seed, add_bos=True)
+    return Prepared(smol_256.lm, smol_256.arch, tokens, load)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +53,9 @@ def test_capture_agrees_with_hugging_face_on_the_real_model(smol):
 
 
 def test_end_to_end_result_is_complete_and_consistent(result, tmp_path):
-    assert set(result.views) == {"default", "drop-pos0", "pos0-only", "token-norm", "top1pc", "token-norm+drop-pos0"}
+    assert result.primary_similarity == "cka"
+    assert set(result.views) == {"default", "drop-pos0", "token-norm", "top1pc", "token-norm+drop-pos0"}
+    assert "pos0-only" in result.unavailable["cka"]  # one token per sequence: no cka value, never a number
     for name, v in result.views.items():
         assert v.num_states == 30 and v.reference == pytest.approx(60 / 31)
         assert 1.0 <= v.deff <= 30.0
@@ -96,3 +102,19 @@ def test_the_embedded_gguf_loads_from_its_dequantised_copy_bit_for_bit(smol):
         first = smol.lm.model(input_ids=ids, output_hidden_states=True).hidden_states
         second = again.lm.model(input_ids=ids, output_hidden_states=True).hidden_states
     assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(want, first, second, strict=True))
+
+
+@pytest.fixture(scope="module")
+def smol_256():
+    return prepare(LoadOptions(corpus="shakespeare", seq_len=256, num_seqs=8), progress=False)
+
+
+def test_cka_per_sequence_tracks_exact_pooled_cka_and_the_paper_regime(smol_256):
+    """docs/method.md#why-cka: at 8 x 256 tokens the per-sequence estimator is within 0.02 of the
+    exact pooled CKA in D_eff / F_N, both below F_N, while the squared cosine puts the model above it."""
+    analysis = AnalysisOptions(views="default", similarity="cka,cka-full,frobenius", bootstrap=0, surrogate_seqs=0)
+    r = measure_prepared(smol_256, analysis, run=RunOptions(progress=False))
+    cka, full = r.view("default", "cka").ratio, r.view("default", "cka-full").ratio
+    frobenius = r.view("default", "frobenius").ratio
+    assert abs(cka - full) < 0.02, (cka, full)
+    assert cka < 0.9 and full < 0.9 and frobenius > 1.0, (cka, full, frobenius)

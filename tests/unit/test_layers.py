@@ -18,7 +18,7 @@ LAYERS = (
     ("numerics",),
     ("data", "tiny"),
     ("hub",),
-    ("models",),
+    ("models", "gguf_cache"),
     ("capture",),
     ("options",),
     ("result", "results_carry"),
@@ -119,3 +119,11 @@ def test_the_walker_sees_function_level_and_relative_imports(tmp_path):
         assert rank_of("effdepth.report.figures") > rank_of(module_name(fake))
     finally:
         fake.unlink()
+
+
+def test_the_readme_layout_names_every_module():
+    readme = (PACKAGE.parents[1] / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("## Development"):]
+    missing = sorted(p.stem for p in SOURCES if p.stem not in ("__init__", "__main__") and f"{p.stem}.py" not in layout
+                     and f"{p.stem}/" not in layout)
+    assert missing == [], f"README's layout misses: {', '.join(missing)}"

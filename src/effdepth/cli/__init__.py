@@ -61,6 +61,7 @@ def main(argv=None) -> int:
     try:
         parser, commands = build_parser()
         args = parser.parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else map(str, argv))  # which flags were typed (resume)
         if args.command is None:
             parser.print_help()
             return 2

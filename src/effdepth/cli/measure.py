@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -10,8 +11,13 @@ from ..options import Options
 from .arguments import add_measure_arguments, add_model_argument, default_out, float_arg, output_folder, run_options_from_args
 
 
+#: Flags that say where and how to run, not what to measure: never saved for a resume.
+_NOT_SAVED = ("help", "resume", "out", "progress", "checkpoint_every", "figures")
+
+
 def register(sub) -> dict:
     m = sub.add_parser("measure", help="measure D_eff of one model", description="Measure D_eff of one model on a corpus.")
+    m.set_defaults(parser=m)
     add_model_argument(m)
     add_measure_arguments(m)
     m.add_argument("--out", "-o", default=None, help="output folder for result.json (default: runs/<model>)")
@@ -28,6 +34,8 @@ def cmd_measure(args) -> int:
     from ..checkpoint import checkpoint_dir
     from ..measure import run_measurement
 
+    if args.resume:
+        adopt_saved_flags(args, checkpoint_dir(Path(args.resume)))
     options = Options.from_args(args)  # every option is checked before the output folder or the weights
     if args.resume and args.out and Path(args.out) != Path(args.resume):
         raise EffdepthError(f"--resume {args.resume} continues in that folder; drop --out {args.out} or make them equal")
@@ -35,10 +43,68 @@ def cmd_measure(args) -> int:
     with output_folder(Path(args.resume or args.out or default_out(args.model))) as out:
         if not args.resume and (checkpoint_dir(out) / "state.json").is_file():
             print(f"effdepth: {out} holds an unfinished run; starting over (use --resume {out} to continue it instead)", file=sys.stderr)
-        run = run_options_from_args(args, checkpoint=checkpoint_dir(out), resume=bool(args.resume))
+        record = {"flags": measured_flags(args), "command": resume_command(args, out)}
+        run = run_options_from_args(args, checkpoint=checkpoint_dir(out), resume=bool(args.resume), record=record)
         result = run_measurement(options, run)
         write_result(result, out, figures=args.figures)
     return 0
+
+
+def _option_actions(parser):
+    return [a for a in parser._actions if a.option_strings and a.dest not in _NOT_SAVED]
+
+
+def measured_flags(args) -> dict:
+    """The measurement flags of this run (and its model), as given: what a checkpoint keeps for ``--resume DIR``."""
+    flags = {a.dest: getattr(args, a.dest) for a in _option_actions(args.parser)}
+    return {"model": args.model, **flags}
+
+
+def explicit_dests(args) -> set:
+    """The flags the user typed (not left at their defaults), from the command line itself."""
+    argv = getattr(args, "argv", None) or []
+    out = set()
+    for action in _option_actions(args.parser):
+        if any(tok == flag or tok.startswith(flag + "=") for tok in argv for flag in action.option_strings):
+            out.add(action.dest)
+    return out
+
+
+def adopt_saved_flags(args, folder: Path) -> None:
+    """``--resume DIR`` alone continues the run saved there: its flags are taken from the checkpoint;
+    flags typed now must equal the saved ones (they decide which numbers the statistics are)."""
+    from ..checkpoint import saved_run
+
+    saved = (saved_run(folder) or {}).get("flags")
+    if not saved:
+        return  # an older checkpoint: the typed flags are checked against its fingerprint instead
+    typed = explicit_dests(args) | ({"model"} if args.model is not None else set())
+    differ = [d for d in saved if d in typed and getattr(args, d) != saved[d]]
+    if differ:
+        names = ", ".join(f"--{d.replace('_', '-')} (saved {saved[d]!r}, given {getattr(args, d)!r})" if d != "model"
+                          else f"the model (saved {saved[d]!r}, given {getattr(args, d)!r})" for d in differ)
+        raise EffdepthError(f"cannot resume {folder.parent}: {names} differ from the interrupted run; "
+                            "drop those flags to continue it, or start over without --resume")
+    for dest, value in saved.items():
+        setattr(args, dest, value)
+
+
+def resume_command(args, out: Path) -> str:
+    """The whole command that continues this run (``--resume DIR`` alone does too, for this version).
+
+    >>> import argparse
+    >>> p = argparse.ArgumentParser(); _ = p.add_argument("--seq-len", type=int, default=256)
+    >>> resume_command(argparse.Namespace(parser=p, model="m", seq_len=64), Path("runs/x"))
+    'effdepth measure m --seq-len 64 --resume runs/x'
+    """
+    parts = ["effdepth", "measure"] + ([str(args.model)] if args.model is not None else [])
+    for action in _option_actions(args.parser):
+        value = getattr(args, action.dest, action.default)
+        if value == action.default:
+            continue
+        flag = max(action.option_strings, key=len)
+        parts += [flag] if action.nargs == 0 else [flag, str(value)]
+    return shlex.join(parts + ["--resume", str(out)])
 
 
 def write_result(result, out: Path, *, figures: bool, note: str = "") -> None:

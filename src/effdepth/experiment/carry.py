@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 from ..capture.intervention import ResidualCarry, format_carry, parse_carry, parse_layers
 from ..capture.registry import resolve_architecture
 from ..errors import EffdepthError
+from ..options import DEFAULT_SIMILARITY
 from ..provenance import code_version, library_versions, machine, now
 from ..result import Result
 # The result itself lives in the result layer; re-exported here for ``from effdepth.experiment.carry import ...``.
@@ -342,8 +343,9 @@ def _checkpoint_record(spec, model, lam, seed, step, train_losses, data, folder:
     model.eval()
     ckpt = save_checkpoint(model, folder / f"step-{step}")
     # Measured from the saved folder, as a user would: proves the checkpoint round-trips.
+    # No surrogate streams: the experiment compares carries, not a model with its references.
     result = measure_checkpoint(ckpt, data.held_out, bootstrap=spec.bootstrap, seed=spec.seed, batch_size=16, dtype="float32",
-                                device=spec.device, progress=False)
+                                device=spec.device, progress=False, surrogate_seqs=0)
     result_path = result.save(folder / "results" / f"step-{step}.json")
     row = intervention_row(lam, result)
     row.pop("view")
@@ -385,7 +387,7 @@ def carry_experiment(spec: CarryExperiment | None = None, out="runs/carry-experi
               "checkpoint_steps": spec.checkpoint_steps(), "carry_layers_resolved": list(parse_layers(spec.carry_layers, spec.layers)),
               "data": data.info, "model": "LlamaForCausalLM (byte vocabulary, untied embeddings, intermediate 4 x d_model)",
               "optimizer": "AdamW(betas=(0.9, 0.95), weight_decay=0.1), clip 1.0, linear warm-up then cosine to 10%",
-              "measured_with": "the checkpoint's own carry (effdepth_carry in its config), frobenius, default view"}
+              "measured_with": f"the checkpoint's own carry (effdepth_carry in its config), {DEFAULT_SIMILARITY} similarity, default view"}
     provenance = {"code": code_version(), "libraries": library_versions(), "machine": machine(), "created": now(),
                   "elapsed_s": round(time.perf_counter() - started, 3)}
     result = ExperimentResult(config, records, provenance)

@@ -60,8 +60,10 @@ def test_checkpoints_are_standard_and_remember_their_carry(runs):
     record = next(r for r in result.records if r["lam"] == 0.5 and r["step"] == 3)
     assert again.default.deff == record["deff"] and again.extras["loss"]["mean"] == record["loss"]
     # A plain measurement runs the checkpoint with lam = 1: a different model (documented).
-    plain = measure(str(ckpt), held_out, bootstrap=0, progress=False, dtype="float32")
+    with pytest.warns(UserWarning, match="trained with residual carry 0.5"):
+        plain = measure(str(ckpt), held_out, bootstrap=0, progress=False, dtype="float32")
     assert plain.default.deff != record["deff"]
+    assert plain.extras["stored_carry"] == {"carry": 0.5, "layers": "1,2", "applied": False}
 
 
 def test_experiment_outputs(runs):
