@@ -341,6 +341,7 @@ def _check_copy(folder: Path, sha256: str) -> str | None:
         return f"it was made from another file (sha256 {str(recorded)[:16]}...)"
     if manifest.get("format") != MANIFEST_FORMAT:
         return f"it was written in another format ({manifest.get('format')})"
+    touched = False
     for name, want in files.items():
         try:
             stat = (folder / name).stat()
@@ -349,10 +350,15 @@ def _check_copy(folder: Path, sha256: str) -> str | None:
         if stat.st_size != want["size"]:
             return f"{name} is {stat.st_size:,} bytes, {want['size']:,} expected"
         # An untouched file is trusted; hashing 0.5 GB every run would cost a second.
-        if stat.st_mtime_ns != want["mtime_ns"] and _sha256(folder / name) != want["sha256"]:
-            return f"{name} was changed: its sha256 no longer matches"
-    if "model.safetensors" not in files and not any(n.endswith(".safetensors") for n in files):
+        if stat.st_mtime_ns != want["mtime_ns"]:
+            if _sha256(folder / name) != want["sha256"]:
+                return f"{name} was changed: its sha256 no longer matches"
+            want["mtime_ns"], touched = stat.st_mtime_ns, True
+    if not any(n.endswith(".safetensors") for n in files):
         return "it holds no weights"
+    if touched:  # same bytes, new mtimes (a copied cache): record them so the next run need not hash again
+        with contextlib.suppress(OSError):
+            _write_json_atomic(folder / MANIFEST, manifest)
     return None
 
 

@@ -226,3 +226,14 @@ def test_a_gguf_tokenizer_can_be_named_on_its_own(gguf_file, cache):
     tok = load_named_tokenizer(str(gguf_file))
     assert tok("hé", add_special_tokens=False)["input_ids"] == [104, 195, 169]
     assert json.loads(json.dumps(tok.bos_token)) == "<bos>"
+
+
+def test_a_copy_with_new_mtimes_but_the_same_bytes_is_kept_and_hashed_once(gguf_file, cache, capsys, monkeypatch):
+    load(gguf_file)
+    weights = copy_of(cache) / "model.safetensors"
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # as after cp -r
+    capsys.readouterr()
+    assert load(gguf_file).lm.info["weights"]["made"] == "an earlier run"
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(gguf_cache, "_sha256", lambda p: pytest.fail("hashed again"))
+    assert gguf_cache._check_copy(copy_of(cache), gguf_cache.file_sha256(gguf_file)) is None
