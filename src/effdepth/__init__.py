@@ -10,7 +10,10 @@ from .version import __version__
 
 from .errors import EffdepthError
 from .measure import from_states, measure
-from .result import Result, ViewResult, load
+from .result import Result, ViewResult
+from .loading import SavedTrajectory, load
+from .results_carry import ExperimentResult
 from .intervene import InterventionResult, intervene
 
-__all__ = ["measure", "from_states", "intervene", "InterventionResult", "load", "Result", "ViewResult", "EffdepthError", "__version__"]
+__all__ = ["measure", "from_states", "intervene", "InterventionResult", "ExperimentResult", "SavedTrajectory", "load", "Result",
+           "ViewResult", "EffdepthError", "__version__"]
