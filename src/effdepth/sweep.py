@@ -496,11 +496,13 @@ def result_rows(job: Job, result: Result) -> list[dict]:
     A view without a value under a similarity (cka's ``pos0-only``) gets a row with status
     ``unavailable``, the reason in ``error`` and no numbers.
     """
+    from .report.rows import view_order
+
     rows = []
     layers = result.config.get("num_layers")
     for sim, views in result.similarities.items():
         reasons = (result.unavailable or {}).get(sim, {})
-        for name in _view_names(result):
+        for name in view_order(result):
             v = views.get(name)
             if v is None:
                 if name in reasons:
@@ -515,13 +517,6 @@ def result_rows(job: Job, result: Result) -> list[dict]:
             rows.append(row)
     return rows
 
-
-def _view_names(result: Result) -> list:
-    """Views in the order asked for, whichever similarity has them."""
-    names = list(result.config.get("views") or [])
-    for views in list(result.similarities.values()) + list((result.unavailable or {}).values()):
-        names += [n for n in views if n not in names]
-    return names
 
 
 def _row(job: Job, **values) -> dict:

@@ -147,11 +147,10 @@ def _missing(claim: str, sim: str, name: str, unavailable: dict) -> Verdict:
     return Verdict(claim, sim, NOT_MEASURED, reason=why)
 
 
-def _deff_below(view, name: str, right: str, limit: float, limit_interval=None) -> Comparison:
+def _deff_below_reference(view, name: str) -> Comparison:
+    """D_eff's whole interval below F_N, an exact number."""
     ci = _interval(view, "deff")
-    bound = limit_interval[0] if limit_interval else limit
-    holds = None if ci is None or (right.endswith("_cal") and limit_interval is None) else ci[1] < bound
-    return Comparison(name, "D_eff", view.deff, ci, "below", right, limit, limit_interval, holds)
+    return Comparison(name, "D_eff", view.deff, ci, "below", "F_N", view.reference, None, None if ci is None else ci[1] < view.reference)
 
 
 def _status(comparisons: list) -> str:
@@ -166,7 +165,7 @@ def _status(comparisons: list) -> str:
 def _below_reference(claim: str, sim: str, name: str, view, unavailable: dict) -> Verdict:
     if view is None:
         return _missing(claim, sim, name, unavailable)
-    comparison = _deff_below(view, name, "F_N", view.reference)
+    comparison = _deff_below_reference(view, name)
     status = _status([comparison])
     return Verdict(claim, sim, status, [comparison], reason=NO_INTERVAL if status == NOT_MEASURED else "")
 
@@ -194,7 +193,7 @@ def _controls(sim: str, views: dict, unavailable: dict) -> Verdict:
         reasons = [f"{n}: {unavailable[n]}" for n in ("token-norm", "top1pc") if n in unavailable]
         why = "; ".join(reasons) or f"the result has neither token-norm nor top1pc ({RERUN})"
         return Verdict("controls", sim, NOT_MEASURED, reason=why)
-    comparisons = [_deff_below(views[n], n, "F_N", views[n].reference) for n in present]
+    comparisons = [_deff_below_reference(views[n], n) for n in present]
     status = _status(comparisons)
     absent = [n for n in ("token-norm", "top1pc") if n not in views]
     reason = NO_INTERVAL if status == NOT_MEASURED else (f"{absent[0]} not measured" if absent else "")
@@ -210,6 +209,9 @@ def _calibrated(sim: str, view, unavailable: dict) -> Verdict:
                "no calibrated reference (measured with --surrogate-seqs 0, or by an effdepth before 0.2); "
                "rerun effdepth measure with --surrogate-seqs all")
         return Verdict("calibrated", sim, NOT_MEASURED, reason=why)
-    comparison = _deff_below(view, "default", "R_matched_cal", cal, _interval(view, "reference_matched_cal"))
+    # The calibrated value is itself an estimate: the two intervals must not overlap.
+    ci, cal_ci = _interval(view, "deff"), _interval(view, "reference_matched_cal")
+    holds = None if ci is None or cal_ci is None else ci[1] < cal_ci[0]
+    comparison = Comparison("default", "D_eff", view.deff, ci, "below", "R_matched_cal", cal, cal_ci, holds)
     status = _status([comparison])
     return Verdict("calibrated", sim, status, [comparison], reason=NO_INTERVAL if status == NOT_MEASURED else "")

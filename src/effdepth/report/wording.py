@@ -28,8 +28,8 @@ SIMILARITIES = {
 #: What the paper's abstract reports, claim by claim (only the abstract is public).
 PAPER_ABSTRACT = {
     "sub-reference": "15 of 16 models, 23-44% below F_L",
-    "correlated-updates": "stated for the models; no per-model numbers",
-    "not-bos": "stated for the models; no per-model numbers",
+    "correlated-updates": "claimed in the abstract; no numbers public",
+    "not-bos": "claimed in the abstract; no numbers public",
     "controls": "all 16 models below F_L after token-norm or top-1-PC removal",
     "calibrated": "not in the paper (effdepth's calibrated reference, docs/method.md#calibrated-references)",
 }
