@@ -63,7 +63,13 @@ class ClaimsOutcome:
     failed: list = field(default_factory=list)
 
     def text(self) -> str:
-        """What ``effdepth claims`` prints: the full check of one result, or the per-model table of several."""
+        """What ``effdepth claims`` prints: the full check of one result, or the per-model table of several.
+
+        >>> import effdepth, torch
+        >>> r = effdepth.from_states(torch.randn(4, 3, 8, 16), bootstrap=20)
+        >>> ClaimsOutcome([Checked(Path("a"), "a", r, []), Checked(Path("b"), "b", r, [])]).text().split()[:2]
+        ['model', 'similarity']
+        """
         from .report.tables import claims_sweep_text, claims_text
 
         if len(self.checked) == 1 and not self.failed:
@@ -78,6 +84,12 @@ def check_paths(paths) -> ClaimsOutcome:
 
     A path without results, a file that is not a readable result, or a result with none of the views
     the claims read is a one-line :class:`~effdepth.EffdepthError` that says what to run.
+
+    >>> import tempfile
+    >>> check_paths([tempfile.mkdtemp()])
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: no result.json under ...; pass the --out folder of an effdepth run or a result.json; measure first: effdepth measure MODEL --views paper --similarity all --out DIR
     """
     try:
         files = find_result_files(paths)

@@ -95,7 +95,13 @@ def load_trajectory(path) -> SavedTrajectory:
 
 
 def trajectory_from_dict(data: dict, path: Path) -> SavedTrajectory:
-    """A :class:`SavedTrajectory` from ``trajectory.json``'s data and the ``trajectory.csv`` beside it."""
+    """A :class:`SavedTrajectory` from ``trajectory.json``'s data and the ``trajectory.csv`` beside it.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp()); _ = (d / "trajectory.csv").write_text("model,revision\\nm,main\\n")
+    >>> trajectory_from_dict({"model": "m", "duplicates": {"b": "a"}}, d / "trajectory.json").duplicates
+    {'b': 'a'}
+    """
     table = Path(path).with_name("trajectory.csv")
     if not table.is_file():
         raise EffdepthError(f"{path} has no trajectory.csv beside it; rerun effdepth trajectory with the same --out to write it")
