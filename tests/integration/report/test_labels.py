@@ -254,11 +254,12 @@ def test_an_empty_folder_names_what_can_be_shown(tmp_path, capsys):
 # ---------------------------------------------------------------- 13b. no stale figures
 
 
-def test_rewriting_figures_removes_those_of_views_no_longer_measured(synthetic_result, tmp_path, capsys):
-    figures.write_figures(synthetic_result, tmp_path)
+def test_rewriting_figures_removes_those_of_views_no_longer_measured(tmp_path, capsys):
+    two_views = effdepth.from_states(torch.randn(4, 3, 8, 8).cumsum(0), views="default,drop-pos0", similarity="frobenius")
+    figures.write_figures(two_views, tmp_path)
     (tmp_path / "notes.png").write_bytes(b"mine")  # not effdepth's: left alone
     assert (tmp_path / "views.png").is_file()
-    one_view = effdepth.Result.from_dict(synthetic_result.to_dict())
+    one_view = effdepth.Result.from_dict(two_views.to_dict())
     one_view.views = {"default": one_view.views["default"]}
     figures.write_figures(one_view, tmp_path)
     assert not (tmp_path / "views.png").exists() and not (tmp_path / "views.pdf").exists()
