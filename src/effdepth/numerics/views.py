@@ -227,13 +227,13 @@ def check_width(views, width: int) -> None:
     >>> check_width(parse_views("top16pc"), 16)
     Traceback (most recent call last):
     ...
-    effdepth.errors.EffdepthError: view 'top16pc' removes 16 principal directions but the states have width d = 16, so nothing but rounding noise would be left; use top{k}pc with k < 16
+    effdepth.errors.EffdepthError: view 'top16pc' removes 16 principal directions, but the states have width d = 16: with k >= d nothing but rounding noise is left; use top{k}pc with k < 16
     """
     for spec in parse_views(views):
         if spec.top_pcs >= width:
             raise EffdepthError(
-                f"view {spec.name!r} removes {spec.top_pcs} principal directions but the states have width d = {width}, "
-                f"so nothing but rounding noise would be left; use top{{k}}pc with k < {width}"
+                f"view {spec.name!r} removes {spec.top_pcs} principal directions, but the states have width d = {width}: "
+                f"with k >= d nothing but rounding noise is left; use top{{k}}pc with k < {width}"
             )
 
 
