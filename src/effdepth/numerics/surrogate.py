@@ -216,6 +216,9 @@ class CalibratedReferences:
         try:
             if calibrating:
                 seen = real_counts(states, mask)  # every row, taken or not: the real stream's count
+                if seen[0] == 0 and not self._pending:
+                    self.sequences += take  # all padding before anything is held: passed, as the real stream does
+                    return
                 self._calibration = [self._calibration[0] + seen[0], self._calibration[1] + seen[1]]
                 if take:
                     self._pending.append((_Source.of(s, m).held(), m if m is None else m.detach().to("cpu", copy=True),

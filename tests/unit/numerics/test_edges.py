@@ -259,9 +259,10 @@ def fed(state, s, mask, rows, start=0):
     return state
 
 
+@pytest.mark.parametrize("padding", [2, 0])
 @pytest.mark.parametrize("held_fits", [True, False])
 @pytest.mark.parametrize("estimate", ["calibration", "exact"])
-def test_a_resume_from_a_checkpoint_taken_while_calibrating_gives_the_same_numbers(estimate, held_fits, tmp_path,
+def test_a_resume_from_a_checkpoint_taken_while_calibrating_gives_the_same_numbers(estimate, held_fits, padding, tmp_path,
                                                                                    monkeypatch):
     from effdepth.checkpoint import load_checkpoint, save_checkpoint
     from effdepth.numerics import streams
@@ -270,7 +271,7 @@ def test_a_resume_from_a_checkpoint_taken_while_calibrating_gives_the_same_numbe
         monkeypatch.setattr(streams, "HELD_STATE_BYTES", 0)
     s = heterogeneous(B=10, T=40, d=4)
     mask = torch.ones(10, 40, dtype=torch.bool)
-    mask[2:4] = False  # a batch of padding only, while the calibration set is held
+    mask[padding : padding + 2] = False  # a batch of padding only, while the calibration set is held (or first)
     options = AnalysisOptions(views="default,top1pc", similarity="cka,frobenius", surrogate_seqs=None, bootstrap=0,
                               pc_estimate=estimate)
     whole = fed(MeasurementState.new(options), s, mask, 10)
@@ -279,11 +280,12 @@ def test_a_resume_from_a_checkpoint_taken_while_calibrating_gives_the_same_numbe
     save_checkpoint(tmp_path, *interrupted.state())
     arrays, meta = load_checkpoint(tmp_path)
     # The surrogate streams hold their calibration set either way; the real one only when calibrating.
-    assert meta["calibrated"]["sequences"] == 0
+    assert meta["calibrated"]["sequences"] == (2 if padding == 0 else 0)  # a leading padding batch is passed
     assert meta["accumulator"]["sequences"] == (0 if estimate == "calibration" else 4)
     resumed = MeasurementState.new(options)
     resumed.load_state(arrays, meta)
-    assert resumed.views.rows == (0 if estimate == "calibration" and not held_fits else 6)
+    held_left_out = estimate == "calibration" and not held_fits
+    assert resumed.views.rows == (padding == 0) * 2 * held_left_out + (0 if held_left_out else 6)
     fed(resumed, s, mask, 10, start=resumed.views.rows)
     resumed.finish()
     assert resumed.views.padding_rows == whole.views.padding_rows == 2
@@ -297,6 +299,7 @@ def test_a_resume_from_a_checkpoint_taken_while_calibrating_gives_the_same_numbe
         for k in ca:
             np.testing.assert_array_equal(ca[k], cb[k])
     assert whole.calibrated.accumulators["matched"].fit_info["calibration"] == {"sequences": 8, "tokens": 320}
+    assert whole.calibrated.sequences == resumed.calibrated.sequences == 10
     if estimate == "calibration":
         assert whole.views.fit_info["calibration"] == {"sequences": 8, "tokens": 320}
 
