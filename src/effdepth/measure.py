@@ -202,7 +202,14 @@ class MeasurementState:
         return self.views.sequences
 
     def finish(self) -> None:
-        """Fit and measure whatever is still held for the calibration set (a run smaller than it)."""
+        """Fit and measure whatever is still held for the calibration set (a run smaller than it).
+
+        >>> st = MeasurementState.new(AnalysisOptions(views="top1pc", surrogate_seqs=0))
+        >>> st.update(torch.randn(4, 2, 6, 8), None); st.sequences
+        0
+        >>> st.finish(); st.sequences, st.views.fit_info["calibration"]
+        (2, {'sequences': 2, 'tokens': 12})
+        """
         self.views.flush()
         if self.calibrated is not None:
             self.calibrated.flush()

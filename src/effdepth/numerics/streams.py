@@ -293,7 +293,14 @@ class ViewAccumulator:
 
     def flush(self) -> None:
         """Fit on the held batches (the calibration set, or every sequence of a run too small
-        to complete it) and measure them. Called by every getter; a no-op when nothing is held."""
+        to complete it) and measure them. Called by every getter; a no-op when nothing is held.
+
+        >>> acc = ViewAccumulator(["top1pc"], similarities=())
+        >>> acc.update(torch.randn(3, 2, 5, 4)); acc.calibrating, acc.sequences, acc.rows
+        (True, 0, 2)
+        >>> acc.flush(); acc.calibrating, acc.sequences, acc.fit_info["calibration"]
+        (False, 2, {'sequences': 2, 'tokens': 10})
+        """
         if not self._pending:
             return
         held = self._pending

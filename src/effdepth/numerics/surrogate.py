@@ -245,7 +245,14 @@ class CalibratedReferences:
 
     def flush(self) -> None:
         """Fit the surrogate streams on the held calibration batches and measure them (see
-        :meth:`ViewAccumulator.flush`); a no-op when nothing is held."""
+        :meth:`ViewAccumulator.flush`); a no-op when nothing is held.
+
+        >>> cal = CalibratedReferences(["center"], similarities=())
+        >>> cal.update(torch.randn(4, 3, 6, 8).cumsum(0)); cal.sequences
+        0
+        >>> cal.flush(); cal.sequences, cal.accumulators["matched"].fit_info["calibration"]
+        (3, {'sequences': 3, 'tokens': 18})
+        """
         if not self._pending:
             return
         batches = [(src.to(device), None if m is None else m.to(device), first, take, device)
