@@ -68,6 +68,17 @@ class UnitStatistics:
             raise ValueError(f"both statistics carry {sorted(shared)}")
         return UnitStatistics({**self.arrays, **other.arrays})
 
+    def subset(self, keep) -> "UnitStatistics":
+        """The units where ``keep`` (a boolean per unit) is true, in order.
+
+        >>> UnitStatistics({"n": np.array([3.0, 0.0, 2.0])}).subset(np.array([True, False, True])).arrays["n"].tolist()
+        [3.0, 2.0]
+        """
+        keep = np.asarray(keep, dtype=bool)
+        if keep.shape != (self.units,):
+            raise ValueError(f"need one flag per unit ({self.units}), got shape {keep.shape}")
+        return UnitStatistics({k: v[keep] for k, v in self.arrays.items()})
+
     def pooled(self) -> "UnitStatistics":
         """One unit holding the totals: statistics that cannot be resampled by sequence.
 
