@@ -20,7 +20,7 @@ SCHEMA = "effdepth.result/1"
 
 @dataclass
 class ViewResult:
-    """All numbers of one view (METHOD 3-4, 9), plus the totals they came from.
+    """All numbers of one view (docs/method.md#view-record), plus the totals they came from.
 
     ``ci`` maps each scalar (``deff``, ``ratio``, ``gap_pct``,
     ``reference_init``/``size``/``matched``, ``reference_structural_cal`` /

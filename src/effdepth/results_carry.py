@@ -1,4 +1,4 @@
-"""Results of the residual-carry workflows (METHOD 7): numbers and files, no text, no figures.
+"""Results of the residual-carry workflows (docs/method.md#residual-carry): numbers and files, no text, no figures.
 
 :class:`InterventionResult` holds one full :class:`~effdepth.Result` per carry
 value (``effdepth intervene``, :func:`effdepth.intervene`);

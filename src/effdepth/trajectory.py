@@ -6,7 +6,7 @@ from a local folder with one ``save_pretrained`` subfolder per checkpoint
 (``step-100``, ``step100``, ``checkpoint-100``).
 
 Upstream repositories sometimes serve the same weights under several
-branches (CAPTURE-NOTES). Before measuring, every selected checkpoint gets a
+branches (docs/capture.md). Before measuring, every selected checkpoint gets a
 weights fingerprint: the LFS sha256 of its weight files from the hub's file
 metadata, or the sha256 of the local files (else the branch's commit). A
 checkpoint whose fingerprint repeats an earlier one is not measured again:

@@ -1,4 +1,4 @@
-"""Percentile bootstrap over sequences (METHOD section 6)."""
+"""Percentile bootstrap over sequences (docs/method.md#uncertainty)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""From summed statistics to every number a view reports (METHOD 2-4, 9).
+"""From summed statistics to every number a view reports (docs/method.md, sections 2-4 and 8).
 
 All functions take totals (dicts of arrays, see
 :mod:`effdepth.numerics.accumulate`) with optional leading batch axes, so the
@@ -58,7 +58,7 @@ def similarity_matrix(totals: dict, similarity: str, include_embedding: bool) ->
 
 
 def matched_references(totals: dict, similarity: str, include_embedding: bool) -> dict:
-    """R_init, R_size and R_matched (METHOD 4.2) for the chosen similarity."""
+    """R_init, R_size and R_matched (docs/method.md#matched-references) for the chosen similarity."""
     if similarity == "token":
         n = np.asarray(totals["n"])
         size = totals["ref_init"].shape[-1]
@@ -135,7 +135,7 @@ def update_summary(totals: dict, include_embedding: bool = False) -> dict:
 
 
 def related_measures(totals: dict) -> dict:
-    """Measures from related work (METHOD 9), over all states S_0..S_L.
+    """Measures from related work (docs/method.md#related-measures), over all states S_0..S_L.
 
     ``block_influence[l-1]`` = 1 - mean_t cos(s_{l-1}, s_l) (ShortGPT);
     ``angular_distance[i][j]`` = mean_t arccos(cos(s_i, s_j)) / pi (Gromov et al.);

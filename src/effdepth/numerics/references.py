@@ -1,4 +1,4 @@
-"""Closed-form references for D_eff (METHOD section 4).
+"""Closed-form references for D_eff (docs/method.md#references).
 
 Every function accepts leading batch axes so that the bootstrap can evaluate
 thousands of resamples in one vectorised call.
@@ -52,7 +52,7 @@ def reference_from_energies(energies: np.ndarray) -> np.ndarray:
 
 
 def matched_energies(initial: np.ndarray, updates: np.ndarray, include_embedding: bool) -> dict:
-    """Cumulative energies of the three matched references (METHOD 4.2).
+    """Cumulative energies of the three matched references (docs/method.md#matched-references).
 
     ``initial`` is |S_0|^2 (shape ``(...)``), ``updates`` the update energies
     |U_1|^2..|U_L|^2 (shape ``(..., L)``). Returns arrays of shape ``(..., N)``
@@ -95,7 +95,7 @@ def matched_energies(initial: np.ndarray, updates: np.ndarray, include_embedding
 
 
 def gap_attribution(fl, r_init, r_matched, d_eff) -> dict:
-    """Split F_N - D_eff into three terms that add up exactly (METHOD 4.2).
+    """Split F_N - D_eff into three terms that add up exactly (docs/method.md#matched-references).
 
     >>> parts = gap_attribution(1.9, 1.5, 1.4, 1.2)
     >>> round(float(parts["correlated_updates"]), 12), round(float(sum(parts.values())), 12)

@@ -1,6 +1,6 @@
 """Per-unit sufficient statistics: mergeable by addition, resampled by the bootstrap.
 
-A unit is one sequence (the independent unit of METHOD section 6). Each key
+A unit is one sequence (the independent unit of docs/method.md#uncertainty). Each key
 (those of :data:`~effdepth.numerics.accumulate.STAT_KEYS`, and whatever else
 the units carry, e.g. the cka keys of :mod:`effdepth.numerics.cka`) holds an
 array with a leading unit axis.

@@ -1,4 +1,4 @@
-"""Calibrated references (METHOD 4.3): null streams measured through the very same code.
+"""Calibrated references (docs/method.md#calibrated-references): null streams measured through the very same code.
 
 For each analysed batch a surrogate stream ``S'_l = S'_{l-1} + Z_l`` is built
 with i.i.d. Gaussian ``Z_l`` of the batch's shape (padding positions stay

@@ -1,4 +1,4 @@
-"""Views: transforms applied identically to every layer's states (METHOD section 5).
+"""Views: transforms applied identically to every layer's states (docs/method.md#views).
 
 A view is written as components joined with ``+``:
 

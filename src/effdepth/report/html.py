@@ -119,7 +119,7 @@ def render_html(sources: list, *, sort: bool = True) -> str:
     for i, s in enumerate(sources, start=1):
         body.append(_result_section(s, i, several))
     body.append('<footer>Method: effective depth D_eff = N&sup2; / &Sigma;<sub>ij</sub> sim<sub>ij</sub>; '
-                "references and attribution as in the effdepth METHOD. "
+                "references and attribution as in docs/method.md. "
                 f"Report written by effdepth {escape(__version__)}.</footer>")
     body.append('<div id="img-status" hidden data-loaded="" data-total=""></div>')
     return (

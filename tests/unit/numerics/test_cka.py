@@ -1,4 +1,4 @@
-"""Linear CKA (METHOD 2.1, 8): closed forms, views against a naive computation, accumulation."""
+"""Linear CKA (docs/method.md#cka, #closed-forms-cka): closed forms, views against a naive computation, accumulation."""
 
 import pickle
 
@@ -120,7 +120,7 @@ def sequences_of(states, mask=None):
     return out
 
 
-# -- closed forms (METHOD 8) ---------------------------------------------------------
+# -- closed forms (docs/method.md#closed-forms-cka) ---------------------------------------------------------
 
 
 def isotropic_stream(L, d, n, a=0.0, sequences=2, seed=0):
