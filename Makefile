@@ -15,9 +15,11 @@ $(STAMP): pyproject.toml requirements-cpu.txt
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# SmolLM2-135M-Instruct (embedded, from PyPI) on Shakespeare, every control view.
+# SmolLM2-135M-Instruct (embedded, from PyPI) on Shakespeare: every control view under every
+# similarity (one pass), the definition-sensitivity table, then the paper's claims.
 demo: setup
-	$(VENV)/bin/effdepth measure --views paper --out runs/demo
+	$(VENV)/bin/effdepth measure --views paper --similarity all --out runs/demo
+	$(VENV)/bin/effdepth claims runs/demo
 
 # Everything: unit and integration tiers, doctests, the real SmolLM2 model (what CI runs).
 test: setup

@@ -10,12 +10,15 @@ from .version import __version__
 
 from .errors import EffdepthError
 from .measure import from_states, measure
-from .result import Result, ViewResult, load
+from .result import Result, ViewResult
+from .loading import SavedTrajectory, load
+from .results_carry import ExperimentResult
 from .intervene import InterventionResult, intervene
 
-__all__ = ["measure", "from_states", "intervene", "InterventionResult", "load", "Result", "ViewResult", "EffdepthError", "__version__"]
+__all__ = ["measure", "from_states", "intervene", "InterventionResult", "ExperimentResult", "SavedTrajectory", "load", "Result",
+           "ViewResult", "EffdepthError", "__version__"]
 
-# lens: the notebook API (your model object, your loop)
+# The notebook API: your model object, your loop.
 from .notebook import Accumulator, capture, from_hidden_states
 
 __all__ += ["capture", "Accumulator", "from_hidden_states"]

@@ -1,4 +1,4 @@
-"""The residual-carry intervention in a model (METHOD 7): D_eff and loss against the carry lam.
+"""The residual-carry intervention in a model (docs/method.md#residual-carry): D_eff and loss against the carry lam.
 
 For each carry value lam the chosen blocks output ``lam * s_{l-1} + (s_l - s_{l-1})``
 (see :class:`~effdepth.capture.intervention.ResidualCarry`); the model and the

@@ -17,7 +17,7 @@ from .checkpoint import CheckpointMismatch, MeasurementInterrupted, graceful_int
 from .errors import EffdepthError, tokenizer_hint
 from .numerics.loss import LossAccumulator
 from .numerics.cka import check_cka_full_memory
-from .numerics.streams import ViewAccumulator
+from .numerics.streams import ViewAccumulator, real_counts
 from .numerics.summary import view_summaries
 from .numerics.surrogate import CalibratedReferences
 from .options import DEFAULT_SIMILARITY, DEFAULTS, AnalysisOptions, LoadOptions, Options, RunOptions, validate_options
@@ -226,6 +226,7 @@ class MeasurementState:
     views: ViewAccumulator
     calibrated: CalibratedReferences | None = None
     loss: LossAccumulator | None = None
+    _loss_before_held: dict | None = field(default=None, repr=False)
 
     @classmethod
     def new(cls, analysis: AnalysisOptions, *, with_loss: bool = False, first_sequence: int = 0,
@@ -248,6 +249,19 @@ class MeasurementState:
     def sequences(self) -> int:
         return self.views.sequences
 
+    def finish(self) -> None:
+        """Fit and measure whatever is still held for the calibration set (a run smaller than it).
+
+        >>> st = MeasurementState.new(AnalysisOptions(views="top1pc", surrogate_seqs=0))
+        >>> st.update(torch.randn(4, 2, 6, 8), None); st.sequences
+        0
+        >>> st.finish(); st.sequences, st.views.fit_info["calibration"]
+        (2, {'sequences': 2, 'tokens': 12})
+        """
+        self.views.flush()
+        if self.calibrated is not None:
+            self.calibrated.flush()
+
     def update(self, states: torch.Tensor, mask: torch.Tensor | None, logits=None, input_ids=None) -> None:
         """Add one batch to every stream, or to none: a failure part-way (out of memory) rolls
         back what was added, so the batch can be retried at a smaller size."""
@@ -260,14 +274,24 @@ class MeasurementState:
             self.views.rollback(mark)
             raise
         if self.loss is not None:
+            if not self.views.calibrating:
+                self._loss_before_held = None
+            elif self._loss_before_held is None:  # the loss as it was before the first held batch
+                self._loss_before_held = {"total": self.loss.total, "count": self.loss.count}
             self.loss.update(logits, input_ids, mask)
 
     def state(self) -> tuple:
         """``(arrays, meta)`` of every stream, for a checkpoint."""
         arrays, meta = self.views.state()
-        out_meta = {"accumulator": meta, "loss": vars(self.loss) if self.loss is not None else None}
+        loss = vars(self.loss) if self.loss is not None else None
+        if self.views.calibrating and not meta["held"] and self._loss_before_held is not None:
+            loss = dict(self._loss_before_held)  # the held batches are left out: so is their loss
+        out_meta = {"accumulator": meta, "loss": loss}
         if self.calibrated is not None:
-            cal_arrays, out_meta["calibrated"] = self.calibrated.state()
+            # The surrogates keep the batches they hold unless the real stream left its own held
+            # batches (the same ones) out: a resumed run feeds those again.
+            held = not self.views.calibrating or bool(meta["held"])
+            cal_arrays, out_meta["calibrated"] = self.calibrated.state(held=held)
             arrays.update({f"cal/{k}": v for k, v in cal_arrays.items()})
         return arrays, out_meta
 
@@ -326,11 +350,13 @@ def accumulate(prepared: Prepared, state: MeasurementState, batch_size: int, *, 
         if folder is None:
             raise EffdepthError("resume needs the folder of the interrupted run (--resume DIR)")
         _restore(folder, state, fingerprint)
-        facts["resumed_from"] = acc.sequences
+        facts["resumed_from"] = acc.rows
     if acc.needs_fit and not acc.fitted and acc.pc_estimate == "exact":
+        size = {"sequences": 0, "tokens": 0}
         for batch in state_batches(lm.model, arch, tokens, batch_size, label="fitting PCs", progress=run.progress, facts=facts):
             acc.fit_batch(batch.states, batch.mask)
-        acc.finalize_fit("exact, an extra pass over every sequence")
+            size = {k: v + _real_size(batch.states, batch.mask)[k] for k, v in size.items()}
+        acc.finalize_fit("exact, an extra pass over every sequence", **size)
 
     def consume(batch):
         state.update(batch.states, batch.mask, batch.logits, batch.input_ids)
@@ -340,7 +366,7 @@ def accumulate(prepared: Prepared, state: MeasurementState, batch_size: int, *, 
         try:
             for _ in state_batches(
                 lm.model, arch, tokens, batch_size, progress=run.progress, full_model=state.loss is not None,
-                start=acc.sequences, consume=consume, facts=facts,
+                start=acc.rows, consume=consume, facts=facts,
             ):
                 if folder is not None and (interrupted or time.monotonic() - last_save > run.checkpoint_every_s):
                     _save(folder, state, fingerprint, run.record)
@@ -355,9 +381,10 @@ def accumulate(prepared: Prepared, state: MeasurementState, batch_size: int, *, 
         command = (run.record or {}).get("command") or f"--resume {folder.parent}" if folder else ""
         where = f"; partial statistics saved in {folder}, continue with: {command}" if folder else ""
         raise MeasurementInterrupted(
-            f"interrupted by {signal.Signals(interrupted.signal).name} after {acc.sequences} of {tokens.input_ids.shape[0]} sequences{where}",
+            f"interrupted by {signal.Signals(interrupted.signal).name} after {acc.rows} of {tokens.input_ids.shape[0]} sequences{where}",
             interrupted.signal,
         )
+    state.finish()
     if folder is not None:
         remove_checkpoint(folder)
     return facts
@@ -406,6 +433,7 @@ def result_from_accumulator(prepared: Prepared, state: MeasurementState, analysi
         "created": now(),
         "elapsed_s": round(time.perf_counter() - started, 3) if started is not None else None,
         "tokens_measured": acc.tokens,
+        "padding_rows_skipped": acc.padding_rows,
         "run": run or {},
     }
     extras = {"loss": state.loss.result()} if state.loss is not None else {}
@@ -424,8 +452,9 @@ def summarise(state: MeasurementState, analysis: AnalysisOptions) -> tuple:
     primary, *rest = analysis.similarity
     if not by_similarity[primary]:
         reasons = "; ".join(f"{v}: {r}" for v, r in unavailable.get(primary, {}).items())
-        raise EffdepthError(f"no view has a {primary} value ({reasons}); use longer sequences (--seq-len), "
-                            "or put frobenius or token first in --similarity")
+        other = ", or put frobenius or token first in --similarity" if primary in ("cka", "cka-full") else ""
+        raise EffdepthError(f"no view has a {primary} value ({reasons}); use longer sequences (--seq-len) "
+                            f"or a view that keeps position 0{other}")
     return by_similarity[primary], {s: by_similarity[s] for s in rest}, unavailable
 
 
@@ -489,8 +518,9 @@ def from_states(states, *, mask=None, views=("default",), similarity=DEFAULT_SIM
     acc = state.views
     if acc.needs_fit and pc_estimate == "exact":
         acc.fit_batch(s, m)
-        acc.finalize_fit("exact, over every sequence")
+        acc.finalize_fit("exact, over every sequence", **_real_size(s, m))
     state.update(s, m)
+    state.finish()
     return states_result(state, analysis, num_layers=int(s.shape[0]) - 1)
 
 
@@ -499,8 +529,15 @@ def states_result(state: MeasurementState, analysis: AnalysisOptions, *, num_lay
     ``effdepth.Accumulator``); ``model`` is the provenance of the states."""
     views, others, unavailable = summarise(state, analysis)
     config = {**analysis_config(analysis, state.views), "num_layers": num_layers}
-    provenance = {"model": model or {"source": "states"}, "code": code_version(), "libraries": library_versions(), "created": now()}
+    provenance = {"model": model or {"source": "states"}, "code": code_version(), "libraries": library_versions(), "created": now(),
+                  "padding_rows_skipped": state.views.padding_rows}
     return Result(views=views, config=config, provenance=provenance, others=others, unavailable=unavailable)
+
+
+def _real_size(states: torch.Tensor, mask: torch.Tensor | None) -> dict:
+    """``sequences`` (non-empty) and real ``tokens`` of a batch, for the record of a fit."""
+    sequences, tokens = real_counts(states, mask)
+    return {"sequences": sequences, "tokens": tokens}
 
 
 def _checked_mask(mask, states: torch.Tensor, three_d: bool) -> torch.Tensor | None:
@@ -517,6 +554,9 @@ def _checked_mask(mask, states: torch.Tensor, three_d: bool) -> torch.Tensor | N
             f"mask of shape {tuple(torch.as_tensor(mask).shape)} does not match states of shape {tuple(states.shape) if not three_d else (states.shape[0],) + tuple(states.shape[2:])}: "
             f"it must be {want}, one entry per token (True/1 = real token)"
         )
+    if not bool(m.any()):
+        raise EffdepthError("the mask marks no real token (every row is padding): nothing to measure; "
+                            "mark real tokens with True/1")
     return m.bool()
 
 

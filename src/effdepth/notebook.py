@@ -169,6 +169,7 @@ class Accumulator:
         ``views`` (a subset of those accumulated) and ``similarity`` default
         to the Accumulator's own.
         """
+        self._state.finish()  # a calibration set still held (fewer batches than it needs) is fitted on what there is
         if self.sequences == 0:
             raise EffdepthError("the Accumulator has no states yet; call update(states) with at least one batch first")
         changes = {k: v for k, v in {"similarity": similarity, "bootstrap": bootstrap, "seed": seed}.items() if v is not None}

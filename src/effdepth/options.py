@@ -192,6 +192,19 @@ def check_device(device) -> None:
     resolve_device(device)
 
 
+def check_dtype(dtype) -> None:
+    """An unknown dtype fails now, not after the model has loaded.
+
+    >>> check_dtype("bfloat16")
+    """
+    if dtype is None or dtype == "auto" or not isinstance(dtype, str):
+        return
+    from .models import DTYPES
+
+    if dtype.lower() not in DTYPES:
+        raise EffdepthError(f"unknown dtype {dtype!r}; choose from float32, bfloat16, float16")
+
+
 @dataclass(frozen=True)
 class LoadOptions:
     """What to load: the model, its revision, the corpus and how it is cut into sequences.
@@ -226,6 +239,7 @@ class LoadOptions:
         # Cheap checks of paths and hardware come here, before seconds or minutes of loading.
         check_revision_target(self.model, self.revision)
         check_device(self.device)
+        check_dtype(self.dtype)
         check_corpus_spec(self.corpus)
         if isinstance(self.tokenizer, Path):
             object.__setattr__(self, "tokenizer", str(self.tokenizer))

@@ -20,17 +20,23 @@ SCHEMA = "effdepth.result/1"
 
 @dataclass
 class ViewResult:
-    """All numbers of one view (METHOD 3-4, 9), plus the totals they came from.
+    """All numbers of one view (docs/method.md#view-record), plus the totals they came from.
 
     ``ci`` maps each scalar (``deff``, ``ratio``, ``gap_pct``,
     ``reference_init``/``size``/``matched``, ``reference_structural_cal`` /
-    ``matched_cal`` when measured, the attribution terms) and ``profile`` to
-    ``[lo, hi]`` percentile bounds, or is ``None`` without a bootstrap.
-    ``definition`` names the similarity (frobenius, token, cka, cka-full)
-    these numbers come from; ``similarity`` is its N x N matrix.
-    ``left_out`` counts sequences too short for the view under cka (fewer
-    than 4 tokens); ``calibrated_sequences`` the sequences of the surrogate
-    streams behind ``references["structural_cal"]`` / ``["matched_cal"]``.
+    ``matched_cal`` when measured, the attribution terms) to ``[lo, hi]``
+    percentile bounds, and ``profile``, ``similarity``, ``block_influence``,
+    ``angular_distance`` (and its adjacent-layer diagonal
+    ``angular_distance_adjacent``), ``relative_contribution``,
+    ``update_state_cosine`` and ``update_cosine`` to ``[lo array, hi
+    array]``; ``nan_resamples`` counts resamples left out for a NaN. It is
+    ``None`` without a bootstrap. ``definition`` names the similarity
+    (frobenius, token, cka, cka-full) these numbers come from;
+    ``similarity`` is its N x N matrix. ``sequences`` counts the sequences
+    that entered the view, ``left_out`` those measured but left out of it (no
+    token in the view; under cka, fewer than 4); ``calibrated_sequences``
+    the sequences of the surrogate streams behind
+    ``references["structural_cal"]`` / ``["matched_cal"]``.
     """
 
     name: str

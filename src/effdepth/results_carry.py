@@ -1,4 +1,4 @@
-"""Results of the residual-carry workflows (METHOD 7): numbers and files, no text, no figures.
+"""Results of the residual-carry workflows (docs/method.md#residual-carry): numbers and files, no text, no figures.
 
 :class:`InterventionResult` holds one full :class:`~effdepth.Result` per carry
 value (``effdepth intervene``, :func:`effdepth.intervene`);
@@ -50,7 +50,7 @@ class InterventionResult:
     provenance: dict = field(default_factory=dict)
 
     def rows(self, view: str | None = None) -> list:
-        """One dict per lam: D_eff, its interval, F_L, ratio, references, loss, perplexity.
+        """One dict per lam: D_eff, its interval, F_N, ratio, references, loss, perplexity.
 
         >>> import effdepth, torch
         >>> r = effdepth.from_states(torch.randn(4, 8, 16))
@@ -170,6 +170,21 @@ class ExperimentResult:
         return {"schema": EXPERIMENT_SCHEMA, "config": self.config, "provenance": self.provenance, "records": self.records,
                 "summary": self.summary()}
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "ExperimentResult":
+        """The inverse of :meth:`to_dict` (the summary is recomputed from the records).
+
+        >>> ExperimentResult.from_dict(ExperimentResult({"layers": 2}, []).to_dict()).config
+        {'layers': 2}
+        """
+        if not isinstance(data, dict) or data.get("schema") != EXPERIMENT_SCHEMA:
+            schema = data.get("schema") if isinstance(data, dict) else None
+            raise EffdepthError(f"not an effdepth experiment (schema {schema!r}, expected {EXPERIMENT_SCHEMA!r})")
+        try:
+            return cls(dict(data["config"]), list(data["records"]), data.get("provenance", {}))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EffdepthError(f"damaged effdepth experiment ({type(exc).__name__}: {exc}); rerun the experiment") from None
+
     def save(self, folder) -> Path:
         """Write ``experiment.json`` atomically; returns its path.
 
@@ -195,9 +210,7 @@ def load_experiment(path) -> ExperimentResult:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         raise EffdepthError(f"no readable experiment at {path}; pass experiment.json or the --out folder of a run") from None
-    if data.get("schema") != EXPERIMENT_SCHEMA:
-        raise EffdepthError(f"not an effdepth experiment (schema {data.get('schema')!r}, expected {EXPERIMENT_SCHEMA!r})")
-    return ExperimentResult(data["config"], data["records"], data.get("provenance", {}))
+    return ExperimentResult.from_dict(data)
 
 
 def summarise(records: list) -> list:

@@ -16,7 +16,8 @@ retried on the next run. With the local executor an interrupted model keeps
 its partial statistics in ``DIR/<key>/checkpoint/`` and continues from them.
 
 At the end: ``DIR/summary.csv`` and ``DIR/summary.parquet`` (one row per
-result and view), ``DIR/suite.{png,pdf}`` and ``DIR/report.html``.
+result, view and similarity; ``F_N`` is the structural reference of the
+row's N), ``DIR/suite.{png,pdf}`` and ``DIR/report.html``.
 
 >>> import tempfile, pathlib
 >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -54,10 +55,13 @@ RESULT, ERROR, JOB = "result.json", "error.json", "job.json"
 #: Options a sweep sets itself, per job.
 MANAGED_OPTIONS = ("model", "revision", "tokenizer")
 
+#: One row per (job, view, similarity). F_N = 2N/(N+1) is the structural reference of the row's N
+#: (N = L, or L + 1 with the embedding; the paper's F_L when N = L).
 COLUMNS = (
-    "model", "family", "params", "revision", "step", "tokens_seen", "view", "L", "N",
-    "D_eff", "D_eff_lo", "D_eff_hi", "F_L", "ratio", "ratio_lo", "ratio_hi", "gap_pct", "gap_pct_lo", "gap_pct_hi",
+    "model", "family", "params", "revision", "step", "tokens_seen", "view", "similarity", "L", "N",
+    "D_eff", "D_eff_lo", "D_eff_hi", "F_N", "ratio", "ratio_lo", "ratio_hi", "gap_pct", "gap_pct_lo", "gap_pct_hi",
     "R_init", "R_init_lo", "R_init_hi", "R_size", "R_size_lo", "R_size_hi", "R_matched", "R_matched_lo", "R_matched_hi",
+    "R_structural_cal", "R_structural_cal_lo", "R_structural_cal_hi", "R_matched_cal", "R_matched_cal_lo", "R_matched_cal_hi",
     "initial_state", "initial_state_lo", "initial_state_hi", "size_imbalance", "size_imbalance_lo", "size_imbalance_hi",
     "correlated_updates", "correlated_updates_lo", "correlated_updates_hi",
     "sequences", "tokens_measured", "status", "error", "key",
@@ -70,6 +74,8 @@ _METRICS = (
     ("R_init", lambda v: v.references["init"], "reference_init"),
     ("R_size", lambda v: v.references["size"], "reference_size"),
     ("R_matched", lambda v: v.references["matched"], "reference_matched"),
+    ("R_structural_cal", lambda v: v.references.get("structural_cal"), "reference_structural_cal"),
+    ("R_matched_cal", lambda v: v.references.get("matched_cal"), "reference_matched_cal"),
     ("initial_state", lambda v: v.attribution["initial_state"], "initial_state"),
     ("size_imbalance", lambda v: v.attribution["size_imbalance"], "size_imbalance"),
     ("correlated_updates", lambda v: v.attribution["correlated_updates"], "correlated_updates"),
@@ -482,9 +488,10 @@ def _writable(out: Path) -> Path:
 def _outcome_text(outcome: dict) -> str:
     if outcome.get("status") != "ok":
         return f"failed: {outcome.get('error')}"
-    v = Result.from_dict(outcome["result"]).default
+    result = Result.from_dict(outcome["result"])
+    v = result.default
     ci = f" [{v.ci['ratio'][0]:.3f}, {v.ci['ratio'][1]:.3f}]" if v.ci else ""
-    return f"D_eff {v.deff:.3f} / F_L {v.reference:.3f} = {v.ratio:.3f}{ci}"
+    return f"D_eff {v.deff:.3f} / F_N {v.reference:.3f} = {v.ratio:.3f}{ci} ({result.primary_similarity}, view {v.name}, N = {v.num_states})"
 
 
 def count_statuses(statuses: dict) -> dict:
@@ -518,17 +525,32 @@ def summary_rows(out, jobs: list) -> list[dict]:
 
 
 def result_rows(job: Job, result: Result) -> list[dict]:
-    """A row per view of ``result``, with the job's columns."""
+    """A row per view and similarity of ``result`` (the primary similarity first), with the job's columns.
+
+    A view without a value under a similarity (cka's ``pos0-only``) gets a row with status
+    ``unavailable``, the reason in ``error`` and no numbers.
+    """
+    from .report.rows import view_order
+
     rows = []
-    for name, v in result.views.items():
-        row = _row(job, status="ok", view=name, L=result.config.get("num_layers"), N=v.num_states, F_L=v.reference,
-                   sequences=v.sequences, tokens_measured=v.tokens)
-        for column, value, ci_key in _METRICS:
-            row[column] = _float(value(v))
-            bounds = (v.ci or {}).get(ci_key) or [None, None]
-            row[f"{column}_lo"], row[f"{column}_hi"] = _float(bounds[0]), _float(bounds[1])
-        rows.append(row)
+    layers = result.config.get("num_layers")
+    for sim, views in result.similarities.items():
+        reasons = (result.unavailable or {}).get(sim, {})
+        for name in view_order(result):
+            v = views.get(name)
+            if v is None:
+                if name in reasons:
+                    rows.append(_row(job, status="unavailable", view=name, similarity=sim, L=layers, error=reasons[name]))
+                continue
+            row = _row(job, status="ok", view=name, similarity=sim, L=layers, N=v.num_states, F_N=v.reference,
+                       sequences=v.sequences, tokens_measured=v.tokens)
+            for column, value, ci_key in _METRICS:
+                row[column] = _float(value(v))
+                bounds = (v.ci or {}).get(ci_key) or [None, None]
+                row[f"{column}_lo"], row[f"{column}_hi"] = _float(bounds[0]), _float(bounds[1])
+            rows.append(row)
     return rows
+
 
 
 def _row(job: Job, **values) -> dict:
@@ -586,7 +608,7 @@ def _schema(pa, columns, rows):
             t = pa.int64()
         elif values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             t = pa.float64()
-        elif not values and c not in ("model", "family", "revision", "view", "status", "error", "key"):
+        elif not values and c not in ("model", "family", "revision", "view", "similarity", "status", "error", "key"):
             t = pa.float64()
         else:
             t = pa.string()

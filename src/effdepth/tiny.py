@@ -39,7 +39,7 @@ _FAMILY_OVERRIDES = {
     "qwen3": {**_COMMON, "head_dim": 16},
     "olmo3": {**_COMMON, "sliding_window": 8},
     # Qwen3.5 mixes linear and full attention; without explicit layer_types a
-    # tiny config makes every layer linear attention (CAPTURE-NOTES fact 8).
+    # tiny config makes every layer linear attention (docs/capture.md, fact 7).
     "qwen3_5_text": {
         **_COMMON,
         "head_dim": 16,

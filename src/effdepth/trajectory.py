@@ -6,7 +6,7 @@ from a local folder with one ``save_pretrained`` subfolder per checkpoint
 (``step-100``, ``step100``, ``checkpoint-100``).
 
 Upstream repositories sometimes serve the same weights under several
-branches (CAPTURE-NOTES). Before measuring, every selected checkpoint gets a
+branches (docs/capture.md). Before measuring, every selected checkpoint gets a
 weights fingerprint: the LFS sha256 of its weight files from the hub's file
 metadata, or the sha256 of the local files (else the branch's commit). A
 checkpoint whose fingerprint repeats an earlier one is not measured again:
@@ -15,9 +15,10 @@ progress.
 
 Measuring goes through the sweep machinery (:mod:`effdepth.sweep`): keyed,
 atomic, resumable results under ``DIR/<model>/<revision>/effdepth-<v>-<hash>/``,
-locally or on Ray. Output: ``DIR/trajectory.csv`` (+ ``.parquet``),
-``DIR/trajectory.json`` (checkpoints, duplicates, skipped names) and
-``DIR/trajectory.{png,pdf}``.
+locally or on Ray. Output: ``DIR/trajectory.csv`` (+ ``.parquet``; one row per
+checkpoint, view and similarity), ``DIR/trajectory.json`` (checkpoints,
+duplicates, skipped names; ``effdepth.load`` reads both back as a
+:class:`~effdepth.loading.SavedTrajectory`) and ``DIR/trajectory.{png,pdf}``.
 
 >>> import tempfile, pathlib
 >>> from effdepth.tiny import tiny_model
@@ -41,6 +42,7 @@ from pathlib import Path
 from .errors import EffdepthError
 from .options import Options, RunOptions
 from .files import file_sha256, write_json_atomic
+from .loading import TRAJECTORY_SCHEMA
 from .executors import make_executor
 from .revisions import Checkpoint, parse_revision, parse_revisions, parse_selection, select_every, tokens_per_step_for
 from .suites import SuiteModel, check_model_id, guess_family
@@ -417,6 +419,7 @@ def _write_outputs(outcome: TrajectoryOutcome, found: Discovered, *, figures: bo
     out = outcome.out
     files = write_table(out, "trajectory", outcome.rows, TRAJECTORY_COLUMNS, log=log)
     summary = {
+        "schema": TRAJECTORY_SCHEMA,  # effdepth.load and effdepth show recognise the file by it
         "model": found.model, "source": found.kind,
         "checkpoints": [asdict(c) for c in outcome.checkpoints],
         "duplicates": outcome.duplicates, "skipped": outcome.skipped, "notes": outcome.notes,

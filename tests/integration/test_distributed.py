@@ -97,3 +97,13 @@ def test_without_torchrun_a_one_line_error(monkeypatch, capsys, model_dir):
     assert "--device-map does not combine" in capsys.readouterr().err
     with pytest.raises(effdepth.EffdepthError, match="no torch.distributed process group"):
         measure_distributed(Options.build(model=str(model_dir)))
+
+
+def test_every_rank_fits_on_the_calibration_set_one_process_uses(one_process_group, model_dir, corpus):
+    # 256-token sequences in batches of 4: the calibration set is the first 8 sequences (2 batches,
+    # at least 8 sequences and 2,048 tokens), not the first batch.
+    kwargs = dict(seq_len=256, num_seqs=9, batch_size=4, bootstrap=20, views="top1pc", similarity="frobenius", surrogate_seqs=0)
+    distributed = measure_distributed(Options.build(model=str(model_dir), corpus=corpus, **kwargs), progress=False)
+    single = effdepth.measure(str(model_dir), corpus, progress=False, **kwargs)
+    _same(single, distributed)
+    assert distributed.config["pc_estimate"]["calibration"] == {"sequences": 8, "tokens": 2048}

@@ -149,8 +149,8 @@ def test_a_damaged_copy_is_detected_and_rebuilt(gguf_file, cache, capsys, damage
 
 
 @pytest.mark.parametrize("damage, message", [
-    ("half", "cannot read GGUF file bad.gguf"),
-    ("header only", "cannot read GGUF file bad.gguf"),
+    ("half", "could not load model bad.gguf: the GGUF file cannot be read"),
+    ("header only", "could not load model bad.gguf: the GGUF file cannot be read"),
     ("not gguf", "bad.gguf is not a GGUF file"),
 ])
 def test_a_corrupt_or_truncated_gguf_gives_a_one_line_error(gguf_file, cache, tmp_path, capsys, damage, message):
@@ -188,7 +188,7 @@ def test_a_run_that_finds_the_copy_already_made_uses_it(gguf_file, cache):
     # A second run converting at the same time loses the rename and takes the first one's copy.
     assert gguf_cache.convert(gguf_file, sha, progress=False).folder == made
     assert (made / gguf_cache.MANIFEST).read_text() == manifest
-    assert sorted(p.name for p in (cache / "gguf").iterdir()) == sorted(["hashes", made.name])  # no staging left
+    assert [p.name for p in (cache / "gguf").iterdir() if p.name != "hashes"] == [made.name]  # no staging left
 
 
 def test_without_room_for_a_copy_the_run_still_loads_the_file(gguf_file, cache, capsys, monkeypatch):
@@ -209,6 +209,7 @@ def test_without_room_for_a_copy_the_run_still_loads_the_file(gguf_file, cache, 
 
 
 def test_the_hash_is_memoised_per_path_size_and_mtime(tmp_path, cache, monkeypatch):
+    monkeypatch.setattr(gguf_cache, "_MEMO_MIN_BYTES", 0)  # as for a real, large file
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF" + bytes(100))
     first = gguf_cache.file_sha256(f)
@@ -235,5 +236,6 @@ def test_a_copy_with_new_mtimes_but_the_same_bytes_is_kept_and_hashed_once(gguf_
     capsys.readouterr()
     assert load(gguf_file).lm.info["weights"]["made"] == "an earlier run"
     assert capsys.readouterr().err == ""
+    sha = gguf_cache.file_sha256(gguf_file)
     monkeypatch.setattr(gguf_cache, "_sha256", lambda p: pytest.fail("hashed again"))
-    assert gguf_cache._check_copy(copy_of(cache), gguf_cache.file_sha256(gguf_file)) is None
+    assert gguf_cache._check_copy(copy_of(cache), sha) is None

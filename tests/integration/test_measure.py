@@ -91,12 +91,16 @@ def test_views_in_one_pass_match_separate_runs(llama):
 
 
 def test_calibration_pcs_match_exact_on_a_small_model(llama):
-    # Calibration (first batch) vs exact (every sequence) top-1 PC estimates.
+    # Calibration vs exact (every sequence) top-1 PC estimates. 16 x 32 tokens is less than a
+    # calibration set (8 sequences and 2,048 tokens), so calibration fits on all of them too.
     x = ids(num=16, seq=32)
     exact = effdepth.measure(llama, x, views=["top1pc"], batch_size=8, pc_estimate="exact", bootstrap=0, progress=False)
     calib = effdepth.measure(llama, x, views=["top1pc"], batch_size=8, pc_estimate="calibration", bootstrap=0, progress=False)
     assert exact.config["pc_estimate"]["estimate"] == "exact"
-    assert "first batch" in calib.config["pc_estimate"]["how"]
+    assert exact.config["pc_estimate"]["calibration"] == {"sequences": 16, "tokens": 512}
+    assert calib.config["pc_estimate"]["calibration"] == {"sequences": 16, "tokens": 512}
+    assert "all 16 sequences" in calib.config["pc_estimate"]["how"]
+    assert len(calib.config["pc_estimate"]["eigengap"]["top1pc"]) == 4  # S_0..S_3
     assert calib.views["top1pc"].deff == pytest.approx(exact.views["top1pc"].deff, rel=0.02)
 
 

@@ -48,7 +48,7 @@ def test_capture_agrees_with_hugging_face_on_the_real_model(smol):
     for i in range(30):
         torch.testing.assert_close(cap.states[i], hs[i], rtol=1e-5, atol=1e-3)
     torch.testing.assert_close(arch.final_norm(cap.states[30]), hs[30], rtol=1e-5, atol=1e-4)
-    # position 0 carries a massive activation (CAPTURE-NOTES fact 7)
+    # position 0 carries a massive activation (docs/capture.md, fact 6)
     assert cap.states[15, :, 0].norm(dim=-1).min() > 10 * cap.states[15, :, 1:].norm(dim=-1).median()
 
 

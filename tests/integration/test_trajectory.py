@@ -215,7 +215,7 @@ def test_cli_bad_input_exits_2(fake_hub, tmp_path, capsys, argv, message):
 
 def _row(rev, step, d, status="ok", final=False):
     return {"key": rev, "revision": rev, "step": step, "tokens_seen": None if step is None else step * 100, "track": "main",
-            "final": final, "status": status, "D_eff": d, "D_eff_lo": d - 0.1, "D_eff_hi": d + 0.1, "F_L": 1.9,
+            "final": final, "status": status, "D_eff": d, "D_eff_lo": d - 0.1, "D_eff_hi": d + 0.1, "F_N": 1.9,
             "R_init": 1.5, "R_init_lo": 1.4, "R_init_hi": 1.6, "R_size": 1.8, "R_matched": 1.4}
 
 

@@ -21,7 +21,7 @@ LAYERS = (
     ("models", "gguf_cache"),
     ("capture",),
     ("options",),
-    ("result", "results_carry"),
+    ("result", "results_carry", "loading", "verdicts"),
     ("report",),
     ("revisions", "suites"),
     ("checkpoint", "executors"),

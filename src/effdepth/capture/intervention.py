@@ -1,11 +1,11 @@
-"""The residual-carry intervention (METHOD 7): scale the skip path of chosen blocks.
+"""The residual-carry intervention (docs/method.md#residual-carry): scale the skip path of chosen blocks.
 
 Block l computes ``s_l = s_{l-1} + f_l(s_{l-1})``. With carry ``lam`` its output
 becomes ``lam * s_{l-1} + (s_l - s_{l-1}) = s_l - (1 - lam) * s_{l-1}``: the
 update is kept, the carried state is scaled. ``lam = 1`` is the unmodified
 model, ``lam = 0`` removes the skip path (the block's update alone goes on).
 
-The hooks are registered with ``prepend=True`` (CAPTURE-NOTES fact 5), so the
+The hooks are registered with ``prepend=True`` (docs/capture.md, fact 4), so the
 modified output is what the next block, :class:`~effdepth.capture.hooks.ResidualCapture`
 and transformers' own hidden-state hooks all see. They are plain tensor
 arithmetic without ``detach``, so gradients flow through them in training.

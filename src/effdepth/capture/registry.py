@@ -1,7 +1,7 @@
 """Where each architecture keeps its decoder blocks, embedding and final norm.
 
 Paths are attribute paths from the loaded model (a ``*ForCausalLM`` or a
-vision-language wrapper); see ``CAPTURE-NOTES.md``. A model loaded as its
+vision-language wrapper); see ``docs/capture.md``. A model loaded as its
 base class (e.g. ``LlamaModel``) is resolved too: the registry tries each
 path with its leading components removed.
 """

@@ -11,13 +11,13 @@ import traceback
 
 from ..version import __version__
 from ..errors import EffdepthError
-from . import carry, fetch, measure, report, scale
+from . import carry, claims, fetch, measure, report, scale
 from .arguments import Parser, default_out, ensure_writable
 
 __all__ = ["main", "build_parser", "default_out", "ensure_writable"]
 
 #: Command groups in the order ``effdepth --help`` lists them.
-GROUPS = (measure, report, carry, scale, fetch)
+GROUPS = (measure, report, claims, carry, scale, fetch)
 
 
 def build_parser() -> tuple:
@@ -25,7 +25,7 @@ def build_parser() -> tuple:
 
     >>> parser, commands = build_parser()
     >>> sorted(commands)[:3]
-    ['experiment', 'fetch', 'intervene']
+    ['claims', 'experiment', 'fetch']
     """
     parser = Parser(prog="effdepth", description="Effective depth (D_eff) of a transformer's residual stream.")
     parser.add_argument("--version", action="version", version=f"effdepth {__version__}")

@@ -71,7 +71,7 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
                    help="memory cka-full may hold for its cross-products, e.g. 4GiB (default 4GiB)")
     p.add_argument("--include-embedding", action="store_true", help="analyse S_0..S_L (N = L+1) instead of S_1..S_L")
     p.add_argument("--views", default="default", help="comma-separated views, e.g. default,drop-pos0,token-norm,top1pc, or 'paper'")
-    p.add_argument("--pc-estimate", choices=PC_ESTIMATES, default="calibration", help="how center/top-k PC views fit (default: first batch)")
+    p.add_argument("--pc-estimate", choices=PC_ESTIMATES, default="calibration", help="how center/top-k PC views fit (default: calibration, on the first batches holding >= 8 sequences and 2048 tokens)")
     p.add_argument("--bootstrap", type=int_arg, default=DEFAULTS["bootstrap"], help=f"bootstrap resamples over sequences, 0 to skip (default {DEFAULTS['bootstrap']})")
     p.add_argument("--seed", type=int_arg, default=DEFAULTS["seed"], help="seed for sequence sampling and bootstrap (default 0)")
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on CPU, bfloat16 on CUDA)")

@@ -25,8 +25,11 @@ def register(sub) -> dict:
     m.add_argument("--checkpoint-every", type=float_arg, default=30.0, metavar="SECONDS", help="save partial statistics this often (default 30)")
     m.add_argument("--no-figures", dest="figures", action="store_false", help="do not write the figures (PNG and PDF) next to result.json")
 
-    s = sub.add_parser("show", help="print the tables of a saved result", description="Print a saved result without re-running anything.")
-    s.add_argument("result", help="result.json or the folder holding it")
+    s = sub.add_parser("show", help="print the tables of a saved result",
+                       description="Print a saved result without re-running anything: a measurement (result.json), an "
+                       "intervention (intervention.json), a carry experiment (experiment.json) or a trajectory "
+                       "(trajectory.json with its trajectory.csv).")
+    s.add_argument("result", help="result.json, intervention.json, experiment.json or trajectory.json, or the folder holding one")
     return {"measure": cmd_measure, "show": cmd_show}
 
 
@@ -111,19 +114,24 @@ def write_result(result, out: Path, *, figures: bool, note: str = "") -> None:
     """Save ``result`` in ``out``, print its tables, and write its figures."""
     from ..report.tables import result_summary_text
 
+    from ..report.figures import remove_stale_figures, write_figures
+
     path = result.save(out)
     print(result_summary_text(result))
     print(f"\nwrote {path}{note}")
     if figures:
-        from ..report.figures import write_figures
-
-        written = write_figures(result, out)
+        written = write_figures(result, out)  # also removes standard figures this result does not produce
         print(f"wrote {len(written)} figures to {out}/: {', '.join(sorted({p.stem for p in written}))} (.png, .pdf)")
+    else:
+        # Figures of an earlier result in this folder would now sit next to numbers they do not show.
+        removed = remove_stale_figures(out)
+        if removed:
+            print(f"removed {len(removed)} figures of an earlier result in {out}/: {', '.join(sorted({p.name for p in removed}))}")
 
 
 def cmd_show(args) -> int:
-    from ..report.tables import result_summary_text
-    from ..result import load
+    from ..loading import load
+    from ..report.tables import show_text
 
-    print(result_summary_text(load(args.result)))
+    print(show_text(load(args.result)))
     return 0

@@ -15,8 +15,11 @@ Rank 0 alone writes ``result.json`` (and the figures).
 Backends: ``gloo`` (CPU, the default without CUDA) or ``nccl`` (GPUs; each
 rank uses ``cuda:LOCAL_RANK``). Views that fit means or principal
 directions use the calibration estimate, fitted by every rank on the same
-first batch; ``--pc-estimate exact`` and ``--device-map`` are not supported
-here, nor are checkpoints (rerun instead: each rank's share is small).
+calibration set as one process would use (the first whole batches holding
+at least 8 sequences and 2,048 tokens, see
+:func:`~effdepth.numerics.streams.calibration_prefix`); ``--pc-estimate
+exact`` and ``--device-map`` are not supported here, nor are checkpoints
+(rerun instead: each rank's share is small).
 """
 
 from __future__ import annotations
@@ -112,13 +115,17 @@ def measure_distributed(options: Options, *, progress: bool = True):
 
 
 def calibrate(prepared, state, analysis) -> None:
-    """Fit center / top-k PC views (real and surrogate streams) on the first sequences of the whole
+    """Fit center / top-k PC views (real and surrogate streams) on the calibration set of the whole
     corpus, as one process would. Every rank does it on the same sequences, so every rank applies the same fit."""
     from ..measure import MeasurementState, accumulate
+    from ..numerics.streams import calibration_prefix
 
     if not state.views.needs_fit:
         return
-    first = replace(prepared, tokens=slice_tokens(prepared.tokens, 0, min(analysis.batch_size, prepared.tokens.num_seqs)))
+    tokens = prepared.tokens
+    ids, mask = tokens.input_ids, tokens.attention_mask
+    lengths = mask.sum(dim=1).tolist() if mask is not None else [ids.shape[1]] * ids.shape[0]
+    first = replace(prepared, tokens=slice_tokens(tokens, 0, calibration_prefix(lengths, analysis.batch_size)))
     probe = MeasurementState.new(analysis)
     accumulate(first, probe, analysis.batch_size, run=RunOptions(progress=False))
     state.views.copy_fits(probe.views)
@@ -159,9 +166,9 @@ def gather_accumulator(acc, device: torch.device):
 
     rank, world = dist.get_rank(), dist.get_world_size()
     arrays, meta = acc.state()
-    keys = sorted(k for k in arrays if not k.startswith("fit|"))
+    keys = sorted(k for k in arrays if not k.startswith(("fit|", "held|")))  # nothing is held after accumulate()
     flat = np.concatenate([np.asarray(arrays[k], dtype=np.float64).ravel() for k in keys]) if keys else np.zeros(0)
-    sizes = _all_gather_ints([len(flat), acc.sequences, acc.tokens], device)
+    sizes = _all_gather_ints([len(flat), acc.sequences, acc.tokens, acc.padding_rows], device)
     longest = max(s[0] for s in sizes)
     mine = torch.zeros(longest, dtype=torch.float64, device=device)
     mine[: len(flat)] = torch.from_numpy(flat).to(device)
@@ -171,11 +178,12 @@ def gather_accumulator(acc, device: torch.device):
         return None
     unit_shapes = {k: np.asarray(arrays[k]).shape[1:] for k in keys}
     parts = {k: [] for k in keys}
-    for (length, units, _), vector in zip(sizes, received):
+    for (length, units, _, _), vector in zip(sizes, received):
         _split(vector[:length].cpu().numpy(), units, keys, unit_shapes, parts)
     merged_arrays = {k: np.concatenate(v) for k, v in parts.items()}
     merged_arrays.update({k: v for k, v in arrays.items() if k.startswith("fit|")})
-    merged_meta = {**meta, "sequences": sum(s[1] for s in sizes), "tokens": sum(s[2] for s in sizes)}
+    merged_meta = {**meta, "sequences": sum(s[1] for s in sizes), "tokens": sum(s[2] for s in sizes),
+                   "padding_rows": sum(s[3] for s in sizes)}
     merged = ViewAccumulator([v.name for v in acc.views], include_embedding=acc.include_embedding, pc_estimate=acc.pc_estimate,
                              similarities=acc.similarities)
     merged.load_state(merged_arrays, merged_meta)

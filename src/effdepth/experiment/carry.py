@@ -1,4 +1,4 @@
-"""Trained control for the residual carry (METHOD 7): small models trained from scratch with a fixed carry.
+"""Trained control for the residual carry (docs/method.md#residual-carry): small models trained from scratch with a fixed carry.
 
 Every run trains the same tiny Llama-architecture model (byte vocabulary,
 identical initialisation and data order for a given seed) with one change:

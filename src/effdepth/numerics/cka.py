@@ -1,4 +1,4 @@
-"""Linear CKA between layers (METHOD 2.1): per-sequence HSIC and the pooled exact CKA.
+"""Linear CKA between layers (docs/method.md#cka): per-sequence HSIC and the pooled exact CKA.
 
 "cka" (the default similarity) treats each sequence as a minibatch. For
 sequence b with n_b analysed tokens, each layer's view-transformed states are

@@ -1,4 +1,4 @@
-"""From summed statistics to every number a view reports (METHOD 2-4, 9).
+"""From summed statistics to every number a view reports (docs/method.md, sections 2-4 and 8).
 
 All functions take totals (dicts of arrays, see
 :mod:`effdepth.numerics.accumulate`) with optional leading batch axes, so the
@@ -29,8 +29,9 @@ def similarity_matrix(totals: dict, similarity: str, include_embedding: bool) ->
     matrices), token (mean over tokens of the per-token squared cosine), cka
     (per-sequence linear CKA, summed HSIC) or cka-full (pooled linear CKA).
 
-    A cka resample without any sequence that has a cka value gives NaN, which
-    the bootstrap's percentiles skip.
+    Totals without any token (frobenius, token), or without any sequence that
+    has a cka value (cka), give NaN, never a number: the bootstrap counts such
+    resamples (``ci["nan_resamples"]``) and its percentiles skip them.
 
     >>> from effdepth.numerics.cka import empty_cka_unit
     >>> h = np.array([[9.0, 0.0, 0.0], [0.0, 4.0, 2.0], [0.0, 2.0, 4.0]])
@@ -39,11 +40,14 @@ def similarity_matrix(totals: dict, similarity: str, include_embedding: bool) ->
            [0.5, 1. ]])
     """
     sl = analysed_slice(include_embedding)
-    if similarity == "frobenius":
-        return squared_cosine_from_gram(totals["gram_states"][..., sl, sl])
-    if similarity == "token":
+    if similarity in ("frobenius", "token"):
         n = np.asarray(totals["n"])[..., None, None]
-        return totals["cos2_sum"][..., sl, sl] / n
+        if similarity == "frobenius":
+            sim = squared_cosine_from_gram(totals["gram_states"][..., sl, sl])
+        else:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                sim = totals["cos2_sum"][..., sl, sl] / np.where(n > 0, n, 1.0)
+        return np.where(n > 0, sim, np.nan)
     if similarity == "cka":
         sim = cka_from_hsic(totals["hsic"][..., sl, sl])
         entered = np.asarray(totals["cka_sequences"])[..., None, None]
@@ -54,11 +58,12 @@ def similarity_matrix(totals: dict, similarity: str, include_embedding: bool) ->
 
 
 def matched_references(totals: dict, similarity: str, include_embedding: bool) -> dict:
-    """R_init, R_size and R_matched (METHOD 4.2) for the chosen similarity."""
+    """R_init, R_size and R_matched (docs/method.md#matched-references) for the chosen similarity."""
     if similarity == "token":
         n = np.asarray(totals["n"])
         size = totals["ref_init"].shape[-1]
-        return {r: size * size / (totals[f"ref_{r}"].sum(axis=(-2, -1)) / n) for r in REFERENCE_NAMES}
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return {r: size * size / (totals[f"ref_{r}"].sum(axis=(-2, -1)) / n) for r in REFERENCE_NAMES}
     e = reference_energies(totals, similarity, include_embedding)
     return {r: reference_from_energies(e[r]) for r in REFERENCE_NAMES}
 
@@ -130,18 +135,20 @@ def update_summary(totals: dict, include_embedding: bool = False) -> dict:
 
 
 def related_measures(totals: dict) -> dict:
-    """Measures from related work (METHOD 9), over all states S_0..S_L.
+    """Measures from related work (docs/method.md#related-measures), over all states S_0..S_L.
 
     ``block_influence[l-1]`` = 1 - mean_t cos(s_{l-1}, s_l) (ShortGPT);
     ``angular_distance[i][j]`` = mean_t arccos(cos(s_i, s_j)) / pi (Gromov et al.);
     ``relative_contribution`` and ``update_state_cosine`` as in Csordas et al.
     """
-    n = np.asarray(totals["n"])
-    cos_mean = totals["cos_sum"] / n[..., None, None]
+    n = np.asarray(totals["n"])[..., None, None]
+    with np.errstate(invalid="ignore", divide="ignore"):  # no token (n = 0): NaN
+        cos_mean = totals["cos_sum"] / n
+        angles = totals["angle_sum"] / n
     upd = update_summary(totals)
     return {
         "block_influence": 1.0 - np.diagonal(cos_mean[..., :-1, 1:], axis1=-2, axis2=-1),
-        "angular_distance": totals["angle_sum"] / n[..., None, None],
+        "angular_distance": angles,
         "relative_contribution": upd["relative_contribution"],
         "update_state_cosine": upd["update_state_cosine"],
     }

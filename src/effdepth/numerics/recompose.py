@@ -1,4 +1,4 @@
-"""Offline recomposition of a measured stream from its increments (METHOD 7).
+"""Offline recomposition of a measured stream from its increments (docs/method.md#residual-carry).
 
 No model is run: for the frobenius similarity every state Gram matrix that
 the recomposed stream would have follows from the Gram matrix ``G_X`` of the

@@ -1,4 +1,4 @@
-"""Closed-form references for D_eff (METHOD section 4).
+"""Closed-form references for D_eff (docs/method.md#references).
 
 Every function accepts leading batch axes so that the bootstrap can evaluate
 thousands of resamples in one vectorised call.
@@ -52,7 +52,7 @@ def reference_from_energies(energies: np.ndarray) -> np.ndarray:
 
 
 def matched_energies(initial: np.ndarray, updates: np.ndarray, include_embedding: bool) -> dict:
-    """Cumulative energies of the three matched references (METHOD 4.2).
+    """Cumulative energies of the three matched references (docs/method.md#matched-references).
 
     ``initial`` is |S_0|^2 (shape ``(...)``), ``updates`` the update energies
     |U_1|^2..|U_L|^2 (shape ``(..., L)``). Returns arrays of shape ``(..., N)``
@@ -65,29 +65,37 @@ def matched_energies(initial: np.ndarray, updates: np.ndarray, include_embedding
     counts it as one unit update (E = 1..N); this choice is recorded in every
     result's config as ``size_reference_embedding``.
 
+    When every update is zero the state never moves: ``a`` is infinite, every
+    ``E_l = a + l`` is the same, and R_init = R_matched = 1 (all states
+    identical), so the whole gap is booked as initial state.
+
     >>> e = matched_energies(np.array(2.0), np.array([1.0, 1.0]), False)
     >>> e["init"], e["matched"]
     (array([3., 4.]), array([3., 4.]))
+    >>> matched_energies(np.array(2.0), np.array([0.0, 0.0]), False)["init"]
+    array([1., 1.])
     """
     initial = np.asarray(initial, dtype=np.float64)
     updates = np.asarray(updates, dtype=np.float64)
     mean_update = updates.mean(axis=-1)
+    moves = mean_update > 0
     with np.errstate(invalid="ignore", divide="ignore"):
-        a = np.where(mean_update > 0, initial / np.where(mean_update > 0, mean_update, 1.0), 0.0)
+        a = initial / np.where(moves, mean_update, 1.0)
     steps = np.arange(1, updates.shape[-1] + 1, dtype=np.float64)
     cumulative = np.cumsum(updates, axis=-1)
-    init = a[..., None] + steps
+    # a = inf (no update at all): E_l = a + l is one constant, written as 1 (R is scale-free).
+    init = np.where(moves[..., None], a[..., None] + steps, 1.0)
     size = cumulative
     matched = initial[..., None] + cumulative
     if include_embedding:
-        init = np.concatenate([a[..., None], init], axis=-1)
+        init = np.concatenate([np.where(moves, a, 1.0)[..., None], init], axis=-1)
         size = np.concatenate([mean_update[..., None], mean_update[..., None] + cumulative], axis=-1)
         matched = np.concatenate([initial[..., None], matched], axis=-1)
     return {"init": init, "size": size, "matched": matched}
 
 
 def gap_attribution(fl, r_init, r_matched, d_eff) -> dict:
-    """Split F_N - D_eff into three terms that add up exactly (METHOD 4.2).
+    """Split F_N - D_eff into three terms that add up exactly (docs/method.md#matched-references).
 
     >>> parts = gap_attribution(1.9, 1.5, 1.4, 1.2)
     >>> round(float(parts["correlated_updates"]), 12), round(float(sum(parts.values())), 12)

@@ -1,4 +1,4 @@
-"""Similarity matrices, decay profile and D_eff (METHOD sections 2-3)."""
+"""Similarity matrices, decay profile and D_eff (docs/method.md#similarity and #deff)."""
 
 from __future__ import annotations
 

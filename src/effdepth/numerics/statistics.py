@@ -1,6 +1,6 @@
 """Per-unit sufficient statistics: mergeable by addition, resampled by the bootstrap.
 
-A unit is one sequence (the independent unit of METHOD section 6). Each key
+A unit is one sequence (the independent unit of docs/method.md#uncertainty). Each key
 (those of :data:`~effdepth.numerics.accumulate.STAT_KEYS`, and whatever else
 the units carry, e.g. the cka keys of :mod:`effdepth.numerics.cka`) holds an
 array with a leading unit axis.
@@ -67,6 +67,17 @@ class UnitStatistics:
         if shared:
             raise ValueError(f"both statistics carry {sorted(shared)}")
         return UnitStatistics({**self.arrays, **other.arrays})
+
+    def subset(self, keep) -> "UnitStatistics":
+        """The units where ``keep`` (a boolean per unit) is true, in order.
+
+        >>> UnitStatistics({"n": np.array([3.0, 0.0, 2.0])}).subset(np.array([True, False, True])).arrays["n"].tolist()
+        [3.0, 2.0]
+        """
+        keep = np.asarray(keep, dtype=bool)
+        if keep.shape != (self.units,):
+            raise ValueError(f"need one flag per unit ({self.units}), got shape {keep.shape}")
+        return UnitStatistics({k: v[keep] for k, v in self.arrays.items()})
 
     def pooled(self) -> "UnitStatistics":
         """One unit holding the totals: statistics that cannot be resampled by sequence.

@@ -3,9 +3,17 @@
 Views that differ only in which tokens they keep (default, drop-pos0,
 pos0-only) share one stream: position 0 and the rest are accumulated apart
 and added back together. token-norm is a per-token transform of the batch.
-center and top-k PC need a per-layer fit first, estimated either on the first
-batch ("calibration", no extra forward pass) or exactly over all sequences
-(an extra pass that the caller drives through :meth:`fit_batch`).
+center and top-k PC need a per-layer fit first, estimated either on a
+calibration set ("calibration", no extra forward pass: the first batches, at
+least :data:`CALIBRATION_SEQUENCES` sequences and :data:`CALIBRATION_TOKENS`
+tokens, are held until the set is complete, fitted on, then measured) or
+exactly over all sequences (an extra pass that the caller drives through
+:meth:`ViewAccumulator.fit_batch`).
+
+A sequence with no token in a view (drop-pos0 of a one-token sequence) is
+left out of that view and counted; a view without any token is unavailable
+(:class:`~effdepth.numerics.cka.ViewUnavailable`). Rows of a batch that are
+all padding are skipped and counted (``padding_rows``).
 
 The cka similarities (see :mod:`effdepth.numerics.cka`) are not additive
 over positions, so they are kept per token set (all positions, drop-pos0)
@@ -13,6 +21,8 @@ instead of per part; one token Gram per layer and sequence feeds them all.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import torch
@@ -35,9 +45,18 @@ from .cka import (
 )
 from .metrics import SIMILARITIES
 from .statistics import UnitStatistics
-from .views import FitAccumulator, ViewSpec, fitted_transform, parse_views, token_transform
+from .views import FitAccumulator, ViewSpec, check_width, fitted_transform, parse_views, token_transform
 
 PC_ESTIMATES = ("calibration", "exact")
+#: The calibration set: whole batches from the first on, until it holds at least this many
+#: sequences and tokens (all sequences when the run is smaller).
+CALIBRATION_SEQUENCES = 8
+CALIBRATION_TOKENS = 2048
+#: Below this relative eigen-gap after the k-th component, the removed directions are arbitrary.
+EIGENGAP_WARNING = 1e-3
+#: Batches held for the calibration set go into a saved state (a checkpoint) up to this size;
+#: above it they are left out, and a resumed run measures them again.
+HELD_STATE_BYTES = 256 << 20
 # Similarities with statistics of their own (frobenius and token are always kept).
 KERNEL_SIMILARITIES = ("cka", "cka-full")
 
@@ -60,6 +79,34 @@ def validate_similarities(similarities) -> tuple:
     return tuple(out)
 
 
+def calibration_complete(sequences: int, tokens: int) -> bool:
+    """Whether a calibration set of this many (non-empty) sequences and real tokens is complete.
+
+    >>> calibration_complete(8, 2048), calibration_complete(16, 512)
+    (True, False)
+    """
+    return sequences >= CALIBRATION_SEQUENCES and tokens >= CALIBRATION_TOKENS
+
+
+def calibration_prefix(lengths, batch_size: int) -> int:
+    """How many of the first sequences the calibration set takes, given each sequence's real-token
+    count and the batch size: whole batches until :func:`calibration_complete`, else all.
+
+    Every process of a distributed run fits on exactly this set.
+
+    >>> calibration_prefix([256] * 32, 8), calibration_prefix([256] * 32, 3), calibration_prefix([16] * 7, 2)
+    (8, 9, 7)
+    """
+    lengths = [int(n) for n in lengths]
+    sequences = tokens = 0
+    for start in range(0, len(lengths), max(1, int(batch_size))):
+        batch = [n for n in lengths[start : start + batch_size] if n > 0]
+        sequences, tokens = sequences + len(batch), tokens + sum(batch)
+        if calibration_complete(sequences, tokens):
+            return min(len(lengths), start + batch_size)
+    return len(lengths)
+
+
 class ViewAccumulator:
     """Accumulates per-sequence statistics for a list of views.
 
@@ -68,6 +115,11 @@ class ViewAccumulator:
     against ``cka_full_budget_bytes`` at the first update). The cka token
     Grams are formed in blocks of rows when M * T^2 float64 exceeds
     ``gram_budget_bytes``.
+
+    With the calibration estimate, views that fit a mean or principal
+    directions hold the first batches (a CPU copy, only until the calibration
+    set is complete), fit on them, then measure them; :meth:`flush` fits on
+    whatever is held when the run ends first (every getter flushes).
 
     >>> acc = ViewAccumulator(["default", "drop-pos0"])
     >>> acc.update(torch.randn(3, 2, 5, 4))        # (L+1, batch, seq, d)
@@ -110,8 +162,15 @@ class ViewAccumulator:
         self._fit_accumulators: dict = {}
         self.fits: dict = {}
         self.fit_info: dict | None = None
+        # Streams whose fit had no token to fit on: view unavailable, with the reason.
+        self._unfitted: dict = {}
+        # Batches held until the calibration set is complete: (states on CPU, mask, device, rows);
+        # states None for a batch that is all padding.
+        self._pending: list = []
+        self._calibration = [0, 0]  # non-empty sequences and real tokens held so far
         self.sequences = 0
         self.tokens = 0
+        self.padding_rows = 0
 
     # -- fitting (center, top-k PC) -------------------------------------------------
 
@@ -121,10 +180,16 @@ class ViewAccumulator:
 
     @property
     def fitted(self) -> bool:
-        return not self.needs_fit or bool(self.fits)
+        return not self.needs_fit or self.fit_info is not None
+
+    @property
+    def calibrating(self) -> bool:
+        """True while batches are held for the calibration set (see :meth:`flush`)."""
+        return bool(self._pending)
 
     def fit_batch(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
         """Feed one batch to the per-layer mean / covariance estimates."""
+        check_width(self.views, states.shape[-1])
         fitted = [info["spec"] for info in self.streams.values() if info["spec"].needs_fit]
         # One estimate per token set: views that share it (e.g. center and
         # top1pc) must not feed the same tokens twice.
@@ -142,38 +207,135 @@ class ViewAccumulator:
                 pending[key].append(_selected(token_transform(seq.to(torch.float64), spec), spec))
         # One update per batch: a single large matrix product per layer.
         for key, parts in pending.items():
-            self._fit_accumulators[key].update(torch.cat(parts, dim=1))
+            if parts:
+                self._fit_accumulators[key].update(torch.cat(parts, dim=1))
 
-    def finalize_fit(self, how: str) -> None:
-        """Turn the estimates into fits; ``how`` is recorded in the result."""
-        tokens = {}
+    def finalize_fit(self, how: str, *, sequences: int | None = None, tokens: int | None = None, warn: bool = True) -> None:
+        """Turn the estimates into fits; ``how`` and the size of the fitted set (``sequences``,
+        ``tokens``: real tokens of all positions) are recorded in the result.
+
+        A view whose token set had nothing to fit on is unavailable. Each
+        ``top{k}pc`` view records, per layer, the relative eigen-gap after the
+        k-th component; under :data:`EIGENGAP_WARNING` a warning (also
+        recorded) says the removed direction is arbitrary there (``warn=False``:
+        recorded only, e.g. for surrogate streams).
+        """
+        fitted_tokens, gaps, notes, unfitted = {}, {}, [], {}
+        fits: dict = {}
         for key, info in self.streams.items():
             spec = info["spec"]
-            if spec.needs_fit:
-                acc = self._fit_accumulators.get(spec.fit_key, FitAccumulator())
-                self.fits[key] = acc.fit(spec)
-                tokens[spec.canonical] = int(acc.count)
-        self.fit_info = {"estimate": self.pc_estimate, "how": how, "tokens": tokens}
+            if not spec.needs_fit:
+                continue
+            acc = self._fit_accumulators.get(spec.fit_key, FitAccumulator())
+            fitted_tokens[spec.canonical] = int(acc.count)
+            if acc.count == 0:
+                unfitted[key] = "no token of this view in the fitted sequences to fit its mean / principal directions on"
+                continue
+            fits[key] = acc.fit(spec)
+            if "eigengap" in fits[key]:
+                gaps[spec.canonical] = fits[key].pop("eigengap")
+                notes += _eigengap_notes(spec, gaps[spec.canonical])
+        self.fits, self._unfitted = fits, unfitted
+        self.fit_info = {
+            "estimate": self.pc_estimate,
+            "how": how,
+            "calibration": {"sequences": sequences, "tokens": tokens},
+            "tokens": fitted_tokens,
+            "eigengap": gaps,
+            "warnings": notes,
+            "unavailable": {self.streams[k]["spec"].canonical: r for k, r in unfitted.items()},
+        }
         self._fit_accumulators.clear()
+        for note in notes if warn else ():
+            warnings.warn(note, stacklevel=3)
 
     def copy_fits(self, other: "ViewAccumulator") -> None:
         """Use the means / principal directions ``other`` fitted (same views), e.g.
         so every rank of a distributed run applies the same fit."""
-        self.fits, self.fit_info = dict(other.fits), other.fit_info
+        other.flush()
+        self.fits, self.fit_info, self._unfitted = dict(other.fits), other.fit_info, dict(other._unfitted)
 
     # -- main pass ------------------------------------------------------------------
 
     def update(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
-        """Add a batch of states ``(L+1, batch, seq, d)``; ``mask`` (batch, seq) marks real tokens."""
+        """Add a batch of states ``(L+1, batch, seq, d)``; ``mask`` (batch, seq) marks real tokens.
+
+        Before the fits of a calibration estimate exist, the batch is held
+        (see :meth:`flush`) and measured once the calibration set is complete.
+        """
         if states.dim() != 4:
             raise ValueError(f"states must be (L+1, batch, seq, d), got shape {tuple(states.shape)}")
+        check_width(self.views, states.shape[-1])
         if self._pooled:
             check_cka_full_memory(self.views, states.shape[0], states.shape[-1], self.cka_full_budget_bytes)
-        if not self.fitted:
-            if self.pc_estimate == "exact":
-                raise RuntimeError("exact PC estimate needs fit_batch over every batch, then finalize_fit")
-            self.fit_batch(states, mask)
-            self.finalize_fit(f"calibration on the first batch ({states.shape[1]} sequences)")
+        if self.fitted:
+            self._accumulate(states, mask)
+            return
+        if self.pc_estimate == "exact":
+            raise RuntimeError("exact PC estimate needs fit_batch over every batch, then finalize_fit")
+        sequences, tokens = real_counts(states, mask)
+        if sequences == 0:  # all padding: nothing to measure, only its place in the order
+            if self._pending:
+                self._pending.append((None, None, states.device, states.shape[1]))
+            else:
+                self.padding_rows += states.shape[1]
+            return
+        held = (self._calibration[0] + sequences, self._calibration[1] + tokens)
+        if not self._pending and calibration_complete(*held):
+            # The first batch is the whole calibration set (the usual case): no copy.
+            self._calibrate(lambda: iter([(states, mask)]), 1, *held)
+            self._accumulate(states, mask)
+            return
+        self._pending.append(_held(states, mask))
+        self._calibration = list(held)
+        if calibration_complete(*held):
+            self.flush()
+
+    def flush(self) -> None:
+        """Fit on the held batches (the calibration set, or every sequence of a run too small
+        to complete it) and measure them. Called by every getter; a no-op when nothing is held.
+
+        >>> acc = ViewAccumulator(["top1pc"], similarities=())
+        >>> acc.update(torch.randn(3, 2, 5, 4)); acc.calibrating, acc.sequences, acc.rows
+        (True, 0, 2)
+        >>> acc.flush(); acc.calibrating, acc.sequences, acc.fit_info["calibration"]
+        (False, 2, {'sequences': 2, 'tokens': 10})
+        """
+        if not self._pending:
+            return
+        held = self._pending
+
+        def batches():  # one held batch on its device at a time
+            for s, m, device, _ in held:
+                if s is not None:
+                    yield s.to(device), None if m is None else m.to(device)
+
+        self._calibrate(batches, sum(s is not None for s, *_ in held), *self._calibration)
+        for s, m, device, rows in held:
+            if s is None:
+                self.padding_rows += rows
+            else:
+                self._accumulate(s.to(device), None if m is None else m.to(device))
+        self._pending, self._calibration = [], [0, 0]
+
+    def _calibrate(self, batches, count: int, sequences: int, tokens: int) -> None:
+        self._fit_accumulators.clear()
+        for s, m in batches():
+            self.fit_batch(s, m)
+        complete = calibration_complete(sequences, tokens)
+        how = (f"calibration on the first {sequences} sequences ({tokens} tokens, {count} batch(es))" if complete
+               else f"calibration on all {sequences} sequences ({tokens} tokens): fewer than a calibration set of "
+                    f"{CALIBRATION_SEQUENCES} sequences and {CALIBRATION_TOKENS} tokens")
+        self.finalize_fit(how, sequences=sequences, tokens=tokens)
+
+    @property
+    def rows(self) -> int:
+        """Batch rows taken in (sequences, all-padding rows, rows held for the calibration set):
+        where a resumed run continues."""
+        return self.sequences + self.padding_rows + sum(rows for *_, rows in self._pending)
+
+    def _accumulate(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
+        """Measure a batch with the fits in place (all-padding rows skipped and counted)."""
         # Build the batch's units first and commit at the end, so a failure
         # part-way (e.g. out of memory) leaves the accumulator as it was and
         # the batch can be retried.
@@ -181,12 +343,13 @@ class ViewAccumulator:
         new_cka: dict = {k: [] for k in self._cka_units}
         pooled_states: dict = {k: [] for k in self._pooled}
         gram_views = self._gram_views()
+        streams = {key: info for key, info in self.streams.items() if key not in self._unfitted}
         sequences = tokens = 0
         for seq in _sequences(states, mask):
             sequences += 1
             tokens += seq.shape[1]
-            totals = self._sequence_statistics(seq)
-            for key, info in self.streams.items():
+            totals = self._sequence_statistics(seq, streams)
+            for key, info in streams.items():
                 pos0, rest = totals[key]
                 _check_finite(pos0, rest, states.dtype)
                 parts = {"pos0": pos0, "rest": rest if rest is not None else _empty_like(pos0)}
@@ -203,6 +366,7 @@ class ViewAccumulator:
             self._pooled[k].update(y)
         self.sequences += sequences
         self.tokens += tokens
+        self.padding_rows += states.shape[1] - sequences
 
     def mark(self) -> dict:
         """What :meth:`rollback` needs to undo later updates (cka-full sums are copied)."""
@@ -210,8 +374,9 @@ class ViewAccumulator:
             "units": {k: len(v) for k, v in self._units.items()},
             "cka": {k: len(v) for k, v in self._cka_units.items()},
             "pooled": {k: p.copy() for k, p in self._pooled.items()},
-            "fits": (dict(self.fits), self.fit_info),
-            "counts": (self.sequences, self.tokens),
+            "fits": (dict(self.fits), self.fit_info, dict(self._unfitted)),
+            "pending": (list(self._pending), list(self._calibration)),
+            "counts": (self.sequences, self.tokens, self.padding_rows),
         }
 
     def rollback(self, mark: dict) -> None:
@@ -221,35 +386,40 @@ class ViewAccumulator:
         for k, n in mark["cka"].items():
             del self._cka_units[k][n:]
         self._pooled = dict(mark["pooled"])
-        self.fits, self.fit_info = mark["fits"]
-        self.sequences, self.tokens = mark["counts"]
+        self.fits, self.fit_info, self._unfitted = mark["fits"]
+        self._pending, self._calibration = mark["pending"]
+        if self.pc_estimate == "calibration":
+            self._fit_accumulators.clear()
+        self.sequences, self.tokens, self.padding_rows = mark["counts"]
 
     def _gram_views(self) -> dict:
         """What cka needs of each token set, with the fitted PCs of its stream."""
-        return {key: gram_view(spec, self.fits.get(spec.stream)) for key, spec in self.cka_sets.items()}
+        return {key: gram_view(spec, self.fits.get(spec.stream)) for key, spec in self.cka_sets.items()
+                if spec.stream not in self._unfitted}
 
     def _sequence_kernel_statistics(self, seq: torch.Tensor, gram_views: dict, cka_units: dict, pooled: dict) -> None:
         """cka units and cka-full states of one sequence ``(M, T, d)`` for every token set."""
-        if not self.cka_sets:
+        if not gram_views:
             return
         x = seq.to(torch.float64)
-        if cka_units:
-            keys = list(cka_units)
+        keys = [k for k in cka_units if k in gram_views]
+        if keys:
             for key, unit in zip(keys, sequence_cka(x, [gram_views[k] for k in keys], self.gram_budget_bytes)):
                 cka_units[key].append(unit)
         for key in pooled:
-            pooled[key].append(view_token_states(x, gram_views[key]))
+            if key in gram_views:
+                pooled[key].append(view_token_states(x, gram_views[key]))
 
-    def _sequence_statistics(self, seq: torch.Tensor) -> dict:
-        """(pos0, rest) statistics of every stream for one sequence ``(M, T, d)``.
+    def _sequence_statistics(self, seq: torch.Tensor, streams: dict) -> dict:
+        """(pos0, rest) statistics of each of ``streams`` for one sequence ``(M, T, d)``, T >= 1.
 
         Chunks of tokens are converted to float64 once and shared by the
         streams; every transform is per token once fitted, so chunking is exact.
         """
-        out: dict = {key: [None, None] for key in self.streams}
+        out: dict = {key: [None, None] for key in streams}
         for start in range(0, seq.shape[1], self.chunk_tokens):
             chunk = seq[:, start : start + self.chunk_tokens].to(torch.float64)
-            for key, info in self.streams.items():
+            for key, info in streams.items():
                 spec = info["spec"]
                 z = fitted_transform(token_transform(chunk, spec), spec, self.fits.get(key))
                 if start == 0:
@@ -264,32 +434,72 @@ class ViewAccumulator:
         """Per-sequence statistics of one view, with what ``similarity`` needs.
 
         ``None``, "frobenius" and "token": the additive statistics (parts
-        added). "cka": those plus the view's cka keys, one unit per sequence
-        (zeros for a sequence left out). "cka-full": everything summed into a
-        single unit plus the pooled keys, so the bootstrap gives no interval.
-        Raises :class:`~effdepth.numerics.cka.ViewUnavailable` where the view
-        has no value under that similarity.
+        added). "cka": those plus the view's cka keys. Either way one unit per
+        sequence that entered the view: a sequence with no token in the view
+        (or, for cka, fewer than 4) is left out and counted by
+        :meth:`left_out`. "cka-full": everything summed into a single unit
+        plus the pooled keys, so the bootstrap gives no interval. Raises
+        :class:`~effdepth.numerics.cka.ViewUnavailable` where the view has no
+        value under that similarity (no sequence entered it).
         """
+        self.flush()
         spec = self._spec(view)
-        total = None
-        for p in spec.parts:
-            stats = UnitStatistics.from_units(self._units[(spec.stream, p)])
-            total = stats if total is None else total + stats
+        name = similarity or "frobenius"
+        if spec.stream in self._unfitted:
+            raise ViewUnavailable(spec.name, name, self._unfitted[spec.stream])
+        total = self._additive(spec)
+        if total is None:
+            raise ViewUnavailable(spec.name, name, "no sequence with a real token was measured")
         if similarity in (None, "frobenius", "token"):
-            return total
+            keep = total.arrays["n"] > 0
+            if not keep.any():
+                raise ViewUnavailable(spec.name, name, f"no sequence has a token in this view{_selection_hint(spec)}")
+            return total if keep.all() else total.subset(keep)
         key = self._kernel_key(spec, similarity)
         if similarity == "cka":
             cka = UnitStatistics.from_units(self._cka_units[key])
-            if not cka.total()["cka_sequences"] > 0:
+            keep = cka.arrays["cka_sequences"] > 0
+            if not keep.any():
                 raise ViewUnavailable(spec.name, "cka", f"no sequence has at least {MIN_TOKENS} tokens in this view")
-            return total.joined(cka)
+            joined = total.joined(cka)
+            return joined if keep.all() else joined.subset(keep)
         pooled = self._pooled[key]
         if pooled.count < MIN_TOKENS:
             raise ViewUnavailable(spec.name, "cka-full", f"fewer than {MIN_TOKENS} tokens in this view")
         return total.pooled().joined(UnitStatistics.from_units([pooled.statistics()]))
 
+    def _additive(self, spec: ViewSpec) -> UnitStatistics | None:
+        """The view's additive statistics, one unit per measured sequence (``None`` before any)."""
+        total = None
+        for p in spec.parts:
+            units = self._units[(spec.stream, p)]
+            if not units:
+                return None
+            stats = UnitStatistics.from_units(units)
+            total = stats if total is None else total + stats
+        return total
+
+    def left_out(self, view: str | ViewSpec, similarity: str | None = None) -> int:
+        """Sequences measured but left out of a view under ``similarity``: no token in the view
+        (every similarity), or for cka fewer than 4.
+
+        >>> acc = ViewAccumulator(["drop-pos0"], similarities=("cka",))
+        >>> acc.update(torch.randn(3, 3, 5, 4), torch.tensor([[1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 1, 0, 0]]))
+        >>> acc.left_out("drop-pos0", "frobenius"), acc.left_out("drop-pos0", "cka")
+        (1, 2)
+        """
+        self.flush()
+        spec = self._spec(view)
+        if spec.stream in self._unfitted:
+            return self.sequences
+        if similarity == "cka":
+            return self.cka_left_out(spec)
+        total = self._additive(spec)
+        return 0 if total is None else int((total.arrays["n"] <= 0).sum())
+
     def cka_left_out(self, view: str | ViewSpec) -> int:
         """Sequences left out of a view's cka statistics (fewer than 4 tokens in the view)."""
+        self.flush()
         spec = self._spec(view)
         key = self._kernel_key(spec, "cka")
         entered = sum(float(u["cka_sequences"]) for u in self._cka_units[key])
@@ -337,10 +547,25 @@ class ViewAccumulator:
         stream, selection = key
         return f"{self.streams[stream]['spec'].canonical}|cka" + (f"-{selection}" if selection else "")
 
-    def state(self) -> tuple:
+    def state(self, held_bytes: int | None = None) -> tuple:
         """``(arrays, meta)``: everything needed to continue later; arrays are float64
-        numpy (saved with ``np.savez``, never pickle), meta is JSON-serialisable."""
+        numpy (saved with ``np.savez``, never pickle), meta is JSON-serialisable.
+
+        Batches held for an incomplete calibration set are in it (``held|...``,
+        states in float32, or float64 when they are) when they fit
+        ``held_bytes`` (default :data:`HELD_STATE_BYTES`); otherwise they are left out (``meta["held"]`` is empty),
+        and a run resumed from it measures them again (:attr:`rows` does not
+        count them) and fits on the same calibration set either way.
+        """
         arrays = self.unit_arrays()
+        budget = HELD_STATE_BYTES if held_bytes is None else held_bytes
+        held = self._pending if _held_bytes(self._pending) <= budget else []
+        for i, (states, mask, _, _) in enumerate(held):
+            if states is not None:
+                keep = torch.float64 if states.dtype == torch.float64 else torch.float32
+                arrays[f"held|{i}|states"] = states.to(keep).numpy()
+            if mask is not None:
+                arrays[f"held|{i}|mask"] = mask.to(torch.float64).numpy()
         # Pooled cka-full sums are not per unit: merge them with extend(), never by concatenation.
         for key, pooled in self._pooled.items():
             for name, arr in pooled.state().items():
@@ -359,6 +584,10 @@ class ViewAccumulator:
             "fit_tokens": {self.streams[k]["spec"].canonical: int(f["tokens"]) for k, f in self.fits.items()},
             "sequences": self.sequences,
             "tokens": self.tokens,
+            "padding_rows": self.padding_rows,
+            "held": [{"rows": rows, "device": str(device), "states": states is not None, "mask": mask is not None}
+                     for states, mask, device, rows in held],
+            "calibration_held": list(self._calibration) if held else [0, 0],
         }
         return arrays, meta
 
@@ -398,8 +627,17 @@ class ViewAccumulator:
                     fit["pcs"] = torch.from_numpy(arrays[f"fit|{name}|pcs"])
                 self.fits[key] = fit
         self.fit_info = meta["fit_info"]
+        unavailable = (self.fit_info or {}).get("unavailable") or {}
+        self._unfitted = {by_name[name]: reason for name, reason in unavailable.items() if name in by_name}
+        self._pending = []
+        for i, h in enumerate(meta.get("held") or []):
+            states = torch.from_numpy(np.asarray(arrays[f"held|{i}|states"])) if h["states"] else None
+            mask = torch.from_numpy(np.asarray(arrays[f"held|{i}|mask"])) > 0 if h["mask"] else None
+            self._pending.append((states, mask, torch.device(h["device"]), int(h["rows"])))
+        self._calibration = [int(v) for v in meta.get("calibration_held", [0, 0])]
         self.sequences = int(meta["sequences"])
         self.tokens = int(meta["tokens"])
+        self.padding_rows = int(meta.get("padding_rows", 0))
 
     def extend(self, other: "ViewAccumulator") -> None:
         """Append the units of ``other`` (the same views, e.g. another rank's share)."""
@@ -408,6 +646,8 @@ class ViewAccumulator:
                 f"cannot merge statistics of views {[v.name for v in other.views]} / similarities {list(other.similarities)} "
                 f"into views {[v.name for v in self.views]} / similarities {list(self.similarities)}"
             )
+        self.flush()
+        other.flush()
         for key in self._units:
             self._units[key].extend(other._units[key])
         for key in self._cka_units:
@@ -416,16 +656,62 @@ class ViewAccumulator:
             self._pooled[key].merge(other._pooled[key])
         self.sequences += other.sequences
         self.tokens += other.tokens
+        self.padding_rows += other.padding_rows
+
+
+def _eigengap_notes(spec: ViewSpec, gaps: list) -> list:
+    """One-line warnings for the layers whose eigen-gap after the k-th component is too small."""
+    small = [i for i, g in enumerate(gaps) if g < EIGENGAP_WARNING]
+    if not small:
+        return []
+    where = "the pooled layers" if spec.shared_pcs else "layer(s) " + ", ".join(f"S_{i}" for i in small)
+    worst = min(gaps[i] for i in small)
+    return [
+        f"view {spec.name!r}: the relative eigen-gap after principal component {spec.top_pcs} is {worst:.2g} "
+        f"(under {EIGENGAP_WARNING:g}) in {where}, so the removed direction is arbitrary there; "
+        "fit on more data (--pc-estimate exact) or choose another k"
+    ]
+
+
+def _selection_hint(spec: ViewSpec) -> str:
+    return " (every sequence has a single token, and drop-pos0 removes it)" if spec.selection == "drop-pos0" else ""
+
+
+def real_counts(states: torch.Tensor, mask: torch.Tensor | None) -> tuple:
+    """Non-empty sequences and real tokens of a batch ``(L+1, batch, seq, d)``.
+
+    >>> real_counts(torch.zeros(2, 3, 4, 1), torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]]))
+    (2, 6)
+    """
+    if mask is None:
+        return (states.shape[1], states.shape[1] * states.shape[2]) if states.shape[2] else (0, 0)
+    lengths = mask.to(torch.bool).sum(dim=1)
+    return int((lengths > 0).sum()), int(lengths.sum())
+
+
+def _held_bytes(held: list) -> int:
+    """Bytes the held batches take in a saved state (float32, or float64 states)."""
+    return sum(s.numel() * (8 if s.dtype == torch.float64 else 4) for s, *_ in held if s is not None)
+
+
+def _held(states: torch.Tensor, mask: torch.Tensor | None) -> tuple:
+    """A CPU copy of a batch held for the calibration set (the capture buffer is reused), its
+    device and its rows."""
+    copy = states.detach().to("cpu", copy=True)
+    return copy, None if mask is None else mask.detach().to("cpu", copy=True), states.device, states.shape[1]
 
 
 def _sequences(states: torch.Tensor, mask: torch.Tensor | None):
-    """Yield each sequence's real-token states ``(M, T_b, d)``; padding never enters."""
+    """Yield each sequence's real-token states ``(M, T_b, d)``; padding never enters, and a row
+    that is all padding yields nothing."""
     for b in range(states.shape[1]):
         if mask is None:
-            yield states[:, b]
+            if states.shape[2]:
+                yield states[:, b]
         else:
             idx = torch.nonzero(mask[b].to(states.device), as_tuple=False).flatten()
-            yield states[:, b].index_select(1, idx)
+            if idx.numel():
+                yield states[:, b].index_select(1, idx)
 
 
 def _selected(z: torch.Tensor, spec: ViewSpec) -> torch.Tensor:

@@ -19,8 +19,9 @@ KEPT_TOTALS = ("n", "gram_states", "gram_increments", "update_state_dot", "hsic"
 
 
 def view_summary(stats: UnitStatistics, *, similarity: str, include_embedding: bool, bootstrap: int = 0, seed: int = 0,
-                 weights: np.ndarray | None = None) -> dict:
-    """Every number of one view (the fields of :class:`effdepth.result.ViewResult` but its name).
+                 weights: np.ndarray | None = None, label: str = "") -> dict:
+    """Every number of one view (the fields of :class:`effdepth.result.ViewResult` but its name);
+    ``label`` names it in warnings.
 
     >>> import torch
     >>> from effdepth.numerics.accumulate import token_set_statistics
@@ -32,7 +33,8 @@ def view_summary(stats: UnitStatistics, *, similarity: str, include_embedding: b
     totals = stats.total()
     m = full_metrics(totals, similarity, include_embedding)
     ci = bootstrap_intervals(
-        stats, similarity=similarity, include_embedding=include_embedding, resamples=bootstrap, seed=seed, weights=weights
+        stats, similarity=similarity, include_embedding=include_embedding, resamples=bootstrap, seed=seed, weights=weights,
+        label=label,
     )
     return {
         "deff": float(m["deff"]),
@@ -74,23 +76,25 @@ def view_summaries(accumulator, *, similarity: str, include_embedding: bool, boo
     (['default'], 'pos0-only keeps one token per sequence; ')
     """
     out, unavailable = {}, {}
-    weights = None
+    accumulator.flush()
+    # One set of resamples over every measured sequence: views that kept them all are paired;
+    # a view that left some out is resampled over its own.
+    weights = bootstrap_weights(accumulator.sequences, bootstrap, seed) if bootstrap > 0 and accumulator.sequences >= 2 else None
     for spec in accumulator.views:
         try:
             stats = accumulator.unit_statistics(spec, similarity)
         except ViewUnavailable as exc:
             unavailable[spec.name] = exc.reason
             continue
-        if weights is None and bootstrap > 0 and stats.units >= 2:
-            weights = bootstrap_weights(stats.units, bootstrap, seed)
         summary = view_summary(
             stats, similarity=similarity, include_embedding=include_embedding, bootstrap=bootstrap, seed=seed,
             weights=weights if weights is not None and stats.units == weights.shape[1] else None,
+            label=f"view {spec.name!r} ({similarity})",
         )
+        summary["left_out"] = accumulator.left_out(spec, similarity)
         # cka-full pools every sequence into one unit; the count that matters is the real one.
-        summary["sequences"] = accumulator.sequences if similarity == "cka-full" else summary["sequences"]
-        if similarity == "cka":
-            summary["left_out"] = accumulator.cka_left_out(spec)
+        if similarity == "cka-full":
+            summary["sequences"] = accumulator.sequences - summary["left_out"]
         if calibrated is not None and similarity != "cka-full":
             add_calibrated(summary, calibrated, spec, similarity=similarity, include_embedding=include_embedding,
                            bootstrap=bootstrap, seed=seed, weights=weights)
@@ -116,7 +120,8 @@ def add_calibrated(summary: dict, calibrated, spec, *, similarity: str, include_
         # The same resampled sequences as the real stream when it covers them all (paired intervals).
         paired = weights if weights is not None and weights.shape[1] == stats.units else None
         ci = bootstrap_intervals(stats, similarity=similarity, include_embedding=include_embedding,
-                                 resamples=bootstrap, seed=seed + 1, weights=paired)
+                                 resamples=bootstrap, seed=seed + 1, weights=paired, measures=False,
+                                 label=f"the {kind} surrogate of view {spec.name!r} ({similarity})")
         if ci is not None and summary["ci"] is not None:
             summary["ci"][f"reference_{name}"] = ci["deff"]
     summary["calibrated_sequences"] = calibrated.sequences

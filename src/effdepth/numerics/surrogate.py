@@ -1,4 +1,4 @@
-"""Calibrated references (METHOD 4.3): null streams measured through the very same code.
+"""Calibrated references (docs/method.md#calibrated-references): null streams measured through the very same code.
 
 For each analysed batch a surrogate stream ``S'_l = S'_{l-1} + Z_l`` is built
 with i.i.d. Gaussian ``Z_l`` of the batch's shape (padding positions stay
@@ -28,7 +28,7 @@ import torch
 
 from ..errors import EffdepthError
 from .cka import GRAM_BUDGET_BYTES
-from .streams import ViewAccumulator
+from .streams import ViewAccumulator, calibration_complete, real_counts
 
 KINDS = ("structural", "matched")
 
@@ -79,24 +79,52 @@ def surrogate_states(
     """
     if kind not in KINDS:
         raise EffdepthError(f"unknown surrogate kind {kind!r}; choose from {', '.join(KINDS)}")
-    s = states.to(torch.float64)
-    m, b, t, d = s.shape
-    real = torch.ones(b, t, dtype=torch.bool, device=s.device) if mask is None else mask.to(s.device).bool()
-    measured = update_energies(s, real)  # (L, B)
+    return _surrogate(_Source.of(states, mask), kind, generator, include_embedding)
+
+
+class _Source:
+    """What a batch's surrogate streams need of it: S_0 (kept in the states' dtype), each
+    sequence's update energies (float64) and the real-token mask; small enough to hold."""
+
+    def __init__(self, s0: torch.Tensor, measured: torch.Tensor, real: torch.Tensor, num_states: int):
+        self.s0, self.measured, self.real, self.num_states = s0, measured, real, num_states
+
+    @classmethod
+    def of(cls, states: torch.Tensor, mask: torch.Tensor | None) -> "_Source":
+        m, b, t, _ = states.shape
+        real = torch.ones(b, t, dtype=torch.bool, device=states.device) if mask is None else mask.to(states.device).bool()
+        return cls(states[0], update_energies(states.to(torch.float64), real), real, m)
+
+    def held(self) -> "_Source":
+        """A CPU copy (the capture buffer the states came from is reused)."""
+        return _Source(self.s0.detach().to("cpu", copy=True), self.measured.to("cpu", copy=True),
+                       self.real.to("cpu", copy=True), self.num_states)
+
+    def to(self, device) -> "_Source":
+        return _Source(self.s0.to(device), self.measured.to(device), self.real.to(device), self.num_states)
+
+
+def _surrogate(source: _Source, kind: str, generator, include_embedding: bool) -> torch.Tensor:
+    """:func:`surrogate_states` from a batch's :class:`_Source`."""
+    s0 = source.s0.to(torch.float64)
+    m = source.num_states
+    b, t, d = s0.shape
+    real = source.real
+    measured = source.measured  # (L, B)
     mean_update = measured.mean(dim=0)  # (B,)
     generators = list(generator) if isinstance(generator, (list, tuple)) else [generator] * b
     if len(generators) != b:
         raise ValueError(f"{len(generators)} generators for {b} sequences")
-    noise = torch.zeros(m, b, t, d, dtype=torch.float64, device=s.device)
+    noise = torch.zeros(m, b, t, d, dtype=torch.float64, device=s0.device)
     for i, gen in enumerate(generators):
         idx = torch.nonzero(real[i], as_tuple=False).flatten()
         if idx.numel():
             draw = torch.randn(m, idx.numel(), d, generator=gen, dtype=torch.float64, device=gen.device)
-            noise[:, i, idx] = draw.to(s.device)
+            noise[:, i, idx] = draw.to(s0.device)
     target = measured if kind == "matched" else mean_update.expand(m - 1, b)
     noise[1:] = _rescaled(noise[1:], target)
     if kind == "matched":
-        noise[0] = s[0] * real[:, :, None]
+        noise[0] = s0 * real[:, :, None]
     elif include_embedding:
         noise[0] = _rescaled(noise[:1], mean_update[None])[0]
     else:
@@ -117,7 +145,12 @@ class CalibratedReferences:
 
     Each kind's :class:`~effdepth.numerics.streams.ViewAccumulator` has the
     same views, similarities and ``include_embedding`` as the real one; views
-    that need a fit (center, top-k PC) fit it on the first surrogate batch.
+    that need a fit (center, top-k PC) fit it on the surrogates of the same
+    calibration set as the real stream (the first batches, until
+    :func:`~effdepth.numerics.streams.calibration_complete` holds for every
+    sequence seen, capped or not, so both complete at the same batch). Only
+    S_0, the update energies and the mask of those batches are held; the
+    surrogates are drawn again to be measured.
     ``max_seqs`` caps the sequences used (``None``: all); ``first_sequence`` is
     the global index of the first sequence this instance sees (a rank's
     offset in a distributed run), so every sequence gets the same noise
@@ -148,6 +181,10 @@ class CalibratedReferences:
         self.max_seqs = None if max_seqs is None else int(max_seqs)
         self.first_sequence = int(first_sequence)
         self.sequences = 0
+        # Calibration: held batches (source, first global sequence, device) and what was seen.
+        self._pending: list = []
+        self._held_rows = 0
+        self._calibration = [0, 0]
         self.accumulators = {
             kind: ViewAccumulator(
                 views,
@@ -166,41 +203,110 @@ class CalibratedReferences:
         Both kinds are updated or neither: a failure part-way (e.g. out of
         memory) leaves everything as it was, so the batch can be retried.
         """
-        take = states.shape[1] if self.max_seqs is None else max(0, min(states.shape[1], self.max_seqs - self.sequences))
-        if take == 0:
+        taken = self.sequences + self._held_rows
+        take = states.shape[1] if self.max_seqs is None else max(0, min(states.shape[1], self.max_seqs - taken))
+        calibrating = self._calibrating()
+        if take == 0 and not calibrating:
             return
         s = states[:, :take]
         m = None if mask is None else mask[:take]
-        first = self.first_sequence + self.sequences
+        first = self.first_sequence + taken
         marks = {kind: acc.mark() for kind, acc in self.accumulators.items()}
+        held = (list(self._pending), self._held_rows, list(self._calibration), self.sequences)
         try:
-            for kind, acc in self.accumulators.items():
-                gens = [sequence_generator(self.seed, first + i, s.device) for i in range(take)]
-                acc.update(surrogate_states(s, m, kind, gens, self.include_embedding), m)
+            if calibrating:
+                seen = real_counts(states, mask)  # every row, taken or not: the real stream's count
+                if seen[0] == 0 and not self._pending:
+                    self.sequences += take  # all padding before anything is held: passed, as the real stream does
+                    return
+                self._calibration = [self._calibration[0] + seen[0], self._calibration[1] + seen[1]]
+                if take:
+                    self._pending.append((_Source.of(s, m).held(), m if m is None else m.detach().to("cpu", copy=True),
+                                          first, take, states.device))
+                    self._held_rows += take
+                if calibration_complete(*self._calibration):
+                    self.flush()
+                return
+            self._measure(_Source.of(s, m), m, first, take, s.device)
         except BaseException:
             for kind, acc in self.accumulators.items():
                 acc.rollback(marks[kind])
+            self._pending, self._held_rows, self._calibration, self.sequences = held
             raise
         self.sequences += take
+
+    def _calibrating(self) -> bool:
+        return any(not acc.fitted for acc in self.accumulators.values())
+
+    def _measure(self, source: "_Source", mask, first: int, take: int, device) -> None:
+        for kind, acc in self.accumulators.items():
+            gens = [sequence_generator(self.seed, first + i, device) for i in range(take)]
+            acc.update(_surrogate(source, kind, gens, self.include_embedding), mask)
+
+    def flush(self) -> None:
+        """Fit the surrogate streams on the held calibration batches and measure them (see
+        :meth:`ViewAccumulator.flush`); a no-op when nothing is held.
+
+        >>> cal = CalibratedReferences(["center"], similarities=())
+        >>> cal.update(torch.randn(4, 3, 6, 8).cumsum(0)); cal.sequences
+        0
+        >>> cal.flush(); cal.sequences, cal.accumulators["matched"].fit_info["calibration"]
+        (3, {'sequences': 3, 'tokens': 18})
+        """
+        if not self._pending:
+            return
+        batches = [(src.to(device), None if m is None else m.to(device), first, take, device)
+                   for src, m, first, take, device in self._pending]
+        sequences = tokens = 0
+        for src, *_ in batches:
+            lengths = src.real.sum(dim=1)
+            sequences, tokens = sequences + int((lengths > 0).sum()), tokens + int(lengths.sum())
+        for kind, acc in self.accumulators.items():
+            acc._fit_accumulators.clear()
+            for src, m, first, take, device in batches:
+                gens = [sequence_generator(self.seed, first + i, device) for i in range(take)]
+                acc.fit_batch(_surrogate(src, kind, gens, self.include_embedding), m)
+            acc.finalize_fit(f"calibration on the surrogates of the first {sequences} sequences ({tokens} tokens)",
+                             sequences=sequences, tokens=tokens, warn=False)
+        for src, m, first, take, device in batches:
+            self._measure(src, m, first, take, device)
+            self.sequences += take
+        self._pending, self._held_rows, self._calibration = [], 0, [0, 0]
 
     def unit_statistics(self, view, similarity: str | None = None, kind: str = "matched"):
         """Per-sequence statistics of one view of one surrogate kind (see ``ViewAccumulator``)."""
         if kind not in KINDS:
             raise EffdepthError(f"unknown surrogate kind {kind!r}; choose from {', '.join(KINDS)}")
+        self.flush()
         return self.accumulators[kind].unit_statistics(view, similarity)
 
-    def state(self) -> tuple:
-        """``(arrays, meta)`` for resume: each kind's accumulator state, keys prefixed ``"<kind>/"``."""
+    def state(self, held: bool = True) -> tuple:
+        """``(arrays, meta)`` for resume: each kind's accumulator state, keys prefixed ``"<kind>/"``.
+
+        ``held``: also the batches held for the calibration set (``"held/<i>/..."``,
+        small: S_0, update energies, mask), for when the real stream has
+        measured them already (an exact fit). Leave them out when the real
+        stream holds the same batches: a resumed run feeds them again.
+        """
         arrays, kinds = {}, {}
         for kind, acc in self.accumulators.items():
             a, kinds[kind] = acc.state()
             arrays.update({f"{kind}/{k}": v for k, v in a.items()})
+        batches = self._pending if held else []
+        for i, (src, mask, _, _, _) in enumerate(batches):
+            arrays[f"held/{i}/s0"] = src.s0.to(torch.float64).cpu().numpy()
+            arrays[f"held/{i}/measured"] = src.measured.cpu().numpy()
+            arrays[f"held/{i}/real"] = src.real.to(torch.float64).cpu().numpy()
         meta = {
             "kinds": kinds,
             "seed": self.seed,
             "max_seqs": self.max_seqs,
             "first_sequence": self.first_sequence,
             "sequences": self.sequences,
+            "held": [{"first": first, "take": take, "device": str(device), "mask": mask is not None,
+                      "num_states": src.num_states} for src, mask, first, take, device in batches],
+            "held_rows": self._held_rows if held else 0,
+            "calibration": list(self._calibration) if held else [0, 0],
         }
         return arrays, meta
 
@@ -215,11 +321,21 @@ class CalibratedReferences:
             prefix = f"{kind}/"
             acc.load_state({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}, meta["kinds"][kind])
         self.sequences = int(meta["sequences"])
+        self._pending = []
+        for i, h in enumerate(meta.get("held") or []):
+            real = torch.from_numpy(np.asarray(arrays[f"held/{i}/real"])) > 0
+            src = _Source(torch.from_numpy(np.asarray(arrays[f"held/{i}/s0"], dtype=np.float64)),
+                          torch.from_numpy(np.asarray(arrays[f"held/{i}/measured"], dtype=np.float64)), real, int(h["num_states"]))
+            self._pending.append((src, real.clone() if h["mask"] else None, int(h["first"]), int(h["take"]), torch.device(h["device"])))
+        self._held_rows = int(meta.get("held_rows", 0))
+        self._calibration = [int(v) for v in meta.get("calibration", [0, 0])]
 
     def extend(self, other: "CalibratedReferences") -> None:
         """Append another instance's sequences (e.g. another rank's share)."""
         if other.seed != self.seed:
             raise EffdepthError(f"cannot merge surrogate streams of seeds {other.seed} and {self.seed}")
+        self.flush()
+        other.flush()
         for kind, acc in self.accumulators.items():
             acc.extend(other.accumulators[kind])
         self.sequences += other.sequences

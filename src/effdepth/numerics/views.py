@@ -1,4 +1,4 @@
-"""Views: transforms applied identically to every layer's states (METHOD section 5).
+"""Views: transforms applied identically to every layer's states (docs/method.md#views).
 
 A view is written as components joined with ``+``:
 
@@ -197,7 +197,12 @@ class FitAccumulator:
         self.count = total
 
     def fit(self, spec: ViewSpec) -> dict:
-        """Mean and top-k principal directions per layer (or shared) for ``spec``."""
+        """Mean and top-k principal directions per layer (or shared) for ``spec``.
+
+        With principal directions, ``eigengap`` holds each layer's relative
+        eigen-gap after the k-th component (one value when shared), see
+        :func:`relative_eigengap`.
+        """
         if self.count == 0:
             raise EffdepthError(
                 f"view {spec.name!r} has no tokens to fit its mean / principal directions on; "
@@ -205,30 +210,81 @@ class FitAccumulator:
             )
         fit = {"mean": self.mean, "tokens": self.count}
         if spec.top_pcs:
+            check_width([spec], self.scatter.shape[-1])
             cov = self.scatter / self.count
             if spec.shared_pcs:
                 # Pool every layer's mean-centred states: the average covariance.
                 cov = cov.mean(0, keepdim=True)
-            fit["pcs"] = top_eigenvectors(cov, min(spec.top_pcs, cov.shape[-1]))
+            fit["pcs"], values = top_eigenpairs(cov, spec.top_pcs)
+            fit["eigengap"] = relative_eigengap(values, spec.top_pcs)
         return fit
+
+
+def check_width(views, width: int) -> None:
+    """One-line error for a ``top{k}pc`` view that would remove k >= d directions (everything).
+
+    >>> check_width(parse_views("default,top2pc"), 16)
+    >>> check_width(parse_views("top16pc"), 16)
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: view 'top16pc' removes 16 principal directions, but the states have width d = 16: with k >= d nothing but rounding noise is left; use top{k}pc with k < 16
+    """
+    for spec in parse_views(views):
+        if spec.top_pcs >= width:
+            raise EffdepthError(
+                f"view {spec.name!r} removes {spec.top_pcs} principal directions, but the states have width d = {width}: "
+                f"with k >= d nothing but rounding noise is left; use top{{k}}pc with k < {width}"
+            )
+
+
+def relative_eigengap(values: torch.Tensor, k: int) -> list:
+    """``(lambda_k - lambda_{k+1}) / lambda_k`` per matrix from its leading eigenvalues ``(B, >= k+1)``.
+
+    Near 0, the k-th and (k+1)-th directions are interchangeable and the
+    removed subspace is arbitrary; 0 when lambda_k is 0.
+
+    >>> relative_eigengap(torch.tensor([[4.0, 2.0, 1.0]], dtype=torch.float64), 1)
+    [0.5]
+    """
+    lam = values.to(torch.float64)
+    top, nxt = lam[..., k - 1], lam[..., k]
+    gap = torch.where(top > 0, (top - nxt) / torch.where(top > 0, top, torch.ones_like(top)), torch.zeros_like(top))
+    return gap.clamp(0.0, 1.0).cpu().tolist()
 
 
 def top_eigenvectors(cov: torch.Tensor, k: int, iterations: int = 60, tol: float = 1e-9) -> torch.Tensor:
     """Leading-k eigenvectors of symmetric PSD matrices ``(B, d, d)`` -> ``(B, d, k)``.
 
-    Subspace iteration with a Rayleigh-Ritz step costs O(d^2 k) per iteration
-    instead of a full O(d^3) eigendecomposition per layer; any matrix whose
-    residual is not at ``tol`` falls back to ``eigh``, so the result is exact
-    either way.
+    See :func:`top_eigenpairs`, which also returns the eigenvalues.
 
     >>> c = torch.diag(torch.tensor([1.0, 5.0, 2.0], dtype=torch.float64))[None]
     >>> top_eigenvectors(c, 1).flatten().abs().tolist()
     [0.0, 1.0, 0.0]
     """
+    return top_eigenpairs(cov, k, iterations, tol)[0]
+
+
+def top_eigenpairs(cov: torch.Tensor, k: int, iterations: int = 60, tol: float = 1e-9) -> tuple:
+    """Leading-k eigenvectors ``(B, d, k)`` and the leading min(k+1, d) eigenvalues ``(B, k+1)``.
+
+    Subspace iteration with a Rayleigh-Ritz step costs O(d^2 k) per iteration
+    instead of a full O(d^3) eigendecomposition per layer; any matrix whose
+    residual is not at ``tol`` falls back to ``eigh``, so the vectors are
+    exact either way. The (k+1)-th value (for the eigen-gap) is a Ritz value
+    of the same subspace. ``k`` must lie in 1..d: nothing is clamped.
+
+    >>> c = torch.diag(torch.tensor([1.0, 5.0, 2.0], dtype=torch.float64))[None]
+    >>> top_eigenpairs(c, 1)[1].tolist()
+    [[5.0, 2.0]]
+    """
     b, d, _ = cov.shape
+    if not 1 <= k <= d:
+        raise ValueError(f"need 1 <= k <= d = {d} eigenvectors, got k = {k}")
+    want = min(k + 1, d)
     q = min(d, k + 8)
     if q * 4 >= d:
-        return torch.linalg.eigh(cov)[1][..., -k:].flip(-1)
+        values, vectors = torch.linalg.eigh(cov)
+        return vectors[..., -k:].flip(-1), values[..., -want:].flip(-1)
     gen = torch.Generator(device="cpu").manual_seed(0)
     basis = torch.randn(b, d, q, generator=gen, dtype=cov.dtype).to(cov.device)
     previous = None
@@ -242,13 +298,16 @@ def top_eigenvectors(cov: torch.Tensor, k: int, iterations: int = 60, tol: float
     values, small = torch.linalg.eigh(basis.transpose(1, 2) @ cov @ basis)
     vecs = (basis @ small)[..., -k:].flip(-1)
     vals = values[..., -k:].flip(-1)
+    leading = values[..., -want:].flip(-1)
     residual = (cov @ vecs - vecs * vals[:, None, :]).norm(dim=1) / vals.abs().clamp_min(1e-300)
     bad = (residual > tol).any(dim=1) | ~torch.isfinite(residual).all(dim=1)
     # A nearly repeated k-th eigenvalue makes the direction itself ill-defined;
     # eigh then gives the same answer as a dense solver would.
     if bool(bad.any()):
-        vecs[bad] = torch.linalg.eigh(cov[bad])[1][..., -k:].flip(-1)
-    return vecs
+        exact_values, exact_vectors = torch.linalg.eigh(cov[bad])
+        vecs[bad] = exact_vectors[..., -k:].flip(-1)
+        leading[bad] = exact_values[..., -want:].flip(-1)
+    return vecs, leading
 
 
 def token_transform(states: torch.Tensor, spec: ViewSpec) -> torch.Tensor:

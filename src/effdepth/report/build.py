@@ -11,6 +11,9 @@ from .sources import load_sources
 
 FORMATS = ("html", "md")
 
+#: The suffixes each format writes; ``-o`` with any other suffix is refused (HTML in a .pdf helps no one).
+SUFFIXES = {"html": (".html", ".htm"), "md": (".md", ".markdown")}
+
 
 def write_report(paths, output=None, fmt: str | None = None) -> list[Path]:
     """Write a report of the results under ``paths``; returns the files written.
@@ -25,9 +28,7 @@ def write_report(paths, output=None, fmt: str | None = None) -> list[Path]:
     >>> [p.name for p in write_report([d], d / "report.html")]
     ['report.html']
     """
-    fmt = fmt or ("md" if output is not None and Path(output).suffix.lower() in (".md", ".markdown") else "html")
-    if fmt not in FORMATS:
-        raise EffdepthError(f"unknown report format {fmt!r}; use one of: {', '.join(FORMATS)}")
+    fmt = report_format(output, fmt)
     output = Path(output) if output is not None else Path(f"report.{fmt}")
     sources = load_sources(paths)
     _prepare_folder(output.parent)
@@ -45,6 +46,32 @@ def write_report(paths, output=None, fmt: str | None = None) -> list[Path]:
         written.append(write_atomic(output.parent / rel, png))
     written.insert(0, write_atomic(output, text.encode("utf-8")))
     return written
+
+
+def report_format(output, fmt: str | None = None) -> str:
+    """The format to write ``output`` in: ``fmt`` when given, else its suffix's; a suffix effdepth
+    cannot write, or one that contradicts ``fmt``, is a one-line error that lists the suffixes that work.
+
+    >>> report_format("x.md"), report_format(None), report_format("x.htm", "html")
+    ('md', 'html', 'html')
+    >>> report_format("x.pdf")
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: cannot write a report to x.pdf: effdepth writes HTML (.html, .htm) or Markdown (.md, .markdown); for a PDF, print the HTML report from a browser
+    """
+    if fmt is not None and fmt not in FORMATS:
+        raise EffdepthError(f"unknown report format {fmt!r}; use one of: {', '.join(FORMATS)}")
+    if output is None:
+        return fmt or "html"
+    suffix = Path(output).suffix.lower()
+    found = next((f for f, suffixes in SUFFIXES.items() if suffix in suffixes), None)
+    if found is None:
+        works = " or ".join(f"{name} ({', '.join(SUFFIXES[f])})" for f, name in (("html", "HTML"), ("md", "Markdown")))
+        hint = "; for a PDF, print the HTML report from a browser" if suffix == ".pdf" else ""
+        raise EffdepthError(f"cannot write a report to {output}: effdepth writes {works}{hint}")
+    if fmt is not None and found != fmt:
+        raise EffdepthError(f"cannot write a report to {output}: --format {fmt} writes {' or '.join(SUFFIXES[fmt])} files")
+    return found
 
 
 def _prepare_folder(folder: Path) -> None:

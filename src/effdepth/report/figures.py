@@ -40,7 +40,14 @@ REFERENCE_STYLES = {
     "init": (r"$R_\mathrm{init}$: + initial state", OKABE_ITO["sky_blue"], "-.", "v"),
     "size": (r"$R_\mathrm{size}$: + update sizes", OKABE_ITO["bluish_green"], ":", "D"),
     "matched": (r"$R_\mathrm{matched}$: both", OKABE_ITO["vermillion"], (0, (6, 2)), "s"),
+    # Calibrated references: surrogate streams through the same similarity (docs/method.md#calibrated-references).
+    "structural_cal": (r"$R_\mathrm{structural\,cal}$: surrogate, equal updates", OKABE_ITO["black"], (0, (1, 1)), "x"),
+    "matched_cal": (r"$R_\mathrm{matched\,cal}$: surrogate, measured energies", OKABE_ITO["reddish_purple"], (0, (3, 1, 1, 1)), "P"),
 }
+
+#: The figure files :func:`write_figures` may write; a rewrite removes those the new result does not produce.
+STANDARD_STEMS = ("similarity", "profile", "attribution", "views", "layers")
+FORMATS = ("png", "pdf")
 
 DEFF, R_INIT, R_MATCHED = r"$D_\mathrm{eff}$", r"$R_\mathrm{init}$", r"$R_\mathrm{matched}$"
 
@@ -125,8 +132,11 @@ def profile_figure(result: Result | ViewResult, view: str | None = None) -> Figu
 def attribution_figure(result: Result | ViewResult, view: str | None = None) -> Figure:
     """Waterfall from F_N down (or up) to D_eff through the three gap terms.
 
-    The terms add up exactly to F_N - D_eff; the running totals after the
-    first two are R_init and R_matched.
+    Each bar is labelled with its term in the one convention of the tables
+    (docs/method.md#attribution): F_N - R_init, R_init - R_matched,
+    R_matched - D_eff, positive when it pushes D_eff below F_N (the bar goes
+    down). The terms add up exactly to F_N - D_eff; the running totals after
+    the first two are R_init and R_matched.
 
     >>> import effdepth, torch
     >>> fig = attribution_figure(effdepth.from_states(torch.randn(5, 8, 16).cumsum(0)))
@@ -153,7 +163,7 @@ def attribution_figure(result: Result | ViewResult, view: str | None = None) -> 
                 lo, hi = _pair(ci[key])
                 ax.errorbar(i, after, yerr=[[max(0.0, hi - term)], [max(0.0, term - lo)]], color="#444444", capsize=3, linewidth=1)
             ax.plot([i - 1 - 0.3, i + 0.3], [running, running], color="#666666", linewidth=0.8, linestyle=":")
-            _bar_label(ax, i, max(running, after), fmt(-term, signed=True))
+            _bar_label(ax, i, max(running, after), fmt(term, signed=True))
             running, top = after, max(top, running, after)
         end = _num(v.deff)
         _end_bar(ax, 4, end, OKABE_ITO["blue"], None)
@@ -173,8 +183,8 @@ def attribution_figure(result: Result | ViewResult, view: str | None = None) -> 
         ax.set_ylim(0, 1.15 * max(heights + [1.0]))
         ax.set_ylabel("effective depth (states)")
         ax.set_title(_title(f"Gap attribution $F_N$ \u2192 {DEFF}", v, ctx))
-        _caption(fig, f"steps: change in effective depth; hatched red lowers it, dotted green raises it; "
-                      f"terms add up to $F_N$ \u2212 {DEFF}")
+        _caption(fig, f"labels: the terms of $F_N$ \u2212 {DEFF}; positive (hatched red) pushes {DEFF} below $F_N$, "
+                      "negative (dotted green) above")
     return fig
 
 
@@ -196,7 +206,7 @@ def views_figure(result: Result) -> Figure:
 
 
 def comparison_figure(results: list, labels: list | None = None) -> Figure:
-    """D_eff / F_N (F_L unless the embedding is included) of several results, each its first view, with intervals.
+    """D_eff / F_N (N = L, or L + 1 with the embedding) of several results, each its first view, with intervals.
 
     >>> import effdepth, torch
     >>> rs = [effdepth.from_states(torch.randn(5, 8, 16).cumsum(0)) for _ in range(2)]
@@ -205,9 +215,14 @@ def comparison_figure(results: list, labels: list | None = None) -> Figure:
     """
     labels = labels or [result_label(r) for r in results]
     views = [r.default for r in results]
+    sims = [r.primary_similarity for r in results]
+    title = "Effective depth relative to the structural reference"
+    if len(set(sims)) == 1:
+        title += f"\nsimilarity {sims[0]}"
+    else:  # each row says its own
+        labels = [f"{label} ({sim})" for label, sim in zip(labels, sims)]
     return ratio_dot_figure(labels, [_num(v.ratio) for v in views], [_pair((v.ci or {}).get("ratio")) for v in views],
-                            xlabel=f"{DEFF} / $F_N$", title="Effective depth relative to the structural reference",
-                            level=_level(next((v for v in views if v.ci), views[0])))
+                            xlabel=f"{DEFF} / $F_N$", title=title, level=_level(next((v for v in views if v.ci), views[0])))
 
 
 def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figure:
@@ -251,7 +266,8 @@ def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figur
         ax.set_xlabel("layer $l$ (block)")
         ax.set_xticks(layer_ticks(1, len(layers)))
         ax.set_xlim(0.5, len(layers) + 0.5)
-        fig.suptitle(_title("Per-layer updates", v, ctx), fontsize=10)
+        # Pooled (Frobenius) quantities whatever the similarity (docs/method.md#update-correlation): no similarity named.
+        fig.suptitle(_title("Per-layer updates", v, {**ctx, "similarity": None}, similarity=False), fontsize=10)
     return fig
 
 
@@ -315,6 +331,8 @@ def write_figures(result: Result, folder, view: str | None = None) -> list[Path]
 
     ``view`` picks the view of the per-view figures (default: the first);
     ``views.*`` is written only when the result has more than one view.
+    Standard figures already in ``folder`` that this result does not produce
+    (``views.*`` of an earlier many-view result) are removed.
 
     >>> import effdepth, torch, tempfile
     >>> r = effdepth.from_states(torch.randn(5, 8, 16).cumsum(0))
@@ -325,7 +343,30 @@ def write_figures(result: Result, folder, view: str | None = None) -> list[Path]
     paths = []
     for stem, fig in standard_figures(result, view):
         paths += save_figure(fig, folder / stem)
+    remove_stale_figures(folder, keep={p.stem for p in paths})
     return paths
+
+
+def remove_stale_figures(folder, keep=()) -> list[Path]:
+    """Delete the standard figure files in ``folder`` (:data:`STANDARD_STEMS`, PNG and PDF) whose
+    stem is not in ``keep``: left from an earlier result in the same folder, they would describe
+    views it no longer has. Returns the files removed.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp()); _ = (d / "views.png").write_bytes(b""); _ = (d / "notes.png").write_bytes(b"")
+    >>> [p.name for p in remove_stale_figures(d, keep={"profile"})], sorted(p.name for p in d.iterdir())
+    (['views.png'], ['notes.png'])
+    """
+    removed = []
+    for stem in STANDARD_STEMS:
+        if stem in keep:
+            continue
+        for ext in FORMATS:
+            path = Path(folder) / f"{stem}.{ext}"
+            if path.is_file():
+                path.unlink()
+                removed.append(path)
+    return removed
 
 
 def standard_figures(result: Result, view: str | None = None):
@@ -343,7 +384,7 @@ def standard_figures(result: Result, view: str | None = None):
 
 def _view(result, view: str | None) -> tuple[ViewResult, dict]:
     if isinstance(result, ViewResult):
-        return result, {}
+        return result, {"similarity": result.definition}
     if view is None:
         return result.default, _context(result)
     if view not in result.views:
@@ -352,14 +393,17 @@ def _view(result, view: str | None) -> tuple[ViewResult, dict]:
 
 
 def _context(result: Result) -> dict:
-    return {"label": result_label(result), "similarity": result.config.get("similarity"), "multi": len(result.views) > 1}
+    return {"label": result_label(result), "similarity": result.primary_similarity, "multi": len(result.views) > 1}
 
 
-def _title(what: str, v: ViewResult | None, ctx: dict) -> str:
+def _title(what: str, v: ViewResult | None, ctx: dict, similarity: bool = True) -> str:
     # What the figure shows, then on its own (wrapped) line whose it is: model ids can be long.
     whose = [ctx["label"]] if ctx.get("label") else []
     if v is not None and (ctx.get("multi") or v.name != "default"):
         whose.append(f"view {v.name}")
+    name = (v.definition if v is not None else ctx.get("similarity")) if similarity else None
+    if name:
+        whose.append(f"similarity {name}")
     return "\n".join([what, *textwrap.wrap(" \u00b7 ".join(whose), 72)])
 
 
@@ -367,10 +411,16 @@ def _caption(fig: Figure, text: str) -> None:
     fig.supxlabel(text, fontsize=7.5, color="#444444")
 
 
+SIMILARITY_LABELS = {
+    "token": r"similarity: token mean of $\cos^2(s_i, s_j)$ (token)",
+    "cka": "similarity: linear CKA per sequence (cka)",
+    "cka-full": "similarity: linear CKA, tokens pooled (cka-full)",
+    "frobenius": r"similarity: $\cos^2(S_i, S_j)$ (frobenius)",
+}
+
+
 def _similarity_label(ctx: dict) -> str:
-    if ctx.get("similarity") == "token":
-        return r"similarity: token mean of $\cos^2(s_i, s_j)$"
-    return r"similarity: $\cos^2(S_i, S_j)$ (Frobenius)"
+    return SIMILARITY_LABELS.get(ctx.get("similarity") or "frobenius", f"similarity: {ctx.get('similarity')}")
 
 
 def _first_layer(v: ViewResult) -> int:

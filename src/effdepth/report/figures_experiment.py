@@ -51,7 +51,7 @@ def experiment_figure(result):
                          markersize=4, label=f"$\\lambda$ = {format_carry(lam)}")
             ax_loss.fill_between(steps, [_num(s["loss"]["min"]) for s in rows], [_num(s["loss"]["max"]) for s in rows],
                                  color=OKABE_ITO[colour], alpha=0.2, linewidth=0)
-        ax_step.axhline(summary[0]["reference"], color="#666666", linestyle="--", linewidth=1, label="$F_L$")
+        ax_step.axhline(summary[0]["reference"], color="#666666", linestyle="--", linewidth=1, label="$F_N$")
         ax_step.set_xlabel("training step")
         ax_step.set_ylabel(r"$D_\mathrm{eff}$ (held out)")
         ax_step.legend(frameon=False)
@@ -68,7 +68,7 @@ def experiment_figure(result):
 def _lam_panel(ax, rows: list, colours: dict) -> None:
     rows = sorted(rows, key=lambda s: s["lam"])
     lam = [s["lam"] for s in rows]
-    ax.plot(lam, [s["reference"] for s in rows], color=colours["orange"], linestyle="--", marker="^", markersize=4, label="$F_L$")
+    ax.plot(lam, [s["reference"] for s in rows], color=colours["orange"], linestyle="--", marker="^", markersize=4, label="$F_N$")
     ax.plot(lam, [_num(s["reference_matched"]["mean"]) for s in rows], color=colours["vermillion"], linestyle=(0, (6, 2)),
             marker="s", markersize=4, label=r"$R_\mathrm{matched}$")
     centre = np.array([_num(s["deff"]["mean"]) for s in rows])

@@ -1,4 +1,4 @@
-"""The figure of an intervention: D_eff, F_L and the matched references against the carry lam, with the loss.
+"""The figure of an intervention: D_eff, F_N and the matched references against the carry lam, with the loss.
 
 Takes an :class:`~effdepth.results_carry.InterventionResult` (read through its
 attributes and ``rows()``); :func:`effdepth.intervene.save_intervention` saves
@@ -13,7 +13,7 @@ from .style import OKABE_ITO, new_figure, style
 
 
 def intervention_figure(ir, view: str | None = None):
-    """D_eff (with its interval), F_L and the matched references against lam; loss on a second axis.
+    """D_eff (with its interval), F_N and the matched references against lam; loss on a second axis.
 
     >>> import effdepth, torch
     >>> from effdepth.results_carry import InterventionResult
@@ -27,7 +27,7 @@ def intervention_figure(ir, view: str | None = None):
     with style():
         fig = new_figure(5.6, 4.0)
         ax = fig.add_subplot()
-        ax.plot(lam, col["reference"], color=OKABE_ITO["orange"], linestyle="--", marker="^", markersize=4, label="$F_L$")
+        ax.plot(lam, col["reference"], color=OKABE_ITO["orange"], linestyle="--", marker="^", markersize=4, label="$F_N = 2N/(N+1)$")
         for key, label, colour, ls, marker in (
             ("reference_init", r"$R_\mathrm{init}$", OKABE_ITO["sky_blue"], "-.", "v"),
             ("reference_size", r"$R_\mathrm{size}$", OKABE_ITO["bluish_green"], ":", "D"),

@@ -1,4 +1,4 @@
-"""The figure of a trajectory: D_eff and the references across training checkpoints.
+"""The figure of a trajectory: D_eff, F_N and the references across training checkpoints.
 
 Takes the trajectory's rows (plain dicts, as in ``trajectory.csv``);
 :func:`effdepth.trajectory.trajectory` saves it as ``DIR/trajectory.{png,pdf}``.
@@ -7,11 +7,13 @@ Takes the trajectory's rows (plain dicts, as in ``trajectory.csv``);
 from __future__ import annotations
 
 from .figures import REFERENCE_STYLES
+from .rows import lead_rows
 from .style import OKABE_ITO, new_figure, style
 
 
 def trajectory_figure(rows: list[dict], title: str = ""):
-    """D_eff (with its interval), F_L and the matched references against training tokens.
+    """D_eff (with its interval), F_N and the matched references against training tokens, for each
+    checkpoint's first view with a value under its primary similarity (named in the title).
 
     The x axis is tokens seen when every point has them, else the step;
     logarithmic, with step 0 in a short linear stretch at the left (symlog).
@@ -19,7 +21,7 @@ def trajectory_figure(rows: list[dict], title: str = ""):
     without a step sits just right of the last checkpoint.
 
     >>> r = lambda rev, step, d: {"key": rev, "revision": rev, "step": step, "tokens_seen": step * 10, "track": "main",
-    ...     "final": False, "status": "ok", "D_eff": d, "D_eff_lo": d - .1, "D_eff_hi": d + .1, "F_L": 1.9,
+    ...     "final": False, "status": "ok", "D_eff": d, "D_eff_lo": d - .1, "D_eff_hi": d + .1, "F_N": 1.9,
     ...     "R_init": 1.5, "R_size": 1.8, "R_matched": 1.4}
     >>> fig = trajectory_figure([r("step0", 0, 1.0), r("step10", 10, 1.2), r("step100", 100, 1.3)])
     >>> fig.axes[0].get_xscale()
@@ -34,7 +36,7 @@ def trajectory_figure(rows: list[dict], title: str = ""):
         measured = [(x, p) for x, p in zip(xs, points) if p["status"] == "ok" and p.get("D_eff") is not None]
         for series in _tracks(measured):
             _series(ax, series, "D_eff", r"$D_\mathrm{eff}$ (95% CI)", OKABE_ITO["blue"], "-", "o", band=True)
-            _series(ax, series, "F_L", r"$F_L$", OKABE_ITO["black"], "--", None, band=False)
+            _series(ax, series, "F_N", r"$F_N = 2N/(N+1)$", OKABE_ITO["black"], "--", None, band=False)
             for key, name in (("R_init", "init"), ("R_size", "size"), ("R_matched", "matched")):
                 label, colour, dash, marker = REFERENCE_STYLES[name]
                 _series(ax, series, key, label, colour, dash, None, band=True, alpha=0.1)
@@ -48,7 +50,9 @@ def trajectory_figure(rows: list[dict], title: str = ""):
         _label_final(ax, zip(xs, points))
         ax.set_xlabel(x_label)
         ax.set_ylabel("effective depth")
-        ax.set_title(f"{title}: effective depth during training" if title else "Effective depth during training")
+        sims = list(dict.fromkeys(p.get("similarity") for p in points if p.get("similarity")))
+        which = f" (similarity {', '.join(sims)})" if sims else ""
+        ax.set_title((f"{title}: effective depth during training" if title else "Effective depth during training") + which)
         handles, labels = ax.get_legend_handles_labels()
         unique = dict(zip(labels, handles))
         fig.legend(unique.values(), unique.keys(), loc="outside lower center", ncol=3, frameon=False)
@@ -67,10 +71,8 @@ def _tracks(measured: list) -> list[list]:
 
 
 def _first_view(rows: list[dict]) -> list[dict]:
-    first = {}
-    for r in rows:
-        first.setdefault(r["revision"], r)
-    return list(first.values())
+    # Rows written before F_N was named carry the same value as F_L.
+    return [{**r, "F_N": r.get("F_N", r.get("F_L"))} for r in lead_rows(rows, lambda r: r["revision"])]
 
 
 def _x_axis(points: list[dict]) -> tuple[str | None, str]:

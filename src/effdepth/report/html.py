@@ -57,6 +57,7 @@ details summary { cursor: pointer; color: var(--accent); }
 a { color: var(--accent); }
 nav ul { margin: 0.3em 0; padding-left: 1.2em; }
 footer { margin-top: 3em; color: var(--muted); font-size: 0.85em; }
+ul.evidence { font-size: 0.88em; }
 """
 
 # Marks how many images decoded, for the browser test and for anyone checking a copied file.
@@ -118,7 +119,7 @@ def render_html(sources: list, *, sort: bool = True) -> str:
     for i, s in enumerate(sources, start=1):
         body.append(_result_section(s, i, several))
     body.append('<footer>Method: effective depth D_eff = N&sup2; / &Sigma;<sub>ij</sub> sim<sub>ij</sub>; '
-                "references and attribution as in the effdepth METHOD. "
+                "references and attribution as in docs/method.md. "
                 f"Report written by effdepth {escape(__version__)}.</footer>")
     body.append('<div id="img-status" hidden data-loaded="" data-total=""></div>')
     return (
@@ -159,6 +160,12 @@ def _result_section(source: Source, index: int, several: bool) -> str:
     parts.append("<h3>Summary</h3>" + _kv(content.summary_rows(source), symbols=True))
     parts.append("<h3>Views</h3>" + _table(content.views_table(r)))
     parts.append("<h3>References</h3>" + _table(content.references_table(r)))
+    sensitivity = content.sensitivity_table(r)
+    if sensitivity is not None:
+        parts.append('<h3 id="sensitivity-%d">Definition sensitivity</h3>' % index + _table(sensitivity))
+    evidence = "".join(f"<li>{esc(line)}</li>" for line in content.claims_evidence(r))
+    parts.append('<h3 id="claims-%d">Does it reproduce the paper?</h3>' % index + _table(content.claims_table(r))
+                 + f'<details><summary>The numbers behind each verdict</summary><ul class="evidence">{evidence}</ul></details>')
     extras = content.extras_rows(r)
     if extras:
         parts.append("<h3>Extra measurements</h3>" + _kv(extras))
@@ -174,7 +181,7 @@ def _result_section(source: Source, index: int, several: bool) -> str:
 # --------------------------------------------------------------------------- elements
 
 
-_SYMBOL = re.compile(r"\b([DFRSL])_(eff|N|L|init|size|matched|0|1)\b")
+_SYMBOL = re.compile(r"\b([DFRSL])_(eff|N|L|init|size|matched|structural_cal|matched_cal|0|1)\b")
 
 
 def esc(text) -> str:

@@ -76,6 +76,11 @@ def _result(s: Source, index: int, several: bool, files_dir: str, prefix: str, i
     out += [f"> {esc(content.headline(r))}", "", "### Summary", "", _kv(content.summary_rows(s)), ""]
     out += ["### Views", "", table(content.views_table(r)), ""]
     out += ["### References", "", table(content.references_table(r)), ""]
+    sensitivity = content.sensitivity_table(r)
+    if sensitivity is not None:
+        out += ["### Definition sensitivity", "", table(sensitivity), ""]
+    out += ["### Does it reproduce the paper?", "", table(content.claims_table(r)), ""]
+    out += [f"- {esc(line)}" for line in content.claims_evidence(r)] + [""]
     extras = content.extras_rows(r)
     if extras:
         out += ["### Extra measurements", "", _kv(extras), ""]

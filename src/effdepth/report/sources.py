@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from ..errors import EffdepthError
 from ..result import Result, load
+from .wording import carry_value
 
 
 class Source(NamedTuple):
@@ -88,7 +89,7 @@ def sort_by_ratio(sources: list[Source]) -> list[Source]:
 
 
 def result_label(result: Result) -> str:
-    """A short name for a result: the model id, with ``@revision`` unless main.
+    """A short name for a result: the model id, with ``@revision`` unless main, and ``carry LAM`` when intervened.
 
     >>> import effdepth, torch
     >>> result_label(effdepth.from_states(torch.randn(3, 4, 8)))
@@ -97,7 +98,9 @@ def result_label(result: Result) -> str:
     model = result.provenance.get("model") or {}
     name = str(model.get("id") or model.get("source") or "result")
     rev = model.get("revision")
-    return f"{name}@{rev}" if rev not in (None, "", "main") else name
+    label = f"{name}@{rev}" if rev not in (None, "", "main") else name
+    carry = carry_value(result.extras)
+    return label if carry == "-" else f"{label} carry {carry}"  # an intervened model is not the model
 
 
 def unique_labels(labels: list[str]) -> list[str]:

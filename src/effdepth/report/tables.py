@@ -15,13 +15,18 @@ from __future__ import annotations
 from ..result import Result, ViewResult
 from ..results_carry import summary_interval
 from .numbers import fmt, fmt_interval
+from .rows import has_calibrated, lead_rows, unavailable_lines, view_entries, view_order
+from .wording import ATTRIBUTION, CALIBRATED, carry_text, context, similarity_name
 
 #: Columns of :func:`intervention_table`.
-INTERVENTION_COLUMNS = ("lam", "D_eff", "CI", "F_L", "ratio", "R_init", "R_size", "R_matched", "loss", "perplexity")
+INTERVENTION_COLUMNS = ("lam", "D_eff", "CI", "F_N", "ratio", "R_init", "R_size", "R_matched", "loss", "perplexity")
+
+#: The attribution terms, in the order of the chain F_N -> R_init -> R_matched -> D_eff.
+TERMS = ("initial_state", "size_imbalance", "correlated_updates")
 
 
-def render_table(header: list, rows: list) -> str:
-    """A plain-text table: first column left-aligned, the others right-aligned.
+def render_table(header: list, rows: list, left: int = 1) -> str:
+    """A plain-text table: the first ``left`` columns (names) left-aligned, the others (numbers) right-aligned.
 
     >>> print(render_table(["a", "b"], [["x", "1.0"]]))
     a    b
@@ -31,7 +36,7 @@ def render_table(header: list, rows: list) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
 
     def line(row):
-        return "  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w) for i, (x, w) in enumerate(zip(row, widths)))
+        return "  ".join(str(x).ljust(w) if i < left else str(x).rjust(w) for i, (x, w) in enumerate(zip(row, widths))).rstrip()
 
     return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
 
@@ -47,56 +52,82 @@ def _sub(v: ViewResult) -> str:
     return {True: "yes", False: "no", None: "n/a"}[v.sub_reference]
 
 
-def summary_table(result: Result) -> str:
-    """One row per view: D_eff [interval], F_N, ratio, gap, sub-reference, attribution.
+def _with_interval(v: ViewResult, value, key: str) -> str:
+    return f"{fmt(value)} {_interval(v, key)}".strip()
+
+
+def _level(result: Result) -> int:
+    return next((int(round(100 * v.ci["level"])) for views in result.similarities.values() for v in views.values() if v.ci), 95)
+
+
+def summary_table(result: Result, similarity: str | None = None) -> str:
+    """One row per view under ``similarity`` (default: the primary): D_eff [interval], F_N, ratio, gap,
+    sub-reference, attribution; a view without a value there reads ``unavailable``.
 
     >>> import effdepth, torch
     >>> print(summary_table(effdepth.from_states(torch.randn(3, 4, 8))).splitlines()[0].split()[:3])
     ['view', 'D_eff', '95%']
     """
-    level = next((int(round(100 * v.ci["level"])) for v in result.views.values() if v.ci), 95)
-    header = ["view", "D_eff", f"{level}% CI", "F_N", "ratio", "gap %", "sub-ref", "init.state", "size.imbal", "corr.upd"]
+    header = ["view", "D_eff", f"{_level(result)}% CI", "F_N", "ratio", "gap %", "sub-ref", "init.state", "size.imbal", "corr.upd"]
     rows = []
-    for name, v in result.views.items():
+    for name, v, _ in view_entries(result, similarity):
+        if v is None:  # never a number: the reason follows the table
+            rows.append([name, "-", "unavailable"] + [""] * (len(header) - 3))
+            continue
         a = v.attribution
-        rows.append(
-            [
-                name,
-                fmt(v.deff),
-                _interval(v, "deff"),
-                fmt(v.reference),
-                fmt(v.ratio),
-                fmt(v.gap_pct, 1, signed=True),
-                _sub(v),
-                fmt(a.get("initial_state"), signed=True),
-                fmt(a.get("size_imbalance"), signed=True),
-                fmt(a.get("correlated_updates"), signed=True),
-            ]
-        )
+        rows.append([name, fmt(v.deff), _interval(v, "deff"), fmt(v.reference), fmt(v.ratio), fmt(v.gap_pct, 1, signed=True),
+                     _sub(v), *(fmt(a.get(k), signed=True) for k in TERMS)])
     return render_table(header, rows)
 
 
-def references_table(result: Result) -> str:
-    """The matched references of each view with their intervals."""
-    header = ["view", "F_N", "R_init", "R_size", "R_matched", "D_eff"]
+def references_table(result: Result, similarity: str | None = None) -> str:
+    """The references of each view with their intervals: F_N, R_init, R_size, R_matched and, when
+    measured, the calibrated R_structural_cal and R_matched_cal (docs/method.md#calibrated-references).
+
+    >>> import effdepth, torch
+    >>> references_table(effdepth.from_states(torch.randn(3, 2, 4, 8), surrogate_seqs=None)).split()[:7]
+    ['view', 'F_N', 'R_init', 'R_size', 'R_matched', 'R_structural_cal', 'R_matched_cal']
+    """
+    calibrated = has_calibrated(result, similarity)
+    header = ["view", "F_N", "R_init", "R_size", "R_matched"] + (list(CALIBRATED.values()) if calibrated else []) + ["D_eff"]
     rows = []
-    for name, v in result.views.items():
+    for name, v, _ in view_entries(result, similarity):
+        if v is None:
+            rows.append([name, "-", "unavailable"] + [""] * (len(header) - 3))
+            continue
         r = v.references
-        rows.append(
-            [
-                name,
-                fmt(v.reference),
-                f"{fmt(r.get('init'))} {_interval(v, 'reference_init')}".strip(),
-                f"{fmt(r.get('size'))} {_interval(v, 'reference_size')}".strip(),
-                f"{fmt(r.get('matched'))} {_interval(v, 'reference_matched')}".strip(),
-                fmt(v.deff),
-            ]
-        )
+        row = [name, fmt(v.reference)] + [_with_interval(v, r.get(k), f"reference_{k}") for k in ("init", "size", "matched")]
+        if calibrated:
+            row += [_with_interval(v, r.get(k), f"reference_{k}") for k in CALIBRATED]
+        rows.append(row + [fmt(v.deff)])
     return render_table(header, rows)
+
+
+def sensitivity_table(result: Result) -> str:
+    """Definition sensitivity: D_eff / F_N [interval] per view (rows) and similarity (columns), the
+    primary first; ``unavailable`` where a similarity has no value (the reasons are in
+    :func:`result_summary_text`). ``""`` with one similarity.
+
+    >>> import effdepth, torch
+    >>> r = effdepth.from_states(torch.randn(4, 3, 8, 16), similarity="cka,frobenius")
+    >>> sensitivity_table(r).splitlines()[0].split()
+    ['view', 'cka', 'frobenius']
+    """
+    sims = list(result.similarities)
+    if len(sims) < 2:
+        return ""
+    rows = []
+    for name in view_order(result):
+        row = [name]
+        for sim in sims:
+            v = result.similarities[sim].get(name)
+            row.append("unavailable" if v is None else _with_interval(v, v.ratio, "ratio"))
+        rows.append(row)
+    return render_table(["view"] + sims, rows)
 
 
 def headline(result: Result) -> str:
-    """One paragraph that says what was measured, on what.
+    """What was measured, on what, with which similarity (and carry); then the main number.
 
     >>> import effdepth, torch
     >>> headline(effdepth.from_states(torch.randn(3, 4, 8))).splitlines()[1].startswith("D_eff = ")
@@ -110,16 +141,24 @@ def headline(result: Result) -> str:
     what = f"{model.get('id', 'states')}"
     if model.get("revision") not in (None, "main"):
         what += f"@{model['revision']}"
+    others = [s for s in result.similarities if s != result.primary_similarity]
     lines = [
         f"model {what} ({c.get('num_layers')} layers), "
         + (f"corpus {corpus.get('name')} ({v.sequences} x {c.get('seq_len')} tokens), " if corpus else "")
-        + f"similarity {c.get('similarity')}, N = {v.num_states} states"
+        + f"similarity {similarity_name(result.primary_similarity)}"
+        + (f", also {' and '.join(others)}" if others else "")
+        + f", N = {v.num_states} states"
         + (" incl. embedding" if c.get("include_embedding") else ""),
     ]
+    carry = carry_text(result.extras)
+    if carry:
+        lines.append(f"intervened model: {carry} (not the plain model; docs/method.md#carry-in-model)")
     ci = _interval(v, "deff")
+    tokens = f", {c['seq_len']} tokens per sequence" if c.get("seq_len") else ""
     lines.append(
         f"D_eff = {fmt(v.deff)} {ci}  vs  F_N = {fmt(v.reference)}: ratio {fmt(v.ratio)}, gap {fmt(v.gap_pct, 1, signed=True)}%"
         + ("  (sub-reference)" if v.sub_reference else "")
+        + f"  [view {v.name}, {result.primary_similarity}{tokens}]"
     )
     return "\n".join(lines)
 
@@ -158,13 +197,26 @@ def _extra_value(v) -> str:
 
 
 def result_summary_text(result: Result) -> str:
-    """Everything the terminal shows for a result: headline, views, references, extras.
+    """Everything the terminal shows for a result: headline, views, references, the similarities side
+    by side (when several), extras. Each table says its similarity (and carry).
 
     >>> import effdepth, torch
     >>> "R_matched" in result_summary_text(effdepth.from_states(torch.randn(3, 4, 8)))
     True
     """
-    parts = [headline(result), summary_table(result), references_table(result)]
+    where = context(result)
+    views = f"views, {where}:\n{summary_table(result)}"
+    missing = unavailable_lines(result)
+    if missing:
+        views += "\n" + "\n".join(missing)
+    parts = [headline(result), views + "\n" + ATTRIBUTION, f"references, {where}:\n{references_table(result)}"]
+    sensitivity = sensitivity_table(result)
+    if sensitivity:
+        level = _level(result)
+        reasons = [line for sim in result.similarities for line in unavailable_lines(result, sim)]
+        carry = carry_text(result.extras)
+        parts.append(f"definition sensitivity: D_eff / F_N [{level}% CI] per view and similarity"
+                     + (f", {carry}" if carry else "") + f":\n{sensitivity}" + "".join("\n" + r for r in reasons))
     extras = extras_table(result)
     if extras:
         parts.append(extras)
@@ -179,29 +231,27 @@ summary_text = result_summary_text
 
 
 def suite_summary_text(rows: list[dict]) -> str:
-    """The first view of each job of a sweep or trajectory (its summary rows), one line each.
+    """One line per job of a sweep or trajectory and similarity: its first view with a value
+    (the summary rows come one per view and similarity), N and F_N = 2N/(N+1).
 
-    >>> print(suite_summary_text([{"model": "m", "revision": "main", "status": "ok", "D_eff": 1.2, "D_eff_lo": None,
-    ...                            "F_L": 1.9, "ratio": 0.63}]))
-    model  revision  D_eff [95% CI]  F_L    ratio  status
-    -----  --------  --------------  -----  -----  ------
-    m      main      1.200           1.900  0.630  ok
+    >>> print(suite_summary_text([{"model": "m", "revision": "main", "similarity": "cka", "view": "default", "status": "ok",
+    ...                            "N": 3, "D_eff": 1.2, "D_eff_lo": None, "F_N": 1.5, "ratio": 0.8}]))
+    model  revision  similarity  view     N  D_eff [95% CI]    F_N  ratio  status
+    -----  --------  ----------  -------  -  --------------  -----  -----  ------
+    m      main      cka         default  3           1.200  1.500  0.800      ok
     """
-    header = ("model", "revision", "D_eff [95% CI]", "F_L", "ratio", "status")
-    lines, seen = [header], set()
-    for r in rows:
-        if (r["model"], r["revision"]) in seen:
-            continue
-        seen.add((r["model"], r["revision"]))
+    header = ["model", "revision", "similarity", "view", "N", "D_eff [95% CI]", "F_N", "ratio", "status"]
+    body = []
+    for r in lead_rows(rows, lambda r: (r["model"], r["revision"], r.get("similarity"))):
+        who = [str(r["model"]), str(r["revision"]), str(r.get("similarity") or "-")]
         if r.get("D_eff") is None:
-            lines.append((r["model"], r["revision"], "-", "-", "-", f"{r['status']}: {r.get('error') or ''}".strip(": ")))
+            body.append(who + ["-", "-", "-", "-", "-", f"{r['status']}: {r.get('error') or ''}".strip(": ")])
             continue
-        ci = f" [{r['D_eff_lo']:.3f}, {r['D_eff_hi']:.3f}]" if r.get("D_eff_lo") is not None else ""
-        lines.append((r["model"], r["revision"], f"{r['D_eff']:.3f}{ci}", f"{r['F_L']:.3f}", f"{r['ratio']:.3f}", r.get("note") or r["status"]))
-    widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
-    text = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
-    text.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(text)
+        reference = r.get("F_N", r.get("F_L"))  # rows of summaries written before F_N was named so
+        ci = fmt_interval([r["D_eff_lo"], r["D_eff_hi"]]) if r.get("D_eff_lo") is not None else ""
+        body.append(who + [str(r.get("view") or "-"), str(r.get("N") or "-"), f"{fmt(r['D_eff'])} {ci}".strip(),
+                           fmt(reference), fmt(r["ratio"]), r.get("note") or r["status"]])
+    return render_table(header, body, left=4)
 
 
 # --------------------------------------------------------------------------- residual carry
@@ -229,7 +279,7 @@ def intervention_table(ir, view: str | None = None) -> str:
 
 
 def intervention_headline(ir) -> str:
-    """One line about an intervention: model, layers, corpus size and view.
+    """One line about an intervention: model, the blocks carried, corpus size, similarity, view and N.
 
     >>> import effdepth, torch
     >>> from effdepth.results_carry import InterventionResult
@@ -249,7 +299,7 @@ def intervention_headline(ir) -> str:
 
 
 def experiment_final_table(result) -> str:
-    """D_eff, F_L, ratio, references and losses against lam at the last step of an
+    """D_eff, F_N, ratio, references and losses against lam at the last step of an
     :class:`~effdepth.results_carry.ExperimentResult`.
 
     >>> from effdepth.results_carry import ExperimentResult
@@ -264,7 +314,7 @@ def experiment_final_table(result) -> str:
     rows = [s for s in result.summary() if s["step"] == last]
     seeds = rows[0]["seeds"] if rows else 0
     interval = "min-max over seeds" if seeds > 1 else "bootstrap CI"
-    header = ["lam", "D_eff", interval, "F_L", "ratio", "R_init", "R_size", "R_matched", "eval loss", "train loss"]
+    header = ["lam", "D_eff", interval, "F_N", "ratio", "R_init", "R_size", "R_matched", "eval loss", "train loss"]
     body = [
         [format_carry(s["lam"]), fmt(s["deff"]["mean"]), fmt_interval(summary_interval(s)), fmt(s["reference"]),
          fmt(s["ratio"]["mean"]), fmt(s["reference_init"]["mean"]), fmt(s["reference_size"]["mean"]),
@@ -306,3 +356,160 @@ def experiment_headline(result) -> str:
     return (f"carry experiment: {c['layers']}-layer Llama, d_model {c['d_model']}, {c['steps']} steps of {c['batch_size']} x "
             f"{c['seq_len']} tokens, seeds {', '.join(map(str, c['seed_list']))}; measured on {c['eval_seqs']} held-out "
             f"sequences with the carry applied (frobenius, N = {c['layers']})")
+
+
+# --------------------------------------------------------------------------- effdepth show
+
+
+def intervention_text(ir) -> str:
+    """An intervention as ``effdepth show`` prints it: the headline, then the table of each view.
+
+    >>> import effdepth, torch
+    >>> from effdepth.results_carry import InterventionResult
+    >>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 8, 16))})
+    >>> intervention_text(ir).splitlines()[2]
+    'view default:'
+    """
+    first = ir.results[ir.carries[0]]
+    parts = [intervention_headline(ir)]
+    parts += [f"view {name}:\n{intervention_table(ir, name)}" for name in first.views]
+    return "\n\n".join(parts)
+
+
+def experiment_text(result) -> str:
+    """A carry experiment as ``effdepth show`` prints it: headline, the last step, the steps.
+
+    >>> from effdepth.results_carry import ExperimentResult
+    >>> cfg = {"layers": 2, "d_model": 8, "steps": 3, "batch_size": 2, "seq_len": 8, "seed_list": [0], "eval_seqs": 2}
+    >>> rec = {"lam": 1.0, "seed": 0, "step": 3, "deff": 1.2, "deff_ci": None, "reference": 1.33, "ratio": 0.9, "loss": 2.0,
+    ...        "reference_init": 1.3, "reference_size": 1.3, "reference_matched": 1.2, "train_loss": 2.1}
+    >>> experiment_text(ExperimentResult(cfg, [rec])).splitlines()[0].split(",")[0]
+    'carry experiment: 2-layer Llama'
+    """
+    if not result.records:
+        return experiment_headline(result) + "\n\nno checkpoint was measured"
+    return "\n\n".join([experiment_headline(result), experiment_final_table(result), experiment_step_table(result)])
+
+
+def trajectory_text(saved) -> str:
+    """A saved trajectory (:class:`~effdepth.loading.SavedTrajectory`) as ``effdepth show`` prints it.
+
+    >>> from effdepth.loading import SavedTrajectory
+    >>> print(trajectory_text(SavedTrajectory("m", [], duplicates={"step2": "step1"})).splitlines()[-1])
+    step2: same weights as step1 (flagged, not measured again)
+    """
+    lines = [f"trajectory of {saved.model}: {len({r['revision'] for r in saved.rows})} checkpoints"]
+    if saved.rows:
+        lines += ["", suite_summary_text(saved.rows)]
+    if saved.duplicates:
+        lines += [""] + [f"{dup}: same weights as {original} (flagged, not measured again)" for dup, original in saved.duplicates.items()]
+    return "\n".join(lines)
+
+
+def show_text(obj) -> str:
+    """What ``effdepth show`` prints for anything :func:`effdepth.load` returns.
+
+    >>> import effdepth, torch
+    >>> show_text(effdepth.from_states(torch.randn(3, 4, 8))).startswith("model states")
+    True
+    """
+    from ..loading import SavedTrajectory
+    from ..results_carry import ExperimentResult, InterventionResult
+
+    if isinstance(obj, InterventionResult):
+        return intervention_text(obj)
+    if isinstance(obj, ExperimentResult):
+        return experiment_text(obj)
+    if isinstance(obj, SavedTrajectory):
+        return trajectory_text(obj)
+    return result_summary_text(obj)
+
+
+# --------------------------------------------------------------------------- effdepth claims
+
+
+def claims_table(result: Result) -> str:
+    """Claims (rows) x similarities (columns): holds / fails / not measured (docs/method.md#claims).
+
+    >>> import effdepth, torch
+    >>> print(claims_table(effdepth.from_states(torch.randn(4, 3, 8, 16), similarity="frobenius")).splitlines()[0])
+    #  claim                                  frobenius
+    """
+    from ..verdicts import CLAIMS, check_claims, verdict_grid
+
+    sims = list(result.similarities)
+    grid = verdict_grid(check_claims(result))
+    rows = [[str(i), claim] + [grid[name][s].status for s in sims] for i, (name, claim, _) in enumerate(CLAIMS, start=1)]
+    return render_table(["#", "claim"] + sims, rows, left=2 + len(sims))
+
+
+def claims_text(result: Result, label: str | None = None) -> str:
+    """``effdepth claims`` of one result: what was measured, the verdicts, the numbers behind each, the paper.
+
+    >>> import effdepth, torch
+    >>> claims_text(effdepth.from_states(torch.randn(4, 3, 8, 16), similarity="frobenius")).splitlines()[0][:30]
+    'Does states reproduce the pape'
+    """
+    from ..verdicts import CLAIMS
+    from .content import claims_evidence
+    from .sources import result_label
+    from .wording import PAPER_NOTE
+
+    c = result.config
+    carry = carry_text(result.extras)
+    what = [f"similarities {', '.join(result.similarities)}"]
+    if c.get("seq_len"):
+        what.append(f"{c.get('num_seqs')} x {c['seq_len']} tokens")
+    if carry:
+        what.append(carry)
+    lines = [f"Does {label or result_label(result)} reproduce the paper? ({'; '.join(what)}; docs/method.md#claims)", "",
+             claims_table(result), "", "what each claim checks:"]
+    lines += [f"({i}) {name}: {test}" for i, (name, _, test) in enumerate(CLAIMS, start=1)]
+    lines += ["", "the numbers behind each verdict (an inequality holds when the whole interval is on its side):"]
+    lines += claims_evidence(result)
+    lines += ["", PAPER_NOTE]
+    return "\n".join(lines)
+
+
+def claims_sweep_text(entries: list, failed: list = ()) -> str:
+    """``effdepth claims`` of several results (a sweep): one row per model and similarity with the five
+    verdicts, then per similarity how many models each claim holds for, next to the paper's abstract.
+
+    ``entries`` are ``(label, Result)``; ``failed`` are ``(model, error)`` of models a sweep could not measure.
+
+    >>> import effdepth, torch
+    >>> r = effdepth.from_states(torch.randn(4, 3, 8, 16), similarity="frobenius", bootstrap=20)
+    >>> claims_sweep_text([("a", r), ("b", r)]).splitlines()[0].split()[:4]
+    ['model', 'similarity', '(1)', '(2)']
+    """
+    from ..verdicts import CLAIMS, HOLDS, NOT_MEASURED, check_claims, verdict_grid
+    from .wording import PAPER_ABSTRACT, PAPER_NOTE
+
+    names = [name for name, _, _ in CLAIMS]
+    grids = [(label, result, verdict_grid(check_claims(result))) for label, result in entries]
+    rows = [[label, sim] + [grid[n][sim].status for n in names]
+            for label, result, grid in grids for sim in result.similarities]
+    header = ["model", "similarity"] + [f"({i})" for i in range(1, len(names) + 1)]
+    sims = list(dict.fromkeys(sim for _, result, _ in grids for sim in result.similarities))
+    tally = []
+    for i, (name, claim, _) in enumerate(CLAIMS, start=1):
+        cells = []
+        for sim in sims:
+            verdicts = [(result, grid[name][sim]) for _, result, grid in grids if sim in result.similarities]
+            held = [(result, v) for result, v in verdicts if v.status == HOLDS]
+            unmeasured = sum(v.status == NOT_MEASURED for _, v in verdicts)
+            cell = f"{len(held)} of {len(verdicts)}" + (f" ({unmeasured} n.m.)" if unmeasured else "")
+            if name == "sub-reference" and held:
+                gaps = [result.similarities[sim]["default"].gap_pct for result, _ in held]
+                cell += f", {fmt(min(gaps), 0)}-{fmt(max(gaps), 0)}% below"
+            cells.append(cell)
+        tally.append([f"({i}) {claim}"] + cells + [PAPER_ABSTRACT[name]])
+    lines = [render_table(header, rows, left=len(header)), "",
+             "claims: " + "; ".join(f"({i}) {claim}" for i, (_, claim, _) in enumerate(CLAIMS, start=1)), "",
+             f"models for which each claim holds ({len(entries)} results; n.m. = not measured):",
+             render_table(["claim"] + sims + ["paper's abstract (16 models)"], tally, left=len(sims) + 2), "", PAPER_NOTE]
+    if failed:
+        lines += ["", f"not checked: {len(failed)} model(s) the sweep could not measure:"]
+        lines += [f"  {model}: {error}" for model, error in failed]
+    lines += ["", "effdepth claims RESULT (one result.json) prints the numbers behind each verdict."]
+    return "\n".join(lines)

@@ -186,3 +186,22 @@ def test_missing_values_show_as_not_available(gappy_result, tmp_path):
     text = out.read_text(encoding="utf-8")
     assert "<td>token-norm</td>" in text and "n/a" in text
     assert "loss.perplexity" in text and "Extra measurements" in text
+
+
+MARKUP_MODEL = "<script>alert(1)</script>"
+MARKUP_CORPUS = "<b>bold</b><script>document.documentElement.setAttribute('data-pwned', '1')</script>"
+
+
+def test_markup_in_model_and_corpus_names_renders_as_text_in_a_real_browser(bare_result, tmp_path):
+    r = effdepth.Result.from_dict(bare_result.to_dict())
+    r.provenance["model"] = {"id": MARKUP_MODEL, "revision": "<b>v1</b>"}
+    r.provenance["corpus"] = {"name": MARKUP_CORPUS, "sha256": "0" * 64}
+    out = write_report([r.save(tmp_path / "evil")], tmp_path / "evil.html")[0]
+    text = out.read_text(encoding="utf-8")
+    assert MARKUP_MODEL not in text and "<b>bold</b>" not in text and "<b>v1</b>" not in text
+
+    dom = _browse(out.as_uri(), tmp_path, "--virtual-time-budget=5000", "--dump-dom").stdout
+    loaded, total = _image_status(dom)  # the page's own script ran...
+    assert loaded == total > 0
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom and "&lt;b&gt;bold&lt;/b&gt;" in dom  # ...the names are text...
+    assert "<b>bold</b>" not in dom and "<b>v1</b>" not in dom and 'data-pwned="1"' not in dom  # ...never markup or code

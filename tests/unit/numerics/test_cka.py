@@ -1,4 +1,4 @@
-"""Linear CKA (METHOD 2.1, 8): closed forms, views against a naive computation, accumulation."""
+"""Linear CKA (docs/method.md#cka, #closed-forms-cka): closed forms, views against a naive computation, accumulation."""
 
 import pickle
 
@@ -120,7 +120,7 @@ def sequences_of(states, mask=None):
     return out
 
 
-# -- closed forms (METHOD 8) ---------------------------------------------------------
+# -- closed forms (docs/method.md#closed-forms-cka) ---------------------------------------------------------
 
 
 def isotropic_stream(L, d, n, a=0.0, sequences=2, seed=0):
@@ -299,7 +299,8 @@ def test_sequences_under_four_tokens_are_left_out_and_counted():
         totals = acc.unit_statistics(view, "cka").total()
         np.testing.assert_allclose(totals["hsic"], h, rtol=TIGHT)
         assert totals["cka_sequences"] == 4 - out
-        assert acc.unit_statistics(view, "cka").units == 4  # aligned with the other statistics
+        # Left out of the view's units (and its bootstrap), and counted.
+        assert acc.unit_statistics(view, "cka").units == 4 - out == 4 - acc.left_out(view, "cka")
 
 
 def test_a_view_without_any_long_enough_sequence_is_unavailable():
@@ -339,6 +340,7 @@ def test_state_round_trip_and_extend():
     views = ["default", "token-norm+drop-pos0", "top1pc"]
     first = ViewAccumulator(views, similarities=BOTH)
     first.update(s[:, :2])
+    first.flush()  # fit top1pc on these two (a saved state leaves out batches held for calibration)
     arrays, meta = first.state()
     assert meta["similarities"] == list(BOTH)
     resumed = ViewAccumulator(views, similarities=BOTH)
@@ -424,10 +426,18 @@ def test_cka_full_is_one_unit_without_interval():
 
 
 def test_bootstrap_resample_without_cka_sequences_is_nan_not_a_number():
+    from effdepth.numerics.cka import CKA_KEYS
+    from effdepth.numerics.statistics import UnitStatistics
+
     s = residual_like(B=3, T=6)
     mask = torch.ones(3, 6, dtype=torch.bool)
     mask[1:, 3:] = False  # only the first sequence has a cka value
-    stats = accumulate(s, mask=mask).unit_statistics("default", "cka")
+    acc = accumulate(s, mask=mask)
+    assert acc.unit_statistics("default", "cka").units == 1  # the others are left out
+    # Totals that hold no cka sequence (e.g. a resample of left-out units) are NaN, never a number.
+    additive = acc.unit_statistics("default", "frobenius")
+    cka = UnitStatistics.from_units(acc._cka_units[next(iter(acc._cka_units))])
+    stats = additive.joined(UnitStatistics({k: cka.arrays[k] for k in CKA_KEYS}))
     totals = stats.weighted_totals(np.array([[0, 2, 1], [1, 1, 1]]))
     d = scalar_metrics(totals, "cka", False)["deff"]
     assert np.isnan(d[0]) and np.isfinite(d[1])

@@ -1,4 +1,4 @@
-"""METHOD section 8: every closed form, through the public from_states."""
+"""docs/method.md#closed-forms: every closed form, through the public from_states."""
 
 import numpy as np
 import pytest

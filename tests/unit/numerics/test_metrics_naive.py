@@ -14,7 +14,7 @@ def from_states(states, **options):
 
 
 def naive(states, include_embedding=False, similarity="frobenius"):
-    """Straight from METHOD.md, with loops and no shared code."""
+    """Straight from docs/method.md, with loops and no shared code."""
     S = np.asarray(states, dtype=np.float64)  # (M, tokens, d)
     M = S.shape[0]
     idx = list(range(M)) if include_embedding else list(range(1, M))

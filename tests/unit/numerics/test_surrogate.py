@@ -1,4 +1,4 @@
-"""Calibrated references (METHOD 4.3): surrogate streams and their accumulators."""
+"""Calibrated references (docs/method.md#calibrated-references): surrogate streams and their accumulators."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Views (METHOD 5): each equals its transform applied to the raw states, then the default."""
+"""Views (docs/method.md#views): each equals its transform applied to the raw states, then the default."""
 
 import numpy as np
 import pytest

@@ -1,0 +1,149 @@
+"""``effdepth claims``: does a model reproduce the paper? (docs/method.md#claims)
+
+The abstract's five claims, judged on saved results for every similarity
+they hold (the verdicts themselves are :mod:`effdepth.verdicts`, shared with
+the report):
+
+1. ``sub-reference``: D_eff < F_N in the default view (the whole interval below).
+2. ``correlated-updates``: D_eff < R_matched (the correlated-updates term's
+   interval above 0) and that term the largest of the three.
+3. ``not-bos``: sub-reference under ``drop-pos0``.
+4. ``controls``: sub-reference under ``token-norm`` or under ``top1pc``.
+5. ``calibrated``: D_eff < R_matched_cal, the calibrated reference (the whole
+   D_eff interval below the calibrated value's interval).
+
+Each is ``holds``, ``fails`` or ``not measured`` (no such view, no interval,
+no calibrated reference, or no value under that similarity). One result gets
+a table (claims x similarities) and the numbers behind each verdict; several
+(a sweep's folder, or many files) get one row per model and similarity and a
+tally next to what the abstract reports. Whatever the verdicts, the check
+succeeds; only input it cannot read is an error.
+
+>>> import effdepth, torch, tempfile, pathlib
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> _ = effdepth.from_states(torch.randn(4, 3, 8, 16), bootstrap=20).save(d / "run")
+>>> outcome = check_paths([d / "run"])
+>>> [c.label for c in outcome.checked], len(outcome.checked[0].verdicts)
+(['states'], 5)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import EffdepthError
+from .report.sources import find_result_files, result_label, unique_labels
+from .result import Result, load
+from .sweep import ERROR
+from .verdicts import CLAIMS, FAILS, HOLDS, NOT_MEASURED, Verdict, check_claims, require_claim_views, verdict_grid
+
+__all__ = ["CLAIMS", "HOLDS", "FAILS", "NOT_MEASURED", "Verdict", "Checked", "ClaimsOutcome", "check_claims", "check_paths",
+           "claims_rows", "verdict_grid"]
+
+MEASURE_FIRST = "measure first: effdepth measure MODEL --views paper --similarity all --out DIR"
+
+
+@dataclass
+class Checked:
+    """One result file, its label among the others, and its verdicts."""
+
+    path: Path
+    label: str
+    result: Result
+    verdicts: list
+
+
+@dataclass
+class ClaimsOutcome:
+    """Every result checked, and the models a sweep could not measure (``(model, error)``)."""
+
+    checked: list
+    failed: list = field(default_factory=list)
+
+    def text(self) -> str:
+        """What ``effdepth claims`` prints: the full check of one result, or the per-model table of several.
+
+        >>> import effdepth, torch
+        >>> r = effdepth.from_states(torch.randn(4, 3, 8, 16), bootstrap=20)
+        >>> ClaimsOutcome([Checked(Path("a"), "a", r, []), Checked(Path("b"), "b", r, [])]).text().split()[:2]
+        ['model', 'similarity']
+        """
+        from .report.tables import claims_sweep_text, claims_text
+
+        if len(self.checked) == 1 and not self.failed:
+            c = self.checked[0]
+            return claims_text(c.result, c.label)
+        return claims_sweep_text([(c.label, c.result) for c in self.checked], self.failed)
+
+
+def check_paths(paths) -> ClaimsOutcome:
+    """Load every result named by ``paths`` (``result.json`` files, a run's folder, a sweep's folder:
+    every ``result.json`` below it) and judge the claims on each.
+
+    A path without results, a file that is not a readable result, or a result with none of the views
+    the claims read is a one-line :class:`~effdepth.EffdepthError` that says what to run.
+
+    >>> import tempfile
+    >>> check_paths([tempfile.mkdtemp()])
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: no result.json under ...; pass the --out folder of an effdepth run or a result.json; measure first: effdepth measure MODEL --views paper --similarity all --out DIR
+    """
+    try:
+        files = find_result_files(paths)
+    except EffdepthError as exc:
+        raise EffdepthError(f"{exc}; {MEASURE_FIRST}") from None
+    if not files:
+        raise EffdepthError(f"no results given; {MEASURE_FIRST}")
+    results = [_load(path) for path in files]
+    labels = unique_labels([result_label(r) for r in results])
+    checked = [Checked(path, label, r, check_claims(r)) for path, label, r in zip(files, labels, results)]
+    return ClaimsOutcome(checked, failed_models(paths))
+
+
+def _load(path: Path) -> Result:
+    try:
+        result = load(path)
+    except EffdepthError as exc:
+        where = "" if str(path) in str(exc) else f"{path}: "
+        raise EffdepthError(f"{where}{exc}; rerun the measurement (effdepth measure ... --views paper --similarity all)") from None
+    require_claim_views(result, where=str(path))
+    return result
+
+
+def failed_models(paths) -> list:
+    """``(model, error)`` for every job of a sweep folder among ``paths`` that left ``error.json``.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp()); (d / "m").mkdir()
+    >>> _ = (d / "m" / "error.json").write_text('{"model": "m", "error": "no such model"}')
+    >>> failed_models([d])
+    [('m', 'no such model')]
+    """
+    out = []
+    for raw in paths:
+        folder = Path(raw)
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.rglob(ERROR)):
+            if (path.parent / "result.json").is_file():
+                continue  # a retry succeeded: the result is what counts
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+                out.append((str(data.get("model") or path.parent), str(data.get("error") or "unknown error")))
+            except (OSError, ValueError):
+                out.append((str(path.parent), "unreadable error.json"))
+    return out
+
+
+def claims_rows(result, label: str | None = None) -> list:
+    """Plain rows (one per claim and similarity): model, claim, similarity, status.
+
+    >>> import effdepth, torch
+    >>> rows = claims_rows(effdepth.from_states(torch.randn(4, 3, 6, 8), similarity="frobenius"))
+    >>> rows[0]["claim"], rows[0]["similarity"], rows[0]["status"]
+    ('sub-reference', 'frobenius', 'not measured')
+    """
+    return [{"model": label, "claim": v.claim, "similarity": v.similarity, "status": v.status} for v in check_claims(result)]

@@ -1,0 +1,25 @@
+"""``effdepth claims``: does a model reproduce the paper? (docs/method.md#claims)"""
+
+from __future__ import annotations
+
+
+def register(sub) -> dict:
+    c = sub.add_parser(
+        "claims", help="check the paper's claims on saved results",
+        description="Judge the five claims of the paper's abstract (sub-reference by default, not the initial state or "
+        "update sizes, not a BOS artefact, survives the controls, below the calibrated reference) on saved results, for "
+        "every similarity they hold: holds, fails or not measured, with the numbers and intervals behind each verdict. "
+        "One result: a table of claims x similarities and the evidence. Several (a sweep's folder): one row per model "
+        "and similarity, and a tally next to what the abstract reports. Exits 0 whatever the verdicts. Measure with "
+        "--views paper --similarity all to check every claim under every similarity.",
+    )
+    c.add_argument("results", nargs="+", metavar="RESULT_OR_DIR",
+                   help="result.json files, a run's folder, or a sweep's folder (every result.json below it)")
+    return {"claims": cmd_claims}
+
+
+def cmd_claims(args) -> int:
+    from ..claims import check_paths
+
+    print(check_paths(args.results).text())
+    return 0

@@ -1,0 +1,160 @@
+"""``effdepth.load``: any file effdepth saves, back as its object.
+
+- ``result.json`` (``effdepth measure``, a sweep's jobs, ``carry-<lam>/``): a :class:`~effdepth.result.Result`;
+- ``intervention.json`` (``effdepth intervene``): an :class:`~effdepth.results_carry.InterventionResult`;
+- ``experiment.json`` (``effdepth experiment carry``): an :class:`~effdepth.results_carry.ExperimentResult`;
+- ``trajectory.json`` with its ``trajectory.csv`` (``effdepth trajectory``): a :class:`SavedTrajectory`.
+
+A folder means the first of those it holds. Anything else is a one-line error that says what
+can be loaded.
+
+>>> import effdepth, torch, tempfile
+>>> p = effdepth.from_states(torch.randn(4, 10, 8)).save(tempfile.mkdtemp())
+>>> type(load(p)).__name__, type(load(p.parent)).__name__
+('Result', 'Result')
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import EffdepthError
+from .files import read_json
+from .result import SCHEMA as RESULT_SCHEMA
+from .result import Result
+from .results_carry import EXPERIMENT_SCHEMA, INTERVENTION_SCHEMA, ExperimentResult, InterventionResult
+
+TRAJECTORY_SCHEMA = "effdepth.trajectory/1"
+
+#: The files a folder is searched for, in this order.
+FILES = ("result.json", "intervention.json", "experiment.json", "trajectory.json")
+ACCEPTED = "a result.json, intervention.json, experiment.json or trajectory.json, or the folder holding one"
+
+#: Columns of a trajectory table that stay text (every other column is a number, a flag or empty).
+TEXT_COLUMNS = {"model", "family", "revision", "track", "duplicate_of", "weights", "weights_source", "view", "similarity",
+                "status", "error", "key", "note"}
+
+
+@dataclass
+class SavedTrajectory:
+    """A trajectory read back from its folder: the table rows (one per checkpoint, view and
+    similarity, as in ``trajectory.csv``) and what ``trajectory.json`` records.
+
+    >>> SavedTrajectory("EleutherAI/pythia-70m", []).duplicates
+    {}
+    """
+
+    model: str
+    rows: list
+    checkpoints: list = field(default_factory=list)
+    duplicates: dict = field(default_factory=dict)
+    skipped: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    path: Path | None = None
+
+
+def load(path):
+    """The object of a saved effdepth file (see the module): a Result, an InterventionResult, an
+    ExperimentResult or a SavedTrajectory.
+
+    >>> import tempfile
+    >>> from effdepth.results_carry import ExperimentResult
+    >>> type(load(ExperimentResult({"layers": 2}, []).save(tempfile.mkdtemp()))).__name__
+    'ExperimentResult'
+    """
+    path = _locate(Path(path))
+    data = read_json(path, _kind(path), path.name)
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if schema == RESULT_SCHEMA:
+        return Result.from_dict(data)
+    if schema == INTERVENTION_SCHEMA:
+        return InterventionResult.from_dict(data)
+    if schema == EXPERIMENT_SCHEMA:
+        return ExperimentResult.from_dict(data)
+    if schema == TRAJECTORY_SCHEMA or (schema is None and isinstance(data, dict) and "checkpoints" in data):
+        return trajectory_from_dict(data, path)  # trajectories saved before they had a schema are recognised by their keys
+    raise EffdepthError(f"{path} is not an effdepth file (schema {schema!r}); effdepth.load and effdepth show read {ACCEPTED}")
+
+
+def load_trajectory(path) -> SavedTrajectory:
+    """A trajectory's folder (or its ``trajectory.json``), with the rows of ``trajectory.csv``.
+
+    >>> import tempfile, json, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "trajectory.json").write_text(json.dumps({"model": "m", "checkpoints": [], "duplicates": {}}))
+    >>> _ = (d / "trajectory.csv").write_text("model,revision,step,final,D_eff\\nm,step1,1,False,1.25\\n")
+    >>> load_trajectory(d).rows
+    [{'model': 'm', 'revision': 'step1', 'step': 1, 'final': False, 'D_eff': 1.25}]
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "trajectory.json"
+    return trajectory_from_dict(read_json(path, "trajectory", "trajectory.json"), path)
+
+
+def trajectory_from_dict(data: dict, path: Path) -> SavedTrajectory:
+    """A :class:`SavedTrajectory` from ``trajectory.json``'s data and the ``trajectory.csv`` beside it.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp()); _ = (d / "trajectory.csv").write_text("model,revision\\nm,main\\n")
+    >>> trajectory_from_dict({"model": "m", "duplicates": {"b": "a"}}, d / "trajectory.json").duplicates
+    {'b': 'a'}
+    """
+    table = Path(path).with_name("trajectory.csv")
+    if not table.is_file():
+        raise EffdepthError(f"{path} has no trajectory.csv beside it; rerun effdepth trajectory with the same --out to write it")
+    return SavedTrajectory(str(data.get("model")), read_rows(table), list(data.get("checkpoints") or []),
+                           dict(data.get("duplicates") or {}), list(data.get("skipped") or []), list(data.get("notes") or []),
+                           Path(path))
+
+
+def read_rows(path) -> list:
+    """The rows of a summary table (``summary.csv``, ``trajectory.csv``) with their types back:
+    numbers, flags, and None for empty cells. ``F_L`` (the name before F_N) reads as ``F_N``.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "t.csv"
+    >>> _ = p.write_text("revision,F_L,N,note\\n100,1.5,3,\\n")
+    >>> read_rows(p)
+    [{'revision': '100', 'F_N': 1.5, 'N': 3, 'note': None}]
+    """
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise EffdepthError(f"cannot read {path} ({type(exc).__name__}); rerun the command that wrote it") from None
+    return [{("F_N" if k == "F_L" else k): _cell(k, v) for k, v in row.items()} for row in rows]
+
+
+def _cell(column: str, text: str | None):
+    if text is None or text == "":
+        return None
+    if column in TEXT_COLUMNS:
+        return text
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _locate(path: Path) -> Path:
+    if path.is_dir():
+        for name in FILES:
+            if (path / name).is_file():
+                return path / name
+        raise EffdepthError(f"no result at {path}: it holds none of {', '.join(FILES)}; pass {ACCEPTED}")
+    if not path.exists():
+        raise EffdepthError(f"no result at {path}; pass {ACCEPTED}")
+    return path
+
+
+def _kind(path: Path) -> str:
+    """What the file's name says it should be, for the error of an unreadable one."""
+    stem = path.stem if path.suffix == ".json" else ""
+    return stem if stem in ("intervention", "experiment", "trajectory") else "result"

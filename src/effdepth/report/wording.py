@@ -1,0 +1,98 @@
+"""Sentences and labels every output shares, written once.
+
+The terminal tables, the HTML and Markdown reports and the figures all say
+what a similarity is, what an attribution term means, which residual carry a
+result was measured under and what the paper's abstract reports, in the
+words defined here.
+
+>>> similarity_name("cka")
+'cka (per-sequence linear CKA)'
+>>> carry_text({"intervention": {"carry": 0.5, "layers": [1, 2], "all_layers": False}})
+'residual carry 0.5 on blocks 1,2'
+"""
+
+from __future__ import annotations
+
+#: The attribution's one sign convention (docs/method.md#attribution), used by every table, figure and caption.
+ATTRIBUTION = ("Attribution (docs/method.md#attribution): F_N - D_eff = initial state (F_N - R_init) + size imbalance "
+               "(R_init - R_matched) + correlated updates (R_matched - D_eff); a positive term pushes D_eff below F_N, "
+               "a negative one above.")
+
+SIMILARITIES = {
+    "cka": "per-sequence linear CKA",
+    "cka-full": "pooled linear CKA",
+    "frobenius": "squared cosine of the flattened states",
+    "token": "mean per-token squared cosine",
+}
+
+#: What the paper's abstract reports, claim by claim (only the abstract is public).
+PAPER_ABSTRACT = {
+    "sub-reference": "15 of 16 models, 23-44% below F_L",
+    "correlated-updates": "claimed in the abstract; no numbers public",
+    "not-bos": "claimed in the abstract; no numbers public",
+    "controls": "all 16 models below F_L after token-norm or top-1-PC removal",
+    "calibrated": "not in the paper (effdepth's calibrated reference, docs/method.md#calibrated-references)",
+}
+PAPER_NOTE = ("The paper (arXiv 2609.31098) is public only as its abstract: 15 of 16 models 23-44% below F_L, all 16 below "
+              "it after token-norm or top-1-PC removal. Its per-model numbers are not public.")
+
+CALIBRATED = {"structural_cal": "R_structural_cal", "matched_cal": "R_matched_cal"}
+
+
+def similarity_name(similarity: str | None) -> str:
+    """The similarity's name with what it is, for headlines and captions.
+
+    >>> similarity_name("token"), similarity_name(None)
+    ('token (mean per-token squared cosine)', 'frobenius (squared cosine of the flattened states)')
+    """
+    similarity = similarity or "frobenius"  # results before similarities were a choice
+    what = SIMILARITIES.get(similarity)
+    return f"{similarity} ({what})" if what else similarity
+
+
+def intervention(extras: dict | None) -> dict | None:
+    """``extras["intervention"]`` of an intervened result, or None for a plain measurement.
+
+    >>> intervention({}) is None, intervention({"intervention": {"carry": 1.0}})["carry"]
+    (True, 1.0)
+    """
+    found = (extras or {}).get("intervention")
+    return found if isinstance(found, dict) and found.get("carry") is not None else None
+
+
+def carry_value(extras: dict | None) -> str:
+    """The carry lam as tables write it, or ``"-"`` (no intervention).
+
+    >>> carry_value({"intervention": {"carry": 0.75}}), carry_value({})
+    ('0.75', '-')
+    """
+    found = intervention(extras)
+    return f"{float(found['carry']):g}" if found else "-"
+
+
+def carry_text(extras: dict | None) -> str:
+    """``"residual carry 0.5 on blocks 1,2"`` (or ``"... on all N blocks"``), ``""`` for a plain measurement.
+
+    >>> carry_text({"intervention": {"carry": 0.5, "layers": [1, 2, 3], "all_layers": True}})
+    'residual carry 0.5 on all 3 blocks'
+    """
+    found = intervention(extras)
+    if not found:
+        return ""
+    layers = list(found.get("layers") or [])
+    where = f"all {len(layers)} blocks" if found.get("all_layers") else "blocks " + ",".join(map(str, layers))
+    return f"residual carry {carry_value(extras)} on {where}"
+
+
+def context(result, similarity: str | None = None) -> str:
+    """What a table of ``result`` shows: the similarity, and the carry when intervened.
+
+    >>> import effdepth, torch
+    >>> context(effdepth.from_states(torch.randn(3, 4, 8), similarity="frobenius"))
+    'similarity frobenius'
+    """
+    parts = [f"similarity {similarity or result.primary_similarity}"]
+    carry = carry_text(result.extras)
+    if carry:
+        parts.append(carry)
+    return ", ".join(parts)

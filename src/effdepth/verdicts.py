@@ -1,0 +1,217 @@
+"""The paper's claims judged on one saved result, as data (docs/method.md#claims).
+
+For each similarity a result holds, each of the abstract's five claims is
+``holds``, ``fails`` or ``not measured``, with the comparisons behind the
+verdict (values and intervals, never pre-formatted text: the report writes
+them). An inequality holds when the whole bootstrap interval lies on the
+stated side; without an interval a claim is ``not measured``, whatever the
+point estimates say.
+
+This module only reads a :class:`~effdepth.result.Result`, so the report
+(which may not import workflows) and ``effdepth claims`` share it.
+
+>>> import effdepth, torch
+>>> same = torch.randn(1, 4, 8, 16).repeat(5, 1, 1, 1)      # every layer alike: D_eff = 1, far below F_N
+>>> r = effdepth.from_states(same, views="default,drop-pos0", similarity="frobenius", bootstrap=50)
+>>> {v.claim: v.status for v in check_claims(r) if v.claim != "correlated-updates"}
+{'sub-reference': 'holds', 'not-bos': 'holds', 'controls': 'not measured', 'calibrated': 'not measured'}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import EffdepthError
+
+HOLDS, FAILS, NOT_MEASURED = "holds", "fails", "not measured"
+
+#: ``(name, claim as the abstract makes it, what the check asks)``, in the method's order.
+CLAIMS = (
+    ("sub-reference", "sub-reference by default", "default view: the D_eff interval lies entirely below F_N"),
+    ("correlated-updates", "not the initial state or update sizes",
+     "default view: D_eff below R_matched (the correlated-updates interval above 0) and correlated updates the largest term"),
+    ("not-bos", "not a BOS artefact", "drop-pos0: the D_eff interval lies entirely below F_N"),
+    ("controls", "survives the controls", "token-norm or top1pc: the D_eff interval lies entirely below F_N"),
+    ("calibrated", "below the calibrated reference", "default view: the D_eff interval lies entirely below R_matched_cal's"),
+)
+CLAIM_NAMES = tuple(name for name, _, _ in CLAIMS)
+
+#: Views the claims read; a result with none of them cannot be checked at all.
+CLAIM_VIEWS = ("default", "drop-pos0", "token-norm", "top1pc")
+
+TERMS = ("initial_state", "size_imbalance", "correlated_updates")
+
+RERUN = "rerun effdepth measure with --views paper --similarity all"
+NO_INTERVAL = "no bootstrap interval (--bootstrap 0 or a single sequence); rerun with --bootstrap 1000 and several sequences"
+
+
+@dataclass
+class Comparison:
+    """One inequality checked in one view: ``left`` (``value``, ``interval``) is ``relation``
+    (``"below"`` or ``"above"``) ``right`` (``limit``, ``limit_interval``).
+
+    ``holds`` is None when an interval it needs is missing.
+    """
+
+    view: str
+    left: str
+    value: float | None
+    interval: list | None
+    relation: str
+    right: str
+    limit: float | None
+    limit_interval: list | None = None
+    holds: bool | None = None
+
+
+@dataclass
+class Verdict:
+    """One claim under one similarity: the status, the comparisons behind it, and why (when not measured).
+
+    ``terms`` holds the three attribution terms for the correlated-updates claim.
+    """
+
+    claim: str
+    similarity: str
+    status: str
+    comparisons: list = field(default_factory=list)
+    reason: str = ""
+    terms: dict | None = None
+
+
+def check_claims(result) -> list:
+    """Every claim under every similarity of ``result`` (similarity-major, claims in order).
+
+    Never raises: what a result lacks makes a claim ``not measured``. See
+    :func:`require_claim_views` for the check that refuses such a result.
+
+    >>> import effdepth, torch
+    >>> r = effdepth.from_states(torch.randn(4, 3, 6, 8), bootstrap=0)
+    >>> {v.status for v in check_claims(r)}
+    {'not measured'}
+    """
+    out = []
+    for sim, views in result.similarities.items():
+        unavailable = (result.unavailable or {}).get(sim, {})
+        default = views.get("default")
+        out += [
+            _below_reference("sub-reference", sim, "default", default, unavailable),
+            _correlated_updates(sim, default, unavailable),
+            _below_reference("not-bos", sim, "drop-pos0", views.get("drop-pos0"), unavailable),
+            _controls(sim, views, unavailable),
+            _calibrated(sim, default, unavailable),
+        ]
+    return out
+
+
+def verdict_grid(verdicts: list) -> dict:
+    """``{claim: {similarity: Verdict}}``, claims in the method's order.
+
+    >>> g = verdict_grid([Verdict("not-bos", "cka", HOLDS)])
+    >>> list(g), g["not-bos"]["cka"].status
+    (['sub-reference', 'correlated-updates', 'not-bos', 'controls', 'calibrated'], 'holds')
+    """
+    grid = {name: {} for name in CLAIM_NAMES}
+    for v in verdicts:
+        grid[v.claim][v.similarity] = v
+    return grid
+
+
+def require_claim_views(result, where: str = "this result") -> None:
+    """A one-line error when ``result`` has none of the views the claims read.
+
+    >>> import effdepth, torch
+    >>> require_claim_views(effdepth.from_states(torch.randn(4, 3, 6, 8), views="center"))
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: this result has none of the views the claims need (default, drop-pos0, token-norm, top1pc); it has center; rerun effdepth measure with --views paper --similarity all
+    """
+    have = {name for views in result.similarities.values() for name in views}
+    have |= {name for views in (result.unavailable or {}).values() for name in views}
+    if not have & set(CLAIM_VIEWS):
+        raise EffdepthError(f"{where} has none of the views the claims need ({', '.join(CLAIM_VIEWS)}); "
+                            f"it has {', '.join(sorted(have)) or 'no views'}; {RERUN}")
+
+
+# --------------------------------------------------------------------------- the five checks
+
+
+def _interval(view, key: str) -> list | None:
+    ci = (view.ci or {}).get(key) if view is not None else None
+    return list(ci) if ci and None not in ci else None
+
+
+def _missing(claim: str, sim: str, name: str, unavailable: dict) -> Verdict:
+    reason = unavailable.get(name)
+    why = f"{name} has no {sim} value: {reason}" if reason else f"the result has no {name} view ({RERUN})"
+    return Verdict(claim, sim, NOT_MEASURED, reason=why)
+
+
+def _deff_below_reference(view, name: str) -> Comparison:
+    """D_eff's whole interval below F_N, an exact number."""
+    ci = _interval(view, "deff")
+    return Comparison(name, "D_eff", view.deff, ci, "below", "F_N", view.reference, None, None if ci is None else ci[1] < view.reference)
+
+
+def _status(comparisons: list) -> str:
+    """Holds when any comparison holds (one comparison, or the controls' either/or); fails when
+    every measured one fails; not measured when none could be decided."""
+    known = [c.holds for c in comparisons if c.holds is not None]
+    if not known:
+        return NOT_MEASURED
+    return HOLDS if any(known) else FAILS
+
+
+def _below_reference(claim: str, sim: str, name: str, view, unavailable: dict) -> Verdict:
+    if view is None:
+        return _missing(claim, sim, name, unavailable)
+    comparison = _deff_below_reference(view, name)
+    status = _status([comparison])
+    return Verdict(claim, sim, status, [comparison], reason=NO_INTERVAL if status == NOT_MEASURED else "")
+
+
+def _correlated_updates(sim: str, view, unavailable: dict) -> Verdict:
+    if view is None:
+        return _missing("correlated-updates", sim, "default", unavailable)
+    terms = {k: view.attribution.get(k) for k in TERMS}
+    term = terms["correlated_updates"]
+    ci = _interval(view, "correlated_updates")
+    # R_matched - D_eff > 0 in every resample: paired, tighter than comparing two intervals.
+    positive = Comparison("default", "correlated updates (R_matched - D_eff)", term, ci, "above", "0", 0.0, None,
+                          None if ci is None else ci[0] > 0)
+    largest = all(term is not None and x is not None and term >= x for x in terms.values())
+    if positive.holds is None:
+        return Verdict("correlated-updates", sim, NOT_MEASURED, [positive], NO_INTERVAL, terms)
+    status = HOLDS if positive.holds and largest else FAILS
+    reason = "" if largest else f"the largest term is {max((k for k in TERMS if terms[k] is not None), key=lambda k: terms[k]).replace('_', ' ')}"
+    return Verdict("correlated-updates", sim, status, [positive], reason, terms)
+
+
+def _controls(sim: str, views: dict, unavailable: dict) -> Verdict:
+    present = [n for n in ("token-norm", "top1pc") if n in views]
+    if not present:
+        reasons = [f"{n}: {unavailable[n]}" for n in ("token-norm", "top1pc") if n in unavailable]
+        why = "; ".join(reasons) or f"the result has neither token-norm nor top1pc ({RERUN})"
+        return Verdict("controls", sim, NOT_MEASURED, reason=why)
+    comparisons = [_deff_below_reference(views[n], n) for n in present]
+    status = _status(comparisons)
+    absent = [n for n in ("token-norm", "top1pc") if n not in views]
+    reason = NO_INTERVAL if status == NOT_MEASURED else (f"{absent[0]} not measured" if absent else "")
+    return Verdict("controls", sim, status, comparisons, reason)
+
+
+def _calibrated(sim: str, view, unavailable: dict) -> Verdict:
+    if view is None:
+        return _missing("calibrated", sim, "default", unavailable)
+    cal = (view.references or {}).get("matched_cal")
+    if cal is None:
+        why = ("cka-full has no calibrated reference" if sim == "cka-full" else
+               "no calibrated reference (measured with --surrogate-seqs 0, or by an effdepth before 0.2); "
+               "rerun effdepth measure with --surrogate-seqs all")
+        return Verdict("calibrated", sim, NOT_MEASURED, reason=why)
+    # The calibrated value is itself an estimate: the two intervals must not overlap.
+    ci, cal_ci = _interval(view, "deff"), _interval(view, "reference_matched_cal")
+    holds = None if ci is None or cal_ci is None else ci[1] < cal_ci[0]
+    comparison = Comparison("default", "D_eff", view.deff, ci, "below", "R_matched_cal", cal, cal_ci, holds)
+    status = _status([comparison])
+    return Verdict("calibrated", sim, status, [comparison], reason=NO_INTERVAL if status == NOT_MEASURED else "")

@@ -1,0 +1,81 @@
+"""A second round of bad input, tried from the command line as a new user would: each ends in
+one line and a non-zero exit, and the cheap ones before any model loads."""
+
+import json
+import shutil
+import time
+
+import pytest
+
+from effdepth.cli import main
+from effdepth.data import byte_tokenizer
+from effdepth.tiny import tiny_model
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    good = d / "good"
+    tiny_model("llama").save_pretrained(good)
+    byte_tokenizer().save_pretrained(good)
+    weights = next(good.glob("*.safetensors")).name
+    for name, damage in {"truncated": lambda b: b[: len(b) // 2], "zeroed": lambda b: b"\0" * 1000}.items():
+        shutil.copytree(good, d / name)
+        (d / name / weights).write_bytes(damage((good / weights).read_bytes()))
+    shutil.copytree(good, d / "badconfig")
+    (d / "badconfig" / "config.json").write_text("{not json")
+    (d / "fake.gguf").write_bytes(b"GGUF" + b"\0" * 100)
+    (d / "bad.jsonl").write_text('{"text": 1}\n{oops\n')
+    (d / "binary.txt").write_bytes(bytes(range(256)) * 50)
+    (d / "cut").mkdir()
+    (d / "cut" / "result.json").write_text('{"schema": "effdepth.result/1", "views": ')
+    (d / "wrong").mkdir()
+    (d / "wrong" / "result.json").write_text(json.dumps({"schema": "effdepth.result/1", "config": {}, "views": {"default": {"deff": "x"}}}))
+    return d
+
+
+SMALL = ["--seq-len", "16", "--num-seqs", "2", "--bootstrap", "0", "--no-progress", "--no-figures"]
+MODEL_FILES = [
+    (["measure", "{d}/truncated", *SMALL], "could not load model"),
+    (["measure", "{d}/zeroed", *SMALL], "could not load model"),
+    (["measure", "{d}/badconfig", *SMALL], "not a valid JSON"),
+    (["measure", "{d}/fake.gguf", *SMALL], "could not load model"),
+    (["measure", "{d}/good", "--corpus", "{d}/bad.jsonl", *SMALL], "'text' is a int"),
+    (["measure", "{d}/good", "--corpus", "{d}/binary.txt", *SMALL], "binary"),
+    (["show", "{d}/cut"], "not a readable result file"),
+    (["show", "{d}/wrong"], "damaged effdepth result"),
+    (["claims", "{d}/wrong"], "damaged effdepth result"),
+    (["recompose", "{d}/cut"], "not a readable result file"),
+]
+# No model is loaded for these: they must answer in seconds.
+CHEAP = [
+    (["measure", "{d}/good", "--dtype", "float8"], "unknown dtype"),
+    (["measure", "{d}/good", "--max-memory", "lots"], "--max-memory"),
+    (["measure", "{d}/good", "--surrogate-seqs", "-1"], "--surrogate-seqs"),
+    (["measure", "{d}/good", "--device", "cuda:7"], "CUDA is not available"),
+    (["measure", "{d}/good", "--revision", "main"], "applies to Hugging Face hub models"),
+    (["measure", "{d}/good", "--seq-len", "3"], "fewer than 4 tokens"),
+    (["measure", "{d}/good", "--corpus", "{d}/missing.txt"], "does not exist"),
+]
+
+
+def run(argv, files, capsys):
+    code = main([a.format(d=files) for a in argv])
+    err = capsys.readouterr().err.strip()
+    return code, err
+
+
+@pytest.mark.parametrize("argv, message", MODEL_FILES, ids=lambda x: " ".join(x) if isinstance(x, list) else None)
+def test_damaged_files_end_in_one_line(argv, message, files, capsys, tmp_path):
+    code, err = run([*argv, *(["--out", str(tmp_path / "o")] if argv[0] == "measure" else [])], files, capsys)
+    assert code != 0 and message in err, err
+    assert len(err.splitlines()) == 1 and err.startswith("effdepth: error:"), err
+
+
+@pytest.mark.parametrize("argv, message", CHEAP, ids=lambda x: " ".join(x) if isinstance(x, list) else None)
+def test_impossible_options_and_absent_hardware_fail_before_loading(argv, message, files, capsys, tmp_path):
+    started = time.monotonic()
+    code, err = run([*argv, "--out", str(tmp_path / "o")], files, capsys)
+    assert code == 2 and message in err and len(err.splitlines()) == 1, err
+    assert time.monotonic() - started < 5
+    assert not (tmp_path / "o").exists()
