@@ -104,24 +104,32 @@ class _Source:
         return _Source(self.s0.to(device), self.measured.to(device), self.real.to(device), self.num_states)
 
 
-def _surrogate(source: _Source, kind: str, generator, include_embedding: bool) -> torch.Tensor:
-    """:func:`surrogate_states` from a batch's :class:`_Source`."""
-    s0 = source.s0.to(torch.float64)
+def _draw(source: _Source, generator) -> torch.Tensor:
+    """The batch's normal draws ``(L+1, batch, seq, d)``, zero at padding. float32 is plenty: the
+    draws are rescaled to the measured energies in float64, and drawing is the surrogates' main cost."""
     m = source.num_states
-    b, t, d = s0.shape
-    real = source.real
-    measured = source.measured  # (L, B)
-    mean_update = measured.mean(dim=0)  # (B,)
+    b, t, d = source.s0.shape
     generators = list(generator) if isinstance(generator, (list, tuple)) else [generator] * b
     if len(generators) != b:
         raise ValueError(f"{len(generators)} generators for {b} sequences")
-    noise = torch.zeros(m, b, t, d, dtype=torch.float64, device=s0.device)
+    noise = torch.zeros(m, b, t, d, dtype=torch.float32, device=source.s0.device)
     for i, gen in enumerate(generators):
-        idx = torch.nonzero(real[i], as_tuple=False).flatten()
+        idx = torch.nonzero(source.real[i], as_tuple=False).flatten()
         if idx.numel():
-            draw = torch.randn(m, idx.numel(), d, generator=gen, dtype=torch.float64, device=gen.device)
-            noise[:, i, idx] = draw.to(s0.device)
-    target = measured if kind == "matched" else mean_update.expand(m - 1, b)
+            draw = torch.randn(m, idx.numel(), d, generator=gen, dtype=torch.float32, device=gen.device)
+            noise[:, i, idx] = draw.to(noise.device)
+    return noise
+
+
+def _surrogate(source: _Source, kind: str, generator, include_embedding: bool, noise: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`surrogate_states` from a batch's :class:`_Source` (and its draws, when both kinds share them)."""
+    s0 = source.s0.to(torch.float64)
+    m = source.num_states
+    real = source.real
+    measured = source.measured  # (L, B)
+    mean_update = measured.mean(dim=0)  # (B,)
+    noise = (_draw(source, generator) if noise is None else noise).to(torch.float64)
+    target = measured if kind == "matched" else mean_update.expand(m - 1, measured.shape[1])
     noise[1:] = _rescaled(noise[1:], target)
     if kind == "matched":
         noise[0] = s0 * real[:, :, None]
@@ -239,9 +247,12 @@ class CalibratedReferences:
         return any(not acc.fitted for acc in self.accumulators.values())
 
     def _measure(self, source: "_Source", mask, first: int, take: int, device) -> None:
+        noise = self._noise(source, first, take, device)  # one draw, both kinds
         for kind, acc in self.accumulators.items():
-            gens = [sequence_generator(self.seed, first + i, device) for i in range(take)]
-            acc.update(_surrogate(source, kind, gens, self.include_embedding), mask)
+            acc.update(_surrogate(source, kind, None, self.include_embedding, noise), mask)
+
+    def _noise(self, source: "_Source", first: int, take: int, device) -> torch.Tensor:
+        return _draw(source, [sequence_generator(self.seed, first + i, device) for i in range(take)])
 
     def flush(self) -> None:
         """Fit the surrogate streams on the held calibration batches and measure them (see
@@ -261,11 +272,13 @@ class CalibratedReferences:
         for src, *_ in batches:
             lengths = src.real.sum(dim=1)
             sequences, tokens = sequences + int((lengths > 0).sum()), tokens + int(lengths.sum())
-        for kind, acc in self.accumulators.items():
+        for acc in self.accumulators.values():
             acc._fit_accumulators.clear()
-            for src, m, first, take, device in batches:
-                gens = [sequence_generator(self.seed, first + i, device) for i in range(take)]
-                acc.fit_batch(_surrogate(src, kind, gens, self.include_embedding), m)
+        for src, m, first, take, device in batches:
+            noise = self._noise(src, first, take, device)
+            for kind, acc in self.accumulators.items():
+                acc.fit_batch(_surrogate(src, kind, None, self.include_embedding, noise), m)
+        for acc in self.accumulators.values():
             acc.finalize_fit(f"calibration on the surrogates of the first {sequences} sequences ({tokens} tokens)",
                              sequences=sequences, tokens=tokens, warn=False)
         for src, m, first, take, device in batches:
