@@ -127,3 +127,17 @@ def test_the_readme_layout_names_every_module():
     missing = sorted(p.stem for p in SOURCES if p.stem not in ("__init__", "__main__") and f"{p.stem}.py" not in layout
                      and f"{p.stem}/" not in layout)
     assert missing == [], f"README's layout misses: {', '.join(missing)}"
+
+
+def test_no_function_takes_more_than_ten_parameters():
+    """Options travel as objects (effdepth.options), not as long parameter lists."""
+    long = []
+    for path in SOURCES:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                count = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + bool(a.vararg) + bool(a.kwarg)
+                count -= bool(a.args and a.args[0].arg in ("self", "cls"))
+                if count > 10:
+                    long.append(f"{module_name(path)}.{node.name} ({count})")
+    assert long == []
