@@ -14,7 +14,7 @@ from effdepth import hub
 from effdepth.cli import main
 from effdepth.suites import load_suite
 
-from conftest import add_revision, git_blob_id
+from hubcache import add_revision, git_blob_id
 
 GB = 10**9
 EXTRA = [("README.md", 5000, False), (".gitattributes", 1500, False)]

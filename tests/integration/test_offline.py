@@ -19,7 +19,7 @@ from effdepth.cli import main
 from effdepth.errors import EffdepthError
 from effdepth.trajectory import trajectory
 
-from conftest import add_revision
+from hubcache import add_revision
 
 REPO = "EleutherAI/pythia-70m"
 SMALL = ["--seq-len", "16", "--num-seqs", "4", "--bootstrap", "0", "--no-progress", "--no-figures"]
