@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .errors import EffdepthError
 from .files import read_json
-from .files import write_json_atomic  # also the deprecated ``result.write_json_atomic``, until every caller has moved
+from .files import write_json_atomic
 
 SCHEMA = "effdepth.result/1"
 
