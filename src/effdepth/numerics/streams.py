@@ -318,8 +318,17 @@ class ViewAccumulator:
                 self._accumulate(s.to(device), None if m is None else m.to(device))
         self._pending, self._calibration = [], [0, 0]
 
-    def _calibrate(self, batches, count: int, sequences: int, tokens: int) -> None:
+    def restart_fit(self) -> None:
+        """Forget the mean / covariance estimates fed so far, to fit again from the first batch.
+
+        >>> acc = ViewAccumulator(["center"]); acc.fit_batch(torch.randn(3, 2, 5, 4)); acc.restart_fit()
+        >>> acc._fit_accumulators
+        {}
+        """
         self._fit_accumulators.clear()
+
+    def _calibrate(self, batches, count: int, sequences: int, tokens: int) -> None:
+        self.restart_fit()
         for s, m in batches():
             self.fit_batch(s, m)
         complete = calibration_complete(sequences, tokens)

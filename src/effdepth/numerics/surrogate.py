@@ -273,7 +273,7 @@ class CalibratedReferences:
             lengths = src.real.sum(dim=1)
             sequences, tokens = sequences + int((lengths > 0).sum()), tokens + int(lengths.sum())
         for acc in self.accumulators.values():
-            acc._fit_accumulators.clear()
+            acc.restart_fit()
         for src, m, first, take, device in batches:
             noise = self._noise(src, first, take, device)
             for kind, acc in self.accumulators.items():
