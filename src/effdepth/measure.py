@@ -265,13 +265,18 @@ class MeasurementState:
     def update(self, states: torch.Tensor, mask: torch.Tensor | None, logits=None, input_ids=None) -> None:
         """Add one batch to every stream, or to none: a failure part-way (out of memory) rolls
         back what was added, so the batch can be retried at a smaller size."""
+        # The surrogate streams go first: undoing them is cheap, while the real stream's cka-full
+        # sums, once added, are not copied to be undone (see ViewAccumulator.mark).
+        calibrated_mark = self.calibrated.mark() if self.calibrated is not None else None
         mark = self.views.mark()
         try:
-            self.views.update(states, mask)
             if self.calibrated is not None:
                 self.calibrated.update(states, mask)
+            self.views.update(states, mask)
         except BaseException:
             self.views.rollback(mark)
+            if calibrated_mark is not None:
+                self.calibrated.rollback(calibrated_mark)
             raise
         if self.loss is not None:
             if not self.views.calibrating:
@@ -322,12 +327,7 @@ def run_fingerprint(prepared: Prepared, analysis: AnalysisOptions, with_loss: bo
         "revision": info.get("revision"),
         "commit": info.get("commit"),
         "corpus_sha256": prepared.tokens.sha256,
-        "views": list(analysis.views),
-        "similarity": list(analysis.similarity),
-        "surrogate_seqs": analysis.surrogate_seqs,
-        "seed": analysis.seed,
-        "include_embedding": analysis.include_embedding,
-        "pc_estimate": analysis.pc_estimate,
+        **analysis.statistics_dict(),
         "num_layers": prepared.arch.num_layers,
         "with_loss": with_loss,
         "effdepth": __version__,  # not code_version(): no git call per run just for this
@@ -416,7 +416,6 @@ def result_from_accumulator(prepared: Prepared, state: MeasurementState, analysi
     config = {
         "seq_len": int(tokens.input_ids.shape[1]),
         "num_seqs": int(tokens.input_ids.shape[0]),
-        "batch_size": analysis.batch_size,
         **analysis_config(analysis, acc),
         "add_bos": prepared.add_bos,
         "num_layers": arch.num_layers,
@@ -459,18 +458,18 @@ def summarise(state: MeasurementState, analysis: AnalysisOptions) -> tuple:
 
 
 def analysis_config(analysis: AnalysisOptions, acc: ViewAccumulator) -> dict:
-    """The analysis part of a result's config: what produced its numbers, and the choices behind them."""
+    """The analysis part of a result's config: every analysis option (``similarity`` is the
+    primary one, ``similarities`` all of them; ``pc_estimate`` what was fitted, on which
+    sequences), and the choices behind the numbers."""
+    options = analysis.to_dict()
     return {
+        **options,
         "similarity": analysis.primary_similarity,
-        "similarities": list(analysis.similarity),
-        "include_embedding": analysis.include_embedding,
-        "bootstrap": analysis.bootstrap,
+        "similarities": options["similarity"],
         "bootstrap_fits": "fixed: means and principal directions are not refitted per resample (fit uncertainty is not in the view intervals)",
-        "seed": analysis.seed,
         "views": [v.name for v in acc.views],
         "pc_estimate": acc.fit_info,
         "size_reference_embedding": SIZE_REFERENCE_EMBEDDING if analysis.include_embedding else None,
-        "surrogate_seqs": analysis.surrogate_seqs,
         "cka": CKA_CHOICES if {"cka", "cka-full"} & set(analysis.similarity) else None,
         "max_memory": analysis.max_memory if "cka-full" in analysis.similarity else None,
         "zero_states": "a zero state is orthogonal to every other state (similarity 0) and identical to itself",

@@ -290,6 +290,26 @@ class AnalysisOptions:
                 object.__setattr__(self, "surrogate_seqs", int(self.surrogate_seqs))
         _check_views_have_values(self.view_specs, self.similarity[0])
 
+    #: The options that shape the accumulated statistics: a resumed run must match them (batch
+    #: size, intervals and the memory budget do not change what is accumulated).
+    STATISTICS_FIELDS = ("views", "similarity", "include_embedding", "pc_estimate", "seed", "surrogate_seqs")
+
+    def to_dict(self) -> dict:
+        """Every analysis option, JSON-able.
+
+        >>> AnalysisOptions(views="default,top1pc").to_dict()["views"]
+        ['default', 'top1pc']
+        """
+        return {f.name: _describe(getattr(self, f.name)) for f in fields(self)}
+
+    def statistics_dict(self) -> dict:
+        """The options of :data:`STATISTICS_FIELDS`: what a checkpoint's statistics belong to.
+
+        >>> sorted(AnalysisOptions().statistics_dict())[:3]
+        ['include_embedding', 'pc_estimate', 'seed']
+        """
+        return {k: v for k, v in self.to_dict().items() if k in self.STATISTICS_FIELDS}
+
     @property
     def primary_similarity(self) -> str:
         """The first similarity: the one ``result.views`` holds."""
@@ -421,11 +441,7 @@ class Options:
         >>> d["seq_len"], d["views"], d["similarity"], d["model"]
         (16, ['default'], ['cka'], None)
         """
-        out = {}
-        for part in (self.load, self.analysis):
-            for f in fields(part):
-                out[f.name] = _describe(getattr(part, f.name))
-        return out
+        return {**{f.name: _describe(getattr(self.load, f.name)) for f in fields(self.load)}, **self.analysis.to_dict()}
 
     def key_dict(self) -> dict:
         """The options that can change a number: what a sweep job's key hashes.

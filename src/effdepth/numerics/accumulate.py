@@ -14,8 +14,9 @@ Keys (M = L+1 states S_0..S_L, N analysed states):
   X_l = U_l = S_l - S_{l-1}, formed as explicit differences (never by
   expanding the state Gram matrix: consecutive states are nearly parallel
   and that expansion cancels catastrophically).
-- ``update_state_dot``: <U_l, S_{l-1}>_F for l = 1..L, from explicit
-  per-token products, for cos(U_l, S_{l-1}).
+- ``update_state_dot``: <U_l, S_{l-1}>_F for l = 1..L, for cos(U_l, S_{l-1}):
+  the sum of <U_l, X_k>_F over k < l (row l of ``gram_increments``), never
+  from the states' Gram.
 - ``cos_sum``, ``cos2_sum``, ``angle_sum``: per-token sums of cos, cos^2 and
   arccos/pi between states (the "token" similarity and section 9 measures).
 - ``ref_init``, ``ref_size``, ``ref_matched``: per-token sums of the matched
@@ -85,7 +86,7 @@ def token_set_statistics(
 
 
 def add_statistics(a: dict, b: dict) -> dict:
-    return {k: a[k] + b[k] for k in STAT_KEYS}
+    return {k: a[k] + b[k] for k in a}
 
 
 def sequence_statistics(
@@ -111,52 +112,103 @@ def sequence_statistics(
     return first, rest
 
 
-def chunk_statistics(states: torch.Tensor, include_embedding: bool) -> dict:
-    """Statistics of a few tokens ``(M, tokens, d)``; add chunks with :func:`add_statistics`."""
-    z = states.to(torch.float64)
-    m, t, d = z.shape
-    # Updates as explicit differences; the increments' Gram matrix is built
-    # from blocks (S_0 with itself, with the updates, updates with each other).
-    updates = z[1:] - z[:-1]  # (L, t, d)
-    flat_states = z.reshape(m, t * d)
-    flat_updates = updates.reshape(m - 1, t * d)
-    gram_increments = torch.empty(m, m, dtype=torch.float64, device=z.device)
-    s0 = flat_states[:1]
-    gram_increments[:1, :1] = s0 @ s0.T
-    gram_increments[1:, 1:] = flat_updates @ flat_updates.T
-    gram_increments[:1, 1:] = s0 @ flat_updates.T
-    gram_increments[1:, :1] = gram_increments[:1, 1:].T
+#: What each similarity needs of the additive statistics to give D_eff alone (the surrogate
+#: streams of the calibrated references keep only these).
+DEFF_KEYS = {"frobenius": ("n", "gram_states"), "token": ("n", "cos2_sum"), "cka": ("n",), "cka-full": ("n",)}
 
-    per_token = z.transpose(0, 1)  # (t, M, d)
-    token_gram = per_token @ per_token.transpose(1, 2)  # (t, M, M)
+
+def deff_statistics(similarities) -> tuple:
+    """The additive statistics D_eff needs under ``similarities``, in :data:`STAT_KEYS` order.
+
+    >>> deff_statistics(["cka", "frobenius"])
+    ('n', 'gram_states')
+    """
+    wanted = {k for s in similarities for k in DEFF_KEYS[s]}
+    return tuple(k for k in STAT_KEYS if k in wanted)
+
+
+def chunk_statistics(states: torch.Tensor, include_embedding: bool, keys: tuple = STAT_KEYS) -> dict:
+    """Statistics of a few tokens ``(M, tokens, d)``; add chunks with :func:`add_statistics`.
+
+    ``keys`` picks which of :data:`STAT_KEYS` to compute (always ``n``); the
+    per-token products are formed only when a key needs them.
+    """
+    m, t, d = states.shape
+    out = {"n": np.asarray(float(t))}
+    per_token_keys = {"cos_sum", "cos2_sum", "angle_sum"}
+    update_keys = {"gram_increments", "update_state_dot", "ref_init", "ref_size", "ref_matched"}
+    wanted = set(keys)
+    if not wanted & (per_token_keys | update_keys | {"gram_states"}):
+        return out
+    z = states.to(torch.float64)
+    flat_states = z.reshape(m, t * d)
+    token_gram = None
+    if wanted & (per_token_keys | {"ref_init", "ref_size", "ref_matched"}):
+        per_token = z.transpose(0, 1)  # (t, M, d)
+        token_gram = per_token @ per_token.transpose(1, 2)  # (t, M, M)
+    if "gram_states" in wanted:
+        out["gram_states"] = token_gram.sum(0) if token_gram is not None else flat_states @ flat_states.T
+    if wanted & per_token_keys:
+        out.update(_cosine_sums(token_gram, wanted))
+    if wanted & update_keys:
+        out.update(_update_statistics(z, flat_states, token_gram, include_embedding, wanted))
+    return {k: (v.cpu().numpy() if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
+
+
+def _cosine_sums(token_gram: torch.Tensor, wanted: set) -> dict:
+    """Per-token sums of cos, cos^2 and arccos/pi between states, from the per-token Gram ``(t, M, M)``."""
+    m = token_gram.shape[-1]
     state_energy = token_gram.diagonal(dim1=1, dim2=2)  # (t, M)
     norms = state_energy.clamp_min(0).sqrt()
     denom = norms[:, :, None] * norms[:, None, :]
     cos = torch.where(denom > 0, token_gram / torch.where(denom > 0, denom, 1.0), 0.0).clamp(-1.0, 1.0)
-    eye = torch.eye(m, dtype=torch.bool, device=z.device)
+    eye = torch.eye(m, dtype=torch.bool, device=token_gram.device)
     # A state compared with itself is identical even when it is zero.
     cos = torch.where(eye, torch.ones_like(cos), cos)
+    out = {"cos_sum": cos.sum(0), "cos2_sum": (cos * cos).sum(0), "angle_sum": torch.arccos(cos).sum(0) / math.pi}
+    return {k: v for k, v in out.items() if k in wanted}
 
-    update_energy = torch.linalg.vector_norm(updates, dim=-1).square()  # (L, t)
-    out = {
-        "n": np.asarray(float(t)),
-        "gram_states": token_gram.sum(0),
-        "gram_increments": gram_increments,
-        "update_state_dot": torch.bmm(flat_updates[:, None, :], flat_states[:-1, :, None]).flatten(),
-        "cos_sum": cos.sum(0),
-        "cos2_sum": (cos * cos).sum(0),
-        "angle_sum": torch.arccos(cos).sum(0) / math.pi,
-    }
-    out = {k: (v.cpu().numpy() if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
-    update_energy = update_energy.T.cpu().numpy()  # (t, L)
-    initial_energy = state_energy[:, 0].cpu().numpy()
-    for name, energies in matched_energies(initial_energy, update_energy, include_embedding).items():
-        out[f"ref_{name}"] = energy_ratio_matrix(energies).sum(0)
+
+def _update_statistics(z: torch.Tensor, flat_states: torch.Tensor, token_gram: torch.Tensor | None,
+                       include_embedding: bool, wanted: set) -> dict:
+    """The statistics of the updates: their Gram, <U_l, S_{l-1}> and the matched references' sums."""
+    m, t, d = z.shape
+    # Updates as explicit differences; the increments' Gram matrix is built
+    # from blocks (S_0 with itself, with the updates, updates with each other).
+    updates = z[1:] - z[:-1]  # (L, t, d)
+    flat_updates = updates.reshape(m - 1, t * d)
+    out = {}
+    if "gram_increments" in wanted:
+        gram_increments = torch.empty(m, m, dtype=torch.float64, device=z.device)
+        s0 = flat_states[:1]
+        gram_increments[:1, :1] = s0 @ s0.T
+        gram_increments[1:, 1:] = flat_updates @ flat_updates.T
+        gram_increments[:1, 1:] = s0 @ flat_updates.T
+        gram_increments[1:, :1] = gram_increments[:1, 1:].T
+        out["gram_increments"] = gram_increments
+    if "update_state_dot" in wanted:
+        if "gram_increments" in out:
+            # S_{l-1} = X_0 + U_1 + ... + U_{l-1}, so <U_l, S_{l-1}> sums row l of the increments'
+            # Gram left of the diagonal: every term from explicit differences, no pass over the states.
+            gi = out["gram_increments"]
+            out["update_state_dot"] = torch.tril(gi, diagonal=-1).sum(dim=1)[1:]
+        else:
+            out["update_state_dot"] = torch.linalg.vecdot(flat_updates, flat_states[:-1])
+    refs = [k for k in ("ref_init", "ref_size", "ref_matched") if k in wanted]
+    if refs:
+        update_energy = torch.linalg.vector_norm(updates, dim=-1).square().T.cpu().numpy()  # (t, L)
+        initial_energy = token_gram.diagonal(dim1=1, dim2=2)[:, 0].cpu().numpy()
+        for name, energies in matched_energies(initial_energy, update_energy, include_embedding).items():
+            if f"ref_{name}" in refs:
+                out[f"ref_{name}"] = energy_ratio_matrix(energies).sum(0)
     return out
 
 
 def nonfinite_layer(stats: dict) -> int | None:
-    """The first state index whose energy is not finite, from the statistics alone."""
+    """The first state index whose energy is not finite, from the statistics alone (``None``
+    when they carry no state energies)."""
+    if "gram_states" not in stats:
+        return None
     energy = np.diagonal(stats["gram_states"])
     bad = np.nonzero(~np.isfinite(energy))[0]
     return int(bad[0]) if bad.size else None

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 
 from .metrics import related_measures, scalar_metrics, similarity_matrix, update_summary
-from .similarity import decay_profile
+from .similarity import decay_profile, deff
 from .statistics import UnitStatistics
 
 # Resamples evaluated per vectorised call: bounds memory at (chunk, M, M) per key.
@@ -69,9 +69,12 @@ def bootstrap_intervals(
     weights: np.ndarray | None = None,
     measures: bool = True,
     label: str = "",
+    deff_only: bool = False,
 ) -> dict | None:
     """Percentile intervals of every scalar metric, the decay profile and (``measures``) the
     similarity matrix, the related-work measures and the update summaries.
+    ``deff_only``: D_eff and the decay profile alone, from statistics that may
+    carry nothing else (the surrogate streams).
 
     Returns ``{"level", "resamples", "units", "nan_resamples", name: [lo, hi],
     ..., "profile": [[lo...], [hi...]], "similarity": [lo matrix, hi matrix],
@@ -101,11 +104,12 @@ def bootstrap_intervals(
     draws: dict = {}
     for start in range(0, len(weights), _CHUNK):
         totals = stats.weighted_totals(weights[start : start + _CHUNK])
-        for name, value in scalar_metrics(totals, similarity, include_embedding).items():
-            draws.setdefault(name, []).append(np.asarray(value))
         sim = similarity_matrix(totals, similarity, include_embedding)
+        scalars = {"deff": deff(sim)} if deff_only else scalar_metrics(totals, similarity, include_embedding)
+        for name, value in scalars.items():
+            draws.setdefault(name, []).append(np.asarray(value))
         draws.setdefault("profile", []).append(decay_profile(sim))
-        if measures:
+        if measures and not deff_only:
             draws.setdefault("similarity", []).append(sim)
             for name, value in resample_measures(totals, include_embedding).items():
                 draws.setdefault(name, []).append(np.asarray(value))

@@ -57,12 +57,16 @@ import numpy as np
 import torch
 
 from ..errors import EffdepthError
+from .scratch import ScratchBuffers
 from .views import ViewSpec, parse_views
 
 # Below this, a centred n x n Gram has too few degrees of freedom to compare
 # layers (n = 1 is identically zero after centring).
 MIN_TOKENS = 4
 GRAM_BUDGET_BYTES = 1 << 30
+# Rows of a block of the Gram's upper triangle, at least (smaller blocks multiply slower).
+BLOCK_ROWS = 64
+_SQRT2 = float(np.sqrt(2.0))
 FULL_BUDGET_BYTES = 4 << 30
 CKA_KEYS = ("hsic", "cka_energy", "cka_sequences", "cka_tokens")
 FULL_KEYS = ("hsic_full", "cka_full_energy", "cka_full_tokens")
@@ -206,94 +210,136 @@ def gram_rows(num_states: int, tokens: int, budget_bytes: int = GRAM_BUDGET_BYTE
     return int(max(1, min(tokens, budget_bytes // per_row)))
 
 
-class _ViewStates:
-    """A view's transformed states over all positions of one sequence, shared by its
-    token sets (all positions, drop-pos0), with their explicit layer differences.
+def gram_blocks(num_states: int, tokens: int, budget_bytes: int = GRAM_BUDGET_BYTES) -> list:
+    """Row blocks ``(start, stop)`` of the upper triangle of the token Gram.
 
-    The input is the states minus the sequence mean ``c``, as the shared Gram
-    is (see :class:`_CentredGram`). Views without token-norm are blind to that
-    shift (the PCs act linearly; a constant is centred away). token-norm
-    divides by the raw norms, so it keeps what rebuilding the raw Gram rows
-    ``G' + X'c 1^T + 1 (X'c)^T + |c|^2`` needs.
+    The Gram is symmetric, so block ``[start, stop)`` forms only its columns
+    from ``start`` on; four blocks (of at least :data:`BLOCK_ROWS` rows) save
+    about a third of the product, fewer rows when the budget says so.
+
+    >>> gram_blocks(31, 256), gram_blocks(31, 40)
+    ([(0, 64), (64, 128), (128, 192), (192, 256)], [(0, 40)])
+    """
+    rows = min(gram_rows(num_states, tokens, budget_bytes), max(BLOCK_ROWS, -(-tokens // 4)))
+    return [(start, min(tokens, start + rows)) for start in range(0, tokens, rows)]
+
+
+class _Transform:
+    """One view transform (token-norm, fitted PCs, or neither) of one sequence, fed layer by
+    layer (:meth:`add_layer`) while that layer is in cache, for every token set that uses it.
+
+    The input is the states minus their sequence mean ``c`` (``shifted``), as
+    the shared Gram is. Views without token-norm are blind to that shift (the
+    PCs act linearly; a constant is centred away); token-norm divides by the
+    raw norms, so it keeps what rebuilding the raw Gram rows ``G' + X'c 1^T +
+    1 (X'c)^T + |c|^2`` needs. Never stored: the transformed states themselves.
     """
 
-    def __init__(self, shifted: torch.Tensor, shift: torch.Tensor, token_norm: bool, pcs: torch.Tensor | None):
-        self.norms = None
-        z = shifted
+    def __init__(self, shape: tuple, like: torch.Tensor, token_norm: bool, pcs: torch.Tensor | None, firsts: list):
+        m, t, d = shape
+        new = lambda *shape: like.new_empty(*shape)  # noqa: E731
+        self.token_norm = token_norm
+        self.norms = self.cross_shift = self.shift_sq = self.proj = None
         if token_norm:
-            z = shifted + shift[:, None]
-            self.norms = _safe_norms(z)  # (M, T)
-            self.cross_shift = (shifted @ shift[..., None])[..., 0]  # (M, T): X'_a . c
-            self.shift_sq = shift.square().sum(-1)  # (M,): |c|^2
-            z /= self.norms[..., None]
-        self.proj = None
+            self.norms, self.cross_shift = new(m, t), new(m, t)  # |x_a| and X'_a . c per layer
+            self.shift_sq = new(m)  # |c|^2
+        self.pcs = None if pcs is None else pcs.to(like)
         if pcs is not None:
-            v = pcs.to(z)
-            self.proj = z @ v  # (M, T, k): the PC scores (XV)
-            z = torch.baddbmm(z, self.proj, v.transpose(1, 2).expand(z.shape[0], -1, -1), alpha=-1.0)
-        self.z = z
-        self.diff = z[1:] - z[:-1]  # explicit differences: consecutive states are nearly parallel
+            self.proj = new(m, t, pcs.shape[-1])  # the PC scores (XV)
+        self.sets = {f: _TokenSet(m, t - f, d, like) for f in firsts}
+        self._previous = None
+
+    def add_layer(self, layer: int, shifted: torch.Tensor, shift: torch.Tensor) -> None:
+        """Take layer ``layer``'s shifted states ``(T, d)`` and its shift ``c`` ``(d,)``."""
+        z = shifted
+        if self.token_norm:
+            self.cross_shift[layer] = z @ shift
+            self.shift_sq[layer] = shift.square().sum()
+            z = z + shift
+            self.norms[layer] = _safe_norms(z)
+            z /= self.norms[layer][:, None]
+        if self.pcs is not None:
+            v = self.pcs[layer if self.pcs.shape[0] > 1 else 0]
+            torch.matmul(z, v, out=self.proj[layer])
+            z = torch.addmm(z, self.proj[layer], v.T, alpha=-1.0)
+        step = None if self._previous is None else z - self._previous  # explicit differences
+        for first, token_set in self.sets.items():
+            token_set.add_layer(layer, z[first:], None if step is None else step[first:])
+        self._previous = z  # the next layer's difference needs it
+
+    def finish(self) -> None:
+        self._previous = None
+        for token_set in self.sets.values():
+            token_set.finish()
 
 
-class _CentredGram:
-    """One token set of one view of one sequence, turning shared Gram rows into centred rows.
+class _TokenSet:
+    """What centring one token set's Gram rows needs, and the energies cka sees.
 
-    With ``Z`` the view's states over its n kept tokens and ``zbar`` their
-    mean, the centred Gram is ``K_ab = Z_a.Z_b - Z_a.zbar - Z_b.zbar + |zbar|^2``;
-    the row terms come from Z (n x d work per layer), the T x T part from the
-    shared Gram, so any block of rows can be centred on its own. The shared
-    Gram is of the states minus their sequence mean: centring a Gram cancels
-    |mean|^2-sized terms, and shifting first keeps the digits a dominant mean
-    would take.
+    With ``Z`` the view's states over the set's n tokens and ``zbar`` their
+    mean, the centred Gram is ``K_ab = Z_a.Z_b - Z_a.zbar - Z_b.zbar +
+    |zbar|^2``: the row terms come from Z (n x d work per layer), the n x n
+    part from the shared Gram, so any block can be centred on its own.
     """
 
-    def __init__(self, states: _ViewStates, first: int):
-        self.states, self.first = states, first
-        z = states.z[:, first:]
-        self.n = z.shape[1]
-        mean = z.mean(dim=1)
-        self.row_mean = (z @ mean[..., None])[..., 0]  # (M, n): Z_a . zbar
-        self.grand = mean.square().sum(-1)  # (M,): |zbar|^2
-        # |Y_0|^2 and |Y_l - Y_{l-1}|^2 of the centred states, from the shared differences.
-        energy = torch.empty_like(self.grand)
-        energy[0] = (z[0] - mean[0]).square().sum()
-        steps = states.diff[:, first:] - (mean[1:] - mean[:-1])[:, None]
-        energy[1:] = torch.linalg.vector_norm(steps, dim=(1, 2)).square()
-        self.energy = energy / (self.n - 1)
+    def __init__(self, m: int, n: int, d: int, like: torch.Tensor):
+        self.n = n
+        self.means = like.new_empty(m, d)
+        self.row_mean = like.new_empty(m, n)  # Z_a . zbar
+        self.energy = like.new_empty(m)
 
-    def rows(self, gram: torch.Tensor, start: int, stop: int) -> torch.Tensor | None:
-        """Centred Gram rows of this token set from shared Gram rows ``start:stop`` ``(M, stop-start, T)``."""
-        lo = max(start, self.first)
-        if lo >= stop:
-            return None
-        f, vs = self.first, self.states
-        g = gram[:, lo - start :, f:]
-        # A fresh array either way: the shared rows serve every view and are never modified.
-        if vs.norms is not None:
-            k = g + vs.cross_shift[:, lo:stop, None]
-            k += vs.cross_shift[:, None, f:]
-            k += vs.shift_sq[:, None, None]
-            k /= vs.norms[:, lo:stop, None]
-            k /= vs.norms[:, None, f:]
+    def add_layer(self, layer: int, z: torch.Tensor, step: torch.Tensor | None) -> None:
+        mean = self.means[layer]
+        torch.mean(z, dim=0, out=mean)
+        torch.matmul(z, mean, out=self.row_mean[layer])
+        # |Y_0|^2, and |Y_l - Y_{l-1}|^2 from the explicit differences of the view's states.
+        if step is None:
+            self.energy[layer] = (z - mean).square().sum()
         else:
-            k = g.clone()
-        if vs.proj is not None:
-            k.baddbmm_(vs.proj[:, lo:stop], vs.proj[:, f:].transpose(1, 2), alpha=-1.0)
-        a, b = lo - f, stop - f  # the rows' indices among the kept tokens
-        k -= self.row_mean[:, a:b, None]
-        k -= self.row_mean[:, None, :]
-        k += self.grand[:, None, None]
-        return k
+            self.energy[layer] = (step - (mean - self.means[layer - 1])).square().sum()
+
+    def finish(self) -> None:
+        self.grand = self.means.square().sum(-1)  # |zbar|^2
+        self.energy /= self.n - 1
+        self.means = None
 
 
-def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRAM_BUDGET_BYTES) -> list:
+def _centred_block(gram: torch.Tensor, start: int, transform: _Transform, first: int) -> torch.Tensor | None:
+    """The token set's centred Gram over the shared block's rows and columns (rows from ``start``,
+    columns from ``start`` to the end), as a fresh array: the shared block serves every view."""
+    stop = start + gram.shape[1]
+    lo = max(start, first)
+    if lo >= stop:
+        return None
+    token_set = transform.sets[first]
+    g = gram[:, lo - start :, lo - start :]
+    rows, cols = slice(lo, stop), slice(lo, None)
+    if transform.norms is not None:
+        k = g + transform.cross_shift[:, rows, None]
+        k += (transform.cross_shift[:, cols] + transform.shift_sq[:, None])[:, None, :]
+        k /= transform.norms[:, rows, None]
+        k /= transform.norms[:, None, cols]
+    else:
+        k = g.clone()
+    if transform.proj is not None:
+        k.baddbmm_(transform.proj[:, rows], transform.proj[:, cols].transpose(1, 2), alpha=-1.0)
+    a, b = lo - first, stop - first  # the rows' indices among the set's tokens
+    k -= token_set.row_mean[:, a:b, None]
+    k -= (token_set.row_mean[:, a:] - token_set.grand[:, None])[:, None, :]
+    return k
+
+
+def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRAM_BUDGET_BYTES,
+                 scratch: ScratchBuffers | None = None) -> list:
     """cka statistics (:data:`CKA_KEYS`) of one sequence ``(M, T, d)`` for each :class:`GramView`.
 
     One token Gram per layer (of the states minus their sequence mean) feeds
-    every view. When M * T^2 float64 does not fit ``gram_budget_bytes``, the
-    Gram is formed and consumed in blocks of token rows (every layer at once),
-    so nothing is computed twice and the result is the same. A view with fewer
-    than :data:`MIN_TOKENS` tokens gets zeros and ``cka_sequences = 0``.
+    every view. It is formed in row blocks of its upper triangle (it is
+    symmetric), fewer rows at a time when M * T^2 float64 does not fit
+    ``gram_budget_bytes``; nothing is computed twice and the result is the
+    same. A view with fewer than :data:`MIN_TOKENS` tokens gets zeros and
+    ``cka_sequences = 0``. ``scratch`` lends the float64 copy of the states
+    (see :mod:`effdepth.numerics.scratch`).
 
     >>> q = torch.linalg.qr(torch.randn(8, 8, dtype=torch.float64))[0]
     >>> x = torch.stack([q[:, :2], 2 * q[:, :2]])          # S_1 = 2 S_0: same geometry
@@ -301,45 +347,58 @@ def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRA
     >>> round(float(h[0, 1] / np.sqrt(h[0, 0] * h[1, 1])), 12)
     1.0
     """
-    x = states.to(torch.float64)
-    m, t, _ = x.shape
-    shift = x.mean(dim=1)
-    shifted = x - shift[:, None]
-    transformed: dict = {}  # one per distinct transform, shared by its token sets
+    m, t, d = states.shape
+    wanted: dict = {}  # one transform per distinct (token-norm, PCs), with the token sets it serves
     plans = []
     for v in views:
         if t - v.first < MIN_TOKENS:
             plans.append(None)
             continue
         key = (v.token_norm, None if v.pcs is None else id(v.pcs))
-        if key not in transformed:
-            transformed[key] = _ViewStates(shifted, shift, v.token_norm, v.pcs)
-        plans.append(_CentredGram(transformed[key], v.first))
-    for vs in transformed.values():
-        vs.z = vs.diff = None  # only the norms, shift terms and PC scores are needed from here
-    live = [p for p in plans if p is not None]
-    hsic = {id(p): x.new_zeros(m, m) for p in live}
-    if live:
-        step = gram_rows(m, t, gram_budget_bytes)
-        for start in range(0, t, step):
-            stop = min(t, start + step)
-            gram = shifted[:, start:stop] @ shifted.transpose(1, 2)  # (M, rows, T): the one shared product
-            for plan in live:
-                k = plan.rows(gram, start, stop)
-                if k is not None:
-                    flat = k.reshape(m, -1)
-                    hsic[id(plan)].addmm_(flat, flat.T)
-    return [_cka_unit(plan, hsic.get(id(plan)), m) for plan in plans]
+        wanted.setdefault(key, (v, set()))[1].add(v.first)
+        plans.append((key, v.first))
+    like = states.new_empty(0, dtype=torch.float64)
+    transforms = {key: _Transform((m, t, d), like, v.token_norm, v.pcs, sorted(firsts)) for key, (v, firsts) in wanted.items()}
+    shifted = _shifted(states, scratch or ScratchBuffers(), list(transforms.values()))
+    hsic = {plan: shifted.new_zeros(m, m) for plan in plans if plan is not None}
+    for start, stop in gram_blocks(m, t, gram_budget_bytes):
+        gram = shifted[:, start:stop] @ shifted[:, start:].transpose(1, 2)  # the one shared product
+        for key, first in hsic:
+            k = _centred_block(gram, start, transforms[key], first)
+            if k is None:
+                continue
+            # Off the diagonal block, each entry stands for itself and its mirror image.
+            k[:, :, stop - max(start, first) :] *= _SQRT2
+            flat = k.reshape(m, -1)
+            hsic[(key, first)].addmm_(flat, flat.T)
+    return [empty_cka_unit(m) if plan is None else _cka_unit(transforms[plan[0]].sets[plan[1]], hsic[plan])
+            for plan in plans]
 
 
-def _cka_unit(plan: "_CentredGram | None", hsic: torch.Tensor | None, m: int) -> dict:
-    if plan is None:
-        return empty_cka_unit(m)
+def _shifted(states: torch.Tensor, scratch: ScratchBuffers, transforms: list) -> torch.Tensor:
+    """The states in float64 minus their sequence mean, one layer at a time: each layer's
+    conversion, mean, subtraction and every transform's work on it stay in cache."""
+    m, t, d = states.shape
+    shifted = scratch.take("cka-shifted", (m, t, d), device=states.device)
+    shift = shifted.new_empty(d)
+    for layer in range(m):
+        z = shifted[layer]
+        z.copy_(states[layer])
+        torch.mean(z, dim=0, out=shift)
+        z -= shift
+        for transform in transforms:
+            transform.add_layer(layer, z, shift)
+    for transform in transforms:
+        transform.finish()
+    return shifted
+
+
+def _cka_unit(token_set: _TokenSet, hsic: torch.Tensor) -> dict:
     return {
-        "hsic": (hsic / float(plan.n - 1) ** 2).cpu().numpy(),
-        "cka_energy": plan.energy.cpu().numpy(),
+        "hsic": (hsic / float(token_set.n - 1) ** 2).cpu().numpy(),
+        "cka_energy": token_set.energy.cpu().numpy(),
         "cka_sequences": np.asarray(1.0),
-        "cka_tokens": np.asarray(float(plan.n)),
+        "cka_tokens": np.asarray(float(token_set.n)),
     }
 
 
@@ -432,8 +491,11 @@ class PooledCka:
             self._allocate(y.mean(dim=1))
         self._move(y.device)
         z = y - self.shift[:, None]
-        self.sums += z.sum(dim=1)
-        self.increment_sq += centred_energies(z)
+        # Everything that allocates first, then only in-place additions: a failure (out of
+        # memory) leaves the sums as they were.
+        sums, energies = z.sum(dim=1), centred_energies(z)
+        self.sums += sums
+        self.increment_sq += energies
         for i in range(m):
             at = _pair_offset(i, m)
             # In place: no (M-i, d, d) temporary per layer.

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ..errors import EffdepthError
-from .accumulate import DEFAULT_CHUNK_TOKENS, add_statistics, chunk_statistics, nonfinite_layer
+from .accumulate import DEFAULT_CHUNK_TOKENS, STAT_KEYS, add_statistics, chunk_statistics, nonfinite_layer
 from .cka import (
     FULL_BUDGET_BYTES,
     GRAM_BUDGET_BYTES,
@@ -44,6 +44,7 @@ from .cka import (
     view_token_states,
 )
 from .metrics import SIMILARITIES
+from .scratch import ScratchBuffers
 from .statistics import UnitStatistics
 from .views import FitAccumulator, ViewSpec, check_width, fitted_transform, parse_views, token_transform
 
@@ -110,11 +111,14 @@ def calibration_prefix(lengths, batch_size: int) -> int:
 class ViewAccumulator:
     """Accumulates per-sequence statistics for a list of views.
 
-    frobenius and token statistics are always kept; ``similarities`` adds
-    those of "cka" (per sequence) and "cka-full" (pooled, memory-checked
+    The additive statistics (frobenius, token and every related measure) are
+    kept, or only those named in ``statistics`` (see
+    :func:`~effdepth.numerics.accumulate.deff_statistics`); ``similarities``
+    adds those of "cka" (per sequence) and "cka-full" (pooled, memory-checked
     against ``cka_full_budget_bytes`` at the first update). The cka token
     Grams are formed in blocks of rows when M * T^2 float64 exceeds
-    ``gram_budget_bytes``.
+    ``gram_budget_bytes``. ``scratch`` lends the per-sequence work buffers
+    (see :mod:`effdepth.numerics.scratch`), e.g. shared by several accumulators.
 
     With the calibration estimate, views that fit a mean or principal
     directions hold the first batches (a CPU copy, only until the calibration
@@ -139,6 +143,8 @@ class ViewAccumulator:
         similarities=("cka",),
         gram_budget_bytes: int = GRAM_BUDGET_BYTES,
         cka_full_budget_bytes: int = FULL_BUDGET_BYTES,
+        statistics: tuple = STAT_KEYS,
+        scratch: ScratchBuffers | None = None,
     ):
         if pc_estimate not in PC_ESTIMATES:
             raise EffdepthError(f"unknown PC estimate {pc_estimate!r}; choose from {', '.join(PC_ESTIMATES)}")
@@ -146,6 +152,10 @@ class ViewAccumulator:
         self.include_embedding = include_embedding
         self.pc_estimate = pc_estimate
         self.chunk_tokens = chunk_tokens
+        unknown = set(statistics) - set(STAT_KEYS)
+        if unknown:
+            raise ValueError(f"unknown statistics {sorted(unknown)}; choose from {', '.join(STAT_KEYS)}")
+        self.statistics = tuple(k for k in STAT_KEYS if k in statistics or k == "n")
         self.streams: dict = {}
         for v in self.views:
             parts = self.streams.setdefault(v.stream, {"spec": v, "parts": set()})["parts"]
@@ -171,6 +181,7 @@ class ViewAccumulator:
         self.sequences = 0
         self.tokens = 0
         self.padding_rows = 0
+        self._scratch = ScratchBuffers() if scratch is None else scratch
 
     # -- fitting (center, top-k PC) -------------------------------------------------
 
@@ -204,11 +215,12 @@ class ViewAccumulator:
         for seq in _sequences(states, mask):
             _check_finite_states(seq, states.dtype)
             for key, spec in token_sets.items():
-                pending[key].append(_selected(token_transform(seq.to(torch.float64), spec), spec))
+                pending[key].append(_selected(seq, spec))
         # One update per batch: a single large matrix product per layer.
         for key, parts in pending.items():
-            if parts:
-                self._fit_accumulators[key].update(torch.cat(parts, dim=1))
+            spec = token_sets[key]
+            transform = (lambda z, spec=spec: token_transform(z, spec)) if spec.token_norm else None
+            self._fit_accumulators[key].update(parts, transform)
 
     def finalize_fit(self, how: str, *, sequences: int | None = None, tokens: int | None = None, warn: bool = True) -> None:
         """Turn the estimates into fits; ``how`` and the size of the fitted set (``sequences``,
@@ -376,25 +388,35 @@ class ViewAccumulator:
         self.sequences += sequences
         self.tokens += tokens
         self.padding_rows += states.shape[1] - sequences
+        self._scratch.trim()
 
     def mark(self) -> dict:
-        """What :meth:`rollback` needs to undo later updates (cka-full sums are copied)."""
+        """What :meth:`rollback` needs to undo the next :meth:`update`.
+
+        Once fitted, an update is one batch measured all or nothing, and the
+        pooled cka-full sums (large: M(M+1)/2 d x d) are added last, in place,
+        so they are not copied; only while batches are held for the calibration
+        set (an update may then measure several) are they.
+        """
+        copy_pooled = bool(self._pending) or not self.fitted
         return {
             "units": {k: len(v) for k, v in self._units.items()},
             "cka": {k: len(v) for k, v in self._cka_units.items()},
-            "pooled": {k: p.copy() for k, p in self._pooled.items()},
+            "pooled": {k: p.copy() for k, p in self._pooled.items()} if copy_pooled else None,
             "fits": (dict(self.fits), self.fit_info, dict(self._unfitted)),
             "pending": (list(self._pending), list(self._calibration)),
             "counts": (self.sequences, self.tokens, self.padding_rows),
         }
 
     def rollback(self, mark: dict) -> None:
-        """Undo every update since :meth:`mark` (e.g. when a paired stream failed)."""
+        """Undo a failed :meth:`update` since :meth:`mark` (one that raised: a successful update of a
+        fitted accumulator has added its cka-full sums for good)."""
         for k, n in mark["units"].items():
             del self._units[k][n:]
         for k, n in mark["cka"].items():
             del self._cka_units[k][n:]
-        self._pooled = dict(mark["pooled"])
+        if mark["pooled"] is not None:
+            self._pooled = dict(mark["pooled"])
         self.fits, self.fit_info, self._unfitted = mark["fits"]
         self._pending, self._calibration = mark["pending"]
         if self.pc_estimate == "calibration":
@@ -410,14 +432,14 @@ class ViewAccumulator:
         """cka units and cka-full states of one sequence ``(M, T, d)`` for every token set."""
         if not gram_views:
             return
-        x = seq.to(torch.float64)
         keys = [k for k in cka_units if k in gram_views]
         if keys:
-            for key, unit in zip(keys, sequence_cka(x, [gram_views[k] for k in keys], self.gram_budget_bytes)):
+            units = sequence_cka(seq, [gram_views[k] for k in keys], self.gram_budget_bytes, self._scratch)
+            for key, unit in zip(keys, units):
                 cka_units[key].append(unit)
         for key in pooled:
             if key in gram_views:
-                pooled[key].append(view_token_states(x, gram_views[key]))
+                pooled[key].append(view_token_states(seq, gram_views[key]))
 
     def _sequence_statistics(self, seq: torch.Tensor, streams: dict) -> dict:
         """(pos0, rest) statistics of each of ``streams`` for one sequence ``(M, T, d)``, T >= 1.
@@ -425,6 +447,9 @@ class ViewAccumulator:
         Chunks of tokens are converted to float64 once and shared by the
         streams; every transform is per token once fitted, so chunking is exact.
         """
+        if self.statistics == ("n",):  # token counts only (e.g. a cka surrogate stream): no pass over the states
+            t = seq.shape[1]
+            return {key: [{"n": np.asarray(1.0)}, {"n": np.asarray(float(t - 1))} if t > 1 else None] for key in streams}
         out: dict = {key: [None, None] for key in streams}
         for start in range(0, seq.shape[1], self.chunk_tokens):
             chunk = seq[:, start : start + self.chunk_tokens].to(torch.float64)
@@ -432,10 +457,10 @@ class ViewAccumulator:
                 spec = info["spec"]
                 z = fitted_transform(token_transform(chunk, spec), spec, self.fits.get(key))
                 if start == 0:
-                    out[key][0] = chunk_statistics(z[:, :1], self.include_embedding)
+                    out[key][0] = chunk_statistics(z[:, :1], self.include_embedding, self.statistics)
                     z = z[:, 1:]
                 if z.shape[1]:
-                    part = chunk_statistics(z, self.include_embedding)
+                    part = chunk_statistics(z, self.include_embedding, self.statistics)
                     out[key][1] = part if out[key][1] is None else add_statistics(out[key][1], part)
         return out
 
@@ -617,7 +642,8 @@ class ViewAccumulator:
         by_name = {info["spec"].canonical: key for key, info in self.streams.items()}
         for (key, part) in self._units:
             prefix = f"{self.streams[key]['spec'].canonical}|{part}|"
-            cols = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+            # Only the statistics this accumulator keeps (a saved state may carry more).
+            cols = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix) and k[len(prefix):] in self.statistics}
             n = len(cols["n"]) if cols else 0
             self._units[(key, part)] = [{k: v[i] for k, v in cols.items()} for i in range(n)]
         for key in self._cka_units:

@@ -11,7 +11,8 @@ import numpy as np
 
 from .bootstrap import bootstrap_intervals, bootstrap_weights
 from .cka import ViewUnavailable
-from .metrics import full_metrics
+from .metrics import full_metrics, similarity_matrix
+from .similarity import decay_profile, deff
 from .statistics import UnitStatistics
 
 #: The totals kept in a result, so its numbers can be recomputed from it (the kernel ones when present).
@@ -113,14 +114,13 @@ def add_calibrated(summary: dict, calibrated, spec, *, similarity: str, include_
             stats = calibrated.unit_statistics(spec, similarity, kind=kind)
         except ViewUnavailable:
             continue
-        totals = stats.total()
-        m = full_metrics(totals, similarity, include_embedding)
-        summary["references"][name] = float(m["deff"])
-        summary["reference_profiles"][name] = as_list(m["profile"])
+        sim = similarity_matrix(stats.total(), similarity, include_embedding)
+        summary["references"][name] = float(deff(sim))
+        summary["reference_profiles"][name] = as_list(decay_profile(sim))
         # The same resampled sequences as the real stream when it covers them all (paired intervals).
         paired = weights if weights is not None and weights.shape[1] == stats.units else None
         ci = bootstrap_intervals(stats, similarity=similarity, include_embedding=include_embedding,
-                                 resamples=bootstrap, seed=seed + 1, weights=paired, measures=False,
+                                 resamples=bootstrap, seed=seed + 1, weights=paired, deff_only=True,
                                  label=f"the {kind} surrogate of view {spec.name!r} ({similarity})")
         if ci is not None and summary["ci"] is not None:
             summary["ci"][f"reference_{name}"] = ci["deff"]

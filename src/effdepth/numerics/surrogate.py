@@ -27,8 +27,10 @@ import numpy as np
 import torch
 
 from ..errors import EffdepthError
+from .accumulate import deff_statistics
 from .cka import GRAM_BUDGET_BYTES
-from .streams import ViewAccumulator, calibration_complete, real_counts
+from .scratch import ScratchBuffers
+from .streams import ViewAccumulator, calibration_complete, real_counts, validate_similarities
 
 KINDS = ("structural", "matched")
 
@@ -51,11 +53,18 @@ def update_energies(states: torch.Tensor, mask: torch.Tensor | None = None) -> t
     >>> update_energies(s).flatten().tolist()
     [2.0, 2.0]
     """
-    s = states.to(torch.float64)
-    updates = s[1:] - s[:-1]
-    if mask is not None:
-        updates = updates * mask.to(device=s.device, dtype=torch.float64)[None, :, :, None]
-    return updates.square().sum(dim=(2, 3))
+    m, b = states.shape[:2]
+    out = torch.empty(m - 1, b, dtype=torch.float64, device=states.device)
+    weight = None if mask is None else mask.to(device=states.device, dtype=torch.float64)[:, :, None]
+    previous = states[0].to(torch.float64)
+    for layer in range(1, m):  # one layer at a time: no float64 copy of the whole batch
+        current = states[layer].to(torch.float64)
+        step = current - previous
+        if weight is not None:
+            step *= weight
+        out[layer - 1] = step.square().sum(dim=(1, 2))
+        previous = current
+    return out
 
 
 def surrogate_states(
@@ -79,7 +88,18 @@ def surrogate_states(
     """
     if kind not in KINDS:
         raise EffdepthError(f"unknown surrogate kind {kind!r}; choose from {', '.join(KINDS)}")
-    return _surrogate(_Source.of(states, mask), kind, generator, include_embedding)
+    source = _Source.of(states, mask)
+    m, b, t, d = states.shape
+    generators = list(generator) if isinstance(generator, (list, tuple)) else [generator] * b
+    if len(generators) != b:
+        raise ValueError(f"{len(generators)} generators for {b} sequences")
+    out = torch.zeros(m, b, t, d, dtype=torch.float64, device=states.device)
+    for i, gen in enumerate(generators):
+        tokens = source.tokens(i)
+        if tokens.numel():
+            draw = _draw(source, i, gen)
+            out[:, i, tokens] = _sequence_surrogate(source, i, kind, draw, include_embedding, torch.empty_like(draw, dtype=torch.float64))
+    return out
 
 
 class _Source:
@@ -88,6 +108,10 @@ class _Source:
 
     def __init__(self, s0: torch.Tensor, measured: torch.Tensor, real: torch.Tensor, num_states: int):
         self.s0, self.measured, self.real, self.num_states = s0, measured, real, num_states
+
+    def tokens(self, index: int) -> torch.Tensor:
+        """Positions of sequence ``index``'s real tokens."""
+        return torch.nonzero(self.real[index], as_tuple=False).flatten()
 
     @classmethod
     def of(cls, states: torch.Tensor, mask: torch.Tensor | None) -> "_Source":
@@ -104,48 +128,40 @@ class _Source:
         return _Source(self.s0.to(device), self.measured.to(device), self.real.to(device), self.num_states)
 
 
-def _draw(source: _Source, generator) -> torch.Tensor:
-    """The batch's normal draws ``(L+1, batch, seq, d)``, zero at padding. float32 is plenty: the
-    draws are rescaled to the measured energies in float64, and drawing is the surrogates' main cost."""
-    m = source.num_states
-    b, t, d = source.s0.shape
-    generators = list(generator) if isinstance(generator, (list, tuple)) else [generator] * b
-    if len(generators) != b:
-        raise ValueError(f"{len(generators)} generators for {b} sequences")
-    noise = torch.zeros(m, b, t, d, dtype=torch.float32, device=source.s0.device)
-    for i, gen in enumerate(generators):
-        idx = torch.nonzero(source.real[i], as_tuple=False).flatten()
-        if idx.numel():
-            draw = torch.randn(m, idx.numel(), d, generator=gen, dtype=torch.float32, device=gen.device)
-            noise[:, i, idx] = draw.to(noise.device)
-    return noise
+def _draw(source: _Source, index: int, generator) -> torch.Tensor:
+    """Sequence ``index``'s normal draws ``(L+1, n, d)`` for its n real tokens. float32 is plenty:
+    the draws are rescaled to the measured energies in float64, and drawing is a main cost."""
+    m, n, d = source.num_states, int(source.real[index].sum()), source.s0.shape[-1]
+    draw = torch.randn(m, n, d, generator=generator, dtype=torch.float32, device=generator.device)
+    return draw.to(source.s0.device)
 
 
-def _surrogate(source: _Source, kind: str, generator, include_embedding: bool, noise: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`surrogate_states` from a batch's :class:`_Source` (and its draws, when both kinds share them)."""
-    s0 = source.s0.to(torch.float64)
+def _sequence_surrogate(source: _Source, index: int, kind: str, draw: torch.Tensor, include_embedding: bool,
+                        out: torch.Tensor) -> torch.Tensor:
+    """Sequence ``index``'s surrogate stream ``(L+1, n, d)`` over its real tokens, built in ``out``
+    (float64) from its draws, one layer at a time."""
     m = source.num_states
-    real = source.real
-    measured = source.measured  # (L, B)
-    mean_update = measured.mean(dim=0)  # (B,)
-    noise = (_draw(source, generator) if noise is None else noise).to(torch.float64)
-    target = measured if kind == "matched" else mean_update.expand(m - 1, measured.shape[1])
-    noise[1:] = _rescaled(noise[1:], target)
+    measured = source.measured[:, index]  # (L,)
+    mean_update = measured.mean()
+    out.copy_(draw)
+    for layer in range(1, m):
+        target = measured[layer - 1] if kind == "matched" else mean_update
+        _rescale(out[layer], target)
     if kind == "matched":
-        noise[0] = s0 * real[:, :, None]
+        out[0].copy_(source.s0[index, source.tokens(index)])
     elif include_embedding:
-        noise[0] = _rescaled(noise[:1], mean_update[None])[0]
+        _rescale(out[0], mean_update)
     else:
-        noise[0] = 0.0
-    # S'_l = S'_{l-1} + Z_l, one explicit addition per layer.
-    return noise.cumsum(dim=0)
+        out[0].zero_()
+    for layer in range(1, m):  # S'_l = S'_{l-1} + Z_l, one explicit addition per layer
+        out[layer] += out[layer - 1]
+    return out
 
 
-def _rescaled(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Each ``z[l, b]`` scaled so that its squared norm is exactly ``target[l, b]`` (0 stays 0)."""
-    energy = z.square().sum(dim=(2, 3))
-    factor = torch.where(energy > 0, torch.sqrt(target / torch.where(energy > 0, energy, 1.0)), 0.0)
-    return z * factor[:, :, None, None]
+def _rescale(z: torch.Tensor, target: torch.Tensor) -> None:
+    """Scale ``z`` in place so that its squared norm is exactly ``target`` (0 stays 0)."""
+    energy = z.square().sum()
+    z *= torch.where(energy > 0, torch.sqrt(target / torch.where(energy > 0, energy, 1.0)), 0.0)
 
 
 class CalibratedReferences:
@@ -193,6 +209,10 @@ class CalibratedReferences:
         self._pending: list = []
         self._held_rows = 0
         self._calibration = [0, 0]
+        self._scratch = ScratchBuffers()
+        # D_eff of the surrogates is all the references need: no related measures, no update summaries.
+        # (No similarity named: frobenius and token, which a ViewAccumulator always has.)
+        statistics = deff_statistics(validate_similarities(similarities) or ("frobenius", "token"))
         self.accumulators = {
             kind: ViewAccumulator(
                 views,
@@ -200,6 +220,8 @@ class CalibratedReferences:
                 pc_estimate="calibration",
                 similarities=similarities,
                 gram_budget_bytes=gram_budget_bytes,
+                statistics=statistics,
+                scratch=self._scratch,
                 **accumulator_options,
             )
             for kind in KINDS
@@ -219,8 +241,7 @@ class CalibratedReferences:
         s = states[:, :take]
         m = None if mask is None else mask[:take]
         first = self.first_sequence + taken
-        marks = {kind: acc.mark() for kind, acc in self.accumulators.items()}
-        held = (list(self._pending), self._held_rows, list(self._calibration), self.sequences)
+        mark = self.mark()
         try:
             if calibrating:
                 seen = real_counts(states, mask)  # every row, taken or not: the real stream's count
@@ -235,24 +256,41 @@ class CalibratedReferences:
                 if calibration_complete(*self._calibration):
                     self.flush()
                 return
-            self._measure(_Source.of(s, m), m, first, take, s.device)
+            self._measure(_Source.of(s, m), first, take, s.device)
         except BaseException:
-            for kind, acc in self.accumulators.items():
-                acc.rollback(marks[kind])
-            self._pending, self._held_rows, self._calibration, self.sequences = held
+            self.rollback(mark)
             raise
         self.sequences += take
+
+    def mark(self) -> dict:
+        """What :meth:`rollback` needs to undo the next :meth:`update` (small: no cka-full here)."""
+        return {"accumulators": {kind: acc.mark() for kind, acc in self.accumulators.items()},
+                "held": (list(self._pending), self._held_rows, list(self._calibration), self.sequences)}
+
+    def rollback(self, mark: dict) -> None:
+        """Undo every update since :meth:`mark` (e.g. when the real stream then failed)."""
+        for kind, acc in self.accumulators.items():
+            acc.rollback(mark["accumulators"][kind])
+        self._pending, self._held_rows, self._calibration, self.sequences = mark["held"]
 
     def _calibrating(self) -> bool:
         return any(not acc.fitted for acc in self.accumulators.values())
 
-    def _measure(self, source: "_Source", mask, first: int, take: int, device) -> None:
-        noise = self._noise(source, first, take, device)  # one draw, both kinds
-        for kind, acc in self.accumulators.items():
-            acc.update(_surrogate(source, kind, None, self.include_embedding, noise), mask)
+    def _measure(self, source: "_Source", first: int, take: int, device) -> None:
+        for kind, sequence in self._streams(source, first, take, device):
+            self.accumulators[kind].update(sequence[:, None])
 
-    def _noise(self, source: "_Source", first: int, take: int, device) -> torch.Tensor:
-        return _draw(source, [sequence_generator(self.seed, first + i, device) for i in range(take)])
+    def _streams(self, source: "_Source", first: int, take: int, device):
+        """Yield ``(kind, states (L+1, n, d))`` for each sequence and both kinds: one draw per
+        sequence, shared by the kinds, and one work buffer reused for all (valid until the next)."""
+        for i in range(take):
+            n = int(source.real[i].sum())
+            if n == 0:
+                continue  # all padding: no token to measure, as in the real stream
+            draw = _draw(source, i, sequence_generator(self.seed, first + i, device))
+            buffer = self._scratch.take("surrogate", draw.shape, device=draw.device)
+            for kind in KINDS:
+                yield kind, _sequence_surrogate(source, i, kind, draw, self.include_embedding, buffer)
 
     def flush(self) -> None:
         """Fit the surrogate streams on the held calibration batches and measure them (see
@@ -274,15 +312,14 @@ class CalibratedReferences:
             sequences, tokens = sequences + int((lengths > 0).sum()), tokens + int(lengths.sum())
         for acc in self.accumulators.values():
             acc.restart_fit()
-        for src, m, first, take, device in batches:
-            noise = self._noise(src, first, take, device)
-            for kind, acc in self.accumulators.items():
-                acc.fit_batch(_surrogate(src, kind, None, self.include_embedding, noise), m)
+        for src, _, first, take, device in batches:
+            for kind, sequence in self._streams(src, first, take, device):
+                self.accumulators[kind].fit_batch(sequence[:, None])
         for acc in self.accumulators.values():
             acc.finalize_fit(f"calibration on the surrogates of the first {sequences} sequences ({tokens} tokens)",
                              sequences=sequences, tokens=tokens, warn=False)
-        for src, m, first, take, device in batches:
-            self._measure(src, m, first, take, device)
+        for src, _, first, take, device in batches:
+            self._measure(src, first, take, device)
             self.sequences += take
         self._pending, self._held_rows, self._calibration = [], 0, [0, 0]
 

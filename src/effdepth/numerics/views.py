@@ -175,25 +175,34 @@ class FitAccumulator:
         self.mean = None
         self.scatter = None
 
-    def update(self, states: torch.Tensor) -> None:
-        """Add states shaped ``(M, tokens, d)``."""
-        n = states.shape[1]
+    def update(self, states, transform=None) -> None:
+        """Add states shaped ``(M, tokens, d)``, or a list of such parts joined along the tokens.
+
+        Works one layer at a time (each layer's float64 copy and product stay
+        small); ``transform`` maps a layer's float64 states ``(tokens, d)``
+        before they are added (e.g. token-norm).
+        """
+        parts = [states] if isinstance(states, torch.Tensor) else [p for p in states if p.shape[1]]
+        n = sum(p.shape[1] for p in parts)
         if n == 0:
             return
-        z = states.to(torch.float64)
-        batch_mean = z.mean(1)
+        m, _, d = parts[0].shape
         if self.mean is None:
-            m, _, d = z.shape
-            self.mean = torch.zeros(m, d, dtype=torch.float64, device=z.device)
+            self.mean = torch.zeros(m, d, dtype=torch.float64, device=parts[0].device)
             if self.want_scatter:
-                self.scatter = torch.zeros(m, d, d, dtype=torch.float64, device=z.device)
+                self.scatter = torch.zeros(m, d, d, dtype=torch.float64, device=parts[0].device)
         total = self.count + n
-        delta = batch_mean - self.mean
-        if self.want_scatter:
-            centred = (z - batch_mean[:, None, :]).to(self.precision)
-            self.scatter += (centred.transpose(1, 2) @ centred).to(torch.float64)
-            self.scatter += delta[:, :, None] * delta[:, None, :] * (self.count * n / total)
-        self.mean += delta * (n / total)
+        for layer in range(m):
+            z = torch.cat([p[layer].to(torch.float64) for p in parts]) if len(parts) > 1 else parts[0][layer].to(torch.float64)
+            if transform is not None:
+                z = transform(z)
+            batch_mean = z.mean(0)
+            delta = batch_mean - self.mean[layer]
+            if self.want_scatter:
+                centred = (z - batch_mean).to(self.precision)
+                self.scatter[layer] += (centred.T @ centred).to(torch.float64)
+                self.scatter[layer] += torch.outer(delta, delta) * (self.count * n / total)
+            self.mean[layer] += delta * (n / total)
         self.count = total
 
     def fit(self, spec: ViewSpec) -> dict:

@@ -467,3 +467,25 @@ def test_frobenius_and_token_numbers_do_not_depend_on_the_kernel_similarities():
         assert set(a) == set(b)
         for k in a:
             np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_upper_triangle_blocks_of_a_long_sequence_equal_the_naive_cka():
+    # T = 150: blocks of 64, 64 and 22 rows of the Gram's upper triangle (the default budget).
+    s = residual_like(L=3, B=1, T=150, d=12)
+    views = ["default", "drop-pos0", "token-norm+top1pc"]
+    acc = accumulate(s, views, similarities=("cka",), pc_estimate="exact")
+    seqs = sequences_of(s, torch.ones(1, 150, dtype=torch.bool))
+    for view in views:
+        h, e, _ = naive_cka_stats(seqs, view, view_pcs(acc, view))
+        totals = acc.unit_statistics(view, "cka").total()
+        np.testing.assert_allclose(totals["hsic"], h, rtol=TIGHT)
+        np.testing.assert_allclose(totals["cka_energy"], e, rtol=TIGHT)
+
+
+def test_sequence_cka_reads_float32_states_as_float64():
+    x = residual_like(B=1, T=20)[:, 0]
+    views = [GramView(), GramView(first=1, token_norm=True)]
+    from_float32 = sequence_cka(x.float(), views)
+    from_float64 = sequence_cka(x.float().double(), views)
+    for a, b in zip(from_float32, from_float64):
+        np.testing.assert_array_equal(a["hsic"], b["hsic"])

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from effdepth.errors import EffdepthError
-from effdepth.numerics.metrics import full_metrics
+from effdepth.numerics.metrics import full_metrics, similarity_matrix
+from effdepth.numerics.similarity import deff
 from effdepth.numerics.references import reference_fl
 from effdepth.numerics.streams import ViewAccumulator
 from effdepth.numerics.surrogate import (
@@ -36,7 +37,8 @@ def a_mask(B, T, lengths):
 
 
 def deff_of(stats, similarity, include_embedding=False):
-    return float(full_metrics(stats.total(), similarity, include_embedding)["deff"])
+    # The surrogate streams keep only what D_eff needs (see test_surrogate_streams_keep_only_what_deff_needs).
+    return float(deff(similarity_matrix(stats.total(), similarity, include_embedding)))
 
 
 def gens(n, seed=0):
@@ -191,3 +193,36 @@ def test_a_failed_update_leaves_both_kinds_as_they_were(monkeypatch):
     assert flaky.sequences == 0 and flaky.accumulators["structural"].sequences == 0
     flaky.update(s)
     assert_same(totals(clean), totals(flaky))
+
+
+def test_a_batch_the_real_stream_fails_on_is_undone_in_the_surrogates_too(monkeypatch):
+    from effdepth.measure import MeasurementState
+    from effdepth.options import AnalysisOptions
+
+    s = real_states(L=2, B=2, T=6, d=4).float()
+    analysis = AnalysisOptions(views="default", similarity=("cka", "cka-full"), surrogate_seqs=None)
+    clean, flaky = MeasurementState.new(analysis), MeasurementState.new(analysis)
+    for state in (clean, flaky):
+        state.update(s, None)
+    # Fitted: the next update measures one batch all or nothing, so the large cka-full sums are not copied.
+    assert flaky.views.mark()["pooled"] is None
+    original = ViewAccumulator._accumulate
+    real = flaky.views
+
+    def fail_real(self, *args, **kw):
+        if self is real:
+            raise MemoryError("out of memory")
+        return original(self, *args, **kw)
+
+    monkeypatch.setattr(ViewAccumulator, "_accumulate", fail_real)
+    with pytest.raises(MemoryError):
+        flaky.update(s, None)
+    assert flaky.views.sequences == 2 and flaky.calibrated.sequences == 2
+    monkeypatch.setattr(ViewAccumulator, "_accumulate", original)
+    for state in (clean, flaky):
+        state.update(s, None)
+    assert_same(totals(clean.calibrated), totals(flaky.calibrated))
+    for key in ("hsic", "hsic_full"):
+        similarity = "cka" if key == "hsic" else "cka-full"
+        np.testing.assert_array_equal(clean.views.unit_statistics("default", similarity).total()[key],
+                                      flaky.views.unit_statistics("default", similarity).total()[key])

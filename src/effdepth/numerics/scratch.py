@@ -1,0 +1,60 @@
+"""Work buffers reused from one sequence to the next.
+
+A fresh tensor above 32 MiB on CPU comes from ``mmap`` (glibc's largest
+dynamic threshold) and goes back to the system when freed, so every use
+faults in and zeroes its pages anew: for a float64 copy of one sequence's
+states that costs several times the arithmetic done in it. The per-sequence
+temporaries of the statistics (a float64 copy of the states, the surrogate
+streams) are therefore taken from a :class:`ScratchBuffers` that keeps their
+storage between sequences, up to :data:`KEEP_BYTES`; a larger buffer (very
+long sequences, wide models) is released after each batch, as before.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: Buffers up to this size are kept between batches; larger ones are released after each.
+KEEP_BYTES = 256 << 20
+
+
+class ScratchBuffers:
+    """Named, uninitialised work tensors whose storage is reused by later calls.
+
+    >>> scratch = ScratchBuffers()
+    >>> a = scratch.take("states", (2, 3)); b = scratch.take("states", (3, 2))
+    >>> a.data_ptr() == b.data_ptr(), tuple(b.shape), b.dtype
+    (True, (3, 2), torch.float64)
+    """
+
+    def __init__(self, keep_bytes: int = KEEP_BYTES):
+        self.keep_bytes = int(keep_bytes)
+        self._buffers: dict = {}
+
+    def take(self, name: str, shape, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+        """An uninitialised ``shape`` tensor; the storage of an earlier ``take`` of ``name`` when it is
+        large enough, of the same dtype and on the same device. Two live tensors need two names."""
+        numel = 1
+        for size in shape:
+            numel *= int(size)
+        device = torch.device("cpu") if device is None else torch.device(device)
+        held = self._buffers.get(name)
+        if held is None or held.numel() < numel or held.dtype != dtype or held.device != device:
+            held = torch.empty(numel, dtype=dtype, device=device)
+            self._buffers[name] = held
+        return held[:numel].view(*shape)
+
+    def trim(self) -> None:
+        """Release every buffer larger than ``keep_bytes`` (call between batches).
+
+        >>> scratch = ScratchBuffers(keep_bytes=16); _ = scratch.take("big", (4,)); scratch.trim(); len(scratch)
+        0
+        """
+        self._buffers = {k: v for k, v in self._buffers.items() if v.numel() * v.element_size() <= self.keep_bytes}
+
+    def __len__(self) -> int:
+        return len(self._buffers)
+
+    def __deepcopy__(self, memo):
+        # A copy of an accumulator (e.g. a rollback mark) needs no work buffers of its own.
+        return ScratchBuffers(self.keep_bytes)

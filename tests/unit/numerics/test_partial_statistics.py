@@ -1,0 +1,106 @@
+"""Statistics computed only where needed: the keys a surrogate stream keeps, the fit fed by
+parts and layers, the update energies one layer at a time; each equals the full computation."""
+
+import numpy as np
+import pytest
+import torch
+
+from effdepth.numerics.accumulate import STAT_KEYS, chunk_statistics, deff_statistics
+from effdepth.numerics.metrics import similarity_matrix
+from effdepth.numerics.similarity import deff
+from effdepth.numerics.streams import ViewAccumulator
+from effdepth.numerics.surrogate import update_energies
+from effdepth.numerics.views import FitAccumulator, parse_view, token_transform
+
+
+def states(L=4, B=3, T=11, d=7, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(L + 1, B, T, d, generator=g, dtype=torch.float64).cumsum(0) + 2.0
+    s[:, :, 0] *= 5.0
+    return s
+
+
+@pytest.mark.parametrize("keys", [("n",), ("n", "gram_states"), ("n", "cos2_sum"), ("n", "update_state_dot"),
+                                  ("n", "ref_matched", "angle_sum"), STAT_KEYS])
+def test_a_subset_of_keys_equals_those_keys_of_the_full_statistics(keys):
+    z = states()[:, 0]
+    full = chunk_statistics(z, False)
+    part = chunk_statistics(z, False, keys)
+    assert set(part) == set(keys) | {"n"}
+    for key in part:
+        np.testing.assert_allclose(part[key], full[key], rtol=1e-12, atol=1e-9)
+
+
+def test_update_state_dot_equals_the_explicit_per_token_products():
+    z = states()[:, 0]
+    updates = z[1:] - z[:-1]
+    want = (updates * z[:-1]).sum(dim=(1, 2)).numpy()
+    np.testing.assert_allclose(chunk_statistics(z, False)["update_state_dot"], want, rtol=1e-12)
+    np.testing.assert_allclose(chunk_statistics(z, False, ("n", "update_state_dot"))["update_state_dot"], want, rtol=1e-12)
+
+
+def test_deff_statistics_name_what_each_similarity_needs():
+    assert deff_statistics(["cka"]) == ("n",)
+    assert deff_statistics(["cka", "token"]) == ("n", "cos2_sum")
+    assert deff_statistics(["frobenius", "token", "cka"]) == ("n", "gram_states", "cos2_sum")
+
+
+@pytest.mark.parametrize("similarity", ["frobenius", "token", "cka"])
+def test_an_accumulator_keeping_only_deff_statistics_gives_the_same_deff(similarity):
+    s = states()
+    mask = torch.ones(3, 11, dtype=torch.bool)
+    mask[2, 5:] = False
+    views = ["default", "drop-pos0", "token-norm"]
+    kernel = ("cka",) if similarity == "cka" else ()
+    lean = ViewAccumulator(views, similarities=kernel, statistics=deff_statistics([similarity]))
+    full = ViewAccumulator(views, similarities=kernel)
+    for acc in (lean, full):
+        acc.update(s, mask)
+    for view in views:
+        got, want = lean.unit_statistics(view, similarity), full.unit_statistics(view, similarity)
+        assert set(got.arrays) < set(want.arrays)
+        assert deff(similarity_matrix(got.total(), similarity, False)) == pytest.approx(
+            deff(similarity_matrix(want.total(), similarity, False)), rel=1e-12)
+        assert lean.left_out(view, similarity) == full.left_out(view, similarity)
+
+
+def test_a_lean_accumulator_resumes_from_the_state_of_a_full_one():
+    s = states()
+    full = ViewAccumulator(["default"], similarities=("cka",))
+    full.update(s)
+    lean = ViewAccumulator(["default"], similarities=("cka",), statistics=("n",))
+    lean.load_state(*full.state())
+    lean.update(s)
+    assert lean.unit_statistics("default", "cka").units == 6
+    assert set(lean.unit_statistics("default").arrays) == {"n"}
+
+
+def test_unknown_statistics_are_refused():
+    with pytest.raises(ValueError, match="unknown statistics"):
+        ViewAccumulator(["default"], statistics=("n", "gram"))
+
+
+@pytest.mark.parametrize("view", ["top1pc", "token-norm+top2pc"])
+def test_the_fit_fed_parts_layer_by_layer_equals_one_concatenated_update(view):
+    spec = parse_view(view)
+    s = states(B=3, T=9)
+    parts = [s[:, b] for b in range(3)]
+    transform = (lambda z: token_transform(z, spec)) if spec.token_norm else None
+    by_parts, joined, streamed = FitAccumulator(), FitAccumulator(), FitAccumulator()
+    by_parts.update(parts, transform)
+    joined.update(token_transform(torch.cat(parts, dim=1), spec))
+    for p in parts:  # Chan's merge, one sequence at a time
+        streamed.update(token_transform(p, spec))
+    for other in (joined, streamed):
+        np.testing.assert_allclose(by_parts.mean.numpy(), other.mean.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(by_parts.scatter.numpy(), other.scatter.numpy(), rtol=1e-10, atol=1e-9)
+    assert by_parts.count == joined.count == 27
+
+
+def test_update_energies_layer_by_layer_equal_the_naive_sums():
+    s = states().float()
+    mask = torch.ones(3, 11, dtype=torch.bool)
+    mask[1, 4:] = False
+    x = s.double()
+    updates = (x[1:] - x[:-1]) * mask[None, :, :, None]
+    np.testing.assert_allclose(update_energies(s, mask).numpy(), updates.square().sum(dim=(2, 3)).numpy(), rtol=1e-12)

@@ -1,0 +1,48 @@
+"""Work buffers reused between sequences (effdepth.numerics.scratch)."""
+
+import copy
+
+import numpy as np
+import torch
+
+from effdepth.numerics.scratch import ScratchBuffers
+from effdepth.numerics.streams import ViewAccumulator
+
+
+def test_a_name_reuses_its_storage_until_it_is_too_small_or_of_another_dtype():
+    scratch = ScratchBuffers()
+    a = scratch.take("x", (4, 5))
+    assert scratch.take("x", (2, 10)).data_ptr() == a.data_ptr()
+    assert scratch.take("x", (3,)).data_ptr() == a.data_ptr()
+    bigger = scratch.take("x", (5, 5))
+    assert bigger.shape == (5, 5) and bigger.numel() == 25
+    assert scratch.take("x", (5, 5), dtype=torch.float32).dtype == torch.float32
+    assert scratch.take("y", (4, 5)).data_ptr() != scratch.take("x", (4, 5)).data_ptr()
+
+
+def test_trim_keeps_small_buffers_and_releases_large_ones():
+    scratch = ScratchBuffers(keep_bytes=100)
+    scratch.take("small", (10,))  # 80 bytes
+    scratch.take("large", (20,))  # 160 bytes
+    scratch.trim()
+    assert len(scratch) == 1
+    assert len(copy.deepcopy(scratch)) == 0  # a copy of an accumulator gets its own, empty
+
+
+def test_accumulators_sharing_one_scratch_give_the_numbers_of_separate_ones():
+    g = torch.Generator().manual_seed(0)
+    a_states = torch.randn(4, 3, 9, 6, generator=g).cumsum(0)
+    b_states = torch.randn(4, 2, 7, 6, generator=g).cumsum(0)
+    shared = ScratchBuffers()
+    pair = [ViewAccumulator(["default", "token-norm+drop-pos0"], similarities=("cka",), scratch=shared) for _ in range(2)]
+    alone = [ViewAccumulator(["default", "token-norm+drop-pos0"], similarities=("cka",)) for _ in range(2)]
+    for states in (a_states, b_states):  # interleaved: each update overwrites the other's buffer
+        for acc, own in zip(pair, alone):
+            acc.update(states)
+            own.update(states)
+            states = states.flip(2)
+    for acc, own in zip(pair, alone):
+        for view in ("default", "token-norm+drop-pos0"):
+            got, want = acc.unit_statistics(view, "cka").arrays, own.unit_statistics(view, "cka").arrays
+            for key in want:
+                np.testing.assert_array_equal(got[key], want[key])
