@@ -293,10 +293,9 @@ class _TokenSet:
         torch.mean(z, dim=0, out=mean)
         torch.matmul(z, mean, out=self.row_mean[layer])
         # |Y_0|^2, and |Y_l - Y_{l-1}|^2 from the explicit differences of the view's states.
-        if step is None:
-            self.energy[layer] = (z - mean).square().sum()
-        else:
-            self.energy[layer] = (step - (mean - self.means[layer - 1])).square().sum()
+        centred = (z - mean) if step is None else (step - (mean - self.means[layer - 1]))
+        flat = centred.reshape(-1)
+        self.energy[layer] = torch.dot(flat, flat)
 
     def finish(self) -> None:
         self.grand = self.means.square().sum(-1)  # |zbar|^2
@@ -330,7 +329,7 @@ def _centred_block(gram: torch.Tensor, start: int, transform: _Transform, first:
 
 
 def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRAM_BUDGET_BYTES,
-                 scratch: ScratchBuffers | None = None) -> list:
+                 scratch: ScratchBuffers | None = None, overwrite: bool = False) -> list:
     """cka statistics (:data:`CKA_KEYS`) of one sequence ``(M, T, d)`` for each :class:`GramView`.
 
     One token Gram per layer (of the states minus their sequence mean) feeds
@@ -339,7 +338,9 @@ def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRA
     ``gram_budget_bytes``; nothing is computed twice and the result is the
     same. A view with fewer than :data:`MIN_TOKENS` tokens gets zeros and
     ``cka_sequences = 0``. ``scratch`` lends the float64 copy of the states
-    (see :mod:`effdepth.numerics.scratch`).
+    (see :mod:`effdepth.numerics.scratch`); with ``overwrite``, contiguous
+    float64 states (a work buffer the caller is done with) are shifted in
+    place instead of copied.
 
     >>> q = torch.linalg.qr(torch.randn(8, 8, dtype=torch.float64))[0]
     >>> x = torch.stack([q[:, :2], 2 * q[:, :2]])          # S_1 = 2 S_0: same geometry
@@ -359,7 +360,8 @@ def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRA
         plans.append((key, v.first))
     like = states.new_empty(0, dtype=torch.float64)
     transforms = {key: _Transform((m, t, d), like, v.token_norm, v.pcs, sorted(firsts)) for key, (v, firsts) in wanted.items()}
-    shifted = _shifted(states, scratch or ScratchBuffers(), list(transforms.values()))
+    in_place = overwrite and states.dtype == torch.float64 and states.is_contiguous()
+    shifted = _shifted(states, scratch or ScratchBuffers(), list(transforms.values()), in_place)
     hsic = {plan: shifted.new_zeros(m, m) for plan in plans if plan is not None}
     for start, stop in gram_blocks(m, t, gram_budget_bytes):
         gram = shifted[:, start:stop] @ shifted[:, start:].transpose(1, 2)  # the one shared product
@@ -375,15 +377,16 @@ def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRA
             for plan in plans]
 
 
-def _shifted(states: torch.Tensor, scratch: ScratchBuffers, transforms: list) -> torch.Tensor:
+def _shifted(states: torch.Tensor, scratch: ScratchBuffers, transforms: list, in_place: bool = False) -> torch.Tensor:
     """The states in float64 minus their sequence mean, one layer at a time: each layer's
     conversion, mean, subtraction and every transform's work on it stay in cache."""
     m, t, d = states.shape
-    shifted = scratch.take("cka-shifted", (m, t, d), device=states.device)
+    shifted = states if in_place else scratch.take("cka-shifted", (m, t, d), device=states.device)
     shift = shifted.new_empty(d)
     for layer in range(m):
         z = shifted[layer]
-        z.copy_(states[layer])
+        if not in_place:
+            z.copy_(states[layer])
         torch.mean(z, dim=0, out=shift)
         z -= shift
         for transform in transforms:

@@ -1,4 +1,4 @@
-"""Work buffers reused from one sequence to the next.
+"""Work buffers reused from one sequence to the next within a batch.
 
 A fresh tensor above 32 MiB on CPU comes from ``mmap`` (glibc's largest
 dynamic threshold) and goes back to the system when freed, so every use
@@ -6,16 +6,14 @@ faults in and zeroes its pages anew: for a float64 copy of one sequence's
 states that costs several times the arithmetic done in it. The per-sequence
 temporaries of the statistics (a float64 copy of the states, the surrogate
 streams) are therefore taken from a :class:`ScratchBuffers` that keeps their
-storage between sequences, up to :data:`KEEP_BYTES`; a larger buffer (very
-long sequences, wide models) is released after each batch, as before.
+storage from one sequence to the next, and released when the batch is done:
+they are never held during the next forward pass, so peak memory does not
+grow after the first batch.
 """
 
 from __future__ import annotations
 
 import torch
-
-#: Buffers up to this size are kept between batches; larger ones are released after each.
-KEEP_BYTES = 256 << 20
 
 
 class ScratchBuffers:
@@ -27,8 +25,7 @@ class ScratchBuffers:
     (True, (3, 2), torch.float64)
     """
 
-    def __init__(self, keep_bytes: int = KEEP_BYTES):
-        self.keep_bytes = int(keep_bytes)
+    def __init__(self):
         self._buffers: dict = {}
 
     def take(self, name: str, shape, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
@@ -44,17 +41,17 @@ class ScratchBuffers:
             self._buffers[name] = held
         return held[:numel].view(*shape)
 
-    def trim(self) -> None:
-        """Release every buffer larger than ``keep_bytes`` (call between batches).
+    def release(self) -> None:
+        """Drop every buffer (call when a batch is done).
 
-        >>> scratch = ScratchBuffers(keep_bytes=16); _ = scratch.take("big", (4,)); scratch.trim(); len(scratch)
+        >>> scratch = ScratchBuffers(); _ = scratch.take("x", (4,)); scratch.release(); len(scratch)
         0
         """
-        self._buffers = {k: v for k, v in self._buffers.items() if v.numel() * v.element_size() <= self.keep_bytes}
+        self._buffers = {}
 
     def __len__(self) -> int:
         return len(self._buffers)
 
     def __deepcopy__(self, memo):
         # A copy of an accumulator (e.g. a rollback mark) needs no work buffers of its own.
-        return ScratchBuffers(self.keep_bytes)
+        return ScratchBuffers()

@@ -181,6 +181,8 @@ class ViewAccumulator:
         self.sequences = 0
         self.tokens = 0
         self.padding_rows = 0
+        # Released after each batch by whoever owns it (see effdepth.numerics.scratch).
+        self._owns_scratch = scratch is None
         self._scratch = ScratchBuffers() if scratch is None else scratch
 
     # -- fitting (center, top-k PC) -------------------------------------------------
@@ -275,6 +277,13 @@ class ViewAccumulator:
         Before the fits of a calibration estimate exist, the batch is held
         (see :meth:`flush`) and measured once the calibration set is complete.
         """
+        try:
+            self._update(states, mask)
+        finally:
+            if self._owns_scratch:
+                self._scratch.release()
+
+    def _update(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
         if states.dim() != 4:
             raise ValueError(f"states must be (L+1, batch, seq, d), got shape {tuple(states.shape)}")
         check_width(self.views, states.shape[-1])
@@ -329,6 +338,8 @@ class ViewAccumulator:
             else:
                 self._accumulate(s.to(device), None if m is None else m.to(device))
         self._pending, self._calibration = [], [0, 0]
+        if self._owns_scratch:
+            self._scratch.release()
 
     def restart_fit(self) -> None:
         """Forget the mean / covariance estimates fed so far, to fit again from the first batch.
@@ -355,7 +366,26 @@ class ViewAccumulator:
         where a resumed run continues."""
         return self.sequences + self.padding_rows + sum(rows for *_, rows in self._pending)
 
-    def _accumulate(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
+    def update_sequence(self, states: torch.Tensor, *, overwrite: bool = False) -> None:
+        """Add one sequence's states ``(L+1, n, d)``, every token real, once fitted.
+
+        With ``overwrite`` the states are a float64 work buffer the caller is
+        done with (a surrogate stream), which the cka statistics may shift in
+        place instead of copying.
+
+        >>> acc = ViewAccumulator(["default"]); acc.update_sequence(torch.randn(3, 5, 4)); acc.sequences
+        1
+        """
+        if not self.fitted or self._pending:
+            raise RuntimeError("update_sequence needs a fitted accumulator; use update to calibrate first")
+        check_width(self.views, states.shape[-1])
+        try:
+            self._accumulate(states[:, None], None, overwrite=overwrite and not self._pooled)
+        finally:
+            if self._owns_scratch:
+                self._scratch.release()
+
+    def _accumulate(self, states: torch.Tensor, mask: torch.Tensor | None, overwrite: bool = False) -> None:
         """Measure a batch with the fits in place (all-padding rows skipped and counted)."""
         # Build the batch's units first and commit at the end, so a failure
         # part-way (e.g. out of memory) leaves the accumulator as it was and
@@ -376,7 +406,7 @@ class ViewAccumulator:
                 parts = {"pos0": pos0, "rest": rest if rest is not None else _empty_like(pos0)}
                 for p in info["parts"]:
                     new_units[(key, p)].append(parts[p])
-            self._sequence_kernel_statistics(seq, gram_views, new_cka, pooled_states)
+            self._sequence_kernel_statistics(seq, gram_views, new_cka, pooled_states, overwrite)
         pooled = {k: torch.cat(parts, dim=1) for k, parts in pooled_states.items() if parts}
         for k, units in new_units.items():
             self._units[k].extend(units)
@@ -388,7 +418,6 @@ class ViewAccumulator:
         self.sequences += sequences
         self.tokens += tokens
         self.padding_rows += states.shape[1] - sequences
-        self._scratch.trim()
 
     def mark(self) -> dict:
         """What :meth:`rollback` needs to undo the next :meth:`update`.
@@ -428,13 +457,15 @@ class ViewAccumulator:
         return {key: gram_view(spec, self.fits.get(spec.stream)) for key, spec in self.cka_sets.items()
                 if spec.stream not in self._unfitted}
 
-    def _sequence_kernel_statistics(self, seq: torch.Tensor, gram_views: dict, cka_units: dict, pooled: dict) -> None:
-        """cka units and cka-full states of one sequence ``(M, T, d)`` for every token set."""
+    def _sequence_kernel_statistics(self, seq: torch.Tensor, gram_views: dict, cka_units: dict, pooled: dict,
+                                    overwrite: bool = False) -> None:
+        """cka units and cka-full states of one sequence ``(M, T, d)`` for every token set (last:
+        with ``overwrite`` the cka statistics shift ``seq`` in place)."""
         if not gram_views:
             return
         keys = [k for k in cka_units if k in gram_views]
         if keys:
-            units = sequence_cka(seq, [gram_views[k] for k in keys], self.gram_budget_bytes, self._scratch)
+            units = sequence_cka(seq, [gram_views[k] for k in keys], self.gram_budget_bytes, self._scratch, overwrite)
             for key, unit in zip(keys, units):
                 cka_units[key].append(unit)
         for key in pooled:

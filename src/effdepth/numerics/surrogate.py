@@ -233,6 +233,12 @@ class CalibratedReferences:
         Both kinds are updated or neither: a failure part-way (e.g. out of
         memory) leaves everything as it was, so the batch can be retried.
         """
+        try:
+            self._update(states, mask)
+        finally:
+            self._scratch.release()
+
+    def _update(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
         taken = self.sequences + self._held_rows
         take = states.shape[1] if self.max_seqs is None else max(0, min(states.shape[1], self.max_seqs - taken))
         calibrating = self._calibrating()
@@ -278,7 +284,7 @@ class CalibratedReferences:
 
     def _measure(self, source: "_Source", first: int, take: int, device) -> None:
         for kind, sequence in self._streams(source, first, take, device):
-            self.accumulators[kind].update(sequence[:, None])
+            self.accumulators[kind].update_sequence(sequence, overwrite=True)  # rebuilt for the next kind anyway
 
     def _streams(self, source: "_Source", first: int, take: int, device):
         """Yield ``(kind, states (L+1, n, d))`` for each sequence and both kinds: one draw per
@@ -322,6 +328,7 @@ class CalibratedReferences:
             self._measure(src, first, take, device)
             self.sequences += take
         self._pending, self._held_rows, self._calibration = [], 0, [0, 0]
+        self._scratch.release()
 
     def unit_statistics(self, view, similarity: str | None = None, kind: str = "matched"):
         """Per-sequence statistics of one view of one surrogate kind (see ``ViewAccumulator``)."""

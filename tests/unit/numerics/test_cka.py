@@ -489,3 +489,33 @@ def test_sequence_cka_reads_float32_states_as_float64():
     from_float64 = sequence_cka(x.float().double(), views)
     for a, b in zip(from_float32, from_float64):
         np.testing.assert_array_equal(a["hsic"], b["hsic"])
+
+
+def test_overwriting_a_float64_work_buffer_gives_the_same_statistics():
+    x = residual_like(B=1, T=20)[:, 0].contiguous()
+    views = [GramView(), GramView(first=1, token_norm=True)]
+    want = sequence_cka(x, views)
+    buffer = x.clone()
+    got = sequence_cka(buffer, views, overwrite=True)
+    assert not torch.equal(buffer, x)  # shifted in place: the caller's buffer is spent
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a["hsic"], b["hsic"])
+        np.testing.assert_array_equal(a["cka_energy"], b["cka_energy"])
+    kept = x.float()
+    sequence_cka(kept, views, overwrite=True)  # not float64: copied, never touched
+    assert torch.equal(kept, x.float())
+
+
+def test_update_sequence_equals_a_batch_of_one():
+    s = residual_like(B=2, T=9)
+    one = ViewAccumulator(["default", "drop-pos0"], similarities=("cka",))
+    each = ViewAccumulator(["default", "drop-pos0"], similarities=("cka",))
+    one.update(s)
+    for b in range(2):
+        each.update_sequence(s[:, b].clone(), overwrite=True)
+    for view in ("default", "drop-pos0"):
+        a, b = one.unit_statistics(view, "cka").arrays, each.unit_statistics(view, "cka").arrays
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+    with pytest.raises(RuntimeError, match="fitted"):
+        ViewAccumulator(["top1pc"]).update_sequence(s[:, 0])

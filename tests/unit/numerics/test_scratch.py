@@ -20,13 +20,19 @@ def test_a_name_reuses_its_storage_until_it_is_too_small_or_of_another_dtype():
     assert scratch.take("y", (4, 5)).data_ptr() != scratch.take("x", (4, 5)).data_ptr()
 
 
-def test_trim_keeps_small_buffers_and_releases_large_ones():
-    scratch = ScratchBuffers(keep_bytes=100)
-    scratch.take("small", (10,))  # 80 bytes
-    scratch.take("large", (20,))  # 160 bytes
-    scratch.trim()
-    assert len(scratch) == 1
+def test_release_drops_every_buffer_and_a_copy_gets_none():
+    scratch = ScratchBuffers()
+    scratch.take("a", (10,))
     assert len(copy.deepcopy(scratch)) == 0  # a copy of an accumulator gets its own, empty
+    scratch.release()
+    assert len(scratch) == 0
+
+
+def test_an_accumulator_holds_no_work_buffer_between_batches():
+    # Held buffers would add to the next forward pass's peak memory.
+    acc = ViewAccumulator(["default"], similarities=("cka",))
+    acc.update(torch.randn(4, 2, 9, 6))
+    assert len(acc._scratch) == 0
 
 
 def test_accumulators_sharing_one_scratch_give_the_numbers_of_separate_ones():

@@ -178,16 +178,16 @@ def test_a_failed_update_leaves_both_kinds_as_they_were(monkeypatch):
     clean = CalibratedReferences(["default"], seed=1)
     clean.update(s)
     flaky = CalibratedReferences(["default"], seed=1)
-    original = ViewAccumulator.update
+    original = ViewAccumulator.update_sequence
     calls = {"n": 0}
 
-    def fail_second(self, *args, **kw):
+    def fail_second(self, *args, **kw):  # the matched stream of the first sequence
         calls["n"] += 1
         if calls["n"] == 2:
             raise MemoryError("out of memory")
         return original(self, *args, **kw)
 
-    monkeypatch.setattr(ViewAccumulator, "update", fail_second)
+    monkeypatch.setattr(ViewAccumulator, "update_sequence", fail_second)
     with pytest.raises(MemoryError):
         flaky.update(s)
     assert flaky.sequences == 0 and flaky.accumulators["structural"].sequences == 0
