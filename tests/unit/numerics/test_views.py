@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import effdepth
 from effdepth.errors import EffdepthError
-from effdepth.numerics.views import parse_view, parse_views
+from effdepth.numerics.views import FitAccumulator, parse_view, parse_views
 
 
 def from_states(states, **options):
@@ -215,3 +215,38 @@ def test_top_eigenvectors_match_eigh(spectrum):
     want = torch.linalg.eigh(cov)[1][..., -2:].flip(-1)
     # compare projections (eigenvector signs are arbitrary)
     torch.testing.assert_close(got @ got.transpose(1, 2), want @ want.transpose(1, 2), rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize("tol", [1e-6, 1e-9, 1e-12])
+@pytest.mark.parametrize("spectrum", ["gapped", "slow", "flat"])
+def test_top_eigenpairs_meet_their_residual_tolerance(spectrum, tol):
+    from effdepth.numerics.views import top_eigenpairs
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 300, 64, generator=g, dtype=torch.float64)
+    if spectrum != "flat":
+        x[:, :, 0] *= 12.0 if spectrum == "gapped" else 1.6  # "slow": a small gap, many iterations
+    cov = x.transpose(1, 2) @ x / 300
+    vecs, values = top_eigenpairs(cov, 1, tol=tol)
+    lam = values[:, :1]
+    residual = (cov @ vecs - vecs * lam[:, None, :]).norm(dim=1) / lam
+    assert float(residual.max()) <= tol
+    exact = torch.linalg.eigvalsh(cov)[:, -2:].flip(-1)
+    torch.testing.assert_close(values[:, 0], exact[:, 0], rtol=max(tol, 1e-12), atol=0)
+
+
+def test_a_calibration_fit_is_solved_to_the_precision_of_its_float32_scatter():
+    from effdepth.numerics.views import CALIBRATION_EIGEN_TOL
+
+    g = torch.Generator().manual_seed(2)
+    s = torch.randn(3, 500, 32, generator=g)
+    s[..., 0] *= 6.0
+    spec = parse_view("top1pc")
+    for precision, tol in ((torch.float32, CALIBRATION_EIGEN_TOL), (torch.float64, 1e-9)):
+        acc = FitAccumulator(precision=precision)
+        acc.update(s)
+        v = acc.fit(spec)["pcs"]
+        cov = acc.scatter / acc.count
+        lam = (v.transpose(1, 2) @ cov @ v)[..., 0]
+        residual = (cov @ v - v * lam[:, None, :]).norm(dim=1) / lam
+        assert float(residual.max()) <= tol
