@@ -15,7 +15,23 @@ from ..numerics.streams import PC_ESTIMATES
 
 
 class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line, not usage + message."""
+    """An ``ArgumentParser`` whose errors are one line, not usage + message, and which keeps
+    the flags added to it (``option_actions``: argparse itself lists them only privately).
+
+    >>> p = Parser(prog="x"); _ = p.add_argument("--seq-len", type=int, default=256)
+    >>> [a.dest for a in p.option_actions]
+    ['help', 'seq_len']
+    """
+
+    def __init__(self, *args, **kwargs):
+        self.option_actions: list = []  # before argparse adds --help through add_argument
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        if action.option_strings:
+            self.option_actions.append(action)
+        return action
 
     def error(self, message):
         raise EffdepthError(f"{self.prog}: {message} (see {self.prog} --help)")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import EffdepthError
 from ..options import Options
-from .arguments import add_measure_arguments, add_model_argument, default_out, float_arg, output_folder, run_options_from_args
+from .arguments import Parser, add_measure_arguments, add_model_argument, default_out, float_arg, output_folder, run_options_from_args
 
 
 #: Flags that say where and how to run, not what to measure: never saved for a resume.
@@ -54,7 +54,7 @@ def cmd_measure(args) -> int:
 
 
 def _option_actions(parser):
-    return [a for a in parser._actions if a.option_strings and a.dest not in _NOT_SAVED]
+    return [a for a in parser.option_actions if a.dest not in _NOT_SAVED]
 
 
 def measured_flags(args) -> dict:
@@ -96,7 +96,7 @@ def resume_command(args, out: Path) -> str:
     """The whole command that continues this run (``--resume DIR`` alone does too, for this version).
 
     >>> import argparse
-    >>> p = argparse.ArgumentParser(); _ = p.add_argument("--seq-len", type=int, default=256)
+    >>> p = Parser(prog="effdepth measure"); _ = p.add_argument("--seq-len", type=int, default=256)
     >>> resume_command(argparse.Namespace(parser=p, model="m", seq_len=64), Path("runs/x"))
     'effdepth measure m --seq-len 64 --resume runs/x'
     """
