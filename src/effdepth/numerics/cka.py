@@ -486,17 +486,26 @@ class PooledCka:
 
     def update(self, y: torch.Tensor) -> None:
         """Add view states ``(M, n, d)`` (uncentred, any n)."""
+        self.commit(self.prepare(y))
+
+    def prepare(self, y: torch.Tensor) -> tuple | None:
+        """Everything an update of ``y`` allocates (the shifted states, their sums and energies), for
+        :meth:`commit`: a failure here (out of memory) leaves the sums as they were."""
         y = y.to(torch.float64)
-        m, n, d = y.shape
-        if n == 0:
-            return
+        if y.shape[1] == 0:
+            return None
         if self.shift is None:
-            self._allocate(y.mean(dim=1))
+            self._allocate(y.mean(dim=1))  # zero sums over zero tokens: valid whatever follows
         self._move(y.device)
         z = y - self.shift[:, None]
-        # Everything that allocates first, then only in-place additions: a failure (out of
-        # memory) leaves the sums as they were.
-        sums, energies = z.sum(dim=1), centred_energies(z)
+        return z, z.sum(dim=1), centred_energies(z)
+
+    def commit(self, prepared: tuple | None) -> None:
+        """Add a :meth:`prepare` d update, in place only (no allocation, so it cannot fail half-way)."""
+        if prepared is None:
+            return
+        z, sums, energies = prepared
+        m, n, d = z.shape
         self.sums += sums
         self.increment_sq += energies
         for i in range(m):

@@ -407,14 +407,15 @@ class ViewAccumulator:
                 for p in info["parts"]:
                     new_units[(key, p)].append(parts[p])
             self._sequence_kernel_statistics(seq, gram_views, new_cka, pooled_states, overwrite)
-        pooled = {k: torch.cat(parts, dim=1) for k, parts in pooled_states.items() if parts}
+        # Everything that allocates happens before anything is committed.
+        pooled = {k: self._pooled[k].prepare(torch.cat(parts, dim=1)) for k, parts in pooled_states.items() if parts}
         for k, units in new_units.items():
             self._units[k].extend(units)
         for k, units in new_cka.items():
             self._cka_units[k].extend(units)
-        # Last: the pooled cross-products are added in place (no large temporaries).
-        for k, y in pooled.items():
-            self._pooled[k].update(y)
+        # Last: the pooled cross-products are added in place (no allocation, so no failure half-way).
+        for k, prepared in pooled.items():
+            self._pooled[k].commit(prepared)
         self.sequences += sequences
         self.tokens += tokens
         self.padding_rows += states.shape[1] - sequences

@@ -519,3 +519,28 @@ def test_update_sequence_equals_a_batch_of_one():
             np.testing.assert_array_equal(a[key], b[key])
     with pytest.raises(RuntimeError, match="fitted"):
         ViewAccumulator(["top1pc"]).update_sequence(s[:, 0])
+
+
+def test_a_failure_while_preparing_the_pooled_sums_leaves_every_token_set_as_it_was(monkeypatch):
+    s = residual_like(B=2, T=9)
+    views = ["default", "drop-pos0"]
+    clean, flaky = accumulate(s, views, similarities=("cka-full",)), accumulate(s, views, similarities=("cka-full",))
+    original = PooledCka.prepare
+    calls = {"n": 0}
+
+    def fail_second(self, y):  # the second token set's, after the first's was prepared
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise MemoryError("out of memory")
+        return original(self, y)
+
+    monkeypatch.setattr(PooledCka, "prepare", fail_second)
+    with pytest.raises(MemoryError):
+        flaky.update(s)
+    monkeypatch.setattr(PooledCka, "prepare", original)
+    assert flaky.sequences == clean.sequences == 2
+    for acc in (clean, flaky):
+        acc.update(s)
+    for view in views:
+        np.testing.assert_array_equal(clean.unit_statistics(view, "cka-full").total()["hsic_full"],
+                                      flaky.unit_statistics(view, "cka-full").total()["hsic_full"])
