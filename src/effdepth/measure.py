@@ -467,7 +467,6 @@ def analysis_config(analysis: AnalysisOptions, acc: ViewAccumulator) -> dict:
         "similarity": analysis.primary_similarity,
         "similarities": options["similarity"],
         "bootstrap_fits": "fixed: means and principal directions are not refitted per resample (fit uncertainty is not in the view intervals)",
-        "views": [v.name for v in acc.views],
         "pc_estimate": acc.fit_info,
         "size_reference_embedding": SIZE_REFERENCE_EMBEDDING if analysis.include_embedding else None,
         "cka": CKA_CHOICES if {"cka", "cka-full"} & set(analysis.similarity) else None,

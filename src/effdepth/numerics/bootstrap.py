@@ -67,12 +67,11 @@ def bootstrap_intervals(
     seed: int = 0,
     level: float = 0.95,
     weights: np.ndarray | None = None,
-    measures: bool = True,
     label: str = "",
     deff_only: bool = False,
 ) -> dict | None:
-    """Percentile intervals of every scalar metric, the decay profile and (``measures``) the
-    similarity matrix, the related-work measures and the update summaries.
+    """Percentile intervals of every scalar metric, the decay profile, the similarity matrix,
+    the related-work measures and the update summaries.
     ``deff_only``: D_eff and the decay profile alone, from statistics that may
     carry nothing else (the surrogate streams).
 
@@ -109,7 +108,7 @@ def bootstrap_intervals(
         for name, value in scalars.items():
             draws.setdefault(name, []).append(np.asarray(value))
         draws.setdefault("profile", []).append(decay_profile(sim))
-        if measures and not deff_only:
+        if not deff_only:
             draws.setdefault("similarity", []).append(sim)
             for name, value in resample_measures(totals, include_embedding).items():
                 draws.setdefault(name, []).append(np.asarray(value))

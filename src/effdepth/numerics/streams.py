@@ -22,6 +22,7 @@ instead of per part; one token Gram per layer and sequence feeds them all.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import numpy as np
@@ -277,8 +278,15 @@ class ViewAccumulator:
         Before the fits of a calibration estimate exist, the batch is held
         (see :meth:`flush`) and measured once the calibration set is complete.
         """
-        try:
+        with self._work_buffers():
             self._update(states, mask)
+
+    @contextlib.contextmanager
+    def _work_buffers(self):
+        """Release the work buffers this accumulator owns when the batch is done (shared ones are
+        released by their owner)."""
+        try:
+            yield
         finally:
             if self._owns_scratch:
                 self._scratch.release()
@@ -331,15 +339,14 @@ class ViewAccumulator:
                 if s is not None:
                     yield s.to(device), None if m is None else m.to(device)
 
-        self._calibrate(batches, sum(s is not None for s, *_ in held), *self._calibration)
-        for s, m, device, rows in held:
-            if s is None:
-                self.padding_rows += rows
-            else:
-                self._accumulate(s.to(device), None if m is None else m.to(device))
+        with self._work_buffers():
+            self._calibrate(batches, sum(s is not None for s, *_ in held), *self._calibration)
+            for s, m, device, rows in held:
+                if s is None:
+                    self.padding_rows += rows
+                else:
+                    self._accumulate(s.to(device), None if m is None else m.to(device))
         self._pending, self._calibration = [], [0, 0]
-        if self._owns_scratch:
-            self._scratch.release()
 
     def restart_fit(self) -> None:
         """Forget the mean / covariance estimates fed so far, to fit again from the first batch.
@@ -379,11 +386,8 @@ class ViewAccumulator:
         if not self.fitted or self._pending:
             raise RuntimeError("update_sequence needs a fitted accumulator; use update to calibrate first")
         check_width(self.views, states.shape[-1])
-        try:
+        with self._work_buffers():
             self._accumulate(states[:, None], None, overwrite=overwrite and not self._pooled)
-        finally:
-            if self._owns_scratch:
-                self._scratch.release()
 
     def _accumulate(self, states: torch.Tensor, mask: torch.Tensor | None, overwrite: bool = False) -> None:
         """Measure a batch with the fits in place (all-padding rows skipped and counted)."""

@@ -97,8 +97,9 @@ def surrogate_states(
     for i, gen in enumerate(generators):
         tokens = source.tokens(i)
         if tokens.numel():
-            draw = _draw(source, i, gen)
-            out[:, i, tokens] = _sequence_surrogate(source, i, kind, draw, include_embedding, torch.empty_like(draw, dtype=torch.float64))
+            draw = _draw(source, tokens.numel(), gen)
+            buffer = torch.empty_like(draw, dtype=torch.float64)
+            out[:, i, tokens] = _sequence_surrogate(source, i, tokens, kind, draw, include_embedding, buffer)
     return out
 
 
@@ -128,18 +129,18 @@ class _Source:
         return _Source(self.s0.to(device), self.measured.to(device), self.real.to(device), self.num_states)
 
 
-def _draw(source: _Source, index: int, generator) -> torch.Tensor:
-    """Sequence ``index``'s normal draws ``(L+1, n, d)`` for its n real tokens. float32 is plenty:
+def _draw(source: _Source, n: int, generator) -> torch.Tensor:
+    """One sequence's normal draws ``(L+1, n, d)`` for its n real tokens. float32 is plenty:
     the draws are rescaled to the measured energies in float64, and drawing is a main cost."""
-    m, n, d = source.num_states, int(source.real[index].sum()), source.s0.shape[-1]
+    m, d = source.num_states, source.s0.shape[-1]
     draw = torch.randn(m, n, d, generator=generator, dtype=torch.float32, device=generator.device)
     return draw.to(source.s0.device)
 
 
-def _sequence_surrogate(source: _Source, index: int, kind: str, draw: torch.Tensor, include_embedding: bool,
-                        out: torch.Tensor) -> torch.Tensor:
-    """Sequence ``index``'s surrogate stream ``(L+1, n, d)`` over its real tokens, built in ``out``
-    (float64) from its draws, one layer at a time."""
+def _sequence_surrogate(source: _Source, index: int, tokens: torch.Tensor, kind: str, draw: torch.Tensor,
+                        include_embedding: bool, out: torch.Tensor) -> torch.Tensor:
+    """Sequence ``index``'s surrogate stream ``(L+1, n, d)`` over its real ``tokens``, built in
+    ``out`` (float64) from its draws, one layer at a time."""
     m = source.num_states
     measured = source.measured[:, index]  # (L,)
     mean_update = measured.mean()
@@ -148,7 +149,7 @@ def _sequence_surrogate(source: _Source, index: int, kind: str, draw: torch.Tens
         target = measured[layer - 1] if kind == "matched" else mean_update
         _rescale(out[layer], target)
     if kind == "matched":
-        out[0].copy_(source.s0[index, source.tokens(index)])
+        out[0].copy_(source.s0[index, tokens])
     elif include_embedding:
         _rescale(out[0], mean_update)
     else:
@@ -290,13 +291,13 @@ class CalibratedReferences:
         """Yield ``(kind, states (L+1, n, d))`` for each sequence and both kinds: one draw per
         sequence, shared by the kinds, and one work buffer reused for all (valid until the next)."""
         for i in range(take):
-            n = int(source.real[i].sum())
-            if n == 0:
+            tokens = source.tokens(i)
+            if not tokens.numel():
                 continue  # all padding: no token to measure, as in the real stream
-            draw = _draw(source, i, sequence_generator(self.seed, first + i, device))
+            draw = _draw(source, tokens.numel(), sequence_generator(self.seed, first + i, device))
             buffer = self._scratch.take("surrogate", draw.shape, device=draw.device)
             for kind in KINDS:
-                yield kind, _sequence_surrogate(source, i, kind, draw, self.include_embedding, buffer)
+                yield kind, _sequence_surrogate(source, i, tokens, kind, draw, self.include_embedding, buffer)
 
     def flush(self) -> None:
         """Fit the surrogate streams on the held calibration batches and measure them (see
