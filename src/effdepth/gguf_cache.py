@@ -40,13 +40,13 @@ from pathlib import Path
 
 from .data.assets import _display, cache_dir
 from .errors import EffdepthError
+from .files import file_sha256 as _sha256  # unmemoised; file_sha256 below memoises large files
 
 GGUF_DIR = "gguf"
 MANIFEST = "effdepth-gguf.json"
 MANIFEST_FORMAT = 1
 GGUF_MAGIC = b"GGUF"
 _STALE_STAGING_S = 24 * 3600
-_BLOCK = 1 << 20
 # Files smaller than this hash in well under a second and are not memoised (no memo per test file).
 _MEMO_MIN_BYTES = 64 << 20
 
@@ -383,14 +383,6 @@ def _remove_stale(parent: Path) -> None:
         with contextlib.suppress(OSError):
             if stale.stat().st_mtime < cutoff:
                 shutil.rmtree(stale, ignore_errors=True)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(_BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:

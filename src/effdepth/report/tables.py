@@ -12,6 +12,7 @@ All of them are laid out by :func:`render_table` and write numbers with
 
 from __future__ import annotations
 
+from ..numerics.metrics import ATTRIBUTION_NAMES
 from ..result import Result, ViewResult
 from ..results_carry import summary_interval
 from .numbers import fmt, fmt_interval
@@ -22,7 +23,7 @@ from .wording import ATTRIBUTION, CALIBRATED, carry_text, context, similarity_na
 INTERVENTION_COLUMNS = ("lam", "D_eff", "CI", "F_N", "ratio", "R_init", "R_size", "R_matched", "loss", "perplexity")
 
 #: The attribution terms, in the order of the chain F_N -> R_init -> R_matched -> D_eff.
-TERMS = ("initial_state", "size_imbalance", "correlated_updates")
+TERMS = ATTRIBUTION_NAMES  # the three terms of the gap, in order
 
 
 def render_table(header: list, rows: list, left: int = 1) -> str:
