@@ -1,15 +1,18 @@
 """Speed on a GPU: ``measure`` against a bare bfloat16 forward of the same batches.
 
 Builds randomly initialised models of real sizes from their configs (no
-download: Pythia-1.4B and OLMo-2-7B shapes), and prints, measured in one run:
-tokens per second of a bare forward (decoder stack, bfloat16, no hooks),
-tokens per second of ``measure`` under frobenius (default view), cka (default
-view; and with the calibrated references), cka with every view of ``--views
-paper``, and ``--similarity all --views paper`` with the calibrated
-references, their ratios to the bare forward (target: >= 0.90 with all views
-on), and peak GPU memory of each.
+download: Pythia-1.4B and OLMo-2-7B shapes), and prints, measured in
+interleaved rounds of one run: tokens per second of a bare forward (decoder
+stack, bfloat16, no hooks, no LM head), of a plain forward of the whole
+model (LM head included) and of ``measure`` under frobenius
+(default view; and with ``--views paper``), cka (default view; with the
+calibrated references; with ``--views paper``) and ``--similarity all
+--views paper`` with the calibrated references; each one's ratio to the bare
+forward (target: >= 0.90 with all views on) and its peak GPU memory; and the
+ratios of ``benchmarks/overhead.py`` (cka / frobenius, paper views / default
+view, all similarities / frobenius, calibrated / not).
 
-    python benchmarks/gpu.py [--shapes pythia-1.4b,olmo2-7b] [--seq-len 2048] [--batch-size 8] [--batches 4]
+    python benchmarks/gpu.py [--shapes pythia-1.4b,olmo2-7b] [--seq-len 2048] [--batch-size 8] [--batches 4] [--repeats 2] [--json FILE]
 
 On a machine without CUDA it says so and exits cleanly (status 0).
 """
@@ -17,6 +20,8 @@ On a machine without CUDA it says so and exits cleanly (status 0).
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import sys
 import time
 
@@ -47,8 +52,16 @@ def build(shape: str):
 def bare_forward(model, arch, batches):
     from effdepth.capture.forward import decoder_forward
 
-    for ids in batches:
-        decoder_forward(model, arch, ids, None)
+    with torch.inference_mode():
+        for ids in batches:
+            decoder_forward(model, arch, ids, None)
+
+
+def plain_forward(model, batches):
+    """What a user's own script runs: the whole model, LM head included."""
+    with torch.inference_mode():
+        for ids in batches:
+            model(input_ids=ids, use_cache=False)
 
 
 def run_measure(model, batches, views, similarity="cka", surrogate_seqs=0):
@@ -59,13 +72,23 @@ def run_measure(model, batches, views, similarity="cka", surrogate_seqs=0):
                    surrogate_seqs=surrogate_seqs, bootstrap=0, progress=False)
 
 
-#: (label, views, similarity, surrogate sequences: 0 none, None all)
-RUNS = (
-    ("frobenius default", "default", "frobenius", 0),
-    ("cka default", "default", "cka", 0),
-    ("cka default + calibrated", "default", "cka", None),
-    ("cka --views paper", "paper", "cka", 0),
-    ("all --views paper + calibrated", "paper", "all", None),
+#: label -> (views, similarity, surrogate sequences: 0 none, None all)
+RUNS = {
+    "frobenius default": ("default", "frobenius", 0),
+    "frobenius --views paper": ("paper", "frobenius", 0),
+    "cka default": ("default", "cka", 0),
+    "cka default + calibrated": ("default", "cka", None),
+    "cka --views paper": ("paper", "cka", 0),
+    "all --views paper + calibrated": ("paper", "all", None),
+}
+
+#: (label, numerator, denominator, target): the ratios of benchmarks/overhead.py, here on the GPU.
+RATIOS = (
+    ("cka / frobenius (default view)", "cka default", "frobenius default", 1.10),
+    ("frobenius: paper views / default view", "frobenius --views paper", "frobenius default", 1.15),
+    ("cka: paper views / default view", "cka --views paper", "cka default", 1.15),
+    ("all + paper + calibrated / frobenius default", "all --views paper + calibrated", "frobenius default", 1.5),
+    ("calibrated references (all sequences) / none", "cka default + calibrated", "cka default", 1.3),
 )
 
 
@@ -78,39 +101,93 @@ def timed(fn):
     return time.perf_counter() - start, torch.cuda.max_memory_allocated()
 
 
+def bench_shape(shape: str, args) -> dict:
+    from effdepth.capture.registry import resolve_architecture
+
+    model = build(shape)
+    arch = resolve_architecture(model)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    batches = [torch.randint(0, model.config.vocab_size, (args.batch_size, args.seq_len), device="cuda", generator=gen)
+               for _ in range(args.batches)]
+    tokens = args.batches * args.batch_size * args.seq_len
+    bare_forward(model, arch, batches[:1])  # warm-up (kernels, allocator)
+    run_measure(model, batches[:1], "paper", "all", None)
+    times = {name: [] for name in ("bare", "plain", *RUNS)}
+    peaks = {}
+    # Interleaved rounds: each ratio is taken within a round, the median over rounds reported.
+    for _ in range(args.repeats):
+        t, peaks["bare"] = timed(lambda: bare_forward(model, arch, batches))
+        times["bare"].append(t)
+        t, peaks["plain"] = timed(lambda: plain_forward(model, batches))
+        times["plain"].append(t)
+        for label, (views, similarity, surrogates) in RUNS.items():
+            t, peaks[label] = timed(lambda: run_measure(model, batches, views, similarity, surrogates))
+            times[label].append(t)
+    del model, batches
+    torch.cuda.empty_cache()
+
+    def ratio(num, den):
+        return statistics.median(a / b for a, b in zip(times[num], times[den]))
+
+    gib = lambda b: f"{b / 2**30:.1f} GiB"
+    median = {name: statistics.median(ts) for name, ts in times.items()}
+    print(f"{shape}: bare forward {tokens / median['bare']:,.0f} tok/s (peak {gib(peaks['bare'])}); "
+          f"plain forward with the LM head {tokens / median['plain']:,.0f} tok/s (peak {gib(peaks['plain'])})")
+    for label in RUNS:
+        print(f"  measure {label:34s} {tokens / median[label]:>12,.0f} tok/s = {ratio('bare', label):.2f} of bare "
+              f"(peak {gib(peaks[label])}) [target >= 0.90]")
+    print(f"  {'measure cka default / plain forward with LM head':52s} {ratio('cka default', 'plain'):.2f}  [target <= 1]")
+    for label, num, den, target in RATIOS:
+        print(f"  {label:52s} {ratio(num, den):.2f}  [target <= {target}]")
+    sys.stdout.flush()
+    return {"tokens": tokens, "seconds": times, "peak_bytes": peaks,
+            "ratios": {label: ratio(num, den) for label, num, den, _ in RATIOS}}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="pythia-1.4b,olmo2-7b")
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--batches", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--json", help="also write the timings here")
+    ap.add_argument("--profile", metavar="FILE", help="profile one batch of the heaviest run on the first shape "
+                    "(torch.profiler) and write its top operators here")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/gpu.py: no CUDA device here; run it on a machine with a GPU (nothing measured).")
         return 0
-    from effdepth.capture.registry import resolve_architecture
-
     print(f"GPU: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, bfloat16, "
-          f"{args.batches} batches of {args.batch_size} x {args.seq_len} tokens")
+          f"{args.batches} batches of {args.batch_size} x {args.seq_len} tokens, medians of {args.repeats} interleaved rounds")
+    sys.stdout.flush()
+    out = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "args": vars(args), "shapes": {}}
     for shape in args.shapes.split(","):
-        model = build(shape)
-        arch = resolve_architecture(model)
-        vocab = model.config.vocab_size
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        batches = [torch.randint(0, vocab, (args.batch_size, args.seq_len), device="cuda", generator=gen) for _ in range(args.batches)]
-        tokens = args.batches * args.batch_size * args.seq_len
-        with torch.inference_mode():
-            bare_forward(model, arch, batches[:1])  # warm-up (kernels, allocator)
-        run_measure(model, batches[:1], "paper", "all", None)
-        t_bare, m_bare = timed(lambda: bare_forward(model, arch, batches))
-        gib = lambda b: f"{b / 2**30:.1f} GiB"
-        print(f"{shape}: bare forward {tokens / t_bare:,.0f} tok/s (peak {gib(m_bare)})")
-        for label, views, similarity, surrogates in RUNS:
-            t, m = timed(lambda: run_measure(model, batches, views, similarity, surrogates))
-            print(f"  measure {label:32s} {tokens / t:>12,.0f} tok/s = {t_bare / t:.2f} of bare (peak {gib(m)}) [target >= 0.90]")
-        del model, batches
-        torch.cuda.empty_cache()
+        out["shapes"][shape] = bench_shape(shape, args)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(out, fh, indent=1)
+    if args.profile:
+        profile(args.shapes.split(",")[0], args, args.profile)
     return 0
+
+
+def profile(shape: str, args, path: str) -> None:
+    """Where the time of ``--similarity all --views paper`` with calibrated references goes, per operator."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    model = build(shape)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    batches = [torch.randint(0, model.config.vocab_size, (args.batch_size, args.seq_len), device="cuda", generator=gen)]
+    run_measure(model, batches, "paper", "all", None)
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        run_measure(model, batches, "paper", "all", None)
+        torch.cuda.synchronize()
+    averages = prof.key_averages()
+    with open(path, "w") as fh:
+        for key in ("self_cuda_time_total", "self_cpu_time_total", "cpu_time_total"):
+            fh.write(f"== sorted by {key}\n{averages.table(sort_by=key, row_limit=30)}\n")
+    print(f"profile of one batch ({shape}, all --views paper + calibrated) written to {path}")
 
 
 if __name__ == "__main__":

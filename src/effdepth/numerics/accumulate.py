@@ -50,6 +50,22 @@ STAT_KEYS = (
 # (M, tokens, d) copy of the states. Small chunks stay in cache and reuse
 # allocator memory instead of faulting in fresh pages (measured fastest on CPU).
 DEFAULT_CHUNK_TOKENS = 64
+# On an accelerator the bytes of a chunk's float64 states instead: chunks of 64 tokens
+# would leave a GPU waiting on kernel launches (some 40 per chunk and stream).
+DEVICE_CHUNK_BYTES = 256 << 20
+
+
+def chunk_tokens_for(states: torch.Tensor) -> int:
+    """Tokens per chunk for states ``(M, T, d)`` on their device: :data:`DEFAULT_CHUNK_TOKENS`
+    on the CPU, as many as :data:`DEVICE_CHUNK_BYTES` of float64 holds elsewhere (never fewer).
+
+    >>> chunk_tokens_for(torch.zeros(25, 8, 2048))
+    64
+    """
+    if states.device.type == "cpu":
+        return DEFAULT_CHUNK_TOKENS
+    m, _, d = states.shape
+    return max(DEFAULT_CHUNK_TOKENS, DEVICE_CHUNK_BYTES // (8 * m * d))
 
 
 def empty_statistics(num_states: int, include_embedding: bool) -> dict:
@@ -132,6 +148,23 @@ def chunk_statistics(states: torch.Tensor, include_embedding: bool, keys: tuple 
 
     ``keys`` picks which of :data:`STAT_KEYS` to compute (always ``n``); the
     per-token products are formed only when a key needs them.
+
+    >>> st = chunk_statistics(torch.ones(3, 2, 4), False, ("n", "gram_states"))
+    >>> float(st["n"]), st["gram_states"][0].tolist()
+    (2.0, [8.0, 8.0, 8.0])
+    """
+    return statistics_to_numpy(chunk_tensors(states, include_embedding, keys))
+
+
+def chunk_tensors(states: torch.Tensor, include_embedding: bool, keys: tuple = STAT_KEYS) -> dict:
+    """:func:`chunk_statistics` left on the states' device as float64 tensors (``n`` stays a number).
+
+    Add chunks with :func:`add_statistics` and convert the sum once with
+    :func:`statistics_to_numpy`: on a GPU the host then waits for the device
+    once per sequence, not once per chunk.
+
+    >>> chunk_tensors(torch.ones(3, 2, 4), False, ("n", "gram_states"))["gram_states"].dtype
+    torch.float64
     """
     m, t, d = states.shape
     out = {"n": np.asarray(float(t))}
@@ -152,7 +185,17 @@ def chunk_statistics(states: torch.Tensor, include_embedding: bool, keys: tuple 
         out.update(_cosine_sums(token_gram, wanted))
     if wanted & update_keys:
         out.update(_update_statistics(z, flat_states, token_gram, include_embedding, wanted))
-    return {k: (v.cpu().numpy() if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
+    return out
+
+
+def statistics_to_numpy(stats: dict) -> dict:
+    """The statistics as float64 numpy arrays (tensors copied to the host).
+
+    >>> statistics_to_numpy({"n": np.asarray(2.0), "gram_states": torch.eye(2, dtype=torch.float64)})["gram_states"]
+    array([[1., 0.],
+           [0., 1.]])
+    """
+    return {k: (v.cpu().numpy() if isinstance(v, torch.Tensor) else v) for k, v in stats.items()}
 
 
 def _cosine_sums(token_gram: torch.Tensor, wanted: set) -> dict:
@@ -196,8 +239,8 @@ def _update_statistics(z: torch.Tensor, flat_states: torch.Tensor, token_gram: t
             out["update_state_dot"] = torch.linalg.vecdot(flat_updates, flat_states[:-1])
     refs = [k for k in ("ref_init", "ref_size", "ref_matched") if k in wanted]
     if refs:
-        update_energy = torch.linalg.vector_norm(updates, dim=-1).square().T.cpu().numpy()  # (t, L)
-        initial_energy = token_gram.diagonal(dim1=1, dim2=2)[:, 0].cpu().numpy()
+        update_energy = torch.linalg.vector_norm(updates, dim=-1).square().T  # (t, L)
+        initial_energy = token_gram.diagonal(dim1=1, dim2=2)[:, 0]
         for name, energies in matched_energies(initial_energy, update_energy, include_embedding).items():
             if f"ref_{name}" in refs:
                 out[f"ref_{name}"] = energy_ratio_matrix(energies).sum(0)

@@ -1,12 +1,25 @@
 """Closed-form references for D_eff (docs/method.md#references).
 
 Every function accepts leading batch axes so that the bootstrap can evaluate
-thousands of resamples in one vectorised call.
+thousands of resamples in one vectorised call. The energy functions take numpy
+arrays (and give numpy back) or float64 tensors on any device (and give tensors
+back), so the per-token references are summed where the states are.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
+
+
+def _float64(values) -> tuple:
+    """``(tensor, back)``: the values as a float64 tensor, and what turns a result into the caller's type."""
+    if isinstance(values, torch.Tensor):
+        return values.to(torch.float64), lambda t: t
+    array = np.asarray(values, dtype=np.float64)
+    if not array.flags.writeable:  # a broadcast view: torch wants memory it may own
+        array = array.copy()
+    return torch.from_numpy(array), lambda t: t.numpy()
 
 
 def reference_fl(n: int) -> float:
@@ -30,12 +43,11 @@ def energy_ratio_matrix(energies: np.ndarray) -> np.ndarray:
     array([[1. , 0.5],
            [0.5, 1. ]])
     """
-    e = np.asarray(energies, dtype=np.float64)
-    lo = np.minimum(e[..., :, None], e[..., None, :])
-    hi = np.maximum(e[..., :, None], e[..., None, :])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = np.where(hi > 0, lo / np.where(hi > 0, hi, 1.0), 1.0)
-    return ratio
+    e, back = _float64(energies)
+    lo = torch.minimum(e[..., :, None], e[..., None, :])
+    hi = torch.maximum(e[..., :, None], e[..., None, :])
+    positive = hi > 0
+    return back(torch.where(positive, lo / torch.where(positive, hi, 1.0), 1.0))
 
 
 def reference_from_energies(energies: np.ndarray) -> np.ndarray:
@@ -75,23 +87,22 @@ def matched_energies(initial: np.ndarray, updates: np.ndarray, include_embedding
     >>> matched_energies(np.array(2.0), np.array([0.0, 0.0]), False)["init"]
     array([1., 1.])
     """
-    initial = np.asarray(initial, dtype=np.float64)
-    updates = np.asarray(updates, dtype=np.float64)
-    mean_update = updates.mean(axis=-1)
+    initial, back = _float64(initial)
+    updates, _ = _float64(updates)
+    mean_update = updates.mean(dim=-1)
     moves = mean_update > 0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        a = initial / np.where(moves, mean_update, 1.0)
-    steps = np.arange(1, updates.shape[-1] + 1, dtype=np.float64)
-    cumulative = np.cumsum(updates, axis=-1)
+    a = initial / torch.where(moves, mean_update, 1.0)
+    steps = torch.arange(1, updates.shape[-1] + 1, dtype=torch.float64, device=updates.device)
+    cumulative = torch.cumsum(updates, dim=-1)
     # a = inf (no update at all): E_l = a + l is one constant, written as 1 (R is scale-free).
-    init = np.where(moves[..., None], a[..., None] + steps, 1.0)
+    init = torch.where(moves[..., None], a[..., None] + steps, 1.0)
     size = cumulative
     matched = initial[..., None] + cumulative
     if include_embedding:
-        init = np.concatenate([np.where(moves, a, 1.0)[..., None], init], axis=-1)
-        size = np.concatenate([mean_update[..., None], mean_update[..., None] + cumulative], axis=-1)
-        matched = np.concatenate([initial[..., None], matched], axis=-1)
-    return {"init": init, "size": size, "matched": matched}
+        init = torch.cat([torch.where(moves, a, 1.0)[..., None], init], dim=-1)
+        size = torch.cat([mean_update[..., None], mean_update[..., None] + cumulative], dim=-1)
+        matched = torch.cat([initial[..., None].expand_as(matched[..., :1]), matched], dim=-1)
+    return {"init": back(init), "size": back(size), "matched": back(matched)}
 
 
 def gap_attribution(fl, r_init, r_matched, d_eff) -> dict:

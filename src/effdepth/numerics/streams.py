@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ..errors import EffdepthError
-from .accumulate import DEFAULT_CHUNK_TOKENS, STAT_KEYS, add_statistics, chunk_statistics, nonfinite_layer
+from .accumulate import STAT_KEYS, add_statistics, chunk_tensors, chunk_tokens_for, nonfinite_layer, statistics_to_numpy
 from .cka import (
     FULL_BUDGET_BYTES,
     GRAM_BUDGET_BYTES,
@@ -140,7 +140,7 @@ class ViewAccumulator:
         *,
         include_embedding: bool = False,
         pc_estimate: str = "calibration",
-        chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+        chunk_tokens: int | None = None,
         similarities=("cka",),
         gram_budget_bytes: int = GRAM_BUDGET_BYTES,
         cka_full_budget_bytes: int = FULL_BUDGET_BYTES,
@@ -487,18 +487,20 @@ class ViewAccumulator:
             t = seq.shape[1]
             return {key: [{"n": np.asarray(1.0)}, {"n": np.asarray(float(t - 1))} if t > 1 else None] for key in streams}
         out: dict = {key: [None, None] for key in streams}
-        for start in range(0, seq.shape[1], self.chunk_tokens):
-            chunk = seq[:, start : start + self.chunk_tokens].to(torch.float64)
+        size = self.chunk_tokens or chunk_tokens_for(seq)
+        for start in range(0, seq.shape[1], size):
+            chunk = seq[:, start : start + size].to(torch.float64)
             for key, info in streams.items():
                 spec = info["spec"]
                 z = fitted_transform(token_transform(chunk, spec), spec, self.fits.get(key))
                 if start == 0:
-                    out[key][0] = chunk_statistics(z[:, :1], self.include_embedding, self.statistics)
+                    out[key][0] = chunk_tensors(z[:, :1], self.include_embedding, self.statistics)
                     z = z[:, 1:]
                 if z.shape[1]:
-                    part = chunk_statistics(z, self.include_embedding, self.statistics)
+                    part = chunk_tensors(z, self.include_embedding, self.statistics)
                     out[key][1] = part if out[key][1] is None else add_statistics(out[key][1], part)
-        return out
+        # One copy to the host per sequence: the device is waited for here, not per chunk.
+        return {key: [None if part is None else statistics_to_numpy(part) for part in parts] for key, parts in out.items()}
 
     def unit_statistics(self, view: str | ViewSpec, similarity: str | None = None) -> UnitStatistics:
         """Per-sequence statistics of one view, with what ``similarity`` needs.

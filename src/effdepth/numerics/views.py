@@ -317,6 +317,8 @@ def top_eigenpairs(cov: torch.Tensor, k: int, iterations: int = 24, tol: float =
         bad = (residual > tol).any(dim=1) | ~torch.isfinite(residual).all(dim=1)
         if not bool(bad.any()) or step == iterations:
             break
+        if step >= 2 and not bool((_iterations_needed(values, residual, k, tol)[bad] <= iterations - step).any()):
+            break  # none of those left would get there in the iterations left: solve them densely now
         basis, _ = torch.linalg.qr(product)
     leading = values[..., -want:].flip(-1)
     # A nearly repeated k-th eigenvalue makes the direction itself ill-defined;
@@ -326,6 +328,22 @@ def top_eigenpairs(cov: torch.Tensor, k: int, iterations: int = 24, tol: float =
         vecs[bad] = exact_vectors[..., -k:].flip(-1)
         leading[bad] = exact_values[..., -want:].flip(-1)
     return vecs, leading
+
+
+def _iterations_needed(values: torch.Tensor, residual: torch.Tensor, k: int, tol: float) -> torch.Tensor:
+    """Iterations each matrix still needs to bring its worst residual within ``tol``, predicted from
+    the subspace's Ritz values ``(B, q)`` (ascending): the residual shrinks about by
+    ``theta_q / theta_k`` per iteration, so a flat spectrum (ratio near 1) needs ever more.
+
+    >>> ritz = torch.tensor([[1.0, 2.0, 8.0]], dtype=torch.float64)   # shrinks 8-fold per iteration
+    >>> round(float(_iterations_needed(ritz, torch.tensor([[1e-3]], dtype=torch.float64), 1, 1e-9)), 6)
+    6.643856
+    """
+    rate = (values[..., 0] / values[..., -k]).abs()
+    worst = residual.max(dim=1).values
+    needed = torch.log(torch.as_tensor(tol, dtype=worst.dtype, device=worst.device) / worst) / torch.log(rate)
+    converging = torch.isfinite(worst) & (rate < 1)
+    return torch.where(converging, needed.clamp_min(0), torch.full_like(needed, float("inf")))
 
 
 def token_transform(states: torch.Tensor, spec: ViewSpec) -> torch.Tensor:

@@ -104,3 +104,27 @@ def test_update_energies_layer_by_layer_equal_the_naive_sums():
     x = s.double()
     updates = (x[1:] - x[:-1]) * mask[None, :, :, None]
     np.testing.assert_allclose(update_energies(s, mask).numpy(), updates.square().sum(dim=(2, 3)).numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("chunk_tokens", [1, 5, 64, None])
+def test_the_chunk_size_does_not_change_the_statistics(chunk_tokens):
+    # Chunks add up exactly; only the device picks their size (a GPU takes far larger ones).
+    states = torch.randn(4, 3, 23, 8, generator=torch.Generator().manual_seed(5)).cumsum(0)
+    views = "default,token-norm,top1pc,drop-pos0"
+    whole = ViewAccumulator(views, chunk_tokens=1000, similarities=("frobenius", "token"))
+    chunked = ViewAccumulator(views, chunk_tokens=chunk_tokens, similarities=("frobenius", "token"))
+    whole.update(states)
+    chunked.update(states)
+    for view in views.split(","):
+        a, b = whole.unit_statistics(view).arrays, chunked.unit_statistics(view).arrays
+        for key in STAT_KEYS:
+            np.testing.assert_allclose(b[key], a[key], rtol=1e-12, atol=1e-12, err_msg=f"{view} {key}")
+
+
+def test_a_device_chunk_holds_its_byte_budget_of_float64_states():
+    from effdepth.numerics.accumulate import DEFAULT_CHUNK_TOKENS, DEVICE_CHUNK_BYTES, chunk_tokens_for
+
+    assert chunk_tokens_for(torch.empty(25, 8, 2048)) == DEFAULT_CHUNK_TOKENS
+    on_device = torch.empty(25, 8, 2048, device="meta")  # any non-CPU device
+    assert chunk_tokens_for(on_device) == DEVICE_CHUNK_BYTES // (8 * 25 * 2048) > 600
+    assert chunk_tokens_for(torch.empty(33, 1, 1 << 20, device="meta")) == DEFAULT_CHUNK_TOKENS  # never fewer

@@ -250,3 +250,19 @@ def test_a_calibration_fit_is_solved_to_the_precision_of_its_float32_scatter():
         lam = (v.transpose(1, 2) @ cov @ v)[..., 0]
         residual = (cov @ v - v * lam[:, None, :]).norm(dim=1) / lam
         assert float(residual.max()) <= tol
+
+
+def test_a_flat_spectrum_goes_to_the_dense_solver_instead_of_iterating_on():
+    from unittest import mock
+
+    from effdepth.numerics.views import top_eigenpairs
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(4, 300, 64, generator=g, dtype=torch.float64)  # isotropic: Ritz ratios near 1
+    cov = x.transpose(1, 2) @ x / 300
+    with mock.patch.object(torch.linalg, "qr", wraps=torch.linalg.qr) as qr:
+        vecs, values = top_eigenpairs(cov, 1, tol=1e-9)
+    assert qr.call_count <= 3  # the start basis and two iterations, not all 24
+    exact = torch.linalg.eigh(cov)
+    torch.testing.assert_close(values[:, 0], exact[0][:, -1], rtol=1e-12, atol=0)
+    torch.testing.assert_close((vecs[..., 0] * exact[1][..., -1]).sum(-1).abs(), torch.ones(4, dtype=torch.float64))
