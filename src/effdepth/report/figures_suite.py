@@ -44,7 +44,7 @@ def suite_figure(rows: list[dict]):
                           va="center", fontsize=7, color=OKABE_ITO["vermillion"])
                 continue
             _dot(left, e["D_eff"], yi, (e.get("D_eff_lo"), e.get("D_eff_hi")), colour, marker)
-            left.plot([e.get("F_N", e.get("F_L"))], [yi], marker="|", markersize=11, markeredgewidth=2, color=OKABE_ITO["black"], linestyle="none")
+            left.plot([e["F_N"]], [yi], marker="|", markersize=11, markeredgewidth=2, color=OKABE_ITO["black"], linestyle="none")
             _dot(right, e["ratio"], yi, (e.get("ratio_lo"), e.get("ratio_hi")), colour, marker)
         _family_separators((left, right), entries, y)
         right.axvline(1.0, color=OKABE_ITO["black"], linestyle="--", linewidth=1.0)

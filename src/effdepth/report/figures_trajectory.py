@@ -27,7 +27,7 @@ def trajectory_figure(rows: list[dict], title: str = ""):
     >>> fig.axes[0].get_xscale()
     'symlog'
     """
-    points = _first_view(rows)
+    points = lead_rows(rows, lambda r: r["revision"])
     x_key, x_label = _x_axis(points)
     xs = _positions(points, x_key)
     with style():
@@ -68,11 +68,6 @@ def _tracks(measured: list) -> list[list]:
         tracks = tracks[:1] + [[tracks[0][-1]] + t for t in tracks[1:]]
     finals = [(x, p) for x, p in measured if p.get("final")]
     return tracks + ([finals] if finals else [])
-
-
-def _first_view(rows: list[dict]) -> list[dict]:
-    # Rows written before F_N was named carry the same value as F_L.
-    return [{**r, "F_N": r.get("F_N", r.get("F_L"))} for r in lead_rows(rows, lambda r: r["revision"])]
 
 
 def _x_axis(points: list[dict]) -> tuple[str | None, str]:

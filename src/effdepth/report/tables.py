@@ -248,10 +248,9 @@ def suite_summary_text(rows: list[dict]) -> str:
         if r.get("D_eff") is None:
             body.append(who + ["-", "-", "-", "-", "-", f"{r['status']}: {r.get('error') or ''}".strip(": ")])
             continue
-        reference = r.get("F_N", r.get("F_L"))  # rows of summaries written before F_N was named so
         ci = fmt_interval([r["D_eff_lo"], r["D_eff_hi"]]) if r.get("D_eff_lo") is not None else ""
         body.append(who + [str(r.get("view") or "-"), str(r.get("N") or "-"), f"{fmt(r['D_eff'])} {ci}".strip(),
-                           fmt(reference), fmt(r["ratio"]), r.get("note") or r["status"]])
+                           fmt(r["F_N"]), fmt(r["ratio"]), r.get("note") or r["status"]])
     return render_table(header, body, left=4)
 
 
