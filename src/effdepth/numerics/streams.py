@@ -120,6 +120,8 @@ class ViewAccumulator:
     Grams are formed in blocks of rows when M * T^2 float64 exceeds
     ``gram_budget_bytes``. ``scratch`` lends the per-sequence work buffers
     (see :mod:`effdepth.numerics.scratch`), e.g. shared by several accumulators.
+    ``chunk_tokens`` fixes the tokens per chunk of the per-token statistics
+    (default: by device, :func:`~effdepth.numerics.accumulate.chunk_tokens_for`).
 
     With the calibration estimate, views that fit a mean or principal
     directions hold the first batches (a CPU copy, only until the calibration
