@@ -33,7 +33,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from pathlib import Path
 from .data.assets import _display, cache_dir
 from .errors import EffdepthError
 from .files import file_sha256 as _sha256  # unmemoised; file_sha256 below memoises large files
+from .files import write_json_atomic
 
 GGUF_DIR = "gguf"
 MANIFEST = "effdepth-gguf.json"
@@ -92,8 +92,8 @@ def file_sha256(path: str | Path) -> str:
     except (OSError, ValueError, AttributeError):
         pass
     digest = _sha256(path)
-    with contextlib.suppress(OSError):  # a read-only cache only costs the hash next time
-        _write_json_atomic(memo, {**key, "sha256": digest})
+    with contextlib.suppress(OSError, EffdepthError):  # a read-only cache only costs the hash next time
+        write_json_atomic(memo, {**key, "sha256": digest})
     return digest
 
 
@@ -147,7 +147,7 @@ def convert(gguf: str | Path, sha256: str, *, progress: bool = True) -> Converte
     When the copy cannot be saved (a read-only cache, a full disk) one line
     says why and the loaded model and tokenizer are returned instead.
 
-    >>> import contextlib, io
+    >>> import contextlib, io, tempfile
     >>> from unittest import mock
     >>> from effdepth.tiny import tiny_gguf
     >>> p = tiny_gguf(Path(tempfile.mkdtemp()) / "tiny.gguf")
@@ -313,7 +313,7 @@ def _save_copy(model, tokenizer, gguf: Path, sha256: str, final: Path) -> None:
             "converted_with": {"effdepth": __version__, "transformers": transformers.__version__, "gguf": _version("gguf")},
             "files": files,
         }
-        _write_json_atomic(staging / MANIFEST, manifest)
+        write_json_atomic(staging / MANIFEST, manifest)
         (staging / MANIFEST).chmod(mode)
         _install(staging, final, sha256)
     finally:
@@ -361,8 +361,8 @@ def _check_copy(folder: Path, sha256: str) -> str | None:
     if not any(n.endswith(".safetensors") for n in files):
         return "it holds no weights"
     if touched:  # same bytes, new mtimes (a copied cache): record them so the next run need not hash again
-        with contextlib.suppress(OSError):
-            _write_json_atomic(folder / MANIFEST, manifest)
+        with contextlib.suppress(OSError, EffdepthError):
+            write_json_atomic(folder / MANIFEST, manifest)
     return None
 
 
@@ -383,19 +383,6 @@ def _remove_stale(parent: Path) -> None:
         with contextlib.suppress(OSError):
             if stale.stat().st_mtime < cutoff:
                 shutil.rmtree(stale, ignore_errors=True)
-
-
-def _write_json_atomic(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 @contextlib.contextmanager

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from effdepth.errors import EffdepthError, tokenizer_hint
+from effdepth.files import write_atomic
 
 #: Suffixes read from a folder; anything else under the folder is skipped.
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text", ".jsonl")
@@ -733,16 +734,10 @@ def _read_stored_stream(path: Path) -> np.ndarray | None:
 
 def _store_stream(path: Path, stream: np.ndarray) -> None:
     """Keep ``stream`` at ``path``, written whole and renamed into place; a failure only costs the next run time."""
-    tmp = path.with_name(f".{path.stem}-{os.getpid()}.npz")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        small = stream.astype(np.int32) if stream.size == 0 or int(stream.max()) < 2**31 else stream
-        with open(tmp, "wb") as f:
-            np.savez(f, stream=small, sha256=np.array(hashlib.sha256(stream.tobytes()).hexdigest()))
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    small = stream.astype(np.int32) if stream.size == 0 or int(stream.max()) < 2**31 else stream
+    digest = np.array(hashlib.sha256(stream.tobytes()).hexdigest())
+    with contextlib.suppress(EffdepthError):  # write_atomic turns OSError into EffdepthError
+        write_atomic(path, writer=lambda f: np.savez(f, stream=small, sha256=digest))
 
 
 def _stream_until(tokenizer: Any, documents: Iterator[str], target: int) -> tuple[np.ndarray, int, bool]:

@@ -43,3 +43,11 @@ def test_small_corpora_stay_in_memory_only(tmp_path, monkeypatch):
     monkeypatch.setenv("EFFDEPTH_CACHE", str(tmp_path / "cache"))
     load_corpus(DOCS, byte_tokenizer(), seq_len=16, num_seqs=8)
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_cache_that_cannot_be_written_only_costs_the_next_run_time(streams, tmp_path):
+    streams.parent.mkdir(parents=True)
+    streams.write_text("a file where the folder would go")  # mkdir fails whoever runs the tests
+    first = load_corpus(DOCS, byte_tokenizer(), seq_len=16, num_seqs=8)
+    assert streams.is_file() and first.input_ids.shape == (8, 16)
+    assert not list(streams.parent.glob(".*tmp*"))  # nothing half-written left behind
