@@ -155,6 +155,7 @@ class ViewAccumulator:
         self.include_embedding = include_embedding
         self.pc_estimate = pc_estimate
         self.chunk_tokens = chunk_tokens
+        self._width_checked = None
         unknown = set(statistics) - set(STAT_KEYS)
         if unknown:
             raise ValueError(f"unknown statistics {sorted(unknown)}; choose from {', '.join(STAT_KEYS)}")
@@ -198,6 +199,12 @@ class ViewAccumulator:
     def fitted(self) -> bool:
         return not self.needs_fit or self.fit_info is not None
 
+    def _check_width(self, width: int) -> None:
+        # Once per width: the surrogate streams come through here for every sequence.
+        if width != self._width_checked:
+            check_width(self.views, width)
+            self._width_checked = width
+
     @property
     def calibrating(self) -> bool:
         """True while batches are held for the calibration set (see :meth:`flush`)."""
@@ -205,7 +212,7 @@ class ViewAccumulator:
 
     def fit_batch(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
         """Feed one batch to the per-layer mean / covariance estimates."""
-        check_width(self.views, states.shape[-1])
+        self._check_width(states.shape[-1])
         fitted = [info["spec"] for info in self.streams.values() if info["spec"].needs_fit]
         # One estimate per token set: views that share it (e.g. center and
         # top1pc) must not feed the same tokens twice.
@@ -296,7 +303,7 @@ class ViewAccumulator:
     def _update(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
         if states.dim() != 4:
             raise ValueError(f"states must be (L+1, batch, seq, d), got shape {tuple(states.shape)}")
-        check_width(self.views, states.shape[-1])
+        self._check_width(states.shape[-1])
         if self._pooled:
             check_cka_full_memory(self.views, states.shape[0], states.shape[-1], self.cka_full_budget_bytes)
         if self.fitted:
@@ -387,7 +394,7 @@ class ViewAccumulator:
         """
         if not self.fitted or self._pending:
             raise RuntimeError("update_sequence needs a fitted accumulator; use update to calibrate first")
-        check_width(self.views, states.shape[-1])
+        self._check_width(states.shape[-1])
         with self._work_buffers():
             self._accumulate(states[:, None], None, overwrite=overwrite and not self._pooled)
 

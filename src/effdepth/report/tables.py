@@ -482,10 +482,9 @@ def claims_sweep_text(entries: list, failed: list = ()) -> str:
     >>> claims_sweep_text([("a", r), ("b", r)]).splitlines()[0].split()[:4]
     ['model', 'similarity', '(1)', '(2)']
     """
-    from ..verdicts import CLAIMS, HOLDS, NOT_MEASURED, check_claims, verdict_grid
+    from ..verdicts import CLAIM_NAMES as names, CLAIMS, HOLDS, NOT_MEASURED, check_claims, verdict_grid
     from .wording import PAPER_ABSTRACT, PAPER_NOTE
 
-    names = [name for name, _, _ in CLAIMS]
     grids = [(label, result, verdict_grid(check_claims(result))) for label, result in entries]
     rows = [[label, sim] + [grid[n][sim].status for n in names]
             for label, result, grid in grids for sim in result.similarities]
