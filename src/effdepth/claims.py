@@ -29,14 +29,13 @@ succeeds; only input it cannot read is an error.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import EffdepthError
 from .report.sources import find_result_files, result_label, unique_labels
 from .result import Result, load
-from .sweep import ERROR
+from .sweep import ERROR, read_error
 from .verdicts import CLAIMS, FAILS, HOLDS, NOT_MEASURED, Verdict, check_claims, require_claim_views, verdict_grid
 
 __all__ = ["CLAIMS", "HOLDS", "FAILS", "NOT_MEASURED", "Verdict", "Checked", "ClaimsOutcome", "check_claims", "check_paths",
@@ -130,11 +129,8 @@ def failed_models(paths) -> list:
         for path in sorted(folder.rglob(ERROR)):
             if (path.parent / "result.json").is_file():
                 continue  # a retry succeeded: the result is what counts
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                out.append((str(data.get("model") or path.parent), str(data.get("error") or "unknown error")))
-            except (OSError, ValueError):
-                out.append((str(path.parent), "unreadable error.json"))
+            model, error = read_error(path)
+            out.append((str(model or path.parent), error))
     return out
 
 

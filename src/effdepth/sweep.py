@@ -518,7 +518,7 @@ def summary_rows(out, jobs: list) -> list[dict]:
         if result is not None:
             rows += result_rows(job, result)
         elif (folder / ERROR).is_file():
-            rows.append(_row(job, status="error", error=_read_error(folder / ERROR)))
+            rows.append(_row(job, status="error", error=read_error(folder / ERROR)[1]))
         else:
             rows.append(_row(job, status="missing"))
     return rows
@@ -562,11 +562,17 @@ def _row(job: Job, **values) -> dict:
     return row
 
 
-def _read_error(path: Path) -> str:
+def read_error(path: Path) -> tuple:
+    """``(model or None, error)`` from a job's ``error.json``; an unreadable one says so.
+
+    >>> read_error(Path("no/such/error.json"))
+    (None, 'unreadable error.json')
+    """
     try:
-        return json.loads(path.read_text(encoding="utf-8")).get("error") or "unknown error"
-    except (OSError, ValueError):
-        return "unreadable error.json"
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return data.get("model"), str(data.get("error") or "unknown error")
+    except (OSError, ValueError, AttributeError):
+        return None, "unreadable error.json"
 
 
 def _float(x):
