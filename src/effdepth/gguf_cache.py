@@ -114,7 +114,7 @@ def find_copy(gguf: str | Path, sha256: str) -> Path | None:
         return folder
     print(f"effdepth: the dequantised copy of {Path(gguf).name} in {_display(folder)} is damaged ({problem}); "
           "rebuilding it from the GGUF file", file=sys.stderr, flush=True)
-    _discard(folder)
+    discard_copy(folder)
     return None
 
 
@@ -273,7 +273,7 @@ def parse_once(progress: bool = True):
 
 def _save_copy(model, tokenizer, gguf: Path, sha256: str, final: Path) -> None:
     """Write the copy into a staging folder, then rename it into place (OSError when it cannot)."""
-    from transformers.utils import logging as hf_logging
+    from .models import _progress_bars
 
     parent = final.parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -285,10 +285,9 @@ def _save_copy(model, tokenizer, gguf: Path, sha256: str, final: Path) -> None:
     # mkdir, not mkdtemp: the copy keeps the umask's permissions, so a shared cache stays shared.
     staging = parent / f".tmp-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
     staging.mkdir()
-    bars = hf_logging.is_progress_bar_enabled()
     try:
-        hf_logging.disable_progress_bar()  # "Writing model shards": our one line said it all
-        with _quiet_save():
+        # "Writing model shards": our one line said it all.
+        with _progress_bars(False), _quiet_save():
             model.save_pretrained(staging)
             if tokenizer is not None:
                 tokenizer.save_pretrained(staging)
@@ -317,8 +316,6 @@ def _save_copy(model, tokenizer, gguf: Path, sha256: str, final: Path) -> None:
         (staging / MANIFEST).chmod(mode)
         _install(staging, final, sha256)
     finally:
-        if bars:
-            hf_logging.enable_progress_bar()
         shutil.rmtree(staging, ignore_errors=True)
 
 
@@ -366,8 +363,11 @@ def _check_copy(folder: Path, sha256: str) -> str | None:
     return None
 
 
-def _discard(folder: Path) -> None:
-    """Move a damaged copy aside (one rename) and delete it: a concurrent run never sees it half deleted."""
+def discard_copy(folder: Path) -> None:
+    """Move a damaged copy aside (one rename) and delete it: a concurrent run never sees it half deleted.
+
+    >>> discard_copy(Path("no/such/copy"))  # gone already: nothing to do
+    """
     trash = folder.with_name(f".trash-{folder.name}-{os.getpid()}-{time.monotonic_ns()}")
     try:
         os.replace(folder, trash)

@@ -348,12 +348,12 @@ def _rebuild_copy(source: ModelSource, error: Exception, progress: bool) -> Mode
     import sys
 
     from .data.assets import _display
-    from .gguf_cache import _discard
+    from .gguf_cache import discard_copy
 
     path, copy = Path(source.info["path"]), Path(source.info["weights"]["copy"])
     print(f"effdepth: the dequantised copy of {path.name} in {_display(copy)} does not load ({str(error)[:200]}); "
           "rebuilding it from the GGUF file", file=sys.stderr, flush=True)
-    _discard(copy)
+    discard_copy(copy)
     info = {k: v for k, v in source.info.items() if k != "weights"}
     return prepare_source(ModelSource(str(path.parent), {"gguf_file": path.name}, info), progress=progress)
 

@@ -176,7 +176,7 @@ def test_no_progress_hides_the_conversion_bar(gguf_file, cache, tmp_path, capsys
     assert "de-quantizing" not in err and "Loading weights" not in err and "%|" not in err, err
     assert err.count("\n") == 1 and "converting tiny.gguf" in err
 
-    gguf_cache._discard(copy_of(cache))
+    gguf_cache.discard_copy(copy_of(cache))
     assert main([*argv, "--out", str(tmp_path / "loud")]) == 0
     assert "de-quantizing" in capsys.readouterr().err  # the bar that --no-progress hid
 
@@ -196,7 +196,7 @@ def test_without_room_for_a_copy_the_run_still_loads_the_file(gguf_file, cache, 
     from collections import namedtuple
 
     reference = states(load(gguf_file))
-    gguf_cache._discard(copy_of(cache))
+    gguf_cache.discard_copy(copy_of(cache))
     full = namedtuple("usage", "total used free")(10**12, 10**12, 0)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: full)
     capsys.readouterr()
