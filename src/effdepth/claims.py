@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import EffdepthError
-from .report.sources import find_result_files, result_label, unique_labels
-from .result import Result, load
+from .report.sources import load_sources
+from .result import Result
 from .sweep import ERROR, read_error
 from .verdicts import CLAIMS, FAILS, HOLDS, NOT_MEASURED, Verdict, check_claims, require_claim_views, verdict_grid
 
@@ -91,25 +91,13 @@ def check_paths(paths) -> ClaimsOutcome:
     effdepth.errors.EffdepthError: no result.json under ...; pass the --out folder of an effdepth run or a result.json; measure first: effdepth measure MODEL --views paper --similarity all --out DIR
     """
     try:
-        files = find_result_files(paths)
+        sources = load_sources(paths)
     except EffdepthError as exc:
         raise EffdepthError(f"{exc}; {MEASURE_FIRST}") from None
-    if not files:
-        raise EffdepthError(f"no results given; {MEASURE_FIRST}")
-    results = [_load(path) for path in files]
-    labels = unique_labels([result_label(r) for r in results])
-    checked = [Checked(path, label, r, check_claims(r)) for path, label, r in zip(files, labels, results)]
+    for source in sources:
+        require_claim_views(source.result, where=str(source.path))
+    checked = [Checked(s.path, s.label, s.result, check_claims(s.result)) for s in sources]
     return ClaimsOutcome(checked, failed_models(paths))
-
-
-def _load(path: Path) -> Result:
-    try:
-        result = load(path)
-    except EffdepthError as exc:
-        where = "" if str(path) in str(exc) else f"{path}: "
-        raise EffdepthError(f"{where}{exc}; rerun the measurement (effdepth measure ... --views paper --similarity all)") from None
-    require_claim_views(result, where=str(path))
-    return result
 
 
 def failed_models(paths) -> list:

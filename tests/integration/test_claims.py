@@ -191,7 +191,7 @@ def bad(tmp_path):
 @pytest.mark.parametrize("arg, message", [
     ("empty", r"no result\.json under .*effdepth measure MODEL --views paper"),
     ("missing", r"no such file or folder.*--views paper"),
-    ("garbage.json", r"garbage\.json is not a readable result file.*rerun the measurement.*--views paper"),
+    ("garbage.json", r"garbage\.json is not a readable result file.*measure first.*--views paper"),
     ("centred", r"none of the views the claims need .*; it has center; rerun effdepth measure with --views paper"),
     ("other.json", r"other\.json: not an effdepth result.*--views paper"),
 ])
