@@ -228,26 +228,21 @@ def load_named_tokenizer(spec: str | Path):
     from transformers import AutoTokenizer
 
     text = str(spec)
+    check_tokenizer_path(text)
     path = Path(text).expanduser()
     kwargs: dict = {}
     gguf = contextlib.nullcontext()
     if text.endswith(".gguf"):
-        if not path.is_file():
-            raise EffdepthError(f"tokenizer {text} does not exist; give a tokenizer folder, a Hugging Face id or a .gguf file")
-        from .gguf_cache import check_gguf_header, file_sha256, find_copy, parse_once
+        location, kwargs, _ = _gguf_source(path, {"path": str(path)})  # its dequantised copy when the cache has one
+        if kwargs:
+            from .gguf_cache import parse_once
 
-        check_gguf_header(path)
-        copy = find_copy(path, file_sha256(path))
-        location = str(copy) if copy is not None else str(path.parent)
-        if copy is None:
-            kwargs, gguf = {"gguf_file": path.name}, parse_once(progress=False)
+            gguf = parse_once(progress=False)
     elif path.exists():
         if not path.is_dir():
             raise EffdepthError(f"tokenizer {text} is a file; give the folder holding its files (tokenizer.json, ...), "
                                 "a Hugging Face id or a .gguf file")
         location = str(path)
-    elif _looks_like_path(text):
-        raise EffdepthError(f"tokenizer {text} does not exist; give a tokenizer folder, a Hugging Face id or a .gguf file")
     else:
         location = text
     try:
@@ -257,6 +252,20 @@ def load_named_tokenizer(spec: str | Path):
         reason = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise EffdepthError(f"cannot load tokenizer {text}: {reason}; give a folder holding tokenizer files "
                             "(tokenizer.json, ...), a Hugging Face id or a .gguf file") from None
+
+
+def check_tokenizer_path(text: str) -> None:
+    """A tokenizer named by a path (or a ``.gguf`` file) that is not there: one line, before anything loads.
+
+    >>> check_tokenizer_path("EleutherAI/pythia-70m")
+    >>> check_tokenizer_path("./no/such/tokenizer")
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: tokenizer ./no/such/tokenizer does not exist; give a tokenizer folder, a Hugging Face id or a .gguf file
+    """
+    path = Path(text).expanduser()
+    if not path.exists() and (text.endswith(".gguf") or _looks_like_path(text)):
+        raise EffdepthError(f"tokenizer {text} does not exist; give a tokenizer folder, a Hugging Face id or a .gguf file")
 
 
 def _looks_like_path(text: str) -> bool:

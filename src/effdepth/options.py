@@ -166,18 +166,11 @@ def check_tokenizer_spec(tokenizer) -> None:
     (a string is a folder, a Hugging Face id or a ``.gguf`` file; an object is used as it is).
 
     >>> check_tokenizer_spec("EleutherAI/pythia-70m")
-    >>> check_tokenizer_spec("./no/such/tokenizer")
-    Traceback (most recent call last):
-    ...
-    effdepth.errors.EffdepthError: tokenizer ./no/such/tokenizer does not exist; give a tokenizer folder, a Hugging Face id or a .gguf file
     """
-    if not isinstance(tokenizer, str):
-        return
-    from .models import _looks_like_path
+    if isinstance(tokenizer, str):
+        from .models import check_tokenizer_path
 
-    path = Path(tokenizer).expanduser()
-    if not path.exists() and (tokenizer.endswith(".gguf") or _looks_like_path(tokenizer)):
-        raise EffdepthError(f"tokenizer {tokenizer} does not exist; give a tokenizer folder, a Hugging Face id or a .gguf file")
+        check_tokenizer_path(tokenizer)
 
 
 def check_device(device) -> None:

@@ -229,6 +229,15 @@ def test_a_gguf_tokenizer_can_be_named_on_its_own(gguf_file, cache):
     assert json.loads(json.dumps(tok.bos_token)) == "<bos>"
 
 
+def test_a_named_gguf_tokenizer_comes_from_the_copy_once_there_is_one(gguf_file, cache, monkeypatch):
+    from effdepth.models import load_named_tokenizer
+
+    load(gguf_file)  # makes the copy
+    monkeypatch.setattr(gguf_cache, "parse_once", lambda **k: pytest.fail("parsed the GGUF file again"))
+    tok = load_named_tokenizer(str(gguf_file))
+    assert tok("hé", add_special_tokens=False)["input_ids"] == [104, 195, 169]
+
+
 def test_a_copy_with_new_mtimes_but_the_same_bytes_is_kept_and_hashed_once(gguf_file, cache, capsys, monkeypatch):
     load(gguf_file)
     weights = copy_of(cache) / "model.safetensors"
