@@ -155,6 +155,9 @@ def main() -> int:
     ap.add_argument("--profile", metavar="FILE", help="profile one batch of the heaviest run on the first shape "
                     "(torch.profiler) and write its top operators here")
     args = ap.parse_args()
+    for name in ("seq_len", "batch_size", "batches", "repeats"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
     if not torch.cuda.is_available():
         print("benchmarks/gpu.py: no CUDA device here; run it on a machine with a GPU (nothing measured).")
         return 0

@@ -154,6 +154,8 @@ class ViewAccumulator:
         self.views: list[ViewSpec] = parse_views(views)
         self.include_embedding = include_embedding
         self.pc_estimate = pc_estimate
+        if chunk_tokens is not None and (isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1):
+            raise ValueError(f"chunk_tokens must be a whole number >= 1 or None (by device), got {chunk_tokens!r}")
         self.chunk_tokens = chunk_tokens
         self._width_checked = None
         unknown = set(statistics) - set(STAT_KEYS)

@@ -128,3 +128,9 @@ def test_a_device_chunk_holds_its_byte_budget_of_float64_states():
     on_device = torch.empty(25, 8, 2048, device="meta")  # any non-CPU device
     assert chunk_tokens_for(on_device) == DEVICE_CHUNK_BYTES // (8 * 25 * 2048) > 600
     assert chunk_tokens_for(torch.empty(33, 1, 1 << 20, device="meta")) == DEFAULT_CHUNK_TOKENS  # never fewer
+
+
+@pytest.mark.parametrize("bad", [0, -5, 2.5, True])
+def test_a_chunk_size_that_is_not_a_whole_number_of_tokens_is_refused(bad):
+    with pytest.raises(ValueError, match="chunk_tokens must be a whole number >= 1"):
+        ViewAccumulator("default", chunk_tokens=bad)
