@@ -9,7 +9,9 @@ kernel similarities (whose statistics do not add up over tokens) and
 Keys (M = L+1 states S_0..S_L, N analysed states):
 
 - ``n``: number of tokens.
-- ``gram_states``: <S_i, S_j>_F.
+- ``gram_states``: <S_i, S_j>_F, per token the increments' Gram summed up
+  (S_i = X_0 + ... + X_i: additions, checked for cancellation; see
+  :func:`chunk_tensors`).
 - ``gram_increments``: <X_i, X_j>_F for the increments X_0 = S_0,
   X_l = U_l = S_l - S_{l-1}, formed as explicit differences (never by
   expanding the state Gram matrix: consecutive states are nearly parallel
@@ -50,6 +52,9 @@ STAT_KEYS = (
 # (M, tokens, d) copy of the states. Small chunks stay in cache and reuse
 # allocator memory instead of faulting in fresh pages (measured fastest on CPU).
 DEFAULT_CHUNK_TOKENS = 64
+_PER_TOKEN_KEYS = frozenset({"cos_sum", "cos2_sum", "angle_sum"})
+_REFERENCE_KEYS = frozenset({"ref_init", "ref_size", "ref_matched"})
+_UPDATE_KEYS = frozenset({"gram_increments", "update_state_dot"})
 # On an accelerator the bytes of a chunk's float64 states instead: chunks of 64 tokens
 # would leave a GPU waiting on kernel launches (some 40 per chunk and stream).
 DEVICE_CHUNK_BYTES = 256 << 20
@@ -163,29 +168,78 @@ def chunk_tensors(states: torch.Tensor, include_embedding: bool, keys: tuple = S
     :func:`statistics_to_numpy`: on a GPU the host then waits for the device
     once per sequence, not once per chunk.
 
+    One batched product per chunk: the per-token Gram of the increments
+    (explicit differences). The per-token Gram of the states follows from it
+    by cumulative sums, S_i = X_0 + ... + X_i (additions only; where they
+    would cancel more than :data:`CUMSUM_CANCELLATION` allows, it is formed
+    directly, see :func:`_per_token_state_gram`).
+
     >>> chunk_tensors(torch.ones(3, 2, 4), False, ("n", "gram_states"))["gram_states"].dtype
     torch.float64
     """
     m, t, d = states.shape
     out = {"n": np.asarray(float(t))}
-    per_token_keys = {"cos_sum", "cos2_sum", "angle_sum"}
-    update_keys = {"gram_increments", "update_state_dot", "ref_init", "ref_size", "ref_matched"}
     wanted = set(keys)
-    if not wanted & (per_token_keys | update_keys | {"gram_states"}):
+    if not wanted & (_PER_TOKEN_KEYS | _REFERENCE_KEYS | _UPDATE_KEYS | {"gram_states"}):
         return out
     z = states.to(torch.float64)
-    flat_states = z.reshape(m, t * d)
-    token_gram = None
-    if wanted & (per_token_keys | {"ref_init", "ref_size", "ref_matched"}):
-        per_token = z.transpose(0, 1)  # (t, M, d)
-        token_gram = per_token @ per_token.transpose(1, 2)  # (t, M, M)
+    if not wanted & (_PER_TOKEN_KEYS | _REFERENCE_KEYS | _UPDATE_KEYS):
+        flat_states = z.reshape(m, t * d)
+        out["gram_states"] = flat_states @ flat_states.T
+        return out
+    increments = torch.empty_like(z)
+    increments[0] = z[0]
+    torch.sub(z[1:], z[:-1], out=increments[1:])
+    per_token = increments.transpose(0, 1)  # (t, M, d)
+    increment_gram = per_token @ per_token.transpose(1, 2)  # (t, M, M)
+    gram_increments = increment_gram.sum(0)
+    if "gram_increments" in wanted:
+        out["gram_increments"] = gram_increments
+    if "update_state_dot" in wanted:
+        # S_{l-1} = X_0 + U_1 + ... + U_{l-1}, so <U_l, S_{l-1}> sums row l of the increments'
+        # Gram left of the diagonal: every term from explicit differences.
+        out["update_state_dot"] = torch.tril(gram_increments, diagonal=-1).sum(dim=1)[1:]
+    if not wanted & (_PER_TOKEN_KEYS | _REFERENCE_KEYS | {"gram_states"}):
+        return out
+    token_gram = _per_token_state_gram(z, increment_gram)
     if "gram_states" in wanted:
-        out["gram_states"] = token_gram.sum(0) if token_gram is not None else flat_states @ flat_states.T
-    if wanted & per_token_keys:
+        out["gram_states"] = token_gram.sum(0)
+    if wanted & _PER_TOKEN_KEYS:
         out.update(_cosine_sums(token_gram, wanted))
-    if wanted & update_keys:
-        out.update(_update_statistics(z, flat_states, token_gram, include_embedding, wanted))
+    refs = [k for k in ("ref_init", "ref_size", "ref_matched") if k in wanted]
+    if refs:
+        update_energy = increment_gram.diagonal(dim1=1, dim2=2)[:, 1:]  # (t, L)
+        initial_energy = token_gram[:, 0, 0]
+        for name, energies in matched_energies(initial_energy, update_energy, include_embedding).items():
+            if f"ref_{name}" in refs:
+                out[f"ref_{name}"] = energy_ratio_matrix(energies).sum(0)
     return out
+
+
+#: Most cancellation allowed when summing increments into the states' Gram: the squared sum of
+#: the increments' norms may exceed a state's energy by this factor (about 4 of float64's 16
+#: digits lost at worst); beyond it the states' Gram is formed directly.
+CUMSUM_CANCELLATION = 1e4
+
+
+def _per_token_state_gram(z: torch.Tensor, increment_gram: torch.Tensor) -> torch.Tensor:
+    """Per-token Gram of the states ``(t, M, M)``, from the increments' Gram by cumulative sums.
+
+    The rounding of <S_i, S_j> summed from increments is bounded by the
+    products of the summed increment norms; where that bound exceeds a
+    state's own energy by more than :data:`CUMSUM_CANCELLATION` (updates that
+    nearly erase the state), the chunk's Gram is formed from the states. The
+    diagonal (the energies every cosine divides by) is always taken from the
+    states themselves.
+    """
+    gram = increment_gram.cumsum(1).cumsum(2)
+    energy = z.square().sum(-1).T  # (t, M), direct
+    reach = increment_gram.diagonal(dim1=1, dim2=2).clamp_min(0).sqrt().cumsum(1).square()
+    if bool((reach > CUMSUM_CANCELLATION * energy).any()):
+        per_token = z.transpose(0, 1)
+        gram = per_token @ per_token.transpose(1, 2)
+    gram.diagonal(dim1=1, dim2=2).copy_(energy)
+    return gram
 
 
 def statistics_to_numpy(stats: dict) -> dict:
@@ -210,41 +264,6 @@ def _cosine_sums(token_gram: torch.Tensor, wanted: set) -> dict:
     cos = torch.where(eye, torch.ones_like(cos), cos)
     out = {"cos_sum": cos.sum(0), "cos2_sum": (cos * cos).sum(0), "angle_sum": torch.arccos(cos).sum(0) / math.pi}
     return {k: v for k, v in out.items() if k in wanted}
-
-
-def _update_statistics(z: torch.Tensor, flat_states: torch.Tensor, token_gram: torch.Tensor | None,
-                       include_embedding: bool, wanted: set) -> dict:
-    """The statistics of the updates: their Gram, <U_l, S_{l-1}> and the matched references' sums."""
-    m, t, d = z.shape
-    # Updates as explicit differences; the increments' Gram matrix is built
-    # from blocks (S_0 with itself, with the updates, updates with each other).
-    updates = z[1:] - z[:-1]  # (L, t, d)
-    flat_updates = updates.reshape(m - 1, t * d)
-    out = {}
-    if "gram_increments" in wanted:
-        gram_increments = torch.empty(m, m, dtype=torch.float64, device=z.device)
-        s0 = flat_states[:1]
-        gram_increments[:1, :1] = s0 @ s0.T
-        gram_increments[1:, 1:] = flat_updates @ flat_updates.T
-        gram_increments[:1, 1:] = s0 @ flat_updates.T
-        gram_increments[1:, :1] = gram_increments[:1, 1:].T
-        out["gram_increments"] = gram_increments
-    if "update_state_dot" in wanted:
-        if "gram_increments" in out:
-            # S_{l-1} = X_0 + U_1 + ... + U_{l-1}, so <U_l, S_{l-1}> sums row l of the increments'
-            # Gram left of the diagonal: every term from explicit differences, no pass over the states.
-            gi = out["gram_increments"]
-            out["update_state_dot"] = torch.tril(gi, diagonal=-1).sum(dim=1)[1:]
-        else:
-            out["update_state_dot"] = torch.linalg.vecdot(flat_updates, flat_states[:-1])
-    refs = [k for k in ("ref_init", "ref_size", "ref_matched") if k in wanted]
-    if refs:
-        update_energy = torch.linalg.vector_norm(updates, dim=-1).square().T  # (t, L)
-        initial_energy = token_gram.diagonal(dim1=1, dim2=2)[:, 0]
-        for name, energies in matched_energies(initial_energy, update_energy, include_embedding).items():
-            if f"ref_{name}" in refs:
-                out[f"ref_{name}"] = energy_ratio_matrix(energies).sum(0)
-    return out
 
 
 def nonfinite_layer(stats: dict) -> int | None:

@@ -363,18 +363,87 @@ def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRA
     in_place = overwrite and states.dtype == torch.float64 and states.is_contiguous()
     shifted = _shifted(states, scratch or ScratchBuffers(), list(transforms.values()), in_place)
     hsic = {plan: shifted.new_zeros(m, m) for plan in plans if plan is not None}
-    for start, stop in gram_blocks(m, t, gram_budget_bytes):
+    # A token-norm drop-pos0 set whose transform also serves all positions follows from that
+    # set's centred Gram (see drop_first_hsic); only its row 0 is kept for it. Without token-norm
+    # a massive first token (common at position 0) would cancel most digits: formed directly.
+    derived = {(key, 1) for key, first in hsic if first == 1 and (key, 0) in hsic and transforms[key].token_norm}
+    first_rows = _hsic_blocks(shifted, transforms, hsic, skip=derived, budget=gram_budget_bytes, keep_first_rows=derived)
+    undone = set()
+    for key, first in derived:
+        value = drop_first_hsic(hsic[(key, 0)], first_rows[key], t)
+        if value is None:
+            undone.add((key, first))  # cancels too much: formed from its own centred Gram instead
+        else:
+            hsic[(key, first)] = value
+    if undone:
+        _hsic_blocks(shifted, transforms, hsic, only=undone, budget=gram_budget_bytes)
+    return [empty_cka_unit(m) if plan is None else _cka_unit(transforms[plan[0]].sets[plan[1]], hsic[plan])
+            for plan in plans]
+
+
+def _hsic_blocks(shifted: torch.Tensor, transforms: dict, hsic: dict, *, skip=(), only=None, budget: int,
+                 keep_first_rows=()) -> dict:
+    """Add <K_i, K_j> of each token set in ``hsic`` (those in ``only``, all but ``skip``), one
+    shared row block of the Gram at a time. Returns, per transform key in ``keep_first_rows``,
+    row 0 of its all-positions centred Gram ``(M, T)``."""
+    m, t, _ = shifted.shape
+    plans = [p for p in hsic if p not in skip and (only is None or p in only)]
+    first_rows: dict = {}
+    for start, stop in gram_blocks(m, t, budget):
         gram = shifted[:, start:stop] @ shifted[:, start:].transpose(1, 2)  # the one shared product
-        for key, first in hsic:
+        for key, first in plans:
             k = _centred_block(gram, start, transforms[key], first)
             if k is None:
                 continue
+            if start == 0 and first == 0 and (key, 1) in keep_first_rows:
+                first_rows[key] = k[:, 0].clone()
             # Off the diagonal block, each entry stands for itself and its mirror image.
             k[:, :, stop - max(start, first) :] *= _SQRT2
             flat = k.reshape(m, -1)
             hsic[(key, first)].addmm_(flat, flat.T)
-    return [empty_cka_unit(m) if plan is None else _cka_unit(transforms[plan[0]].sets[plan[1]], hsic[plan])
-            for plan in plans]
+    return first_rows
+
+
+#: Most cancellation allowed when deriving a drop-pos0 HSIC from the all-positions one: its
+#: largest term may exceed the result by this factor (about 4 of float64's 16 digits lost).
+DROP_FIRST_CANCELLATION = 1e4
+
+
+def drop_first_hsic(full: torch.Tensor, first_row: torch.Tensor, tokens: int) -> torch.Tensor | None:
+    """<K'_i, K'_j> of the tokens after the first, from the all-token <K_i, K_j> ``(M, M)`` and
+    row 0 of each layer's centred Gram ``(M, T)``; ``None`` when that cancels too much.
+
+    K' = H' K[1:, 1:] H' (centring again over the n' = T - 1 kept tokens, with
+    K 1 = 0), so with r_i = K_i[0, :] and c_i = K_i[0, 0]:
+    <K'_i, K'_j> = <K_i, K_j> - 2 (1 + 1/n') r_i.r_j + (1 + 1/n')^2 c_i c_j.
+    O(M^2 T) instead of another pass over the M T^2 Gram. A dominant first
+    token (massive activations) makes the terms much larger than the result,
+    so :func:`sequence_cka` derives it only for token-normed states (every
+    token of norm 1), and beyond :data:`DROP_FIRST_CANCELLATION` forms it
+    directly all the same.
+
+    >>> x = torch.randn(2, 9, 3, dtype=torch.float64)
+    >>> k = torch.stack([_centred(g) for g in x @ x.transpose(1, 2)])
+    >>> k1 = torch.stack([_centred(g[1:, 1:]) for g in x @ x.transpose(1, 2)])
+    >>> got = drop_first_hsic(torch.einsum("iab,jab->ij", k, k), k[:, 0], 9)
+    >>> bool(torch.allclose(got, torch.einsum("iab,jab->ij", k1, k1), rtol=1e-12))
+    True
+    """
+    scale = 1.0 + 1.0 / (tokens - 1)
+    rows = first_row @ first_row.T
+    corner = first_row[:, 0]
+    out = full - (2.0 * scale) * rows + (scale * scale) * torch.outer(corner, corner)
+    largest = torch.maximum(full.diagonal(), (2.0 * scale) * rows.diagonal())
+    if not bool((largest <= DROP_FIRST_CANCELLATION * out.diagonal()).all()):
+        return None
+    return out
+
+
+def _centred(gram: torch.Tensor) -> torch.Tensor:
+    """H G H of one n x n Gram (for checks)."""
+    n = gram.shape[-1]
+    h = torch.eye(n, dtype=gram.dtype, device=gram.device) - 1.0 / n
+    return h @ gram @ h
 
 
 def _shifted(states: torch.Tensor, scratch: ScratchBuffers, transforms: list, in_place: bool = False) -> torch.Tensor:

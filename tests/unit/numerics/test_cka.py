@@ -246,6 +246,52 @@ def test_every_view_on_the_gram_equals_the_naive_cka(view):
     np.testing.assert_allclose(full["cka_full_energy"], ef, rtol=TIGHT)
 
 
+PAPER_LIKE = ["default", "drop-pos0", "token-norm", "token-norm+drop-pos0", "top1pc", "drop-pos0+top1pc"]
+
+
+def test_views_accumulated_together_equal_the_naive_cka():
+    # A drop-pos0 set next to its all-positions set is derived from that set's Gram
+    # (drop_first_hsic); each view alone is formed directly (the test above).
+    s = residual_like()
+    mask = torch.ones(s.shape[1], s.shape[2], dtype=torch.bool)
+    mask[1, 9:] = False
+    acc = accumulate(s, PAPER_LIKE, mask=mask, pc_estimate="exact", similarities=("cka",))
+    seqs = sequences_of(s, mask)
+    for view in PAPER_LIKE:
+        h, e, _ = naive_cka_stats(seqs, view, view_pcs(acc, view))
+        totals = acc.unit_statistics(view, "cka").total()
+        np.testing.assert_allclose(totals["hsic"], h, rtol=TIGHT)
+        np.testing.assert_allclose(totals["cka_energy"], e, rtol=TIGHT)
+
+
+def test_a_dominant_first_token_forms_the_drop_pos0_hsic_directly():
+    from effdepth.numerics.cka import _centred, drop_first_hsic
+
+    def derived(x):
+        k = torch.stack([_centred(g) for g in x @ x.transpose(1, 2)])
+        return drop_first_hsic(torch.einsum("iab,jab->ij", k, k), k[:, 0], x.shape[1])
+
+    x = residual_like(B=1, T=12)[:, 0]
+    assert derived(x) is not None
+    x[:, 0] *= 1e4  # massive activations at position 0: deriving would cancel about 16 digits
+    assert derived(x) is None
+    # Both token sets of one transform, each against its view alone (formed directly); under
+    # token-norm both routes carry about 1e-8 from rebuilding norms next to so large a token.
+    for view, rtol in ((GramView(first=1), 1e-12), (GramView(first=1, token_norm=True), 1e-7)):
+        alone = sequence_cka(x, [view])[0]["hsic"]
+        together = sequence_cka(x, [GramView(token_norm=view.token_norm), view])[1]["hsic"]
+        np.testing.assert_allclose(together, alone, rtol=rtol)
+    # Token-normed states whose later tokens are all alike: the first token dominates again.
+    y = torch.zeros(3, 10, 4, dtype=torch.float64)
+    y[:, :, 0] = 1.0
+    y[:, 1:, 1] = 1e-5 * torch.randn(3, 9, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    y[:, 0, 2] = 1.0
+    view = GramView(first=1, token_norm=True)
+    alone = sequence_cka(y, [view])[0]["hsic"]
+    together = sequence_cka(y, [GramView(token_norm=True), view])[1]["hsic"]
+    np.testing.assert_allclose(together, alone, rtol=1e-8)
+
+
 def test_top_pc_view_matches_pcs_from_an_svd():
     s = residual_like(T=20)
     acc = accumulate(s, ["top1pc"], pc_estimate="exact")

@@ -134,3 +134,39 @@ def test_a_device_chunk_holds_its_byte_budget_of_float64_states():
 def test_a_chunk_size_that_is_not_a_whole_number_of_tokens_is_refused(bad):
     with pytest.raises(ValueError, match="chunk_tokens must be a whole number >= 1"):
         ViewAccumulator("default", chunk_tokens=bad)
+
+
+def _direct_state_statistics(z):
+    """The states' per-token Gram and cosine sums formed from the states themselves."""
+    per_token = z.transpose(0, 1)
+    gram = per_token @ per_token.transpose(1, 2)
+    norms = gram.diagonal(dim1=1, dim2=2).sqrt()
+    cos = (gram / (norms[:, :, None] * norms[:, None, :])).clamp(-1, 1)
+    cos.diagonal(dim1=1, dim2=2).fill_(1.0)  # a state compared with itself
+    return gram.sum(0).numpy(), cos.sum(0).numpy(), torch.arccos(cos).sum(0).numpy() / np.pi
+
+
+def test_state_statistics_summed_from_increments_equal_the_direct_ones():
+    z = states(L=12, T=9, d=16)[:, 0]
+    got = chunk_statistics(z, False)
+    gram, cos, angle = _direct_state_statistics(z)
+    np.testing.assert_allclose(got["gram_states"], gram, rtol=1e-13)
+    np.testing.assert_allclose(got["cos_sum"], cos, rtol=1e-13)
+    np.testing.assert_allclose(got["angle_sum"], angle, rtol=1e-10, atol=1e-12)
+
+
+def test_a_state_its_update_nearly_erases_is_formed_directly():
+    # S_2 = S_1 + U_2 with U_2 = -S_1 up to 1e-7: summing increments would cancel about 14
+    # digits of <S_2, S_j>; the cancellation check forms those Grams from the states.
+    g = torch.Generator().manual_seed(3)
+    z = torch.randn(4, 6, 8, generator=g, dtype=torch.float64)
+    z[2] = 1e-7 * torch.randn(6, 8, generator=g, dtype=torch.float64)
+    z[3] = z[2] + torch.randn(6, 8, generator=g, dtype=torch.float64)
+    got = chunk_statistics(z, False)
+    gram, cos, _ = _direct_state_statistics(z)
+    np.testing.assert_allclose(got["gram_states"], gram, rtol=1e-12, atol=1e-24)
+    np.testing.assert_allclose(got["cos_sum"], cos, rtol=1e-12)
+    # The check is what saves it: the summed-up Gram is far off for that state.
+    increments = torch.cat([z[:1], z[1:] - z[:-1]]).transpose(0, 1)
+    summed = (increments @ increments.transpose(1, 2)).cumsum(1).cumsum(2).sum(0).numpy()
+    assert abs(summed[2, 2] - gram[2, 2]) > 1e-6 * gram[2, 2]
