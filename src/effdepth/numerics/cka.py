@@ -388,11 +388,19 @@ def _hsic_blocks(shifted: torch.Tensor, transforms: dict, hsic: dict, *, skip=()
     row 0 of its all-positions centred Gram ``(M, T)``."""
     m, t, _ = shifted.shape
     plans = [p for p in hsic if p not in skip and (only is None or p in only)]
+    # All positions without token-norm: the view's states keep the shifted states' zero mean, so
+    # their Gram needs no centring pass (see _add_centring); the raw one, taking the shared block
+    # itself, goes last.
+    uncentred = [p for p in plans if p[1] == 0 and not transforms[p[0]].token_norm]
+    plans.sort(key=lambda p: p in uncentred and transforms[p[0]].proj is None)
     first_rows: dict = {}
     for start, stop in gram_blocks(m, t, budget):
         gram = shifted[:, start:stop] @ shifted[:, start:].transpose(1, 2)  # the one shared product
         for key, first in plans:
-            k = _centred_block(gram, start, transforms[key], first)
+            if (key, first) in uncentred:
+                k = _view_block(gram, start, transforms[key])
+            else:
+                k = _centred_block(gram, start, transforms[key], first)
             if k is None:
                 continue
             if start == 0 and first == 0 and (key, 1) in keep_first_rows:
@@ -401,7 +409,33 @@ def _hsic_blocks(shifted: torch.Tensor, transforms: dict, hsic: dict, *, skip=()
             k[:, :, stop - max(start, first) :] *= _SQRT2
             flat = k.reshape(m, -1)
             hsic[(key, first)].addmm_(flat, flat.T)
+    for key, first in uncentred:
+        _add_centring(hsic[(key, first)], transforms[key].sets[first])
     return first_rows
+
+
+def _view_block(gram: torch.Tensor, start: int, transform: _Transform) -> torch.Tensor:
+    """The view's uncentred Gram over the shared block (the block itself when the view does not
+    change the states: it is then the last to use it)."""
+    if transform.proj is None:
+        return gram
+    rows = slice(start, start + gram.shape[1])
+    k = gram.clone()
+    return k.baddbmm_(transform.proj[:, rows], transform.proj[:, start:].transpose(1, 2), alpha=-1.0)
+
+
+def _add_centring(hsic: torch.Tensor, token_set: _TokenSet) -> None:
+    """Turn <G_i, G_j> of uncentred Grams into <H G_i H, H G_j H>.
+
+    With G = Z Z^T over n tokens of mean zbar, G 1 = n Z zbar and 1^T G 1 =
+    n^2 |zbar|^2, so <HAH, HBH> = <A, B> - (2/n) (A1).(B1) + (1^T A 1)(1^T B 1)/n^2
+    becomes ``- 2n rm_i.rm_j + n^2 g_i g_j`` (``row_mean`` rm, ``grand`` g). Used
+    where zbar is the rounding left of a mean already subtracted, so nothing cancels.
+    """
+    n = float(token_set.n)
+    rows = token_set.row_mean
+    hsic.addmm_(rows, rows.T, alpha=-2.0 * n)
+    hsic.add_(torch.outer(token_set.grand, token_set.grand), alpha=n * n)
 
 
 #: Most cancellation allowed when deriving a drop-pos0 HSIC from the all-positions one: its

@@ -47,7 +47,7 @@ from .cka import (
 from .metrics import SIMILARITIES
 from .scratch import ScratchBuffers
 from .statistics import UnitStatistics
-from .views import FitAccumulator, ViewSpec, check_width, fitted_transform, parse_views, token_transform
+from .views import FitAccumulator, NonFiniteFit, ViewSpec, check_width, fitted_transform, parse_views, token_transform
 
 PC_ESTIMATES = ("calibration", "exact")
 #: The calibration set: whole batches from the first on, until it holds at least this many
@@ -180,6 +180,7 @@ class ViewAccumulator:
         self.fit_info: dict | None = None
         # Streams whose fit had no token to fit on: view unavailable, with the reason.
         self._unfitted: dict = {}
+        self._fit_dtype = torch.float32  # of the states the fit was fed (for its error message)
         # Batches held until the calibration set is complete: (states on CPU, mask, device, rows);
         # states None for a batch that is all padding.
         self._pending: list = []
@@ -221,20 +222,27 @@ class ViewAccumulator:
         token_sets = {spec.fit_key: spec for spec in fitted}
         for key, spec in token_sets.items():
             if key not in self._fit_accumulators:
+                same = [v for v in fitted if v.fit_key == key]
+                calibration = self.pc_estimate == "calibration"
                 self._fit_accumulators[key] = FitAccumulator(
-                    precision=torch.float64 if self.pc_estimate == "exact" else torch.float32,
-                    scatter=any(v.top_pcs for v in fitted if v.fit_key == key),
+                    precision=torch.float32 if calibration else torch.float64,
+                    scatter=any(v.top_pcs for v in same),
+                    # A calibration set is fitted right after it is fed: layer by layer.
+                    deferred=calibration,
+                    layer_pcs=max((v.top_pcs for v in same if not v.shared_pcs), default=0),
+                    shared=any(v.shared_pcs for v in same),
                 )
         pending: dict = {key: [] for key in token_sets}
         for seq in _sequences(states, mask):
-            _check_finite_states(seq, states.dtype)
             for key, spec in token_sets.items():
                 pending[key].append(_selected(seq, spec))
         # One update per batch: a single large matrix product per layer.
+        self._fit_dtype = states.dtype
         for key, parts in pending.items():
             spec = token_sets[key]
             transform = (lambda z, spec=spec: token_transform(z, spec)) if spec.token_norm else None
-            self._fit_accumulators[key].update(parts, transform)
+            with _nonfinite_fit(states.dtype):
+                self._fit_accumulators[key].update(parts, transform)
 
     def finalize_fit(self, how: str, *, sequences: int | None = None, tokens: int | None = None, warn: bool = True) -> None:
         """Turn the estimates into fits; ``how`` and the size of the fitted set (``sequences``,
@@ -257,7 +265,8 @@ class ViewAccumulator:
             if acc.count == 0:
                 unfitted[key] = "no token of this view in the fitted sequences to fit its mean / principal directions on"
                 continue
-            fits[key] = acc.fit(spec)
+            with _nonfinite_fit(self._fit_dtype):
+                fits[key] = acc.fit(spec)
             if "eigengap" in fits[key]:
                 gaps[spec.canonical] = fits[key].pop("eigengap")
                 notes += _eigengap_notes(spec, gaps[spec.canonical])
@@ -806,10 +815,13 @@ def _selected(z: torch.Tensor, spec: ViewSpec) -> torch.Tensor:
     return z
 
 
-def _check_finite_states(z: torch.Tensor, dtype: torch.dtype) -> None:
-    finite = torch.isfinite(z).flatten(1).all(dim=1)
-    if not bool(finite.all()):
-        _raise_nonfinite(int(torch.nonzero(~finite)[0]), dtype)
+@contextlib.contextmanager
+def _nonfinite_fit(dtype: torch.dtype):
+    """A fit fed non-finite states fails with the same one-line error as a measurement."""
+    try:
+        yield
+    except NonFiniteFit as error:
+        _raise_nonfinite(error.layer, dtype)
 
 
 def _check_finite(pos0: dict, rest: dict | None, dtype: torch.dtype) -> None:

@@ -156,6 +156,21 @@ def parse_views(views) -> list:
 CALIBRATION_EIGEN_TOL = 1e-6
 
 
+class NonFiniteFit(EffdepthError):
+    """The states a fit is fed are not finite in layer ``layer`` (the caller names the cause).
+
+    >>> NonFiniteFit(2).layer
+    2
+    """
+
+    def __init__(self, layer: int):
+        self.layer = layer
+        super().__init__(f"non-finite states in S_{layer}")
+
+    def __reduce__(self):
+        return (type(self), (self.layer,))
+
+
 class FitAccumulator:
     """Streaming per-layer mean and scatter matrix of one token set.
 
@@ -167,18 +182,33 @@ class FitAccumulator:
     product: float64 for exact estimates, float32 is enough (and several times
     faster on CPU) for a calibration estimate.
 
+    ``deferred`` (a calibration set, fitted right after it is fed) keeps a
+    single update as given and fits it layer by layer: each layer's
+    covariance is formed, solved for its top ``layer_pcs`` directions
+    (starting from the previous layer's, which are nearly the same) and
+    dropped, and the covariance of all layers pooled is kept only when
+    ``shared``. No (L+1) x d x d scatter is held. A second update turns the
+    held one into the streamed scatter. Non-finite states raise
+    :class:`NonFiniteFit` naming the layer.
+
     >>> acc = FitAccumulator()
     >>> acc.update(torch.tensor([[[1.0, 0.0], [3.0, 0.0]]]))
     >>> acc.fit(parse_view("center"))["mean"].tolist()
     [[2.0, 0.0]]
     """
 
-    def __init__(self, precision: torch.dtype = torch.float64, scatter: bool = True):
+    def __init__(self, precision: torch.dtype = torch.float64, scatter: bool = True, *, deferred: bool = False,
+                 layer_pcs: int = 0, shared: bool = False):
         self.precision = precision
         self.want_scatter = scatter
+        self.deferred = deferred
+        self.layer_pcs = layer_pcs
+        self.shared = shared
         self.count = 0
         self.mean = None
         self.scatter = None
+        self._held = None  # a deferred update: (parts, transform)
+        self._by_layer = None  # its per-layer fit, once computed
 
     def update(self, states, transform=None) -> None:
         """Add states shaped ``(M, tokens, d)``, or a list of such parts joined along the tokens.
@@ -191,24 +221,67 @@ class FitAccumulator:
         n = sum(p.shape[1] for p in parts)
         if n == 0:
             return
+        if self.deferred and self.count == 0 and self._held is None:
+            self._held, self.count = (parts, transform), n
+            return
+        self._absorb_held()
+        self._add(parts, transform, n)
+
+    def _absorb_held(self) -> None:
+        """Turn a held (deferred) update into the streamed mean and scatter."""
+        if self._held is None:
+            return
+        (parts, transform), n = self._held, self.count
+        self._held, self._by_layer, self.count = None, None, 0
+        self._add(parts, transform, n)
+
+    def _add(self, parts: list, transform, n: int) -> None:
         m, _, d = parts[0].shape
         if self.mean is None:
             self.mean = torch.zeros(m, d, dtype=torch.float64, device=parts[0].device)
             if self.want_scatter:
                 self.scatter = torch.zeros(m, d, d, dtype=torch.float64, device=parts[0].device)
         total = self.count + n
+        z = parts[0].new_empty((n, d), dtype=torch.float64)
         for layer in range(m):
-            z = torch.cat([p[layer].to(torch.float64) for p in parts]) if len(parts) > 1 else parts[0][layer].to(torch.float64)
-            if transform is not None:
-                z = transform(z)
-            batch_mean = z.mean(0)
+            y = _layer_states(parts, layer, z, transform)
+            batch_mean = _finite_mean(y, layer)
             delta = batch_mean - self.mean[layer]
             if self.want_scatter:
-                centred = (z - batch_mean).to(self.precision)
+                centred = (y - batch_mean).to(self.precision)
                 self.scatter[layer] += (centred.T @ centred).to(torch.float64)
                 self.scatter[layer] += torch.outer(delta, delta) * (self.count * n / total)
             self.mean[layer] += delta * (n / total)
         self.count = total
+
+    def _fit_by_layer(self, tol: float) -> dict:
+        """Mean, top ``layer_pcs`` eigenpairs and (when ``shared``) the pooled covariance of the
+        held update, one layer's covariance at a time."""
+        if self._by_layer is not None:
+            return self._by_layer
+        (parts, transform), n = self._held, self.count
+        m, _, d = parts[0].shape
+        z = parts[0].new_empty((n, d), dtype=torch.float64)
+        mean = z.new_empty(m, d)
+        k = self.layer_pcs
+        pcs = z.new_empty(m, d, k) if k else None
+        values = z.new_empty(m, min(k + 1, d)) if k else None
+        pooled = z.new_zeros(d, d) if self.shared else None
+        basis = None
+        for layer in range(m):
+            y = _layer_states(parts, layer, z, transform)
+            mean[layer] = _finite_mean(y, layer)
+            if not (k or self.shared):
+                continue
+            centred = (y - mean[layer]).to(self.precision)
+            cov = (centred.T @ centred).to(torch.float64) / n
+            if pooled is not None:
+                pooled += cov / m
+            if k:
+                vecs, leading, basis = _subspace_eigenpairs(cov[None], k, 24, tol, basis)
+                pcs[layer], values[layer] = vecs[0], leading[0]
+        self._by_layer = {"mean": mean, "pcs": pcs, "values": values, "pooled": pooled}
+        return self._by_layer
 
     def fit(self, spec: ViewSpec) -> dict:
         """Mean and top-k principal directions per layer (or shared) for ``spec``.
@@ -222,6 +295,22 @@ class FitAccumulator:
                 f"view {spec.name!r} has no tokens to fit its mean / principal directions on; "
                 "use more or longer sequences"
             )
+        # Solving beyond the precision of the scatter itself would not make the directions truer.
+        tol = 1e-9 if self.precision == torch.float64 else CALIBRATION_EIGEN_TOL
+        if self._held is not None and (not spec.top_pcs or (self.shared if spec.shared_pcs else spec.top_pcs <= self.layer_pcs)):
+            check_width([spec], self._held[0][0].shape[-1])
+            by_layer = self._fit_by_layer(tol)
+            fit = {"mean": by_layer["mean"], "tokens": self.count}
+            if not spec.top_pcs:
+                return fit
+            if spec.shared_pcs:
+                fit["pcs"], values = top_eigenpairs(by_layer["pooled"][None], spec.top_pcs, tol=tol)
+            else:
+                fit["pcs"] = by_layer["pcs"][..., : spec.top_pcs].contiguous()
+                values = by_layer["values"][..., : spec.top_pcs + 1]
+            fit["eigengap"] = relative_eigengap(values, spec.top_pcs)
+            return fit
+        self._absorb_held()
         fit = {"mean": self.mean, "tokens": self.count}
         if spec.top_pcs:
             check_width([spec], self.scatter.shape[-1])
@@ -229,11 +318,28 @@ class FitAccumulator:
             if spec.shared_pcs:
                 # Pool every layer's mean-centred states: the average covariance.
                 cov = cov.mean(0, keepdim=True)
-            # Solving beyond the precision of the scatter itself would not make the directions truer.
-            tol = 1e-9 if self.precision == torch.float64 else CALIBRATION_EIGEN_TOL
             fit["pcs"], values = top_eigenpairs(cov, spec.top_pcs, tol=tol)
             fit["eigengap"] = relative_eigengap(values, spec.top_pcs)
         return fit
+
+
+def _layer_states(parts: list, layer: int, buffer: torch.Tensor, transform) -> torch.Tensor:
+    """One layer's states of every part joined along the tokens, converted into the float64
+    ``buffer`` in one pass, then transformed."""
+    start = 0
+    for p in parts:
+        buffer[start : start + p.shape[1]].copy_(p[layer])
+        start += p.shape[1]
+    return transform(buffer) if transform is not None else buffer
+
+
+def _finite_mean(y: torch.Tensor, layer: int) -> torch.Tensor:
+    """The mean state of one layer; :class:`NonFiniteFit` when a state is not finite (a NaN or
+    inf anywhere makes the mean so, without a pass over the states)."""
+    mean = y.mean(0)
+    if not bool(torch.isfinite(mean).all()):
+        raise NonFiniteFit(layer)
+    return mean
 
 
 def check_width(views, width: int) -> None:
@@ -298,6 +404,14 @@ def top_eigenpairs(cov: torch.Tensor, k: int, iterations: int = 24, tol: float =
     >>> top_eigenpairs(c, 1)[1].tolist()
     [[5.0, 2.0]]
     """
+    vectors, leading, _ = _subspace_eigenpairs(cov, k, iterations, tol)
+    return vectors, leading
+
+
+def _subspace_eigenpairs(cov: torch.Tensor, k: int, iterations: int, tol: float, start: torch.Tensor | None = None) -> tuple:
+    """:func:`top_eigenpairs` plus the final subspace basis ``(B, d, q)`` with its Ritz vectors
+    in descending order (``None`` after a dense solve), from which the next, similar matrix can
+    ``start``."""
     b, d, _ = cov.shape
     if not 1 <= k <= d:
         raise ValueError(f"need 1 <= k <= d = {d} eigenvectors, got k = {k}")
@@ -305,9 +419,12 @@ def top_eigenpairs(cov: torch.Tensor, k: int, iterations: int = 24, tol: float =
     q = min(d, k + 8)
     if q * 4 >= d:
         values, vectors = torch.linalg.eigh(cov)
-        return vectors[..., -k:].flip(-1), values[..., -want:].flip(-1)
+        return vectors[..., -k:].flip(-1), values[..., -want:].flip(-1), None
     gen = torch.Generator(device="cpu").manual_seed(0)
-    basis, _ = torch.linalg.qr(torch.randn(b, d, q, generator=gen, dtype=cov.dtype).to(cov.device))
+    basis = torch.randn(b, d, q, generator=gen, dtype=cov.dtype).to(cov.device)
+    if start is not None:
+        basis[..., : start.shape[-1]] = start  # the leading Ritz vectors first
+    basis, _ = torch.linalg.qr(basis)
     for step in range(iterations + 1):
         product = cov @ basis
         values, small = torch.linalg.eigh(basis.transpose(1, 2) @ product)  # Rayleigh-Ritz
@@ -321,13 +438,15 @@ def top_eigenpairs(cov: torch.Tensor, k: int, iterations: int = 24, tol: float =
             break  # none of those left would get there in the iterations left: solve them densely now
         basis, _ = torch.linalg.qr(product)
     leading = values[..., -want:].flip(-1)
+    ritz = basis @ small.flip(-1)
     # A nearly repeated k-th eigenvalue makes the direction itself ill-defined;
     # eigh then gives the same answer as a dense solver would.
     if bool(bad.any()):
         exact_values, exact_vectors = torch.linalg.eigh(cov[bad])
         vecs[bad] = exact_vectors[..., -k:].flip(-1)
         leading[bad] = exact_values[..., -want:].flip(-1)
-    return vecs, leading
+        ritz[bad] = exact_vectors[..., -q:].flip(-1)
+    return vecs, leading, ritz
 
 
 def _iterations_needed(values: torch.Tensor, residual: torch.Tensor, k: int, tol: float) -> torch.Tensor:

@@ -266,3 +266,81 @@ def test_a_flat_spectrum_goes_to_the_dense_solver_instead_of_iterating_on():
     exact = torch.linalg.eigh(cov)
     torch.testing.assert_close(values[:, 0], exact[0][:, -1], rtol=1e-12, atol=0)
     torch.testing.assert_close((vecs[..., 0] * exact[1][..., -1]).sum(-1).abs(), torch.ones(4, dtype=torch.float64))
+
+
+def correlated_layers(L=5, n=400, d=48, seed=5):
+    """States whose layers share a planted leading direction plus fresh noise: consecutive
+    layers have nearly the same principal directions, as residual streams do."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(L + 1, n, d, generator=g)
+    x[..., :3] *= torch.tensor([9.0, 5.0, 3.0])
+    return x.cumsum(0)
+
+
+@pytest.mark.parametrize("views", [("top1pc",), ("top1pc", "top2pc", "top1pc-shared", "center"), ("token-norm+top2pc",),
+                                   ("center",), ("top1pc-shared", "center")])
+def test_a_deferred_calibration_fit_equals_the_streamed_scatter(views):
+    # A calibration set is fitted layer by layer (no (L+1) x d x d scatter); the streamed
+    # scatter is what a run fitted on several batches or an exact estimate uses.
+    from effdepth.numerics.views import CALIBRATION_EIGEN_TOL, token_transform
+
+    s = correlated_layers()
+    parts = [s[:, :150], s[:, 150:]]
+    specs = [parse_view(v) for v in views]
+    transform = (lambda z: token_transform(z, specs[0])) if specs[0].token_norm else None
+    kw = dict(precision=torch.float32, layer_pcs=max((v.top_pcs for v in specs if not v.shared_pcs), default=0),
+              shared=any(v.shared_pcs for v in specs))
+    deferred, streamed = FitAccumulator(deferred=True, **kw), FitAccumulator(**kw)
+    deferred.update(parts, transform)
+    streamed.update(parts, transform)
+    assert deferred.scatter is None and deferred.count == streamed.count == 400
+    for spec in specs:
+        got, want = deferred.fit(spec), streamed.fit(spec)
+        torch.testing.assert_close(got["mean"], want["mean"], rtol=1e-12, atol=1e-12)
+        if spec.top_pcs:
+            proj = lambda v: v @ v.transpose(1, 2)  # noqa: E731  (signs are arbitrary)
+            torch.testing.assert_close(proj(got["pcs"]), proj(want["pcs"]), rtol=0, atol=10 * CALIBRATION_EIGEN_TOL)
+            np.testing.assert_allclose(got["eigengap"], want["eigengap"], rtol=1e-5)
+    assert deferred.scatter is None  # still nothing of (L+1) x d x d held
+
+
+def test_a_second_update_turns_the_held_one_into_the_streamed_scatter():
+    s = correlated_layers()
+    deferred, streamed = FitAccumulator(deferred=True, layer_pcs=1), FitAccumulator(layer_pcs=1)
+    for acc in (deferred, streamed):
+        acc.update(s[:, :200])
+        acc.update(s[:, 200:])
+    torch.testing.assert_close(deferred.scatter, streamed.scatter, rtol=1e-12, atol=1e-9)
+    torch.testing.assert_close(deferred.fit(parse_view("top1pc"))["pcs"].abs(), streamed.fit(parse_view("top1pc"))["pcs"].abs())
+
+
+def test_each_layer_starts_from_the_previous_layers_directions():
+    from unittest import mock
+
+    # Every layer the same: from the second on, the start is already converged.
+    one = correlated_layers(L=0, d=64)[0]
+    s = one.expand(6, -1, -1).contiguous()
+    acc = FitAccumulator(deferred=True, layer_pcs=1, precision=torch.float64)
+    acc.update(s)
+    with mock.patch.object(torch.linalg, "qr", wraps=torch.linalg.qr) as qr:
+        acc.fit(parse_view("top1pc"))
+    first = FitAccumulator(deferred=True, layer_pcs=1, precision=torch.float64)
+    first.update(s[:1])
+    with mock.patch.object(torch.linalg, "qr", wraps=torch.linalg.qr) as alone:
+        first.fit(parse_view("top1pc"))
+    assert qr.call_count == alone.call_count + 5  # one QR (of the start) per further layer
+
+
+@pytest.mark.parametrize("estimate", ["calibration", "exact"])
+def test_non_finite_states_in_a_fit_name_the_layer_and_the_dtype(estimate):
+    from effdepth.numerics.streams import ViewAccumulator
+
+    s = states().float()
+    s[3, 1, 2, 0] = float("inf")
+    acc = ViewAccumulator(["default", "top1pc"], pc_estimate=estimate)
+    with pytest.raises(EffdepthError, match=r"block 3 \(S_3\) with dtype float32.*--dtype"):
+        if estimate == "calibration":
+            acc.update(s)
+            acc.flush()  # a set this small is held until the run ends
+        else:
+            acc.fit_batch(s)
