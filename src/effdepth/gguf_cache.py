@@ -41,6 +41,7 @@ from .data.assets import _display, cache_dir
 from .errors import EffdepthError
 from .files import file_sha256 as _sha256  # unmemoised; file_sha256 below memoises large files
 from .files import write_json_atomic
+from .quiet import progress_bars, quiet_loading, silenced_stdout
 
 GGUF_DIR = "gguf"
 MANIFEST = "effdepth-gguf.json"
@@ -159,14 +160,13 @@ def convert(gguf: str | Path, sha256: str, *, progress: bool = True) -> Converte
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from .models import _progress_bars, _quiet
 
     gguf = Path(gguf)
     check_gguf_header(gguf)
     final = copy_folder(sha256)
     where, name = str(gguf.parent), gguf.name
     try:
-        with _quiet(), _progress_bars(progress), parse_once(progress):
+        with quiet_loading(), progress_bars(progress), parse_once(progress):
             config = AutoConfig.from_pretrained(where, gguf_file=name)  # a truncated file fails here, before the line below
             print(f"effdepth: converting {gguf.name} to a float32 copy in {_display(final)}, once "
                   "(later runs load the copy in seconds)", file=sys.stderr, flush=True)
@@ -273,7 +273,6 @@ def parse_once(progress: bool = True):
 
 def _save_copy(model, tokenizer, gguf: Path, sha256: str, final: Path) -> None:
     """Write the copy into a staging folder, then rename it into place (OSError when it cannot)."""
-    from .models import _progress_bars
 
     parent = final.parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -287,7 +286,7 @@ def _save_copy(model, tokenizer, gguf: Path, sha256: str, final: Path) -> None:
     staging.mkdir()
     try:
         # "Writing model shards": our one line said it all.
-        with _progress_bars(False), _quiet_save():
+        with progress_bars(False), silenced_stdout():
             model.save_pretrained(staging)
             if tokenizer is not None:
                 tokenizer.save_pretrained(staging)
@@ -383,14 +382,6 @@ def _remove_stale(parent: Path) -> None:
         with contextlib.suppress(OSError):
             if stale.stat().st_mtime < cutoff:
                 shutil.rmtree(stale, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _quiet_save():
-    import io
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        yield
 
 
 def _version(package: str) -> str | None:

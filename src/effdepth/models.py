@@ -4,15 +4,13 @@ file, the embedded default (SmolLM2-135M-Instruct), or an already loaded model."
 from __future__ import annotations
 
 import contextlib
-import io
-import logging
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from .errors import EffdepthError
+from .quiet import progress_bars, quiet_loading
 
 DTYPES = {
     "float32": torch.float32,
@@ -184,7 +182,7 @@ def source_config(source: ModelSource):
     from transformers import AutoConfig
 
     try:
-        with _quiet():
+        with quiet_loading():
             return AutoConfig.from_pretrained(source.location, **source.kwargs)
     except Exception:
         return None
@@ -202,12 +200,12 @@ def load_tokenizer(source: ModelSource):
         return source.preloaded[1]
 
     try:
-        with _quiet():
+        with quiet_loading():
             return AutoTokenizer.from_pretrained(source.location, **source.kwargs)
     except Exception:
         pass
     try:
-        with _quiet():
+        with quiet_loading():
             AutoConfig.from_pretrained(source.location, **source.kwargs)
     except Exception as exc:
         raise EffdepthError(_load_error(source.info, exc)) from None
@@ -246,7 +244,7 @@ def load_named_tokenizer(spec: str | Path):
     else:
         location = text
     try:
-        with _quiet(), gguf:
+        with quiet_loading(), gguf:
             return AutoTokenizer.from_pretrained(location, **kwargs)
     except Exception as exc:
         reason = " ".join(str(exc).split())[:200] or type(exc).__name__
@@ -412,7 +410,7 @@ def _from_pretrained(source, common, torch_dtype, dev, device_map, info, progres
 
         gguf = parse_once(progress)
     try:
-        with _quiet(), _progress_bars(progress), gguf:
+        with quiet_loading(), progress_bars(progress), gguf:
             m = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except EffdepthError:
         raise
@@ -444,38 +442,3 @@ def _load_error(info: dict, exc: Exception) -> str:
             "and `huggingface-cli login` for gated models"
         )
     return f"could not load {what}: {reason}"
-
-
-@contextlib.contextmanager
-def _progress_bars(progress: bool):
-    """``progress=False`` hides transformers' own bars while loading (the GGUF de-quantiser's bar is
-    plain tqdm: :func:`effdepth.gguf_cache.parse_once` hides that one)."""
-    if progress:
-        yield
-        return
-    from transformers.utils import logging as hf_logging
-
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
-
-
-@contextlib.contextmanager
-def _quiet():
-    """Silence library chatter during loading; errors still propagate."""
-    from .hub import quiet_hub
-
-    logger = logging.getLogger("transformers")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), quiet_hub():
-            warnings.simplefilter("ignore")
-            with contextlib.redirect_stdout(io.StringIO()):
-                yield
-    finally:
-        logger.setLevel(level)

@@ -18,7 +18,7 @@ LAYERS = (
     ("numerics",),
     ("data", "tiny"),
     ("hub",),
-    ("models", "gguf_cache"),
+    ("models", "gguf_cache", "quiet"),
     ("capture",),
     ("options",),
     ("result", "results_carry", "loading", "verdicts"),

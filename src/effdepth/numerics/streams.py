@@ -213,8 +213,9 @@ class ViewAccumulator:
         """True while batches are held for the calibration set (see :meth:`flush`)."""
         return bool(self._pending)
 
-    def fit_batch(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
-        """Feed one batch to the per-layer mean / covariance estimates."""
+    def fit_batch(self, states: torch.Tensor, mask: torch.Tensor | None = None, *, hold: bool = False) -> None:
+        """Feed one batch to the per-layer mean / covariance estimates; ``hold``: the batch stays
+        unchanged until the next one or :meth:`finalize_fit` (see :class:`FitAccumulator`)."""
         self._check_width(states.shape[-1])
         fitted = [info["spec"] for info in self.streams.values() if info["spec"].needs_fit]
         # One estimate per token set: views that share it (e.g. center and
@@ -227,8 +228,6 @@ class ViewAccumulator:
                 self._fit_accumulators[key] = FitAccumulator(
                     precision=torch.float32 if calibration else torch.float64,
                     scatter=any(v.top_pcs for v in same),
-                    # A calibration set is fitted right after it is fed: layer by layer.
-                    deferred=calibration,
                     layer_pcs=max((v.top_pcs for v in same if not v.shared_pcs), default=0),
                     shared=any(v.shared_pcs for v in same),
                 )
@@ -242,7 +241,7 @@ class ViewAccumulator:
             spec = token_sets[key]
             transform = (lambda z, spec=spec: token_transform(z, spec)) if spec.token_norm else None
             with _nonfinite_fit(states.dtype):
-                self._fit_accumulators[key].update(parts, transform)
+                self._fit_accumulators[key].update(parts, transform, hold=hold)
 
     def finalize_fit(self, how: str, *, sequences: int | None = None, tokens: int | None = None, warn: bool = True) -> None:
         """Turn the estimates into fits; ``how`` and the size of the fitted set (``sequences``,
@@ -380,7 +379,8 @@ class ViewAccumulator:
     def _calibrate(self, batches, count: int, sequences: int, tokens: int) -> None:
         self.restart_fit()
         for s, m in batches():
-            self.fit_batch(s, m)
+            # The first batch, or held copies: unchanged until the fit below, so fitted layer by layer.
+            self.fit_batch(s, m, hold=True)
         complete = calibration_complete(sequences, tokens)
         how = (f"calibration on the first {sequences} sequences ({tokens} tokens, {count} batch(es))" if complete
                else f"calibration on all {sequences} sequences ({tokens} tokens): fewer than a calibration set of "

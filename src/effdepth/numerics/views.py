@@ -182,14 +182,14 @@ class FitAccumulator:
     product: float64 for exact estimates, float32 is enough (and several times
     faster on CPU) for a calibration estimate.
 
-    ``deferred`` (a calibration set, fitted right after it is fed) keeps a
-    single update as given and fits it layer by layer: each layer's
-    covariance is formed, solved for its top ``layer_pcs`` directions
-    (starting from the previous layer's, which are nearly the same) and
-    dropped, and the covariance of all layers pooled is kept only when
-    ``shared``. No (L+1) x d x d scatter is held. A second update turns the
-    held one into the streamed scatter. Non-finite states raise
-    :class:`NonFiniteFit` naming the layer.
+    A first update with ``hold=True`` (a calibration set, fitted right after
+    it is fed, whose states stay as they are until then) is kept as given and
+    fitted layer by layer: each layer's covariance is formed, solved for its
+    top ``layer_pcs`` directions (starting from the previous layer's, which
+    are nearly the same) and dropped, and the covariance of all layers pooled
+    is kept only when ``shared``. No (L+1) x d x d scatter is held. A second
+    update first turns the held one into the streamed scatter. Non-finite
+    states raise :class:`NonFiniteFit` naming the layer.
 
     >>> acc = FitAccumulator()
     >>> acc.update(torch.tensor([[[1.0, 0.0], [3.0, 0.0]]]))
@@ -197,38 +197,39 @@ class FitAccumulator:
     [[2.0, 0.0]]
     """
 
-    def __init__(self, precision: torch.dtype = torch.float64, scatter: bool = True, *, deferred: bool = False,
-                 layer_pcs: int = 0, shared: bool = False):
+    def __init__(self, precision: torch.dtype = torch.float64, scatter: bool = True, *, layer_pcs: int = 0,
+                 shared: bool = False):
         self.precision = precision
         self.want_scatter = scatter
-        self.deferred = deferred
         self.layer_pcs = layer_pcs
         self.shared = shared
         self.count = 0
         self.mean = None
         self.scatter = None
-        self._held = None  # a deferred update: (parts, transform)
+        self._held = None  # a first update fed with hold=True: (parts, transform)
         self._by_layer = None  # its per-layer fit, once computed
 
-    def update(self, states, transform=None) -> None:
+    def update(self, states, transform=None, *, hold: bool = False) -> None:
         """Add states shaped ``(M, tokens, d)``, or a list of such parts joined along the tokens.
 
         Works one layer at a time (each layer's float64 copy and product stay
         small); ``transform`` maps a layer's float64 states ``(tokens, d)``
-        before they are added (e.g. token-norm).
+        before they are added (e.g. token-norm). ``hold``: the states stay
+        unchanged until the next update or the fit (never a reused buffer), so
+        a first update may be kept and fitted layer by layer.
         """
         parts = [states] if isinstance(states, torch.Tensor) else [p for p in states if p.shape[1]]
         n = sum(p.shape[1] for p in parts)
         if n == 0:
             return
-        if self.deferred and self.count == 0 and self._held is None:
+        if hold and self.count == 0 and self._held is None:
             self._held, self.count = (parts, transform), n
             return
         self._absorb_held()
         self._add(parts, transform, n)
 
     def _absorb_held(self) -> None:
-        """Turn a held (deferred) update into the streamed mean and scatter."""
+        """Turn a held update into the streamed mean and scatter."""
         if self._held is None:
             return
         (parts, transform), n = self._held, self.count

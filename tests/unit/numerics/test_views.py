@@ -279,7 +279,7 @@ def correlated_layers(L=5, n=400, d=48, seed=5):
 
 @pytest.mark.parametrize("views", [("top1pc",), ("top1pc", "top2pc", "top1pc-shared", "center"), ("token-norm+top2pc",),
                                    ("center",), ("top1pc-shared", "center")])
-def test_a_deferred_calibration_fit_equals_the_streamed_scatter(views):
+def test_a_held_calibration_fit_equals_the_streamed_scatter(views):
     # A calibration set is fitted layer by layer (no (L+1) x d x d scatter); the streamed
     # scatter is what a run fitted on several batches or an exact estimate uses.
     from effdepth.numerics.views import CALIBRATION_EIGEN_TOL, token_transform
@@ -290,8 +290,8 @@ def test_a_deferred_calibration_fit_equals_the_streamed_scatter(views):
     transform = (lambda z: token_transform(z, specs[0])) if specs[0].token_norm else None
     kw = dict(precision=torch.float32, layer_pcs=max((v.top_pcs for v in specs if not v.shared_pcs), default=0),
               shared=any(v.shared_pcs for v in specs))
-    deferred, streamed = FitAccumulator(deferred=True, **kw), FitAccumulator(**kw)
-    deferred.update(parts, transform)
+    deferred, streamed = FitAccumulator(**kw), FitAccumulator(**kw)
+    deferred.update(parts, transform, hold=True)
     streamed.update(parts, transform)
     assert deferred.scatter is None and deferred.count == streamed.count == 400
     for spec in specs:
@@ -306,10 +306,10 @@ def test_a_deferred_calibration_fit_equals_the_streamed_scatter(views):
 
 def test_a_second_update_turns_the_held_one_into_the_streamed_scatter():
     s = correlated_layers()
-    deferred, streamed = FitAccumulator(deferred=True, layer_pcs=1), FitAccumulator(layer_pcs=1)
+    deferred, streamed = FitAccumulator(layer_pcs=1), FitAccumulator(layer_pcs=1)
     for acc in (deferred, streamed):
-        acc.update(s[:, :200])
-        acc.update(s[:, 200:])
+        acc.update(s[:, :200], hold=acc is deferred)
+        acc.update(s[:, 200:], hold=acc is deferred)
     torch.testing.assert_close(deferred.scatter, streamed.scatter, rtol=1e-12, atol=1e-9)
     torch.testing.assert_close(deferred.fit(parse_view("top1pc"))["pcs"].abs(), streamed.fit(parse_view("top1pc"))["pcs"].abs())
 
@@ -320,12 +320,12 @@ def test_each_layer_starts_from_the_previous_layers_directions():
     # Every layer the same: from the second on, the start is already converged.
     one = correlated_layers(L=0, d=64)[0]
     s = one.expand(6, -1, -1).contiguous()
-    acc = FitAccumulator(deferred=True, layer_pcs=1, precision=torch.float64)
-    acc.update(s)
+    acc = FitAccumulator(layer_pcs=1, precision=torch.float64)
+    acc.update(s, hold=True)
     with mock.patch.object(torch.linalg, "qr", wraps=torch.linalg.qr) as qr:
         acc.fit(parse_view("top1pc"))
-    first = FitAccumulator(deferred=True, layer_pcs=1, precision=torch.float64)
-    first.update(s[:1])
+    first = FitAccumulator(layer_pcs=1, precision=torch.float64)
+    first.update(s[:1], hold=True)
     with mock.patch.object(torch.linalg, "qr", wraps=torch.linalg.qr) as alone:
         first.fit(parse_view("top1pc"))
     assert qr.call_count == alone.call_count + 5  # one QR (of the start) per further layer
@@ -344,3 +344,21 @@ def test_non_finite_states_in_a_fit_name_the_layer_and_the_dtype(estimate):
             acc.flush()  # a set this small is held until the run ends
         else:
             acc.fit_batch(s)
+
+
+def test_a_fit_fed_from_a_reused_buffer_takes_each_batch_as_it_was_fed():
+    # The surrogate streams feed their fit from one work buffer, rewritten for every sequence:
+    # nothing of a batch fed without hold may be read after the next one is written.
+    from effdepth.numerics.streams import ViewAccumulator
+
+    s = correlated_layers()
+    buffer = torch.empty_like(s[:, :200])
+    acc = ViewAccumulator(["top1pc"], similarities=())
+    for part in (s[:, :200], s[:, 200:]):
+        buffer.copy_(part)
+        acc.fit_batch(buffer[:, None])
+    acc.finalize_fit("test")
+    want = FitAccumulator(precision=torch.float32, layer_pcs=1)
+    want.update(s)
+    fit = next(iter(acc.fits.values()))
+    torch.testing.assert_close(fit["mean"], want.fit(parse_view("top1pc"))["mean"], rtol=1e-12, atol=1e-9)
