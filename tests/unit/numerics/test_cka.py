@@ -246,6 +246,15 @@ def test_every_view_on_the_gram_equals_the_naive_cka(view):
     np.testing.assert_allclose(full["cka_full_energy"], ef, rtol=TIGHT)
 
 
+def assert_cka_equals_the_naive(acc, seqs, views):
+    """Each view's summed HSIC and centred energies equal the naive d-space computation."""
+    for view in views:
+        h, e, _ = naive_cka_stats(seqs, view, view_pcs(acc, view))
+        totals = acc.unit_statistics(view, "cka").total()
+        np.testing.assert_allclose(totals["hsic"], h, rtol=TIGHT)
+        np.testing.assert_allclose(totals["cka_energy"], e, rtol=TIGHT)
+
+
 PAPER_LIKE = ["default", "drop-pos0", "token-norm", "token-norm+drop-pos0", "top1pc", "drop-pos0+top1pc"]
 
 
@@ -256,12 +265,7 @@ def test_views_accumulated_together_equal_the_naive_cka():
     mask = torch.ones(s.shape[1], s.shape[2], dtype=torch.bool)
     mask[1, 9:] = False
     acc = accumulate(s, PAPER_LIKE, mask=mask, pc_estimate="exact", similarities=("cka",))
-    seqs = sequences_of(s, mask)
-    for view in PAPER_LIKE:
-        h, e, _ = naive_cka_stats(seqs, view, view_pcs(acc, view))
-        totals = acc.unit_statistics(view, "cka").total()
-        np.testing.assert_allclose(totals["hsic"], h, rtol=TIGHT)
-        np.testing.assert_allclose(totals["cka_energy"], e, rtol=TIGHT)
+    assert_cka_equals_the_naive(acc, sequences_of(s, mask), PAPER_LIKE)
 
 
 def test_a_dominant_first_token_forms_the_drop_pos0_hsic_directly():
@@ -520,12 +524,7 @@ def test_upper_triangle_blocks_of_a_long_sequence_equal_the_naive_cka():
     s = residual_like(L=3, B=1, T=150, d=12)
     views = ["default", "drop-pos0", "token-norm+top1pc"]
     acc = accumulate(s, views, similarities=("cka",), pc_estimate="exact")
-    seqs = sequences_of(s, torch.ones(1, 150, dtype=torch.bool))
-    for view in views:
-        h, e, _ = naive_cka_stats(seqs, view, view_pcs(acc, view))
-        totals = acc.unit_statistics(view, "cka").total()
-        np.testing.assert_allclose(totals["hsic"], h, rtol=TIGHT)
-        np.testing.assert_allclose(totals["cka_energy"], e, rtol=TIGHT)
+    assert_cka_equals_the_naive(acc, sequences_of(s, torch.ones(1, 150, dtype=torch.bool)), views)
 
 
 def test_sequence_cka_reads_float32_states_as_float64():
