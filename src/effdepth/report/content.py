@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ..result import SCHEMA, Result, ViewResult
 from ..verdicts import CLAIMS, Comparison, check_claims, verdict_grid
 from .numbers import fmt, fmt_interval
-from .rows import differing, has_calibrated, view_entries, view_order
+from .rows import differing, has_calibrated, view_entries
 from .sources import Source
 from .wording import ATTRIBUTION, CALIBRATED, PAPER_ABSTRACT, PAPER_NOTE, carry_text, context, similarity_name
 
@@ -256,19 +256,13 @@ def sensitivity_table(result: Result) -> Table | None:
     sims = list(result.similarities)
     if len(sims) < 2:
         return None
+    # One column pair per similarity; every similarity lists the views in the same order.
+    columns = [view_entries(result, sim) for sim in sims]
     rows = []
-    for name in view_order(result):
-        ratios, deffs = [], []
-        for sim in sims:
-            v = result.similarities[sim].get(name)
-            if v is None:
-                reason = (result.unavailable or {}).get(sim, {}).get(name) or f"not measured under {sim}"
-                ratios.append(Cell("unavailable:", ci=reason))
-                deffs.append(Cell("unavailable"))
-            else:
-                ratios.append(_number(v, v.ratio, "ratio"))
-                deffs.append(_number(v, v.deff, "deff"))
-        rows.append([Cell(name)] + ratios + deffs)
+    for entries in zip(*columns):
+        ratios = [Cell("unavailable:", ci=reason) if v is None else _number(v, v.ratio, "ratio") for _, v, reason in entries]
+        deffs = [Cell("unavailable") if v is None else _number(v, v.deff, "deff") for _, v, _ in entries]
+        rows.append([Cell(entries[0][0])] + ratios + deffs)
     header = ["view"] + [f"{s} D_eff / F_N" for s in sims] + [f"{s} D_eff" for s in sims]
     carry = carry_text(result.extras)
     return Table(header, rows, [False] + [True] * (2 * len(sims)),
