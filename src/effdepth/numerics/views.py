@@ -249,8 +249,7 @@ class FitAccumulator:
             batch_mean = _finite_mean(y, layer)
             delta = batch_mean - self.mean[layer]
             if self.want_scatter:
-                centred = (y - batch_mean).to(self.precision)
-                self.scatter[layer] += (centred.T @ centred).to(torch.float64)
+                self.scatter[layer] += _scatter(y, batch_mean, self.precision)
                 self.scatter[layer] += torch.outer(delta, delta) * (self.count * n / total)
             self.mean[layer] += delta * (n / total)
         self.count = total
@@ -274,8 +273,7 @@ class FitAccumulator:
             mean[layer] = _finite_mean(y, layer)
             if not (k or self.shared):
                 continue
-            centred = (y - mean[layer]).to(self.precision)
-            cov = (centred.T @ centred).to(torch.float64) / n
+            cov = _scatter(y, mean[layer], self.precision) / n
             if pooled is not None:
                 pooled += cov / m
             if k:
@@ -332,6 +330,13 @@ def _layer_states(parts: list, layer: int, buffer: torch.Tensor, transform) -> t
         buffer[start : start + p.shape[1]].copy_(p[layer])
         start += p.shape[1]
     return transform(buffer) if transform is not None else buffer
+
+
+def _scatter(y: torch.Tensor, mean: torch.Tensor, precision: torch.dtype) -> torch.Tensor:
+    """The float64 scatter matrix ``(d, d)`` of one layer's states about ``mean``, its product
+    formed in ``precision``."""
+    centred = (y - mean).to(precision)
+    return (centred.T @ centred).to(torch.float64)
 
 
 def _finite_mean(y: torch.Tensor, layer: int) -> torch.Tensor:
