@@ -33,7 +33,7 @@ import math
 import numpy as np
 import torch
 
-from .references import energy_ratio_matrix, matched_energies
+from .references import matched_energies, ratio_matrix_sum
 
 STAT_KEYS = (
     "n",
@@ -212,7 +212,7 @@ def chunk_tensors(states: torch.Tensor, include_embedding: bool, keys: tuple = S
         initial_energy = token_gram[:, 0, 0]
         for name, energies in matched_energies(initial_energy, update_energy, include_embedding).items():
             if f"ref_{name}" in refs:
-                out[f"ref_{name}"] = energy_ratio_matrix(energies).sum(0)
+                out[f"ref_{name}"] = ratio_matrix_sum(energies)
     return out
 
 
@@ -253,17 +253,25 @@ def statistics_to_numpy(stats: dict) -> dict:
 
 
 def _cosine_sums(token_gram: torch.Tensor, wanted: set) -> dict:
-    """Per-token sums of cos, cos^2 and arccos/pi between states, from the per-token Gram ``(t, M, M)``."""
-    m = token_gram.shape[-1]
-    state_energy = token_gram.diagonal(dim1=1, dim2=2)  # (t, M)
-    norms = state_energy.clamp_min(0).sqrt()
-    denom = norms[:, :, None] * norms[:, None, :]
-    cos = torch.where(denom > 0, token_gram / torch.where(denom > 0, denom, 1.0), 0.0).clamp(-1.0, 1.0)
-    eye = torch.eye(m, dtype=torch.bool, device=token_gram.device)
-    # A state compared with itself is identical even when it is zero.
-    cos = torch.where(eye, torch.ones_like(cos), cos)
-    out = {"cos_sum": cos.sum(0), "cos2_sum": (cos * cos).sum(0), "angle_sum": torch.arccos(cos).sum(0) / math.pi}
-    return {k: v for k, v in out.items() if k in wanted}
+    """Per-token sums of cos, cos^2 and arccos/pi between states, from the per-token Gram ``(t, M, M)``.
+
+    Formed over the pairs i < j only (the matrices are symmetric); a state
+    compared with itself is identical even when it is zero: cos 1, angle 0.
+    """
+    t, m, _ = token_gram.shape
+    rows, cols = torch.triu_indices(m, m, offset=1, device=token_gram.device)
+    norms = token_gram.diagonal(dim1=1, dim2=2).clamp_min(0).sqrt()  # (t, M)
+    denom = norms[:, rows] * norms[:, cols]
+    cos = torch.where(denom > 0, token_gram[:, rows, cols] / torch.where(denom > 0, denom, 1.0), 0.0).clamp(-1.0, 1.0)
+    pairs = {"cos_sum": (cos, 1.0), "cos2_sum": (cos * cos, 1.0), "angle_sum": (torch.arccos(cos) / math.pi, 0.0)}
+    out = {}
+    for key, (values, same) in pairs.items():
+        if key in wanted:
+            full = token_gram.new_full((m, m), same * t)
+            full[rows, cols] = values.sum(0)
+            full[cols, rows] = full[rows, cols]
+            out[key] = full
+    return out
 
 
 def nonfinite_layer(stats: dict) -> int | None:

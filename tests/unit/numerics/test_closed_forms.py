@@ -127,3 +127,18 @@ def test_ar1_in_high_dimension(rho):
 def test_fl_below_two_for_every_n():
     for n in range(1, 500):
         assert reference_fl(n) < 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(st.lists(st.sampled_from([0.0, 1e-30, 1e-8, 0.5, 1.0, 3.0, 1e12]), min_size=1, max_size=7),
+                   min_size=1, max_size=5).filter(lambda rows: len({len(r) for r in rows}) == 1),
+)
+def test_the_reference_sums_as_one_product_equal_the_ratio_matrices_summed(steps):
+    # Cumulative energies never decrease (with zeros, ties and wide ranges): the product form
+    # the per-token statistics use equals the min/max ratios summed over tokens.
+    from effdepth.numerics.references import energy_ratio_matrix, ratio_matrix_sum
+
+    energies = torch.tensor(np.cumsum(np.asarray(steps), axis=1), dtype=torch.float64)
+    want = energy_ratio_matrix(energies).sum(0)
+    np.testing.assert_allclose(ratio_matrix_sum(energies).numpy(), want.numpy(), rtol=1e-14, atol=0)
