@@ -362,3 +362,15 @@ def test_a_fit_fed_from_a_reused_buffer_takes_each_batch_as_it_was_fed():
     want.update(s)
     fit = next(iter(acc.fits.values()))
     torch.testing.assert_close(fit["mean"], want.fit(parse_view("top1pc"))["mean"], rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("width", [1, 127, 255, 256, 385, 577, 1000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_scatter_formed_over_its_upper_triangle_equals_the_full_product(width, dtype):
+    from effdepth.numerics.views import symmetric_product
+
+    y = torch.randn(37, width, generator=torch.Generator().manual_seed(width), dtype=dtype)
+    got = symmetric_product(y)
+    scale = (y.abs().T @ y.abs()).to(torch.float64)  # the products' magnitudes bound their rounding
+    eps = torch.finfo(dtype).eps
+    assert float(((got.double() - (y.double().T @ y.double())).abs() / scale).max()) < 40 * eps
