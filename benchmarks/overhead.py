@@ -17,7 +17,9 @@ On SmolLM2-135M-Instruct (CPU, float32, Shakespeare) at 8 x 256 and at
   faster and leaner);
 - peak memory of the default ``measure`` at 1x, 4x and 8x the tokens (target: flat).
 
-Times are medians of repeated runs in this process; peak memory is the
+Times are medians of repeated runs in this process, each ratio the median of
+its within-round ratios with the lowest and highest round beside it (this
+machine drifts); peak memory is the
 increase of the peak resident set (VmHWM) over the resident set just before
 the run, each in a fresh child process so that freed memory is not reused.
 glibc's default allocator keeps freed blocks of the per-batch temporaries
@@ -112,9 +114,11 @@ def median(rounds: list, name: str) -> float:
     return statistics.median(r[name] for r in rounds)
 
 
-def ratio(rounds: list, num: str, den: str) -> float:
-    """Median over rounds of the within-round ratio."""
-    return statistics.median(r[num] / r[den] for r in rounds)
+def ratio_text(rounds: list, num: str, den: str) -> str:
+    """The median within-round ratio and, in brackets, the lowest and highest round: how far
+    this machine's drift moves it."""
+    values = [r[num] / r[den] for r in rounds]
+    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
 
 
 def _status(field):
@@ -193,15 +197,17 @@ def main() -> None:
         ("all similarities, paper views / frobenius default", "all paper", "frobenius", 1.5),
         ("calibrated references (all sequences) / none", "cka calibrated", "cka", 1.3),
     )
-    header = f"{'':52s} {args.num_seqs} x {args.seq_len:<8d} {4 * args.num_seqs} x {args.seq_len:<8d} target"
-    print(header)
-    print(f"{'plain AutoModelForCausalLM forward (s)':52s} {median(rounds, 'plain'):>12.2f} {median(rounds_4x, 'plain'):>14.2f}")
+    small, large = f"{args.num_seqs} x {args.seq_len}", f"{4 * args.num_seqs} x {args.seq_len}"
+    print(f"{'':52s} {small:>18s} {large:>18s}   target")
+    print(f"{'plain AutoModelForCausalLM forward (s)':52s} {median(rounds, 'plain'):>18.2f} {median(rounds_4x, 'plain'):>18.2f}")
     for name in VARIANTS:
-        print(f"{'measure, ' + name + ' (s)':52s} {median(rounds, name):>12.2f} {median(rounds_4x, name):>14.2f}")
+        print(f"{'measure, ' + name + ' (s)':52s} {median(rounds, name):>18.2f} {median(rounds_4x, name):>18.2f}")
+    print("ratios: median over rounds [lowest-highest round]")
     for label, num, den, target in checks:
-        print(f"{label:52s} {ratio(rounds, num, den):>12.2f} {ratio(rounds_4x, num, den):>14.2f}   {'<= ' + str(target) if target else ''}")
-    print(f"{'naive output_hidden_states baseline (s)':52s} {median(rounds, 'naive'):>12.2f}")
-    print(f"{'frobenius default / naive baseline':52s} {ratio(rounds, 'frobenius', 'naive'):>12.2f}                  < 1")
+        print(f"{label:52s} {ratio_text(rounds, num, den):>18s} {ratio_text(rounds_4x, num, den):>18s}   "
+              f"{'<= ' + str(target) if target else ''}")
+    print(f"{'naive output_hidden_states baseline (s)':52s} {median(rounds, 'naive'):>18.2f}")
+    print(f"{'frobenius default / naive baseline':52s} {ratio_text(rounds, 'frobenius', 'naive'):>18s} {'':18s}   < 1")
     print(f"peak memory increase (fixed mmap threshold) of the default measure (cka, calibrated): {mb(mem_measure)} ({tokens} tokens), "
           f"{mb(mem_measure_4x)} ({4 * tokens}), {mb(mem_measure_8x)} ({8 * tokens}); naive baseline {mb(mem_naive)} ({tokens} tokens)")
     print(f"measure peak at 8x tokens / at 1x    {mem_measure_8x / mem_measure:.2f}  (target ~1: flat in tokens)")
