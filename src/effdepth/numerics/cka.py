@@ -193,7 +193,8 @@ def centred_energies(y: torch.Tensor) -> torch.Tensor:
     out = torch.empty(y.shape[0], dtype=torch.float64, device=y.device)
     out[0] = y[0].square().sum()
     if y.shape[0] > 1:
-        out[1:] = (y[1:] - y[:-1]).square().sum(dim=(1, 2))
+        steps = (y[1:] - y[:-1]).flatten(1)
+        out[1:] = torch.linalg.vecdot(steps, steps)
     return out
 
 

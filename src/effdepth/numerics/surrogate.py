@@ -62,7 +62,7 @@ def update_energies(states: torch.Tensor, mask: torch.Tensor | None = None) -> t
         step = current - previous
         if weight is not None:
             step *= weight
-        out[layer - 1] = step.square().sum(dim=(1, 2))
+        out[layer - 1] = torch.linalg.vecdot(step.flatten(1), step.flatten(1))
         previous = current
     return out
 
@@ -161,7 +161,8 @@ def _sequence_surrogate(source: _Source, index: int, tokens: torch.Tensor, kind:
 
 def _rescale(z: torch.Tensor, target: torch.Tensor) -> None:
     """Scale ``z`` in place so that its squared norm is exactly ``target`` (0 stays 0)."""
-    energy = z.square().sum()
+    flat = z.reshape(-1)
+    energy = torch.dot(flat, flat)
     z *= torch.where(energy > 0, torch.sqrt(target / torch.where(energy > 0, energy, 1.0)), 0.0)
 
 
