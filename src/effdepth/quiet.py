@@ -46,7 +46,7 @@ def quiet_loading():
     try:
         with warnings.catch_warnings(), quiet_hub():
             warnings.simplefilter("ignore")
-            with contextlib.redirect_stdout(io.StringIO()):
+            with silenced_stdout():
                 yield
     finally:
         logger.setLevel(level)

@@ -62,7 +62,8 @@ def update_energies(states: torch.Tensor, mask: torch.Tensor | None = None) -> t
         step = current - previous
         if weight is not None:
             step *= weight
-        out[layer - 1] = torch.linalg.vecdot(step.flatten(1), step.flatten(1))
+        flat = step.flatten(1)
+        out[layer - 1] = torch.linalg.vecdot(flat, flat)
         previous = current
     return out
 
