@@ -15,6 +15,7 @@ from .capture.external import adapt_external
 from .capture.registry import resolve_architecture
 from .checkpoint import CheckpointMismatch, MeasurementInterrupted, graceful_interrupts, load_checkpoint, remove_checkpoint, save_checkpoint
 from .errors import EffdepthError, tokenizer_hint
+from .numerics.accumulate import statistics_for
 from .numerics.loss import LossAccumulator
 from .numerics.cka import check_cka_full_memory
 from .numerics.streams import ViewAccumulator, real_counts
@@ -235,7 +236,7 @@ class MeasurementState:
         distributed rank's share among all sequences (the surrogate noise is drawn per global sequence)."""
         views = ViewAccumulator(analysis.view_specs, include_embedding=analysis.include_embedding,
                                 pc_estimate=analysis.pc_estimate, similarities=analysis.similarity,
-                                cka_full_budget_bytes=analysis.max_memory)
+                                cka_full_budget_bytes=analysis.max_memory, statistics=statistics_for(analysis.similarity))
         calibrated = None
         kernel_free = [s for s in analysis.similarity if s != "cka-full"]  # cka-full's surrogates would double its memory
         if analysis.surrogate_seqs != 0 and kernel_free:

@@ -187,8 +187,9 @@ class Accumulator:
             state = MeasurementState(acc, self._state.calibrated, None)
             changes["views"] = tuple(wanted)
         analysis = replace(self.analysis, **changes)
-        kernel = {"cka", "cka-full"}
-        extra = [s for s in analysis.similarity if s in kernel and s not in self.analysis.similarity]
+        # frobenius's statistics are always kept; token's and the kernel ones only when asked for.
+        kept = set(self.analysis.similarity) | {"frobenius"}
+        extra = [s for s in analysis.similarity if s not in kept]
         if extra:
             raise EffdepthError(f"{extra[0]} statistics were not accumulated; create the Accumulator with similarity including {extra[0]!r}")
         return states_result(state, analysis, num_layers=self.num_layers, model=self._model or {"source": "states"})

@@ -187,16 +187,16 @@ def test_out_of_memory_inside_the_statistics_is_retried_without_double_counting(
     model = tiny_model("llama")
     ids = torch.randint(0, 256, (4, 12), generator=torch.Generator().manual_seed(1))
     expected = effdepth.measure(model, ids, batch_size=4, bootstrap=0, progress=False)
-    real = streams.chunk_tensors
+    real = streams.SequenceSums.add
     state = {"failed": False}
 
-    def flaky(*a, **k):
+    def flaky(self, *a, **k):
         if not state["failed"]:
             state["failed"] = True
             raise RuntimeError("DefaultCPUAllocator: can't allocate memory")
-        return real(*a, **k)
+        return real(self, *a, **k)
 
-    monkeypatch.setattr(streams, "chunk_tensors", flaky)
+    monkeypatch.setattr(streams.SequenceSums, "add", flaky)
     got = effdepth.measure(model, ids, batch_size=4, bootstrap=0, progress=False)
     assert got.default.sequences == 4 and got.default.tokens == expected.default.tokens
     assert got.default.deff == pytest.approx(expected.default.deff, rel=1e-6)

@@ -249,3 +249,10 @@ def test_hugging_face_paths_never_import_transformer_lens_or_nnsight():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_accumulator_result_under_a_similarity_it_did_not_keep_says_how_to_keep_it():
+    acc = accumulated(tiny_model("llama"), token_ids(), similarity="cka")
+    assert acc.result(similarity="frobenius", bootstrap=0).default.deff > 0  # always kept
+    with pytest.raises(EffdepthError, match=r"token statistics were not accumulated.*similarity including 'token'"):
+        acc.result(similarity="token")

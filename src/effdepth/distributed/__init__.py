@@ -185,7 +185,7 @@ def gather_accumulator(acc, device: torch.device):
     merged_meta = {**meta, "sequences": sum(s[1] for s in sizes), "tokens": sum(s[2] for s in sizes),
                    "padding_rows": sum(s[3] for s in sizes)}
     merged = ViewAccumulator([v.name for v in acc.views], include_embedding=acc.include_embedding, pc_estimate=acc.pc_estimate,
-                             similarities=acc.similarities)
+                             similarities=acc.similarities, statistics=acc.statistics)
     merged.load_state(merged_arrays, merged_meta)
     return merged
 

@@ -54,6 +54,9 @@ STAT_KEYS = (
 # inside a run (SmolLM2: 4.5 MB of float64 per chunk), where the forward pass has
 # just evicted the caches; 64 was a quarter slower there.
 DEFAULT_CHUNK_TOKENS = 32
+#: Read by the "token" similarity alone (its D_eff and references): an accumulator for other
+#: similarities skips them.
+TOKEN_KEYS = ("cos2_sum", "ref_init", "ref_size", "ref_matched")
 _PER_TOKEN_KEYS = frozenset({"cos_sum", "cos2_sum", "angle_sum"})
 _REFERENCE_KEYS = frozenset({"ref_init", "ref_size", "ref_matched"})
 _UPDATE_KEYS = frozenset({"gram_increments", "update_state_dot"})
@@ -126,18 +129,27 @@ def sequence_statistics(
     """
     if states.dim() != 3:
         raise ValueError(f"states must be (M, tokens, d), got shape {tuple(states.shape)}")
-    m, t, _ = states.shape
-    first = chunk_statistics(states[:, :1], include_embedding)
-    rest = None
-    for start in range(1, t, max(1, chunk_tokens)):
-        part = chunk_statistics(states[:, start : start + chunk_tokens], include_embedding)
-        rest = part if rest is None else add_statistics(rest, part)
-    return first, rest
+    sums = SequenceSums(include_embedding)
+    size = max(1, chunk_tokens)
+    for start in range(0, states.shape[1], size):
+        sums.add(states[:, start : start + size].to(torch.float64))
+    pos0, rest = sums.finish()
+    return statistics_to_numpy(pos0), None if rest is None else statistics_to_numpy(rest)
 
 
 #: What each similarity needs of the additive statistics to give D_eff alone (the surrogate
 #: streams of the calibrated references keep only these).
 DEFF_KEYS = {"frobenius": ("n", "gram_states"), "token": ("n", "cos2_sum"), "cka": ("n",), "cka-full": ("n",)}
+
+
+def statistics_for(similarities) -> tuple:
+    """The additive statistics an accumulator keeps for ``similarities``: every key, less
+    :data:`TOKEN_KEYS` unless "token" is among them.
+
+    >>> len(statistics_for(["cka", "frobenius"])), len(statistics_for(["token"])) == len(STAT_KEYS)
+    (6, True)
+    """
+    return STAT_KEYS if "token" in similarities else tuple(k for k in STAT_KEYS if k not in TOKEN_KEYS)
 
 
 def deff_statistics(similarities) -> tuple:
@@ -166,56 +178,183 @@ def chunk_statistics(states: torch.Tensor, include_embedding: bool, keys: tuple 
 def chunk_tensors(states: torch.Tensor, include_embedding: bool, keys: tuple = STAT_KEYS) -> dict:
     """:func:`chunk_statistics` left on the states' device as float64 tensors (``n`` stays a number).
 
-    Add chunks with :func:`add_statistics` and convert the sum once with
-    :func:`statistics_to_numpy`: on a GPU the host then waits for the device
-    once per sequence, not once per chunk.
-
-    One batched product per chunk: the per-token Gram of the increments
-    (explicit differences). The per-token Gram of the states follows from it
-    by cumulative sums, S_i = X_0 + ... + X_i (additions only; where they
-    would cancel more than :data:`CUMSUM_CANCELLATION` allows, it is formed
-    directly, see :func:`_per_token_state_gram`).
+    One chunk through :class:`SequenceSums`, its tokens taken as one part.
 
     >>> chunk_tensors(torch.ones(3, 2, 4), False, ("n", "gram_states"))["gram_states"].dtype
     torch.float64
     """
-    m, t, d = states.shape
-    out = {"n": np.asarray(float(t))}
-    wanted = set(keys)
-    if not wanted & (_PER_TOKEN_KEYS | _REFERENCE_KEYS | _UPDATE_KEYS | {"gram_states"}):
+    sums = SequenceSums(include_embedding, keys, split_first=False)
+    sums.add(states.to(torch.float64))
+    return sums.finish()[1]
+
+
+#: Bytes of one stream's per-token ``(tokens, M, M)`` float64 products reduced together (2 MiB:
+#: a 256-token sequence of a 30-layer model, in cache). The products are formed chunk by chunk
+#: (:data:`DEFAULT_CHUNK_TOKENS`) but reduced (the states' Gram, cosines, references, the sums)
+#: once per group: most of the cost of a small chunk was its some 40 small operations.
+GROUP_BYTES = 2 << 20
+
+
+def group_tokens_for(num_states: int, chunk_tokens: int = 1) -> int:
+    """Tokens whose per-token products :class:`SequenceSums` reduces at once: as many as
+    :data:`GROUP_BYTES` holds, never fewer than a chunk.
+
+    >>> group_tokens_for(31), group_tokens_for(31, 4096)
+    (272, 4096)
+    """
+    return max(int(chunk_tokens), GROUP_BYTES // (8 * num_states * num_states), 1)
+
+
+class SequenceSums:
+    """The additive statistics (:data:`STAT_KEYS`, or ``keys``) of one sequence fed in chunks of
+    tokens, as two parts: position 0 and the other positions (``split_first=False``: one part).
+
+    Each chunk ``(M, t, d)`` (float64, in order) gives its tokens' increments'
+    Gram in one batched product while the chunk is in cache. The products of
+    up to :func:`group_tokens_for` tokens are then reduced together: the
+    states' Gram by cumulative sums (checked for cancellation chunk by chunk,
+    see :func:`_direct_state_gram`), the cosines, the references and each
+    part's sums. Where chunks and groups end changes nothing beyond rounding.
+
+    >>> s = torch.randn(3, 10, 4, dtype=torch.float64)
+    >>> sums = SequenceSums(False); sums.add(s[:, :4]); sums.add(s[:, 4:])
+    >>> pos0, rest = sums.finish()
+    >>> float(pos0["n"]), float(rest["n"])
+    (1.0, 9.0)
+    >>> bool(torch.allclose(pos0["gram_states"] + rest["gram_states"], s.flatten(1) @ s.flatten(1).T))
+    True
+    """
+
+    def __init__(self, include_embedding: bool, keys: tuple = STAT_KEYS, *, split_first: bool = True,
+                 group_tokens: int | None = None):
+        self.include_embedding = include_embedding
+        self.wanted = set(keys)
+        self.split_first = split_first
+        self.group_tokens = group_tokens
+        self.per_token = bool(self.wanted & (_PER_TOKEN_KEYS | _REFERENCE_KEYS | _UPDATE_KEYS))
+        self.state_gram = bool(self.wanted & (_PER_TOKEN_KEYS | _REFERENCE_KEYS | {"gram_states"}))
+        self.parts: list = [None, None]  # position 0, the rest (everything when not split)
+        # Per chunk not yet reduced: increments' Gram (t, M, M), state energies (t, M), direct Gram.
+        self._pending: list = []
+        self._pending_tokens = 0
+        self._tokens = 0  # fed so far
+        self._reduced = 0  # of those, reduced into the parts
+        self._shape = None  # (M, dtype, device) of the first chunk
+
+    def add(self, z: torch.Tensor) -> None:
+        """Feed the next chunk of the sequence's states ``(M, t, d)``, float64."""
+        m, t, _ = z.shape
+        if self._shape is None:
+            self._shape = (m, z.dtype, z.device)
+            if self.group_tokens is None:
+                self.group_tokens = group_tokens_for(m, t)
+        if t == 0:
+            return
+        start = self._tokens
+        self._tokens += t
+        if not self.per_token:  # n and at most the states' Gram: no per-token product needed
+            for part, lo, hi in self._part_ranges(start, t):
+                sums = {"n": np.asarray(float(hi - lo))}
+                if "gram_states" in self.wanted:
+                    flat = z[:, lo:hi].reshape(m, -1)
+                    sums["gram_states"] = flat @ flat.T
+                self._add_part(part, sums)
+            self._reduced = self._tokens
+            return
+        increments = torch.empty_like(z)
+        increments[0] = z[0]
+        torch.sub(z[1:], z[:-1], out=increments[1:])
+        per_token = increments.transpose(0, 1)  # (t, M, d)
+        increment_gram = per_token @ per_token.transpose(1, 2)  # (t, M, M): the one product
+        energy = direct = None
+        if self.state_gram:
+            energy = torch.linalg.vecdot(z, z, dim=-1).T  # (t, M), direct (faster than square().sum())
+            direct = _direct_state_gram(z, increment_gram, energy)
+        self._pending.append((increment_gram, energy, direct))
+        self._pending_tokens += t
+        if self._pending_tokens >= self.group_tokens:
+            self._reduce()
+
+    def finish(self) -> tuple:
+        """``(pos0, rest)`` as float64 tensors on the states' device (``n`` a number); a part
+        without a token is ``None`` (``pos0`` always, when not split; ``rest`` then holds zeros
+        for a sequence of no token)."""
+        self._reduce()
+        if self._tokens == 0 and not self.split_first:
+            return None, self._zeros()
+        return tuple(None if part is None else self._complete(part) for part in self.parts)
+
+    def _part_ranges(self, start: int, t: int) -> list:
+        """``(part, lo, hi)``: which of ``t`` tokens from sequence position ``start`` go to which part."""
+        if not self.split_first or start > 0:
+            return [(1, 0, t)]
+        return [(0, 0, 1)] + ([(1, 1, t)] if t > 1 else [])
+
+    def _add_part(self, part: int, sums: dict) -> None:
+        self.parts[part] = sums if self.parts[part] is None else add_statistics(self.parts[part], sums)
+
+    def _reduce(self) -> None:
+        """Reduce the pending chunks' per-token products into the parts."""
+        if not self._pending:
+            return
+        pending, self._pending, self._pending_tokens = self._pending, [], 0
+        increment_gram = _joined([g for g, _, _ in pending])
+        t = increment_gram.shape[0]
+        token_gram = energy = None
+        if self.state_gram:
+            energy = _joined([e for _, e, _ in pending])
+            token_gram = increment_gram.cumsum(1).cumsum(2)
+            at = 0
+            for g, _, direct in pending:
+                if direct is not None:  # updates nearly erase a state here: formed from the states
+                    token_gram[at : at + g.shape[0]] = direct
+                at += g.shape[0]
+            token_gram.diagonal(dim1=1, dim2=2).copy_(energy)
+        cosines = _cosine_values(token_gram, self.wanted) if self.wanted & _PER_TOKEN_KEYS else {}
+        refs = [k for k in ("ref_init", "ref_size", "ref_matched") if k in self.wanted]
+        for part, lo, hi in self._part_ranges(self._reduced, t):
+            sums = {"n": np.asarray(float(hi - lo)), "gram_increments": increment_gram[lo:hi].sum(0)}
+            if "gram_states" in self.wanted:
+                sums["gram_states"] = token_gram[lo:hi].sum(0)
+            for key, values in cosines.items():
+                sums[key] = values[lo:hi].sum(0)
+            if refs:
+                update_energy = increment_gram[lo:hi].diagonal(dim1=1, dim2=2)[:, 1:]  # (t, L)
+                for name, e in matched_energies(energy[lo:hi, 0], update_energy, self.include_embedding).items():
+                    if f"ref_{name}" in refs:
+                        sums[f"ref_{name}"] = ratio_matrix_sum(e)
+            self._add_part(part, sums)
+        self._reduced += t
+
+    def _complete(self, sums: dict) -> dict:
+        """A part's statistics under :data:`STAT_KEYS` names, only those wanted: the cosine sums
+        over the pairs i < j spread into full matrices, ``update_state_dot`` from the summed
+        increments' Gram."""
+        out = {"n": sums["n"]}
+        m = self._shape[0]
+        for key in STAT_KEYS[1:]:
+            if key not in self.wanted:
+                continue
+            if key == "update_state_dot":
+                # S_{l-1} = X_0 + U_1 + ... + U_{l-1}, so <U_l, S_{l-1}> sums row l of the increments'
+                # Gram left of the diagonal: every term from explicit differences.
+                out[key] = torch.tril(sums["gram_increments"], diagonal=-1).sum(dim=1)[1:]
+            elif key in _PER_TOKEN_KEYS:
+                out[key] = _spread_pairs(sums[key], m, 0.0 if key == "angle_sum" else float(sums["n"]))
+            else:
+                out[key] = sums[key]
         return out
-    z = states.to(torch.float64)
-    if not wanted & (_PER_TOKEN_KEYS | _REFERENCE_KEYS | _UPDATE_KEYS):
-        flat_states = z.reshape(m, t * d)
-        out["gram_states"] = flat_states @ flat_states.T
-        return out
-    increments = torch.empty_like(z)
-    increments[0] = z[0]
-    torch.sub(z[1:], z[:-1], out=increments[1:])
-    per_token = increments.transpose(0, 1)  # (t, M, d)
-    increment_gram = per_token @ per_token.transpose(1, 2)  # (t, M, M)
-    gram_increments = increment_gram.sum(0)
-    if "gram_increments" in wanted:
-        out["gram_increments"] = gram_increments
-    if "update_state_dot" in wanted:
-        # S_{l-1} = X_0 + U_1 + ... + U_{l-1}, so <U_l, S_{l-1}> sums row l of the increments'
-        # Gram left of the diagonal: every term from explicit differences.
-        out["update_state_dot"] = torch.tril(gram_increments, diagonal=-1).sum(dim=1)[1:]
-    if not wanted & (_PER_TOKEN_KEYS | _REFERENCE_KEYS | {"gram_states"}):
-        return out
-    token_gram = _per_token_state_gram(z, increment_gram)
-    if "gram_states" in wanted:
-        out["gram_states"] = token_gram.sum(0)
-    if wanted & _PER_TOKEN_KEYS:
-        out.update(_cosine_sums(token_gram, wanted))
-    refs = [k for k in ("ref_init", "ref_size", "ref_matched") if k in wanted]
-    if refs:
-        update_energy = increment_gram.diagonal(dim1=1, dim2=2)[:, 1:]  # (t, L)
-        initial_energy = token_gram[:, 0, 0]
-        for name, energies in matched_energies(initial_energy, update_energy, include_embedding).items():
-            if f"ref_{name}" in refs:
-                out[f"ref_{name}"] = ratio_matrix_sum(energies)
-    return out
+
+    def _zeros(self) -> dict:
+        """The statistics of no token at all."""
+        m, dtype, device = self._shape
+        zeros = empty_statistics(m, self.include_embedding)
+        return {k: v if k == "n" else torch.as_tensor(v, dtype=dtype, device=device)
+                for k, v in zeros.items() if k in self.wanted | {"n"}}
+
+
+def _joined(tensors: list) -> torch.Tensor:
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
 
 
 #: Most cancellation allowed when summing increments into the states' Gram: the squared sum of
@@ -224,24 +363,22 @@ def chunk_tensors(states: torch.Tensor, include_embedding: bool, keys: tuple = S
 CUMSUM_CANCELLATION = 1e4
 
 
-def _per_token_state_gram(z: torch.Tensor, increment_gram: torch.Tensor) -> torch.Tensor:
-    """Per-token Gram of the states ``(t, M, M)``, from the increments' Gram by cumulative sums.
+def _direct_state_gram(z: torch.Tensor, increment_gram: torch.Tensor, energy: torch.Tensor) -> torch.Tensor | None:
+    """The chunk's per-token Gram of the states ``(t, M, M)`` formed from the states where summing
+    the increments' Gram would cancel; ``None`` (the usual case) where it would not.
 
     The rounding of <S_i, S_j> summed from increments is bounded by the
     products of the summed increment norms; where that bound exceeds a
-    state's own energy by more than :data:`CUMSUM_CANCELLATION` (updates that
-    nearly erase the state), the chunk's Gram is formed from the states. The
-    diagonal (the energies every cosine divides by) is always taken from the
-    states themselves.
+    state's own energy (``energy`` ``(t, M)``, measured directly) by more
+    than :data:`CUMSUM_CANCELLATION` (updates that nearly erase the state),
+    the chunk's Gram is formed from the states. The diagonal (the energies
+    every cosine divides by) is always taken from the states themselves.
     """
-    gram = increment_gram.cumsum(1).cumsum(2)
-    energy = torch.linalg.vecdot(z, z, dim=-1).T  # (t, M), direct (faster than square().sum())
     reach = increment_gram.diagonal(dim1=1, dim2=2).clamp_min(0).sqrt().cumsum(1).square()
-    if bool((reach > CUMSUM_CANCELLATION * energy).any()):
-        per_token = z.transpose(0, 1)
-        gram = per_token @ per_token.transpose(1, 2)
-    gram.diagonal(dim1=1, dim2=2).copy_(energy)
-    return gram
+    if not bool((reach > CUMSUM_CANCELLATION * energy).any()):
+        return None
+    per_token = z.transpose(0, 1)
+    return per_token @ per_token.transpose(1, 2)
 
 
 def statistics_to_numpy(stats: dict) -> dict:
@@ -254,26 +391,32 @@ def statistics_to_numpy(stats: dict) -> dict:
     return {k: (v.cpu().numpy() if isinstance(v, torch.Tensor) else v) for k, v in stats.items()}
 
 
-def _cosine_sums(token_gram: torch.Tensor, wanted: set) -> dict:
-    """Per-token sums of cos, cos^2 and arccos/pi between states, from the per-token Gram ``(t, M, M)``.
-
-    Formed over the pairs i < j only (the matrices are symmetric); a state
-    compared with itself is identical even when it is zero: cos 1, angle 0.
+def _cosine_values(token_gram: torch.Tensor, wanted: set) -> dict:
+    """Per-token cos, cos^2 and arccos/pi between states over the pairs i < j, ``(t, M(M-1)/2)``,
+    from the per-token Gram ``(t, M, M)`` (the matrices are symmetric; the diagonal is set by
+    :func:`_spread_pairs`). A pair with a zero state has cosine 0.
     """
-    t, m, _ = token_gram.shape
+    m = token_gram.shape[-1]
     rows, cols = torch.triu_indices(m, m, offset=1, device=token_gram.device)
     norms = token_gram.diagonal(dim1=1, dim2=2).clamp_min(0).sqrt()  # (t, M)
     denom = norms[:, rows] * norms[:, cols]
     cos = torch.where(denom > 0, token_gram[:, rows, cols] / torch.where(denom > 0, denom, 1.0), 0.0).clamp(-1.0, 1.0)
-    pairs = {"cos_sum": (cos, 1.0), "cos2_sum": (cos * cos, 1.0), "angle_sum": (torch.arccos(cos) / math.pi, 0.0)}
-    out = {}
-    for key, (values, same) in pairs.items():
-        if key in wanted:
-            full = token_gram.new_full((m, m), same * t)
-            full[rows, cols] = values.sum(0)
-            full[cols, rows] = full[rows, cols]
-            out[key] = full
-    return out
+    values = {"cos_sum": lambda: cos, "cos2_sum": lambda: cos * cos, "angle_sum": lambda: torch.arccos(cos) / math.pi}
+    return {key: make() for key, make in values.items() if key in wanted}
+
+
+def _spread_pairs(pair_sums: torch.Tensor, m: int, diagonal: float) -> torch.Tensor:
+    """The symmetric ``(M, M)`` matrix of sums over the pairs i < j, ``diagonal`` on its diagonal
+    (a state compared with itself is identical even when it is zero: cos 1, angle 0, per token).
+
+    >>> _spread_pairs(torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64), 3, 5.0).tolist()
+    [[5.0, 1.0, 2.0], [1.0, 5.0, 3.0], [2.0, 3.0, 5.0]]
+    """
+    rows, cols = torch.triu_indices(m, m, offset=1, device=pair_sums.device)
+    full = pair_sums.new_full((m, m), diagonal)
+    full[rows, cols] = pair_sums
+    full[cols, rows] = pair_sums
+    return full
 
 
 def nonfinite_layer(stats: dict) -> int | None:

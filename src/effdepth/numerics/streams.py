@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ..errors import EffdepthError
-from .accumulate import STAT_KEYS, add_statistics, chunk_tensors, chunk_tokens_for, nonfinite_layer, statistics_to_numpy
+from .accumulate import STAT_KEYS, SequenceSums, chunk_tokens_for, nonfinite_layer, statistics_to_numpy
 from .cka import (
     FULL_BUDGET_BYTES,
     GRAM_BUDGET_BYTES,
@@ -114,6 +114,7 @@ class ViewAccumulator:
 
     The additive statistics (frobenius, token and every related measure) are
     kept, or only those named in ``statistics`` (see
+    :func:`~effdepth.numerics.accumulate.statistics_for` and
     :func:`~effdepth.numerics.accumulate.deff_statistics`); ``similarities``
     adds those of "cka" (per sequence) and "cka-full" (pooled, memory-checked
     against ``cka_full_budget_bytes`` at the first update). The cka token
@@ -158,6 +159,7 @@ class ViewAccumulator:
             raise ValueError(f"chunk_tokens must be a whole number >= 1 or None (by device), got {chunk_tokens!r}")
         self.chunk_tokens = chunk_tokens
         self._width_checked = None
+        self.similarities = validate_similarities(similarities)
         unknown = set(statistics) - set(STAT_KEYS)
         if unknown:
             raise ValueError(f"unknown statistics {sorted(unknown)}; choose from {', '.join(STAT_KEYS)}")
@@ -167,7 +169,6 @@ class ViewAccumulator:
             parts = self.streams.setdefault(v.stream, {"spec": v, "parts": set()})["parts"]
             parts.update(v.parts)
         self._units: dict = {(s, p): [] for s, info in self.streams.items() for p in info["parts"]}
-        self.similarities = validate_similarities(similarities)
         self.gram_budget_bytes = gram_budget_bytes
         self.cka_full_budget_bytes = cka_full_budget_bytes
         kernel = [s for s in KERNEL_SIMILARITIES if s in self.similarities]
@@ -506,21 +507,15 @@ class ViewAccumulator:
         if self.statistics == ("n",):  # token counts only (e.g. a cka surrogate stream): no pass over the states
             t = seq.shape[1]
             return {key: [{"n": np.asarray(1.0)}, {"n": np.asarray(float(t - 1))} if t > 1 else None] for key in streams}
-        out: dict = {key: [None, None] for key in streams}
+        sums = {key: SequenceSums(self.include_embedding, self.statistics) for key in streams}
         size = self.chunk_tokens or chunk_tokens_for(seq)
         for start in range(0, seq.shape[1], size):
             chunk = seq[:, start : start + size].to(torch.float64)
             for key, info in streams.items():
                 spec = info["spec"]
-                z = fitted_transform(token_transform(chunk, spec), spec, self.fits.get(key))
-                if start == 0:
-                    out[key][0] = chunk_tensors(z[:, :1], self.include_embedding, self.statistics)
-                    z = z[:, 1:]
-                if z.shape[1]:
-                    part = chunk_tensors(z, self.include_embedding, self.statistics)
-                    out[key][1] = part if out[key][1] is None else add_statistics(out[key][1], part)
+                sums[key].add(fitted_transform(token_transform(chunk, spec), spec, self.fits.get(key)))
         # One copy to the host per sequence: the device is waited for here, not per chunk.
-        return {key: [None if part is None else statistics_to_numpy(part) for part in parts] for key, parts in out.items()}
+        return {key: [None if part is None else statistics_to_numpy(part) for part in s.finish()] for key, s in sums.items()}
 
     def unit_statistics(self, view: str | ViewSpec, similarity: str | None = None) -> UnitStatistics:
         """Per-sequence statistics of one view, with what ``similarity`` needs.
@@ -543,6 +538,11 @@ class ViewAccumulator:
         if total is None:
             raise ViewUnavailable(spec.name, name, "no sequence with a real token was measured")
         if similarity in (None, "frobenius", "token"):
+            if similarity == "token" and "cos2_sum" not in self.statistics:
+                raise EffdepthError(
+                    f"token statistics were not accumulated (similarities {list(self.similarities)}); "
+                    "accumulate with similarities including 'token'"
+                )
             keep = total.arrays["n"] > 0
             if not keep.any():
                 raise ViewUnavailable(spec.name, name, f"no sequence has a token in this view{_selection_hint(spec)}")

@@ -170,3 +170,74 @@ def test_a_state_its_update_nearly_erases_is_formed_directly():
     increments = torch.cat([z[:1], z[1:] - z[:-1]]).transpose(0, 1)
     summed = (increments @ increments.transpose(1, 2)).cumsum(1).cumsum(2).sum(0).numpy()
     assert abs(summed[2, 2] - gram[2, 2]) > 1e-6 * gram[2, 2]
+
+
+@pytest.mark.parametrize("chunk_tokens,group_tokens", [(1, 1), (1, 7), (4, 4), (4, 9), (5, 1000), (23, 23)])
+def test_where_chunks_and_groups_end_changes_no_statistic(chunk_tokens, group_tokens):
+    # Products are formed per chunk and reduced per group; position 0 and the rest stay apart.
+    from effdepth.numerics.accumulate import SequenceSums, sequence_statistics
+
+    z = torch.randn(5, 23, 6, generator=torch.Generator().manual_seed(2), dtype=torch.float64).cumsum(0)
+    want_first, want_rest = sequence_statistics(z, chunk_tokens=1000)
+    sums = SequenceSums(False, group_tokens=group_tokens)
+    for start in range(0, 23, chunk_tokens):
+        sums.add(z[:, start : start + chunk_tokens])
+    first, rest = sums.finish()
+    for got, want in ((first, want_first), (rest, want_rest)):
+        assert set(got) == set(STAT_KEYS)
+        for key in STAT_KEYS:
+            np.testing.assert_allclose(np.asarray(got[key]), want[key], rtol=1e-12, atol=1e-12, err_msg=key)
+    np.testing.assert_allclose(want_first["gram_states"], (z[:, :1].flatten(1) @ z[:, :1].flatten(1).T).numpy(), rtol=1e-13)
+    assert float(first["n"]) == 1.0 and float(rest["n"]) == 22.0
+
+
+def test_sums_accumulate_chunk_after_chunk():
+    from effdepth.numerics.accumulate import SequenceSums
+
+    z = torch.randn(3, 12, 4, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    sums = SequenceSums(False, split_first=False, group_tokens=4)
+    totals = []
+    for start in range(0, 12, 4):
+        sums.add(z[:, start : start + 4])
+        sums._reduce()
+        totals.append(float(sums.parts[1]["gram_increments"][0, 0]))
+    assert totals == pytest.approx(np.cumsum([float(z[0, s : s + 4].square().sum()) for s in (0, 4, 8)]), rel=1e-14)
+    assert float(sums.finish()[1]["n"]) == 12.0
+
+
+def test_a_chunk_that_cancels_is_formed_directly_inside_a_group_of_chunks():
+    # The middle chunk's S_2 nearly erases S_1; the chunks around it are summed from increments.
+    from effdepth.numerics.accumulate import SequenceSums
+
+    g = torch.Generator().manual_seed(3)
+    z = torch.randn(4, 9, 8, generator=g, dtype=torch.float64)
+    z[2, 3:6] = 1e-7 * torch.randn(3, 8, generator=g, dtype=torch.float64)
+    z[3] = z[2] + torch.randn(9, 8, generator=g, dtype=torch.float64)
+    sums = SequenceSums(False, split_first=False, group_tokens=9)
+    for start in (0, 3, 6):
+        sums.add(z[:, start : start + 3])
+    assert len(sums._pending) == 0 and float(sums.parts[1]["n"]) == 9.0  # reduced as one group
+    got = sums.finish()[1]
+    gram, cos, _ = _direct_state_statistics(z)
+    np.testing.assert_allclose(got["gram_states"].numpy(), gram, rtol=1e-12, atol=1e-24)
+    np.testing.assert_allclose(got["cos_sum"].numpy(), cos, rtol=1e-12)
+
+
+def test_a_run_without_the_token_similarity_skips_its_statistics_and_says_so():
+    from effdepth.errors import EffdepthError
+    from effdepth.numerics.accumulate import TOKEN_KEYS, statistics_for
+
+    assert statistics_for(["cka", "frobenius"]) == tuple(k for k in STAT_KEYS if k not in TOKEN_KEYS)
+    assert statistics_for(["cka", "token"]) == STAT_KEYS
+    s = states()
+    lean = ViewAccumulator(["default", "token-norm"], similarities=("cka",), statistics=statistics_for(["cka"]))
+    full = ViewAccumulator(["default", "token-norm"], similarities=("cka",))
+    for acc in (lean, full):
+        acc.update(s)
+    for view in ("default", "token-norm"):
+        got, want = lean.unit_statistics(view, "cka"), full.unit_statistics(view, "cka")
+        assert not set(TOKEN_KEYS) & set(got.arrays)
+        for key in got.arrays:
+            np.testing.assert_array_equal(got.arrays[key], want.arrays[key], err_msg=key)
+    with pytest.raises(EffdepthError, match="token statistics were not accumulated.*including 'token'"):
+        lean.unit_statistics("default", "token")
