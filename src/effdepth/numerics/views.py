@@ -243,13 +243,12 @@ class FitAccumulator:
             if self.want_scatter:
                 self.scatter = torch.zeros(m, d, d, dtype=torch.float64, device=parts[0].device)
         total = self.count + n
-        z = parts[0].new_empty((n, d), dtype=torch.float64)
+        buffers: dict = {}
         for layer in range(m):
-            y = _layer_states(parts, layer, z, transform)
-            batch_mean = _finite_mean(y, layer)
+            batch_mean, scatter = _layer_moments(parts, layer, buffers, self.precision, transform, self.want_scatter)
             delta = batch_mean - self.mean[layer]
             if self.want_scatter:
-                self.scatter[layer] += _scatter(y, batch_mean, self.precision)
+                self.scatter[layer] += scatter
                 self.scatter[layer] += torch.outer(delta, delta) * (self.count * n / total)
             self.mean[layer] += delta * (n / total)
         self.count = total
@@ -261,19 +260,19 @@ class FitAccumulator:
             return self._by_layer
         (parts, transform), n = self._held, self.count
         m, _, d = parts[0].shape
-        z = parts[0].new_empty((n, d), dtype=torch.float64)
-        mean = z.new_empty(m, d)
+        like = parts[0].new_empty(0, dtype=torch.float64)
+        mean = like.new_empty(m, d)
         k = self.layer_pcs
-        pcs = z.new_empty(m, d, k) if k else None
-        values = z.new_empty(m, min(k + 1, d)) if k else None
-        pooled = z.new_zeros(d, d) if self.shared else None
+        pcs = like.new_empty(m, d, k) if k else None
+        values = like.new_empty(m, min(k + 1, d)) if k else None
+        pooled = like.new_zeros(d, d) if self.shared else None
         basis = None
+        buffers: dict = {}
         for layer in range(m):
-            y = _layer_states(parts, layer, z, transform)
-            mean[layer] = _finite_mean(y, layer)
+            mean[layer], scatter = _layer_moments(parts, layer, buffers, self.precision, transform, bool(k or self.shared))
             if not (k or self.shared):
                 continue
-            cov = _scatter(y, mean[layer], self.precision) / n
+            cov = scatter / n
             if pooled is not None:
                 pooled += cov / m
             if k:
@@ -320,6 +319,42 @@ class FitAccumulator:
             fit["pcs"], values = top_eigenpairs(cov, spec.top_pcs, tol=tol)
             fit["eigengap"] = relative_eigengap(values, spec.top_pcs)
         return fit
+
+
+def _layer_moments(parts: list, layer: int, buffers: dict, precision: torch.dtype, transform,
+                   scatter: bool = True) -> tuple:
+    """The mean ``(d,)`` of one layer's states of every part joined along the tokens and, with
+    ``scatter``, their float64 scatter matrix about it, its product formed in ``precision``
+    (``(mean, None)`` without). ``buffers`` keeps the work arrays from layer to layer.
+
+    Without a transform each part is centred in float64 while it is in cache and written
+    straight into the ``precision`` array the product reads: no float64 copy of the layer.
+    :class:`NonFiniteFit` when a state is not finite.
+    """
+    n, d = sum(p.shape[1] for p in parts), parts[0].shape[-1]
+    if transform is not None:
+        y = _layer_states(parts, layer, _buffer(buffers, "states", (n, d), torch.float64, parts[0]), transform)
+        mean = _finite_mean(y, layer)
+        return mean, _scatter(y, mean, precision) if scatter else None
+    mean = sum(p[layer].sum(0, dtype=torch.float64) for p in parts) / n
+    if not bool(torch.isfinite(mean).all()):  # a NaN or inf anywhere makes the mean so
+        raise NonFiniteFit(layer)
+    if not scatter:
+        return mean, None
+    centred = _buffer(buffers, "centred", (n, d), precision, parts[0])
+    start = 0
+    for p in parts:
+        piece = p[layer].to(torch.float64)  # a copy, or (float64 states) the states themselves
+        piece = piece - mean if piece.data_ptr() == p[layer].data_ptr() else piece.sub_(mean)
+        centred[start : start + p.shape[1]].copy_(piece)
+        start += p.shape[1]
+    return mean, symmetric_product(centred).to(torch.float64)
+
+
+def _buffer(buffers: dict, name: str, shape: tuple, dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
+    if name not in buffers:
+        buffers[name] = like.new_empty(shape, dtype=dtype)
+    return buffers[name]
 
 
 def _layer_states(parts: list, layer: int, buffer: torch.Tensor, transform) -> torch.Tensor:
@@ -455,10 +490,13 @@ def _subspace_eigenpairs(cov: torch.Tensor, k: int, iterations: int, tol: float,
     if q * 4 >= d:
         values, vectors = torch.linalg.eigh(cov)
         return vectors[..., -k:].flip(-1), values[..., -want:].flip(-1), None
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    basis = torch.randn(b, d, q, generator=gen, dtype=cov.dtype).to(cov.device)
-    if start is not None:
-        basis[..., : start.shape[-1]] = start  # the leading Ritz vectors first
+    if start is not None and start.shape[-1] == q:
+        basis = start.clone()  # the previous matrix's Ritz vectors, leading first
+    else:
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        basis = torch.randn(b, d, q, generator=gen, dtype=cov.dtype).to(cov.device)
+        if start is not None:
+            basis[..., : start.shape[-1]] = start  # the leading Ritz vectors first
     basis, _ = torch.linalg.qr(basis)
     for step in range(iterations + 1):
         product = cov @ basis
