@@ -28,6 +28,7 @@ Keys (M = L+1 states S_0..S_L, N analysed states):
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -396,13 +397,18 @@ def _cosine_values(token_gram: torch.Tensor, wanted: set) -> dict:
     from the per-token Gram ``(t, M, M)`` (the matrices are symmetric; the diagonal is set by
     :func:`_spread_pairs`). A pair with a zero state has cosine 0.
     """
-    m = token_gram.shape[-1]
-    rows, cols = torch.triu_indices(m, m, offset=1, device=token_gram.device)
+    rows, cols = _pairs(token_gram.shape[-1], token_gram.device)
     norms = token_gram.diagonal(dim1=1, dim2=2).clamp_min(0).sqrt()  # (t, M)
     denom = norms[:, rows] * norms[:, cols]
     cos = torch.where(denom > 0, token_gram[:, rows, cols] / torch.where(denom > 0, denom, 1.0), 0.0).clamp(-1.0, 1.0)
     values = {"cos_sum": lambda: cos, "cos2_sum": lambda: cos * cos, "angle_sum": lambda: torch.arccos(cos) / math.pi}
     return {key: make() for key, make in values.items() if key in wanted}
+
+
+@functools.lru_cache(maxsize=8)
+def _pairs(m: int, device: torch.device) -> torch.Tensor:
+    """Row and column indices ``(2, M(M-1)/2)`` of the pairs i < j, made once per size and device."""
+    return torch.triu_indices(m, m, offset=1, device=device)
 
 
 def _spread_pairs(pair_sums: torch.Tensor, m: int, diagonal: float) -> torch.Tensor:
@@ -412,7 +418,7 @@ def _spread_pairs(pair_sums: torch.Tensor, m: int, diagonal: float) -> torch.Ten
     >>> _spread_pairs(torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64), 3, 5.0).tolist()
     [[5.0, 1.0, 2.0], [1.0, 5.0, 3.0], [2.0, 3.0, 5.0]]
     """
-    rows, cols = torch.triu_indices(m, m, offset=1, device=pair_sums.device)
+    rows, cols = _pairs(m, pair_sums.device)
     full = pair_sums.new_full((m, m), diagonal)
     full[rows, cols] = pair_sums
     full[cols, rows] = pair_sums

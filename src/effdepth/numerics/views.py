@@ -336,16 +336,13 @@ def _layer_moments(parts: list, layer: int, buffers: dict, precision: torch.dtyp
         y = _layer_states(parts, layer, _buffer(buffers, "states", (n, d), torch.float64, parts[0]), transform)
         mean = _finite_mean(y, layer)
         return mean, _scatter(y, mean, precision) if scatter else None
-    mean = sum(p[layer].sum(0, dtype=torch.float64) for p in parts) / n
-    if not bool(torch.isfinite(mean).all()):  # a NaN or inf anywhere makes the mean so
-        raise NonFiniteFit(layer)
+    mean = _checked_mean(sum(p[layer].sum(0, dtype=torch.float64) for p in parts) / n, layer)
     if not scatter:
         return mean, None
     centred = _buffer(buffers, "centred", (n, d), precision, parts[0])
     start = 0
     for p in parts:
-        piece = p[layer].to(torch.float64)  # a copy, or (float64 states) the states themselves
-        piece = piece - mean if piece.data_ptr() == p[layer].data_ptr() else piece.sub_(mean)
+        piece = p[layer].to(torch.float64, copy=True).sub_(mean)  # never the caller's states
         centred[start : start + p.shape[1]].copy_(piece)
         start += p.shape[1]
     return mean, symmetric_product(centred).to(torch.float64)
@@ -406,7 +403,10 @@ def symmetric_product(y: torch.Tensor) -> torch.Tensor:
 def _finite_mean(y: torch.Tensor, layer: int) -> torch.Tensor:
     """The mean state of one layer; :class:`NonFiniteFit` when a state is not finite (a NaN or
     inf anywhere makes the mean so, without a pass over the states)."""
-    mean = y.mean(0)
+    return _checked_mean(y.mean(0), layer)
+
+
+def _checked_mean(mean: torch.Tensor, layer: int) -> torch.Tensor:
     if not bool(torch.isfinite(mean).all()):
         raise NonFiniteFit(layer)
     return mean
