@@ -107,3 +107,34 @@ def test_every_rank_fits_on_the_calibration_set_one_process_uses(one_process_gro
     single = effdepth.measure(str(model_dir), corpus, progress=False, **kwargs)
     _same(single, distributed)
     assert distributed.config["pc_estimate"]["calibration"] == {"sequences": 8, "tokens": 2048}
+
+
+LEAVES_NO_GLOO_THREADS = """
+import os, socket, sys
+from effdepth.distributed import process_group
+
+threads = lambda: len(os.listdir("/proc/self/task"))
+before = threads()
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+with process_group("gloo"):
+    {inside}
+    during = threads()
+after = threads()
+print(before, during, after)
+sys.exit(0 if during > before and after == before else 1)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+@pytest.mark.parametrize("inside", ["import torch._dynamo", "pass"])
+def test_leaving_the_group_stops_its_threads(inside):
+    # A group that outlives destroy_process_group keeps gloo's workers running into interpreter
+    # shutdown, where one of them can abort the process (and torchrun then stops every rank).
+    # Loading a model in transformers imports torch._dynamo, which used to keep the group alive.
+    script = LEAVES_NO_GLOO_THREADS.format(inside=inside)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
+    assert proc.returncode == 0, (proc.stdout, proc.stderr[-2000:])

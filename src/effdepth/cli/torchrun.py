@@ -64,7 +64,8 @@ def _measure_command(args) -> int:
     # Rank 0 alone writes, but every rank must hear if it cannot: they would wait for it forever.
     agreed(lambda: ensure_writable(out) if dist.get_rank() == 0 else None, "checking the output folder", comm_device())
     result = measure_distributed(options, progress=args.progress)
-    if result is None:
-        return 0
-    write_result(result, out, figures=args.figures, note=f" ({result.provenance['run']['distributed']['world_size']} processes)")
+    # Every rank waits until rank 0 has written: torchrun stops all ranks when one exits badly, so a
+    # rank leaving early could take the result with it; and a failed write is every rank's error.
+    agreed(lambda: None if result is None else write_result(result, out, figures=args.figures, note=f" ({dist.get_world_size()} processes)"),
+           "writing the result", comm_device())
     return 0

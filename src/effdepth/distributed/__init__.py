@@ -241,8 +241,24 @@ def process_group(backend: str | None = None):
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    _import_before_the_group()
     dist.init_process_group(backend)
     try:
         yield dist.get_rank()
     finally:
         dist.destroy_process_group()
+
+
+def _import_before_the_group() -> None:
+    """Import what would otherwise keep the process group alive past ``destroy_process_group``.
+
+    ``torch.distributed.nn.functional`` takes ``group.WORLD`` as a default
+    argument when it is imported, and ``torch._dynamo`` (which loading a model
+    in transformers imports) imports it. Imported after the group exists, it
+    holds the group, so destroying it does not stop gloo's worker threads; one
+    of them can then still be releasing a finished collective's tensors when
+    the interpreter shuts down, and aborts the process ("terminate called
+    without an active exception"), which makes torchrun stop every rank.
+    Imported first, its defaults are ``None``.
+    """
+    import torch.distributed.nn.functional  # noqa: F401
