@@ -74,7 +74,9 @@ def measure_distributed(options: Options, *, progress: bool = True):
 
     Call it on every rank (same options); rank 0 gets the
     :class:`~effdepth.Result`, the others ``None``. Launch with ``torchrun``
-    (see the module docstring), or initialise ``torch.distributed`` yourself.
+    (see the module docstring), or initialise ``torch.distributed`` yourself
+    (then ``import torch.distributed.nn.functional`` before
+    ``init_process_group``: see :func:`process_group`).
     """
     import torch.distributed as dist
 
