@@ -145,3 +145,24 @@ def test_leaving_the_group_stops_its_threads(inside, model_dir, corpus):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-2000:])
+
+
+def test_a_failed_write_is_one_line_and_every_ranks_error(monkeypatch, capsys, model_dir, corpus, tmp_path):
+    import socket
+
+    import effdepth.cli.measure as cli_measure
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for name, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():
+        monkeypatch.setenv(name, value)
+
+    def fail(*args, **kwargs):
+        raise effdepth.EffdepthError(f"cannot write {tmp_path / 'out' / 'result.json'}: No space left on device; choose another output folder")
+
+    monkeypatch.setattr(cli_measure, "write_result", fail)
+    code = main(["measure", str(model_dir), "--corpus", corpus, "--seq-len", "16", "--num-seqs", "2", "--batch-size", "2",
+                 "--bootstrap", "0", "--backend", "gloo", "--device", "cpu", "--out", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("effdepth: error: [rank 0] cannot write") and "\n" not in err

@@ -312,7 +312,7 @@ class SequenceSums:
                 at += g.shape[0]
             token_gram.diagonal(dim1=1, dim2=2).copy_(energy)
         cosines = _cosine_values(token_gram, self.wanted) if self.wanted & _PER_TOKEN_KEYS else {}
-        refs = [k for k in ("ref_init", "ref_size", "ref_matched") if k in self.wanted]
+        refs = self.wanted & _REFERENCE_KEYS
         for part, lo, hi in self._part_ranges(self._reduced, t):
             sums = {"n": np.asarray(float(hi - lo)), "gram_increments": increment_gram[lo:hi].sum(0)}
             if "gram_states" in self.wanted:
