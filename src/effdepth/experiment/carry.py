@@ -387,6 +387,7 @@ def carry_experiment(spec: CarryExperiment | None = None, out="runs/carry-experi
               "checkpoint_steps": spec.checkpoint_steps(), "carry_layers_resolved": list(parse_layers(spec.carry_layers, spec.layers)),
               "data": data.info, "model": "LlamaForCausalLM (byte vocabulary, untied embeddings, intermediate 4 x d_model)",
               "optimizer": "AdamW(betas=(0.9, 0.95), weight_decay=0.1), clip 1.0, linear warm-up then cosine to 10%",
+              "similarity": DEFAULT_SIMILARITY,
               "measured_with": f"the checkpoint's own carry (effdepth_carry in its config), {DEFAULT_SIMILARITY} similarity, default view"}
     provenance = {"code": code_version(), "libraries": library_versions(), "machine": machine(), "created": now(),
                   "elapsed_s": round(time.perf_counter() - started, 3)}

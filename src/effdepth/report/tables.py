@@ -12,6 +12,8 @@ All of them are laid out by :func:`render_table` and write numbers with
 
 from __future__ import annotations
 
+import re
+
 from ..numerics.metrics import ATTRIBUTION_NAMES
 from ..result import Result, ViewResult
 from ..results_carry import summary_interval
@@ -355,7 +357,20 @@ def experiment_headline(result) -> str:
     c = result.config
     return (f"carry experiment: {c['layers']}-layer Llama, d_model {c['d_model']}, {c['steps']} steps of {c['batch_size']} x "
             f"{c['seq_len']} tokens, seeds {', '.join(map(str, c['seed_list']))}; measured on {c['eval_seqs']} held-out "
-            f"sequences with the carry applied (frobenius, N = {c['layers']})")
+            f"sequences with the carry applied ({experiment_similarity(c)}, N = {c['layers']})")
+
+
+def experiment_similarity(config: dict) -> str:
+    """The similarity a carry experiment's numbers are under: recorded, else named in its
+    ``measured_with`` line, else frobenius (the default before either was recorded).
+
+    >>> experiment_similarity({"measured_with": "the checkpoint's own carry, cka similarity, default view"})
+    'cka'
+    """
+    if config.get("similarity"):
+        return config["similarity"]
+    named = re.search(r"(\S+) similarity", config.get("measured_with") or "")
+    return named.group(1) if named else "frobenius"
 
 
 # --------------------------------------------------------------------------- effdepth show

@@ -12,7 +12,7 @@ from effdepth.errors import EffdepthError
 from effdepth.experiment import CarryExperiment, carry_experiment, checkpoint_carry, load_experiment, measure_checkpoint, split_corpus
 from effdepth.experiment.carry import batch_order, new_model
 from effdepth.measure import measure
-from effdepth.report.tables import experiment_final_table, experiment_step_table
+from effdepth.report.tables import experiment_final_table, experiment_headline, experiment_step_table
 
 TEXT = ["Now is the winter of our discontent made glorious summer by this sun of York. " * 30,
         "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " * 30]
@@ -77,6 +77,10 @@ def test_experiment_outputs(runs):
     table = experiment_final_table(result)
     assert "bootstrap CI" in table and "R_matched" in table and "train loss" in table
     assert "D_eff lam=0.5" in experiment_step_table(result)
+    # The headline names the similarity the records were measured under (the checkpoints' own results).
+    measured = json.loads((a / "lam-1/seed-0/results/step-3.json").read_text())["config"]["similarity"]
+    primary = measured[0] if isinstance(measured, list) else measured
+    assert data["config"]["similarity"] == primary and f"({primary}, N = 2)" in experiment_headline(result)
 
 
 def test_intervals_over_seeds(tmp_path):

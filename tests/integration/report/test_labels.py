@@ -205,6 +205,7 @@ def test_load_and_show_an_experiment(tmp_path, capsys):
     code, shown, err = run(["show", tmp_path], capsys)
     assert code == 0, err
     assert "carry experiment: 2-layer Llama" in shown and "[1.100, 1.300]" in shown and "D_eff lam=0.5" in shown
+    assert "(frobenius, N = 2)" in shown  # recorded before the similarity was: the default of then
 
 
 def test_load_and_show_a_trajectory(trajectory_folder, capsys):
