@@ -365,10 +365,16 @@ def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRA
     shifted = _shifted(states, scratch or ScratchBuffers(), list(transforms.values()), in_place)
     hsic = {plan: shifted.new_zeros(m, m) for plan in plans if plan is not None}
     # A token-norm drop-pos0 set whose transform also serves all positions follows from that
-    # set's centred Gram (see drop_first_hsic); only its row 0 is kept for it. Without token-norm
-    # a massive first token (common at position 0) would cancel most digits: formed directly.
+    # set's centred Gram (see drop_first_hsic); only its row 0 is kept for it.
     derived = {(key, 1) for key, first in hsic if first == 1 and (key, 0) in hsic and transforms[key].token_norm}
-    first_rows = _hsic_blocks(shifted, transforms, hsic, skip=derived, budget=gram_budget_bytes, keep_first_rows=derived)
+    # Without token-norm a massive first token (common at position 0) would cancel most digits
+    # there. Instead the drop-pos0 set is summed from its uncentred Gram and centred afterwards
+    # (see _centre_sums), and an all-positions set next to it adds its row 0 to those sums (see
+    # all_positions_hsic): one pass over the Gram serves both.
+    lifted = {(key, 1) for key, first in hsic if first == 1 and not transforms[key].token_norm}
+    from_lifted = {(key, 0) for key, _ in lifted if (key, 0) in hsic}
+    first_rows = _hsic_blocks(shifted, transforms, hsic, skip=derived | from_lifted, budget=gram_budget_bytes,
+                              keep_first_rows=derived, lifted=lifted)
     undone = set()
     for key, first in derived:
         value = drop_first_hsic(hsic[(key, 0)], first_rows[key], t)
@@ -376,6 +382,14 @@ def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRA
             undone.add((key, first))  # cancels too much: formed from its own centred Gram instead
         else:
             hsic[(key, first)] = value
+    for key, first in lifted:
+        sums, sets = hsic[(key, first)], transforms[key].sets
+        if (key, 0) in from_lifted:
+            hsic[(key, 0)] = all_positions_hsic(sums, first_rows[key])
+            _add_centring(hsic[(key, 0)], sets[0])  # the rounding left of the sequence mean
+        if not _centre_sums(sums, sets[first]):
+            undone.add((key, first))
+            sums.zero_()
     if undone:
         _hsic_blocks(shifted, transforms, hsic, only=undone, budget=gram_budget_bytes)
     return [empty_cka_unit(m) if plan is None else _cka_unit(transforms[plan[0]].sets[plan[1]], hsic[plan])
@@ -383,16 +397,18 @@ def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRA
 
 
 def _hsic_blocks(shifted: torch.Tensor, transforms: dict, hsic: dict, *, skip=(), only=None, budget: int,
-                 keep_first_rows=()) -> dict:
+                 keep_first_rows=(), lifted=()) -> dict:
     """Add <K_i, K_j> of each token set in ``hsic`` (those in ``only``, all but ``skip``), one
-    shared row block of the Gram at a time. Returns, per transform key in ``keep_first_rows``,
-    row 0 of its all-positions centred Gram ``(M, T)``."""
+    shared row block of the Gram at a time; for a set in ``lifted`` (a drop-pos0 set without
+    token-norm) the sums of its uncentred Gram instead. Returns, per transform key in
+    ``keep_first_rows``, row 0 of its all-positions centred Gram ``(M, T)``, and per key in
+    ``lifted``, row 0 of the view's uncentred Gram."""
     m, t, _ = shifted.shape
     plans = [p for p in hsic if p not in skip and (only is None or p in only)]
     # All positions without token-norm: the view's states keep the shifted states' zero mean, so
-    # their Gram needs no centring pass (see _add_centring); the raw one, taking the shared block
-    # itself, goes last.
-    uncentred = [p for p in plans if p[1] == 0 and not transforms[p[0]].token_norm]
+    # their Gram needs no centring pass (see _add_centring); a lifted set is centred after the
+    # sums. The raw one, taking the shared block itself, goes last.
+    uncentred = [p for p in plans if (p[1] == 0 or p in lifted) and not transforms[p[0]].token_norm]
     plans.sort(key=lambda p: p in uncentred and transforms[p[0]].proj is None)
     first_rows: dict = {}
     for start, stop in gram_blocks(m, t, budget):
@@ -400,6 +416,11 @@ def _hsic_blocks(shifted: torch.Tensor, transforms: dict, hsic: dict, *, skip=()
         for key, first in plans:
             if (key, first) in uncentred:
                 k = _view_block(gram, start, transforms[key])
+                if start == 0 and first == 1:
+                    first_rows[key] = k[:, 0].clone()
+                k = k[:, first:, first:] if start < first else k
+                if k.shape[1] == 0:
+                    continue
             else:
                 k = _centred_block(gram, start, transforms[key], first)
             if k is None:
@@ -411,7 +432,8 @@ def _hsic_blocks(shifted: torch.Tensor, transforms: dict, hsic: dict, *, skip=()
             flat = k.reshape(m, -1)
             hsic[(key, first)].addmm_(flat, flat.T)
     for key, first in uncentred:
-        _add_centring(hsic[(key, first)], transforms[key].sets[first])
+        if first == 0:
+            _add_centring(hsic[(key, first)], transforms[key].sets[first])
     return first_rows
 
 
@@ -439,9 +461,40 @@ def _add_centring(hsic: torch.Tensor, token_set: _TokenSet) -> None:
     hsic.add_(torch.outer(token_set.grand, token_set.grand), alpha=n * n)
 
 
-#: Most cancellation allowed when deriving a drop-pos0 HSIC from the all-positions one: its
-#: largest term may exceed the result by this factor (about 4 of float64's 16 digits lost).
+#: Most cancellation allowed when deriving a drop-pos0 HSIC from the all-positions one, or when
+#: centring a drop-pos0 set's sums afterwards: its largest term may exceed the result by this
+#: factor (about 4 of float64's 16 digits lost).
 DROP_FIRST_CANCELLATION = 1e4
+
+
+def _centre_sums(sums: torch.Tensor, token_set: _TokenSet) -> bool:
+    """Turn <G_i, G_j> of a token set's uncentred Grams into <K_i, K_j> in place (see
+    :func:`_add_centring`); ``False`` (``sums`` then meaningless) when that cancels more than
+    :data:`DROP_FIRST_CANCELLATION` allows.
+
+    Checking the diagonal is enough: each off-diagonal term is at most the geometric mean of
+    its diagonal terms (Cauchy-Schwarz), so its rounding stays within that factor of
+    sqrt(h_ii h_jj), the scale cka divides by.
+    """
+    largest = sums.diagonal().clone()
+    _add_centring(sums, token_set)
+    return bool((largest <= DROP_FIRST_CANCELLATION * sums.diagonal()).all())
+
+
+def all_positions_hsic(after_first: torch.Tensor, first_row: torch.Tensor) -> torch.Tensor:
+    """<G_i, G_j> over all tokens from the sums over the tokens after the first ``(M, M)`` and
+    row 0 of each layer's Gram ``(M, T)``: ``+ 2 r_i.r_j + c_i c_j`` (r = row 0 after its first
+    entry, c that entry). Only additions of terms each bounded by their diagonal (see
+    :func:`_centre_sums`): nothing cancels, however large the first token.
+
+    >>> x = torch.randn(2, 6, 3, dtype=torch.float64); g = x @ x.transpose(1, 2)
+    >>> after = torch.einsum("iab,jab->ij", g[:, 1:, 1:], g[:, 1:, 1:])
+    >>> bool(torch.allclose(all_positions_hsic(after, g[:, 0]), torch.einsum("iab,jab->ij", g, g)))
+    True
+    """
+    rows, corner = first_row[:, 1:], first_row[:, 0]
+    out = torch.addmm(after_first, rows, rows.T, alpha=2.0)
+    return out.add_(torch.outer(corner, corner))
 
 
 def drop_first_hsic(full: torch.Tensor, first_row: torch.Tensor, tokens: int) -> torch.Tensor | None:

@@ -296,6 +296,35 @@ def test_a_dominant_first_token_forms_the_drop_pos0_hsic_directly():
     np.testing.assert_allclose(together, alone, rtol=1e-8)
 
 
+@pytest.mark.parametrize("massive", [False, True])
+def test_drop_pos0_sums_centred_afterwards_or_formed_directly(monkeypatch, massive):
+    # Without token-norm, a drop-pos0 set is summed from its uncentred Gram and centred after the
+    # sums, and its all-positions set adds row 0 to the same sums. Where the centring would cancel
+    # (a first token 1e4 times the others: the drop-pos0 mean is huge in the shifted states) the
+    # set is formed from its own centred Gram instead: both routes must equal the naive cka.
+    import effdepth.numerics.cka as cka
+
+    outcomes = []
+    original = cka._centre_sums
+    monkeypatch.setattr(cka, "_centre_sums", lambda *a: outcomes.append(original(*a)) or outcomes[-1])
+    x = residual_like(B=1, T=14)[:, 0]
+    if massive:
+        x[:, 0] *= 1e4
+    pcs = torch.linalg.qr(torch.randn(x.shape[0], x.shape[-1], 1, generator=torch.Generator().manual_seed(3),
+                                      dtype=torch.float64))[0]
+    for view_pcs in (None, pcs):
+        views = [GramView(first=0, pcs=view_pcs), GramView(first=1, pcs=view_pcs)]
+        got = sequence_cka(x, views)
+        pcs_np = None if view_pcs is None else view_pcs.numpy()
+        for unit, name in zip(got, ("default", "drop-pos0")):
+            h, e, _ = naive_cka_stats([x.numpy()], name, pcs_np)
+            scale = np.sqrt(np.outer(np.diag(h), np.diag(h)))  # what cka divides by
+            # Formed directly next to so large a token, centring still carries about 1e-8 (as before).
+            np.testing.assert_allclose(unit["hsic"] / scale, h / scale, rtol=0, atol=1e-7 if massive else TIGHT)
+            np.testing.assert_allclose(unit["cka_energy"], e, rtol=TIGHT)
+    assert outcomes == [not massive] * 2  # the route each took: centred afterwards, or formed directly
+
+
 def test_top_pc_view_matches_pcs_from_an_svd():
     s = residual_like(T=20)
     acc = accumulate(s, ["top1pc"], pc_estimate="exact")
