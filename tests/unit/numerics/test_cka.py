@@ -473,7 +473,10 @@ def test_row_blocks_equal_the_one_shot_gram():
 
 def test_sequence_cka_blocks_directly():
     x = residual_like(B=1, T=13)[:, 0]
-    views = [GramView(), GramView(first=1, token_norm=True)]
+    pcs = torch.linalg.qr(torch.randn(x.shape[0], x.shape[-1], 1, generator=torch.Generator().manual_seed(1),
+                                      dtype=torch.float64))[0]
+    # Blocks of one row upwards: the drop-pos0 sets' sums then start at the second block.
+    views = [GramView(), GramView(first=1, token_norm=True), GramView(first=1), GramView(pcs=pcs), GramView(first=1, pcs=pcs)]
     for budget in (1, 3 * 6 * 13 * 8 * 5, 1 << 30):
         got = sequence_cka(x, views, budget)
         want = sequence_cka(x, views)
