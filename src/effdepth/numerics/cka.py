@@ -373,8 +373,9 @@ def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRA
     # all_positions_hsic): one pass over the Gram serves both.
     lifted = {(key, 1) for key, first in hsic if first == 1 and not transforms[key].token_norm}
     from_lifted = {(key, 0) for key, _ in lifted if (key, 0) in hsic}
+    keep_rows = derived | {(key, 1) for key, _ in from_lifted}
     first_rows = _hsic_blocks(shifted, transforms, hsic, skip=derived | from_lifted, budget=gram_budget_bytes,
-                              keep_first_rows=derived, lifted=lifted)
+                              keep_first_rows=keep_rows, lifted=lifted)
     undone = set()
     for key, first in derived:
         value = drop_first_hsic(hsic[(key, 0)], first_rows[key], t)
@@ -400,9 +401,9 @@ def _hsic_blocks(shifted: torch.Tensor, transforms: dict, hsic: dict, *, skip=()
                  keep_first_rows=(), lifted=()) -> dict:
     """Add <K_i, K_j> of each token set in ``hsic`` (those in ``only``, all but ``skip``), one
     shared row block of the Gram at a time; for a set in ``lifted`` (a drop-pos0 set without
-    token-norm) the sums of its uncentred Gram instead. Returns, per transform key in
-    ``keep_first_rows``, row 0 of its all-positions centred Gram ``(M, T)``, and per key in
-    ``lifted``, row 0 of the view's uncentred Gram."""
+    token-norm) the sums of its uncentred Gram instead. Returns row 0 ``(M, T)`` for each
+    drop-pos0 set in ``keep_first_rows``, by transform key: of the all-positions centred Gram
+    (token-norm), or of the view's uncentred Gram (a lifted set)."""
     m, t, _ = shifted.shape
     plans = [p for p in hsic if p not in skip and (only is None or p in only)]
     # All positions without token-norm: the view's states keep the shifted states' zero mean, so
@@ -416,7 +417,7 @@ def _hsic_blocks(shifted: torch.Tensor, transforms: dict, hsic: dict, *, skip=()
         for key, first in plans:
             if (key, first) in uncentred:
                 k = _view_block(gram, start, transforms[key])
-                if start == 0 and first == 1:
+                if start == 0 and (key, first) in keep_first_rows:
                     first_rows[key] = k[:, 0].clone()
                 k = k[:, first:, first:] if start < first else k
                 if k.shape[1] == 0:
