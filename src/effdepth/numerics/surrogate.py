@@ -56,15 +56,19 @@ def update_energies(states: torch.Tensor, mask: torch.Tensor | None = None) -> t
     m, b = states.shape[:2]
     out = torch.empty(m - 1, b, dtype=torch.float64, device=states.device)
     weight = None if mask is None else mask.to(device=states.device, dtype=torch.float64)[:, :, None]
-    previous = states[0].to(torch.float64)
-    for layer in range(1, m):  # one layer at a time: no float64 copy of the whole batch
-        current = states[layer].to(torch.float64)
-        step = current - previous
+    # One layer at a time in three reused float64 arrays: no float64 copy of the whole batch, and
+    # no fresh arrays per layer (of several MB each, their page faults cost more than the sums).
+    previous = torch.empty(states.shape[1:], dtype=torch.float64, device=states.device)
+    current, step = torch.empty_like(previous), torch.empty_like(previous)
+    previous.copy_(states[0])
+    for layer in range(1, m):
+        current.copy_(states[layer])
+        torch.sub(current, previous, out=step)
         if weight is not None:
             step *= weight
-        flat = step.flatten(1)
+        flat = step.view(b, -1)
         out[layer - 1] = torch.linalg.vecdot(flat, flat)
-        previous = current
+        previous, current = current, previous
     return out
 
 
@@ -119,7 +123,9 @@ class _Source:
     def of(cls, states: torch.Tensor, mask: torch.Tensor | None) -> "_Source":
         m, b, t, _ = states.shape
         real = torch.ones(b, t, dtype=torch.bool, device=states.device) if mask is None else mask.to(states.device).bool()
-        return cls(states[0], update_energies(states.to(torch.float64), real), real, m)
+        # update_energies converts one layer at a time: a float64 copy of the whole batch here
+        # would double its memory and cost a pass over it.
+        return cls(states[0], update_energies(states, real), real, m)
 
     def held(self) -> "_Source":
         """A CPU copy (the capture buffer the states came from is reused)."""

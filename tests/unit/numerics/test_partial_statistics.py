@@ -4,12 +4,13 @@ parts and layers, the update energies one layer at a time; each equals the full 
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from effdepth.numerics.accumulate import STAT_KEYS, chunk_statistics, deff_statistics
 from effdepth.numerics.metrics import similarity_matrix
 from effdepth.numerics.similarity import deff
 from effdepth.numerics.streams import ViewAccumulator
-from effdepth.numerics.surrogate import update_energies
+from effdepth.numerics.surrogate import _Source, update_energies
 from effdepth.numerics.views import FitAccumulator, parse_view, token_transform
 
 
@@ -104,6 +105,34 @@ def test_update_energies_layer_by_layer_equal_the_naive_sums():
     x = s.double()
     updates = (x[1:] - x[:-1]) * mask[None, :, :, None]
     np.testing.assert_allclose(update_energies(s, mask).numpy(), updates.square().sum(dim=(2, 3)).numpy(), rtol=1e-12)
+
+
+
+class _LargestFloat64(TorchDispatchMode):
+    """Records the most elements of any float64 tensor an operation returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor) and t.dtype == torch.float64:
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+def test_the_surrogate_source_holds_no_float64_copy_of_the_batch():
+    # A float64 copy of a whole batch doubles a float32 batch's memory (on a GPU too): the
+    # energies are taken one layer at a time, in a layer's worth of float64 arrays.
+    s = states(L=6, B=3, T=11, d=7).float()
+    mask = torch.ones(3, 11, dtype=torch.bool)
+    mask[2, 5:] = False
+    with _LargestFloat64() as spy:
+        source = _Source.of(s, mask)
+    assert 0 < spy.largest <= s[0].numel()
+    np.testing.assert_array_equal(source.measured.numpy(), update_energies(s.double(), mask).numpy())
 
 
 @pytest.mark.parametrize("chunk_tokens", [1, 5, 64, None])
