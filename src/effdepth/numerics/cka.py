@@ -362,7 +362,10 @@ def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRA
     like = states.new_empty(0, dtype=torch.float64)
     transforms = {key: _Transform((m, t, d), like, v.token_norm, v.pcs, sorted(firsts)) for key, (v, firsts) in wanted.items()}
     in_place = overwrite and states.dtype == torch.float64 and states.is_contiguous()
-    shifted = _shifted(states, scratch or ScratchBuffers(), list(transforms.values()), in_place)
+    # Not `scratch or ...`: an empty ScratchBuffers is falsy (it has a length), and a fresh one
+    # per sequence would fault in its pages every time.
+    scratch = ScratchBuffers() if scratch is None else scratch
+    shifted = _shifted(states, scratch, list(transforms.values()), in_place)
     hsic = {plan: shifted.new_zeros(m, m) for plan in plans if plan is not None}
     # A token-norm drop-pos0 set whose transform also serves all positions follows from that
     # set's centred Gram (see drop_first_hsic); only its row 0 is kept for it.

@@ -44,13 +44,17 @@ class ScratchBuffers:
     def release(self) -> None:
         """Drop every buffer (call when a batch is done).
 
-        >>> scratch = ScratchBuffers(); _ = scratch.take("x", (4,)); scratch.release(); len(scratch)
-        0
+        >>> scratch = ScratchBuffers(); _ = scratch.take("x", (4,)); scratch.release(); scratch.names
+        ()
         """
         self._buffers = {}
 
-    def __len__(self) -> int:
-        return len(self._buffers)
+    # No __len__: an empty pool would then be falsy, and ``scratch or ScratchBuffers()`` would
+    # silently replace the caller's pool by a fresh one at every call.
+    @property
+    def names(self) -> tuple:
+        """The names of the buffers held now."""
+        return tuple(self._buffers)
 
     def __deepcopy__(self, memo):
         # A copy of an accumulator (e.g. a rollback mark) needs no work buffers of its own.

@@ -125,7 +125,7 @@ class _Source:
         real = torch.ones(b, t, dtype=torch.bool, device=states.device) if mask is None else mask.to(states.device).bool()
         # update_energies converts one layer at a time: a float64 copy of the whole batch here
         # would double its memory and cost a pass over it.
-        return cls(states[0], update_energies(states, real), real, m)
+        return cls(states[0], update_energies(states, mask), real, m)  # no mask: no multiplication by ones
 
     def held(self) -> "_Source":
         """A CPU copy (the capture buffer the states came from is reused)."""

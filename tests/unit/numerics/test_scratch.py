@@ -23,16 +23,40 @@ def test_a_name_reuses_its_storage_until_it_is_too_small_or_of_another_dtype():
 def test_release_drops_every_buffer_and_a_copy_gets_none():
     scratch = ScratchBuffers()
     scratch.take("a", (10,))
-    assert len(copy.deepcopy(scratch)) == 0  # a copy of an accumulator gets its own, empty
+    assert copy.deepcopy(scratch).names == ()  # a copy of an accumulator gets its own, empty
     scratch.release()
-    assert len(scratch) == 0
+    assert scratch.names == ()
 
 
 def test_an_accumulator_holds_no_work_buffer_between_batches():
     # Held buffers would add to the next forward pass's peak memory.
     acc = ViewAccumulator(["default"], similarities=("cka",))
     acc.update(torch.randn(4, 2, 9, 6))
-    assert len(acc._scratch) == 0
+    assert acc._scratch.names == ()
+
+
+class _CountingScratch(ScratchBuffers):
+    """Records the storage each take of a name gets."""
+
+    def __init__(self):
+        super().__init__()
+        self.storage: list = []
+
+    def take(self, name, shape, dtype=torch.float64, device=None):
+        out = super().take(name, shape, dtype, device)
+        self.storage.append((name, out.untyped_storage().data_ptr()))
+        return out
+
+
+def test_every_sequence_of_a_batch_reuses_the_same_float64_copy():
+    # A fresh float64 copy of a sequence per sequence faults in its pages anew each time (a
+    # large one comes from mmap): the pool lent to the accumulator serves them all, even while
+    # it is empty at the first take.
+    scratch = _CountingScratch()
+    acc = ViewAccumulator(["default", "token-norm"], similarities=("cka",), scratch=scratch)
+    acc.update(torch.randn(4, 3, 9, 6))
+    copies = [ptr for name, ptr in scratch.storage if name == "cka-shifted"]
+    assert len(copies) == 3 and len(set(copies)) == 1
 
 
 def test_accumulators_sharing_one_scratch_give_the_numbers_of_separate_ones():
