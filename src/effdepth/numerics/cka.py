@@ -58,7 +58,7 @@ import torch
 
 from ..errors import EffdepthError
 from .scratch import ScratchBuffers
-from .views import ViewSpec, parse_views
+from .views import ViewSpec, minus_product, parse_views
 
 # Below this, a centred n x n Gram has too few degrees of freedom to compare
 # layers (n = 1 is identically zero after centring).
@@ -170,7 +170,7 @@ def view_token_states(states: torch.Tensor, view: GramView) -> torch.Tensor:
         z = z / _safe_norms(z)[..., None]
     if view.pcs is not None:
         v = view.pcs.to(z)
-        z = z - (z @ v) @ v.transpose(1, 2)
+        z = minus_product(z, z @ v, v.transpose(1, 2))
     return z
 
 
@@ -262,7 +262,7 @@ class _Transform:
         if self.pcs is not None:
             v = self.pcs[layer if self.pcs.shape[0] > 1 else 0]
             torch.matmul(z, v, out=self.proj[layer])
-            z = torch.addmm(z, self.proj[layer], v.T, alpha=-1.0)
+            z = minus_product(z, self.proj[layer], v.T)
         step = None if self._previous is None else z - self._previous  # explicit differences
         for first, token_set in self.sets.items():
             token_set.add_layer(layer, z[first:], None if step is None else step[first:])
@@ -322,7 +322,7 @@ def _centred_block(gram: torch.Tensor, start: int, transform: _Transform, first:
     else:
         k = g.clone()
     if transform.proj is not None:
-        k.baddbmm_(transform.proj[:, rows], transform.proj[:, cols].transpose(1, 2), alpha=-1.0)
+        minus_product(k, transform.proj[:, rows], transform.proj[:, cols].transpose(1, 2), in_place=True)
     a, b = lo - first, stop - first  # the rows' indices among the set's tokens
     k -= token_set.row_mean[:, a:b, None]
     k -= (token_set.row_mean[:, a:] - token_set.grand[:, None])[:, None, :]
@@ -448,7 +448,7 @@ def _view_block(gram: torch.Tensor, start: int, transform: _Transform) -> torch.
         return gram
     rows = slice(start, start + gram.shape[1])
     k = gram.clone()
-    return k.baddbmm_(transform.proj[:, rows], transform.proj[:, start:].transpose(1, 2), alpha=-1.0)
+    return minus_product(k, transform.proj[:, rows], transform.proj[:, start:].transpose(1, 2), in_place=True)
 
 
 def _add_centring(hsic: torch.Tensor, token_set: _TokenSet) -> None:

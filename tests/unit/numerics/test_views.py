@@ -374,3 +374,26 @@ def test_the_scatter_formed_over_its_upper_triangle_equals_the_full_product(widt
     scale = (y.abs().T @ y.abs()).to(torch.float64)  # the products' magnitudes bound their rounding
     eps = torch.finfo(dtype).eps
     assert float(((got.double() - (y.double().T @ y.double())).abs() / scale).max()) < 40 * eps
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_removing_k_scores_times_directions_equals_the_naive_product(k, batched, in_place):
+    # k = 1 (top1pc, the paper's view) takes an element-wise outer product instead of a matrix
+    # product of inner size 1: the same numbers to rounding, for every shape it is used with.
+    from effdepth.numerics.views import minus_product
+
+    g = torch.Generator().manual_seed(k)
+    shape = (3, 7, 11) if batched else (7, 11)
+    base = torch.randn(*shape, generator=g, dtype=torch.float64)
+    left = torch.randn(*shape[:-1], k, generator=g, dtype=torch.float64)
+    right = torch.randn(*shape[:-2], k, shape[-1], generator=g, dtype=torch.float64)
+    want = base.numpy() - left.numpy() @ right.numpy()
+    before = base.clone()
+    got = minus_product(base, left, right, in_place=in_place)
+    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-13)
+    if in_place:
+        assert got.data_ptr() == base.data_ptr()
+    else:
+        assert torch.equal(base, before)
