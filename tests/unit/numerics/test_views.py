@@ -397,3 +397,30 @@ def test_removing_k_scores_times_directions_equals_the_naive_product(k, batched,
         assert got.data_ptr() == base.data_ptr()
     else:
         assert torch.equal(base, before)
+
+
+def test_the_dense_solver_of_a_calibration_fit_meets_its_tolerance_in_float32_or_again_in_float64():
+    # Surrogate streams' near-flat spectra always end in the dense solver: float32 where the
+    # calibration tolerance allows, float64 again for a matrix whose top vectors miss it there.
+    from effdepth.numerics.views import CALIBRATION_EIGEN_TOL, dense_eigh
+
+    g = torch.Generator().manual_seed(0)
+    q, _ = torch.linalg.qr(torch.randn(2, 200, 200, generator=g, dtype=torch.float64))
+    lam = torch.linspace(0.5, 1.0, 200, dtype=torch.float64).repeat(2, 1)
+    lam[0, -2:] = torch.tensor([2.0, 1e4], dtype=torch.float64)  # lambda_2 / lambda_1 = 2e-4: float32 misses
+    cov = q @ torch.diag_embed(lam) @ q.transpose(1, 2)
+
+    def residuals(values, vectors, k=2):
+        top, leading = vectors[..., -k:], values[..., -k:]
+        return ((cov @ top - top * leading[:, None]).norm(dim=1) / leading.abs()).max(dim=1).values
+
+    float32 = residuals(*(t.double() for t in torch.linalg.eigh(cov.float())))
+    assert float32[0] > CALIBRATION_EIGEN_TOL >= float32[1]
+    values, vectors = dense_eigh(cov, 2, CALIBRATION_EIGEN_TOL)
+    got = residuals(values, vectors)
+    assert vectors.dtype == torch.float64
+    np.testing.assert_allclose(vectors.norm(dim=1).numpy(), 1.0, rtol=1e-14)
+    assert got[0] < 1e-12  # solved again in float64
+    assert 1e-10 < got[1] <= CALIBRATION_EIGEN_TOL  # float32 was enough
+    np.testing.assert_allclose(values[:, -2:].numpy(), lam[:, -2:].numpy(), rtol=1e-6)
+    assert float(residuals(*dense_eigh(cov, 2, 1e-9)).max()) < 1e-12  # an exact fit: float64 throughout
