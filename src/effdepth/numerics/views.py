@@ -248,8 +248,10 @@ class FitAccumulator:
             batch_mean, scatter = _layer_moments(parts, layer, buffers, self.precision, transform, self.want_scatter)
             delta = batch_mean - self.mean[layer]
             if self.want_scatter:
-                self.scatter[layer] += scatter
-                self.scatter[layer] += torch.outer(delta, delta) * (self.count * n / total)
+                # In place, each one pass over d x d: the product (float32 for a calibration fit) is
+                # added in float64, and Chan's correction as a rank-one update.
+                self.scatter[layer].add_(scatter)
+                self.scatter[layer].addr_(delta, delta, alpha=self.count * n / total)
             self.mean[layer] += delta * (n / total)
         self.count = total
 
@@ -272,7 +274,7 @@ class FitAccumulator:
             mean[layer], scatter = _layer_moments(parts, layer, buffers, self.precision, transform, bool(k or self.shared))
             if not (k or self.shared):
                 continue
-            cov = scatter / n
+            cov = scatter.to(torch.float64) / n
             if pooled is not None:
                 pooled += cov / m
             if k:
@@ -324,8 +326,8 @@ class FitAccumulator:
 def _layer_moments(parts: list, layer: int, buffers: dict, precision: torch.dtype, transform,
                    scatter: bool = True) -> tuple:
     """The mean ``(d,)`` of one layer's states of every part joined along the tokens and, with
-    ``scatter``, their float64 scatter matrix about it, its product formed in ``precision``
-    (``(mean, None)`` without). ``buffers`` keeps the work arrays from layer to layer.
+    ``scatter``, their scatter matrix about it, formed and returned in ``precision`` (the
+    caller adds it up in float64; ``(mean, None)`` without). ``buffers`` keeps the work arrays from layer to layer.
 
     Without a transform each part is centred in float64 while it is in cache and written
     straight into the ``precision`` array the product reads: no float64 copy of the layer.
@@ -345,7 +347,7 @@ def _layer_moments(parts: list, layer: int, buffers: dict, precision: torch.dtyp
         piece = p[layer].to(torch.float64, copy=True).sub_(mean)  # never the caller's states
         centred[start : start + p.shape[1]].copy_(piece)
         start += p.shape[1]
-    return mean, symmetric_product(centred).to(torch.float64)
+    return mean, symmetric_product(centred)
 
 
 def _buffer(buffers: dict, name: str, shape: tuple, dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
@@ -365,9 +367,9 @@ def _layer_states(parts: list, layer: int, buffer: torch.Tensor, transform) -> t
 
 
 def _scatter(y: torch.Tensor, mean: torch.Tensor, precision: torch.dtype) -> torch.Tensor:
-    """The float64 scatter matrix ``(d, d)`` of one layer's states about ``mean``, its product
-    formed in ``precision``."""
-    return symmetric_product((y - mean).to(precision)).to(torch.float64)
+    """The scatter matrix ``(d, d)`` of one layer's states about ``mean``, formed (and returned)
+    in ``precision``."""
+    return symmetric_product((y - mean).to(precision))
 
 
 #: Column blocks of the upper triangle :func:`symmetric_product` forms (at least
