@@ -547,7 +547,10 @@ def dense_eigh(cov: torch.Tensor, k: int, tol: float) -> tuple:
     """
     if tol < DENSE_FLOAT32_TOL or cov.dtype != torch.float64:
         return torch.linalg.eigh(cov)
-    values, vectors = (t.to(cov.dtype) for t in torch.linalg.eigh(cov.to(torch.float32)))
+    try:
+        values, vectors = (t.to(cov.dtype) for t in torch.linalg.eigh(cov.to(torch.float32)))
+    except torch.linalg.LinAlgError:  # float32 did not converge (or overflowed): the float64 solve decides
+        return torch.linalg.eigh(cov)
     top, leading = vectors[..., -k:], values[..., -k:]
     residual = (cov @ top - top * leading[:, None, :]).norm(dim=1) / leading.abs().clamp_min(1e-300)
     redo = (residual > tol).any(dim=1) | ~torch.isfinite(residual).all(dim=1)

@@ -107,7 +107,6 @@ def test_update_energies_layer_by_layer_equal_the_naive_sums():
     np.testing.assert_allclose(update_energies(s, mask).numpy(), updates.square().sum(dim=(2, 3)).numpy(), rtol=1e-12)
 
 
-
 class _LargestFloat64(TorchDispatchMode):
     """Records the most elements of any float64 tensor an operation returns."""
 

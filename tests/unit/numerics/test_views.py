@@ -424,3 +424,20 @@ def test_the_dense_solver_of_a_calibration_fit_meets_its_tolerance_in_float32_or
     assert 1e-10 < got[1] <= CALIBRATION_EIGEN_TOL  # float32 was enough
     np.testing.assert_allclose(values[:, -2:].numpy(), lam[:, -2:].numpy(), rtol=1e-6)
     assert float(residuals(*dense_eigh(cov, 2, 1e-9)).max()) < 1e-12  # an exact fit: float64 throughout
+
+
+def test_a_float32_dense_solve_that_fails_is_done_in_float64(monkeypatch):
+    from effdepth.numerics import views
+
+    real_eigh = torch.linalg.eigh
+
+    def eigh(a, *args, **kwargs):
+        if a.dtype == torch.float32:
+            raise torch.linalg.LinAlgError("linalg.eigh: the algorithm failed to converge")
+        return real_eigh(a, *args, **kwargs)
+
+    monkeypatch.setattr(torch.linalg, "eigh", eigh)
+    cov = torch.diag(torch.tensor([1.0, 5.0, 2.0], dtype=torch.float64))[None]
+    values, vectors = views.dense_eigh(cov, 1, views.CALIBRATION_EIGEN_TOL)
+    assert values.dtype == torch.float64 and float(values[0, -1]) == 5.0
+    assert vectors[0, :, -1].abs().tolist() == [0.0, 1.0, 0.0]
