@@ -82,7 +82,8 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"layer similarity: {', '.join(SIMILARITIES)}, a comma list (the first is the result's primary), "
                         "or all (cka, frobenius, token); every one from the same forward passes (default cka)")
     p.add_argument("--surrogate-seqs", default=None, metavar="K|all",
-                   help="sequences fed to the surrogate streams of the calibrated references (default all; 0 to skip)")
+                   help="the first K sequences of the corpus feed the surrogate streams of the calibrated references "
+                        "(default all; 0 to skip)")
     p.add_argument("--max-memory", default="4GiB", metavar="SIZE",
                    help="memory cka-full may hold for its cross-products, e.g. 4GiB (default 4GiB)")
     p.add_argument("--include-embedding", action="store_true", help="analyse S_0..S_L (N = L+1) instead of S_1..S_L")

@@ -365,8 +365,11 @@ def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRA
     # Not `scratch or ...`: an empty ScratchBuffers is falsy (it has a length), and a fresh one
     # per sequence would fault in its pages every time.
     scratch = ScratchBuffers() if scratch is None else scratch
-    shifted = _shifted(states, scratch, list(transforms.values()), in_place)
-    hsic = {plan: shifted.new_zeros(m, m) for plan in plans if plan is not None}
+    shifts = like.new_empty(m, d)
+    shifted = _shifted(states, scratch, list(transforms.values()), in_place, shifts)
+    # token-norm sets are centred from a Gram that is not: where that would cancel, they are formed apart.
+    apart = {plan for plan in plans if plan is not None and _centring_cancels(transforms[plan[0]], plan[1])}
+    hsic = {plan: shifted.new_zeros(m, m) for plan in plans if plan is not None and plan not in apart}
     # A token-norm drop-pos0 set whose transform also serves all positions follows from that
     # set's centred Gram (see drop_first_hsic); only its row 0 is kept for it.
     derived = {(key, 1) for key, first in hsic if first == 1 and (key, 0) in hsic and transforms[key].token_norm}
@@ -394,21 +397,54 @@ def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRA
         if not _centre_sums(sums, sets[first]):
             undone.add((key, first))
             sums.zero_()
-    if undone:
-        _hsic_blocks(shifted, transforms, hsic, only=undone, budget=gram_budget_bytes)
-    return [empty_cka_unit(m) if plan is None else _cka_unit(transforms[plan[0]].sets[plan[1]], hsic[plan])
+    # Shifted by the mean over all positions, a set without a dominant first token would still
+    # cancel in centring; it is measured as a sequence of its own tokens, about its own mean.
+    original = None if in_place else states
+    redone = {plan: _own_tokens_cka(original, shifted, shifts, wanted[plan[0]][0], plan[1], gram_budget_bytes)
+              for plan in undone | apart}
+    return [empty_cka_unit(m) if plan is None else redone.get(plan) or _cka_unit(transforms[plan[0]].sets[plan[1]], hsic[plan])
             for plan in plans]
 
 
-def _hsic_blocks(shifted: torch.Tensor, transforms: dict, hsic: dict, *, skip=(), only=None, budget: int,
+def _own_tokens_cka(states: torch.Tensor | None, shifted: torch.Tensor, shifts: torch.Tensor, view: GramView,
+                    first: int, budget: int) -> dict:
+    """The cka unit of ``view``'s tokens from ``first`` on, as a sequence of their own, centred
+    about their own mean: from ``states``, or (``None``: shifted in place) rebuilt from the
+    shifted ones, with the rounding of the shift."""
+    if states is None:
+        own = shifted[:, first:] + shifts[:, None, :]
+    else:
+        own = states[:, first:].to(torch.float64, copy=True)
+    if view.token_norm:  # normalised here, so nothing is rebuilt from a shift
+        own /= _safe_norms(own)[..., None]
+    alone = GramView(first=0, pcs=view.pcs)
+    return sequence_cka(own, [alone], budget, scratch=ScratchBuffers(), overwrite=True)[0]
+
+
+def _centring_cancels(transform: _Transform, first: int) -> bool:
+    """Whether a token-norm set's centred Gram, from the shared one, would lose more than
+    :data:`DROP_FIRST_CANCELLATION` allows (views without token-norm are centred before the
+    Gram, or guarded by :func:`_centre_sums`). Two ways: rebuilding the raw Gram rows (see
+    :class:`_Transform`) adds terms of the size |c|^2 of the shift, the result being of the size
+    of the smallest token's energy (a token that dwarfs the rest); and centring unit vectors
+    that nearly coincide leaves 1 - |zbar|^2 of their unit energy."""
+    if not transform.token_norm:
+        return False
+    smallest = transform.norms.square().amin(dim=1)
+    spread = 1.0 - transform.sets[first].grand
+    return bool((transform.shift_sq > DROP_FIRST_CANCELLATION * smallest).any()
+                or (spread * DROP_FIRST_CANCELLATION < 1.0).any())
+
+
+def _hsic_blocks(shifted: torch.Tensor, transforms: dict, hsic: dict, *, skip=(), budget: int,
                  keep_first_rows=(), lifted=()) -> dict:
-    """Add <K_i, K_j> of each token set in ``hsic`` (those in ``only``, all but ``skip``), one
+    """Add <K_i, K_j> of each token set in ``hsic`` (all but ``skip``), one
     shared row block of the Gram at a time; for a set in ``lifted`` (a drop-pos0 set without
     token-norm) the sums of its uncentred Gram instead. Returns row 0 ``(M, T)`` for each
     drop-pos0 set in ``keep_first_rows``, by transform key: of the all-positions centred Gram
     (token-norm), or of the view's uncentred Gram (a lifted set)."""
     m, t, _ = shifted.shape
-    plans = [p for p in hsic if p not in skip and (only is None or p in only)]
+    plans = [p for p in hsic if p not in skip]
     # All positions without token-norm: the view's states keep the shifted states' zero mean, so
     # their Gram needs no centring pass (see _add_centring); a lifted set is centred after the
     # sums. The raw one, taking the shared block itself, goes last.
@@ -538,14 +574,18 @@ def _centred(gram: torch.Tensor) -> torch.Tensor:
     return h @ gram @ h
 
 
-def _shifted(states: torch.Tensor, scratch: ScratchBuffers, transforms: list, in_place: bool = False) -> torch.Tensor:
-    """The states in float64 minus their sequence mean, one layer at a time: each layer's
-    conversion, mean, subtraction and every transform's work on it stay in cache."""
+def _shifted(states: torch.Tensor, scratch: ScratchBuffers, transforms: list, in_place: bool = False,
+             shifts: torch.Tensor | None = None) -> torch.Tensor:
+    """The states in float64 minus their sequence mean (each layer's into ``shifts`` ``(M, d)``),
+    one layer at a time: each layer's conversion, mean, subtraction and every transform's work
+    on it stay in cache."""
     m, t, d = states.shape
     shifted = states if in_place else scratch.take("cka-shifted", (m, t, d), device=states.device)
-    shift = shifted.new_empty(d)
+    if shifts is None:
+        shifts = shifted.new_empty(m, d)
     for layer in range(m):
         z = shifted[layer]
+        shift = shifts[layer]
         if not in_place:
             z.copy_(states[layer])
         torch.mean(z, dim=0, out=shift)

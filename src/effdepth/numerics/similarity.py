@@ -41,7 +41,9 @@ def cka_from_hsic(hsic: np.ndarray) -> np.ndarray:
         sim = np.where(denom > 0, h / np.where(denom > 0, denom, 1.0), 0.0)
     n = h.shape[-1]
     sim[..., np.arange(n), np.arange(n)] = 1.0
-    return np.clip(sim, 0.0, 1.0)
+    # A non-finite HSIC stays NaN: read as "unlike the rest", it would look like a real result.
+    broken = ~np.isfinite(diag[..., :, None]) | ~np.isfinite(diag[..., None, :]) | ~np.isfinite(h)
+    return np.where(broken, np.nan, np.clip(sim, 0.0, 1.0))
 
 
 def cosine_from_gram(gram: np.ndarray) -> np.ndarray:

@@ -124,7 +124,7 @@ def add_calibrated(summary: dict, calibrated, spec, *, similarity: str, include_
                                  label=f"the {kind} surrogate of view {spec.name!r} ({similarity})")
         if ci is not None and summary["ci"] is not None:
             summary["ci"][f"reference_{name}"] = ci["deff"]
-    summary["calibrated_sequences"] = calibrated.sequences
+    summary["calibrated_sequences"] = calibrated.measured_sequences
 
 
 def as_list(x):

@@ -55,7 +55,9 @@ def update_energies(states: torch.Tensor, mask: torch.Tensor | None = None) -> t
     """
     m, b = states.shape[:2]
     out = torch.empty(m - 1, b, dtype=torch.float64, device=states.device)
-    weight = None if mask is None else mask.to(device=states.device, dtype=torch.float64)[:, :, None]
+    # Padding is zeroed, not multiplied by 0: a padded position may hold NaN or inf (fully masked
+    # attention rows), and NaN * 0 is NaN.
+    padding = None if mask is None else ~mask.to(device=states.device, dtype=torch.bool)[:, :, None]
     # One layer at a time in three reused float64 arrays: no float64 copy of the whole batch, and
     # no fresh arrays per layer (of several MB each, their page faults cost more than the sums).
     previous = torch.empty(states.shape[1:], dtype=torch.float64, device=states.device)
@@ -64,8 +66,8 @@ def update_energies(states: torch.Tensor, mask: torch.Tensor | None = None) -> t
     for layer in range(1, m):
         current.copy_(states[layer])
         torch.sub(current, previous, out=step)
-        if weight is not None:
-            step *= weight
+        if padding is not None:
+            step.masked_fill_(padding, 0.0)
         flat = step.view(b, -1)
         out[layer - 1] = torch.linalg.vecdot(flat, flat)
         previous, current = current, previous
@@ -338,6 +340,20 @@ class CalibratedReferences:
             self.sequences += take
         self._pending, self._held_rows, self._calibration = [], 0, [0, 0]
         self._scratch.release()
+
+    @property
+    def measured_sequences(self) -> int:
+        """Sequences with a real token whose surrogates were measured. ``sequences`` counts batch
+        rows instead (all-padding rows included), as ``max_seqs`` and the noise's sequence index do:
+        the first K rows of the corpus, whichever process measures them.
+
+        >>> cal = CalibratedReferences(["default"], similarities=("cka",))
+        >>> mask = torch.ones(3, 6, dtype=torch.bool); mask[1] = False      # row 1: all padding
+        >>> cal.update(torch.randn(4, 3, 6, 8).cumsum(0), mask); cal.sequences, cal.measured_sequences
+        (3, 2)
+        """
+        self.flush()
+        return self.accumulators["matched"].sequences
 
     def unit_statistics(self, view, similarity: str | None = None, kind: str = "matched"):
         """Per-sequence statistics of one view of one surrogate kind (see ``ViewAccumulator``)."""

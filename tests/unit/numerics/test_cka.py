@@ -279,21 +279,53 @@ def test_a_dominant_first_token_forms_the_drop_pos0_hsic_directly():
     assert derived(x) is not None
     x[:, 0] *= 1e4  # massive activations at position 0: deriving would cancel about 16 digits
     assert derived(x) is None
-    # Both token sets of one transform, each against its view alone (formed directly); under
-    # token-norm both routes carry about 1e-8 from rebuilding norms next to so large a token.
-    for view, rtol in ((GramView(first=1), 1e-12), (GramView(first=1, token_norm=True), 1e-7)):
-        alone = sequence_cka(x, [view])[0]["hsic"]
-        together = sequence_cka(x, [GramView(token_norm=view.token_norm), view])[1]["hsic"]
-        np.testing.assert_allclose(together, alone, rtol=rtol)
-    # Token-normed states whose later tokens are all alike: the first token dominates again.
+    # Both token sets of one transform, alone and together, against the naive cka in extended
+    # precision: the set is then formed about its own mean (token-norm: from normalised states).
+    for view in (GramView(first=1), GramView(first=1, token_norm=True)):
+        want = long_double_cka(x[:, 1:], view.token_norm)
+        for got in (sequence_cka(x, [view])[0]["hsic"], sequence_cka(x, [GramView(token_norm=view.token_norm), view])[1]["hsic"]):
+            np.testing.assert_allclose(cka_of(got), want, rtol=0, atol=1e-14)
+    # Token-normed states whose later tokens are all alike: centring those unit vectors would keep
+    # about 1e-10 of their energy, and the centred Gram would carry 1e-6 (1e-7 in cka) from it.
     y = torch.zeros(3, 10, 4, dtype=torch.float64)
     y[:, :, 0] = 1.0
     y[:, 1:, 1] = 1e-5 * torch.randn(3, 9, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     y[:, 0, 2] = 1.0
     view = GramView(first=1, token_norm=True)
-    alone = sequence_cka(y, [view])[0]["hsic"]
-    together = sequence_cka(y, [GramView(token_norm=True), view])[1]["hsic"]
-    np.testing.assert_allclose(together, alone, rtol=1e-8)
+    want = long_double_cka(y[:, 1:], True)
+    for got in (sequence_cka(y, [view])[0]["hsic"], sequence_cka(y, [GramView(token_norm=True), view])[1]["hsic"]):
+        np.testing.assert_allclose(cka_of(got), want, rtol=0, atol=1e-13)
+
+
+def test_a_token_that_dwarfs_the_rest_leaves_token_norm_cka_exact():
+    # Token-norm rebuilds raw Gram rows from the Gram of states shifted by their mean: terms of the
+    # size of the shift squared. A first token 1e8 times the rest, in 6 tokens: that set is formed apart.
+    x = residual_like(B=1, T=6)[:, 0]
+    x[:, 0] *= 1e8
+    for first in (0, 1):
+        want = long_double_cka(x[:, first:], True)
+        got = sequence_cka(x, [GramView(first=first, token_norm=True)])[0]["hsic"]
+        np.testing.assert_allclose(cka_of(got), want, rtol=0, atol=1e-14)
+        # Shifted in place (the surrogate streams' work buffer), the states are rebuilt from the
+        # shifted ones: the rounding of a shift 1e7 times the rest.
+        inplace = sequence_cka(x.clone(), [GramView(first=first, token_norm=True)], overwrite=True)[0]["hsic"]
+        np.testing.assert_allclose(cka_of(inplace), want, rtol=0, atol=1e-7)
+
+
+def long_double_cka(x, token_norm):
+    """Per-sequence linear cka of states ``(M, n, d)`` in numpy's extended precision."""
+    y = x.numpy().astype(np.longdouble)
+    if token_norm:
+        y = y / np.sqrt((y * y).sum(-1, keepdims=True))
+    y = y - y.mean(1, keepdims=True)
+    k = np.einsum("mad,mbd->mab", y, y)
+    return cka_of(np.einsum("iab,jab->ij", k, k))
+
+
+def cka_of(hsic):
+    h = np.asarray(hsic, dtype=np.longdouble)
+    d = np.sqrt(np.diag(h))
+    return (h / np.outer(d, d)).astype(np.float64)
 
 
 @pytest.mark.parametrize("massive", [False, True])
@@ -319,8 +351,8 @@ def test_drop_pos0_sums_centred_afterwards_or_formed_directly(monkeypatch, massi
         for unit, name in zip(got, ("default", "drop-pos0")):
             h, e, _ = naive_cka_stats([x.numpy()], name, pcs_np)
             scale = np.sqrt(np.outer(np.diag(h), np.diag(h)))  # what cka divides by
-            # Formed directly next to so large a token, centring still carries about 1e-8 (as before).
-            np.testing.assert_allclose(unit["hsic"] / scale, h / scale, rtol=0, atol=1e-7 if massive else TIGHT)
+            # Formed about its own mean next to so large a token: nothing left to cancel.
+            np.testing.assert_allclose(unit["hsic"] / scale, h / scale, rtol=0, atol=TIGHT)
             np.testing.assert_allclose(unit["cka_energy"], e, rtol=TIGHT)
     assert outcomes == [not massive] * 2  # the route each took: centred afterwards, or formed directly
 
@@ -621,3 +653,14 @@ def test_a_failure_while_preparing_the_pooled_sums_leaves_every_token_set_as_it_
     for view in views:
         np.testing.assert_array_equal(clean.unit_statistics(view, "cka-full").total()["hsic_full"],
                                       flaky.unit_statistics(view, "cka-full").total()["hsic_full"])
+
+
+def test_a_non_finite_hsic_gives_nan_never_a_similarity():
+    # Read as "unlike the rest" (0), a NaN layer would make D_eff look like a real result.
+    from effdepth.numerics.similarity import cka_from_hsic
+
+    h = np.array([[4.0, 1.0, 0.5], [1.0, np.nan, 0.2], [0.5, 0.2, 1.0]])
+    sim = cka_from_hsic(h)
+    assert np.isnan(sim[1]).all() and np.isnan(sim[:, 1]).all()
+    assert sim[0, 2] == pytest.approx(0.25) and sim[0, 0] == 1.0
+    assert np.isnan(deff(sim))

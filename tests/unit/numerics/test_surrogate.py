@@ -154,6 +154,38 @@ def test_max_seqs_caps_the_sequences_used():
     assert none.sequences == 0
 
 
+@pytest.mark.parametrize("garbage", [float("nan"), float("inf")])
+def test_non_finite_padding_never_reaches_the_surrogates(garbage):
+    # Fully masked attention rows can leave NaN or inf at padded positions; the real stream never
+    # reads them, and neither may the surrogates' energies (NaN * 0 is NaN, so no multiplying by the mask).
+    s = real_states(L=3, B=2, T=6, d=5)
+    mask = a_mask(2, 6, [6, 4])
+    clean = update_energies(s, mask)
+    dirty = s.clone()
+    dirty[:, 1, 4:] = garbage
+    torch.testing.assert_close(update_energies(dirty, mask), clean, rtol=0, atol=0)
+    for similarity in ("cka", "frobenius"):
+        refs = {}
+        for states in (s, dirty):
+            cal = CalibratedReferences(["default"], similarities=(similarity,), seed=0)
+            cal.update(states, mask)
+            refs[len(refs)] = deff_of(cal.unit_statistics("default", similarity, kind="matched"), similarity)
+        assert np.isfinite(refs[1]) and refs[1] == refs[0]
+
+
+def test_all_padding_rows_are_not_reported_as_surrogate_sequences():
+    # The cap and the noise's index count corpus rows (the same in every process of a distributed
+    # run); what was measured counts sequences with a real token, as the real stream does.
+    s = real_states(L=2, B=3, T=6, d=4)
+    mask = a_mask(3, 6, [6, 0, 5])
+    real = ViewAccumulator(["default"], similarities=("cka",))
+    real.update(s, mask)
+    cal = CalibratedReferences(["default"], similarities=("cka",), seed=0)
+    cal.update(s, mask)
+    assert (cal.sequences, cal.measured_sequences, real.sequences) == (3, 2, 2)
+    assert cal.unit_statistics("default", "cka", kind="matched").units == 2
+
+
 def test_state_round_trip_and_extend_across_ranks():
     s = real_states(L=3, B=4, T=8, d=5)
     views = ["default", "token-norm+drop-pos0"]
