@@ -33,9 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import EffdepthError
-from .report.sources import load_sources
+from .report.sources import failed_models, load_sources
 from .result import Result
-from .sweep import ERROR, read_error
 from .verdicts import CLAIMS, FAILS, HOLDS, NOT_MEASURED, Verdict, check_claims, require_claim_views, verdict_grid
 
 __all__ = ["CLAIMS", "HOLDS", "FAILS", "NOT_MEASURED", "Verdict", "Checked", "ClaimsOutcome", "check_claims", "check_paths",
@@ -98,28 +97,6 @@ def check_paths(paths) -> ClaimsOutcome:
         require_claim_views(source.result, where=str(source.path))
     checked = [Checked(s.path, s.label, s.result, check_claims(s.result)) for s in sources]
     return ClaimsOutcome(checked, failed_models(paths))
-
-
-def failed_models(paths) -> list:
-    """``(model, error)`` for every job of a sweep folder among ``paths`` that left ``error.json``.
-
-    >>> import tempfile, pathlib
-    >>> d = pathlib.Path(tempfile.mkdtemp()); (d / "m").mkdir()
-    >>> _ = (d / "m" / "error.json").write_text('{"model": "m", "error": "no such model"}')
-    >>> failed_models([d])
-    [('m', 'no such model')]
-    """
-    out = []
-    for raw in paths:
-        folder = Path(raw)
-        if not folder.is_dir():
-            continue
-        for path in sorted(folder.rglob(ERROR)):
-            if (path.parent / "result.json").is_file():
-                continue  # a retry succeeded: the result is what counts
-            model, error = read_error(path)
-            out.append((str(model or path.parent), error))
-    return out
 
 
 def claims_rows(result, label: str | None = None) -> list:

@@ -323,8 +323,9 @@ def check_kernel_memory(prepared: Prepared, analysis: AnalysisOptions) -> None:
 def run_fingerprint(prepared: Prepared, analysis: AnalysisOptions, with_loss: bool) -> dict:
     """What partial statistics belong to: a resume with anything else is refused."""
     info = prepared.lm.info
+    local = info.get("source") in ("local", "gguf")  # the folder or file itself, however its path was typed
     return {
-        "model": info.get("id"),
+        "model": info.get("path") if local else info.get("id"),
         "revision": info.get("revision"),
         "commit": info.get("commit"),
         "corpus_sha256": prepared.tokens.sha256,
@@ -398,7 +399,10 @@ def _save(folder, state: MeasurementState, fingerprint, record=None):
 
 def _restore(folder, state: MeasurementState, fingerprint):
     arrays, meta = load_checkpoint(folder)
-    saved = meta.get("fingerprint", {})
+    saved = dict(meta.get("fingerprint", {}))
+    model = saved.get("model")
+    if isinstance(model, str) and model and Path(model).exists():  # saved before paths were made absolute
+        saved["model"] = str(Path(model).resolve())
     differ = sorted(k for k in set(saved) | set(fingerprint or {}) if saved.get(k) != (fingerprint or {}).get(k))
     if differ:
         raise CheckpointMismatch(

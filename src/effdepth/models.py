@@ -383,6 +383,11 @@ def _locate(model, revision) -> tuple:
         return _gguf_source(gguf, {"id": SMOLLM2_ID, "source": "embedded-gguf", "path": str(gguf), "revision": None})
     text = str(model)
     path = Path(text).expanduser()
+    if text.startswith("tiny:") and not path.exists():
+        raise EffdepthError(
+            f"{text} names a randomly initialised test model, which only sweep and suites build; run "
+            f"`effdepth sweep {text} --out DIR`, or in Python give effdepth.measure effdepth.tiny.tiny_model({text[5:]!r}) and token ids"
+        )
     if text.endswith(".gguf"):
         if not path.is_file():
             raise EffdepthError(f"GGUF file {text} does not exist; give the path of a .gguf file")

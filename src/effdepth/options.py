@@ -49,9 +49,15 @@ def _is_int(value) -> bool:
         return False
 
 
+#: Fewer resamples cannot bound a 95% percentile interval: the point estimate falls outside the
+#: range of B resamples about 2 * 0.5^B of the time (always for one).
+MIN_BOOTSTRAP = 10
+
+
 def _check_bootstrap(value) -> None:
-    if not _is_int(value) or not 0 <= int(value) <= MAX_BOOTSTRAP:
-        raise EffdepthError(f"--bootstrap must be 0 (off) or a number of resamples up to {MAX_BOOTSTRAP:,}, got {value}")
+    if not _is_int(value) or not (int(value) == 0 or MIN_BOOTSTRAP <= int(value) <= MAX_BOOTSTRAP):
+        raise EffdepthError(f"--bootstrap must be 0 (off) or a number of resamples from {MIN_BOOTSTRAP} to {MAX_BOOTSTRAP:,} "
+                            f"(default {DEFAULTS['bootstrap']:,}), got {value}: fewer cannot bound a 95% interval")
 
 
 def _check_choice(flag: str, choices):

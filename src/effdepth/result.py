@@ -161,6 +161,11 @@ class Result:
             config.setdefault("similarity", "frobenius")
             config.setdefault("similarities", [config["similarity"]])
             primary = config["similarity"]
+            if not isinstance(data["views"], dict) or not data["views"]:
+                raise ValueError("the result has no views")
+            provenance = data.get("provenance", {})
+            if not isinstance(provenance, dict) or not isinstance(provenance.get("model", {}), dict):
+                raise ValueError("its provenance does not say which model was measured")
             views = {name: _view_from_dict(v, primary) for name, v in data["views"].items()}
             others = {sim: {name: _view_from_dict(v, sim) for name, v in vs.items()}
                       for sim, vs in (data.get("similarities") or {}).items()}
@@ -197,7 +202,41 @@ def _view_from_dict(v: dict, similarity: str) -> ViewResult:
     v = dict(v)
     v.pop("sub_reference", None)
     v.setdefault("definition", similarity)
+    _check_view_fields(v)
     return ViewResult(**v)
+
+
+_NUMBERS = ("deff", "reference", "ratio", "gap_pct")
+_COUNTS = ("num_states", "tokens", "sequences")
+
+
+def _check_view_fields(v: dict) -> None:
+    """What the tables, figures and claims read of a view, checked for its kind (a hand-edited or
+    damaged file then fails in one line, not deep inside a table); ValueError when it is not.
+
+    >>> _check_view_fields({"name": "default", "deff": "1.2"})
+    Traceback (most recent call last):
+    ...
+    ValueError: view 'default': deff is str, not a number
+    """
+    name = v.get("name")
+
+    def number(x) -> bool:
+        return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))
+
+    for key in _NUMBERS:
+        if not number(v.get(key)):
+            raise ValueError(f"view {name!r}: {key} is {type(v.get(key)).__name__}, not a number")
+    for key in _COUNTS:
+        if key in v and not (isinstance(v[key], int) and not isinstance(v[key], bool)):
+            raise ValueError(f"view {name!r}: {key} is {type(v[key]).__name__}, not a whole number")
+    profile = v.get("profile", [])
+    if not isinstance(profile, list) or not profile or not all(number(x) for x in profile):
+        raise ValueError(f"view {name!r}: profile is not a non-empty list of numbers")
+    for key in ("attribution", "references"):
+        values = v.get(key, {})
+        if not isinstance(values, dict) or not all(number(x) for x in values.values()):
+            raise ValueError(f"view {name!r}: {key} is not a table of numbers")
 
 
 def _view_dict(v: ViewResult) -> dict:

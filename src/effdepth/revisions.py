@@ -148,6 +148,10 @@ def parse_selection(text: str) -> tuple[str, object]:
 
     >>> parse_selection("every:10"), parse_selection("step0,main")
     (('every', 10), ('list', ['step0', 'main']))
+    >>> parse_selection("step0,step0")
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: --revisions names step0 more than once; list each checkpoint once
     """
     text = str(text).strip()
     if text == "auto":
@@ -162,6 +166,9 @@ def parse_selection(text: str) -> tuple[str, object]:
         raise EffdepthError("--revisions needs auto, every:K or a comma-separated list of branch names")
     for n in names:
         check_revision(n)
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise EffdepthError(f"--revisions names {', '.join(repeated)} more than once; list each checkpoint once")
     return "list", names
 
 

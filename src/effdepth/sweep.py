@@ -46,11 +46,12 @@ from .errors import EffdepthError
 from .executors import make_executor
 from .options import UNHASHED_OPTIONS, Options, RunOptions
 from .files import write_json_atomic
+from .report.sources import ERROR_FILE, failed_models, read_error
 from .result import Result, load
 from .revisions import check_revision, parse_revision, tokens_per_step_for
 from .suites import TINY_PREFIX, SuiteModel, resolve_models
 
-RESULT, ERROR, JOB = "result.json", "error.json", "job.json"
+RESULT, ERROR, JOB = "result.json", ERROR_FILE, "job.json"
 
 #: Options a sweep sets itself, per job.
 MANAGED_OPTIONS = ("model", "revision", "tokenizer")
@@ -562,19 +563,6 @@ def _row(job: Job, **values) -> dict:
     return row
 
 
-def read_error(path: Path) -> tuple:
-    """``(model or None, error)`` from a job's ``error.json``; an unreadable one says so.
-
-    >>> read_error(Path("no/such/error.json"))
-    (None, 'unreadable error.json')
-    """
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return data.get("model"), str(data.get("error") or "unknown error")
-    except (OSError, ValueError, AttributeError):
-        return None, "unreadable error.json"
-
-
 def _float(x):
     return None if x is None or not math.isfinite(float(x)) else float(x)
 
@@ -645,8 +633,9 @@ def _write_report(out: Path, jobs: list, log) -> list[Path]:
         log("report.html skipped: this effdepth has no report module")
         return []
     paths = [job_folder(out, j) / RESULT for j in jobs if (job_folder(out, j) / RESULT).is_file()]
+    failed = failed_models([job_folder(out, j) for j in jobs])
     try:
-        return write_report(paths, out / "report.html")
+        return write_report(paths, out / "report.html", failed=failed)
     except EffdepthError as exc:  # the numbers are safe on disk; a report problem must not fail the run
         log(f"report.html skipped: {exc}")
         return []

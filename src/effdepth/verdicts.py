@@ -180,6 +180,8 @@ def _correlated_updates(sim: str, view, unavailable: dict) -> Verdict:
     positive = Comparison("default", "correlated updates (R_matched - D_eff)", term, ci, "above", "0", 0.0, None,
                           None if ci is None else ci[0] > 0)
     largest = all(term is not None and x is not None and term >= x for x in terms.values())
+    if term is None:
+        return Verdict("correlated-updates", sim, NOT_MEASURED, [positive], f"the result has no attribution ({RERUN})", terms)
     if positive.holds is None:
         return Verdict("correlated-updates", sim, NOT_MEASURED, [positive], NO_INTERVAL, terms)
     status = HOLDS if positive.holds and largest else FAILS

@@ -56,6 +56,8 @@ CHEAP = [
     (["measure", "{d}/good", "--revision", "main"], "applies to Hugging Face hub models"),
     (["measure", "{d}/good", "--seq-len", "3"], "fewer than 4 tokens"),
     (["measure", "{d}/good", "--corpus", "{d}/missing.txt"], "does not exist"),
+    (["measure", "{d}/good", "--bootstrap", "1"], "fewer cannot bound a 95% interval"),
+    (["measure", "tiny:llama"], "effdepth sweep tiny:llama --out DIR"),
 ]
 
 
@@ -79,3 +81,41 @@ def test_impossible_options_and_absent_hardware_fail_before_loading(argv, messag
     assert code == 2 and message in err and len(err.splitlines()) == 1, err
     assert time.monotonic() - started < 5
     assert not (tmp_path / "o").exists()
+
+
+HAND_EDITS = {
+    "no views": (lambda d: d.update(views={}), "the result has no views"),
+    "a ratio as text": (lambda d: d["views"]["default"].update(ratio="0.8"), "ratio is str, not a number"),
+    "no model in the provenance": (lambda d: d["provenance"].update(model=None), "does not say which model"),
+    "an empty profile": (lambda d: d["views"]["default"].update(profile=[]), "profile is not a non-empty list"),
+    "an attribution of text": (lambda d: d["views"]["default"]["attribution"].update(initial_state="big"), "attribution is not a table"),
+}
+
+
+@pytest.fixture(scope="module")
+def saved_result(tmp_path_factory):
+    import effdepth
+    import torch
+
+    path = effdepth.from_states(torch.randn(5, 3, 8, 16).cumsum(0), bootstrap=20).save(tmp_path_factory.mktemp("r"))
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("edit", HAND_EDITS, ids=list(HAND_EDITS))
+@pytest.mark.parametrize("command", ["show", "claims", "report"])
+def test_a_hand_edited_result_ends_in_one_line(saved_result, tmp_path, capsys, edit, command):
+    change, message = HAND_EDITS[edit]
+    data = json.loads(json.dumps(saved_result))
+    change(data)
+    (tmp_path / "result.json").write_text(json.dumps(data))
+    code = main([command, str(tmp_path), *(["-o", str(tmp_path / "r.html")] if command == "report" else [])])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "damaged effdepth result" in err and message in err and len(err.splitlines()) == 1, err
+
+
+def test_a_result_without_attribution_leaves_that_claim_not_measured(saved_result, tmp_path, capsys):
+    data = json.loads(json.dumps(saved_result))
+    data["views"]["default"]["attribution"] = {}
+    (tmp_path / "result.json").write_text(json.dumps(data))
+    assert main(["claims", str(tmp_path)]) == 0
+    assert "the result has no attribution" in capsys.readouterr().out

@@ -27,3 +27,49 @@ def test_gpu_benchmark_shapes_are_real_configs():
     for shape, (model_type, fields) in gpu.SHAPES.items():
         config = AutoConfig.for_model(model_type, **fields)
         assert config.num_hidden_layers == fields["num_hidden_layers"] and config.hidden_size == fields["hidden_size"]
+
+
+def benchmark_module(name):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.pop(0)
+
+
+@pytest.mark.parametrize("tokens", [40, 256])
+def test_the_flop_model_counts_the_gram_products_cka_makes(tokens):
+    # The README's cost model is only as good as its count: it must equal the flops of the batched
+    # products sequence_cka really runs (one row block, and four over the upper triangle).
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from effdepth.numerics.cka import GramView, sequence_cka
+
+    costs = benchmark_module("costs")
+    x = torch.randn(5, tokens, 24, dtype=torch.float64)
+    with FlopCounterMode(display=False) as counter:
+        sequence_cka(x, [GramView()])
+    counts = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+    assert counts.get("aten.bmm") == costs.gram_flops(5, tokens, 24)
+    full = 2 * 5 * tokens * tokens * 24
+    assert costs.gram_flops(5, tokens, 24) == (full if tokens < 256 else 0.625 * full)
+
+
+def test_the_flop_model_of_a_loaded_model_counts_its_blocks():
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    costs = benchmark_module("costs")
+    config = AutoConfig.for_model("llama", hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                                  num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
+    model = AutoModelForCausalLM.from_config(config)
+    per_block = sum(p.numel() for p in model.model.layers[0].parameters())
+    # q and o 64 x 64, k and v 64 x 32 (two key-value heads), the MLP 3 x 64 x 128, two norms
+    assert per_block == 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64
+    want = costs.gram_flops(4, 32, 64) / (2 * 32 * 3 * per_block + 2 * 3 * 32 * 32 * 64)
+    assert costs.model_gram_flop_share(model, 32) == pytest.approx(want, rel=1e-12)
+
+
+def test_the_flop_model_examples_hold():
+    import doctest
+
+    assert doctest.testmod(benchmark_module("costs")).failed == 0

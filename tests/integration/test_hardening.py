@@ -89,6 +89,32 @@ def test_signal_saves_statistics_and_resume_gives_the_same_numbers(model_dir, co
         assert a["ci"]["deff"] == pytest.approx(b["ci"]["deff"], rel=1e-6)
 
 
+def test_resume_from_any_folder_however_the_paths_were_typed(model_dir, corpus, tmp_path, monkeypatch):
+    # Local paths are saved absolute and compared resolved: `./m` is `m`, and the run can be
+    # continued from another folder with --resume alone.
+    monkeypatch.chdir(tmp_path)
+    model, text = os.path.relpath(model_dir), os.path.relpath(corpus)
+    for resume in ("typed again with ./", "alone, from another folder"):
+        proc = start_slow(tmp_path, argv(model, text, "run"))
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 128 + signal.SIGINT, err
+        if resume.startswith("typed"):
+            code = main(argv(os.path.join(".", model), os.path.join(".", text), "run", "--resume", "run"))
+        else:
+            monkeypatch.chdir("/")
+            code = main(["measure", "--resume", str(tmp_path / "run"), "--no-progress", "--no-figures"])
+        assert code == 0, resume
+        assert json.loads((tmp_path / "run" / "result.json").read_text())["provenance"]["run"]["resumed_from"] > 0
+        (tmp_path / "run" / "result.json").unlink()
+        (tmp_path / "marker").unlink()  # start_slow waits for the next run's own
+
+
+def test_an_abbreviated_flag_is_refused_not_ignored(model_dir, corpus, tmp_path, capsys):
+    assert main(argv(model_dir, corpus, tmp_path / "x", "--num-seq", "3")) == 2
+    assert "unrecognized arguments: --num-seq" in capsys.readouterr().err
+
+
 def test_resume_dir_alone_or_the_printed_command_continues_the_run(model_dir, corpus, tmp_path):
     import shlex
 

@@ -188,6 +188,18 @@ def test_a_broken_model_is_recorded_and_the_rest_complete(tmp_path, corpus, brok
     assert counted == [broken_model]
 
 
+@pytest.mark.parametrize("fmt", ["html", "md"])
+def test_the_report_lists_the_models_a_sweep_could_not_measure(tmp_path, corpus, broken_model, fmt):
+    sweep([broken_model, "tiny:gpt2"], tmp_path, corpus=corpus, figures=False, report=(fmt == "html"), **SMALL)
+    if fmt == "md":
+        from effdepth.report.build import write_report
+
+        write_report([tmp_path], tmp_path / "report.md")
+    text = (tmp_path / f"report.{fmt}").read_text()
+    assert "Not measured" in text and "1 model(s) the sweep could not measure" in text
+    assert broken_model.replace("_", "\\_") in text or broken_model in text
+
+
 @pytest.mark.parametrize("bad", ["../../etc", "/abs/path", "a/../../b", "..", "x" * 300, "tiny:../x"])
 def test_ids_and_revisions_never_leave_the_output_folder(tmp_path, bad):
     job = Job(SuiteModel(bad), {}, revision=None, tag=bad)
@@ -228,3 +240,33 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, argv, message):
     err = capsys.readouterr().err.strip()
     assert code == 2 and message in err and "\n" not in err
     assert not list(tmp_path.rglob("job.json"))
+    assert not (tmp_path / "o").exists()  # no empty output folder left behind
+
+
+class _ReaderLeaves:
+    """stdout whose reader quits after the first line (`effdepth sweep ... | head -1`)."""
+
+    def __init__(self):
+        self.lines = 0
+
+    def write(self, text):
+        if self.lines:
+            raise BrokenPipeError(32, "Broken pipe")
+        self.lines += text.count("\n")
+        return len(text)
+
+    def flush(self):
+        if self.lines > 1:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    def fileno(self):
+        raise OSError("not a real file")
+
+
+def test_a_reader_that_leaves_stops_the_lines_not_the_sweep(tmp_path, corpus, monkeypatch):
+    monkeypatch.setattr("sys.stdout", _ReaderLeaves())
+    code = main(["sweep", "tiny:llama", "tiny:gpt2", "--out", str(tmp_path), "--corpus", corpus, "--seq-len", "16",
+                 "--num-seqs", "4", "--bootstrap", "10", "--no-progress", "--no-figures"])
+    assert code == 0
+    table = pd.read_csv(tmp_path / "summary.csv")
+    assert len(table) == 2 and (table.status == "ok").all()

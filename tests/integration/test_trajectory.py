@@ -204,6 +204,8 @@ def test_hub_errors_are_one_line(fake_hub, tmp_path, capsys):
         (["trajectory", "../x", "--out", "{out}"], "malformed model id"),
         (["trajectory", "tiny:llama", "--out", "{out}"], "no training checkpoints"),
         (["trajectory", "EleutherAI/pythia-70m", "--out", "{out}", "--executor", "spark"], "invalid choice"),
+        (["trajectory", "EleutherAI/pythia-70m", "--revisions", "step1,step1", "--out", "{out}"], "step1 more than once"),
+        (["trajectory", "EleutherAI/pythia-70m", "--tokens-per-step", "-5", "--out", "{out}"], "--tokens-per-step must be"),
     ],
 )
 def test_cli_bad_input_exits_2(fake_hub, tmp_path, capsys, argv, message):
@@ -211,6 +213,7 @@ def test_cli_bad_input_exits_2(fake_hub, tmp_path, capsys, argv, message):
     code = main([a.replace("{out}", str(tmp_path / "o")) for a in argv])
     err = capsys.readouterr().err.strip()
     assert code == 2 and message in err and "\n" not in err
+    assert not (tmp_path / "o").exists()  # no empty output folder left behind
 
 
 def _row(rev, step, d, status="ok", final=False):

@@ -12,7 +12,7 @@ import traceback
 from ..version import __version__
 from ..errors import EffdepthError
 from . import carry, claims, fetch, measure, report, scale
-from .arguments import Parser, default_out, ensure_writable
+from .arguments import Parser, default_out, ensure_writable, silence_stdout
 
 __all__ = ["main", "build_parser", "default_out", "ensure_writable"]
 
@@ -47,15 +47,6 @@ def run_command(command, args) -> int:
         return command(args)
 
 
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so Python's exit-time flush cannot fail on the closed pipe again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-
-
 def main(argv=None) -> int:
     """Entry point; returns the exit status (0, 2 for a user error, 130 on Ctrl-C)."""
     try:
@@ -74,7 +65,7 @@ def main(argv=None) -> int:
         return 130
     except BrokenPipeError:
         # `effdepth show RUN | head -1`: the reader left; exit quietly like other Unix tools.
-        _silence_stdout()
+        silence_stdout()
         return 0
     except Exception as exc:  # a bug, not bad input: one line, the traceback on request
         if os.environ.get("EFFDEPTH_DEBUG"):

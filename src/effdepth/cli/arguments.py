@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import re
+import sys
 from pathlib import Path
 
 from ..errors import EffdepthError
@@ -25,6 +26,9 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         self.option_actions: list = []  # before argparse adds --help through add_argument
+        # Whole flags only: `--num-seq 100` must not pass for --num-seqs (a resume compares the
+        # flags typed with the saved ones by their names).
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def add_argument(self, *args, **kwargs):
@@ -193,5 +197,22 @@ def output_folder(folder: Path):
 
 
 def log_line(line: str) -> None:
-    """Progress lines of sweeps and trajectories, flushed at once (they may run for hours)."""
-    print(line, flush=True)
+    """Progress lines of sweeps and trajectories, flushed at once (they may run for hours).
+
+    A reader that leaves (``effdepth sweep ... | head -1``) stops the lines, not the run: stdout
+    then goes to /dev/null and the sweep writes every result as it would have.
+    """
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        silence_stdout()
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null so that no later write (nor Python's exit-time flush) fails on a
+    closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

@@ -58,9 +58,24 @@ def _option_actions(parser):
 
 
 def measured_flags(args) -> dict:
-    """The measurement flags of this run (and its model), as given: what a checkpoint keeps for ``--resume DIR``."""
-    flags = {a.dest: getattr(args, a.dest) for a in _option_actions(args.parser)}
-    return {"model": args.model, **flags}
+    """The measurement flags of this run (and its model), as given, local paths made absolute: what a
+    checkpoint keeps for ``--resume DIR``, from whichever folder it is typed."""
+    flags = {a.dest: comparable_flag(a.dest, getattr(args, a.dest)) for a in _option_actions(args.parser)}
+    return {"model": comparable_flag("model", args.model), **flags}
+
+
+def comparable_flag(dest: str, value):
+    """A flag's value as a resume compares it: a model or corpus that is a local path, absolute
+    (``./m`` and ``m`` are the same folder); anything else (a hub id, ``shakespeare``) as given.
+
+    >>> comparable_flag("corpus", "shakespeare"), comparable_flag("seq_len", 64)
+    ('shakespeare', 64)
+    >>> comparable_flag("model", ".") == str(Path.cwd())
+    True
+    """
+    if dest in ("model", "corpus") and isinstance(value, str) and value and Path(value).expanduser().exists():
+        return str(Path(value).expanduser().resolve())
+    return value
 
 
 def explicit_dests(args) -> set:
@@ -82,7 +97,7 @@ def adopt_saved_flags(args, folder: Path) -> None:
     if not saved:
         return  # an older checkpoint: the typed flags are checked against its fingerprint instead
     typed = explicit_dests(args) | ({"model"} if args.model is not None else set())
-    differ = [d for d in saved if d in typed and getattr(args, d) != saved[d]]
+    differ = [d for d in saved if d in typed and comparable_flag(d, getattr(args, d)) != comparable_flag(d, saved[d])]
     if differ:
         names = ", ".join(f"--{d.replace('_', '-')} (saved {saved[d]!r}, given {getattr(args, d)!r})" if d != "model"
                           else f"the model (saved {saved[d]!r}, given {getattr(args, d)!r})" for d in differ)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..errors import EffdepthError
 from ..options import Options
-from .arguments import Parser, add_executor_arguments, add_measure_arguments, ensure_writable, executor_from_args, int_arg, log_line, run_options_from_args
+from .arguments import Parser, add_executor_arguments, add_measure_arguments, executor_from_args, int_arg, log_line, output_folder, run_options_from_args
 
 
 def register(sub) -> dict:
@@ -67,9 +67,9 @@ def cmd_sweep(args) -> int:
 
     options = Options.from_args(args, revision=None)  # the revision is each model's (make_jobs checks it)
     executor = executor_from_args(args)
-    out = ensure_writable(Path(args.out))
-    outcome = sweep(args.models, out, options, revision=args.revision, executor=executor,
-                    figures=args.figures, report=args.report, run=run_options_from_args(args), log=log_line)
+    with output_folder(Path(args.out)) as out:  # bad models or suites leave no empty folder behind
+        outcome = sweep(args.models, out, options, revision=args.revision, executor=executor,
+                        figures=args.figures, report=args.report, run=run_options_from_args(args), log=log_line)
     print()
     print(suite_summary_text(outcome.rows))
     print(f"\n{counts_text(outcome.counts)}; wrote {', '.join(p.name for p in outcome.files)} in {out}/")
@@ -84,9 +84,9 @@ def cmd_trajectory(args) -> int:
         raise EffdepthError("trajectory takes --revisions (auto, every:K or a list), not --revision")
     options = Options.from_args(args)
     executor = executor_from_args(args)
-    out = ensure_writable(Path(args.out))
-    outcome = trajectory(args.model, out, options, revisions=args.revisions, tokens_per_step=args.tokens_per_step,
-                         executor=executor, figures=args.figures, run=run_options_from_args(args), log=log_line)
+    with output_folder(Path(args.out)) as out:
+        outcome = trajectory(args.model, out, options, revisions=args.revisions, tokens_per_step=args.tokens_per_step,
+                             executor=executor, figures=args.figures, run=run_options_from_args(args), log=log_line)
     print()
     print(suite_summary_text(outcome.rows))
     print(f"\n{len(outcome.checkpoints)} checkpoints ({counts_text(outcome.counts)}), {len(outcome.duplicates)} duplicates flagged; "

@@ -647,11 +647,23 @@ def check_cka_full_memory(views, num_states: int, hidden_size: int, budget_bytes
     needed = sets * pairs * hidden_size * hidden_size * 8
     if needed > budget_bytes:
         raise EffdepthError(
-            f"cka-full needs {needed / _GIB:.1f} GiB ({sets} view token set(s) x {pairs} layer pairs x "
-            f"{hidden_size}^2 float64 cross-products), over its {budget_bytes / _GIB:.1f} GiB budget; "
+            f"cka-full needs {binary_size(needed)} ({sets} view token set(s) x {pairs} layer pairs x "
+            f"{hidden_size}^2 float64 cross-products), over its {binary_size(budget_bytes)} budget; "
             "use --similarity cka (per-sequence linear CKA, the default) or fewer views"
         )
     return needed
+
+
+def binary_size(n: int) -> str:
+    """Bytes in the largest binary unit that keeps a number of at least 1 (as --max-memory takes them).
+
+    >>> binary_size(1 << 30), binary_size(3 * 2**20 // 2), binary_size(1000), binary_size(0)
+    ('1.0 GiB', '1.5 MiB', '1000 B', '0 B')
+    """
+    for unit, scale in (("GiB", _GIB), ("MiB", float(1 << 20)), ("KiB", 1024.0)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
 
 
 class PooledCka:

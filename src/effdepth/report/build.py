@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..errors import EffdepthError
 from ..files import write_atomic
-from .sources import load_sources
+from .sources import failed_models, load_sources
 
 FORMATS = ("html", "md")
 
@@ -15,12 +15,14 @@ FORMATS = ("html", "md")
 SUFFIXES = {"html": (".html", ".htm"), "md": (".md", ".markdown")}
 
 
-def write_report(paths, output=None, fmt: str | None = None) -> list[Path]:
+def write_report(paths, output=None, fmt: str | None = None, failed=None) -> list[Path]:
     """Write a report of the results under ``paths``; returns the files written.
 
     ``fmt`` is ``"html"`` (one self-contained file) or ``"md"`` (``X.md`` plus
     ``X_files/*.png``); by default it follows the suffix of ``output``, else
-    HTML. ``output`` defaults to ``report.html`` / ``report.md``.
+    HTML. ``output`` defaults to ``report.html`` / ``report.md``. ``failed``: the ``(model,
+    error)`` of models that could not be measured (default: those a sweep folder among ``paths``
+    recorded), listed in the report.
 
     >>> import effdepth, torch, tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -31,16 +33,18 @@ def write_report(paths, output=None, fmt: str | None = None) -> list[Path]:
     fmt = report_format(output, fmt)
     output = Path(output) if output is not None else Path(f"report.{fmt}")
     sources = load_sources(paths)
+    if failed is None:  # a sweep's members that left an error: listed, never dropped silently
+        failed = failed_models(paths)
     _prepare_folder(output.parent)
     if fmt == "html":
         from .html import render_html
 
-        write_atomic(output, render_html(sources).encode("utf-8"))
+        write_atomic(output, render_html(sources, failed=failed).encode("utf-8"))
         return [output]
     from .markdown import render_markdown
 
     files_dir = f"{output.stem}_files"
-    text, images = render_markdown(sources, files_dir)
+    text, images = render_markdown(sources, files_dir, failed=failed)
     written = []
     for rel, png in images.items():  # images first: the .md never points at a missing file
         written.append(write_atomic(output.parent / rel, png))

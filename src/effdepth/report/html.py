@@ -97,8 +97,9 @@ SCRIPT = """
 """
 
 
-def render_html(sources: list, *, sort: bool = True) -> str:
-    """The report of one result, or a comparison of several, as one HTML page.
+def render_html(sources: list, *, sort: bool = True, failed=()) -> str:
+    """The report of one result, or a comparison of several, as one HTML page; ``failed`` lists
+    ``(model, error)`` of a sweep's members that could not be measured.
 
     >>> import effdepth, torch, pathlib
     >>> from effdepth.report.sources import Source
@@ -114,6 +115,10 @@ def render_html(sources: list, *, sort: bool = True) -> str:
     several = len(sources) > 1
     title = "Effective depth: comparison of %d results" % len(sources) if several else content.title(sources[0])
     body = [f"<header><h1>{escape(title)}</h1>", _meta_line(len(sources)), "</header>"]
+    if failed:
+        items = "".join(f"<li>{escape(str(model))}: {escape(str(error))}</li>" for model, error in failed)
+        body.append(f'<section id="not-measured"><h2>Not measured</h2><p>{len(failed)} model(s) the sweep could not '
+                    f"measure; they are in no table below:</p><ul>{items}</ul></section>")
     if several:
         body.append(_comparison_section(sources))
     for i, s in enumerate(sources, start=1):

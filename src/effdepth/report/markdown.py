@@ -19,8 +19,9 @@ from .sources import Source
 _SPECIAL = re.compile(r"([\\`*<>|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:]))")
 
 
-def render_markdown(sources: list, files_dir: str = "report_files", *, sort: bool = True) -> tuple:
-    """``(markdown text, {relative image path: PNG bytes})`` for one result or a comparison.
+def render_markdown(sources: list, files_dir: str = "report_files", *, sort: bool = True, failed=()) -> tuple:
+    """``(markdown text, {relative image path: PNG bytes})`` for one result or a comparison;
+    ``failed`` lists ``(model, error)`` of a sweep's members that could not be measured.
 
     >>> import effdepth, torch, pathlib
     >>> from effdepth.report.sources import Source
@@ -38,6 +39,9 @@ def render_markdown(sources: list, files_dir: str = "report_files", *, sort: boo
     title = f"Effective depth: comparison of {len(sources)} results" if several else content.title(sources[0])
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     out = [f"# {esc(title)}", "", f"_Written by effdepth {esc(__version__)} on {esc(when)} from {len(sources)} result(s)._", ""]
+    if failed:
+        out += ["## Not measured", "", f"{len(failed)} model(s) the sweep could not measure; they are in no table below:", ""]
+        out += [f"- {esc(model)}: {esc(error)}" for model, error in failed] + [""]
     if several:
         name = f"{files_dir}/comparison.png"
         images[name] = content.comparison_png(sources)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from pathlib import Path
 from typing import NamedTuple
@@ -138,3 +139,42 @@ def _load_one(path: Path) -> Source:
 
 def _hidden(relative: Path) -> bool:
     return any(part.startswith(".") for part in relative.parts[:-1])
+
+
+#: What a sweep's job leaves in its folder when it could not be measured.
+ERROR_FILE = "error.json"
+
+
+def read_error(path: Path) -> tuple:
+    """``(model or None, error)`` from a job's ``error.json``; an unreadable one says so.
+
+    >>> read_error(Path("no/such/error.json"))
+    (None, 'unreadable error.json')
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return data.get("model"), str(data.get("error") or "unknown error")
+    except (OSError, ValueError, AttributeError):
+        return None, "unreadable error.json"
+
+
+def failed_models(paths) -> list:
+    """``(model, error)`` for every job of a sweep folder among ``paths`` that left ``error.json``.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp()); (d / "m").mkdir()
+    >>> _ = (d / "m" / "error.json").write_text('{"model": "m", "error": "no such model"}')
+    >>> failed_models([d])
+    [('m', 'no such model')]
+    """
+    out = []
+    for raw in paths:
+        folder = Path(raw)
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.rglob(ERROR_FILE)):
+            if (path.parent / "result.json").is_file():
+                continue  # a retry succeeded: the result is what counts
+            model, error = read_error(path)
+            out.append((str(model or path.parent), error))
+    return out

@@ -515,12 +515,13 @@ def claims_sweep_text(entries: list, failed: list = ()) -> str:
             cell = f"{len(held)} of {len(verdicts)}" + (f" ({unmeasured} n.m.)" if unmeasured else "")
             if name == "sub-reference" and held:
                 gaps = [result.similarities[sim]["default"].gap_pct for result, _ in held]
-                cell += f", {fmt(min(gaps), 0)}-{fmt(max(gaps), 0)}% below"
+                low, high = fmt(min(gaps), 0), fmt(max(gaps), 0)
+                cell += f", {low}% below" if low == high else f", {low}-{high}% below"
             cells.append(cell)
         tally.append([f"({i}) {claim}"] + cells + [PAPER_ABSTRACT[name]])
     lines = [render_table(header, rows, left=len(header)), "",
              "claims: " + "; ".join(f"({i}) {claim}" for i, (_, claim, _) in enumerate(CLAIMS, start=1)), "",
-             f"models for which each claim holds ({len(entries)} results; n.m. = not measured):",
+             f"models for which each claim holds ({len(entries)} result{'' if len(entries) == 1 else 's'}; n.m. = not measured):",
              render_table(["claim"] + sims + ["paper's abstract (16 models)"], tally, left=len(sims) + 2), "", PAPER_NOTE]
     if failed:
         lines += ["", f"not checked: {len(failed)} model(s) the sweep could not measure:"]
