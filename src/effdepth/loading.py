@@ -105,7 +105,11 @@ def trajectory_from_dict(data: dict, path: Path) -> SavedTrajectory:
     table = Path(path).with_name("trajectory.csv")
     if not table.is_file():
         raise EffdepthError(f"{path} has no trajectory.csv beside it; rerun effdepth trajectory with the same --out to write it")
-    return SavedTrajectory(str(data.get("model")), read_rows(table), list(data.get("checkpoints") or []),
+    rows, checkpoints = read_rows(table), list(data.get("checkpoints") or [])
+    if len(rows) < len(checkpoints):  # one row per checkpoint measured or flagged
+        raise EffdepthError(f"{table} has {len(rows)} rows for the {len(checkpoints)} checkpoints of {path.name}: it is damaged; "
+                            "rerun effdepth trajectory with the same --out to write it again (finished checkpoints are not measured again)")
+    return SavedTrajectory(str(data.get("model")), rows, checkpoints,
                            dict(data.get("duplicates") or {}), list(data.get("skipped") or []), list(data.get("notes") or []),
                            Path(path))
 

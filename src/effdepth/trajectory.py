@@ -154,10 +154,13 @@ def _discover_local(folder: Path, tokens_per_step: int | None) -> Discovered:
         raise EffdepthError(
             f"{folder} is a single model; a trajectory needs a folder with one subfolder per checkpoint (step-100/, step-200/, ...) or a hub id"
         )
-    subfolders = {p.name: p for p in sorted(folder.iterdir()) if p.is_dir() and (p / "config.json").is_file()}
+    folders = [p for p in sorted(folder.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+    subfolders = {p.name: p for p in folders if (p / "config.json").is_file()}
+    # Said, not dropped silently: an unfinished copy or a folder of something else.
+    notes = [f"skipped {p.name}/: no config.json, so not a saved checkpoint" for p in folders if p.name not in subfolders]
     checkpoints, skipped = parse_revisions(subfolders, tokens_per_step=tokens_per_step)
     checkpoints = [replace(c, path=str(subfolders[c.revision])) for c in checkpoints]
-    return Discovered(str(folder), "local", checkpoints, skipped, tokens_per_step=tokens_per_step)
+    return Discovered(str(folder), "local", checkpoints, skipped, tokens_per_step=tokens_per_step, notes=notes)
 
 
 def _discover_hub(repo: str, tokens_per_step: int | None, revisions: str = "auto") -> Discovered:
@@ -236,7 +239,8 @@ def _listed(found: Discovered, names: list, notes: list) -> list[Checkpoint]:
         if name in by_name:
             chosen.append(by_name[name])
         elif found.kind == "local":
-            raise EffdepthError(f"no checkpoint folder {name!r} in {found.model}; have: {', '.join(by_name) or 'none'}")
+            why = "it has no config.json" if (Path(found.model) / name).is_dir() else "no such folder"
+            raise EffdepthError(f"no checkpoint folder {name!r} in {found.model} ({why}); have: {', '.join(by_name) or 'none'}")
         elif parse_revision(name) is None:
             notes.append(f"skipped {name}: not a checkpoint name (step..., stage...-step...-tokens...B or main)")
         else:

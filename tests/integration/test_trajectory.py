@@ -96,6 +96,15 @@ def test_a_single_model_folder_is_not_a_trajectory(checkpoints, tmp_path):
         trajectory(checkpoints, tmp_path, revisions="step-0,step-7")
 
 
+def test_a_folder_without_config_is_said_to_be_skipped(checkpoints, tmp_path):
+    from effdepth.trajectory import discover, select
+
+    notes = select(discover(checkpoints), "auto")[1]
+    assert "skipped logs/: no config.json, so not a saved checkpoint" in notes
+    with pytest.raises(EffdepthError, match=r"no checkpoint folder 'logs' in .* \(it has no config.json\)"):
+        trajectory(checkpoints, tmp_path, revisions="step-0,logs")
+
+
 # --------------------------------------------------------------------------- the hub, faked
 
 PYTHIA_BRANCHES = ["main", "step0", "step1", "step2", "step4", "step1000", "step50000", "step58000", "step143000", "backup-2023"]
@@ -232,3 +241,14 @@ def test_figure_axis_places_step0_and_main():
     assert any("duplicate" in t.get_text() for t in fig.legends[0].get_texts())
     fig = trajectory_figure([_row("step10", 10, 1.0), _row("step1000", 1000, 1.2)])
     assert fig.axes[0].get_xscale() == "log"
+
+
+def test_show_refuses_a_trajectory_table_cut_short(local_run, tmp_path, capsys):
+    out, code, _ = local_run
+    assert code == 0
+    shutil.copy(out / "trajectory.json", tmp_path / "trajectory.json")
+    header = (out / "trajectory.csv").read_text().splitlines()[0]
+    (tmp_path / "trajectory.csv").write_text(header + "\n")
+    assert main(["show", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "trajectory.csv has 0 rows for the" in err and "damaged" in err and "\n" not in err
