@@ -49,7 +49,19 @@ def write_report(paths, output=None, fmt: str | None = None, failed=None) -> lis
     for rel, png in images.items():  # images first: the .md never points at a missing file
         written.append(write_atomic(output.parent / rel, png))
     written.insert(0, write_atomic(output, text.encode("utf-8")))
+    _remove_stale_images(output.parent / files_dir, set(written))
     return written
+
+
+def _remove_stale_images(folder: Path, kept: set) -> None:
+    """PNGs an earlier report of the same name left in its ``X_files/`` folder that this one does
+    not use: they would sit beside numbers they do not show. Only PNGs, only in that folder."""
+    for png in folder.glob("*.png"):
+        if png not in kept:
+            try:
+                png.unlink()
+            except OSError:
+                pass
 
 
 def report_format(output, fmt: str | None = None) -> str:

@@ -66,6 +66,12 @@ def test_report_markdown(bare_result, tmp_path, capsys):
         assert (out.parent / rel).read_bytes()[:4] == b"\x89PNG"
     assert "| view | D_eff |" in text and "| default |" in text and "### Provenance" in text
     assert "report_files" in stdout
+    # The same report name again, of one result: the comparison's images go; nothing else of the folder.
+    (out.parent / "report_files" / "notes.txt").write_text("mine")
+    assert run(["report", root / "a", "-o", out], capsys)[0] == 0
+    kept = sorted(p.name for p in (out.parent / "report_files").iterdir())
+    used = sorted(rel.split("/", 1)[1] for rel in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", out.read_text(encoding="utf-8")))
+    assert kept == sorted(used + ["notes.txt"])
 
 
 def test_markdown_follows_the_suffix(saved, tmp_path, capsys):
