@@ -32,7 +32,15 @@ MAX_BOOTSTRAP = 100_000
 DEFAULTS = {"seq_len": 256, "num_seqs": 32, "batch_size": 8, "bootstrap": 1000, "seed": 0}
 
 
-def _at_least(minimum: int, message: str):
+def at_least(minimum: int, message: str):
+    """A check that raises ``message`` (``{v}``: the value) unless the value is a whole number >= ``minimum``.
+
+    >>> at_least(1, "--k must be >= 1, got {v}")(0)
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: --k must be >= 1, got 0
+    """
+
     def check(value):
         if not _is_int(value) or int(value) < minimum:
             raise EffdepthError(message.format(v=value))
@@ -119,10 +127,10 @@ def parse_bytes(value) -> int:
 
 
 _CHECKS = {
-    "seq_len": _at_least(2, "--seq-len must be at least 2 (D_eff needs a token after BOS), got {v}"),
-    "num_seqs": _at_least(1, "--num-seqs must be at least 1, got {v}"),
-    "batch_size": _at_least(1, "--batch-size must be at least 1, got {v}"),
-    "seed": _at_least(0, "--seed must be a non-negative integer, got {v}"),
+    "seq_len": at_least(2, "--seq-len must be at least 2 (D_eff needs a token after BOS), got {v}"),
+    "num_seqs": at_least(1, "--num-seqs must be at least 1, got {v}"),
+    "batch_size": at_least(1, "--batch-size must be at least 1, got {v}"),
+    "seed": at_least(0, "--seed must be a non-negative integer, got {v}"),
     "bootstrap": _check_bootstrap,
     "similarity": parse_similarities,
     "pc_estimate": _check_choice("--pc-estimate", PC_ESTIMATES),

@@ -46,7 +46,7 @@ from .errors import EffdepthError
 from .executors import make_executor
 from .options import UNHASHED_OPTIONS, Options, RunOptions
 from .files import write_json_atomic
-from .report.sources import ERROR_FILE, failed_models, read_error
+from .report.sources import ERROR_FILE, read_error
 from .result import Result, load
 from .revisions import check_revision, parse_revision, tokens_per_step_for
 from .suites import TINY_PREFIX, SuiteModel, resolve_models
@@ -622,18 +622,18 @@ def write_outputs(out, rows, jobs, *, figures: bool = True, report: bool = True,
 
         files += save_figure(suite_figure(rows), out / "suite")
     if report and ok:
-        files += _write_report(out, jobs, log)
+        files += _write_report(out, jobs, rows, log)
     return files
 
 
-def _write_report(out: Path, jobs: list, log) -> list[Path]:
+def _write_report(out: Path, jobs: list, rows: list, log) -> list[Path]:
     try:
         from .report.build import write_report
     except ImportError:
         log("report.html skipped: this effdepth has no report module")
         return []
     paths = [job_folder(out, j) / RESULT for j in jobs if (job_folder(out, j) / RESULT).is_file()]
-    failed = failed_models([job_folder(out, j) for j in jobs])
+    failed = list(dict.fromkeys((r["model"], r["error"]) for r in rows if r["status"] == "error"))  # a row per similarity
     try:
         return write_report(paths, out / "report.html", failed=failed)
     except EffdepthError as exc:  # the numbers are safe on disk; a report problem must not fail the run

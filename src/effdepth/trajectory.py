@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .errors import EffdepthError
-from .options import Options, RunOptions
+from .options import Options, RunOptions, at_least
 from .files import file_sha256, write_json_atomic
 from .loading import TRAJECTORY_SCHEMA
 from .executors import make_executor
@@ -107,8 +107,9 @@ def trajectory(model, out, options: Options | None = None, *, revisions: str = "
     """
     log = log or (lambda line: None)
     parse_selection(revisions)  # bad input fails before the hub is asked anything
-    if tokens_per_step is not None and (isinstance(tokens_per_step, bool) or not isinstance(tokens_per_step, int) or tokens_per_step < 1):
-        raise EffdepthError(f"--tokens-per-step must be a whole number of tokens >= 1, got {tokens_per_step!r}")
+    if tokens_per_step is not None:
+        at_least(1, "--tokens-per-step must be a whole number of tokens >= 1, got {v!r}")(tokens_per_step)
+        tokens_per_step = int(tokens_per_step)
     if measure_options.get("revision") is not None or (options is not None and options.load.revision is not None):
         raise EffdepthError("trajectory takes --revisions (auto, every:K or a list), not --revision")
     opts = job_options(Options.build(**measure_options) if options is None else options.replace(**measure_options))

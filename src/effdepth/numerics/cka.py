@@ -368,7 +368,7 @@ def sequence_cka(states: torch.Tensor, views: list, gram_budget_bytes: int = GRA
     shifts = like.new_empty(m, d)
     shifted = _shifted(states, scratch, list(transforms.values()), in_place, shifts)
     # token-norm sets are centred from a Gram that is not: where that would cancel, they are formed apart.
-    apart = {plan for plan in plans if plan is not None and _centring_cancels(transforms[plan[0]], plan[1])}
+    apart = _cancelling_sets(transforms)
     hsic = {plan: shifted.new_zeros(m, m) for plan in plans if plan is not None and plan not in apart}
     # A token-norm drop-pos0 set whose transform also serves all positions follows from that
     # set's centred Gram (see drop_first_hsic); only its row 0 is kept for it.
@@ -421,19 +421,22 @@ def _own_tokens_cka(states: torch.Tensor | None, shifted: torch.Tensor, shifts: 
     return sequence_cka(own, [alone], budget, scratch=ScratchBuffers(), overwrite=True)[0]
 
 
-def _centring_cancels(transform: _Transform, first: int) -> bool:
-    """Whether a token-norm set's centred Gram, from the shared one, would lose more than
-    :data:`DROP_FIRST_CANCELLATION` allows (views without token-norm are centred before the
-    Gram, or guarded by :func:`_centre_sums`). Two ways: rebuilding the raw Gram rows (see
-    :class:`_Transform`) adds terms of the size |c|^2 of the shift, the result being of the size
-    of the smallest token's energy (a token that dwarfs the rest); and centring unit vectors
-    that nearly coincide leaves 1 - |zbar|^2 of their unit energy."""
-    if not transform.token_norm:
-        return False
-    smallest = transform.norms.square().amin(dim=1)
-    spread = 1.0 - transform.sets[first].grand
-    return bool((transform.shift_sq > DROP_FIRST_CANCELLATION * smallest).any()
-                or (spread * DROP_FIRST_CANCELLATION < 1.0).any())
+def _cancelling_sets(transforms: dict) -> set:
+    """The token-norm sets ``(key, first)`` whose centred Gram, from the shared one, would lose more
+    than :data:`DROP_FIRST_CANCELLATION` allows (views without token-norm are centred before the
+    Gram, or guarded by :func:`_centre_sums`), from one look at the device. Two ways: rebuilding
+    the raw Gram rows (see :class:`_Transform`) adds terms of the size |c|^2 of the shift, the
+    result being of the size of the smallest token's energy (a token that dwarfs the rest); and
+    centring unit vectors that nearly coincide leaves 1 - |zbar|^2 of their unit energy."""
+    plans, flags = [], []
+    for key, transform in transforms.items():
+        if not transform.token_norm:
+            continue
+        rebuild = (transform.shift_sq > DROP_FIRST_CANCELLATION * transform.norms.square().amin(dim=1)).any()
+        for first, token_set in transform.sets.items():
+            plans.append((key, first))
+            flags.append(rebuild | ((1.0 - token_set.grand) * DROP_FIRST_CANCELLATION < 1.0).any())
+    return {plan for plan, cancels in zip(plans, torch.stack(flags).tolist() if flags else []) if cancels}
 
 
 def _hsic_blocks(shifted: torch.Tensor, transforms: dict, hsic: dict, *, skip=(), budget: int,
@@ -574,15 +577,13 @@ def _centred(gram: torch.Tensor) -> torch.Tensor:
     return h @ gram @ h
 
 
-def _shifted(states: torch.Tensor, scratch: ScratchBuffers, transforms: list, in_place: bool = False,
-             shifts: torch.Tensor | None = None) -> torch.Tensor:
+def _shifted(states: torch.Tensor, scratch: ScratchBuffers, transforms: list, in_place: bool,
+             shifts: torch.Tensor) -> torch.Tensor:
     """The states in float64 minus their sequence mean (each layer's into ``shifts`` ``(M, d)``),
     one layer at a time: each layer's conversion, mean, subtraction and every transform's work
     on it stay in cache."""
     m, t, d = states.shape
     shifted = states if in_place else scratch.take("cka-shifted", (m, t, d), device=states.device)
-    if shifts is None:
-        shifts = shifted.new_empty(m, d)
     for layer in range(m):
         z = shifted[layer]
         shift = shifts[layer]
