@@ -36,7 +36,9 @@ class ViewResult:
     that entered the view, ``left_out`` those measured but left out of it (no
     token in the view; under cka, fewer than 4); ``calibrated_sequences``
     the sequences of the surrogate streams behind
-    ``references["structural_cal"]`` / ``["matched_cal"]``.
+    ``references["structural_cal"]`` / ``["matched_cal"]``. The update fields
+    and ``related`` are empty for a transformed view measured under kernel
+    similarities alone (docs/method.md#no-cosine-summaries).
     """
 
     name: str

@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 
-from .metrics import related_measures, scalar_metrics, similarity_matrix, update_summary
+from .metrics import has_cosine_summaries, related_measures, scalar_metrics, similarity_matrix, update_summary
 from .similarity import decay_profile, deff
 from .statistics import UnitStatistics
 
@@ -110,8 +110,9 @@ def bootstrap_intervals(
         draws.setdefault("profile", []).append(decay_profile(sim))
         if not deff_only:
             draws.setdefault("similarity", []).append(sim)
-            for name, value in resample_measures(totals, include_embedding).items():
-                draws.setdefault(name, []).append(np.asarray(value))
+            if has_cosine_summaries(totals):
+                for name, value in resample_measures(totals, include_embedding).items():
+                    draws.setdefault(name, []).append(np.asarray(value))
     draws = {name: np.concatenate(chunks) for name, chunks in draws.items()}
     failed = np.zeros(len(weights), dtype=bool)
     for value in draws.values():

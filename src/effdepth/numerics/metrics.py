@@ -154,15 +154,33 @@ def related_measures(totals: dict) -> dict:
     }
 
 
+#: Why a view has no update summary or related measures (see :func:`has_cosine_summaries`).
+NO_COSINE_SUMMARIES = ("a transformed view measured under kernel similarities alone keeps no cosine sums "
+                       "(they describe the untransformed states); measure with --similarity cka,frobenius to have them")
+
+
+def has_cosine_summaries(totals: dict) -> bool:
+    """Whether totals carry what :func:`update_summary` and :func:`related_measures` read (a
+    transformed view measured under kernel similarities alone does not, see
+    :func:`effdepth.numerics.streams.stream_statistics`).
+
+    >>> has_cosine_summaries({"n": 3.0}), has_cosine_summaries({"n": 3.0, "gram_increments": 0, "cos_sum": 0})
+    (False, True)
+    """
+    return "gram_increments" in totals and "cos_sum" in totals
+
+
 def full_metrics(totals: dict, similarity: str, include_embedding: bool) -> dict:
-    """Everything a view reports, for one set of totals (no batch axes)."""
+    """Everything a view reports, for one set of totals (no batch axes); the update summary and
+    the related measures only where the totals carry them (:func:`has_cosine_summaries`)."""
     sim = similarity_matrix(totals, similarity, include_embedding)
     out = scalar_metrics(totals, similarity, include_embedding)
     out["reference"] = reference_fl(sim.shape[-1])
     out["similarity"] = sim
     out["profile"] = decay_profile(sim)
-    out.update(update_summary(totals, include_embedding))
-    out["related"] = related_measures(totals)
+    if has_cosine_summaries(totals):
+        out.update(update_summary(totals, include_embedding))
+        out["related"] = related_measures(totals)
     out["reference_profiles"] = reference_profiles(totals, similarity, include_embedding)
     return out
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import EffdepthError
-from .metrics import analysed_slice
+from .metrics import NO_COSINE_SUMMARIES, analysed_slice
 from .references import reference_fl
 from .similarity import deff, squared_cosine_from_gram
 
@@ -129,6 +129,8 @@ def _increment_gram(result_or_view, include_embedding: bool | None) -> tuple:
         gram = np.asarray(result_or_view, dtype=np.float64)
     elif "gram_increments" in stats:
         gram = np.asarray(stats["gram_increments"], dtype=np.float64)
+    elif "hsic" in stats or "hsic_full" in stats:
+        raise EffdepthError(f"view {getattr(view, 'name', '?')!r} has no increment statistics (gram_increments): {NO_COSINE_SUMMARIES}")
     else:
         raise EffdepthError("this result has no increment statistics (gram_increments); re-measure it with this effdepth version")
     if gram.ndim != 2 or gram.shape[0] != gram.shape[1] or gram.shape[0] < 2:

@@ -44,7 +44,7 @@ from .cka import (
     sequence_cka,
     view_token_states,
 )
-from .metrics import SIMILARITIES
+from .metrics import NO_COSINE_SUMMARIES, SIMILARITIES
 from .scratch import ScratchBuffers
 from .statistics import UnitStatistics
 from .views import FitAccumulator, NonFiniteFit, ViewSpec, check_width, fitted_transform, parse_views, token_transform
@@ -59,8 +59,10 @@ EIGENGAP_WARNING = 1e-3
 #: Batches held for the calibration set go into a saved state (a checkpoint) up to this size;
 #: above it they are left out, and a resumed run measures them again.
 HELD_STATE_BYTES = 256 << 20
-# Similarities with statistics of their own (frobenius and token are always kept).
+# Similarities with statistics of their own (the additive ones are kept for every run).
 KERNEL_SIMILARITIES = ("cka", "cka-full")
+#: Similarities read from the additive statistics of every stream they measure.
+COSINE_SIMILARITIES = ("frobenius", "token")
 
 
 def validate_similarities(similarities) -> tuple:
@@ -79,6 +81,29 @@ def validate_similarities(similarities) -> tuple:
         if name not in out:
             out.append(name)
     return tuple(out)
+
+
+def stream_statistics(spec: ViewSpec, similarities, statistics: tuple = STAT_KEYS) -> tuple:
+    """The additive statistics a view's stream keeps: ``statistics``, or only the token counts
+    for a stream that transforms the states (token-norm, center, top-k PC) when only kernel
+    similarities are asked (none of :data:`COSINE_SIMILARITIES`; an empty list asks for the
+    additive statistics alone).
+
+    A kernel similarity's numbers (D_eff, references, attribution) need none of
+    the additive sums. What the sums feed besides is the cosine summaries of
+    the states (update cosines, cos(U_l, S_{l-1}), the related measures), kept
+    for the untransformed stream (default, drop-pos0, pos0-only) whatever the
+    similarity; for the transformed streams they were a third of a cka run's
+    statistics under ``--views paper`` (docs/method.md#no-cosine-summaries).
+
+    >>> [len(stream_statistics(v, ("cka",))) for v in parse_views("default,token-norm,top1pc")]
+    [10, 1, 1]
+    >>> len(stream_statistics(parse_views("top1pc")[0], ("cka", "frobenius")))
+    10
+    """
+    transformed = spec.token_norm or spec.needs_fit
+    kernel_only = bool(similarities) and not any(s in COSINE_SIMILARITIES for s in similarities)
+    return ("n",) if transformed and kernel_only else tuple(statistics)
 
 
 def calibration_complete(sequences: int, tokens: int) -> bool:
@@ -168,6 +193,12 @@ class ViewAccumulator:
         for v in self.views:
             parts = self.streams.setdefault(v.stream, {"spec": v, "parts": set()})["parts"]
             parts.update(v.parts)
+        # Per stream, the additive statistics it keeps (see stream_statistics).
+        self._stream_keys = {key: stream_statistics(info["spec"], self.similarities, self.statistics)
+                             for key, info in self.streams.items()}
+        # Without a stream that sums state energies, non-finite states are caught another way (not for
+        # an accumulator asked for token counts alone: surrogate streams, finite by construction).
+        self._check_states = self.statistics != ("n",) and not any("gram_states" in k for k in self._stream_keys.values())
         self._units: dict = {(s, p): [] for s, info in self.streams.items() for p in info["parts"]}
         self.gram_budget_bytes = gram_budget_bytes
         self.cka_full_budget_bytes = cka_full_budget_bytes
@@ -431,6 +462,8 @@ class ViewAccumulator:
                 parts = {"pos0": pos0, "rest": rest if rest is not None else _empty_like(pos0)}
                 for p in info["parts"]:
                     new_units[(key, p)].append(parts[p])
+            if self._check_states:
+                _check_finite_states(seq, states.dtype)
             self._sequence_kernel_statistics(seq, gram_views, new_cka, pooled_states, overwrite)
         # Everything that allocates happens before anything is committed.
         pooled = {k: self._pooled[k].prepare(torch.cat(parts, dim=1)) for k, parts in pooled_states.items() if parts}
@@ -504,18 +537,22 @@ class ViewAccumulator:
         Chunks of tokens are converted to float64 once and shared by the
         streams; every transform is per token once fitted, so chunking is exact.
         """
-        if self.statistics == ("n",):  # token counts only (e.g. a cka surrogate stream): no pass over the states
-            t = seq.shape[1]
-            return {key: [{"n": np.asarray(1.0)}, {"n": np.asarray(float(t - 1))} if t > 1 else None] for key in streams}
-        sums = {key: SequenceSums(self.include_embedding, self.statistics) for key in streams}
+        t = seq.shape[1]
+        # Token counts only (a transformed stream under kernel similarities, a surrogate stream): no pass over the states.
+        out = {key: [{"n": np.asarray(1.0)}, {"n": np.asarray(float(t - 1))} if t > 1 else None]
+               for key in streams if self._stream_keys[key] == ("n",)}
+        sums = {key: SequenceSums(self.include_embedding, self._stream_keys[key]) for key in streams if key not in out}
+        if not sums:
+            return out
         size = self.chunk_tokens or chunk_tokens_for(seq)
-        for start in range(0, seq.shape[1], size):
+        for start in range(0, t, size):
             chunk = seq[:, start : start + size].to(torch.float64)
-            for key, info in streams.items():
-                spec = info["spec"]
+            for key in sums:
+                spec = streams[key]["spec"]
                 sums[key].add(fitted_transform(token_transform(chunk, spec), spec, self.fits.get(key)))
         # One copy to the host per sequence: the device is waited for here, not per chunk.
-        return {key: [None if part is None else statistics_to_numpy(part) for part in s.finish()] for key, s in sums.items()}
+        out.update({key: [None if part is None else statistics_to_numpy(part) for part in s.finish()] for key, s in sums.items()})
+        return out
 
     def unit_statistics(self, view: str | ViewSpec, similarity: str | None = None) -> UnitStatistics:
         """Per-sequence statistics of one view, with what ``similarity`` needs.
@@ -542,6 +579,11 @@ class ViewAccumulator:
                 raise EffdepthError(
                     f"token statistics were not accumulated (similarities {list(self.similarities)}); "
                     "accumulate with similarities including 'token'"
+                )
+            if self._stream_keys[spec.stream] == ("n",) and self.statistics != ("n",):
+                raise EffdepthError(
+                    f"{name} statistics of view {spec.name!r} were not accumulated (similarities "
+                    f"{list(self.similarities)}): {NO_COSINE_SUMMARIES}"
                 )
             keep = total.arrays["n"] > 0
             if not keep.any():
@@ -700,9 +742,16 @@ class ViewAccumulator:
         by_name = {info["spec"].canonical: key for key, info in self.streams.items()}
         for (key, part) in self._units:
             prefix = f"{self.streams[key]['spec'].canonical}|{part}|"
+            keep = self._stream_keys[key]
             # Only the statistics this accumulator keeps (a saved state may carry more).
-            cols = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix) and k[len(prefix):] in self.statistics}
+            cols = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix) and k[len(prefix):] in keep}
             n = len(cols["n"]) if cols else 0
+            if n and set(cols) != set(keep):
+                raise EffdepthError(
+                    f"saved statistics of view stream {self.streams[key]['spec'].canonical!r} lack "
+                    f"{', '.join(sorted(set(keep) - set(cols)))} (measured for other similarities); "
+                    "resume with the same similarities or start afresh without resuming"
+                )
             self._units[(key, part)] = [{k: v[i] for k, v in cols.items()} for i in range(n)]
         for key in self._cka_units:
             prefix = f"{self._set_label(key)}|"
@@ -829,6 +878,14 @@ def _check_finite(pos0: dict, rest: dict | None, dtype: torch.dtype) -> None:
     for part in (pos0, rest):
         if part is not None and (layer := nonfinite_layer(part)) is not None:
             _raise_nonfinite(layer, dtype)
+
+
+def _check_finite_states(seq: torch.Tensor, dtype: torch.dtype) -> None:
+    """Non-finite states of a sequence ``(M, T, d)``, for an accumulator whose statistics carry no
+    state energies (one pass over the states: a NaN or inf anywhere makes its layer's sum so)."""
+    finite = torch.isfinite(seq.sum(dim=(1, 2), dtype=torch.float64)).tolist()
+    if not all(finite):
+        _raise_nonfinite(finite.index(False), dtype)
 
 
 def _empty_like(stats: dict) -> dict:

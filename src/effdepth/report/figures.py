@@ -29,6 +29,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ..errors import EffdepthError
+from ..numerics.metrics import NO_COSINE_SUMMARIES
 from ..result import Result, ViewResult
 from .numbers import fmt
 from .sources import result_label
@@ -236,6 +237,8 @@ def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figur
     3
     """
     v, ctx = _view(result, view)
+    if not v.update_energy:
+        raise EffdepthError(f"view {v.name!r} has no per-layer update summary: {NO_COSINE_SUMMARIES}")
     energy = _array(v.update_energy)
     layers = np.arange(1, len(energy) + 1)
     tokens = max(1, int(v.tokens or 1))
@@ -376,7 +379,8 @@ def standard_figures(result: Result, view: str | None = None):
     yield "attribution", attribution_figure(result, view)
     if len(result.views) > 1:
         yield "views", views_figure(result)
-    yield "layers", layers_figure(result, view)
+    if _view(result, view)[0].update_energy:  # see NO_COSINE_SUMMARIES
+        yield "layers", layers_figure(result, view)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -425,7 +429,11 @@ def _similarity_label(ctx: dict) -> str:
 
 def _first_layer(v: ViewResult) -> int:
     # update_* have one entry per block (L); N is L, or L+1 with S_0 included.
-    layers = len(v.update_energy) if v.update_energy is not None else v.num_states
+    if v.update_energy:
+        layers = len(v.update_energy)
+    else:  # no update summary (see NO_COSINE_SUMMARIES): the kernel totals span S_0..S_L
+        kernel = (v.statistics or {}).get("hsic") or (v.statistics or {}).get("hsic_full")
+        layers = len(kernel) - 1 if kernel else v.num_states
     return 1 - (int(v.num_states) - layers)
 
 

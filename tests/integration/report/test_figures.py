@@ -126,3 +126,23 @@ def test_plotting_needs_no_display(saved, tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["8", "False"]  # every figure, and pyplot (GUI state) never touched
     assert_real_png(tmp_path / "profile.png")
+
+
+def test_a_view_without_update_summaries_gets_every_figure_but_the_per_layer_one(tmp_path):
+    import torch
+
+    from effdepth.errors import EffdepthError
+
+    states = torch.randn(6, 3, 10, 16, dtype=torch.float64).cumsum(0)
+    r = effdepth.from_states(states, views="default,top1pc", similarity="cka", bootstrap=20)
+    (tmp_path / "layers.png").write_bytes(b"stale")
+    written = {p.stem for p in write_figures(r, tmp_path, view="top1pc")}
+    assert written == {"similarity", "profile", "attribution", "views"}
+    assert not (tmp_path / "layers.png").exists()  # a stale one describes another view
+    with pytest.raises(EffdepthError, match=r"view 'top1pc' has no per-layer update summary.*--similarity cka,frobenius"):
+        figures.layers_figure(r, "top1pc")
+    # The similarity axes still start at layer 1 (read from the kernel totals, not the empty summary).
+    assert figures._first_layer(r.views["top1pc"]) == figures._first_layer(r.views["default"]) == 1
+    with_s0 = effdepth.from_states(states, views="default,top1pc", similarity="cka", include_embedding=True)
+    assert figures._first_layer(with_s0.views["top1pc"]) == figures._first_layer(with_s0.views["default"]) == 0
+    assert "layers" in {p.stem for p in write_figures(r, tmp_path / "default")}

@@ -575,7 +575,7 @@ def test_frobenius_and_token_numbers_do_not_depend_on_the_kernel_similarities():
     s = residual_like(B=3)
     views = ["default", "drop-pos0", "pos0-only", "token-norm", "top1pc"]
     plain = accumulate(s, views, similarities=())
-    both = accumulate(s, views)
+    both = accumulate(s, views, similarities=("frobenius",) + BOTH)
     for view in views:
         a, b = plain.unit_statistics(view).arrays, both.unit_statistics(view).arrays
         assert set(a) == set(b)

@@ -1,11 +1,13 @@
 """Statistics computed only where needed: the keys a surrogate stream keeps, the fit fed by
-parts and layers, the update energies one layer at a time; each equals the full computation."""
+parts and layers, the update energies one layer at a time; each equals the full computation.
+Transformed streams under kernel similarities alone keep token counts only; no kernel number moves."""
 
 import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from effdepth.errors import EffdepthError
 from effdepth.numerics.accumulate import STAT_KEYS, chunk_statistics, deff_statistics
 from effdepth.numerics.metrics import similarity_matrix
 from effdepth.numerics.similarity import deff
@@ -54,7 +56,8 @@ def test_an_accumulator_keeping_only_deff_statistics_gives_the_same_deff(similar
     views = ["default", "drop-pos0", "token-norm"]
     kernel = ("cka",) if similarity == "cka" else ()
     lean = ViewAccumulator(views, similarities=kernel, statistics=deff_statistics([similarity]))
-    full = ViewAccumulator(views, similarities=kernel)
+    # With a cosine similarity beside it, every stream keeps every additive statistic.
+    full = ViewAccumulator(views, similarities=kernel + ("frobenius",))
     for acc in (lean, full):
         acc.update(s, mask)
     for view in views:
@@ -288,3 +291,81 @@ def test_a_layer_centred_part_by_part_equals_the_float64_route(precision):
     parts[2][1, 5, 3] = float("nan")
     with pytest.raises(NonFiniteFit):
         _layer_moments(parts, 1, {}, precision, None)
+
+
+# -- transformed streams under kernel similarities alone: no cosine sums --------------------
+
+PAPER = ["default", "drop-pos0", "pos0-only", "token-norm", "top1pc", "center"]
+
+
+def _summaries(similarities, s, mask=None, bootstrap=40):
+    from effdepth.numerics.summary import view_summaries
+
+    acc = ViewAccumulator(PAPER, similarities=similarities)
+    acc.update(s, mask)
+    return acc, view_summaries(acc, similarity="cka", include_embedding=False, bootstrap=bootstrap, seed=3)[0]
+
+
+def test_a_kernel_only_run_keeps_token_counts_alone_for_the_transformed_streams():
+    acc, _ = _summaries(("cka",), states())
+    kept = {info["spec"].name: {k.split("|")[-1] for k in acc.unit_arrays() if k.startswith(info["spec"].canonical + "|")}
+            for info in acc.streams.values()}
+    assert {"gram_states", "gram_increments", "cos_sum", "angle_sum"} <= kept["default"]
+    for view in ("token-norm", "top1pc", "center"):
+        assert kept[view] == {"n", "hsic", "cka_energy", "cka_sequences", "cka_tokens"}, view
+    with_cosine, _ = _summaries(("cka", "frobenius"), states())
+    assert {"gram_increments", "angle_sum"} <= set(with_cosine.unit_statistics("top1pc", "cka").arrays)
+
+
+def test_the_kernel_numbers_do_not_depend_on_the_cosine_sums_kept():
+    s = states(B=5)
+    mask = torch.ones(5, 11, dtype=torch.bool)
+    mask[3, 6:] = False
+    _, lean = _summaries(("cka",), s, mask)
+    _, full = _summaries(("cka", "frobenius"), s, mask)
+    assert set(lean) == set(full) == set(PAPER) - {"pos0-only"}
+    for view in lean:
+        a, b = lean[view], full[view]
+        for key in ("deff", "ratio", "gap_pct", "references", "attribution", "profile", "similarity", "tokens", "sequences",
+                    "reference_profiles"):
+            assert a[key] == b[key], (view, key)
+        for key, bounds in a["ci"].items():
+            assert bounds == b["ci"][key], (view, key)
+        transformed = view in ("token-norm", "top1pc", "center")
+        assert (a["update_cosine"] == [] and a["related"] == {}) if transformed else (a["update_cosine"] == b["update_cosine"])
+        assert ("block_influence" in a["ci"]) is not transformed
+        assert {"hsic", "cka_energy"} <= set(a["statistics"]) and ("gram_increments" in a["statistics"]) is not transformed
+
+
+def test_frobenius_numbers_of_a_transformed_view_after_a_kernel_only_run_are_a_one_line_error():
+    acc, _ = _summaries(("cka",), states())
+    acc.unit_statistics("default", "frobenius")  # the untransformed stream keeps them
+    with pytest.raises(EffdepthError, match=r"frobenius statistics of view 'top1pc' were not accumulated.*--similarity cka,frobenius"):
+        acc.unit_statistics("top1pc", "frobenius")
+
+
+@pytest.mark.parametrize("views", [["token-norm"], ["token-norm", "top1pc"]])
+def test_non_finite_states_are_caught_without_an_untransformed_stream(views):
+    s = states()
+    s[2, 1, 4, 3] = float("nan")
+    acc = ViewAccumulator(views, similarities=("cka",), pc_estimate="exact")
+    if acc.needs_fit:
+        clean = states()
+        acc.fit_batch(clean)
+        acc.finalize_fit("test")
+    with pytest.raises(EffdepthError, match=r"non-finite activations in the output of block 2 \(S_2\)"):
+        acc.update(s)
+
+
+def test_a_kernel_only_state_does_not_resume_a_run_that_needs_the_cosine_sums():
+    lean = ViewAccumulator(["default", "token-norm"], similarities=("cka",))
+    lean.update(states())
+    full = ViewAccumulator(["default", "token-norm"], similarities=("cka", "frobenius"))
+    with pytest.raises(EffdepthError, match="lack .*resume with the same similarities"):
+        full.load_state(*lean.state())
+    # The other way round a saved state carries more than is kept: it resumes.
+    full.update(states())
+    again = ViewAccumulator(["default", "token-norm"], similarities=("cka",))
+    again.load_state(*full.state())
+    again.update(states())
+    assert again.unit_statistics("token-norm", "cka").units == 6

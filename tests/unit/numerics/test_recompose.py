@@ -154,3 +154,14 @@ def test_bad_inputs():
     view.statistics = {}
     with pytest.raises(EffdepthError, match="no increment statistics"):
         recompose_carry(view, [1.0])
+
+
+def test_a_transformed_view_of_a_kernel_only_run_is_refused_naming_the_flag():
+    states = torch.randn(5, 3, 8, 16, dtype=torch.float64).cumsum(0)
+    lean = from_states(states, views="default,token-norm", similarity="cka")
+    recompose_carry(lean.views["default"], [0.5])  # the untransformed stream keeps its sums
+    with pytest.raises(EffdepthError, match=r"view 'token-norm' has no increment statistics.*--similarity cka,frobenius"):
+        recompose_carry(lean.views["token-norm"], [0.5])
+    with_cosine = from_states(states, views="default,token-norm", similarity="cka,frobenius")
+    assert recompose_carry(with_cosine.views["token-norm"], [1.0])[0]["deff"] == pytest.approx(
+        with_cosine.view("token-norm", similarity="frobenius").deff, rel=RTOL)
