@@ -18,7 +18,7 @@ from .errors import EffdepthError, tokenizer_hint
 from .numerics.accumulate import statistics_for
 from .numerics.loss import LossAccumulator
 from .numerics.cka import check_cka_full_memory
-from .numerics.streams import ViewAccumulator, real_counts
+from .numerics.streams import COSINE_SIMILARITIES, ViewAccumulator, real_counts
 from .numerics.summary import view_summaries
 from .numerics.surrogate import CalibratedReferences
 from .options import DEFAULT_SIMILARITY, DEFAULTS, AnalysisOptions, LoadOptions, Options, RunOptions, validate_options
@@ -477,7 +477,20 @@ def analysis_config(analysis: AnalysisOptions, acc: ViewAccumulator) -> dict:
         "cka": CKA_CHOICES if {"cka", "cka-full"} & set(analysis.similarity) else None,
         "max_memory": analysis.max_memory if "cka-full" in analysis.similarity else None,
         "zero_states": "a zero state is orthogonal to every other state (similarity 0) and identical to itself",
+        "cosine_summaries": cosine_summaries(analysis.similarity),
     }
+
+
+def cosine_summaries(similarities) -> str:
+    """Which views carry the update summaries and related measures (docs/method.md#no-cosine-summaries).
+
+    >>> cosine_summaries(("cka",))[:24], cosine_summaries(("cka", "frobenius"))
+    ('untransformed views only', 'every view')
+    """
+    if any(s in COSINE_SIMILARITIES for s in similarities):
+        return "every view"
+    return ("untransformed views only (default, drop-pos0, pos0-only): under kernel similarities alone the "
+            "transformed views keep no cosine sums")
 
 
 CKA_CHOICES = {

@@ -140,7 +140,9 @@ class ViewAccumulator:
     The additive statistics (frobenius, token and every related measure) are
     kept, or only those named in ``statistics`` (see
     :func:`~effdepth.numerics.accumulate.statistics_for` and
-    :func:`~effdepth.numerics.accumulate.deff_statistics`); ``similarities``
+    :func:`~effdepth.numerics.accumulate.deff_statistics`), and for a
+    transformed stream under kernel similarities alone only the token counts
+    (:func:`stream_statistics`); ``similarities``
     adds those of "cka" (per sequence) and "cka-full" (pooled, memory-checked
     against ``cka_full_budget_bytes`` at the first update). The cka token
     Grams are formed in blocks of rows when M * T^2 float64 exceeds

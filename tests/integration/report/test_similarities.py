@@ -148,7 +148,7 @@ def old_result(request, tmp_path_factory):
     data = effdepth.from_states(states, views="default,drop-pos0", similarity=request.param, bootstrap=20).to_dict()
     data.pop("similarities", None)
     data.pop("unavailable", None)
-    for key in ("similarities", "surrogate_seqs", "cka", "max_memory", "zero_states", "bootstrap_fits"):
+    for key in ("similarities", "surrogate_seqs", "cka", "max_memory", "zero_states", "bootstrap_fits", "cosine_summaries"):
         data["config"].pop(key, None)
     for v in data["views"].values():
         for key in ("definition", "left_out", "calibrated_sequences"):

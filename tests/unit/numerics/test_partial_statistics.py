@@ -337,6 +337,14 @@ def test_the_kernel_numbers_do_not_depend_on_the_cosine_sums_kept():
         assert {"hsic", "cka_energy"} <= set(a["statistics"]) and ("gram_increments" in a["statistics"]) is not transformed
 
 
+def test_a_result_records_which_views_carry_the_cosine_summaries():
+    import effdepth
+
+    s = states()
+    assert effdepth.from_states(s, views="default,top1pc").config["cosine_summaries"].startswith("untransformed views only")
+    assert effdepth.from_states(s, views="default,top1pc", similarity="cka,token").config["cosine_summaries"] == "every view"
+
+
 def test_frobenius_numbers_of_a_transformed_view_after_a_kernel_only_run_are_a_one_line_error():
     acc, _ = _summaries(("cka",), states())
     acc.unit_statistics("default", "frobenius")  # the untransformed stream keeps them
