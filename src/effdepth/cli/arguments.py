@@ -84,7 +84,9 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int_arg, default=DEFAULTS["batch_size"], help=f"sequences per forward pass (default {DEFAULTS['batch_size']})")
     p.add_argument("--similarity", default=DEFAULT_SIMILARITY, metavar="NAME[,NAME...]|all",
                    help=f"layer similarity: {', '.join(SIMILARITIES)}, a comma list (the first is the result's primary), "
-                        "or all (cka, frobenius, token); every one from the same forward passes (default cka)")
+                        "or all (cka, frobenius, token); every one from the same forward passes (default cka). "
+                        "With kernel similarities alone, the transformed views (token-norm, center, top-k PC) "
+                        "carry no update cosines or related measures: add frobenius for them")
     p.add_argument("--surrogate-seqs", default=None, metavar="K|all",
                    help="the first K sequences of the corpus feed the surrogate streams of the calibrated references "
                         "(default all; 0 to skip)")
