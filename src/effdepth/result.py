@@ -156,6 +156,9 @@ class Result:
     def from_dict(cls, data: dict) -> "Result":
         schema = data.get("schema") if isinstance(data, dict) else None
         if schema != SCHEMA:
+            if newer_schema(schema, SCHEMA):
+                raise EffdepthError(f"this result was written by a newer effdepth (schema {schema!r}; this one reads "
+                                    f"{SCHEMA!r}): upgrade effdepth (pip install -U effdepth) to read it")
             raise EffdepthError(f"not an effdepth result (schema {schema!r}, expected {SCHEMA!r})")
         try:
             config = dict(data["config"])
@@ -206,6 +209,20 @@ def _view_from_dict(v: dict, similarity: str) -> ViewResult:
     v.setdefault("definition", similarity)
     _check_view_fields(v)
     return ViewResult(**v)
+
+
+def newer_schema(schema, known: str) -> bool:
+    """Whether ``schema`` names a later version of the file format ``known`` (e.g. :data:`SCHEMA`):
+    a file from a newer effdepth, to be told apart from a file that is not effdepth's at all.
+
+    >>> newer_schema("effdepth.result/2", SCHEMA), newer_schema(SCHEMA, SCHEMA), newer_schema("other/9", SCHEMA)
+    (True, False, False)
+    """
+    family, _, version = known.rpartition("/")
+    if not isinstance(schema, str) or not schema.startswith(family + "/"):
+        return False
+    later = schema[len(family) + 1:]
+    return later.isdigit() and int(later) > int(version)
 
 
 _NUMBERS = ("deff", "reference", "ratio", "gap_pct")

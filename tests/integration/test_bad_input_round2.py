@@ -31,6 +31,8 @@ def files(tmp_path_factory):
     (d / "cut" / "result.json").write_text('{"schema": "effdepth.result/1", "views": ')
     (d / "wrong").mkdir()
     (d / "wrong" / "result.json").write_text(json.dumps({"schema": "effdepth.result/1", "config": {}, "views": {"default": {"deff": "x"}}}))
+    (d / "newer").mkdir()
+    (d / "newer" / "result.json").write_text(json.dumps({"schema": "effdepth.result/2", "config": {}, "views": {}}))
     return d
 
 
@@ -45,6 +47,8 @@ MODEL_FILES = [
     (["show", "{d}/cut"], "not a readable result file"),
     (["show", "{d}/wrong"], "damaged effdepth result"),
     (["claims", "{d}/wrong"], "damaged effdepth result"),
+    (["show", "{d}/newer"], "was written by a newer effdepth (schema 'effdepth.result/2'; this one reads 'effdepth.result/1'): upgrade"),
+    (["claims", "{d}/newer"], "written by a newer effdepth"),
     (["recompose", "{d}/cut"], "not a readable result file"),
 ]
 # No model is loaded for these: they must answer in seconds.
