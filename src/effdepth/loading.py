@@ -23,7 +23,7 @@ from pathlib import Path
 from .errors import EffdepthError
 from .files import read_json
 from .result import SCHEMA as RESULT_SCHEMA
-from .result import Result, newer_schema
+from .result import Result, refuse_newer
 from .results_carry import EXPERIMENT_SCHEMA, INTERVENTION_SCHEMA, ExperimentResult, InterventionResult
 
 TRAJECTORY_SCHEMA = "effdepth.trajectory/1"
@@ -76,9 +76,7 @@ def load(path):
     if schema == TRAJECTORY_SCHEMA or (schema is None and isinstance(data, dict) and "checkpoints" in data):
         return trajectory_from_dict(data, path)  # trajectories saved before they had a schema are recognised by their keys
     for known in (RESULT_SCHEMA, INTERVENTION_SCHEMA, EXPERIMENT_SCHEMA, TRAJECTORY_SCHEMA):
-        if newer_schema(schema, known):
-            raise EffdepthError(f"{path} was written by a newer effdepth (schema {schema!r}; this one reads {known!r}): "
-                                "upgrade effdepth (pip install -U effdepth) to read it")
+        refuse_newer(schema, known, str(path))
     raise EffdepthError(f"{path} is not an effdepth file (schema {schema!r}); effdepth.load and effdepth show read {ACCEPTED}")
 
 

@@ -18,7 +18,7 @@ from .errors import EffdepthError, tokenizer_hint
 from .numerics.accumulate import statistics_for
 from .numerics.loss import LossAccumulator
 from .numerics.cka import check_cka_full_memory
-from .numerics.streams import COSINE_SIMILARITIES, ViewAccumulator, real_counts
+from .numerics.streams import ViewAccumulator, keeps_cosine_sums, real_counts
 from .numerics.summary import view_summaries
 from .numerics.surrogate import CalibratedReferences
 from .options import DEFAULT_SIMILARITY, DEFAULTS, AnalysisOptions, LoadOptions, Options, RunOptions, validate_options
@@ -487,7 +487,7 @@ def cosine_summaries(similarities) -> str:
     >>> cosine_summaries(("cka",))[:24], cosine_summaries(("cka", "frobenius"))
     ('untransformed views only', 'every view')
     """
-    if any(s in COSINE_SIMILARITIES for s in similarities):
+    if keeps_cosine_sums(similarities):
         return "every view"
     return ("untransformed views only (default, drop-pos0, pos0-only): under kernel similarities alone the "
             "transformed views keep no cosine sums")

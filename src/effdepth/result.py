@@ -156,9 +156,7 @@ class Result:
     def from_dict(cls, data: dict) -> "Result":
         schema = data.get("schema") if isinstance(data, dict) else None
         if schema != SCHEMA:
-            if newer_schema(schema, SCHEMA):
-                raise EffdepthError(f"this result was written by a newer effdepth (schema {schema!r}; this one reads "
-                                    f"{SCHEMA!r}): upgrade effdepth (pip install -U effdepth) to read it")
+            refuse_newer(schema, SCHEMA, "this result")
             raise EffdepthError(f"not an effdepth result (schema {schema!r}, expected {SCHEMA!r})")
         try:
             config = dict(data["config"])
@@ -209,6 +207,20 @@ def _view_from_dict(v: dict, similarity: str) -> ViewResult:
     v.setdefault("definition", similarity)
     _check_view_fields(v)
     return ViewResult(**v)
+
+
+def refuse_newer(schema, known: str, what: str) -> None:
+    """A one-line error when ``schema`` is a later version of ``known`` (:func:`newer_schema`);
+    ``what`` names the file.
+
+    >>> refuse_newer("effdepth.result/2", SCHEMA, "r.json")
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: r.json was written by a newer effdepth (schema 'effdepth.result/2'; this one reads 'effdepth.result/1'): upgrade effdepth (pip install -U effdepth) to read it
+    """
+    if newer_schema(schema, known):
+        raise EffdepthError(f"{what} was written by a newer effdepth (schema {schema!r}; this one reads {known!r}): "
+                            "upgrade effdepth (pip install -U effdepth) to read it")
 
 
 def newer_schema(schema, known: str) -> bool:

@@ -83,11 +83,21 @@ def validate_similarities(similarities) -> tuple:
     return tuple(out)
 
 
+def keeps_cosine_sums(similarities) -> bool:
+    """Whether every stream keeps the additive (cosine) sums under ``similarities``: a cosine
+    similarity (:data:`COSINE_SIMILARITIES`) among them, or none at all (the additive
+    statistics alone are asked for).
+
+    >>> keeps_cosine_sums(("cka",)), keeps_cosine_sums(("cka", "token")), keeps_cosine_sums(())
+    (False, True, True)
+    """
+    return not similarities or any(s in COSINE_SIMILARITIES for s in similarities)
+
+
 def stream_statistics(spec: ViewSpec, similarities, statistics: tuple = STAT_KEYS) -> tuple:
     """The additive statistics a view's stream keeps: ``statistics``, or only the token counts
     for a stream that transforms the states (token-norm, center, top-k PC) when only kernel
-    similarities are asked (none of :data:`COSINE_SIMILARITIES`; an empty list asks for the
-    additive statistics alone).
+    similarities are asked (not :func:`keeps_cosine_sums`).
 
     A kernel similarity's numbers (D_eff, references, attribution) need none of
     the additive sums. What the sums feed besides is the cosine summaries of
@@ -102,8 +112,7 @@ def stream_statistics(spec: ViewSpec, similarities, statistics: tuple = STAT_KEY
     10
     """
     transformed = spec.token_norm or spec.needs_fit
-    kernel_only = bool(similarities) and not any(s in COSINE_SIMILARITIES for s in similarities)
-    return ("n",) if transformed and kernel_only else tuple(statistics)
+    return ("n",) if transformed and not keeps_cosine_sums(similarities) else tuple(statistics)
 
 
 def calibration_complete(sequences: int, tokens: int) -> bool:
@@ -582,7 +591,7 @@ class ViewAccumulator:
                     f"token statistics were not accumulated (similarities {list(self.similarities)}); "
                     "accumulate with similarities including 'token'"
                 )
-            if self._stream_keys[spec.stream] == ("n",) and self.statistics != ("n",):
+            if self._stream_keys[spec.stream] != self.statistics:  # a transformed stream under kernel similarities
                 raise EffdepthError(
                     f"{name} statistics of view {spec.name!r} were not accumulated (similarities "
                     f"{list(self.similarities)}): {NO_COSINE_SUMMARIES}"

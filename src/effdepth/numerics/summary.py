@@ -50,10 +50,8 @@ def view_summary(stats: UnitStatistics, *, similarity: str, include_embedding: b
         "references": {k: float(m[f"reference_{k}"]) for k in ("init", "size", "matched")},
         "attribution": {k: float(m[k]) for k in ("initial_state", "size_imbalance", "correlated_updates")},
         # Empty for a transformed view measured under kernel similarities alone (no cosine sums kept).
-        "update_cosine": as_list(m["update_cosine"]) if "update_cosine" in m else [],
-        "update_state_cosine": as_list(m["update_state_cosine"]) if "update_cosine" in m else [],
-        "update_energy": as_list(m["update_energy"]) if "update_cosine" in m else [],
-        "related": {k: as_list(v) for k, v in m["related"].items()} if "related" in m else {},
+        **{k: as_list(m[k]) if k in m else [] for k in ("update_cosine", "update_state_cosine", "update_energy")},
+        "related": {k: as_list(v) for k, v in m.get("related", {}).items()},
         "reference_profiles": {k: as_list(v) for k, v in m["reference_profiles"].items()},
         "ci": ci,
         "statistics": {k: as_list(totals[k]) for k in KEPT_TOTALS if k in totals},
