@@ -130,12 +130,30 @@ def sequence_statistics(
     """
     if states.dim() != 3:
         raise ValueError(f"states must be (M, tokens, d), got shape {tuple(states.shape)}")
-    sums = SequenceSums(include_embedding)
+    return sums_in_chunks(states, {None: SequenceSums(include_embedding)}, {}, chunk_tokens)[None]
+
+
+def sums_in_chunks(states: torch.Tensor, sums: dict, transforms: dict, chunk_tokens: int) -> dict:
+    """Feed one sequence's states ``(M, T, d)`` to every :class:`SequenceSums` of ``sums``, chunk by
+    chunk, and return each one's ``(pos0, rest)`` as numpy (``rest`` ``None`` when T = 1).
+
+    Each chunk is converted to float64 once and shared; ``transforms[key]`` (when given) maps it
+    for ``sums[key]``, and must act per token, so chunking is exact. One copy to the host per
+    sequence: a device is waited for here, not per chunk.
+
+    >>> x = torch.randn(3, 5, 4, dtype=torch.float64)
+    >>> got = sums_in_chunks(x, {"a": SequenceSums(False), "b": SequenceSums(False)}, {"b": lambda z: 2 * z}, 2)
+    >>> float(got["a"][1]["n"]), bool(np.allclose(got["b"][1]["gram_states"], 4 * got["a"][1]["gram_states"]))
+    (4.0, True)
+    """
     size = max(1, chunk_tokens)
     for start in range(0, states.shape[1], size):
-        sums.add(states[:, start : start + size].to(torch.float64))
-    pos0, rest = sums.finish()
-    return statistics_to_numpy(pos0), None if rest is None else statistics_to_numpy(rest)
+        chunk = states[:, start : start + size].to(torch.float64)
+        for key, total in sums.items():
+            transform = transforms.get(key)
+            total.add(chunk if transform is None else transform(chunk))
+    return {key: tuple(None if part is None else statistics_to_numpy(part) for part in total.finish())
+            for key, total in sums.items()}
 
 
 #: What each similarity needs of the additive statistics to give D_eff alone (the surrogate

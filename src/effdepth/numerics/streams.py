@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from functools import partial
 
 import numpy as np
 import torch
 
 from ..errors import EffdepthError
-from .accumulate import STAT_KEYS, SequenceSums, chunk_tokens_for, nonfinite_layer, statistics_to_numpy
+from .accumulate import STAT_KEYS, SequenceSums, chunk_tokens_for, nonfinite_layer, sums_in_chunks
 from .cka import (
     FULL_BUDGET_BYTES,
     GRAM_BUDGET_BYTES,
@@ -555,14 +556,8 @@ class ViewAccumulator:
         sums = {key: SequenceSums(self.include_embedding, self._stream_keys[key]) for key in streams if key not in out}
         if not sums:
             return out
-        size = self.chunk_tokens or chunk_tokens_for(seq)
-        for start in range(0, t, size):
-            chunk = seq[:, start : start + size].to(torch.float64)
-            for key in sums:
-                spec = streams[key]["spec"]
-                sums[key].add(fitted_transform(token_transform(chunk, spec), spec, self.fits.get(key)))
-        # One copy to the host per sequence: the device is waited for here, not per chunk.
-        out.update({key: [None if part is None else statistics_to_numpy(part) for part in s.finish()] for key, s in sums.items()})
+        transforms = {key: partial(_stream_transform, spec=streams[key]["spec"], fit=self.fits.get(key)) for key in sums}
+        out.update(sums_in_chunks(seq, sums, transforms, self.chunk_tokens or chunk_tokens_for(seq)))
         return out
 
     def unit_statistics(self, view: str | ViewSpec, similarity: str | None = None) -> UnitStatistics:
@@ -852,6 +847,11 @@ def _held(states: torch.Tensor, mask: torch.Tensor | None) -> tuple:
     device and its rows."""
     copy = states.detach().to("cpu", copy=True)
     return copy, None if mask is None else mask.detach().to("cpu", copy=True), states.device, states.shape[1]
+
+
+def _stream_transform(chunk: torch.Tensor, spec: ViewSpec, fit: dict | None) -> torch.Tensor:
+    """A stream's per-token transform of a float64 chunk of states (token-norm, then its fit)."""
+    return fitted_transform(token_transform(chunk, spec), spec, fit)
 
 
 def _sequences(states: torch.Tensor, mask: torch.Tensor | None):
