@@ -184,10 +184,12 @@ class FitAccumulator:
 
     A first update with ``hold=True`` (a calibration set, fitted right after
     it is fed, whose states stay as they are until then) is kept as given and
-    fitted layer by layer: each layer's covariance is formed, solved for its
-    top ``layer_pcs`` directions (starting from the previous layer's, which
-    are nearly the same) and dropped, and the covariance of all layers pooled
-    is kept only when ``shared``. No (L+1) x d x d scatter is held. A second
+    fitted layer by layer, starting from the previous layer's directions
+    (nearly the same): each layer's top ``layer_pcs`` directions come from its
+    centred states themselves where that converges fast (see
+    :func:`_data_eigenpairs`), else its covariance is formed, solved and
+    dropped; the covariance of all layers pooled is kept only when ``shared``
+    (every layer's is formed then). No (L+1) x d x d scatter is held. A second
     update first turns the held one into the streamed scatter. Non-finite
     states raise :class:`NonFiniteFit` naming the layer.
 
@@ -271,10 +273,17 @@ class FitAccumulator:
         basis = None
         buffers: dict = {}
         for layer in range(m):
-            mean[layer], scatter = _layer_moments(parts, layer, buffers, self.precision, transform, bool(k or self.shared))
             if not (k or self.shared):
+                mean[layer] = _layer_moments(parts, layer, buffers, self.precision, transform, scatter=False)[0]
                 continue
-            cov = scatter.to(torch.float64) / n
+            mean[layer], centred = _centred_layer(parts, layer, buffers, self.precision, transform)
+            # Without a pooled covariance to keep, the directions come from the states themselves
+            # when that converges fast (it usually does: each layer starts from the last one's).
+            found = None if self.shared else _data_eigenpairs(centred, k, tol, basis)
+            if found is not None:
+                pcs[layer], values[layer], basis = found
+                continue
+            cov = symmetric_product(centred).to(torch.float64) / n
             if pooled is not None:
                 pooled += cov / m
             if k:
@@ -328,26 +337,41 @@ def _layer_moments(parts: list, layer: int, buffers: dict, precision: torch.dtyp
     """The mean ``(d,)`` of one layer's states of every part joined along the tokens and, with
     ``scatter``, their scatter matrix about it, formed and returned in ``precision`` (the
     caller adds it up in float64; ``(mean, None)`` without). ``buffers`` keeps the work arrays from layer to layer.
-
-    Without a transform each part is centred in float64 while it is in cache and written
-    straight into the ``precision`` array the product reads: no float64 copy of the layer.
     :class:`NonFiniteFit` when a state is not finite.
     """
-    n, d = sum(p.shape[1] for p in parts), parts[0].shape[-1]
-    if transform is not None:
-        y = _layer_states(parts, layer, _buffer(buffers, "states", (n, d), torch.float64, parts[0]), transform)
-        mean = _finite_mean(y, layer)
-        return mean, _scatter(y, mean, precision) if scatter else None
-    mean = _checked_mean(sum(p[layer].sum(0, dtype=torch.float64) for p in parts) / n, layer)
     if not scatter:
-        return mean, None
-    centred = _buffer(buffers, "centred", (n, d), precision, parts[0])
+        return _layer_mean(parts, layer, buffers, transform)[0], None
+    mean, centred = _centred_layer(parts, layer, buffers, precision, transform)
+    return mean, symmetric_product(centred)
+
+
+def _layer_mean(parts: list, layer: int, buffers: dict, transform) -> tuple:
+    """The float64 mean of one layer's states of every part joined along the tokens, and (with a
+    ``transform``) those states transformed in float64, else ``None``."""
+    n = sum(p.shape[1] for p in parts)
+    if transform is None:
+        return _checked_mean(sum(p[layer].sum(0, dtype=torch.float64) for p in parts) / n, layer), None
+    y = _layer_states(parts, layer, _buffer(buffers, "states", (n, parts[0].shape[-1]), torch.float64, parts[0]), transform)
+    return _finite_mean(y, layer), y
+
+
+def _centred_layer(parts: list, layer: int, buffers: dict, precision: torch.dtype, transform) -> tuple:
+    """The mean ``(d,)`` of one layer's states (see :func:`_layer_mean`) and those states minus
+    it ``(tokens, d)`` in ``precision``.
+
+    Without a transform each part is centred in float64 while it is in cache and written
+    straight into the ``precision`` array: no float64 copy of the layer.
+    """
+    mean, y = _layer_mean(parts, layer, buffers, transform)
+    if y is not None:
+        return mean, (y - mean).to(precision)
+    centred = _buffer(buffers, "centred", (sum(p.shape[1] for p in parts), parts[0].shape[-1]), precision, parts[0])
     start = 0
     for p in parts:
         piece = p[layer].to(torch.float64, copy=True).sub_(mean)  # never the caller's states
         centred[start : start + p.shape[1]].copy_(piece)
         start += p.shape[1]
-    return mean, symmetric_product(centred)
+    return mean, centred
 
 
 def _buffer(buffers: dict, name: str, shape: tuple, dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
@@ -364,12 +388,6 @@ def _layer_states(parts: list, layer: int, buffer: torch.Tensor, transform) -> t
         buffer[start : start + p.shape[1]].copy_(p[layer])
         start += p.shape[1]
     return transform(buffer) if transform is not None else buffer
-
-
-def _scatter(y: torch.Tensor, mean: torch.Tensor, precision: torch.dtype) -> torch.Tensor:
-    """The scatter matrix ``(d, d)`` of one layer's states about ``mean``, formed (and returned)
-    in ``precision``."""
-    return symmetric_product((y - mean).to(precision))
 
 
 #: Column blocks of the upper triangle :func:`symmetric_product` forms (at least
@@ -522,6 +540,69 @@ def _subspace_eigenpairs(cov: torch.Tensor, k: int, iterations: int, tol: float,
         leading[bad] = exact_values[..., -want:].flip(-1)
         ritz[bad] = exact_vectors[..., -q:].flip(-1)
     return vecs, leading, ritz
+
+
+#: Vectors the subspace of :func:`_data_eigenpairs` holds beyond the k wanted: enough that the
+#: (k+1)-th (the eigen-gap's value) converges along, few enough that each iteration stays cheap.
+DATA_EXTRA_VECTORS = 3
+#: Iterations :func:`_data_eigenpairs` may take: about where forming the covariance would have
+#: cost the same (each one is 4 n d q multiply-adds, the covariance about n d^2).
+DATA_ITERATIONS = 10
+
+
+def _data_eigenpairs(centred: torch.Tensor, k: int, tol: float, start: torch.Tensor | None) -> tuple | None:
+    """The top ``k`` eigenvectors ``(d, k)``, the leading k+1 eigenvalues and the Ritz basis
+    ``(1, d, q)`` of ``C = Y^T Y / n``, from the centred states ``Y`` ``(n, d)`` themselves, or
+    ``None`` where forming ``C`` is the better route.
+
+    Subspace iteration on the products ``Y^T (Y B)`` (in ``Y``'s dtype, the Rayleigh-Ritz step in
+    float64), started from the previous layer's Ritz basis ``start``: consecutive layers of a
+    residual stream share their leading directions, so a few iterations of O(n d q) replace the
+    O(n d^2) covariance. Converged when the top k Ritz vectors have a relative residual
+    ``|C v - lambda v| / lambda`` within ``tol`` (as :func:`top_eigenpairs`) and the (k+1)-th
+    within ``sqrt(tol)``, so its Ritz value (the eigen-gap's) is within about ``tol``. ``None``
+    when it would not get there within :data:`DATA_ITERATIONS` (a flat spectrum, or products whose
+    own rounding stays above ``tol``), and when the subspace is a quarter of ``d`` or more.
+
+    >>> y = torch.randn(500, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    >>> y[:, 3] *= 10.0; y[:, 7] *= 5.0; y -= y.mean(0)    # lambda_2 isolated too
+    >>> vecs, values, basis = _data_eigenpairs(y, 1, 1e-9, None)
+    >>> int(vecs[:, 0].abs().argmax()), torch.allclose(values, torch.linalg.eigvalsh(y.T @ y / 500)[-2:].flip(0))
+    (3, True)
+    """
+    n, d = centred.shape
+    q = k + DATA_EXTRA_VECTORS
+    if 4 * q >= d:
+        return None
+    basis = torch.randn(d, q, generator=torch.Generator(device="cpu").manual_seed(0), dtype=torch.float64).to(centred.device)
+    if start is not None:
+        lead = start[0, :, : min(q, start.shape[-1])]  # the previous layer's leading Ritz vectors first
+        basis[:, : lead.shape[-1]] = lead
+    basis, _ = torch.linalg.qr(basis)
+    worst = float("inf")
+    for step in range(DATA_ITERATIONS):
+        # F.linear: the fast route for Y B with a thin B (a plain Y @ B runs about three times slower).
+        product = torch.nn.functional.linear(centred, basis.T.to(centred.dtype))
+        product = (product.T @ centred).T.to(torch.float64) / n  # C B
+        values, small = torch.linalg.eigh(basis.T @ product)  # Rayleigh-Ritz, ascending
+        top = small[:, -(k + 1) :].flip(-1)
+        leading = values[-(k + 1) :].flip(0)
+        vecs = basis @ top
+        residual = (product @ top - vecs * leading).norm(dim=0) / leading.abs().clamp_min(1e-300)
+        if not bool(torch.isfinite(residual).all()):
+            return None
+        # How far each residual still is from its target: 1 or less is there.
+        distance = float(torch.cat([residual[:k] / tol, residual[k:] / tol**0.5]).max())
+        if distance <= 1.0:
+            return vecs[:, :k], leading, (basis @ small.flip(-1))[None]
+        if distance > 0.9 * worst:
+            return None  # no longer shrinking: at the rounding of the products, or a flat top
+        worst = distance
+        vectors_left = float(residual[:k].max()) > tol
+        if vectors_left and step >= 1 and float(_iterations_needed(values[None], residual[None, :k], k, tol)[0]) > DATA_ITERATIONS - step - 1:
+            return None
+        basis, _ = torch.linalg.qr(product)
+    return None
 
 
 #: Residual tolerances from this one up are met by a float32 dense solver (float32 rounding is

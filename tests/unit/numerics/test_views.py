@@ -331,6 +331,58 @@ def test_each_layer_starts_from_the_previous_layers_directions():
     assert qr.call_count == alone.call_count + 5  # one QR (of the start) per further layer
 
 
+
+@pytest.mark.parametrize("precision,tol", [(torch.float64, 1e-9), (torch.float32, 1e-6)])
+def test_a_held_fit_takes_its_directions_from_the_states_without_forming_the_covariance(precision, tol):
+    # Layers sharing their leading directions: each starts from the last one's and converges in a
+    # few O(n d q) products; no d x d covariance is formed, and the result is the exact
+    # eigendecomposition's (lambda_2 included: the eigen-gap).
+    from unittest import mock
+
+    from effdepth.numerics import views
+
+    s = correlated_layers(L=7, n=600, d=64)
+    acc = FitAccumulator(precision=precision, layer_pcs=1)
+    acc.update(s, hold=True)
+    with mock.patch.object(views, "symmetric_product", wraps=views.symmetric_product) as covariance, \
+         mock.patch.object(views, "_data_eigenpairs", wraps=views._data_eigenpairs) as data:
+        fit = acc.fit(parse_view("top1pc"))
+    assert covariance.call_count == 0 and data.call_count == 8
+    y = s.double() - s.double().mean(1, keepdim=True)
+    values, vectors = torch.linalg.eigh(y.transpose(1, 2) @ y / 600)
+    got = fit["pcs"][..., 0]
+    np.testing.assert_allclose((got * vectors[..., -1]).sum(-1).abs().numpy(), 1.0, atol=10 * tol)
+    gaps = (1 - values[:, -2] / values[:, -1]).numpy()
+    np.testing.assert_allclose(fit["eigengap"], gaps, rtol=10 * tol)
+
+
+def test_a_held_fit_of_a_flat_spectrum_forms_the_covariance_after_a_few_products():
+    # Isotropic states converge too slowly from the states themselves: the covariance route
+    # takes over (after at most three products), with its own answer.
+    from unittest import mock
+
+    from effdepth.numerics import views
+
+    x = torch.randn(3, 400, 64, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    held, streamed = FitAccumulator(layer_pcs=1), FitAccumulator(layer_pcs=1)
+    held.update(x, hold=True)
+    streamed.update(x)
+    with mock.patch.object(torch.nn.functional, "linear", wraps=torch.nn.functional.linear) as products, \
+         mock.patch.object(views, "symmetric_product", wraps=views.symmetric_product) as covariance:
+        got = held.fit(parse_view("top1pc"))
+    assert products.call_count <= 3 * 3 and covariance.call_count == 3
+    want = streamed.fit(parse_view("top1pc"))
+    torch.testing.assert_close(got["pcs"].abs(), want["pcs"].abs(), rtol=0, atol=1e-8)
+    np.testing.assert_allclose(got["eigengap"], want["eigengap"], rtol=1e-8)
+
+
+def test_the_states_route_needs_a_subspace_well_below_the_width():
+    from effdepth.numerics.views import DATA_EXTRA_VECTORS, _data_eigenpairs
+
+    y = torch.randn(50, 4 * (1 + DATA_EXTRA_VECTORS), dtype=torch.float64)
+    assert _data_eigenpairs(y - y.mean(0), 1, 1e-9, None) is None
+
+
 @pytest.mark.parametrize("estimate", ["calibration", "exact"])
 def test_non_finite_states_in_a_fit_name_the_layer_and_the_dtype(estimate):
     from effdepth.numerics.streams import ViewAccumulator
