@@ -551,7 +551,7 @@ class ViewAccumulator:
         """
         t = seq.shape[1]
         # Token counts only (a transformed stream under kernel similarities, a surrogate stream): no pass over the states.
-        out = {key: [{"n": np.asarray(1.0)}, {"n": np.asarray(float(t - 1))} if t > 1 else None]
+        out = {key: ({"n": np.asarray(1.0)}, {"n": np.asarray(float(t - 1))} if t > 1 else None)
                for key in streams if self._stream_keys[key] == ("n",)}
         sums = {key: SequenceSums(self.include_embedding, self._stream_keys[key]) for key in streams if key not in out}
         if not sums:

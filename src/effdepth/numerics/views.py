@@ -274,7 +274,7 @@ class FitAccumulator:
         buffers: dict = {}
         for layer in range(m):
             if not (k or self.shared):
-                mean[layer] = _layer_moments(parts, layer, buffers, self.precision, transform, scatter=False)[0]
+                mean[layer] = _layer_mean(parts, layer, buffers, transform)[0]
                 continue
             mean[layer], centred = _centred_layer(parts, layer, buffers, self.precision, transform)
             # Without a pooled covariance to keep, the directions come from the states themselves
