@@ -695,4 +695,6 @@ def minus_product(base: torch.Tensor, left: torch.Tensor, right: torch.Tensor, *
         return base.addmm_(left, right, alpha=-1.0) if in_place else torch.addmm(base, left, right, alpha=-1.0)
     if in_place:
         return base.baddbmm_(left, right, alpha=-1.0)
+    if base.dim() == left.dim() == right.dim() == 3 and left.shape[0] == right.shape[0]:
+        return torch.baddbmm(base, left, right, alpha=-1.0)  # one pass, no temporary product
     return base - left @ right

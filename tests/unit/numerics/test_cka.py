@@ -357,6 +357,29 @@ def test_drop_pos0_sums_centred_afterwards_or_formed_directly(monkeypatch, massi
     assert outcomes == [not massive] * 2  # the route each took: centred afterwards, or formed directly
 
 
+def test_energies_that_cancel_are_redone_from_explicit_differences(monkeypatch):
+    # The energies come from sum |s_a|^2 - n |sbar|^2 of each layer's steps. At layer 3 the first
+    # token flips while the others barely move: in the shifted states they all share its opposite
+    # step, so for the drop-pos0 set the expansion would cancel some 15 digits. That layer (and
+    # only that one) is redone from explicit differences and equals the naive energies.
+    import effdepth.numerics.cka as cka
+
+    x = residual_like(B=1, T=12)[:, 0]
+    g = torch.Generator().manual_seed(5)
+    x[3:, 1:] += x[2, 1:] - x[3, 1:] + 1e-7 * torch.randn(x.shape[1] - 1, x.shape[-1], generator=g, dtype=torch.float64)
+    x[3:, 0] -= 2.0 * x[2, 0]
+    views = [GramView(), GramView(first=1)]
+    _, want, _ = naive_cka_stats([x.numpy()], "drop-pos0")
+    redone = []
+    original = cka._TokenSet._explicit_energy
+    monkeypatch.setattr(cka._TokenSet, "_explicit_energy", lambda self, layer, *a: redone.append((self.n, layer)) or original(self, layer, *a))
+    np.testing.assert_allclose(sequence_cka(x, views)[1]["cka_energy"], want, rtol=TIGHT)
+    assert redone == [(11, 3)]
+    monkeypatch.setattr(cka, "ENERGY_CANCELLATION", float("inf"))  # the expansion alone
+    off = sequence_cka(x, views)[1]["cka_energy"][3]
+    assert abs(off - want[3]) > 1e3 * TIGHT * want[3]
+
+
 def test_top_pc_view_matches_pcs_from_an_svd():
     s = residual_like(T=20)
     acc = accumulate(s, ["top1pc"], pc_estimate="exact")
