@@ -487,8 +487,9 @@ def top_eigenpairs(cov: torch.Tensor, k: int, iterations: int = 24, tol: float =
     falls back to ``eigh``, so the vectors meet ``tol`` either way. A spectrum
     whose top is nearly flat (isotropic noise, the surrogate streams)
     converges slowly: there the dense solver is cheaper than iterating on. The
-    (k+1)-th value (for the eigen-gap) is a Ritz value of the same subspace.
-    ``k`` must lie in 1..d: nothing is clamped.
+    (k+1)-th value (for the eigen-gap) is a Ritz value of the same subspace,
+    iterated on until the eigen-gap is within ``tol`` too (see
+    :func:`_gap_distance`). ``k`` must lie in 1..d: nothing is clamped.
 
     >>> c = torch.diag(torch.tensor([1.0, 5.0, 2.0], dtype=torch.float64))[None]
     >>> top_eigenpairs(c, 1)[1].tolist()
@@ -521,10 +522,13 @@ def _subspace_eigenpairs(cov: torch.Tensor, k: int, iterations: int, tol: float,
     for step in range(iterations + 1):
         product = cov @ basis
         values, small = torch.linalg.eigh(basis.transpose(1, 2) @ product)  # Rayleigh-Ritz
-        top = small[..., -k:].flip(-1)
-        vecs, vals = basis @ top, values[..., -k:].flip(-1)
+        top = small[..., -want:].flip(-1)  # the k wanted and the eigen-gap's (k+1)-th
+        vecs, vals = basis @ top, values[..., -want:].flip(-1)
         residual = (product @ top - vecs * vals[:, None, :]).norm(dim=1) / vals.abs().clamp_min(1e-300)
+        vecs, gap_residual, residual = vecs[..., :k].contiguous(), residual[:, k:], residual[:, :k]
         bad = (residual > tol).any(dim=1) | ~torch.isfinite(residual).all(dim=1)
+        if gap_residual.shape[1]:
+            bad |= ~(_gap_distance(values, gap_residual[:, 0], k, tol) <= 1.0)
         if not bool(bad.any()) or step == iterations:
             break
         if step >= 2 and not bool((_iterations_needed(values, residual, k, tol)[bad] <= iterations - step).any()):
@@ -561,7 +565,8 @@ def _data_eigenpairs(centred: torch.Tensor, k: int, tol: float, start: torch.Ten
     residual stream share their leading directions, so a few iterations of O(n d q) replace the
     O(n d^2) covariance. Converged when the top k Ritz vectors have a relative residual
     ``|C v - lambda v| / lambda`` within ``tol`` (as :func:`top_eigenpairs`) and the (k+1)-th
-    within ``sqrt(tol)``, so its Ritz value (the eigen-gap's) is within about ``tol``. ``None``
+    Ritz value is accurate enough for the eigen-gap to be within ``tol`` (see
+    :func:`_gap_distance`). ``None``
     when it would not get there within :data:`DATA_ITERATIONS` (a flat spectrum, or products whose
     own rounding stays above ``tol``), and when the subspace is a quarter of ``d`` or more.
 
@@ -593,7 +598,7 @@ def _data_eigenpairs(centred: torch.Tensor, k: int, tol: float, start: torch.Ten
         if not bool(torch.isfinite(residual).all()):
             return None
         # How far each residual still is from its target: 1 or less is there.
-        distance = float(torch.cat([residual[:k] / tol, residual[k:] / tol**0.5]).max())
+        distance = float(torch.cat([residual[:k] / tol, _gap_distance(values, residual[k], k, tol)[None]]).max())
         if distance <= 1.0:
             return vecs[:, :k], leading, (basis @ small.flip(-1))[None]
         if distance > 0.9 * worst:
@@ -604,6 +609,26 @@ def _data_eigenpairs(centred: torch.Tensor, k: int, tol: float, start: torch.Ten
             return None
         basis, _ = torch.linalg.qr(product)
     return None
+
+
+def _gap_distance(values: torch.Tensor, residual: torch.Tensor, k: int, tol: float) -> torch.Tensor:
+    """How far the (k+1)-th Ritz value still is from serving the eigen-gap, 1 or less being there,
+    from the Ritz values ``values`` (ascending, at least k+2; batched or not) and its relative
+    residual ``residual``.
+
+    Either its residual is within ``sqrt(tol)``, or the error bound of its Ritz value, ``|r|^2 /
+    delta`` (the residual squared over its distance to the neighbouring Ritz values), is within
+    ``tol * lambda_k``, which is all ``(lambda_k - lambda_{k+1}) / lambda_k`` needs. Below a
+    dominant lambda_k (residual streams), the second holds iterations earlier.
+
+    >>> ritz = torch.tensor([0.5, 1.0, 400.0], dtype=torch.float64)   # lambda_2 = 1, lambda_3 = 0.5
+    >>> round(float(_gap_distance(ritz, torch.tensor(1e-2, dtype=torch.float64), 1, 1e-6)), 6)
+    0.5
+    """
+    theta, above, below = values[..., -(k + 1)], values[..., -k], values[..., -(k + 2)]
+    separation = torch.minimum(above - theta, theta - below).clamp_min(1e-300)
+    bound = (residual * theta) ** 2 / separation / above.abs().clamp_min(1e-300)
+    return torch.minimum(residual / tol**0.5, bound / tol)
 
 
 #: Residual tolerances from this one up are met by a float32 dense solver (float32 rounding is

@@ -220,7 +220,7 @@ def test_top_eigenvectors_match_eigh(spectrum):
 @pytest.mark.parametrize("tol", [1e-6, 1e-9, 1e-12])
 @pytest.mark.parametrize("spectrum", ["gapped", "slow", "flat"])
 def test_top_eigenpairs_meet_their_residual_tolerance(spectrum, tol):
-    from effdepth.numerics.views import top_eigenpairs
+    from effdepth.numerics.views import relative_eigengap, top_eigenpairs
 
     g = torch.Generator().manual_seed(1)
     x = torch.randn(4, 300, 64, generator=g, dtype=torch.float64)
@@ -233,6 +233,10 @@ def test_top_eigenpairs_meet_their_residual_tolerance(spectrum, tol):
     assert float(residual.max()) <= tol
     exact = torch.linalg.eigvalsh(cov)[:, -2:].flip(-1)
     torch.testing.assert_close(values[:, 0], exact[:, 0], rtol=max(tol, 1e-12), atol=0)
+    # lambda_2 is converged as far as the eigen-gap needs: that gap within about the tolerance (its
+    # error bound rests on the Ritz values' own estimate of how far lambda_2 is from lambda_3).
+    gaps = np.asarray(relative_eigengap(values, 1))
+    np.testing.assert_allclose(gaps, (1 - exact[:, 1] / exact[:, 0]).numpy(), rtol=0, atol=10 * max(tol, 1e-12))
 
 
 def test_a_calibration_fit_is_solved_to_the_precision_of_its_float32_scatter():
