@@ -267,7 +267,7 @@ class _Transform:
             self.shift_sq[layer] = shift.square().sum()
             z, self._normed = self._normed, None
         if self.pcs is not None:
-            v = self.pcs[layer if self.pcs.shape[0] > 1 else 0]
+            v = self._directions(layer)
             torch.matmul(z, v, out=self.proj[layer])
             z = minus_product(z, self.proj[layer], v.T)
         step = None if self._previous is None else z - self._previous  # explicit differences
@@ -281,15 +281,18 @@ class _Transform:
         if self.token_norm:
             z = (z + shift[layer]) / self.norms[layer][:, None]
         if self.pcs is not None:
-            v = self.pcs[layer if self.pcs.shape[0] > 1 else 0]
-            z = minus_product(z, self.proj[layer], v.T)
+            z = minus_product(z, self.proj[layer], self._directions(layer).T)
         return z
 
-    def finish(self, shifted: torch.Tensor, shifts: torch.Tensor) -> None:
-        """Close every token set; the few layers whose energies cancel are redone from ``shifted``."""
+    def _directions(self, layer: int) -> torch.Tensor:
+        """The fitted directions ``(d, k)`` for ``layer`` (one set for every layer when shared)."""
+        return self.pcs[layer if self.pcs.shape[0] > 1 else 0]
+
+    def finish(self, shifted: torch.Tensor, shifts: torch.Tensor, redo: dict) -> None:
+        """Close every token set, redoing from ``shifted`` the layers ``redo[first]`` whose energies cancel."""
         self._previous = None
         for first, token_set in self.sets.items():
-            token_set.finish(lambda layer, first=first: self.view_layer(layer, shifted, shifts)[first:])
+            token_set.finish(lambda layer, first=first: self.view_layer(layer, shifted, shifts)[first:], redo[first])
 
 
 class _TokenSet:
@@ -326,12 +329,15 @@ class _TokenSet:
         self.spread[layer] = spread
         self.energy[layer] = spread - self.n * torch.dot(moved, moved)
 
-    def finish(self, view_states) -> None:
-        """Redo the energies that cancel, from ``view_states(layer)`` (the set's ``(n, d)`` view states)."""
-        cancelled = self.spread > ENERGY_CANCELLATION * self.energy
-        if bool(cancelled.any()):
-            for layer in cancelled.nonzero().flatten().tolist():
-                self.energy[layer] = self._explicit_energy(layer, view_states)
+    def cancelled(self) -> torch.Tensor:
+        """``(M,)``: the layers whose expanded energy lost more than :data:`ENERGY_CANCELLATION` allows."""
+        return self.spread > ENERGY_CANCELLATION * self.energy
+
+    def finish(self, view_states, redo: list) -> None:
+        """Redo the energies of the layers ``redo`` (see :meth:`cancelled`) from ``view_states(layer)``
+        (the set's ``(n, d)`` view states)."""
+        for layer in redo:
+            self.energy[layer] = self._explicit_energy(layer, view_states)
         self.grand = self.means.square().sum(-1)  # |zbar|^2
         self.energy /= self.n - 1
         self.means = self.spread = None
@@ -642,8 +648,12 @@ def _shifted(states: torch.Tensor, scratch: ScratchBuffers, transforms: list, in
         z -= shift
         for transform in transforms:
             transform.add_layer(layer, z, shift)
+    # Which layers' energies cancel, for every token set of every transform: one look at the device.
+    masks = [token_set.cancelled() for transform in transforms for token_set in transform.sets.values()]
+    rows = iter(torch.stack(masks).tolist() if masks else [])
     for transform in transforms:
-        transform.finish(shifted, shifts)
+        redo = {first: [layer for layer, bad in enumerate(next(rows)) if bad] for first in transform.sets}
+        transform.finish(shifted, shifts, redo)
     return shifted
 
 

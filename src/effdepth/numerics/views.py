@@ -526,9 +526,9 @@ def _subspace_eigenpairs(cov: torch.Tensor, k: int, iterations: int, tol: float,
         vecs, vals = basis @ top, values[..., -want:].flip(-1)
         residual = (product @ top - vecs * vals[:, None, :]).norm(dim=1) / vals.abs().clamp_min(1e-300)
         vecs, gap_residual, residual = vecs[..., :k].contiguous(), residual[:, k:], residual[:, :k]
+        # q >= k + 2 here (4q < d), so the (k+1)-th and its neighbour below exist.
         bad = (residual > tol).any(dim=1) | ~torch.isfinite(residual).all(dim=1)
-        if gap_residual.shape[1]:
-            bad |= ~(_gap_distance(values, gap_residual[:, 0], k, tol) <= 1.0)
+        bad |= ~(_gap_distance(values, gap_residual[:, 0], k, tol) <= 1.0)
         if not bool(bad.any()) or step == iterations:
             break
         if step >= 2 and not bool((_iterations_needed(values, residual, k, tol)[bad] <= iterations - step).any()):
