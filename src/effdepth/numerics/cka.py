@@ -235,6 +235,14 @@ class _Transform:
     PCs act linearly; a constant is centred away); token-norm divides by the
     raw norms, so it keeps what rebuilding the raw Gram rows ``G' + X'c 1^T +
     1 (X'c)^T + |c|^2`` needs. Never stored: the transformed states themselves.
+
+    Its token sets (all positions, drop-pos0, or both: ``firsts`` ``[0]``,
+    ``[1]`` or ``[0, 1]``) are nested, so each layer's sums serve both at
+    once: the drop-pos0 set's, plus the first token for all positions
+    (additions, so nothing cancels); one product of the states with every
+    set's sum gives all their row terms; the first token's steps, kept, add
+    its squared steps to the drop-pos0 set's after the last layer. Each
+    :class:`_TokenSet` is a view of these arrays.
     """
 
     def __init__(self, shape: tuple, like: torch.Tensor, token_norm: bool, pcs: torch.Tensor | None, firsts: list):
@@ -244,11 +252,19 @@ class _Transform:
         self.norms = self.cross_shift = self.shift_sq = self.proj = None
         if token_norm:
             self.norms, self.cross_shift = new(m, t), new(m, t)  # |x_a| and X'_a . c per layer
-            self.shift_sq = new(m)  # |c|^2
         self.pcs = None if pcs is None else pcs.to(like)
         if pcs is not None:
             self.proj = new(m, t, pcs.shape[-1])  # the PC scores (XV)
-        self.sets = {f: _TokenSet(m, t - f, d, like) for f in firsts}
+        self.firsts = sorted(firsts)
+        if self.firsts not in ([0], [1], [0, 1]):
+            raise ValueError(f"token sets start at position 0 or 1, got {firsts}")
+        count = len(self.firsts)
+        self.means = new(m, count, d)  # each set's sum, then (see close) its mean zbar, per layer
+        self.rows = new(m, t, count)  # Z_a . zbar of every token a, for each set's mean
+        self.spread = new(m, count)  # sum over each set's tokens of |s_a|^2 (see _TokenSet)
+        self.head = new(m, d) if count == 2 else None  # each layer's first view state
+        self.counts = torch.tensor([float(t - f) for f in self.firsts], dtype=like.dtype, device=like.device)
+        self.sets = {f: _TokenSet(self, i, f) for i, f in enumerate(self.firsts)}
         self._previous = self._normed = None
 
     def add_raw_layer(self, layer: int, raw: torch.Tensor) -> None:
@@ -263,17 +279,40 @@ class _Transform:
         :meth:`add_raw_layer`)."""
         z = shifted
         if self.token_norm:
-            self.cross_shift[layer] = z @ shift
-            self.shift_sq[layer] = shift.square().sum()
+            torch.mv(z, shift, out=self.cross_shift[layer])
             z, self._normed = self._normed, None
         if self.pcs is not None:
             v = self._directions(layer)
             torch.matmul(z, v, out=self.proj[layer])
             z = minus_product(z, self.proj[layer], v.T)
-        step = None if self._previous is None else z - self._previous  # explicit differences
-        for first, token_set in self.sets.items():
-            token_set.add_layer(layer, z[first:], None if step is None else step[first:])
+        # The explicit differences (the states themselves at layer 0): consecutive states nearly
+        # coincide, so their steps are never expanded.
+        steps = z if self._previous is None else z - self._previous
+        self._add_sets(layer, z, steps)
         self._previous = z  # the next layer's difference needs it
+
+    def _add_sets(self, layer: int, z: torch.Tensor, steps: torch.Tensor) -> None:
+        """Every token set's sum, row terms and (but the first token's) sum of squared steps of one
+        layer, in one pass each."""
+        sums, last, first = self.means[layer], len(self.firsts) - 1, self.firsts[-1]
+        torch.sum(z[first:], dim=0, out=sums[last])
+        tail = steps[first:].reshape(-1)
+        torch.dot(tail, tail, out=self.spread[layer, last])
+        if self.head is not None:
+            self.head[layer] = z[0]
+            torch.add(sums[1], z[0], out=sums[0])
+        torch.matmul(z, sums.T, out=self.rows[layer])
+
+    def close(self) -> list:
+        """After the last layer: the sums become means, the first token's squared steps join the
+        all-positions set's; returns each set's :meth:`_TokenSet.cancelled`."""
+        if self.head is not None:
+            steps = torch.cat([self.head[:1], self.head[1:] - self.head[:-1]])  # as the explicit differences
+            torch.add(self.spread[:, 1], steps.square().sum(-1), out=self.spread[:, 0])
+            self.head = None
+        self.means /= self.counts[:, None]
+        self.rows /= self.counts
+        return [token_set.cancelled() for token_set in self.sets.values()]
 
     def view_layer(self, layer: int, shifted: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
         """Layer ``layer``'s view states ``(T, d)`` again (to rounding: token-norm rebuilds the unshifted states)."""
@@ -291,12 +330,15 @@ class _Transform:
     def finish(self, shifted: torch.Tensor, shifts: torch.Tensor, redo: dict) -> None:
         """Close every token set, redoing from ``shifted`` the layers ``redo[first]`` whose energies cancel."""
         self._previous = None
+        if self.token_norm:
+            self.shift_sq = shifts.square().sum(-1)  # |c|^2 per layer
         for first, token_set in self.sets.items():
             token_set.finish(lambda layer, first=first: self.view_layer(layer, shifted, shifts)[first:], redo[first])
 
 
 class _TokenSet:
-    """What centring one token set's Gram rows needs, and the energies cka sees.
+    """What centring one token set's Gram rows needs, and the energies cka sees: a view of its
+    :class:`_Transform`'s per-layer sums.
 
     With ``Z`` the view's states over the set's n tokens and ``zbar`` their
     mean, the centred Gram is ``K_ab = Z_a.Z_b - Z_a.zbar - Z_b.zbar +
@@ -312,30 +354,27 @@ class _TokenSet:
     :data:`ENERGY_CANCELLATION` allows is redone from explicit differences.
     """
 
-    def __init__(self, m: int, n: int, d: int, like: torch.Tensor):
-        self.n = n
-        self.means = like.new_empty(m, d)
-        self.row_mean = like.new_empty(m, n)  # Z_a . zbar
-        self.energy = like.new_empty(m)
-        self.spread = like.new_empty(m)  # sum_a |s_a|^2: what the energy's expansion cancels against
+    def __init__(self, transform: _Transform, index: int, first: int):
+        self.n = transform.rows.shape[1] - first
+        self.means = transform.means[:, index]  # (M, d)
+        self.row_mean = transform.rows[:, first:, index]  # (M, n): Z_a . zbar
+        self.spread = transform.spread[:, index]  # sum_a |s_a|^2: what the energy's expansion cancels against
+        self.energy = None
 
-    def add_layer(self, layer: int, z: torch.Tensor, step: torch.Tensor | None) -> None:
-        mean = self.means[layer]
-        torch.mean(z, dim=0, out=mean)
-        torch.matmul(z, mean, out=self.row_mean[layer])
-        moved = mean if step is None else mean - self.means[layer - 1]
-        flat = (z if step is None else step).reshape(-1)
-        spread = torch.dot(flat, flat)
-        self.spread[layer] = spread
-        self.energy[layer] = spread - self.n * torch.dot(moved, moved)
+    def _expanded_energy(self) -> torch.Tensor:
+        moved = torch.cat([self.means[:1], self.means[1:] - self.means[:-1]])  # sbar per layer
+        return self.spread - self.n * moved.square().sum(-1)
 
     def cancelled(self) -> torch.Tensor:
         """``(M,)``: the layers whose expanded energy lost more than :data:`ENERGY_CANCELLATION` allows."""
+        self.energy = self._expanded_energy()
         return self.spread > ENERGY_CANCELLATION * self.energy
 
     def finish(self, view_states, redo: list) -> None:
         """Redo the energies of the layers ``redo`` (see :meth:`cancelled`) from ``view_states(layer)``
         (the set's ``(n, d)`` view states)."""
+        if self.energy is None:
+            self.energy = self._expanded_energy()
         for layer in redo:
             self.energy[layer] = self._explicit_energy(layer, view_states)
         self.grand = self.means.square().sum(-1)  # |zbar|^2
@@ -649,7 +688,7 @@ def _shifted(states: torch.Tensor, scratch: ScratchBuffers, transforms: list, in
         for transform in transforms:
             transform.add_layer(layer, z, shift)
     # Which layers' energies cancel, for every token set of every transform: one look at the device.
-    masks = [token_set.cancelled() for transform in transforms for token_set in transform.sets.values()]
+    masks = [mask for transform in transforms for mask in transform.close()]
     rows = iter(torch.stack(masks).tolist() if masks else [])
     for transform in transforms:
         redo = {first: [layer for layer, bad in enumerate(next(rows)) if bad] for first in transform.sets}

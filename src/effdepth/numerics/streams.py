@@ -893,7 +893,14 @@ def _check_finite(pos0: dict, rest: dict | None, dtype: torch.dtype) -> None:
 
 def _check_finite_states(seq: torch.Tensor, dtype: torch.dtype) -> None:
     """Non-finite states of a sequence ``(M, T, d)``, for an accumulator whose statistics carry no
-    state energies (one pass over the states: a NaN or inf anywhere makes its layer's sum so)."""
+    state energies (one pass over the states: a NaN or inf anywhere makes its layer's sum so).
+
+    Summed in the states' own dtype first (a sum that converts as it goes runs many times
+    slower): a finite sum proves every state finite; a non-finite one may be an overflow of
+    large finite states, so only then the float64 sum, which cannot overflow, decides.
+    """
+    if bool(torch.isfinite(seq.sum(dim=(1, 2))).all()):
+        return
     finite = torch.isfinite(seq.sum(dim=(1, 2), dtype=torch.float64)).tolist()
     if not all(finite):
         _raise_nonfinite(finite.index(False), dtype)

@@ -346,32 +346,29 @@ def _layer_moments(parts: list, layer: int, buffers: dict, precision: torch.dtyp
 
 
 def _layer_mean(parts: list, layer: int, buffers: dict, transform) -> tuple:
-    """The float64 mean of one layer's states of every part joined along the tokens, and (with a
-    ``transform``) those states transformed in float64, else ``None``."""
+    """The float64 mean of one layer's states of every part joined along the tokens, and those
+    states (transformed, if ``transform``) in the reused float64 buffer ``buffers["states"]``.
+
+    The states are converted once into that buffer and summed there: a reduction that
+    converts as it sums (``sum(dtype=torch.float64)``) runs several times slower on CPU, and a
+    fresh layer-sized array would fault its pages in for every layer.
+    """
     n = sum(p.shape[1] for p in parts)
-    if transform is None:
-        return _checked_mean(sum(p[layer].sum(0, dtype=torch.float64) for p in parts) / n, layer), None
     y = _layer_states(parts, layer, _buffer(buffers, "states", (n, parts[0].shape[-1]), torch.float64, parts[0]), transform)
     return _finite_mean(y, layer), y
 
 
 def _centred_layer(parts: list, layer: int, buffers: dict, precision: torch.dtype, transform) -> tuple:
     """The mean ``(d,)`` of one layer's states (see :func:`_layer_mean`) and those states minus
-    it ``(tokens, d)`` in ``precision``.
-
-    Without a transform each part is centred in float64 while it is in cache and written
-    straight into the ``precision`` array: no float64 copy of the layer.
+    it ``(tokens, d)`` in ``precision``: centred in float64 in place, then (float32) copied once
+    into a reused ``precision`` array. Both stay valid until the next layer's call.
     """
     mean, y = _layer_mean(parts, layer, buffers, transform)
-    if y is not None:
-        return mean, (y - mean).to(precision)
-    centred = _buffer(buffers, "centred", (sum(p.shape[1] for p in parts), parts[0].shape[-1]), precision, parts[0])
-    start = 0
-    for p in parts:
-        piece = p[layer].to(torch.float64, copy=True).sub_(mean)  # never the caller's states
-        centred[start : start + p.shape[1]].copy_(piece)
-        start += p.shape[1]
-    return mean, centred
+    y = y.sub_(mean)  # the float64 buffer, or the transform's own output: never the caller's states
+    if y.dtype == precision:
+        return mean, y
+    centred = _buffer(buffers, "centred", tuple(y.shape), precision, y)
+    return mean, centred.copy_(y)
 
 
 def _buffer(buffers: dict, name: str, shape: tuple, dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
