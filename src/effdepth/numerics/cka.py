@@ -226,9 +226,8 @@ def gram_blocks(num_states: int, tokens: int, budget_bytes: int = GRAM_BUDGET_BY
 
 
 class _Transform:
-    """One view transform (token-norm, fitted PCs, or neither) of one sequence, fed layer by
-    layer (:meth:`add_raw_layer`, then :meth:`add_layer`) while that layer is in cache, for every
-    token set that uses it.
+    """One view transform (token-norm, fitted PCs, or neither) of one sequence: what its token
+    sets and the Gram blocks need of it, filled layer by layer by its :class:`_Family`.
 
     The input is the states minus their sequence mean ``c`` (``shifted``), as
     the shared Gram is. Views without token-norm are blind to that shift (the
@@ -237,12 +236,8 @@ class _Transform:
     1 (X'c)^T + |c|^2`` needs. Never stored: the transformed states themselves.
 
     Its token sets (all positions, drop-pos0, or both: ``firsts`` ``[0]``,
-    ``[1]`` or ``[0, 1]``) are nested, so each layer's sums serve both at
-    once: the drop-pos0 set's, plus the first token for all positions
-    (additions, so nothing cancels); one product of the states with every
-    set's sum gives all their row terms; the first token's steps, kept, add
-    its squared steps to the drop-pos0 set's after the last layer. Each
-    :class:`_TokenSet` is a view of these arrays.
+    ``[1]`` or ``[0, 1]``) are nested, so each layer's sums serve both at once
+    (see :class:`_Family`). Each :class:`_TokenSet` is a view of these arrays.
     """
 
     def __init__(self, shape: tuple, like: torch.Tensor, token_norm: bool, pcs: torch.Tensor | None, firsts: list):
@@ -262,57 +257,16 @@ class _Transform:
         self.means = new(m, count, d)  # each set's sum, then (see close) its mean zbar, per layer
         self.rows = new(m, t, count)  # Z_a . zbar of every token a, for each set's mean
         self.spread = new(m, count)  # sum over each set's tokens of |s_a|^2 (see _TokenSet)
-        self.head = new(m, d) if count == 2 else None  # each layer's first view state
+        self.head = new(m, d) if count == 2 else None  # each layer's explicit step of the first token
         self.counts = torch.tensor([float(t - f) for f in self.firsts], dtype=like.dtype, device=like.device)
         self.sets = {f: _TokenSet(self, i, f) for i, f in enumerate(self.firsts)}
-        self._previous = self._normed = None
 
-    def add_raw_layer(self, layer: int, raw: torch.Tensor) -> None:
-        """Take layer ``layer``'s states ``(T, d)`` before the shift: token-norm divides them as they
-        are (rebuilding them from the shifted ones would take one more pass)."""
-        if self.token_norm:
-            self.norms[layer] = _safe_norms(raw)
-            self._normed = raw / self.norms[layer][:, None]
-
-    def add_layer(self, layer: int, shifted: torch.Tensor, shift: torch.Tensor) -> None:
-        """Take layer ``layer``'s shifted states ``(T, d)`` and its shift ``c`` ``(d,)`` (after
-        :meth:`add_raw_layer`)."""
-        z = shifted
-        if self.token_norm:
-            torch.mv(z, shift, out=self.cross_shift[layer])
-            z, self._normed = self._normed, None
-        if self.pcs is not None:
-            v = self._directions(layer)
-            torch.matmul(z, v, out=self.proj[layer])
-            z = minus_product(z, self.proj[layer], v.T)
-        # The explicit differences (the states themselves at layer 0): consecutive states nearly
-        # coincide, so their steps are never expanded.
-        steps = z if self._previous is None else z - self._previous
-        self._add_sets(layer, z, steps)
-        self._previous = z  # the next layer's difference needs it
-
-    def _add_sets(self, layer: int, z: torch.Tensor, steps: torch.Tensor) -> None:
-        """Every token set's sum, row terms and (but the first token's) sum of squared steps of one
-        layer, in one pass each."""
-        sums, last, first = self.means[layer], len(self.firsts) - 1, self.firsts[-1]
-        torch.sum(z[first:], dim=0, out=sums[last])
-        tail = steps[first:].reshape(-1)
-        torch.dot(tail, tail, out=self.spread[layer, last])
+    def add_steps(self, layer: int, steps: torch.Tensor) -> None:
+        """Each set's sum of squared steps but the first token's, which is kept (see :meth:`close`)."""
+        tail = steps[self.firsts[-1] :].reshape(-1)
+        torch.dot(tail, tail, out=self.spread[layer, -1])
         if self.head is not None:
-            self.head[layer] = z[0]
-            torch.add(sums[1], z[0], out=sums[0])
-        torch.matmul(z, sums.T, out=self.rows[layer])
-
-    def close(self) -> list:
-        """After the last layer: the sums become means, the first token's squared steps join the
-        all-positions set's; returns each set's :meth:`_TokenSet.cancelled`."""
-        if self.head is not None:
-            steps = torch.cat([self.head[:1], self.head[1:] - self.head[:-1]])  # as the explicit differences
-            torch.add(self.spread[:, 1], steps.square().sum(-1), out=self.spread[:, 0])
-            self.head = None
-        self.means /= self.counts[:, None]
-        self.rows /= self.counts
-        return [token_set.cancelled() for token_set in self.sets.values()]
+            self.head[layer] = steps[0]
 
     def view_layer(self, layer: int, shifted: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
         """Layer ``layer``'s view states ``(T, d)`` again (to rounding: token-norm rebuilds the unshifted states)."""
@@ -320,20 +274,150 @@ class _Transform:
         if self.token_norm:
             z = (z + shift[layer]) / self.norms[layer][:, None]
         if self.pcs is not None:
-            z = minus_product(z, self.proj[layer], self._directions(layer).T)
+            z = minus_product(z, self.proj[layer], self.directions(layer).T)
         return z
 
-    def _directions(self, layer: int) -> torch.Tensor:
+    def directions(self, layer: int) -> torch.Tensor:
         """The fitted directions ``(d, k)`` for ``layer`` (one set for every layer when shared)."""
         return self.pcs[layer if self.pcs.shape[0] > 1 else 0]
 
+    def close(self) -> list:
+        """After the last layer: the sums become means, the first token's squared steps join the
+        all-positions set's; returns each set's :meth:`_TokenSet.cancelled`."""
+        if self.head is not None:
+            torch.add(self.spread[:, 1], self.head.square().sum(-1), out=self.spread[:, 0])
+            self.head = None
+        self.means /= self.counts[:, None]
+        self.rows /= self.counts
+        return [token_set.cancelled() for token_set in self.sets.values()]
+
     def finish(self, shifted: torch.Tensor, shifts: torch.Tensor, redo: dict) -> None:
         """Close every token set, redoing from ``shifted`` the layers ``redo[first]`` whose energies cancel."""
-        self._previous = None
         if self.token_norm:
             self.shift_sq = shifts.square().sum(-1)  # |c|^2 per layer
         for first, token_set in self.sets.items():
             token_set.finish(lambda layer, first=first: self.view_layer(layer, shifted, shifts)[first:], redo[first])
+
+
+class _Family:
+    """The transforms of one sequence that act on the same states, the shifted ones or (token-norm)
+    those normalised, fed layer by layer (:meth:`add_raw_layer`, then :meth:`add_layer`) while
+    that layer is in cache.
+
+    One without PCs (the root, when a view asks for it) and any with fitted PCs
+    ``V``; the PC ones follow from the root's work, each pass over the states
+    made once: their sums are the root's minus their projection onto ``V``
+    (sums are linear), their explicit steps the root's minus the change of the
+    removed part, ``s - P_l V_l^T + P_{l-1} V_{l-1}^T`` (each term no larger
+    than the states, so nothing cancels that forming the PC-removed states
+    would not), and one product of the states with every sum, every ``V`` and
+    (for token-norm) the shift gives every row term, PC score and ``X'c``. The
+    sums of a nested pair of token sets are the drop-pos0 set's plus the first
+    token (additions only).
+    """
+
+    def __init__(self, members: list, cross: _Transform | None = None, cross_elsewhere: bool = False):
+        self.members = members
+        self.token_norm = members[0].token_norm
+        self.root = next((t for t in members if t.pcs is None), None)
+        self.removed = [t for t in members if t.pcs is not None]
+        self.firsts = sorted({f for t in members for f in t.firsts})
+        self.cross = cross  # a token-norm transform whose X'c this family's product forms
+        self.cross_elsewhere = cross_elsewhere  # token-norm: X'c formed by the shifted states' family
+        self._previous = self._normed = None
+        # Columns of the one product per layer: every set's sum, then per PC transform its
+        # directions and its sets' sums, then the shift.
+        at, self._spans = len(self.firsts), []
+        for t in self.removed:
+            k, count = t.pcs.shape[-1], len(t.firsts)
+            self._spans.append((slice(at, at + k), slice(at + k, at + k + count), self._sums_of(t)))
+            at += k + count
+        self._width = at + (cross is not None)
+        self._root_alone = self.root is not None and self._width == len(self.firsts)
+
+    def _sums_of(self, t: _Transform) -> list:
+        """Rows of the family's sums that ``t``'s token sets take."""
+        return [self.firsts.index(f) for f in t.firsts]
+
+    def add_raw_layer(self, layer: int, raw: torch.Tensor) -> None:
+        """Take layer ``layer``'s states ``(T, d)`` before the shift: token-norm divides them as they
+        are (rebuilding them from the shifted ones would take one more pass)."""
+        if self.token_norm:
+            norms = self.members[0].norms  # shared by every member (see _families)
+            norms[layer] = _safe_norms(raw)
+            self._normed = raw / norms[layer][:, None]
+
+    def add_layer(self, layer: int, shifted: torch.Tensor, shift: torch.Tensor) -> None:
+        """Take layer ``layer``'s shifted states ``(T, d)`` and its shift ``c`` ``(d,)`` (after
+        :meth:`add_raw_layer`)."""
+        z = shifted
+        if self.token_norm:
+            z, self._normed = self._normed, None
+            if not self.cross_elsewhere:  # no family of the shifted states forms X'c in its product
+                torch.mv(shifted, shift, out=self.members[0].cross_shift[layer])
+        # The explicit differences (the states themselves at layer 0): consecutive states nearly
+        # coincide, so their steps are never expanded.
+        steps = z if self._previous is None else z - self._previous
+        if self._root_alone:  # the usual default view: straight into the root's arrays
+            sums = self.root.means[layer]
+            torch.sum(z[self.firsts[-1] :], dim=0, out=sums[-1])
+            if len(self.firsts) == 2:
+                torch.add(sums[1], z[0], out=sums[0])
+            torch.matmul(z, sums.T, out=self.root.rows[layer])
+            self.root.add_steps(layer, steps)
+            self._previous = z
+            return
+        columns = z.new_empty(self._width, z.shape[-1])
+        sums = columns[: len(self.firsts)]
+        torch.sum(z[self.firsts[-1] :], dim=0, out=sums[-1])
+        if len(self.firsts) == 2:
+            torch.add(sums[1], z[0], out=sums[0])
+        for t, (scores, removed_sums, taken) in zip(self.removed, self._spans):
+            v = t.directions(layer)
+            columns[scores] = v.T
+            own = sums[taken]
+            columns[removed_sums] = minus_product(own, own @ v, v.T)
+        if self.cross is not None:
+            columns[-1] = shift
+        # (T, width): one pass over the states for every projection (F.linear: the fast route for a
+        # thin right-hand side).
+        product = torch.nn.functional.linear(z, columns)
+        if self.cross is not None:
+            self.cross.cross_shift[layer] = product[:, -1]
+        if self.root is not None:
+            taken = slice(0, len(self.firsts)) if self.root.firsts == self.firsts else self._sums_of(self.root)
+            self.root.means[layer] = sums[taken]
+            self.root.rows[layer] = product[:, taken]
+            self.root.add_steps(layer, steps)
+        for t, (scores, removed_sums, _) in zip(self.removed, self._spans):
+            proj = t.proj[layer]
+            proj.copy_(product[:, scores])
+            v = t.directions(layer)
+            own = columns[removed_sums]
+            # Rows of the PC-removed states: Z' m = Z m - P (V^T m), V^T m at rounding level.
+            t.rows[layer] = product[:, removed_sums] - proj @ (v.T @ own.T)
+            t.means[layer] = own
+            removed = minus_product(steps, proj, v.T)
+            if layer > 0:  # plus the part removed from the layer before
+                minus_product(removed, -t.proj[layer - 1], t.directions(layer - 1).T, in_place=True)
+            t.add_steps(layer, removed)
+        self._previous = z  # the next layer's difference needs it
+
+
+def _families(transforms: list) -> list:
+    """The :class:`_Family` of each group of transforms acting on the same states (token-norm
+    ones share their norms and ``X'c``, which depend on the states alone)."""
+    groups: dict = {}
+    for t in transforms:
+        groups.setdefault(t.token_norm, []).append(t)
+    normed = groups.get(True, [])
+    for t in normed[1:]:
+        t.norms, t.cross_shift = normed[0].norms, normed[0].cross_shift
+    cross = normed[0] if normed else None
+    families = [_Family(groups[False], cross=cross)] if False in groups else []
+    if normed:
+        families.append(_Family(normed, cross_elsewhere=bool(families)))
+    return families
 
 
 class _TokenSet:
@@ -676,17 +760,18 @@ def _shifted(states: torch.Tensor, scratch: ScratchBuffers, transforms: list, in
     on it stay in cache."""
     m, t, d = states.shape
     shifted = states if in_place else scratch.take("cka-shifted", (m, t, d), device=states.device)
+    families = _families(transforms)
     for layer in range(m):
         z = shifted[layer]
         shift = shifts[layer]
         if not in_place:
             z.copy_(states[layer])
         torch.mean(z, dim=0, out=shift)
-        for transform in transforms:
-            transform.add_raw_layer(layer, z)
+        for family in families:
+            family.add_raw_layer(layer, z)
         z -= shift
-        for transform in transforms:
-            transform.add_layer(layer, z, shift)
+        for family in families:
+            family.add_layer(layer, z, shift)
     # Which layers' energies cancel, for every token set of every transform: one look at the device.
     masks = [mask for transform in transforms for mask in transform.close()]
     rows = iter(torch.stack(masks).tolist() if masks else [])

@@ -256,16 +256,21 @@ def assert_cka_equals_the_naive(acc, seqs, views):
 
 
 PAPER_LIKE = ["default", "drop-pos0", "token-norm", "token-norm+drop-pos0", "top1pc", "drop-pos0+top1pc"]
+# PC views next to the view without PCs of the same states follow from its sums and steps; here on
+# token-normed states too, with several directions, shared ones, and no such view for the shifted states.
+PC_FAMILIES = ["token-norm", "token-norm+top1pc", "token-norm+drop-pos0+top2pc", "top2pc", "top1pc-shared",
+               "drop-pos0+top1pc"]
 
 
-def test_views_accumulated_together_equal_the_naive_cka():
+@pytest.mark.parametrize("views", [PAPER_LIKE, PC_FAMILIES], ids=["paper-like", "pc-families"])
+def test_views_accumulated_together_equal_the_naive_cka(views):
     # A drop-pos0 set next to its all-positions set is derived from that set's Gram
     # (drop_first_hsic); each view alone is formed directly (the test above).
     s = residual_like()
     mask = torch.ones(s.shape[1], s.shape[2], dtype=torch.bool)
     mask[1, 9:] = False
-    acc = accumulate(s, PAPER_LIKE, mask=mask, pc_estimate="exact", similarities=("cka",))
-    assert_cka_equals_the_naive(acc, sequences_of(s, mask), PAPER_LIKE)
+    acc = accumulate(s, views, mask=mask, pc_estimate="exact", similarities=("cka",))
+    assert_cka_equals_the_naive(acc, sequences_of(s, mask), views)
 
 
 def test_a_dominant_first_token_forms_the_drop_pos0_hsic_directly():
