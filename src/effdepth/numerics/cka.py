@@ -289,6 +289,8 @@ class _Transform:
             self.head = None
         self.means /= self.counts[:, None]
         self.rows /= self.counts
+        for token_set in self.sets.values():
+            token_set.expand_energy()
         return [token_set.cancelled() for token_set in self.sets.values()]
 
     def finish(self, shifted: torch.Tensor, shifts: torch.Tensor, redo: dict) -> None:
@@ -445,20 +447,18 @@ class _TokenSet:
         self.spread = transform.spread[:, index]  # sum_a |s_a|^2: what the energy's expansion cancels against
         self.energy = None
 
-    def _expanded_energy(self) -> torch.Tensor:
+    def expand_energy(self) -> None:
+        """Every layer's energy ``sum_a |s_a|^2 - n |sbar|^2``, once the means are complete."""
         moved = torch.cat([self.means[:1], self.means[1:] - self.means[:-1]])  # sbar per layer
-        return self.spread - self.n * moved.square().sum(-1)
+        self.energy = self.spread - self.n * moved.square().sum(-1)
 
     def cancelled(self) -> torch.Tensor:
         """``(M,)``: the layers whose expanded energy lost more than :data:`ENERGY_CANCELLATION` allows."""
-        self.energy = self._expanded_energy()
         return self.spread > ENERGY_CANCELLATION * self.energy
 
     def finish(self, view_states, redo: list) -> None:
         """Redo the energies of the layers ``redo`` (see :meth:`cancelled`) from ``view_states(layer)``
         (the set's ``(n, d)`` view states)."""
-        if self.energy is None:
-            self.energy = self._expanded_energy()
         for layer in redo:
             self.energy[layer] = self._explicit_energy(layer, view_states)
         self.grand = self.means.square().sum(-1)  # |zbar|^2
