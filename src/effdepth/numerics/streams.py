@@ -895,11 +895,13 @@ def _check_finite_states(seq: torch.Tensor, dtype: torch.dtype) -> None:
     """Non-finite states of a sequence ``(M, T, d)``, for an accumulator whose statistics carry no
     state energies (one pass over the states: a NaN or inf anywhere makes its layer's sum so).
 
-    Summed in the states' own dtype first (a sum that converts as it goes runs many times
-    slower): a finite sum proves every state finite; a non-finite one may be an overflow of
-    large finite states, so only then the float64 sum, which cannot overflow, decides.
+    Summed in float32 first, the states' own dtype or the one half-precision sums accumulate in
+    anyway (a sum that converts to float64 as it goes runs many times slower): a finite sum
+    proves every state finite; a non-finite one may be an overflow of large finite states, so
+    only then the float64 sum, which cannot overflow, decides.
     """
-    if bool(torch.isfinite(seq.sum(dim=(1, 2))).all()):
+    probe = torch.float32 if seq.dtype in (torch.float16, torch.bfloat16) else None
+    if bool(torch.isfinite(seq.sum(dim=(1, 2), dtype=probe)).all()):
         return
     finite = torch.isfinite(seq.sum(dim=(1, 2), dtype=torch.float64)).tolist()
     if not all(finite):

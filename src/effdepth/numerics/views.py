@@ -347,7 +347,7 @@ def _layer_moments(parts: list, layer: int, buffers: dict, precision: torch.dtyp
 
 def _layer_mean(parts: list, layer: int, buffers: dict, transform) -> tuple:
     """The float64 mean of one layer's states of every part joined along the tokens, and those
-    states (transformed, if ``transform``) in the reused float64 buffer ``buffers["states"]``.
+    states in float64: the reused buffer ``buffers["states"]``, or what ``transform`` makes of it.
 
     The states are converted once into that buffer and summed there: a reduction that
     converts as it sums (``sum(dtype=torch.float64)``) runs several times slower on CPU, and a

@@ -365,15 +365,17 @@ def test_non_finite_states_are_caught_without_an_untransformed_stream(views):
         acc.update(s)
 
 
-def test_finite_states_whose_float32_sum_overflows_are_not_called_non_finite():
-    s = (states() * 3e36).to(torch.float32)
-    # Finite, but a sequence's layer sums past float32's largest value (about 3.4e38).
+@pytest.mark.parametrize("dtype, scale", [(torch.float32, 3e36), (torch.float16, 500.0)])
+def test_finite_states_whose_own_sum_overflows_are_not_called_non_finite(dtype, scale):
+    s = (states() * scale).to(dtype)
+    # Finite, but a sequence's layer sums past the dtype's largest value (3.4e38, 65504).
     assert torch.isfinite(s).all() and not torch.isfinite(s.sum(dim=(2, 3))).all()
     acc = ViewAccumulator(["token-norm"], similarities=("cka",))
     acc.update(s)
     assert acc.sequences == 3
     s[2, 1, 4, 3] = float("inf")
-    with pytest.raises(EffdepthError, match=r"non-finite activations in the output of block 2 \(S_2\) with dtype float32"):
+    name = str(dtype).replace("torch.", "")
+    with pytest.raises(EffdepthError, match=rf"non-finite activations in the output of block 2 \(S_2\) with dtype {name}"):
         ViewAccumulator(["token-norm"], similarities=("cka",)).update(s)
 
 
