@@ -336,6 +336,9 @@ class _Family:
             at += k + count
         self._width = at + (cross is not None)
         self._root_alone = self.root is not None and self._width == len(self.firsts)
+        # The root's rows of the family's sums: all of them, in order, unless a PC view needs a set it has not.
+        if self.root is not None:
+            self._root_taken = slice(0, len(self.firsts)) if self.root.firsts == self.firsts else self._sums_of(self.root)
 
     def _sums_of(self, t: _Transform) -> list:
         """Rows of the family's sums that ``t``'s token sets take."""
@@ -361,19 +364,13 @@ class _Family:
         # coincide, so their steps are never expanded.
         steps = z if self._previous is None else z - self._previous
         if self._root_alone:  # the usual default view: straight into the root's arrays
-            sums = self.root.means[layer]
-            torch.sum(z[self.firsts[-1] :], dim=0, out=sums[-1])
-            if len(self.firsts) == 2:
-                torch.add(sums[1], z[0], out=sums[0])
+            sums = self._add_sums(z, self.root.means[layer])
             torch.matmul(z, sums.T, out=self.root.rows[layer])
             self.root.add_steps(layer, steps)
             self._previous = z
             return
         columns = z.new_empty(self._width, z.shape[-1])
-        sums = columns[: len(self.firsts)]
-        torch.sum(z[self.firsts[-1] :], dim=0, out=sums[-1])
-        if len(self.firsts) == 2:
-            torch.add(sums[1], z[0], out=sums[0])
+        sums = self._add_sums(z, columns[: len(self.firsts)])
         for t, (scores, removed_sums, taken) in zip(self.removed, self._spans):
             v = t.directions(layer)
             columns[scores] = v.T
@@ -387,9 +384,8 @@ class _Family:
         if self.cross is not None:
             self.cross.cross_shift[layer] = product[:, -1]
         if self.root is not None:
-            taken = slice(0, len(self.firsts)) if self.root.firsts == self.firsts else self._sums_of(self.root)
-            self.root.means[layer] = sums[taken]
-            self.root.rows[layer] = product[:, taken]
+            self.root.means[layer] = sums[self._root_taken]
+            self.root.rows[layer] = product[:, self._root_taken]
             self.root.add_steps(layer, steps)
         for t, (scores, removed_sums, _) in zip(self.removed, self._spans):
             proj = t.proj[layer]
@@ -404,6 +400,14 @@ class _Family:
                 minus_product(removed, -t.proj[layer - 1], t.directions(layer - 1).T, in_place=True)
             t.add_steps(layer, removed)
         self._previous = z  # the next layer's difference needs it
+
+    def _add_sums(self, z: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
+        """Each token set's sum of ``z`` into ``sums`` (one row per set): the last set's, plus the
+        first token for all positions (an addition, so nothing cancels)."""
+        torch.sum(z[self.firsts[-1] :], dim=0, out=sums[-1])
+        if len(self.firsts) == 2:
+            torch.add(sums[1], z[0], out=sums[0])
+        return sums
 
 
 def _families(transforms: list) -> list:
