@@ -895,10 +895,10 @@ def _check_finite_states(seq: torch.Tensor, dtype: torch.dtype) -> None:
     """Non-finite states of a sequence ``(M, T, d)``, for an accumulator whose statistics carry no
     state energies (one pass over the states: a NaN or inf anywhere makes its layer's sum so).
 
-    Summed in float32 first, the states' own dtype or the one half-precision sums accumulate in
-    anyway (a sum that converts to float64 as it goes runs many times slower): a finite sum
-    proves every state finite; a non-finite one may be an overflow of large finite states, so
-    only then the float64 sum, which cannot overflow, decides.
+    Summed in the states' own dtype first, or in float32 for half precision, whose sums
+    accumulate in it anyway (a sum that converts to float64 as it goes runs many times slower):
+    a finite sum proves every state finite; a non-finite one may be an overflow of large finite
+    states, so only then the float64 sum, which cannot overflow, decides.
     """
     probe = torch.float32 if seq.dtype in (torch.float16, torch.bfloat16) else None
     if bool(torch.isfinite(seq.sum(dim=(1, 2), dtype=probe)).all()):
