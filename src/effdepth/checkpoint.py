@@ -109,7 +109,8 @@ def remove_checkpoint(folder: Path) -> None:
     folder = Path(folder)
     if folder.is_dir():
         for f in folder.iterdir():
-            f.unlink(missing_ok=True)
+            if not f.is_dir():  # passage mode's pooled vectors stay until their result moves them
+                f.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             folder.rmdir()
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from .errors import EffdepthError
 from .files import read_json
 from .result import SCHEMA as RESULT_SCHEMA
-from .result import Result, refuse_newer
+from .result import Result, refuse_newer, with_pooled
 from .results_carry import EXPERIMENT_SCHEMA, INTERVENTION_SCHEMA, ExperimentResult, InterventionResult
 
 TRAJECTORY_SCHEMA = "effdepth.trajectory/1"
@@ -68,7 +68,7 @@ def load(path):
     data = read_json(path, _kind(path), path.name)
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema == RESULT_SCHEMA:
-        return Result.from_dict(data)
+        return with_pooled(Result.from_dict(data), path)
     if schema == INTERVENTION_SCHEMA:
         return InterventionResult.from_dict(data)
     if schema == EXPERIMENT_SCHEMA:

@@ -82,9 +82,14 @@ def run_measurement(options: Options, run: RunOptions | None = None) -> Result:
     """
     run = run or RunOptions()
     started = time.perf_counter()
-    prepared = prepare(options.load, progress=run.progress)
+    prepared = prepare(options.load, progress=run.progress, passages=options.analysis.passages)
     stored = stored_carry(prepared.lm.model)
-    result = measure_prepared(prepared, options.analysis, run=run, started=started)
+    if options.analysis.passages:
+        from .passage_measure import measure_passages
+
+        result = measure_passages(prepared, options.analysis, run=run, started=started)
+    else:
+        result = measure_prepared(prepared, options.analysis, run=run, started=started)
     if stored is not None:
         result.extras["stored_carry"] = stored
     return result
@@ -122,9 +127,11 @@ class Prepared:
         return self.load.add_bos
 
 
-def prepare(load: LoadOptions | Options, *, progress: bool = True) -> Prepared:
+def prepare(load: LoadOptions | Options, *, progress: bool = True, passages: bool = False) -> Prepared:
     """Load the model and the corpus once, for one or several measurements
-    (e.g. the carry values of an intervention).
+    (e.g. the carry values of an intervention). With ``passages``, the corpus
+    becomes :class:`~effdepth.data.passages.Passages` (passage mode), else
+    fixed-length token sequences (token mode).
 
     >>> import torch
     >>> from effdepth.tiny import tiny_model
@@ -165,7 +172,14 @@ def prepare(load: LoadOptions | Options, *, progress: bool = True) -> Prepared:
                 label = load.corpus if isinstance(load.corpus, str) else "shakespeare" if load.corpus is None else "texts"
                 raise EffdepthError(f"model {source.info.get('id')!r} has no tokenizer effdepth can load, and corpus "
                                     f"'{label}' is text; {tokenizer_hint()}")
-    tokens = load_corpus(load.corpus, tokenizer, seq_len=load.seq_len, num_seqs=load.num_seqs, seed=load.seed, add_bos=load.add_bos)
+    if passages:
+        from .data.passages import load_passages
+
+        tokens = load_passages(load.corpus, tokenizer, max_len=load.seq_len, num_passages=load.num_seqs, seed=load.seed,
+                               bos=load.bos, split=load.passage_split)
+    else:
+        tokens = load_corpus(load.corpus, tokenizer, seq_len=load.seq_len, num_seqs=load.num_seqs, seed=load.seed,
+                             add_bos=load.add_bos)
 
     if external is not None and external.architecture is not None:  # TransformerLens runs through its own hooks
         lm, arch = external.loaded(dtype=load.dtype, device=load.device), external.architecture
@@ -177,9 +191,11 @@ def prepare(load: LoadOptions | Options, *, progress: bool = True) -> Prepared:
         arch = resolve_architecture(lm.model, blocks_path=load.blocks_path, embedding_path=load.embedding_path)
         if external is not None:  # nnsight: recorded in the provenance
             lm.info.update(external.info)
-    _check_vocabulary(tokens.input_ids, lm.info.get("vocab_size"))
+    ids = torch.from_numpy(tokens.ids) if passages else tokens.input_ids
+    _check_vocabulary(ids, lm.info.get("vocab_size"))
     if not load.allow_long:
-        check_sequence_length(int(tokens.input_ids.shape[1]), getattr(lm.model, "config", None), lm.info.get("id") or "the model")
+        longest = int(tokens.lengths.max()) if passages else int(tokens.input_ids.shape[1])
+        check_sequence_length(longest, getattr(lm.model, "config", None), lm.info.get("id") or "the model")
     return Prepared(lm, arch, tokens, load)
 
 
@@ -200,10 +216,10 @@ def measure_prepared(prepared: Prepared, analysis: AnalysisOptions | None = None
     >>> import torch
     >>> from effdepth.tiny import tiny_model
     >>> p = prepare(LoadOptions(model=tiny_model("llama"), corpus=torch.randint(0, 256, (2, 8))), progress=False)
-    >>> measure_prepared(p, AnalysisOptions(bootstrap=0), run=RunOptions(progress=False)).default.num_states
+    >>> measure_prepared(p, AnalysisOptions(bootstrap=0, pooling="none"), run=RunOptions(progress=False)).default.num_states
     3
     """
-    analysis = analysis or AnalysisOptions()
+    analysis = analysis or AnalysisOptions(pooling="none")
     run = run or RunOptions()
     started = time.perf_counter() if started is None else started
     check_kernel_memory(prepared, analysis)
@@ -218,7 +234,7 @@ class MeasurementState:
     """Everything one pass over the batches feeds: the views' statistics, the surrogate
     streams of the calibrated references (docs/method.md#calibrated-references) and the loss.
 
-    >>> st = MeasurementState.new(AnalysisOptions(views="default,drop-pos0", surrogate_seqs=2))
+    >>> st = MeasurementState.new(AnalysisOptions(views="default,drop-pos0", surrogate_seqs=2, pooling="none"))
     >>> st.update(torch.randn(4, 3, 6, 8), None)
     >>> st.views.sequences, st.calibrated.sequences
     (3, 2)
@@ -253,7 +269,7 @@ class MeasurementState:
     def finish(self) -> None:
         """Fit and measure whatever is still held for the calibration set (a run smaller than it).
 
-        >>> st = MeasurementState.new(AnalysisOptions(views="top1pc", surrogate_seqs=0))
+        >>> st = MeasurementState.new(AnalysisOptions(views="top1pc", surrogate_seqs=0, pooling="none"))
         >>> st.update(torch.randn(4, 2, 6, 8), None); st.sequences
         0
         >>> st.finish(); st.sequences, st.views.fit_info["calibration"]
@@ -517,7 +533,7 @@ def from_states(states, *, mask=None, views=("default",), similarity=DEFAULT_SIM
     >>> round(effdepth.from_states(s).default.deff, 12)
     1.0
     """
-    analysis = AnalysisOptions(views=views, similarity=similarity, include_embedding=include_embedding,
+    analysis = AnalysisOptions(pooling="none", views=views, similarity=similarity, include_embedding=include_embedding,
                                bootstrap=bootstrap, seed=seed, pc_estimate=pc_estimate, surrogate_seqs=surrogate_seqs)
     s = torch.as_tensor(states)
     if not torch.is_floating_point(s):

@@ -130,7 +130,7 @@ class Accumulator:
 
     def __init__(self, views=("default",), similarity=DEFAULT_SIMILARITY, *, include_embedding: bool = False,
                  bootstrap: int = 0, seed: int = 0, surrogate_seqs: int | None = 0):
-        self.analysis = AnalysisOptions(views=views, similarity=similarity, include_embedding=include_embedding,
+        self.analysis = AnalysisOptions(pooling="none", views=views, similarity=similarity, include_embedding=include_embedding,
                                         bootstrap=bootstrap, seed=seed, surrogate_seqs=surrogate_seqs)
         self.views = self.analysis.view_specs
         self.reset()

@@ -21,15 +21,53 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from .data.corpus import check_corpus_spec
+from .data.corpus import check_corpus_spec, is_token_ids
+from .data.passages import BOS_CHOICES, SPLITS, check_passage_options
 from .errors import EffdepthError, UnknownOption
+from .numerics import passage_analysis, passage_views
 from .numerics.cka import MIN_TOKENS, ViewUnavailable, require_cka_view
 from .numerics.metrics import SIMILARITIES
 from .numerics.streams import PC_ESTIMATES
 from .numerics.views import parse_views
 
 MAX_BOOTSTRAP = 100_000
+#: Defaults shared by both modes, and token mode's sequence sizes (``--pooling none``).
 DEFAULTS = {"seq_len": 256, "num_seqs": 32, "batch_size": 8, "bootstrap": 1000, "seed": 0}
+#: Passage mode's sizes (the default mode): passages of at most 512 tokens, as the paper's.
+PASSAGE_DEFAULTS = {"seq_len": 512, "num_seqs": 1024}
+POOLINGS = ("mean", "none")
+STATES = ("blocks", "hidden")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A named set of measurement settings (``--protocol NAME``); flags given beside it win and are recorded."""
+
+    name: str
+    description: str
+    settings: dict
+
+
+#: FineWeb-Edu's 10BT sample, streamed from the start of its train split (the paper names FineWeb-Edu, not the sample).
+PAPER_CORPUS = "hf:HuggingFaceFW/fineweb-edu:sample-10BT:train"
+PROTOCOLS = {
+    "paper": Protocol("paper", "the paper's settings (PAPER-PROTOCOL section 1): 10,000 FineWeb-Edu passages of at most "
+                      "512 tokens (each document's first tokens), bfloat16 weights, transformers' hidden_states, linear CKA",
+                      {"corpus": PAPER_CORPUS, "num_seqs": 10_000, "seq_len": 512, "dtype": "bfloat16", "states": "hidden",
+                       "pooling": "mean", "passage_split": "document", "similarity": "cka", "bos": "auto"}),
+}
+
+
+def check_protocol(name) -> None:
+    """An unknown protocol fails at once.
+
+    >>> check_protocol("papr")
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: unknown --protocol 'papr'; known: paper
+    """
+    if name is not None and name not in PROTOCOLS:
+        raise EffdepthError(f"unknown --protocol {name!r}; known: {', '.join(PROTOCOLS)}")
 
 
 def at_least(minimum: int, message: str):
@@ -134,6 +172,11 @@ _CHECKS = {
     "bootstrap": _check_bootstrap,
     "similarity": parse_similarities,
     "pc_estimate": _check_choice("--pc-estimate", PC_ESTIMATES),
+    "pooling": _check_choice("--pooling", POOLINGS),
+    "states": _check_choice("--states", STATES),
+    "bos": _check_choice("--bos", BOS_CHOICES),
+    "passage_split": _check_choice("--passage-split", SPLITS),
+    "bootstrap_units": at_least(2, "--bootstrap-units must be at least 2, got {v}"),
 }
 
 
@@ -231,6 +274,8 @@ class LoadOptions:
     num_seqs: int = DEFAULTS["num_seqs"]
     seed: int = DEFAULTS["seed"]
     add_bos: bool = True
+    bos: str = "auto"
+    passage_split: str = "paragraphs"
     dtype: object = None
     device: str | None = None
     device_map: str | None = None
@@ -242,7 +287,8 @@ class LoadOptions:
     allow_processed: bool = False
 
     def __post_init__(self):
-        validate_options(seq_len=self.seq_len, num_seqs=self.num_seqs, seed=self.seed)
+        validate_options(seq_len=self.seq_len, num_seqs=self.num_seqs, seed=self.seed, bos=self.bos,
+                         passage_split=self.passage_split)
         # Cheap checks of paths and hardware come here, before seconds or minutes of loading.
         check_revision_target(self.model, self.revision)
         check_device(self.device)
@@ -265,12 +311,14 @@ class AnalysisOptions:
 
     ``views`` is normalised to the tuple of view names (``"paper"`` expanded).
 
-    >>> AnalysisOptions(views="paper").views[:2]
-    ('default', 'drop-pos0')
+    >>> AnalysisOptions(views="paper").views[:2], AnalysisOptions(views="paper", pooling="none").views[:2]
+    (('default', 'drop-bos'), ('default', 'drop-pos0'))
     """
 
     views: tuple = ("default",)
-    similarity: tuple = (DEFAULT_SIMILARITY,)
+    similarity: tuple | None = None
+    pooling: str = "mean"
+    states: str = "blocks"
     include_embedding: bool = False
     pc_estimate: str = "calibration"
     bootstrap: int = DEFAULTS["bootstrap"]
@@ -278,11 +326,22 @@ class AnalysisOptions:
     batch_size: int = DEFAULTS["batch_size"]
     surrogate_seqs: int | None = None
     max_memory: int = DEFAULT_MAX_MEMORY
+    bootstrap_units: int = passage_analysis.DEFAULT_BOOTSTRAP_UNITS
+    protocol: str | None = None
 
     def __post_init__(self):
-        validate_options(batch_size=self.batch_size, bootstrap=self.bootstrap, pc_estimate=self.pc_estimate, seed=self.seed)
-        object.__setattr__(self, "similarity", parse_similarities(self.similarity))
-        object.__setattr__(self, "views", tuple(v.name for v in parse_views(self.views)))
+        validate_options(batch_size=self.batch_size, bootstrap=self.bootstrap, pc_estimate=self.pc_estimate, seed=self.seed,
+                         pooling=self.pooling, states=self.states, bootstrap_units=self.bootstrap_units)
+        check_protocol(self.protocol)
+        if self.passages:
+            object.__setattr__(self, "similarity", passage_analysis.parse_similarities(self.similarity or "cka"))
+            object.__setattr__(self, "views", tuple(v.name for v in passage_views.parse_views(self.views)))
+        else:
+            if self.states != "blocks":
+                raise EffdepthError("--states hidden is passage mode's (the paper's convention); token mode (--pooling none) "
+                                    "reads the blocks")
+            object.__setattr__(self, "similarity", parse_similarities(self.similarity or DEFAULT_SIMILARITY))
+            object.__setattr__(self, "views", tuple(v.name for v in parse_views(self.views)))
         object.__setattr__(self, "bootstrap", int(self.bootstrap))
         object.__setattr__(self, "batch_size", int(self.batch_size))
         object.__setattr__(self, "max_memory", parse_bytes(self.max_memory))
@@ -295,11 +354,12 @@ class AnalysisOptions:
                 raise EffdepthError(f"--surrogate-seqs must be 0 (none), a number of sequences or all, got {self.surrogate_seqs}")
             else:
                 object.__setattr__(self, "surrogate_seqs", int(self.surrogate_seqs))
-        _check_views_have_values(self.view_specs, self.similarity[0])
+        if not self.passages:
+            _check_views_have_values(self.view_specs, self.similarity[0])
 
     #: The options that shape the accumulated statistics: a resumed run must match them (batch
     #: size, intervals and the memory budget do not change what is accumulated).
-    STATISTICS_FIELDS = ("views", "similarity", "include_embedding", "pc_estimate", "seed", "surrogate_seqs")
+    STATISTICS_FIELDS = ("views", "similarity", "include_embedding", "pc_estimate", "seed", "surrogate_seqs", "pooling")
 
     def to_dict(self) -> dict:
         """Every analysis option, JSON-able.
@@ -313,7 +373,7 @@ class AnalysisOptions:
         """The options of :data:`STATISTICS_FIELDS`: what a checkpoint's statistics belong to.
 
         >>> sorted(AnalysisOptions().statistics_dict())[:3]
-        ['include_embedding', 'pc_estimate', 'seed']
+        ['include_embedding', 'pc_estimate', 'pooling']
         """
         return {k: v for k, v in self.to_dict().items() if k in self.STATISTICS_FIELDS}
 
@@ -323,14 +383,30 @@ class AnalysisOptions:
         return self.similarity[0]
 
     @property
+    def passages(self) -> bool:
+        """Passage mode (``pooling="mean"``, the default): similarity across passages."""
+        return self.pooling == "mean"
+
+    @property
     def view_specs(self) -> list:
-        return parse_views(self.views)
+        return passage_views.parse_views(self.views) if self.passages else parse_views(self.views)
+
+    def analysis_plan(self, device: str = "cpu") -> "passage_analysis.AnalysisPlan":
+        """Passage mode's analysis stage for these options.
+
+        >>> AnalysisOptions(views="paper", bootstrap=0).analysis_plan().similarities
+        ('cka', 'cka-debiased')
+        """
+        return passage_analysis.AnalysisPlan(
+            views=self.views, similarities=self.similarity, include_embedding=self.include_embedding, bootstrap=self.bootstrap,
+            bootstrap_units=self.bootstrap_units, seed=self.seed, calibrated=self.surrogate_seqs != 0,
+            max_memory=self.max_memory, device=device)
 
 
 def _check_kernel_length(load: "LoadOptions", analysis: "AnalysisOptions") -> None:
     """cka needs 4 tokens per sequence in a view: refuse sequences too short for every view before anything loads."""
     primary = analysis.primary_similarity
-    if primary not in ("cka", "cka-full") or not isinstance(load.corpus, (str, type(None))):
+    if analysis.passages or primary not in ("cka", "cka-full") or not isinstance(load.corpus, (str, type(None))):
         return
     shortest_loss = min(1 if spec.selection == "drop-pos0" else 0 for spec in analysis.view_specs)
     if load.seq_len - shortest_loss < MIN_TOKENS:
@@ -370,6 +446,25 @@ class RunOptions:
     record: dict | None = None
 
 
+def resolve_defaults(values: dict) -> dict:
+    """Options as given, with the protocol's settings and each mode's sizes where none is given.
+
+    >>> resolve_defaults({"pooling": "none"})["seq_len"], resolve_defaults({})["seq_len"]
+    (256, 512)
+    """
+    given = {k: v for k, v in values.items() if v is not None}
+    check_protocol(given.get("protocol"))
+    if given.get("protocol"):
+        given = {**PROTOCOLS[given["protocol"]].settings, **given}
+    passages = given.get("pooling", "mean") == "mean"
+    for name, value in (PASSAGE_DEFAULTS if passages else DEFAULTS).items():
+        if name in ("seq_len", "num_seqs"):
+            given.setdefault(name, value)
+    if passages and given.get("add_bos") is False:  # --no-bos in passage mode: no special token at all
+        given.setdefault("bos", "never")
+    return given
+
+
 _LOAD = tuple(f.name for f in fields(LoadOptions))
 _ANALYSIS = tuple(f.name for f in fields(AnalysisOptions))
 _RUN = tuple(f.name for f in fields(RunOptions))
@@ -397,14 +492,27 @@ class Options:
 
     @classmethod
     def build(cls, **values) -> "Options":
-        """From keyword arguments (those of :func:`effdepth.measure`); ``seed`` sets both parts."""
+        """From keyword arguments (those of :func:`effdepth.measure`); ``seed`` sets both parts.
+
+        ``protocol`` fills in its settings where an option is not given (``None``
+        counts as not given); ``seq_len`` and ``num_seqs`` default by mode (passage
+        mode: :data:`PASSAGE_DEFAULTS`; ``pooling="none"``: :data:`DEFAULTS`).
+
+        >>> o = Options.build(protocol="paper", num_seqs=64)
+        >>> o.load.num_seqs, o.load.seq_len, o.analysis.states, o.analysis.protocol
+        (64, 512, 'hidden', 'paper')
+        """
         known = _LOAD + tuple(n for n in _ANALYSIS if n not in _LOAD)
         for name in values:
             if name not in known:
                 raise UnknownOption(f"unknown measurement option {name!r}; known: {', '.join(known)}")
+        values = resolve_defaults(values)
         load = LoadOptions(**{k: v for k, v in values.items() if k in _LOAD})
         analysis = AnalysisOptions(**{k: v for k, v in values.items() if k in _ANALYSIS})
         _check_kernel_length(load, analysis)
+        if analysis.passages and not is_token_ids(load.corpus):
+            check_passage_options(load.seq_len, load.num_seqs, load.bos, load.passage_split)
+            passage_views.check_top_pcs(analysis.view_specs, load.num_seqs, 1 << 62)
         return cls(load, analysis)
 
     @classmethod
@@ -446,7 +554,7 @@ class Options:
 
         >>> d = Options.build(seq_len=16).to_dict()
         >>> d["seq_len"], d["views"], d["similarity"], d["model"]
-        (16, ['default'], ['cka'], None)
+        (16, ['default'], ['cka', 'cka-debiased'], None)
         """
         return {**{f.name: _describe(getattr(self.load, f.name)) for f in fields(self.load)}, **self.analysis.to_dict()}
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from .errors import EffdepthError
 from .files import read_json
 from .files import write_json_atomic
+from .pooled import POOLED_DIR, place_pooled
 
 SCHEMA = "effdepth.result/1"
 
@@ -63,6 +64,11 @@ class ViewResult:
     definition: str = "frobenius"
     left_out: int = 0
     calibrated_sequences: int = 0
+    #: Passage mode, CKA estimators: the updates' similarity matrix, D_eff of the updates (the update
+    #: diagnostic, docs/method.md section 9) and their covariance norms.
+    update_similarity: list = field(default_factory=list)
+    update_deff: float | None = None
+    update_sizes: list = field(default_factory=list)
 
     @property
     def sub_reference(self) -> bool | None:
@@ -101,6 +107,13 @@ class Result:
     extras: dict = field(default_factory=dict)
     others: dict = field(default_factory=dict)
     unavailable: dict = field(default_factory=dict)
+    #: Passage mode: the folder of the pooled vectors the numbers come from (:mod:`effdepth.pooled`).
+    pooled: Path | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def passages(self) -> bool:
+        """Whether this is a passage-mode result (similarity across passages); token-mode results say ``pooling: none``."""
+        return self.config.get("pooling", "none") == "mean"
 
     @property
     def default(self) -> ViewResult:
@@ -185,6 +198,8 @@ class Result:
         path = Path(path)
         if path.suffix != ".json":
             path = path / "result.json"
+        if self.pooled is not None:
+            self.pooled = place_pooled(Path(self.pooled), path.parent / POOLED_DIR)
         write_json_atomic(path, self.to_dict())
         return path
 
@@ -198,7 +213,15 @@ def load(path) -> Result:
     >>> effdepth.load(p).default.deff == r.default.deff
     True
     """
-    return Result.from_dict(read_json(path, "result", "result.json"))
+    return with_pooled(Result.from_dict(read_json(path, "result", "result.json")), path)
+
+
+def with_pooled(result: Result, path) -> Result:
+    """A passage-mode result read from ``path`` (its ``result.json`` or folder) knows its pooled vectors."""
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    if result.passages and (folder / POOLED_DIR / "store.json").is_file():
+        result.pooled = folder / POOLED_DIR
+    return result
 
 
 def _view_from_dict(v: dict, similarity: str) -> ViewResult:

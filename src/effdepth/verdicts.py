@@ -30,14 +30,15 @@ CLAIMS = (
     ("sub-reference", "sub-reference by default", "default view: the D_eff interval lies entirely below F_N"),
     ("correlated-updates", "not the initial state or update sizes",
      "default view: D_eff below R_matched (the correlated-updates interval above 0) and correlated updates the largest term"),
-    ("not-bos", "not a BOS artefact", "drop-pos0: the D_eff interval lies entirely below F_N"),
+    ("not-bos", "not a BOS artefact", "drop-bos (passage mode) / drop-pos0 (token mode): the D_eff interval lies entirely below F_N"),
     ("controls", "survives the controls", "token-norm or top1pc: the D_eff interval lies entirely below F_N"),
-    ("calibrated", "below the calibrated reference", "default view: the D_eff interval lies entirely below R_matched_cal's"),
+    ("calibrated", "below the calibrated reference",
+     "default view: the D_eff interval lies entirely below R_matched_cal's (passage mode: and the debiased D_eff's below F_N)"),
 )
 CLAIM_NAMES = tuple(name for name, _, _ in CLAIMS)
 
 #: Views the claims read; a result with none of them cannot be checked at all.
-CLAIM_VIEWS = ("default", "drop-pos0", "token-norm", "top1pc")
+CLAIM_VIEWS = ("default", "drop-bos", "drop-pos0", "token-norm", "top1pc")
 
 TERMS = ("initial_state", "size_imbalance", "correlated_updates")
 
@@ -91,15 +92,17 @@ def check_claims(result) -> list:
     {'not measured'}
     """
     out = []
+    bos_view = "drop-bos" if getattr(result, "passages", False) else "drop-pos0"
+    debiased = result.similarities.get("cka-debiased", {}).get("default") if getattr(result, "passages", False) else None
     for sim, views in result.similarities.items():
         unavailable = (result.unavailable or {}).get(sim, {})
         default = views.get("default")
         out += [
             _below_reference("sub-reference", sim, "default", default, unavailable),
             _correlated_updates(sim, default, unavailable),
-            _below_reference("not-bos", sim, "drop-pos0", views.get("drop-pos0"), unavailable),
+            _below_reference("not-bos", sim, bos_view, views.get(bos_view), unavailable),
             _controls(sim, views, unavailable),
-            _calibrated(sim, default, unavailable),
+            _calibrated(sim, default, unavailable, debiased if sim != "cosine" else None),
         ]
     return out
 
@@ -202,7 +205,7 @@ def _controls(sim: str, views: dict, unavailable: dict) -> Verdict:
     return Verdict("controls", sim, status, comparisons, reason)
 
 
-def _calibrated(sim: str, view, unavailable: dict) -> Verdict:
+def _calibrated(sim: str, view, unavailable: dict, debiased=None) -> Verdict:
     if view is None:
         return _missing("calibrated", sim, "default", unavailable)
     cal = (view.references or {}).get("matched_cal")
@@ -215,5 +218,11 @@ def _calibrated(sim: str, view, unavailable: dict) -> Verdict:
     ci, cal_ci = _interval(view, "deff"), _interval(view, "reference_matched_cal")
     holds = None if ci is None or cal_ci is None else ci[1] < cal_ci[0]
     comparison = Comparison("default", "D_eff", view.deff, ci, "below", "R_matched_cal", cal, cal_ci, holds)
-    status = _status([comparison])
-    return Verdict("calibrated", sim, status, [comparison], reason=NO_INTERVAL if status == NOT_MEASURED else "")
+    comparisons = [comparison]
+    if debiased is not None:  # passage mode: the debiased estimator must agree (docs/method.md#claims)
+        unbiased = _deff_below_reference(debiased, "default")
+        unbiased.left = "D_eff (cka-debiased)"
+        comparisons.append(unbiased)
+    known = [c.holds for c in comparisons]
+    status = NOT_MEASURED if None in known else HOLDS if all(known) else FAILS
+    return Verdict("calibrated", sim, status, comparisons, reason=NO_INTERVAL if status == NOT_MEASURED else "")

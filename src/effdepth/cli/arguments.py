@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from ..errors import EffdepthError
-from ..options import DEFAULT_SIMILARITY, DEFAULTS, RunOptions
+from ..data.passages import BOS_CHOICES, SPLITS
+from ..options import DEFAULTS, PASSAGE_DEFAULTS, POOLINGS, PROTOCOLS, STATES, RunOptions
 from ..numerics.metrics import SIMILARITIES
 from ..numerics.streams import PC_ESTIMATES
 
@@ -79,30 +80,54 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", default=None, metavar="PATH_OR_ID",
                    help="tokenizer for text corpora when the model has none (or another): a folder, a Hugging Face id or a .gguf file")
     p.add_argument("--corpus", default=None, help="shakespeare (default), a text/JSONL file or folder, or hf:NAME[:CONFIG[:SPLIT]]")
-    p.add_argument("--seq-len", type=int_arg, default=DEFAULTS["seq_len"], help=f"tokens per sequence, BOS included (default {DEFAULTS['seq_len']})")
-    p.add_argument("--num-seqs", type=int_arg, default=DEFAULTS["num_seqs"], help=f"number of sequences (default {DEFAULTS['num_seqs']})")
+    p.add_argument("--protocol", default=None, choices=tuple(PROTOCOLS),
+                   help="a named set of settings: paper = 10,000 FineWeb-Edu passages of <= 512 tokens, bfloat16, "
+                        "--states hidden, cka (flags given beside it win, and are recorded)")
+    p.add_argument("--pooling", default=None, choices=POOLINGS,
+                   help="mean (default): passage mode, each layer mean-pooled per passage and compared across passages "
+                        "(the paper's protocol); none: token mode, compared across the tokens of each sequence")
+    p.add_argument("--seq-len", type=int_arg, default=None,
+                   help=f"tokens per passage at most (passage mode, default {PASSAGE_DEFAULTS['seq_len']}) or per sequence "
+                        f"(token mode, default {DEFAULTS['seq_len']}), special tokens included")
+    p.add_argument("--num-seqs", "--num-passages", dest="num_seqs", type=int_arg, default=None,
+                   help=f"passages (default {PASSAGE_DEFAULTS['num_seqs']}) or token-mode sequences (default {DEFAULTS['num_seqs']})")
     p.add_argument("--batch-size", type=int_arg, default=DEFAULTS["batch_size"], help=f"sequences per forward pass (default {DEFAULTS['batch_size']})")
-    p.add_argument("--similarity", default=DEFAULT_SIMILARITY, metavar="NAME[,NAME...]|all",
-                   help=f"layer similarity: {', '.join(SIMILARITIES)}, a comma list (the first is the result's primary), "
-                        "or all (cka, frobenius, token); every one from the same forward passes (default cka). "
-                        "With kernel similarities alone, the transformed views (token-norm, center, top-k PC) "
-                        "carry no update cosines or related measures: add frobenius for them")
+    p.add_argument("--states", default=None, choices=STATES,
+                   help="blocks (default): hooks on the decoder blocks, before the final norm; hidden: transformers' "
+                        "hidden_states[1:], whose last entry is the final norm's output (the paper's convention; passage mode)")
+    p.add_argument("--bos", default=None, choices=BOS_CHOICES,
+                   help="passage mode: special tokens as the tokenizer adds them (auto, default), BOS always first, or none")
+    p.add_argument("--passage-split", default=None, choices=SPLITS,
+                   help="paragraphs (default): documents cut at blank lines, packed into passages; document: each "
+                        "document's first tokens are one passage")
+    p.add_argument("--similarity", default=None, metavar="NAME[,NAME...]|all",
+                   help="passage mode: cka (default, always with cka-debiased beside it), cka-debiased, cosine, or all; "
+                        f"token mode: {', '.join(SIMILARITIES)}, a comma list (the first is the primary), or all "
+                        "(cka, frobenius, token). Every one comes from the same forward passes")
+    p.add_argument("--bootstrap-units", type=int_arg, default=None, metavar="G",
+                   help="passage mode: passages are resampled in G blocks of consecutive passages, so each resample "
+                        "costs G^2 per layer pair whatever N (default 128; one passage per block when N <= G)")
     p.add_argument("--surrogate-seqs", default=None, metavar="K|all",
                    help="the first K sequences of the corpus feed the surrogate streams of the calibrated references "
                         "(default all; 0 to skip)")
     p.add_argument("--max-memory", default="4GiB", metavar="SIZE",
                    help="memory cka-full may hold for its cross-products, e.g. 4GiB (default 4GiB)")
     p.add_argument("--include-embedding", action="store_true", help="analyse S_0..S_L (N = L+1) instead of S_1..S_L")
-    p.add_argument("--views", default="default", help="comma-separated views, e.g. default,drop-pos0,token-norm,top1pc, or 'paper'")
+    p.add_argument("--views", default="default",
+                   help="comma-separated views, or 'paper'; passage mode: default, drop-bos, token-norm, top{k}pc and "
+                        "their '+' compositions (paper = default,drop-bos,token-norm,top1pc,top3pc); token mode: "
+                        "default, drop-pos0, pos0-only, token-norm, center, top{k}pc[-shared]")
     p.add_argument("--pc-estimate", choices=PC_ESTIMATES, default="calibration", help="how center/top-k PC views fit (default: calibration, on the first batches holding >= 8 sequences and 2048 tokens)")
-    p.add_argument("--bootstrap", type=int_arg, default=DEFAULTS["bootstrap"], help=f"bootstrap resamples over sequences, 0 to skip (default {DEFAULTS['bootstrap']})")
+    p.add_argument("--bootstrap", type=int_arg, default=DEFAULTS["bootstrap"],
+                   help=f"bootstrap resamples over passages (token mode: sequences), 0 to skip (default {DEFAULTS['bootstrap']})")
     p.add_argument("--seed", type=int_arg, default=DEFAULTS["seed"], help="seed for sequence sampling and bootstrap (default 0)")
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on CPU, bfloat16 on CUDA)")
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     p.add_argument("--device-map", default=None, help="'auto' to spread a large model over the GPUs (accelerate)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow the model repository's own code to run")
     p.add_argument("--allow-pickle", action="store_true", help="allow pickle (.bin) weights; safetensors are required otherwise")
-    p.add_argument("--no-bos", dest="add_bos", action="store_false", help="do not prepend the BOS token to each sequence")
+    p.add_argument("--no-bos", dest="add_bos", action="store_false",
+                   help="token mode: do not prepend BOS to each sequence (passage mode: the same as --bos never)")
     p.add_argument("--blocks-path", default=None, help="attribute path of the decoder blocks, for models outside the registry")
     p.add_argument("--embedding-path", default=None, help="attribute path of the token embedding, with --blocks-path")
     p.add_argument("--offline", action="store_true",

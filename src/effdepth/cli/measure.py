@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ..errors import EffdepthError
 from ..options import Options
-from .arguments import Parser, add_measure_arguments, add_model_argument, default_out, float_arg, output_folder, run_options_from_args
+from .arguments import (Parser, add_measure_arguments, add_model_argument, default_out, ensure_writable, float_arg, int_arg,
+                        output_folder, run_options_from_args)
 
 
 #: Flags that say where and how to run, not what to measure: never saved for a resume.
@@ -25,12 +26,29 @@ def register(sub) -> dict:
     m.add_argument("--checkpoint-every", type=float_arg, default=30.0, metavar="SECONDS", help="save partial statistics this often (default 30)")
     m.add_argument("--no-figures", dest="figures", action="store_false", help="do not write the figures (PNG and PDF) next to result.json")
 
+    a = sub.add_parser("analyse", help="recompute a passage-mode result from its pooled vectors (no forward pass)",
+                       description="Recompute every number of a passage-mode result from the pooled vectors saved beside "
+                       "it (DIR/pooled): other views (any top{k}pc; drop-bos and token-norm if they were pooled), "
+                       "similarities, intervals, the embedding state. No model is loaded.")
+    a.add_argument("result", help="the folder of a passage-mode result (holding result.json and pooled/)")
+    a.add_argument("--views", default=None, help="views to compute (default: those of the result)")
+    a.add_argument("--similarity", default=None, metavar="NAME[,NAME...]|all", help="cka, cka-debiased, cosine or all (default: those of the result)")
+    a.add_argument("--bootstrap", type=int_arg, default=None, help="bootstrap resamples (default: the result's)")
+    a.add_argument("--bootstrap-units", type=int_arg, default=None, metavar="G", help="resampling units (default: the result's)")
+    a.add_argument("--seed", type=int_arg, default=None, help="seed of the resamples and surrogates (default: the result's)")
+    a.add_argument("--include-embedding", action="store_true", default=None, help="analyse S_0..S_L (N = L+1)")
+    a.add_argument("--surrogate-seqs", default=None, metavar="0|all", help="0 skips the calibrated references")
+    a.add_argument("--max-memory", default=None, metavar="SIZE", help="memory the Gram tiles may hold (default: the result's)")
+    a.add_argument("--out", "-o", default=None, help="write the new result here (default: in place of the old one)")
+    a.add_argument("--no-figures", dest="figures", action="store_false", help="do not write the figures")
+    a.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
+
     s = sub.add_parser("show", help="print the tables of a saved result",
                        description="Print a saved result without re-running anything: a measurement (result.json), an "
                        "intervention (intervention.json), a carry experiment (experiment.json) or a trajectory "
                        "(trajectory.json with its trajectory.csv).")
     s.add_argument("result", help="result.json, intervention.json, experiment.json or trajectory.json, or the folder holding one")
-    return {"measure": cmd_measure, "show": cmd_show}
+    return {"measure": cmd_measure, "analyse": cmd_analyse, "show": cmd_show}
 
 
 def cmd_measure(args) -> int:
@@ -142,6 +160,17 @@ def write_result(result, out: Path, *, figures: bool, note: str = "") -> None:
         removed = remove_stale_figures(out)
         if removed:
             print(f"removed {len(removed)} figures of an earlier result in {out}/: {', '.join(sorted({p.name for p in removed}))}")
+
+
+def cmd_analyse(args) -> int:
+    from ..passage_measure import analyse_saved
+
+    changes = {k: getattr(args, k) for k in ("views", "similarity", "bootstrap", "bootstrap_units", "seed",
+                                             "include_embedding", "surrogate_seqs", "max_memory") if getattr(args, k) is not None}
+    result = analyse_saved(Path(args.result), progress=args.progress, **changes)
+    out = Path(args.out) if args.out else Path(args.result)
+    write_result(result, ensure_writable(out), figures=args.figures, note=" (re-analysed from the pooled vectors)")
+    return 0
 
 
 def cmd_show(args) -> int:

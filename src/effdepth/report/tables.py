@@ -207,6 +207,10 @@ def result_summary_text(result: Result) -> str:
     >>> "R_matched" in result_summary_text(effdepth.from_states(torch.randn(3, 4, 8)))
     True
     """
+    if result.passages:
+        from .passage_tables import passage_summary_text
+
+        return passage_summary_text(result)
     where = context(result)
     views = f"views, {where}:\n{summary_table(result)}"
     missing = unavailable_lines(result)

@@ -33,20 +33,28 @@ PAPER_ABSTRACT = {
     "controls": "all 16 models below F_L after token-norm or top-1-PC removal",
     "calibrated": "not in the paper (effdepth's calibrated reference, docs/method.md#calibrated-references)",
 }
-PAPER_NOTE = ("The paper (arXiv 2609.31098) is public only as its abstract: 15 of 16 models 23-44% below F_L, all 16 below "
-              "it after token-norm or top-1-PC removal. Its per-model numbers are not public.")
+PAPER_NOTE = ("The paper (arXiv 2609.31098): 15 of 16 models 23-44% below F_L, all 16 below it after token-norm or top-1-PC "
+              "removal (its abstract); per-model numbers from its Table 2 as a public third-party reading memo reproduces "
+              "them (effdepth.data.paper).")
+
+#: Passage mode's similarities (across passages), by name.
+PASSAGE_SIMILARITIES = {
+    "cka": "linear CKA across passages, biased HSIC: the paper's",
+    "cka-debiased": "linear CKA across passages, unbiased HSIC",
+    "cosine": "mean cosine of pooled vectors",
+}
 
 CALIBRATED = {"structural_cal": "R_structural_cal", "matched_cal": "R_matched_cal"}
 
 
-def similarity_name(similarity: str | None) -> str:
-    """The similarity's name with what it is, for headlines and captions.
+def similarity_name(similarity: str | None, passages: bool = False) -> str:
+    """The similarity's name with what it is, for headlines and captions (``passages``: passage mode's meaning).
 
-    >>> similarity_name("token"), similarity_name(None)
-    ('token (mean per-token squared cosine)', 'frobenius (squared cosine of the flattened states)')
+    >>> similarity_name("token"), similarity_name("cka", passages=True)
+    ('token (mean per-token squared cosine)', "cka (linear CKA across passages, biased HSIC: the paper's)")
     """
     similarity = similarity or "frobenius"  # results before similarities were a choice
-    what = SIMILARITIES.get(similarity)
+    what = (PASSAGE_SIMILARITIES if passages else SIMILARITIES).get(similarity)
     return f"{similarity} ({what})" if what else similarity
 
 

@@ -11,7 +11,8 @@ A suite file::
 
 Each model has an ``id`` (a Hugging Face ``owner/name``, or ``tiny:TYPE`` for
 a tiny random model from :mod:`effdepth.tiny`), and optionally ``family``,
-``revision``, ``params`` (a number or ``70M`` / ``1.4B``) and ``note``.
+``revision``, ``params`` (a number or ``70M`` / ``1.4B``), ``note`` and ``paper``
+(the model's name in the paper's Table 2, :mod:`effdepth.data.paper`).
 Shipped suites: ``paper16`` and ``tiny`` (see :func:`suite_names`); any other
 file is loaded by path.
 
@@ -32,7 +33,7 @@ from ..report.numbers import format_params
 from ..revisions import check_revision
 
 SUITE_KEYS = ("name", "description", "models")
-MODEL_KEYS = ("id", "family", "revision", "params", "note")
+MODEL_KEYS = ("id", "family", "revision", "params", "note", "paper")
 TINY_PREFIX = "tiny:"
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
@@ -53,6 +54,7 @@ class SuiteModel:
     revision: str | None = None
     params: int | None = None
     note: str | None = None
+    paper: str | None = None
 
     @property
     def is_tiny(self) -> bool:
@@ -72,7 +74,7 @@ class Suite:
     """A named list of models.
 
     >>> load_suite("paper16").families()
-    ['pythia', 'olmo2', 'qwen3.5']
+    ['pythia', 'olmo2', 'llama3', 'mistral', 'gemma3', 'qwen3.5']
     """
 
     name: str
@@ -132,7 +134,7 @@ def parse_suite(text: str, source: str = "<suite>") -> Suite:
     'gpt2'
     >>> parse_suite("name: s\\nmodels: [{id: a/b, familly: x}]")
     Traceback (most recent call last):
-    effdepth.errors.EffdepthError: <suite>: model 1: unknown key 'familly' (allowed: id, family, revision, params, note)
+    effdepth.errors.EffdepthError: <suite>: model 1: unknown key 'familly' (allowed: id, family, revision, params, note, paper)
     """
     import yaml
 
@@ -215,8 +217,9 @@ def _parse_model(entry, where: str) -> SuiteModel:
     family = entry.get("family")
     if family is None and model_id.startswith(TINY_PREFIX):
         family = model_id[len(TINY_PREFIX):]
-    note = entry.get("note")
-    return SuiteModel(model_id, None if family is None else str(family), revision, params, None if note is None else str(note))
+    note, paper = entry.get("note"), entry.get("paper")
+    return SuiteModel(model_id, None if family is None else str(family), revision, params, None if note is None else str(note),
+                      None if paper is None else str(paper))
 
 
 def _check_keys(mapping: dict, allowed: tuple, where: str) -> None:

@@ -1,0 +1,83 @@
+"""The paper's Table 2 as data, and which measured model each row belongs to.
+
+The values and their source are in ``paper_table2.yaml`` beside this module;
+every table that shows them next to effdepth's numbers names that source
+(:data:`TABLE2_SOURCE`).
+
+>>> row = table2_row("EleutherAI/pythia-70m")
+>>> row.model, row.layers, row.deff
+('Pythia-70M', 6, 1.23)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+
+@dataclass(frozen=True)
+class Table2Row:
+    """One model of the paper's Table 2 (gap in percent, positive = below F_L)."""
+
+    model: str
+    layers: int
+    deff: float
+    deff_per_layer: float
+    gap_pct: float
+    note: str | None = None
+
+    @property
+    def reference(self) -> float:
+        """F_L = 2L/(L+1)."""
+        return 2.0 * self.layers / (self.layers + 1.0)
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict:
+    import yaml
+
+    return yaml.safe_load((resources.files(__package__) / "paper_table2.yaml").read_text(encoding="utf-8"))
+
+
+def table2() -> tuple:
+    """Every row of Table 2, in the paper's order.
+
+    >>> len(table2()), table2()[10].model
+    (16, 'Gemma-3-12b')
+    """
+    return tuple(Table2Row(**row) for row in _table()["rows"])
+
+
+#: Where Table 2's numbers come from, in one sentence for captions.
+def table2_source() -> str:
+    """The source of the Table 2 values (one paragraph).
+
+    >>> "arXiv 2609.31098" in table2_source()
+    True
+    """
+    return " ".join(str(_table()["source"]).split())
+
+
+def _key(name: str) -> str:
+    """A model name reduced to what identifies it: lower case, no owner, no base/pt suffixes, no version tags."""
+    name = str(name).lower().rsplit("/", 1)[-1]
+    name = re.sub(r"-(base|pt|hf|v0\.\d+)$", "", name)
+    name = re.sub(r"-(0425|1124|0325)-", "-", name)  # OLMo-2 release dates
+    return name.replace("_", "-")
+
+
+def table2_row(model: str | None, paper_name: str | None = None) -> Table2Row | None:
+    """The Table 2 row of a model: by its paper name (a suite's ``paper`` key), else by its hub id or name.
+
+    >>> table2_row("allenai/OLMo-2-1124-13B").model, table2_row("Qwen/Qwen3.5-0.8B-Base").model
+    ('OLMo-2-13B', 'Qwen3.5-0.8B')
+    >>> table2_row("google/gemma-3-12b-pt").model, table2_row("SmolLM2-135M") is None
+    ('Gemma-3-12b', True)
+    """
+    rows = {_key(r.model): r for r in table2()}
+    for name in (paper_name, model):
+        if name and _key(name) in rows:
+            return rows[_key(name)]
+    return None

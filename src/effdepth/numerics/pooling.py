@@ -1,0 +1,130 @@
+"""Token states -> one pooled vector per passage and layer, summed in float64 (docs/method.md#passage-mode).
+
+Called once per layer as the states come out of a block, so the states of
+a batch are never held for all layers at once. Every variant of a layer is
+one weighted sum over the passage's tokens: ``weights (B, V, T) @ states
+(B, T, d)``, the weights being the mask (padding never enters), divided by
+the number of tokens kept, and for token-norm by each token's norm.
+
+Besides the pooled vectors, three per-token sums per passage and layer feed
+the update diagnostic and block influence (docs/method.md, section 9):
+``cos(s_{l-1}^t, s_l^t)``, ``|s_l^t - s_{l-1}^t|`` and ``|s_{l-1}^t|``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: The per-token sums kept per passage and layer l = 1..L.
+TOKEN_SUMS = ("cos_prev", "update_norm", "prev_norm")
+
+
+def pooling_weights(mask: torch.Tensor, first_is_bos: torch.Tensor, variants, norms: torch.Tensor | None) -> torch.Tensor:
+    """``(B, V, T)`` float64 weights whose product with a layer's states gives each variant's mean.
+
+    ``mask`` (B, T) marks real tokens, ``first_is_bos`` (B,) the passages whose
+    first real token is a BOS, ``norms`` (B, T) the token norms (for token-norm).
+
+    >>> m = torch.tensor([[1, 1, 1, 0]]); w = pooling_weights(m, torch.tensor([True]), ["default", "drop-bos"], None)
+    >>> w[0].tolist()
+    [[0.3333333333333333, 0.3333333333333333, 0.3333333333333333, 0.0], [0.0, 0.5, 0.5, 0.0]]
+    """
+    real = mask.to(torch.float64)
+    first = _first_real(mask)
+    dropped = real.clone()
+    dropped[torch.arange(real.shape[0], device=real.device)[first_is_bos], first[first_is_bos]] = 0.0
+    rows = []
+    for variant in variants:
+        keep = dropped if "drop-bos" in variant else real
+        w = keep / keep.sum(dim=1, keepdim=True).clamp_min(1.0)
+        if "token-norm" in variant:
+            w = w / torch.where(norms > 0, norms, 1.0)  # a zero state stays zero
+        rows.append(w)
+    return torch.stack(rows, dim=1)
+
+
+def _first_real(mask: torch.Tensor) -> torch.Tensor:
+    """The position of each passage's first real token (right or left padding)."""
+    return mask.to(torch.int64).argmax(dim=1)
+
+
+def pool_layer(states: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``(B, V, d)`` float64 pooled vectors of one layer's ``states`` (B, T, d).
+
+    >>> s = torch.arange(6.0).reshape(1, 3, 2)
+    >>> pool_layer(s, torch.full((1, 1, 3), 1 / 3, dtype=torch.float64)).tolist()
+    [[[2.0, 3.0]]]
+    """
+    return torch.bmm(weights, states.to(torch.float64))
+
+
+def token_sums(previous: torch.Tensor, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``(B, 3)`` per-passage sums over real tokens of :data:`TOKEN_SUMS` between a block's input and
+    output (both float64). The update is an explicit difference, never expanded from norms
+    (consecutive states are nearly parallel).
+
+    >>> a = torch.tensor([[[1.0, 0.0]]], dtype=torch.float64); b = torch.tensor([[[1.0, 1.0]]], dtype=torch.float64)
+    >>> token_sums(a, b, torch.ones(1, 1)).tolist()
+    [[0.7071067811865475, 1.0, 1.0]]
+    """
+    real = mask.to(torch.float64)
+    prev_norms = torch.linalg.vector_norm(previous, dim=-1)
+    norms = torch.linalg.vector_norm(states, dim=-1)
+    denom = prev_norms * norms
+    dots = (previous * states).sum(-1)
+    cos = torch.where(denom > 0, dots / torch.where(denom > 0, denom, 1.0), 0.0)
+    update = torch.linalg.vector_norm(states - previous, dim=-1)
+    return torch.stack([(cos * real).sum(1), (update * real).sum(1), (prev_norms * real).sum(1)], dim=1)
+
+
+class PassagePooler:
+    """Pools the layers of one batch as they arrive: ``layer(l, states)`` for l = 0..L in order.
+
+    ``pooled`` is ``(V, L+1, B, d)`` float64 (the variants in the order given),
+    ``sums`` ``(L, B, 3)`` (:data:`TOKEN_SUMS`). Each layer is converted to
+    float64 once; the previous layer's copy is kept for the token sums.
+
+    >>> p = PassagePooler(["default"], num_layers=1)
+    >>> p.start(torch.ones(2, 3), torch.tensor([False, False]))
+    >>> for l in range(2): p.layer(l, torch.ones(2, 3, 4) * (l + 1))
+    >>> p.pooled.shape, p.pooled[0, 1, 0, 0].item(), p.sums[0, 0].tolist()
+    (torch.Size([1, 2, 2, 4]), 2.0, [3.0, 6.0, 6.0])
+    """
+
+    def __init__(self, variants, num_layers: int):
+        self.variants = tuple(variants)
+        self.num_layers = int(num_layers)
+        self.norm_variants = any("token-norm" in v for v in self.variants)
+        self.pooled: torch.Tensor | None = None
+        self.sums: torch.Tensor | None = None
+        self._mask = self._first_is_bos = self._plain_weights = None
+        self._previous = None
+
+    def start(self, mask: torch.Tensor, first_is_bos: torch.Tensor) -> None:
+        """A new batch: its mask (B, T) and which passages start with BOS."""
+        self._mask, self._first_is_bos = mask, first_is_bos.to(mask.device)
+        self._plain_weights = None if self.norm_variants else pooling_weights(mask, self._first_is_bos, self.variants, None)
+        self.pooled = None
+        self.sums = torch.zeros(self.num_layers, mask.shape[0], len(TOKEN_SUMS), dtype=torch.float64, device=mask.device)
+        self._previous = None
+
+    def layer(self, index: int, states: torch.Tensor) -> None:
+        """Pool layer ``index`` (0 = the input of block 1) of the current batch."""
+        mask = self._mask.to(states.device)
+        s64 = states.detach().to(torch.float64)
+        weights = self._plain_weights
+        if weights is None:
+            weights = pooling_weights(mask, self._first_is_bos.to(states.device), self.variants,
+                                      torch.linalg.vector_norm(s64, dim=-1))
+        pooled = torch.bmm(weights.to(states.device), s64)  # (B, V, d)
+        if self.pooled is None:
+            shape = (len(self.variants), self.num_layers + 1, states.shape[0], states.shape[-1])
+            self.pooled = torch.zeros(shape, dtype=torch.float64, device=states.device)
+        self.pooled[:, index] = pooled.transpose(0, 1)
+        if index > 0:
+            self.sums[index - 1] = token_sums(self._previous, s64, mask).to(self.sums.device)
+        self._previous = s64
+
+    def finish(self) -> None:
+        """Drop the last layer's copy."""
+        self._previous = None

@@ -1,0 +1,294 @@
+"""Passage mode, the default: passages -> pooled vectors on disk -> the analysis -> a result (docs/method.md#passage-mode).
+
+One forward pass per batch of passages (longest first, so an out-of-memory
+retry happens early); every layer is pooled by a hook as the blocks produce
+it (:mod:`effdepth.capture.pooling`) and written to a memory-mapped store
+(:mod:`effdepth.pooled`), so memory stays flat in the number of passages.
+The analysis (:mod:`effdepth.numerics.passage_analysis`) then reads the
+store; :func:`analyse_saved` runs it again on a saved result, without a model.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+import weakref
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .version import __version__
+from .capture.pooling import pooled_batches
+from .checkpoint import CheckpointMismatch, MeasurementInterrupted, graceful_interrupts, remove_checkpoint, save_checkpoint
+from .errors import EffdepthError
+from .numerics.passage_analysis import SIMILARITIES, analyse_pooled
+from .numerics.passage_views import check_top_pcs, variants_for
+from .numerics.pooling import PassagePooler
+from .options import AnalysisOptions
+from .pooled import POOLED_DIR, PooledStore, mark_movable, temporary_folder
+from .provenance import code_version, library_versions, machine, now
+from .result import Result, view_results
+
+__all__ = ["measure_passages", "analyse_store", "analyse_saved", "passage_config"]
+
+
+def measure_passages(prepared, analysis: AnalysisOptions, *, run, started: float | None = None) -> Result:
+    """Measure prepared passages (``prepared.tokens`` is :class:`~effdepth.data.passages.Passages`).
+
+    With ``run.checkpoint`` (a folder) the pooled vectors are written under
+    it and a stopped run resumes (``run.resume``); without one they go to a
+    temporary folder that :meth:`Result.save` moves beside ``result.json``.
+    """
+    started = time.perf_counter() if started is None else started
+    lm, arch, passages = prepared.lm, prepared.arch, prepared.tokens
+    plan_views = analysis.view_specs
+    variants = variants_for(plan_views)
+    width = _hidden_size(lm)
+    check_top_pcs(plan_views, passages.num_passages, width)
+    fingerprint = passage_fingerprint(prepared, analysis, variants)
+    folder, temporary = _store_folder(run)
+    order = np.argsort(-passages.lengths, kind="stable")  # longest first: memory trouble shows at once
+    store, facts = _open_store(folder, run, fingerprint, passages, variants, arch.num_layers + 1, width)
+    facts["batch_size_used"] = analysis.batch_size
+    pooler = PassagePooler(variants, arch.num_layers)
+    pad_id = _pad_id(lm)
+    written = store.written
+    last_save = time.monotonic()
+    with graceful_interrupts() as interrupted:
+        try:
+            for indices, pooled, sums in pooled_batches(
+                    lm.model, arch, passages, order, analysis.batch_size, pooler, states=analysis.states, start=written,
+                    pad_id=pad_id, progress=run.progress, facts=facts):
+                _check_finite(pooled, indices, lm)
+                store.write(indices, pooled.numpy(), sums.numpy())
+                written += len(indices)
+                if run.checkpoint is not None and (interrupted or time.monotonic() - last_save > run.checkpoint_every_s):
+                    _save_progress(store, written, run, fingerprint)
+                    last_save = time.monotonic()
+                if interrupted:
+                    break
+        except KeyboardInterrupt:
+            interrupted.signal = interrupted.signal or signal.SIGINT
+            if run.checkpoint is not None:
+                _save_progress(store, written, run, fingerprint)
+    if interrupted:
+        where = ""
+        if run.checkpoint is not None:
+            command = (run.record or {}).get("command") or f"--resume {Path(run.checkpoint).parent}"
+            where = f"; pooled vectors saved in {run.checkpoint}, continue with: {command}"
+        raise MeasurementInterrupted(f"interrupted by {signal.Signals(interrupted.signal).name} after {written} of "
+                                     f"{passages.num_passages} passages{where}", interrupted.signal)
+    store.commit(written)
+    result = analyse_store(store, analysis, progress=run.progress)
+    result.config.update(passage_config(prepared, analysis))
+    result.provenance.update(_provenance(prepared, started, facts))
+    result.pooled = store.folder
+    mark_movable(store.folder)
+    if temporary:
+        _remove_with(result, store.folder.parent)
+    elif run.checkpoint is not None:
+        remove_checkpoint(Path(run.checkpoint))  # its files; the pooled vectors stay until the result is saved
+    return result
+
+
+def analyse_store(store: PooledStore, analysis: AnalysisOptions, *, progress: bool = True, device: str | None = None) -> Result:
+    """The :class:`Result` of the pooled vectors in ``store`` under ``analysis`` (config and provenance
+    hold only the analysis; the caller adds what was measured)."""
+    plan = analysis.analysis_plan(device=device or _analysis_device())
+    arrays = store.arrays()
+    missing = [v.name for v in plan.specs if v.variant not in arrays]
+    if missing:
+        raise EffdepthError(f"view(s) {', '.join(missing)} pool differently from what was measured ({', '.join(arrays)}); "
+                            "measure again with those views to have them")
+    with tqdm(total=len(plan.specs), desc="analysing views", unit="view", disable=not progress, leave=False) as bar:
+        out = analyse_pooled(arrays, plan, token_sums=np.asarray(store.token_sums), lengths=store.lengths,
+                             progress=lambda name: (bar.set_postfix_str(name), bar.update(0)))
+        bar.update(len(plan.specs))
+    by_sim = {sim: view_results(views) for sim, views in out["similarities"].items()}
+    primary, *rest = plan.similarities
+    config = {**analysis.to_dict(), "similarity": primary, "similarities": list(plan.similarities), "pooling": "mean",
+              "passage_analysis": out["analysis"],
+              "similarity_labels": {s: SIMILARITIES[s].label for s in plan.similarities}}
+    return Result(views=by_sim[primary], config=config, provenance={}, others={s: by_sim[s] for s in rest})
+
+
+#: The analysis options ``analyse_saved`` may change: what applies after the forward pass.
+ANALYSIS_CHANGES = ("views", "similarity", "bootstrap", "bootstrap_units", "seed", "include_embedding", "surrogate_seqs",
+                    "max_memory")
+
+
+def analyse_saved(path, *, progress: bool = True, device: str | None = None, **changes) -> Result:
+    """A saved passage-mode result analysed again from its pooled vectors, with ``changes`` to its
+    analysis options (:data:`ANALYSIS_CHANGES`); no model is loaded. Unchanged options give the
+    saved numbers exactly.
+
+    >>> import tempfile, torch, effdepth
+    >>> from effdepth.tiny import tiny_model
+    >>> r = effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (8, 12)), bootstrap=0, progress=False)
+    >>> folder = tempfile.mkdtemp(); _ = r.save(folder)
+    >>> analyse_saved(folder, progress=False).default.deff == r.default.deff
+    True
+    """
+    from .loading import load
+
+    saved = load(path)
+    if not isinstance(saved, Result) or not saved.passages:
+        raise EffdepthError(f"{path} is not a passage-mode result; effdepth analyse re-analyses the pooled vectors that "
+                            "passage mode (the default, --pooling mean) keeps")
+    if saved.pooled is None:
+        raise EffdepthError(f"{path} has no pooled vectors beside its result.json (a folder pooled/); measure again with "
+                            "--out DIR to keep them")
+    unknown = sorted(set(changes) - set(ANALYSIS_CHANGES))
+    if unknown:
+        raise EffdepthError(f"effdepth analyse cannot change {', '.join(unknown)}: it applies before the forward pass; "
+                            "measure again")
+    c = saved.config
+    kept = {name: c.get("similarities" if name == "similarity" else name) for name in ANALYSIS_CHANGES
+            if c.get("similarities" if name == "similarity" else name) is not None}
+    options = {**kept, **changes}
+    analysis = AnalysisOptions(pooling="mean", states=c.get("states", "blocks"), protocol=c.get("protocol"),
+                               batch_size=c.get("batch_size", 8), **{k: tuple(v) if isinstance(v, list) else v
+                                                                     for k, v in options.items()})
+    store = PooledStore.open(saved.pooled)
+    result = analyse_store(store, analysis, progress=progress, device=device)
+    measured = {k: v for k, v in c.items() if k not in result.config}
+    result.config = {**measured, **result.config}
+    result.provenance = dict(saved.provenance)
+    result.provenance["analysed"] = {"created": now(), "code": code_version(), "changes": {k: _plain(v) for k, v in changes.items()}}
+    result.extras = dict(saved.extras)
+    result.pooled = saved.pooled
+    return result
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+def passage_config(prepared, analysis: AnalysisOptions) -> dict:
+    """What was measured: sizes, special tokens, which states, the architecture's paths."""
+    passages, arch = prepared.tokens, prepared.arch
+    return {
+        "pooling": "mean",
+        "seq_len": int(prepared.load.seq_len),
+        "num_seqs": passages.num_passages,
+        "num_passages": passages.num_passages,
+        "mean_passage_tokens": round(float(passages.lengths.mean()), 2),
+        "bos": passages.info.get("bos"),
+        "passage_split": passages.info.get("split"),
+        "states": analysis.states,
+        "states_meaning": ("hooks on the decoder blocks, before the final norm" if analysis.states == "blocks" else
+                           "transformers' hidden_states[1:]: the blocks' outputs, the last through the final norm"),
+        "num_layers": arch.num_layers,
+        "blocks_path": arch.paths.get("blocks"),
+        "embedding_path": arch.paths.get("embedding"),
+        "architecture_source": arch.paths.get("source"),
+        "protocol": analysis.protocol,
+    }
+
+
+def passage_fingerprint(prepared, analysis: AnalysisOptions, variants) -> dict:
+    """What stored pooled vectors belong to: a resume with anything else is refused. The analysis
+    options (views beyond their pooling, similarities, intervals) are not in it: they apply afterwards."""
+    info = prepared.lm.info
+    local = info.get("source") in ("local", "gguf")
+    return {
+        "model": info.get("path") if local else info.get("id"),
+        "revision": info.get("revision"),
+        "commit": info.get("commit"),
+        "passages_sha256": prepared.tokens.sha256,
+        "states": analysis.states,
+        "variants": list(variants),
+        "num_layers": prepared.arch.num_layers,
+        "effdepth": __version__,
+    }
+
+
+def _open_store(folder: Path, run, fingerprint: dict, passages, variants, layers: int, width: int) -> tuple:
+    facts = {"oom_retries": 0, "resumed_from": 0}
+    store_dir = folder / POOLED_DIR
+    if run.resume:
+        if run.checkpoint is None:
+            raise EffdepthError("resume needs the folder of the interrupted run (--resume DIR)")
+        store = PooledStore.open(store_dir, writable=True)
+        saved = store.meta.get("fingerprint", {})
+        differ = sorted(k for k in set(saved) | set(fingerprint) if saved.get(k) != fingerprint.get(k))
+        if differ:
+            raise CheckpointMismatch(f"cannot resume: the saved run differs in {', '.join(differ)}; rerun with the same "
+                                     "model, corpus and options, or start over without --resume")
+        facts["resumed_from"] = store.written
+        return store, facts
+    store = PooledStore.create(store_dir, variants, layers=layers, width=width, lengths=passages.lengths,
+                               starts_with_bos=passages.starts_with_bos, extra={"fingerprint": fingerprint})
+    return store, facts
+
+
+def _save_progress(store: PooledStore, written: int, run, fingerprint: dict) -> None:
+    store.commit(written)
+    save_checkpoint(Path(run.checkpoint), {}, {"fingerprint": fingerprint, "run": run.record, "pooled": POOLED_DIR,
+                                               "written": written})
+
+
+def _store_folder(run) -> tuple:
+    """``(folder, temporary)``: the checkpoint folder, or a new temporary one."""
+    if run.checkpoint is not None:
+        folder = Path(run.checkpoint)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder, False
+    return temporary_folder(), True
+
+
+def _remove_with(result: Result, folder: Path) -> None:
+    """A temporary store lives as long as its result, unless :meth:`Result.save` moved it."""
+    weakref.finalize(result, shutil.rmtree, str(folder), True)
+
+
+def _hidden_size(lm) -> int:
+    width = lm.info.get("hidden_size")
+    if not width:
+        embedding = lm.model.get_input_embeddings() if hasattr(lm.model, "get_input_embeddings") else None
+        width = getattr(embedding, "embedding_dim", None)
+    if not width:
+        raise EffdepthError("cannot tell the model's hidden size (no hidden_size in its config, no input embedding); "
+                            "passage mode needs it to store pooled vectors")
+    return int(width)
+
+
+def _pad_id(lm) -> int:
+    tok = getattr(lm, "tokenizer", None)
+    for name in ("pad_token_id", "eos_token_id"):
+        value = getattr(tok, name, None)
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def _check_finite(pooled: torch.Tensor, indices, lm) -> None:
+    finite = torch.isfinite(pooled).flatten(2).all(dim=-1)  # (V, L+1, B): no reduction over passages
+    if bool(finite.all()):
+        return
+    layer = int(torch.nonzero(~finite.all(dim=(0, 2)))[0])
+    dtype = lm.info.get("dtype")
+    hint = " (float16 overflows on massive activations: use --dtype bfloat16 or float32)" if dtype == "float16" else ""
+    raise EffdepthError(f"non-finite states at layer {layer} (model dtype {dtype}) in passages {list(indices)[:4]}...{hint}")
+
+
+def _analysis_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _provenance(prepared, started: float, facts: dict) -> dict:
+    passages = prepared.tokens
+    return {
+        "model": prepared.lm.info,
+        "corpus": {"name": passages.name, "sha256": passages.sha256, **passages.info},
+        "code": code_version(),
+        "libraries": library_versions(),
+        "machine": machine(),
+        "created": now(),
+        "elapsed_s": round(time.perf_counter() - started, 3),
+        "tokens_measured": passages.tokens,
+        "run": facts,
+    }
