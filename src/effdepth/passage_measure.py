@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .version import __version__
-from .capture.pooling import pooled_batches
+from .capture.pooling import PassageForward, pooled_batches
 from .checkpoint import CheckpointMismatch, MeasurementInterrupted, graceful_interrupts, remove_checkpoint, save_checkpoint
 from .errors import EffdepthError
 from .numerics.passage_analysis import SIMILARITIES, analyse_pooled
@@ -59,9 +59,9 @@ def measure_passages(prepared, analysis: AnalysisOptions, *, run, started: float
     last_save = time.monotonic()
     with graceful_interrupts() as interrupted:
         try:
-            for indices, pooled, sums in pooled_batches(
-                    lm.model, arch, passages, order, analysis.batch_size, pooler, states=analysis.states, start=written,
-                    pad_id=pad_id, progress=run.progress, facts=facts):
+            forward = PassageForward(analysis.batch_size, analysis.states, pad_id, run.progress)
+            for indices, pooled, sums in pooled_batches(lm.model, arch, passages, order, pooler, forward,
+                                                        start=written, facts=facts):
                 _check_finite(pooled, indices, lm)
                 store.write(indices, pooled.numpy(), sums.numpy())
                 written += len(indices)

@@ -38,12 +38,12 @@ def files(tmp_path_factory):
 
 SMALL = ["--seq-len", "16", "--num-seqs", "2", "--bootstrap", "0", "--no-progress", "--no-figures"]
 MODEL_FILES = [
-    (["measure", "{d}/truncated", *SMALL], "could not load model"),
-    (["measure", "{d}/zeroed", *SMALL], "could not load model"),
-    (["measure", "{d}/badconfig", *SMALL], "not a valid JSON"),
-    (["measure", "{d}/fake.gguf", *SMALL], "could not load model"),
-    (["measure", "{d}/good", "--corpus", "{d}/bad.jsonl", *SMALL], "'text' is a int"),
-    (["measure", "{d}/good", "--corpus", "{d}/binary.txt", *SMALL], "binary"),
+    (["measure", "--pooling", "none", "{d}/truncated", *SMALL], "could not load model"),
+    (["measure", "--pooling", "none", "{d}/zeroed", *SMALL], "could not load model"),
+    (["measure", "--pooling", "none", "{d}/badconfig", *SMALL], "not a valid JSON"),
+    (["measure", "--pooling", "none", "{d}/fake.gguf", *SMALL], "could not load model"),
+    (["measure", "--pooling", "none", "{d}/good", "--corpus", "{d}/bad.jsonl", *SMALL], "'text' is a int"),
+    (["measure", "--pooling", "none", "{d}/good", "--corpus", "{d}/binary.txt", *SMALL], "binary"),
     (["show", "{d}/cut"], "not a readable result file"),
     (["show", "{d}/wrong"], "damaged effdepth result"),
     (["claims", "{d}/wrong"], "damaged effdepth result"),
@@ -53,15 +53,15 @@ MODEL_FILES = [
 ]
 # No model is loaded for these: they must answer in seconds.
 CHEAP = [
-    (["measure", "{d}/good", "--dtype", "float8"], "unknown dtype"),
-    (["measure", "{d}/good", "--max-memory", "lots"], "--max-memory"),
-    (["measure", "{d}/good", "--surrogate-seqs", "-1"], "--surrogate-seqs"),
-    (["measure", "{d}/good", "--device", "cuda:7"], "CUDA is not available"),
-    (["measure", "{d}/good", "--revision", "main"], "applies to Hugging Face hub models"),
-    (["measure", "{d}/good", "--seq-len", "3"], "fewer than 4 tokens"),
-    (["measure", "{d}/good", "--corpus", "{d}/missing.txt"], "does not exist"),
-    (["measure", "{d}/good", "--bootstrap", "1"], "fewer cannot bound a 95% interval"),
-    (["measure", "tiny:llama"], "effdepth sweep tiny:llama --out DIR"),
+    (["measure", "--pooling", "none", "{d}/good", "--dtype", "float8"], "unknown dtype"),
+    (["measure", "--pooling", "none", "{d}/good", "--max-memory", "lots"], "--max-memory"),
+    (["measure", "--pooling", "none", "{d}/good", "--surrogate-seqs", "-1"], "--surrogate-seqs"),
+    (["measure", "--pooling", "none", "{d}/good", "--device", "cuda:7"], "CUDA is not available"),
+    (["measure", "--pooling", "none", "{d}/good", "--revision", "main"], "applies to Hugging Face hub models"),
+    (["measure", "--pooling", "none", "{d}/good", "--seq-len", "3"], "fewer than 4 tokens"),
+    (["measure", "--pooling", "none", "{d}/good", "--corpus", "{d}/missing.txt"], "does not exist"),
+    (["measure", "--pooling", "none", "{d}/good", "--bootstrap", "1"], "fewer cannot bound a 95% interval"),
+    (["measure", "--pooling", "none", "tiny:llama"], "effdepth sweep tiny:llama --out DIR"),
 ]
 
 

@@ -41,7 +41,7 @@ def measured(model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("claims") / "run"
     corpus = out.parent / "text.txt"
     corpus.write_text("Now is the winter of our discontent made glorious summer by this sun of York. " * 60)
-    code = main(["measure", str(model_dir), "--corpus", str(corpus), "--seq-len", "16", "--num-seqs", "6", "--bootstrap", "50",
+    code = main(["measure", "--pooling", "none", str(model_dir), "--corpus", str(corpus), "--seq-len", "16", "--num-seqs", "6", "--bootstrap", "50",
                  "--views", "paper", "--similarity", "all", "--out", str(out), "--no-progress", "--no-figures"])
     assert code == 0
     return out
@@ -61,7 +61,7 @@ def test_claims_on_a_saved_result(measured, capsys):
     assert len(evidence) == 15
     v = result.default
     assert f"D_eff {v.deff:.3f} [{v.ci['deff'][0]:.3f}, {v.ci['deff'][1]:.3f}] below F_N {v.reference:.3f}" in out
-    assert "R_matched_cal" in out and "per-model numbers are not public" in out
+    assert "R_matched_cal" in out and "its Table 2" in out
 
 
 # ---------------------------------------------------------------- known verdicts
@@ -138,7 +138,7 @@ def test_the_report_has_the_claims_section(known, tmp_path, capsys):
     section = text.split("### Does it reproduce the paper?", 1)[1].split("###", 1)[0]
     rows = [r for r in section.splitlines() if re.match(r"\| \d \|", r)]
     assert [r.split(" | ")[2:4] for r in rows] == [[EXPECTED[i]["frobenius"], EXPECTED[i]["cka"]] for i in range(1, 6)]
-    assert "15 of 16 models, 23-44% below F_L" in section and "per-model numbers are not public" in section
+    assert "15 of 16 models, 23-44% below F_L" in section and "its Table 2" in section
     code, _, err = run(["report", known, "-o", tmp_path / "r.html"], capsys)
     assert code == 0 and "Does it reproduce the paper?</h3>" in (tmp_path / "r.html").read_text()
 
@@ -154,7 +154,7 @@ def sweep_folder(tmp_path_factory):
     (broken / "config.json").write_text("{this is not json")
     out = root / "out"
     outcome = sweep(["tiny:llama", "tiny:gpt2", str(broken)], out, corpus=["To be, or not to be, that is the question. " * 40],
-                    seq_len=16, num_seqs=4, bootstrap=20, views="paper", similarity="cka,frobenius", figures=False, report=False)
+                    seq_len=16, num_seqs=4, bootstrap=20, views="paper", similarity="cka,frobenius", figures=False, report=False, pooling="none")
     assert outcome.counts == {"ok": 2, "error": 1}
     return out
 
@@ -172,7 +172,7 @@ def test_claims_on_a_sweep_folder(sweep_folder, capsys):
         grid = verdict_grid(checked.verdicts)
         assert verdicts == [grid[name][sim].status for name in CLAIM_NAMES]
     assert "of 2" in out and "15 of 16 models, 23-44% below F_L" in out and "all 16 models below F_L" in out
-    assert "per-model numbers are not public" in out
+    assert "its Table 2" in out
     assert "not checked: 1 model(s)" in out and "broken" in out
 
 

@@ -23,7 +23,7 @@ def run(argv, capsys):
 
 def test_measure_writes_result_and_prints_table(model_dir, corpus_file, tmp_path, capsys):
     code, out, err = run(
-        ["measure", model_dir, "--corpus", corpus_file, "--seq-len", 16, "--num-seqs", 6, "--batch-size", 4,
+        ["measure", "--pooling", "none", model_dir, "--corpus", corpus_file, "--seq-len", 16, "--num-seqs", 6, "--batch-size", 4,
          "--bootstrap", 100, "--views", "default,drop-pos0", "--out", tmp_path / "r", "--no-progress"],
         capsys,
     )
@@ -40,11 +40,11 @@ def test_measure_writes_result_and_prints_table(model_dir, corpus_file, tmp_path
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["measure", "--seq-len", "1"], "--seq-len must be at least 2"),
-        (["measure", "--seq-len", "abc"], "expected an integer"),
-        (["measure", "--similarity", "cos"], "--similarity must be one of"),
-        (["measure", "--views", "bogus"], "unknown view component"),
-        (["measure", "/no/such/model.gguf"], "does not exist"),
+        (["measure", "--pooling", "none", "--seq-len", "1"], "--seq-len must be at least 2"),
+        (["measure", "--pooling", "none", "--seq-len", "abc"], "expected an integer"),
+        (["measure", "--pooling", "none", "--similarity", "cos"], "--similarity must be one of"),
+        (["measure", "--pooling", "none", "--views", "bogus"], "unknown view component"),
+        (["measure", "--pooling", "none", "/no/such/model.gguf"], "does not exist"),
         (["show", "/no/such/result"], "no result at"),
         (["frobnicate"], "invalid choice"),
     ],
@@ -59,14 +59,14 @@ def test_bad_input_gives_one_line_error(argv, message, capsys, tmp_path):
 def test_corpus_too_small(model_dir, tmp_path, capsys):
     small = tmp_path / "small.txt"
     small.write_text("tiny")
-    code, _, err = run(["measure", model_dir, "--corpus", small, "--out", tmp_path / "o", "--no-progress"], capsys)
+    code, _, err = run(["measure", "--pooling", "none", model_dir, "--corpus", small, "--out", tmp_path / "o", "--no-progress"], capsys)
     assert code == 2 and "tokens" in err and len(err.strip().splitlines()) == 1
 
 
 def test_unwritable_output_folder(model_dir, tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    code, _, err = run(["measure", model_dir, "--out", blocker / "sub", "--no-progress"], capsys)
+    code, _, err = run(["measure", "--pooling", "none", model_dir, "--out", blocker / "sub", "--no-progress"], capsys)
     assert code == 2 and "cannot write to output folder" in err
 
 
@@ -77,7 +77,7 @@ def test_unsupported_architecture(tmp_path, capsys):
         AutoConfig.for_model("mamba", num_hidden_layers=2, hidden_size=16, vocab_size=300, state_size=4)
     ).save_pretrained(tmp_path / "mamba")
     byte_tokenizer().save_pretrained(tmp_path / "mamba")
-    code, _, err = run(["measure", tmp_path / "mamba", "--out", tmp_path / "o", "--no-progress"], capsys)
+    code, _, err = run(["measure", "--pooling", "none", tmp_path / "mamba", "--out", tmp_path / "o", "--no-progress"], capsys)
     assert code == 2 and "supported:" in err and "gpt_neox" in err
 
 
@@ -89,7 +89,7 @@ def test_default_out_stays_under_runs():
 
 def test_a_failed_run_removes_the_output_folder_it_created(tmp_path, capsys):
     out = tmp_path / "new" / "run"
-    code, _, err = run(["measure", tmp_path / "nope.gguf", "--out", out, "--no-progress"], capsys)
+    code, _, err = run(["measure", "--pooling", "none", tmp_path / "nope.gguf", "--out", out, "--no-progress"], capsys)
     assert code == 2 and "does not exist" in err
     assert not out.exists() and not out.parent.exists() and tmp_path.is_dir()
 
@@ -97,9 +97,9 @@ def test_a_failed_run_removes_the_output_folder_it_created(tmp_path, capsys):
 def test_a_failed_run_keeps_a_folder_it_did_not_create_or_that_holds_something(tmp_path, capsys):
     existing = tmp_path / "existing"
     existing.mkdir()
-    assert run(["measure", tmp_path / "nope.gguf", "--out", existing, "--no-progress"], capsys)[0] == 2
+    assert run(["measure", "--pooling", "none", tmp_path / "nope.gguf", "--out", existing, "--no-progress"], capsys)[0] == 2
     assert existing.is_dir()
     kept = tmp_path / "kept"
     (kept / "notes").mkdir(parents=True)
-    assert run(["measure", tmp_path / "nope.gguf", "--out", kept, "--no-progress"], capsys)[0] == 2
+    assert run(["measure", "--pooling", "none", tmp_path / "nope.gguf", "--out", kept, "--no-progress"], capsys)[0] == 2
     assert (kept / "notes").is_dir()

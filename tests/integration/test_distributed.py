@@ -66,7 +66,7 @@ def test_torchrun_two_processes_match_one(model_dir, corpus, tmp_path):
     distributed = effdepth.load(out)
     assert distributed.provenance["run"]["distributed"] == {"world_size": 2, "backend": "gloo", "shares": [[0, 4], [4, 7]]}
     single = effdepth.measure(str(model_dir), corpus, seq_len=16, num_seqs=7, batch_size=2, bootstrap=50,
-                              views="default,drop-pos0,top1pc", progress=False)
+                              views="default,drop-pos0,top1pc", progress=False, pooling="none")
     _same(single, distributed)
 
 
@@ -81,30 +81,30 @@ def one_process_group(tmp_path):
 
 def test_in_process_group_of_one(one_process_group, model_dir, corpus):
     kwargs = dict(seq_len=16, num_seqs=3, batch_size=2, bootstrap=20, views="default,center")
-    distributed = measure_distributed(Options.build(model=str(model_dir), corpus=corpus, **kwargs), progress=False)
-    _same(effdepth.measure(str(model_dir), corpus, progress=False, **kwargs), distributed)
+    distributed = measure_distributed(Options.build(model=str(model_dir), corpus=corpus, **kwargs, pooling="none"), progress=False)
+    _same(effdepth.measure(str(model_dir), corpus, progress=False, **kwargs, pooling="none"), distributed)
     with pytest.raises(effdepth.EffdepthError, match="exact is not supported"):
-        measure_distributed(Options.build(model=str(model_dir), corpus=corpus, views="top1pc", pc_estimate="exact"))
+        measure_distributed(Options.build(model=str(model_dir), corpus=corpus, views="top1pc", pc_estimate="exact", pooling="none"))
 
 
 def test_without_torchrun_a_one_line_error(monkeypatch, capsys, model_dir):
     for name in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    assert main(["measure", str(model_dir)]) == 2
+    assert main(["measure", "--pooling", "none", str(model_dir)]) == 2
     err = capsys.readouterr().err.strip()
     assert "not started by torchrun" in err and "\n" not in err
-    assert main(["measure", str(model_dir), "--device-map", "auto"]) == 2
+    assert main(["measure", "--pooling", "none", str(model_dir), "--device-map", "auto"]) == 2
     assert "--device-map does not combine" in capsys.readouterr().err
     with pytest.raises(effdepth.EffdepthError, match="no torch.distributed process group"):
-        measure_distributed(Options.build(model=str(model_dir)))
+        measure_distributed(Options.build(model=str(model_dir), pooling="none"))
 
 
 def test_every_rank_fits_on_the_calibration_set_one_process_uses(one_process_group, model_dir, corpus):
     # 256-token sequences in batches of 4: the calibration set is the first 8 sequences (2 batches,
     # at least 8 sequences and 2,048 tokens), not the first batch.
     kwargs = dict(seq_len=256, num_seqs=9, batch_size=4, bootstrap=20, views="top1pc", similarity="frobenius", surrogate_seqs=0)
-    distributed = measure_distributed(Options.build(model=str(model_dir), corpus=corpus, **kwargs), progress=False)
-    single = effdepth.measure(str(model_dir), corpus, progress=False, **kwargs)
+    distributed = measure_distributed(Options.build(model=str(model_dir), corpus=corpus, **kwargs, pooling="none"), progress=False)
+    single = effdepth.measure(str(model_dir), corpus, progress=False, **kwargs, pooling="none")
     _same(single, distributed)
     assert distributed.config["pc_estimate"]["calibration"] == {"sequences": 8, "tokens": 2048}
 
@@ -140,7 +140,7 @@ def test_leaving_the_group_stops_its_threads(inside, model_dir, corpus):
     # a whole measurement covers whatever else loading imports.
     if inside == "measure":
         inside = (f"import effdepth; effdepth.measure({str(model_dir)!r}, {corpus!r}, seq_len=16, num_seqs=2, "
-                  "batch_size=2, bootstrap=0, views='default,top1pc', progress=False)")
+                  "batch_size=2, bootstrap=0, views='default,top1pc', progress=False, pooling='none')")
     script = LEAVES_NO_GLOO_THREADS.format(inside=inside)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
@@ -162,7 +162,7 @@ def test_a_failed_write_is_one_line_and_every_ranks_error(monkeypatch, capsys, m
         raise effdepth.EffdepthError(f"cannot write {tmp_path / 'out' / 'result.json'}: No space left on device; choose another output folder")
 
     monkeypatch.setattr(cli_measure, "write_result", fail)
-    code = main(["measure", str(model_dir), "--corpus", corpus, "--seq-len", "16", "--num-seqs", "2", "--batch-size", "2",
+    code = main(["measure", "--pooling", "none", str(model_dir), "--corpus", corpus, "--seq-len", "16", "--num-seqs", "2", "--batch-size", "2",
                  "--bootstrap", "0", "--backend", "gloo", "--device", "cpu", "--out", str(tmp_path / "out"), "--no-progress"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("effdepth: error: [rank 0] cannot write") and "\n" not in err

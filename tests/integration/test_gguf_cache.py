@@ -94,7 +94,7 @@ def test_the_first_load_parses_the_file_once(gguf_file, cache, monkeypatch):
 def test_the_result_names_the_gguf_file_and_its_sha256(gguf_file, cache):
     import hashlib
 
-    r = effdepth.measure(str(gguf_file), TEXT, seq_len=16, num_seqs=3, bootstrap=0, progress=False)
+    r = effdepth.measure(str(gguf_file), TEXT, seq_len=16, num_seqs=3, bootstrap=0, progress=False, pooling="none")
     model = r.provenance["model"]
     sha = hashlib.sha256(gguf_file.read_bytes()).hexdigest()
     assert model["source"] == "gguf" and model["path"] == str(gguf_file.resolve()) and model["sha256"] == sha
@@ -157,18 +157,18 @@ def test_a_corrupt_or_truncated_gguf_gives_a_one_line_error(gguf_file, cache, tm
     data = gguf_file.read_bytes()
     bad = tmp_path / "bad.gguf"
     bad.write_bytes({"half": data[: len(data) // 2], "header only": data[:2000], "not gguf": b"<html>404</html>"}[damage])
-    code = main(["measure", str(bad), "--corpus", str(gguf_file), "--seq-len", "8", "--num-seqs", "2",
+    code = main(["measure", "--pooling", "none", str(bad), "--corpus", str(gguf_file), "--seq-len", "8", "--num-seqs", "2",
                  "--out", str(tmp_path / "out"), "--no-progress"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("effdepth: error: ") and message in err[0], err
     assert not (tmp_path / "out").exists()
     with pytest.raises(EffdepthError, match=message):
-        effdepth.measure(str(bad), TEXT, seq_len=16, num_seqs=3, bootstrap=0, progress=False)
+        effdepth.measure(str(bad), TEXT, seq_len=16, num_seqs=3, bootstrap=0, progress=False, pooling="none")
     assert not [p for p in (cache / "gguf").glob("*") if p.name != "hashes"]  # nothing half-written
 
 
 def test_no_progress_hides_the_conversion_bar(gguf_file, cache, tmp_path, capsys):
-    argv = ["measure", str(gguf_file), "--corpus", str(gguf_file.parent / "text.txt"), "--seq-len", "8", "--num-seqs", "2",
+    argv = ["measure", "--pooling", "none", str(gguf_file), "--corpus", str(gguf_file.parent / "text.txt"), "--seq-len", "8", "--num-seqs", "2",
             "--bootstrap", "0", "--no-figures"]
     (gguf_file.parent / "text.txt").write_text(TEXT[0])
     assert main([*argv, "--out", str(tmp_path / "quiet"), "--no-progress"]) == 0

@@ -46,7 +46,7 @@ def corpus(tmp_path_factory):
 
 
 def argv(model_dir, corpus, out, *extra):
-    return ["measure", str(model_dir), "--corpus", str(corpus), "--seq-len", "16", "--num-seqs", "12",
+    return ["measure", "--pooling", "none", str(model_dir), "--corpus", str(corpus), "--seq-len", "16", "--num-seqs", "12",
             "--batch-size", "1", "--bootstrap", "100", "--views", "default,top1pc", "--out", str(out),
             "--no-progress", "--no-figures", *extra]
 
@@ -188,7 +188,7 @@ def test_out_of_memory_halves_the_batch_and_keeps_the_numbers(monkeypatch):
     m = importlib.import_module("effdepth.capture.batches")
     model = tiny_model("llama")
     ids = torch.randint(0, 256, (8, 12), generator=torch.Generator().manual_seed(0))
-    expected = effdepth.measure(model, ids, batch_size=8, bootstrap=50, progress=False)
+    expected = effdepth.measure(model, ids, batch_size=8, bootstrap=50, progress=False, pooling="none")
     real = m.decoder_forward
 
     def picky(model_, arch, batch_ids, mask):
@@ -197,14 +197,14 @@ def test_out_of_memory_halves_the_batch_and_keeps_the_numbers(monkeypatch):
         return real(model_, arch, batch_ids, mask)
 
     monkeypatch.setattr(m, "decoder_forward", picky)
-    got = effdepth.measure(model, ids, batch_size=8, bootstrap=50, progress=False)
+    got = effdepth.measure(model, ids, batch_size=8, bootstrap=50, progress=False, pooling="none")
     assert got.provenance["run"]["batch_size_used"] == 2 and got.provenance["run"]["oom_retries"] == 2
     assert got.default.deff == pytest.approx(expected.default.deff, rel=1e-6)
     assert got.default.ci["deff"] == pytest.approx(expected.default.ci["deff"], rel=1e-6)
 
     monkeypatch.setattr(m, "decoder_forward", lambda *a: (_ for _ in ()).throw(RuntimeError("CUDA out of memory")))
     with pytest.raises(EffdepthError, match="out of memory on a single sequence"):
-        effdepth.measure(model, ids, batch_size=4, bootstrap=0, progress=False)
+        effdepth.measure(model, ids, batch_size=4, bootstrap=0, progress=False, pooling="none")
 
 
 def test_out_of_memory_inside_the_statistics_is_retried_without_double_counting(monkeypatch):
@@ -212,7 +212,7 @@ def test_out_of_memory_inside_the_statistics_is_retried_without_double_counting(
 
     model = tiny_model("llama")
     ids = torch.randint(0, 256, (4, 12), generator=torch.Generator().manual_seed(1))
-    expected = effdepth.measure(model, ids, batch_size=4, bootstrap=0, progress=False)
+    expected = effdepth.measure(model, ids, batch_size=4, bootstrap=0, progress=False, pooling="none")
     real = streams.SequenceSums.add
     state = {"failed": False}
 
@@ -223,7 +223,7 @@ def test_out_of_memory_inside_the_statistics_is_retried_without_double_counting(
         return real(self, *a, **k)
 
     monkeypatch.setattr(streams.SequenceSums, "add", flaky)
-    got = effdepth.measure(model, ids, batch_size=4, bootstrap=0, progress=False)
+    got = effdepth.measure(model, ids, batch_size=4, bootstrap=0, progress=False, pooling="none")
     assert got.default.sequences == 4 and got.default.tokens == expected.default.tokens
     assert got.default.deff == pytest.approx(expected.default.deff, rel=1e-6)
 
@@ -237,15 +237,15 @@ def test_pickle_weights_are_refused_unless_allowed(tmp_path):
     assert not list(d.glob("*.safetensors"))
     texts = ["A horse, a horse, my kingdom for a horse. " * 30]
     with pytest.raises(EffdepthError, match="pickle weights.*--allow-pickle"):
-        effdepth.measure(str(d), texts, seq_len=16, num_seqs=2, progress=False)
-    r = effdepth.measure(str(d), texts, seq_len=16, num_seqs=2, bootstrap=0, allow_pickle=True, progress=False)
+        effdepth.measure(str(d), texts, seq_len=16, num_seqs=2, progress=False, pooling="none")
+    r = effdepth.measure(str(d), texts, seq_len=16, num_seqs=2, bootstrap=0, allow_pickle=True, progress=False, pooling="none")
     assert r.default.num_states == 3
 
 
 @pytest.mark.parametrize("bad", ["../../x", "a/../../b", "/abs/path/model", "owner/name/extra"])
 def test_ids_that_could_escape_are_rejected(bad):
     with pytest.raises(EffdepthError):
-        effdepth.measure(bad, progress=False)
+        effdepth.measure(bad, progress=False, pooling="none")
 
 
 def test_trust_remote_code_and_pickle_are_off_by_default():
@@ -257,7 +257,7 @@ def test_trust_remote_code_and_pickle_are_off_by_default():
 def test_float16_accumulates_in_float64():
     model = tiny_model("llama")
     ids = torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(0))
-    r16 = effdepth.measure(model, ids, dtype="float16", bootstrap=0, progress=False)
-    r32 = effdepth.measure(model.float(), ids, dtype="float32", bootstrap=0, progress=False)
+    r16 = effdepth.measure(model, ids, dtype="float16", bootstrap=0, progress=False, pooling="none")
+    r32 = effdepth.measure(model.float(), ids, dtype="float32", bootstrap=0, progress=False, pooling="none")
     assert r16.provenance["model"]["dtype"] == "float16"
     assert r16.default.deff == pytest.approx(r32.default.deff, rel=1e-2)

@@ -47,7 +47,7 @@ def our_hook_count(model):
 
 def test_carry_one_reproduces_unmodified_result_exactly(llama):
     prepared = prepare(LoadOptions(model=llama, corpus=IDS), progress=False)
-    analysis = AnalysisOptions(views="default,drop-pos0", bootstrap=20)
+    analysis = AnalysisOptions(pooling="none", views="default,drop-pos0", bootstrap=20)
     plain = measure_prepared(prepared, analysis, with_loss=True, run=RunOptions(progress=False))
     carried = measure_with_carry(prepared, 1.0, "all", analysis, progress=False)
     for name in plain.views:

@@ -52,14 +52,14 @@ def naive_deff_from_hidden_states(model, input_ids, similarity="frobenius"):
 @pytest.mark.parametrize("similarity", ["frobenius", "cka"])
 def test_measure_equals_naive_computation(llama, similarity):
     x = ids()
-    r = effdepth.measure(llama, x, bootstrap=0, similarity=similarity, progress=False)
+    r = effdepth.measure(llama, x, bootstrap=0, similarity=similarity, progress=False, pooling="none")
     assert r.default.deff == pytest.approx(naive_deff_from_hidden_states(llama, x, similarity), rel=1e-6)
     assert r.default.tokens == x.numel() and r.default.sequences == x.shape[0]
 
 
 def test_batch_size_invariance(llama):
     x = ids(num=7)
-    results = [effdepth.measure(llama, x, batch_size=b, bootstrap=200, progress=False) for b in (1, 3, 7)]
+    results = [effdepth.measure(llama, x, batch_size=b, bootstrap=200, progress=False, pooling="none") for b in (1, 3, 7)]
     for r in results[1:]:
         assert r.default.deff == pytest.approx(results[0].default.deff, rel=1e-6)
         for k in ("deff", "ratio"):
@@ -69,24 +69,24 @@ def test_batch_size_invariance(llama):
 def test_accumulators_accumulate_every_batch(llama):
     # The classic bug: running sums that keep only the last batch.
     x = ids(num=6)
-    whole = effdepth.measure(llama, x, batch_size=2, bootstrap=0, progress=False).default
-    parts = [effdepth.measure(llama, x[i : i + 2], bootstrap=0, progress=False).default for i in (0, 2, 4)]
+    whole = effdepth.measure(llama, x, batch_size=2, bootstrap=0, progress=False, pooling="none").default
+    parts = [effdepth.measure(llama, x[i : i + 2], bootstrap=0, progress=False, pooling="none").default for i in (0, 2, 4)]
     g = sum(np.array(p.statistics["gram_states"]) for p in parts)
     np.testing.assert_allclose(whole.statistics["gram_states"], g, rtol=1e-9)
     assert whole.tokens == sum(p.tokens for p in parts)
 
 
 def test_determinism(llama):
-    a = effdepth.measure(llama, ids(), bootstrap=100, seed=3, progress=False).to_dict()
-    b = effdepth.measure(llama, ids(), bootstrap=100, seed=3, progress=False).to_dict()
+    a = effdepth.measure(llama, ids(), bootstrap=100, seed=3, progress=False, pooling="none").to_dict()
+    b = effdepth.measure(llama, ids(), bootstrap=100, seed=3, progress=False, pooling="none").to_dict()
     assert a["views"] == b["views"]
 
 
 def test_views_in_one_pass_match_separate_runs(llama):
     x = ids()
-    together = effdepth.measure(llama, x, views="paper", bootstrap=0, progress=False).views
+    together = effdepth.measure(llama, x, views="paper", bootstrap=0, progress=False, pooling="none").views
     for name in ("drop-pos0", "token-norm"):
-        alone = effdepth.measure(llama, x, views=[name], bootstrap=0, progress=False).views[name]
+        alone = effdepth.measure(llama, x, views=[name], bootstrap=0, progress=False, pooling="none").views[name]
         assert together[name].deff == pytest.approx(alone.deff, rel=1e-12)
 
 
@@ -94,8 +94,8 @@ def test_calibration_pcs_match_exact_on_a_small_model(llama):
     # Calibration vs exact (every sequence) top-1 PC estimates. 16 x 32 tokens is less than a
     # calibration set (8 sequences and 2,048 tokens), so calibration fits on all of them too.
     x = ids(num=16, seq=32)
-    exact = effdepth.measure(llama, x, views=["top1pc"], batch_size=8, pc_estimate="exact", bootstrap=0, progress=False)
-    calib = effdepth.measure(llama, x, views=["top1pc"], batch_size=8, pc_estimate="calibration", bootstrap=0, progress=False)
+    exact = effdepth.measure(llama, x, views=["top1pc"], batch_size=8, pc_estimate="exact", bootstrap=0, progress=False, pooling="none")
+    calib = effdepth.measure(llama, x, views=["top1pc"], batch_size=8, pc_estimate="calibration", bootstrap=0, progress=False, pooling="none")
     assert exact.config["pc_estimate"]["estimate"] == "exact"
     assert exact.config["pc_estimate"]["calibration"] == {"sequences": 16, "tokens": 512}
     assert calib.config["pc_estimate"]["calibration"] == {"sequences": 16, "tokens": 512}
@@ -108,13 +108,13 @@ def test_text_corpus_with_tokenizer(llama):
     from effdepth.data import byte_tokenizer
 
     texts = ["To be, or not to be, that is the question. " * 20]
-    r = effdepth.measure(llama, texts, tokenizer=byte_tokenizer(), seq_len=16, num_seqs=4, bootstrap=0, progress=False)
+    r = effdepth.measure(llama, texts, tokenizer=byte_tokenizer(), seq_len=16, num_seqs=4, bootstrap=0, progress=False, pooling="none")
     assert r.config["seq_len"] == 16 and r.default.sequences == 4
     assert r.provenance["corpus"]["sha256"]
 
 
 def test_result_round_trip(llama, tmp_path):
-    r = effdepth.measure(llama, ids(), views="paper", bootstrap=50, progress=False)
+    r = effdepth.measure(llama, ids(), views="paper", bootstrap=50, progress=False, pooling="none")
     p = r.save(tmp_path)
     back = effdepth.load(p)
     assert back.to_dict() == r.to_dict()
@@ -139,13 +139,13 @@ def test_result_round_trip(llama, tmp_path):
 )
 def test_bad_arguments(llama, kwargs, message):
     with pytest.raises(EffdepthError, match=message) as e:
-        effdepth.measure(llama, ids(), progress=False, **kwargs)
+        effdepth.measure(llama, ids(), progress=False, **kwargs, pooling="none")
     assert "\n" not in str(e.value)
 
 
 def test_ids_out_of_vocabulary(llama):
     with pytest.raises(EffdepthError):
-        effdepth.measure(llama, torch.tensor([[1, 2, 100_000]]), progress=False)
+        effdepth.measure(llama, torch.tensor([[1, 2, 100_000]]), progress=False, pooling="none")
 
 
 def test_non_finite_activations_name_the_layer(llama):
@@ -153,18 +153,18 @@ def test_non_finite_activations_name_the_layer(llama):
     h = block.register_forward_hook(lambda m, a, o: o * float("inf"))
     try:
         with pytest.raises(EffdepthError, match=r"block 2 \(S_2\).*--dtype"):
-            effdepth.measure(llama, ids(), bootstrap=0, progress=False)
+            effdepth.measure(llama, ids(), bootstrap=0, progress=False, pooling="none")
     finally:
         h.remove()
 
 
 def test_missing_paths_and_unknown_ids(tmp_path):
     with pytest.raises(EffdepthError, match="does not exist"):
-        effdepth.measure(str(tmp_path / "nope.gguf"), progress=False)
+        effdepth.measure(str(tmp_path / "nope.gguf"), progress=False, pooling="none")
     with pytest.raises(EffdepthError, match="not a model folder"):
-        effdepth.measure(str(tmp_path), progress=False)
+        effdepth.measure(str(tmp_path), progress=False, pooling="none")
     with pytest.raises(EffdepthError, match="neither an existing path nor"):
-        effdepth.measure("./no/such/model", progress=False)
+        effdepth.measure("./no/such/model", progress=False, pooling="none")
 
 
 def test_unknown_hub_id_offline(monkeypatch):
@@ -175,7 +175,7 @@ def test_unknown_hub_id_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(EffdepthError, match="could not load model 'nobody/no-such-model'"):
-        effdepth.measure("nobody/no-such-model", progress=False)
+        effdepth.measure("nobody/no-such-model", progress=False, pooling="none")
 
 
 def test_local_folder_model(tmp_path, llama):
@@ -183,7 +183,7 @@ def test_local_folder_model(tmp_path, llama):
 
     llama.save_pretrained(tmp_path)
     byte_tokenizer().save_pretrained(tmp_path)
-    r = effdepth.measure(str(tmp_path), ["Some text to read. " * 50], seq_len=16, num_seqs=3, bootstrap=0, progress=False)
-    direct = effdepth.measure(llama, ["Some text to read. " * 50], tokenizer=byte_tokenizer(), seq_len=16, num_seqs=3, bootstrap=0, progress=False)
+    r = effdepth.measure(str(tmp_path), ["Some text to read. " * 50], seq_len=16, num_seqs=3, bootstrap=0, progress=False, pooling="none")
+    direct = effdepth.measure(llama, ["Some text to read. " * 50], tokenizer=byte_tokenizer(), seq_len=16, num_seqs=3, bootstrap=0, progress=False, pooling="none")
     assert r.default.deff == pytest.approx(direct.default.deff, rel=1e-6)
     assert r.provenance["model"]["source"] == "local"

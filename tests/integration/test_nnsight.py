@@ -30,7 +30,7 @@ def token_ids(rows=6, cols=12, seed=0):
 
 def measured(model, corpus, **options):
     options = {"bootstrap": 20, "batch_size": 3, "progress": False, "views": VIEWS, **options}
-    return effdepth.measure(model, corpus, **options)
+    return effdepth.measure(model, corpus, **options, pooling="none")
 
 
 def numbers(result):

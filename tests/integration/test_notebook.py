@@ -27,7 +27,7 @@ def token_ids(rows=6, cols=12, seed=0):
 
 def measured(model, ids, **options):
     options = {"bootstrap": 0, "batch_size": BATCH, "progress": False, **options}
-    return effdepth.measure(model, ids, **options)
+    return effdepth.measure(model, ids, **options, pooling="none")
 
 
 def accumulated(model, ids, views=("default",), **options):
@@ -241,7 +241,7 @@ def test_hugging_face_paths_never_import_transformer_lens_or_nnsight():
         "import sys, torch, effdepth\n"
         "from effdepth.tiny import tiny_model\n"
         "m = tiny_model('gpt2')\n"
-        "effdepth.measure(m, torch.randint(0, 256, (2, 6)), bootstrap=0, progress=False)\n"
+        "effdepth.measure(m, torch.randint(0, 256, (2, 6)), bootstrap=0, progress=False, pooling='none')\n"
         "with effdepth.capture(m) as s:\n"
         "    m(torch.randint(0, 256, (1, 4)))\n"
         "print(sorted(k for k in sys.modules if k.split('.')[0] in ('transformer_lens', 'nnsight')))\n"

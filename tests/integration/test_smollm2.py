@@ -26,7 +26,7 @@ def smol(smol_256):
 
 @pytest.fixture(scope="module")
 def result(smol):
-    return measure_prepared(smol, AnalysisOptions(views="paper", batch_size=4, bootstrap=200), run=RunOptions(progress=False))
+    return measure_prepared(smol, AnalysisOptions(pooling="none", views="paper", batch_size=4, bootstrap=200), run=RunOptions(progress=False))
 
 
 def test_model_and_corpus_are_the_real_ones(smol):
@@ -69,7 +69,7 @@ def test_end_to_end_result_is_complete_and_consistent(result, tmp_path):
 
 
 def test_batch_size_invariance_on_the_real_model(smol, result):
-    other = measure_prepared(smol, AnalysisOptions(views=["default"], batch_size=8, bootstrap=0), run=RunOptions(progress=False))
+    other = measure_prepared(smol, AnalysisOptions(pooling="none", views=["default"], batch_size=8, bootstrap=0), run=RunOptions(progress=False))
     assert other.default.deff == pytest.approx(result.views["default"].deff, rel=1e-6)
 
 
@@ -112,7 +112,7 @@ def smol_256():
 def test_cka_per_sequence_tracks_exact_pooled_cka_and_the_paper_regime(smol_256):
     """docs/method.md#why-cka: at 8 x 256 tokens the per-sequence estimator is within 0.02 of the
     exact pooled CKA in D_eff / F_N, both below F_N, while the squared cosine puts the model above it."""
-    analysis = AnalysisOptions(views="default", similarity="cka,cka-full,frobenius", bootstrap=0, surrogate_seqs=0)
+    analysis = AnalysisOptions(pooling="none", views="default", similarity="cka,cka-full,frobenius", bootstrap=0, surrogate_seqs=0)
     r = measure_prepared(smol_256, analysis, run=RunOptions(progress=False))
     cka, full = r.view("default", "cka").ratio, r.view("default", "cka-full").ratio
     frobenius = r.view("default", "frobenius").ratio

@@ -51,7 +51,7 @@ def local_run(tmp_path_factory, checkpoints, corpus):
     mp = pytest.MonkeyPatch()
     mp.setattr(sweep_module, "measure_job", lambda p: calls.append(p["source"]) or real(p))
     try:
-        code = main(["trajectory", str(checkpoints), "--out", str(out), "--corpus", corpus, "--tokens-per-step", "1000", *SMALL])
+        code = main(["trajectory", "--pooling", "none", str(checkpoints), "--out", str(out), "--corpus", corpus, "--tokens-per-step", "1000", *SMALL])
     finally:
         mp.undo()
     return out, code, calls
@@ -199,7 +199,7 @@ def test_olmo2_branches_on_the_token_axis(fake_hub, tmp_path):
 
 def test_hub_errors_are_one_line(fake_hub, tmp_path, capsys):
     fake_hub.refs_error = OSError("Repository Not Found\nfor url ...")
-    assert main(["trajectory", "EleutherAI/pythia-12b", "--out", str(tmp_path)]) == 2
+    assert main(["trajectory", "--pooling", "none", "EleutherAI/pythia-12b", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "cannot list the branches of EleutherAI/pythia-12b" in err and "\n" not in err
 
@@ -207,14 +207,14 @@ def test_hub_errors_are_one_line(fake_hub, tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["trajectory", "EleutherAI/pythia-70m", "--revisions", "every:0", "--out", "{out}"], "every:K needs a whole number"),
-        (["trajectory", "EleutherAI/pythia-70m", "--revisions", "../step1", "--out", "{out}"], "malformed revision"),
-        (["trajectory", "EleutherAI/pythia-70m", "--revision", "step1", "--out", "{out}"], "not --revision"),
-        (["trajectory", "../x", "--out", "{out}"], "malformed model id"),
-        (["trajectory", "tiny:llama", "--out", "{out}"], "no training checkpoints"),
-        (["trajectory", "EleutherAI/pythia-70m", "--out", "{out}", "--executor", "spark"], "invalid choice"),
-        (["trajectory", "EleutherAI/pythia-70m", "--revisions", "step1,step1", "--out", "{out}"], "step1 more than once"),
-        (["trajectory", "EleutherAI/pythia-70m", "--tokens-per-step", "-5", "--out", "{out}"], "--tokens-per-step must be"),
+        (["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--revisions", "every:0", "--out", "{out}"], "every:K needs a whole number"),
+        (["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--revisions", "../step1", "--out", "{out}"], "malformed revision"),
+        (["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--revision", "step1", "--out", "{out}"], "not --revision"),
+        (["trajectory", "--pooling", "none", "../x", "--out", "{out}"], "malformed model id"),
+        (["trajectory", "--pooling", "none", "tiny:llama", "--out", "{out}"], "no training checkpoints"),
+        (["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--out", "{out}", "--executor", "spark"], "invalid choice"),
+        (["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--revisions", "step1,step1", "--out", "{out}"], "step1 more than once"),
+        (["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--tokens-per-step", "-5", "--out", "{out}"], "--tokens-per-step must be"),
     ],
 )
 def test_cli_bad_input_exits_2(fake_hub, tmp_path, capsys, argv, message):

@@ -45,7 +45,7 @@ def token_ids(rows=6, cols=12, seed=0):
 
 def measured(model, corpus, **options):
     options = {"bootstrap": 0, "batch_size": 3, "progress": False, "views": VIEWS, **options}
-    return effdepth.measure(model, corpus, **options)
+    return effdepth.measure(model, corpus, **options, pooling="none")
 
 
 def assert_close_results(a, b, tol=TOL):
@@ -179,7 +179,7 @@ def test_transformer_lens_refuses_what_it_cannot_do(model_folder):
     with pytest.raises(EffdepthError, match="no hidden_states tuple"):
         effdepth.from_hidden_states((torch.zeros(1, 2, 4),) * 4, model=b)
     with pytest.raises(EffdepthError, match="interventions are not supported on TransformerLens"):
-        effdepth.intervene(b, token_ids(), carry="1,0.5", bootstrap=0, progress=False)
+        effdepth.intervene(b, token_ids(), carry="1,0.5", bootstrap=0, progress=False, pooling="none")
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -1,4 +1,4 @@
-"""The package's imports only point down the declared layers (README, "Layout")."""
+"""The package's imports only point down the declared layers (docs/design.md, "Layout")."""
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ LAYERS = (
     ("models", "gguf_cache", "quiet"),
     ("capture",),
     ("options",),
-    ("result", "results_carry", "loading", "verdicts"),
+    ("pooled", "result", "results_carry", "loading", "verdicts"),
     ("report",),
     ("revisions", "suites"),
     ("checkpoint", "executors"),
-    ("measure",),
+    ("measure", "passage_measure"),
     ("notebook", "distributed"),
     ("intervene",),
     ("experiment",),
@@ -48,7 +48,7 @@ def rank_of(module: str) -> float:
     for rank, names in enumerate(LAYERS):
         if parts[0] in names:
             return rank
-    raise AssertionError(f"{module} is in no declared layer: add it to LAYERS (and to the README's layout)")
+    raise AssertionError(f"{module} is in no declared layer: add it to LAYERS (and to docs/design.md's layout)")
 
 
 def module_name(path: Path) -> str:
@@ -121,12 +121,12 @@ def test_the_walker_sees_function_level_and_relative_imports(tmp_path):
         fake.unlink()
 
 
-def test_the_readme_layout_names_every_module():
-    readme = (PACKAGE.parents[1] / "README.md").read_text(encoding="utf-8")
-    layout = readme[readme.index("## Development"):]
+def test_the_design_layout_names_every_module():
+    design = (PACKAGE.parents[1] / "docs" / "design.md").read_text(encoding="utf-8")
+    layout = design[design.index("## Layout"):]
     missing = sorted(p.stem for p in SOURCES if p.stem not in ("__init__", "__main__") and f"{p.stem}.py" not in layout
                      and f"{p.stem}/" not in layout)
-    assert missing == [], f"README's layout misses: {', '.join(missing)}"
+    assert missing == [], f"docs/design.md's layout misses: {', '.join(missing)}"
 
 
 def test_no_function_takes_more_than_ten_parameters():

@@ -166,6 +166,6 @@ def test_state_batches_and_their_errors():
 def test_accumulator_default_similarity_follows_measure():
     from effdepth.options import AnalysisOptions
 
-    assert (DEFAULT_SIMILARITY,) == AnalysisOptions().similarity
+    assert (DEFAULT_SIMILARITY,) == AnalysisOptions(pooling="none").similarity
     assert inspect.signature(effdepth.Accumulator).parameters["similarity"].default == DEFAULT_SIMILARITY
     assert all(p.default is not inspect.Parameter.empty for p in inspect.signature(effdepth.Accumulator).parameters.values())

@@ -10,6 +10,8 @@ with the final norm applied to the last block's output.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from tqdm.auto import tqdm
 
@@ -78,8 +80,18 @@ class PoolingCapture:
         return hook
 
 
-def pooled_batches(model, arch, passages, order, batch_size: int, pooler: PassagePooler, *, states: str = "blocks",
-                   start: int = 0, pad_id: int = 0, progress: bool = True, facts: dict | None = None):
+@dataclass(frozen=True)
+class PassageForward:
+    """How the forward passes over passages run: passages per batch, which states, the padding id."""
+
+    batch_size: int
+    states: str = "blocks"
+    pad_id: int = 0
+    progress: bool = True
+
+
+def pooled_batches(model, arch, passages, order, pooler: PassagePooler, forward: PassageForward, *,
+                   start: int = 0, facts: dict | None = None):
     """Yield ``(indices, pooled, sums)`` per forward pass over the passages ``order[start:]``:
     ``pooled`` (V, L+1, B, d) float64 and ``sums`` (L, B, 3) on the CPU.
 
@@ -89,16 +101,16 @@ def pooled_batches(model, arch, passages, order, batch_size: int, pooler: Passag
     facts = facts if facts is not None else {}
     device = input_device(arch, model)
     lengths = passages.lengths
-    size = batch_size
+    size, states = forward.batch_size, forward.states
     hooked = callable(getattr(arch, "run", None))  # TransformerLens: its own hooks and forward pass
     total = int(lengths[list(order)].sum())
     done = int(lengths[list(order[:start])].sum())
-    with tqdm(total=total, initial=done, unit="tok", desc="measuring passages", disable=not progress,
+    with tqdm(total=total, initial=done, unit="tok", desc="measuring passages", disable=not forward.progress,
               dynamic_ncols=True, leave=False) as bar:
         i = start
         while i < len(order):
             indices = list(order[i:i + size])
-            ids, mask = passages.batch(indices, pad_id=pad_id)
+            ids, mask = passages.batch(indices, pad_id=forward.pad_id)
             ids, mask = ids.to(device), mask.to(device)
             try:
                 pooler.start(mask, torch.from_numpy(passages.starts_with_bos[indices]))

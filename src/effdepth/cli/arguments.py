@@ -66,7 +66,8 @@ def float_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
-MODEL_HELP = "Hugging Face id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)"
+MODEL_HELP = ("Hugging Face id, local folder, .gguf file, or an embedded model by name: smollm2-135m "
+              "(SmolLM2-135M-Instruct, the default) or gemma-3-270m (Gemma-3-270m base)")
 
 
 def add_model_argument(p: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..options import Options
+from ..options import Options, token_mode
 from .arguments import Parser, add_measure_arguments, add_model_argument, default_out, ensure_writable, float_arg, int_arg
 
 
@@ -71,7 +71,7 @@ def cmd_intervene(args) -> int:
     from ..intervene import intervene, save_intervention
     from ..report.tables import intervention_headline, intervention_table
 
-    options = Options.from_args(args)
+    options = Options.from_args(args, **token_mode({"pooling": getattr(args, "pooling", None)}, "effdepth intervene"))
     # Bad carry values or layers fail before the output folder and the weights.
     carries = parse_carry(args.carry)
     check_layer_spec(args.layers)

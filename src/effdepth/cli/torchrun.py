@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import EffdepthError
-from ..options import Options
+from ..options import Options, token_mode
 from .arguments import Parser, add_measure_arguments, add_model_argument, default_out, ensure_writable
 
 
@@ -57,7 +57,7 @@ def _measure_command(args) -> int:
     from ..distributed import agreed, comm_device, measure_distributed
     from .measure import write_result
 
-    options = Options.from_args(args)
+    options = Options.from_args(args, **token_mode({"pooling": getattr(args, "pooling", None)}, "a distributed measurement"))
     if options.load.device is None and torch.cuda.is_available():
         options = options.replace(device=f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}")
     out = default_out(args.model) if args.out is None else Path(args.out)

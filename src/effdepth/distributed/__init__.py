@@ -85,6 +85,9 @@ def measure_distributed(options: Options, *, progress: bool = True):
     if not dist.is_available() or not dist.is_initialized():
         raise EffdepthError(f"no torch.distributed process group; {UNDER_TORCHRUN}")
     analysis = options.analysis
+    if analysis.passages:
+        raise EffdepthError("a distributed measurement is token mode's (per-sequence statistics): build the options with "
+                            "pooling='none', or measure passage mode in one process")
     view_specs = analysis.view_specs
     if options.load.device_map is not None:
         raise EffdepthError("--device-map does not combine with a distributed measurement: every rank holds the whole model")

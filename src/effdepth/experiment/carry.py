@@ -269,11 +269,11 @@ def measure_checkpoint(path, corpus=None, *, carry: float | None = None, layers=
     """
     from ..intervene import measure_with_carry
     from ..measure import prepare
-    from ..options import Options
+    from ..options import Options, token_mode
 
     stored_lam, stored_layers = checkpoint_carry(path)
     lam = stored_lam if carry is None else carry
-    opts = Options.build(model=str(path), corpus=corpus, **options)
+    opts = Options.build(model=str(path), corpus=corpus, **token_mode(options, "the carry experiment"))
     prepared = prepare(opts.load, progress=progress)
     return measure_with_carry(prepared, lam, stored_layers if layers is None else layers, opts.analysis, progress=progress)
 

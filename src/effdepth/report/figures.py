@@ -41,6 +41,7 @@ REFERENCE_STYLES = {
     "init": (r"$R_\mathrm{init}$: + initial state", OKABE_ITO["sky_blue"], "-.", "v"),
     "size": (r"$R_\mathrm{size}$: + update sizes", OKABE_ITO["bluish_green"], ":", "D"),
     "matched": (r"$R_\mathrm{matched}$: both", OKABE_ITO["vermillion"], (0, (6, 2)), "s"),
+    "corr": (r"$R_\mathrm{corr}$: + measured update correlation", OKABE_ITO["yellow"], (0, (5, 1, 1, 1, 1, 1)), "*"),
     # Calibrated references: surrogate streams through the same similarity (docs/method.md#calibrated-references).
     "structural_cal": (r"$R_\mathrm{structural\,cal}$: surrogate, equal updates", OKABE_ITO["black"], (0, (1, 1)), "x"),
     "matched_cal": (r"$R_\mathrm{matched\,cal}$: surrogate, measured energies", OKABE_ITO["reddish_purple"], (0, (3, 1, 1, 1)), "P"),
@@ -237,6 +238,8 @@ def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figur
     3
     """
     v, ctx = _view(result, view)
+    if not v.update_energy and v.update_sizes:
+        return passage_layers_figure(v, ctx)
     if not v.update_energy:
         raise EffdepthError(f"view {v.name!r} has no per-layer update summary: {NO_COSINE_SUMMARIES}")
     energy = _array(v.update_energy)
@@ -271,6 +274,37 @@ def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figur
         ax.set_xlim(0.5, len(layers) + 0.5)
         # Pooled (Frobenius) quantities whatever the similarity (docs/method.md#update-correlation): no similarity named.
         fig.suptitle(_title("Per-layer updates", v, {**ctx, "similarity": None}, similarity=False), fontsize=10)
+    return fig
+
+
+def passage_layers_figure(v: ViewResult, ctx: dict) -> Figure:
+    """Passage mode's per-layer panels: each update's covariance norm across passages (log), the token-level
+    ratio |u_l| / |s_{l-1}| and block influence, with their intervals where the result has them."""
+    sizes = _array(v.update_sizes)
+    layers = np.arange(1, len(sizes) + 1)
+    related = v.related or {}
+    ci = (v.ci or {})
+    panels = [
+        (sizes, ci.get("update_sizes"), r"update size $n_l$" "\n(covariance norm)", OKABE_ITO["vermillion"], "o", True),
+        (_array(related.get("relative_contribution", [None] * len(layers))), ci.get("relative_contribution"),
+         r"$\|u_l\| / \|s_{l-1}\|$" "\n(over tokens)", OKABE_ITO["bluish_green"], "D", False),
+        (_array(related.get("block_influence", [None] * len(layers))), ci.get("block_influence"),
+         "block influence\n" r"$1 - \overline{\cos}(s_{l-1}, s_l)$", OKABE_ITO["reddish_purple"], "^", False),
+    ]
+    with style():
+        fig = new_figure(5.6, 6.4)
+        axes = fig.subplots(3, 1, sharex=True)
+        for ax, (values, band, label, colour, marker, log) in zip(axes, panels):
+            if band and len(band) == 2 and len(band[0]) == len(layers):
+                ax.fill_between(layers, _array(band[0]), _array(band[1]), color=colour, alpha=0.2, linewidth=0)
+            ax.plot(layers, _positive(values) if log else values, color=colour, marker=marker, markersize=4)
+            if log:
+                ax.set_yscale("log")
+            ax.set_ylabel(label)
+        axes[-1].set_xlabel("layer $l$ (block)")
+        axes[-1].set_xticks(layer_ticks(1, len(layers)))
+        axes[-1].set_xlim(0.5, len(layers) + 0.5)
+        fig.suptitle(_title("Per-layer updates", v, ctx), fontsize=10)
     return fig
 
 
@@ -379,7 +413,8 @@ def standard_figures(result: Result, view: str | None = None):
     yield "attribution", attribution_figure(result, view)
     if len(result.views) > 1:
         yield "views", views_figure(result)
-    if _view(result, view)[0].update_energy:  # see NO_COSINE_SUMMARIES
+    chosen = _view(result, view)[0]
+    if chosen.update_energy or chosen.update_sizes:  # see NO_COSINE_SUMMARIES
         yield "layers", layers_figure(result, view)
 
 

@@ -33,9 +33,9 @@ PAPER_ABSTRACT = {
     "controls": "all 16 models below F_L after token-norm or top-1-PC removal",
     "calibrated": "not in the paper (effdepth's calibrated reference, docs/method.md#calibrated-references)",
 }
-PAPER_NOTE = ("The paper (arXiv 2609.31098): 15 of 16 models 23-44% below F_L, all 16 below it after token-norm or top-1-PC "
-              "removal (its abstract); per-model numbers from its Table 2 as a public third-party reading memo reproduces "
-              "them (effdepth.data.paper).")
+PAPER_NOTE = ("The paper (arXiv 2609.31098, its abstract): 15 of 16 models 23-44% below F_L, all 16 below it after "
+              "token-norm or top-1-PC removal. Per-model values: its Table 2, as a public third-party reading of the "
+              "paper gives them (effdepth/data/paper_table2.yaml).")
 
 #: Passage mode's similarities (across passages), by name.
 PASSAGE_SIMILARITIES = {

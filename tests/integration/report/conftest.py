@@ -17,6 +17,14 @@ def tiny_result():
 
 
 @pytest.fixture(scope="session")
+def tiny_token_result():
+    """The same model and tokens in token mode (--pooling none): one similarity, per-token summaries."""
+    torch.manual_seed(0)
+    return effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (6, 16)), views="paper", bootstrap=100,
+                            pooling="none", progress=False)
+
+
+@pytest.fixture(scope="session")
 def synthetic_result():
     """A random walk over 30 layers (as many as SmolLM2): ticks and markers must stay readable."""
     g = torch.Generator().manual_seed(1)
@@ -53,10 +61,12 @@ def gappy_result(tmp_path_factory, synthetic_result):
 
 
 @pytest.fixture(scope="session")
-def saved(tmp_path_factory, tiny_result, synthetic_result, bare_result):
+def saved(tmp_path_factory, tiny_result, tiny_token_result, synthetic_result, bare_result):
     """The results saved as ``<root>/<name>/result.json``; returns ``{name: folder}``."""
     root = tmp_path_factory.mktemp("results")
     out = {}
     for name, r in {"tiny": tiny_result, "synthetic": synthetic_result, "bare": bare_result}.items():
         out[name] = r.save(root / name).parent
+    # apart, so that a report over ``root`` holds exactly the three above
+    out["tiny-token"] = tiny_token_result.save(tmp_path_factory.mktemp("token") / "tiny-token").parent
     return out

@@ -146,7 +146,7 @@ def model_dir(tmp_path_factory):
 def test_measure_writes_figures_next_to_the_result(model_dir, flag, tmp_path, capsys):
     out = tmp_path / "run"
     code, stdout, err = run(
-        ["measure", model_dir, "--corpus", model_dir / "corpus.txt", "--seq-len", 16, "--num-seqs", 4,
+        ["measure", "--pooling", "none", model_dir, "--corpus", model_dir / "corpus.txt", "--seq-len", 16, "--num-seqs", 4,
          "--bootstrap", 20, "--views", "default,drop-pos0", "--out", out, "--no-progress", *flag],
         capsys,
     )

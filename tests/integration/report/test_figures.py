@@ -95,7 +95,7 @@ def test_views_figure_has_a_row_per_view_and_the_line_at_one(tiny_result):
 
 
 def test_unknown_view_is_a_user_error(tiny_result):
-    with pytest.raises(effdepth.EffdepthError, match="no view 'nope'.*drop-pos0"):
+    with pytest.raises(effdepth.EffdepthError, match="no view 'nope'.*drop-bos"):
         figures.profile_figure(tiny_result, view="nope")
 
 

@@ -42,7 +42,7 @@ def assert_one_line_error(code, err, pattern):
 def carried(tmp_path_factory):
     torch.manual_seed(5)
     ir = effdepth.intervene(tiny_model("llama"), torch.randint(0, 256, (4, 12)), carry=(1, 0.5), layers="1-2",
-                            views="default,drop-pos0", bootstrap=20, progress=False)
+                            views="default,drop-pos0", bootstrap=20, progress=False, pooling="none")
     out = tmp_path_factory.mktemp("carry")
     save_intervention(ir, out, figure=False)
     return ir, out
@@ -103,7 +103,7 @@ def test_comparison_shows_what_differs_and_always_tokens_per_sequence(bare_resul
 
 def test_embedding_included_says_f_n_with_n(tmp_path):
     outcome = sweep(["tiny:gpt2"], tmp_path, corpus=["To be, or not to be, that is the question. " * 30], seq_len=8,
-                    num_seqs=2, bootstrap=0, include_embedding=True, figures=False, report=False)
+                    num_seqs=2, bootstrap=0, include_embedding=True, figures=False, report=False, pooling="none")
     row = outcome.rows[0]
     assert row["L"] == 3 and row["N"] == 4 and row["F_N"] == pytest.approx(2 * 4 / 5)
     header = (tmp_path / "summary.csv").read_text().splitlines()[0].split(",")
@@ -124,7 +124,8 @@ def test_embedding_included_says_f_n_with_n(tmp_path):
 # ---------------------------------------------------------------- 5. one attribution sign
 
 
-def test_attribution_has_one_sign_in_table_figure_caption_and_note(tiny_result):
+def test_attribution_has_one_sign_in_table_figure_caption_and_note(tiny_token_result):
+    tiny_result = tiny_token_result
     v = tiny_result.default
     text = result_summary_text(tiny_result)
     row = next(line for line in text.splitlines() if line.startswith("default "))
@@ -180,7 +181,7 @@ def trajectory_folder(tmp_path_factory):
     for step, seed in ((0, 0), (100, 1)):
         tiny_model("gpt2", seed=seed).save_pretrained(d / "ckpts" / f"step-{step}")
         byte_tokenizer().save_pretrained(d / "ckpts" / f"step-{step}")
-    trajectory(d / "ckpts", d / "out", corpus=["To be, or not to be. " * 20], seq_len=8, num_seqs=2, bootstrap=0, figures=False)
+    trajectory(d / "ckpts", d / "out", corpus=["To be, or not to be. " * 20], seq_len=8, num_seqs=2, bootstrap=0, figures=False, pooling="none")
     return d / "out"
 
 

@@ -34,7 +34,7 @@ def every_similarity(tmp_path_factory):
     """A tiny Llama, every paper view, cka (primary), frobenius and token, calibrated references."""
     torch.manual_seed(3)
     r = effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (6, 16)), views="paper", similarity="all",
-                         bootstrap=50, progress=False)
+                         bootstrap=50, progress=False, pooling="none")
     return r, r.save(tmp_path_factory.mktemp("all") / "run")
 
 
@@ -104,9 +104,14 @@ def test_the_report_has_a_definition_sensitivity_table(every_similarity, tmp_pat
 
 
 def test_one_similarity_has_no_sensitivity_table(saved, capsys, tmp_path):
-    code, out, _ = run(["show", saved["tiny"]], capsys)
+    code, out, _ = run(["show", saved["tiny-token"]], capsys)
     assert code == 0 and "definition sensitivity" not in out
-    assert "Definition sensitivity" not in write_report([saved["tiny"]], tmp_path / "r.md")[0].read_text()
+    assert "Definition sensitivity" not in write_report([saved["tiny-token"]], tmp_path / "r.md")[0].read_text()
+
+
+def test_passage_mode_always_shows_both_estimators(saved, capsys):
+    code, out, _ = run(["show", saved["tiny"]], capsys)
+    assert code == 0 and "cka-debiased" in out and "null" in out
 
 
 def test_the_decay_profile_draws_the_calibrated_references(every_similarity):

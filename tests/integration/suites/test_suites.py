@@ -7,10 +7,12 @@ from effdepth.errors import EffdepthError
 from effdepth.suites import SuiteModel, check_model_id, load_suite, parse_suite, resolve_models, suite_names
 from effdepth.tiny import TINY_MODEL_TYPES
 
+# The paper's Table 2 (PAPER-PROTOCOL.md section 2), as hub ids.
 PAPER16 = (
-    [f"EleutherAI/pythia-{s}" for s in ("70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b")]
-    + ["allenai/OLMo-2-0425-1B", "allenai/OLMo-2-1124-7B", "allenai/OLMo-2-1124-13B", "allenai/OLMo-2-0325-32B"]
-    + [f"Qwen/Qwen3.5-{s}-Base" for s in ("0.8B", "2B", "4B", "9B")]
+    [f"EleutherAI/pythia-{s}" for s in ("70m", "160m", "410m", "1b", "1.4b")]
+    + ["allenai/OLMo-2-0425-1B", "allenai/OLMo-2-1124-7B", "allenai/OLMo-2-1124-13B"]
+    + ["meta-llama/Llama-3.1-8B", "mistralai/Mistral-7B-v0.1", "google/gemma-3-12b-pt"]
+    + [f"Qwen/Qwen3.5-{s}-Base" for s in ("0.8B", "2B", "4B", "9B")] + ["Qwen/Qwen3.5-27B"]
 )
 
 
@@ -26,8 +28,12 @@ def test_every_shipped_suite_parses_with_well_formed_ids(name):
 def test_paper16_is_our_reading_of_the_paper():
     suite = load_suite("paper16")
     assert [m.id for m in suite.models] == PAPER16
-    assert "our reading of the paper" in suite.description.lower()
-    assert suite.families() == ["pythia", "olmo2", "qwen3.5"]
+    assert "table 2" in suite.description.lower()
+    assert suite.families() == ["pythia", "olmo2", "llama3", "mistral", "gemma3", "qwen3.5"]
+    # every model names its Table 2 row, and that row exists in the shipped table
+    from effdepth.data.paper import table2_row
+
+    assert all(table2_row(m.id, m.paper) is not None for m in suite.models)
     sizes = {m.id: m.params for m in suite.models}
     assert sizes["EleutherAI/pythia-1.4b"] == 1_400_000_000 and sizes["Qwen/Qwen3.5-0.8B-Base"] == 800_000_000
 
@@ -90,7 +96,7 @@ def test_cli_suite_list_and_show(capsys):
     assert "paper16" in out and "tiny" in out
     assert main(["suite", "show", "paper16"]) == 0
     out = capsys.readouterr().out
-    assert "allenai/OLMo-2-0325-32B" in out and "32B" in out
+    assert "allenai/OLMo-2-1124-13B" in out and "27B" in out
 
 
 def test_cli_suite_show_bad_input_exits_2(capsys, tmp_path):

@@ -103,8 +103,8 @@ def test_all_padding_rows_are_skipped_and_counted(views):
 
 def test_a_batch_of_padding_only_is_skipped():
     s = residual(B=4, T=8)
-    state = MeasurementState.new(AnalysisOptions(views="default,top1pc", similarity="cka,frobenius", surrogate_seqs=None))
-    plain = MeasurementState.new(AnalysisOptions(views="default,top1pc", similarity="cka,frobenius", surrogate_seqs=None))
+    state = MeasurementState.new(AnalysisOptions(pooling="none", views="default,top1pc", similarity="cka,frobenius", surrogate_seqs=None))
+    plain = MeasurementState.new(AnalysisOptions(pooling="none", views="default,top1pc", similarity="cka,frobenius", surrogate_seqs=None))
     state.update(s[:, :2], torch.zeros(2, 8, dtype=torch.bool))
     state.update(s[:, 2:], None)
     plain.update(s[:, 2:], None)
@@ -186,7 +186,7 @@ def heterogeneous(B=16, T=256, d=8, L=2, seed=0):
 
 
 def one_at_a_time(s, views, **options):
-    state = MeasurementState.new(AnalysisOptions(views=views, similarity="frobenius", bootstrap=0, surrogate_seqs=0, **options))
+    state = MeasurementState.new(AnalysisOptions(pooling="none", views=views, similarity="frobenius", bootstrap=0, surrogate_seqs=0, **options))
     for b in range(s.shape[1]):
         state.update(s[:, b : b + 1], None)
     state.finish()
@@ -272,7 +272,7 @@ def test_a_resume_from_a_checkpoint_taken_while_calibrating_gives_the_same_numbe
     s = heterogeneous(B=10, T=40, d=4)
     mask = torch.ones(10, 40, dtype=torch.bool)
     mask[padding : padding + 2] = False  # a batch of padding only, while the calibration set is held (or first)
-    options = AnalysisOptions(views="default,top1pc", similarity="cka,frobenius", surrogate_seqs=None, bootstrap=0,
+    options = AnalysisOptions(pooling="none", views="default,top1pc", similarity="cka,frobenius", surrogate_seqs=None, bootstrap=0,
                               pc_estimate=estimate)
     whole = fed(MeasurementState.new(options), s, mask, 10)
     whole.finish()
@@ -311,7 +311,7 @@ def test_the_saved_loss_covers_the_same_batches_as_the_saved_statistics(held_fit
     if not held_fits:
         monkeypatch.setattr(streams, "HELD_STATE_BYTES", 0)
     s = heterogeneous(B=4, T=8, d=4)
-    state = MeasurementState.new(AnalysisOptions(views="top1pc", similarity="frobenius", surrogate_seqs=0), with_loss=True)
+    state = MeasurementState.new(AnalysisOptions(pooling="none", views="top1pc", similarity="frobenius", surrogate_seqs=0), with_loss=True)
     ids = torch.zeros(2, 8, dtype=torch.long)
     for b in (0, 2):
         state.update(s[:, b : b + 2], None, torch.zeros(2, 8, 5), ids)
@@ -322,7 +322,7 @@ def test_the_saved_loss_covers_the_same_batches_as_the_saved_statistics(held_fit
 
 def test_a_failure_while_completing_the_calibration_set_rolls_everything_back(monkeypatch):
     s = heterogeneous(B=8, T=256, d=4, L=1)
-    options = AnalysisOptions(views="default,center", similarity="frobenius", surrogate_seqs=None, bootstrap=0)
+    options = AnalysisOptions(pooling="none", views="default,center", similarity="frobenius", surrogate_seqs=None, bootstrap=0)
     clean = MeasurementState.new(options)
     for b in range(0, 8, 4):
         clean.update(s[:, b : b + 4], None)

@@ -232,7 +232,7 @@ def test_a_batch_the_real_stream_fails_on_is_undone_in_the_surrogates_too(monkey
     from effdepth.options import AnalysisOptions
 
     s = real_states(L=2, B=2, T=6, d=4).float()
-    analysis = AnalysisOptions(views="default", similarity=("cka", "cka-full"), surrogate_seqs=None)
+    analysis = AnalysisOptions(pooling="none", views="default", similarity=("cka", "cka-full"), surrogate_seqs=None)
     clean, flaky = MeasurementState.new(analysis), MeasurementState.new(analysis)
     for state in (clean, flaky):
         state.update(s, None)

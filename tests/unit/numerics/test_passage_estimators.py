@@ -1,0 +1,223 @@
+"""Passage mode's similarity across samples: the HSIC estimators against brute force, the closed forms
+of docs/method.md under both estimators, the references, and the bootstrap's coverage."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled
+from effdepth.numerics.passage_metrics import (
+    cka,
+    correlated_reference_similarity,
+    kernel_numbers,
+)
+from effdepth.numerics.references import reference_fl
+from effdepth.numerics.sample_hsic import Units, feature_hsic, resample_weights, resampled_hsic, stack_sums
+from effdepth.numerics.similarity import deff
+
+
+def naive_biased(x: np.ndarray, y: np.ndarray) -> float:
+    xc, yc = x - x.mean(0), y - y.mean(0)
+    return float(np.linalg.norm(xc.T @ yc) ** 2 / len(x) ** 2)
+
+
+def naive_debiased(x: np.ndarray, y: np.ndarray) -> float:
+    """Song et al. (2012), written out from its Gram matrices with zeroed diagonals."""
+    n = len(x)
+    k, l = x @ x.T, y @ y.T
+    np.fill_diagonal(k, 0.0)
+    np.fill_diagonal(l, 0.0)
+    one = np.ones(n)
+    return float((np.trace(k @ l) + (one @ k @ one) * (one @ l @ one) / ((n - 1) * (n - 2))
+                  - 2.0 / (n - 2) * (one @ k @ l @ one)) / (n * (n - 3)))
+
+
+def stack(seed: int, n: int = 23, d: int = 5, m: int = 3) -> list:
+    rng = np.random.default_rng(seed)
+    base = rng.normal(size=(n, d)) + 3.0
+    return [base + rng.normal(size=(n, d)) * (i + 1) for i in range(m)]
+
+
+@pytest.mark.parametrize("units", [23, 7])
+def test_both_estimators_match_brute_force_and_the_feature_route(units):
+    mats = stack(0)
+    blocks = Units.blocks(23, units)
+    h = resampled_hsic(stack_sums([torch.from_numpy(m) for m in mats], blocks), resample_weights(blocks.count, 0, 0))
+    feature = feature_hsic([torch.from_numpy(m) for m in mats])
+    for i in range(3):
+        for j in range(3):
+            assert h["biased"][0, i, j] == pytest.approx(naive_biased(mats[i], mats[j]), rel=1e-10)
+            assert h["debiased"][0, i, j] == pytest.approx(naive_debiased(mats[i], mats[j]), rel=1e-9)
+            assert float(feature["biased"][i, j]) == pytest.approx(naive_biased(mats[i], mats[j]), rel=1e-10)
+            assert float(feature["debiased"][i, j]) == pytest.approx(naive_debiased(mats[i], mats[j]), rel=1e-9)
+
+
+def test_a_resample_of_the_biased_estimator_is_the_v_statistic_of_the_resampled_data():
+    mats = stack(1, n=20)
+    units = Units.blocks(20, 5)
+    weights = resample_weights(units.count, 3, seed=4)
+    h = resampled_hsic(stack_sums([torch.from_numpy(m) for m in mats], units), weights)
+    for r in range(1, 4):
+        rows = np.concatenate([np.repeat(np.arange(units.bounds[g], units.bounds[g + 1])[None], int(c), axis=0).ravel()
+                               for g, c in enumerate(weights[r])])
+        drawn = [m[rows] for m in mats]
+        assert h["biased"][r, 0, 2] == pytest.approx(naive_biased(drawn[0], drawn[2]), rel=1e-10)
+
+
+def test_gram_tiles_under_a_small_memory_budget_give_the_same_sums():
+    mats = [torch.from_numpy(m) for m in stack(2, n=40, d=6)]
+    units = Units.blocks(40, 8)
+    weights = resample_weights(units.count, 20, 0)
+    whole = resampled_hsic(stack_sums(mats, units), weights)
+    tiled = resampled_hsic(stack_sums(mats, units, budget_bytes=4096), weights)
+    for key in whole:
+        np.testing.assert_allclose(tiled[key], whole[key], rtol=1e-12, atol=1e-14)
+
+
+def test_float32_gram_tiles_of_centred_data_stay_close_to_float64_even_with_a_huge_offset():
+    rng = np.random.default_rng(3)
+    mats = [torch.from_numpy(rng.normal(size=(60, 16)) + 1e4 * (i == 0)) for i in range(3)]
+    units = Units.blocks(60, 60)
+    w = resample_weights(60, 0, 0)
+    exact = resampled_hsic(stack_sums(mats, units), w)
+    single = resampled_hsic(stack_sums(mats, units, dtype=torch.float32), w)
+    np.testing.assert_allclose(cka(single["biased"]), cka(exact["biased"]), atol=1e-5)
+
+
+def isotropic_updates(samples: int, width: int, layers: int, seed: int) -> np.ndarray:
+    """S_0 = 0 and S_l = S_{l-1} + f_l, the f_l independent isotropic Gaussians of equal size: (L+1, N, d)."""
+    rng = np.random.default_rng(seed)
+    updates = rng.standard_normal((layers, samples, width))
+    return np.concatenate([np.zeros((1, samples, width)), np.cumsum(updates, axis=0)])
+
+
+def test_proposition_3_under_both_estimators():
+    """Debiased within 1% of F_L at N = 1,000, d = 384, L = 12; the biased estimator far below it, on its own null."""
+    states = isotropic_updates(1000, 384, 12, seed=0)
+    out = analyse_pooled({"default": states}, AnalysisPlan(bootstrap=0, seed=1))
+    fl = reference_fl(12)
+    debiased = out["similarities"]["cka-debiased"]["default"]
+    biased = out["similarities"]["cka"]["default"]
+    assert abs(debiased["deff"] / fl - 1.0) < 0.01
+    assert biased["deff"] / fl < 0.9  # the paper's estimator's bias at this N and d
+    assert abs(biased["deff"] / biased["references"]["structural_cal"] - 1.0) < 0.01
+    assert abs(debiased["references"]["structural_cal"] / fl - 1.0) < 0.01
+
+
+def orthogonal_equal_updates(layers: int, width: int) -> np.ndarray:
+    """METHOD 8's exact construction: Z_l = columns of an orthonormal basis of the complement of 1 in R^n."""
+    samples = layers * width + 1
+    ones = np.ones((samples, 1)) / math.sqrt(samples)
+    q, _ = np.linalg.qr(np.hstack([ones, np.random.default_rng(0).normal(size=(samples, samples - 1))]))
+    basis = q[:, 1:]
+    updates = np.stack([basis[:, l * width:(l + 1) * width] for l in range(layers)])
+    return np.concatenate([np.zeros((1, samples, width)), np.cumsum(updates, axis=0)])
+
+
+def test_orthogonal_equal_updates_give_f_l_exactly_and_every_reference_reduces_to_it():
+    """Exact for the biased estimator (feature cross-products vanish); the unbiased one, which drops
+    each passage's pairing with itself, meets F_L only statistically (Proposition 3's test)."""
+    out = analyse_pooled({"default": orthogonal_equal_updates(6, 4)}, AnalysisPlan(bootstrap=0, calibrated=False))
+    v = out["similarities"]["cka"]["default"]
+    fl = reference_fl(6)
+    assert v["deff"] == pytest.approx(fl, abs=1e-9)
+    for name in ("init", "size", "matched"):
+        assert v["references"][name] == pytest.approx(fl, abs=1e-9), name
+    # R_corr takes square roots of update similarities that are zero up to rounding (1e-16 -> 1e-8)
+    assert v["references"]["corr"] == pytest.approx(fl, abs=1e-6)
+    assert all(abs(t) < 1e-6 for t in v["attribution"].values())
+
+
+def test_orthogonal_updates_with_an_initial_state_land_on_r_matched():
+    states = orthogonal_equal_updates(5, 4)
+    sizes = np.array([3.0, 1.0, 2.0, 0.5, 1.5])
+    updates = np.diff(states, axis=0) * np.sqrt(sizes)[:, None, None]
+    rng = np.random.default_rng(5)
+    start = rng.normal(size=states.shape[1:])
+    # an initial state orthogonal to every update: project it off their span
+    span = updates.transpose(1, 0, 2).reshape(states.shape[1], -1)
+    span = np.hstack([span, np.ones((states.shape[1], 1))])
+    start -= span @ np.linalg.lstsq(span, start, rcond=None)[0]
+    built = np.concatenate([start[None], start[None] + np.cumsum(updates, axis=0)])
+    v = analyse_pooled({"default": built}, AnalysisPlan(bootstrap=0, calibrated=False))["similarities"]["cka"]["default"]
+    assert v["deff"] == pytest.approx(v["references"]["matched"], abs=1e-7)
+    assert v["deff"] == pytest.approx(v["references"]["corr"], abs=1e-6)
+    assert v["attribution"]["correlated_updates"] == pytest.approx(0.0, abs=1e-7)
+
+
+def correlated_process(samples: int, width: int, sizes: np.ndarray, start: float, rho: float, seed: int) -> np.ndarray:
+    """Gaussian updates with Cov(f_k, f_m) = rho^|k-m| sqrt(a_k a_m) I and an independent initial state."""
+    rng = np.random.default_rng(seed)
+    layers = len(sizes)
+    lag = np.abs(np.arange(layers)[:, None] - np.arange(layers)[None, :])
+    chol = np.linalg.cholesky(rho ** lag)
+    noise = rng.standard_normal((samples, width, layers)) @ chol.T  # correlated across layers, per coordinate
+    updates = noise.transpose(2, 0, 1) * np.sqrt(sizes)[:, None, None]
+    h0 = rng.standard_normal((samples, width)) * math.sqrt(start)
+    return np.concatenate([h0[None], h0[None] + np.cumsum(updates, axis=0)])
+
+
+def test_r_corr_is_the_d_eff_of_a_gaussian_process_with_exactly_that_covariance():
+    sizes, start, rho = np.array([1.0, 2.0, 0.5, 1.5, 1.0, 3.0, 0.8, 1.2]), 2.0, 0.6
+    built = correlated_process(4000, 48, sizes, start, rho, seed=7)
+    v = analyse_pooled({"default": built}, AnalysisPlan(bootstrap=0, calibrated=False))["similarities"]["cka-debiased"]["default"]
+    # the population: covariance norms proportional to a_k (isotropic, d coordinates), lag profile rho^j
+    lags = rho ** np.arange(len(sizes))
+    expected = float(deff(correlated_reference_similarity(np.array(start), sizes, lags, False)))
+    assert v["references"]["corr"] == pytest.approx(expected, rel=0.01)
+    assert v["deff"] == pytest.approx(expected, rel=0.01)
+    assert v["deff"] < v["references"]["matched"] - 0.1  # positively correlated updates lower D_eff
+
+
+def test_kernel_numbers_split_the_gap_without_remainder():
+    rng = np.random.default_rng(0)
+    built = correlated_process(300, 16, rng.uniform(0.5, 2.0, 6), 1.0, 0.4, seed=1)
+    torch_states = [torch.from_numpy(s) for s in built]
+    units = Units.blocks(300, 300)
+    w = resample_weights(300, 0, 0)
+    hs = resampled_hsic(stack_sums(torch_states, units), w)["biased"]
+    hf = resampled_hsic(stack_sums([b - a for a, b in zip(torch_states[:-1], torch_states[1:])], units), w)["biased"]
+    out = kernel_numbers(hs, hf, False)
+    total = out["initial_state"] + out["size_imbalance"] + out["correlated_updates"]
+    assert float(total[0]) == pytest.approx(float(reference_fl(6) - out["deff"][0]), abs=1e-12)
+
+
+def ar1_states(samples: int, width: int, layers: int, rho: float, rng) -> np.ndarray:
+    s = rng.standard_normal((samples, width))
+    out = [s]
+    for _ in range(layers):
+        s = rho * s + math.sqrt(1 - rho * rho) * rng.standard_normal((samples, width))
+        out.append(s)
+    return np.stack(out)
+
+
+def test_ar1_lands_on_its_closed_form_and_the_bootstrap_interval_covers_it():
+    """Percentile intervals over passages cover the population D_eff about as often as they say."""
+    layers, rho = 6, 0.7
+    truth = layers ** 2 / (layers + 2 * sum((layers - k) * rho ** (2 * k) for k in range(1, layers)))
+    rng = np.random.default_rng(11)
+    trials, covered, estimates = 30, 0, []
+    for trial in range(trials):
+        states = ar1_states(400, 24, layers, rho, rng)
+        v = analyse_pooled({"default": states}, AnalysisPlan(bootstrap=300, seed=trial, calibrated=False,
+                                                            similarities=("cka-debiased",)))
+        v = v["similarities"]["cka-debiased"]["default"]
+        lo, hi = v["ci"]["deff"]
+        covered += lo <= truth <= hi
+        estimates.append(v["deff"])
+    assert abs(np.mean(estimates) / truth - 1.0) < 0.01
+    assert covered / trials >= 0.8  # 95% nominal; 30 trials: below 80% would be a broken interval
+
+
+def test_results_do_not_depend_on_the_order_of_variants_or_the_memory_budget():
+    states = isotropic_updates(64, 8, 4, seed=2)
+    plan = AnalysisPlan(bootstrap=50, calibrated=False)
+    a = analyse_pooled({"default": states}, plan)
+    b = analyse_pooled({"default": states}, AnalysisPlan(bootstrap=50, calibrated=False, max_memory=2048))
+    for sim in ("cka", "cka-debiased"):
+        assert a["similarities"][sim]["default"]["deff"] == pytest.approx(b["similarities"][sim]["default"]["deff"], rel=1e-12)
+        assert a["similarities"][sim]["default"]["ci"]["deff"] == pytest.approx(b["similarities"][sim]["default"]["ci"]["deff"], rel=1e-12)
