@@ -1,0 +1,267 @@
+"""Passage mode end to end on tiny models: a naive numpy computation, resume, re-analysis, old results,
+and bad input (one line, non-zero exit, nothing half-written)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import effdepth
+from effdepth import passage_measure
+from effdepth.checkpoint import MeasurementInterrupted
+from effdepth.cli import main
+from effdepth.errors import EffdepthError
+from effdepth.measure import prepare
+from effdepth.options import Options, RunOptions
+from effdepth.passage_measure import analyse_saved, measure_passages
+from effdepth.tiny import tiny_model
+
+VIEWS = "default,drop-bos,token-norm,top1pc,top3pc"
+
+
+# --------------------------------------------------------------------------- naive computation
+
+
+def naive_pooled(model, passages, *, states: str, bos: bool) -> dict:
+    """{variant: (L+1, N, d)} float64, each passage run alone (no padding) through output_hidden_states."""
+    out = {"default": [], "drop-bos": [], "token-norm": []}
+    with torch.no_grad():
+        for i in range(passages.num_passages):
+            ids = torch.as_tensor(passages.passage(i), dtype=torch.long)[None]
+            hidden = model(ids, output_hidden_states=True).hidden_states
+            layers = [h[0].double().numpy() for h in hidden]
+            if states == "blocks":  # before the final norm: the last block's output itself
+                layers[-1] = None
+            stack = [h for h in layers if h is not None]
+            first = 1 if bos and passages.starts_with_bos[i] else 0
+            out["default"].append([h.mean(0) for h in stack])
+            out["drop-bos"].append([h[first:].mean(0) for h in stack])
+            out["token-norm"].append([(h / np.linalg.norm(h, axis=1, keepdims=True)).mean(0) for h in stack])
+    return {k: np.transpose(np.asarray(v), (1, 0, 2)) for k, v in out.items()}
+
+
+def remove_top_pcs(layer: np.ndarray, k: int) -> np.ndarray:
+    centred = layer - layer.mean(0)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    return centred - centred @ vt[:k].T @ vt[:k]
+
+
+def naive_hsic(x, y, debiased: bool) -> float:
+    n = len(x)
+    xc, yc = x - x.mean(0), y - y.mean(0)
+    if not debiased:
+        return float(np.linalg.norm(xc.T @ yc) ** 2 / n ** 2)
+    k, l = xc @ xc.T, yc @ yc.T
+    np.fill_diagonal(k, 0.0)
+    np.fill_diagonal(l, 0.0)
+    one = np.ones(n)
+    return float((np.trace(k @ l) + (one @ k @ one) * (one @ l @ one) / ((n - 1) * (n - 2))
+                  - 2.0 / (n - 2) * (one @ k @ l @ one)) / (n * (n - 3)))
+
+
+def naive_deff(stack: np.ndarray, debiased: bool) -> float:
+    """D_eff = N^2 / sum_ij CKA_ij over S_1..S_L."""
+    layers = stack[1:]
+    h = np.array([[naive_hsic(a, b, debiased) for b in layers] for a in layers])
+    sim = h / np.sqrt(np.outer(np.diag(h), np.diag(h)))
+    return float(len(layers) ** 2 / sim.sum())
+
+
+def naive_view(pooled: dict, view: str) -> np.ndarray:
+    if view.startswith("top"):
+        k = int(view[3:-2])
+        return np.stack([remove_top_pcs(layer, k) for layer in pooled["default"]])
+    return pooled[view]
+
+
+def check_against_naive(prepared, result, states: str, tol: float) -> None:
+    pooled = naive_pooled(prepared.lm.model, prepared.tokens, states=states, bos=True)
+    for similarity, debiased in (("cka", False), ("cka-debiased", True)):
+        for view in VIEWS.split(","):
+            expected = naive_deff(naive_view(pooled, view), debiased)
+            got = result.similarities[similarity][view].deff
+            assert got == pytest.approx(expected, rel=tol, abs=tol), (similarity, view)
+
+
+def measured(model, corpus, **options):
+    opts = Options.build(model=model, corpus=corpus, **{"bootstrap": 0, "views": VIEWS, **options})
+    prepared = prepare(opts.load, progress=False, passages=True)
+    return prepared, measure_passages(prepared, opts.analysis, run=RunOptions(progress=False))
+
+
+TEXT = ["\n\n".join(f"Paragraph {i}: " + "to be or not to be, " * (2 + i % 5) for i in range(40))]
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gemma2"])
+def test_every_view_and_estimator_equals_a_naive_numpy_computation(family):
+    """The paper's convention (--states hidden): hidden_states as transformers returns them, each passage alone."""
+    from effdepth.data.tokenizers import byte_tokenizer
+
+    model = tiny_model(family)
+    prepared, result = measured(model, TEXT, tokenizer=byte_tokenizer(), seq_len=48, num_seqs=24, states="hidden",
+                                batch_size=5, bos="always")
+    assert result.passages and prepared.tokens.starts_with_bos.all() and len(set(prepared.tokens.lengths)) > 1
+    check_against_naive(prepared, result, "hidden", tol=1e-6)
+
+
+def test_block_states_differ_from_hidden_states_only_in_the_final_norm():
+    from effdepth.data.tokenizers import byte_tokenizer
+    from effdepth.pooled import PooledStore
+
+    model = tiny_model("llama")
+    arrays = {}
+    for states in ("blocks", "hidden"):
+        _, result = measured(model, TEXT, tokenizer=byte_tokenizer(), seq_len=32, num_seqs=8, states=states, views="default")
+        arrays[states] = np.asarray(PooledStore.open(result.pooled).arrays()["default"])
+        assert result.config["states"] == states
+    np.testing.assert_allclose(arrays["blocks"][:-1], arrays["hidden"][:-1], rtol=1e-6, atol=1e-6)
+    assert not np.allclose(arrays["blocks"][-1], arrays["hidden"][-1], atol=1e-3)
+
+
+# --------------------------------------------------------------------------- resume and re-analysis
+
+
+def ids(rows=12, cols=16, seed=0):
+    return torch.randint(0, 256, (rows, cols), generator=torch.Generator().manual_seed(seed))
+
+
+def test_a_stopped_run_resumes_to_identical_numbers(tmp_path, monkeypatch):
+    model = tiny_model("llama")
+    options = {"bootstrap": 50, "views": "default,top1pc", "batch_size": 4, "progress": False}
+    whole = effdepth.measure(model, ids(), **options)
+
+    real = passage_measure.pooled_batches
+
+    def stops_after_one_batch(*args, **kwargs):
+        for i, item in enumerate(real(*args, **kwargs)):
+            if i == 1 and kwargs.get("start", 0) == 0:
+                raise KeyboardInterrupt
+            yield item
+
+    monkeypatch.setattr(passage_measure, "pooled_batches", stops_after_one_batch)
+    checkpoint = tmp_path / "checkpoint"
+    with pytest.raises(MeasurementInterrupted, match="after 4 of 12 passages"):
+        effdepth.measure(model, ids(), checkpoint=checkpoint, **options)
+    resumed = effdepth.measure(model, ids(), checkpoint=checkpoint, resume=True, **options)
+    for sim in ("cka", "cka-debiased"):
+        for view in ("default", "top1pc"):
+            a, b = whole.similarities[sim][view], resumed.similarities[sim][view]
+            assert a.deff == b.deff and a.ci["deff"] == b.ci["deff"], (sim, view)
+
+
+def test_re_analysis_gives_the_saved_numbers_and_applies_new_options(tmp_path, capsys):
+    r = effdepth.measure(tiny_model("gpt2"), ids(), bootstrap=40, views="default,drop-bos,top1pc", progress=False)
+    folder = r.save(tmp_path / "run").parent
+    assert (folder / "pooled" / "default.npy").is_file()
+    same = analyse_saved(folder, progress=False)
+    assert same.to_dict()["views"] == r.to_dict()["views"]
+    fewer = analyse_saved(folder, progress=False, views="top1pc", bootstrap=10, seed=3)
+    assert list(fewer.views) == ["top1pc"] and fewer.views["top1pc"].deff == r.views["top1pc"].deff
+    assert fewer.views["top1pc"].ci["deff"] != r.views["top1pc"].ci["deff"]
+    assert main(["analyse", str(folder), "--views", "top3pc", "--out", str(tmp_path / "again"), "--no-progress",
+                 "--no-figures"]) == 0
+    again = effdepth.load(tmp_path / "again")
+    assert list(again.views) == ["top3pc"] and again.passages
+
+
+def test_old_token_mode_results_still_load_and_show(tmp_path, capsys):
+    r = effdepth.measure(tiny_model("llama"), ids(4, 16), bootstrap=0, pooling="none", progress=False)
+    path = r.save(tmp_path / "token")
+    data = json.loads(path.read_text())
+    data["config"].pop("pooling", None)  # written before passage mode existed
+    path.write_text(json.dumps(data))
+    loaded = effdepth.load(path)
+    assert not loaded.passages and loaded.default.deff == r.default.deff
+    assert main(["show", str(path.parent)]) == 0
+    with pytest.raises(EffdepthError, match="not a passage-mode result"):
+        analyse_saved(path.parent, progress=False)
+
+
+def test_the_result_records_the_protocol_and_shows_table_2_for_a_paper_model(tmp_path):
+    from effdepth.report.tables import result_summary_text
+
+    r = effdepth.measure(tiny_model("gpt_neox"), ids(8, 12), bootstrap=0, progress=False)
+    assert r.config["pooling"] == "mean" and r.config["similarities"] == ["cka", "cka-debiased"]
+    r.provenance["model"] = {**r.provenance.get("model", {}), "id": "EleutherAI/pythia-70m"}
+    text = result_summary_text(r)
+    assert "Table 2" in text and "Pythia-70M" in text
+    assert "null" in text  # every report says where the estimator alone sits
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def saved_model(folder, layers: int = 3):
+    from transformers import AutoModelForCausalLM
+
+    from effdepth.data.tokenizers import byte_tokenizer
+    from effdepth.tiny import tiny_config
+
+    config = tiny_config("llama")
+    config.num_hidden_layers = layers
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return saved_model(tmp_path_factory.mktemp("tiny") / "tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def one_layer_dir(tmp_path_factory):
+    return saved_model(tmp_path_factory.mktemp("tiny") / "one-layer", layers=1)
+
+
+def corpus(tmp_path, text):
+    path = tmp_path / "c.txt"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--num-seqs", "3"], "below 4"),
+    (["--views", "top9pc", "--num-seqs", "8"], "top9pc"),
+    (["--protocol", "papr"], "invalid choice: 'papr'"),
+    (["--views", "drop-pos0"], "not a passage-mode view"),
+    (["--similarity", "frobenius"], "token mode's"),
+])
+def test_bad_options_fail_in_one_line_before_the_model_loads(extra, message, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = main(["measure", "/no/such/model", "--out", str(out), "--no-progress", *extra])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and len(err.splitlines()) == 1, err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_one_layer_model_and_a_corpus_of_nothing_fail_in_one_line(one_layer_dir, model_dir, tmp_path, capsys):
+    text = corpus(tmp_path, "\n\n".join("a paragraph of text, long enough " * 3 for _ in range(10)))
+    code = main(["measure", str(one_layer_dir), "--corpus", text, "--num-seqs", "8", "--seq-len", "32",
+                 "--out", str(tmp_path / "o1"), "--no-progress", "--no-figures"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "one layer" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "o1" / "result.json").exists()
+    empty = corpus(tmp_path, "\n\n\n   \n\n")
+    code = main(["measure", str(model_dir), "--corpus", empty, "--num-seqs", "8",
+                 "--out", str(tmp_path / "o2"), "--no-progress", "--no-figures"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "no text" in err, err
+    assert not (tmp_path / "o2" / "result.json").exists()
+    scraps = corpus(tmp_path, "\n\n".join(["a", "b c", "d"] * 20))  # every passage shorter than a real one
+    code = main(["measure", str(model_dir), "--corpus", scraps, "--num-seqs", "8", "--passage-split", "document",
+                 "--seq-len", "4", "--out", str(tmp_path / "o3"), "--no-progress", "--no-figures"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "passages" in err, err
+    assert not (tmp_path / "o3" / "result.json").exists()
+
+
+def test_top_k_at_least_the_width_is_refused_before_any_forward_pass():
+    with pytest.raises(EffdepthError, match="top64pc"):
+        effdepth.measure(tiny_model("llama"), ids(70, 8), views="top64pc", bootstrap=0, progress=False)
+    assert math.isfinite(effdepth.measure(tiny_model("llama"), ids(70, 8), views="top3pc", bootstrap=0,
+                                          progress=False).default.deff)
