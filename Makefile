@@ -15,10 +15,12 @@ $(STAMP): pyproject.toml requirements-cpu.txt
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# SmolLM2-135M-Instruct (embedded, from PyPI) on Shakespeare: every control view under every
-# similarity (one pass), the definition-sensitivity table, then the paper's claims.
+# The paper's protocol (passage mode) on the two embedded real models (from PyPI) over Shakespeare
+# passages: every control view under both CKA estimators, then Table 2 beside ours and the claims.
+DEMO := --views paper --seq-len 128 --num-seqs 128
 demo: setup
-	$(VENV)/bin/effdepth measure --views paper --similarity all --out runs/demo
+	$(VENV)/bin/effdepth measure smollm2-135m $(DEMO) --out runs/demo/smollm2-135m
+	$(VENV)/bin/effdepth measure gemma-3-270m $(DEMO) --out runs/demo/gemma-3-270m
 	$(VENV)/bin/effdepth claims runs/demo
 
 # Everything: unit and integration tiers, doctests, the real SmolLM2 model (what CI runs).

@@ -7,7 +7,7 @@ the report):
 1. ``sub-reference``: D_eff < F_N in the default view (the whole interval below).
 2. ``correlated-updates``: D_eff < R_matched (the correlated-updates term's
    interval above 0) and that term the largest of the three.
-3. ``not-bos``: sub-reference under ``drop-pos0``.
+3. ``not-bos``: sub-reference under ``drop-bos`` (passage mode) or ``drop-pos0`` (token mode).
 4. ``controls``: sub-reference under ``token-norm`` or under ``top1pc``.
 5. ``calibrated``: D_eff < R_matched_cal, the calibrated reference (the whole
    D_eff interval below the calibrated value's interval).
@@ -40,7 +40,7 @@ from .verdicts import CLAIMS, FAILS, HOLDS, NOT_MEASURED, Verdict, check_claims,
 __all__ = ["CLAIMS", "HOLDS", "FAILS", "NOT_MEASURED", "Verdict", "Checked", "ClaimsOutcome", "check_claims", "check_paths",
            "claims_rows", "verdict_grid"]
 
-MEASURE_FIRST = "measure first: effdepth measure MODEL --views paper --similarity all --out DIR"
+MEASURE_FIRST = "measure first: effdepth measure MODEL --views paper --out DIR"
 
 
 @dataclass
@@ -68,12 +68,17 @@ class ClaimsOutcome:
         >>> ClaimsOutcome([Checked(Path("a"), "a", r, []), Checked(Path("b"), "b", r, [])]).text().split()[:2]
         ['model', 'similarity']
         """
+        from .report.passage_tables import comparison_table
         from .report.tables import claims_sweep_text, claims_text
 
         if len(self.checked) == 1 and not self.failed:
             c = self.checked[0]
             return claims_text(c.result, c.label)
-        return claims_sweep_text([(c.label, c.result) for c in self.checked], self.failed)
+        verdicts = claims_sweep_text([(c.label, c.result) for c in self.checked], self.failed)
+        passages = [(c.label, c.result) for c in self.checked if c.result.passages]
+        if not passages:
+            return verdicts
+        return f"Beside the paper's Table 2 (similarity cka across passages):\n{comparison_table(passages)}\n\n{verdicts}"
 
 
 def check_paths(paths) -> ClaimsOutcome:
@@ -87,7 +92,7 @@ def check_paths(paths) -> ClaimsOutcome:
     >>> check_paths([tempfile.mkdtemp()])
     Traceback (most recent call last):
     ...
-    effdepth.errors.EffdepthError: no result.json under ...; pass the --out folder of an effdepth run or a result.json; measure first: effdepth measure MODEL --views paper --similarity all --out DIR
+    effdepth.errors.EffdepthError: no result.json under ...; pass the --out folder of an effdepth run or a result.json; measure first: effdepth measure MODEL --views paper --out DIR
     """
     try:
         sources = load_sources(paths)

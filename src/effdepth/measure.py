@@ -76,7 +76,7 @@ def run_measurement(options: Options, run: RunOptions | None = None) -> Result:
 
     >>> import torch
     >>> from effdepth.tiny import tiny_model
-    >>> opts = Options.build(model=tiny_model("gpt2"), corpus=torch.randint(0, 256, (2, 8)), bootstrap=0)
+    >>> opts = Options.build(model=tiny_model("gpt2"), corpus=torch.randint(0, 256, (4, 8)), bootstrap=0)
     >>> run_measurement(opts, RunOptions(progress=False)).default.num_states
     3
     """

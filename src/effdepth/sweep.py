@@ -194,8 +194,8 @@ def job_options(options: Options) -> dict:
     """A sweep's options as JSON-able data (they are hashed and sent to workers); the
     model, revision and tokenizer are each job's own.
 
-    >>> job_options(Options.build(seq_len=16, views="default,drop-pos0"))["views"]
-    ['default', 'drop-pos0']
+    >>> job_options(Options.build(seq_len=16, views="default,drop-bos"))["views"]
+    ['default', 'drop-bos']
     """
     out = {k: v for k, v in options.to_dict().items() if k not in MANAGED_OPTIONS}
     out["corpus"] = _corpus_spec(options.load.corpus)
@@ -347,7 +347,7 @@ def sweep(models, out, options: Options | None = None, *, revision: str | None =
     seconds and on SIGINT/SIGTERM, and a rerun continues them.
 
     >>> import tempfile
-    >>> s = sweep(["tiny:gpt2"], tempfile.mkdtemp(), corpus=["some text " * 30], seq_len=8, num_seqs=2,
+    >>> s = sweep(["tiny:gpt2"], tempfile.mkdtemp(), corpus=["some text " * 30], seq_len=8, num_seqs=4,
     ...           bootstrap=0, figures=False, report=False)
     >>> s.counts
     {'ok': 1}

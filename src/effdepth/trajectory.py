@@ -27,8 +27,8 @@ duplicates, skipped names; ``effdepth.load`` reads both back as a
 >>> for step, seed in ((0, 0), (100, 1)):
 ...     tiny_model("gpt2", seed=seed).save_pretrained(d / "ckpts" / f"step-{step}")
 ...     _ = byte_tokenizer().save_pretrained(d / "ckpts" / f"step-{step}")
->>> t = trajectory(d / "ckpts", d / "out", corpus=["To be, or not to be. " * 20], seq_len=8, num_seqs=2, bootstrap=0)
->>> [(r["revision"], r["step"], r["status"]) for r in t.rows]
+>>> t = trajectory(d / "ckpts", d / "out", corpus=["To be, or not to be. " * 20], seq_len=8, num_seqs=4, bootstrap=0)
+>>> [(r["revision"], r["step"], r["status"]) for r in t.rows if r["similarity"] == "cka"]
 [('step-0', 0, 'ok'), ('step-100', 100, 'ok')]
 """
 

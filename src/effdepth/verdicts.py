@@ -42,7 +42,7 @@ CLAIM_VIEWS = ("default", "drop-bos", "drop-pos0", "token-norm", "top1pc")
 
 TERMS = ("initial_state", "size_imbalance", "correlated_updates")
 
-RERUN = "rerun effdepth measure with --views paper --similarity all"
+RERUN = "rerun effdepth measure with --views paper"
 NO_INTERVAL = "no bootstrap interval (--bootstrap 0 or a single sequence); rerun with --bootstrap 1000 and several sequences"
 
 
@@ -127,7 +127,7 @@ def require_claim_views(result, where: str = "this result") -> None:
     >>> require_claim_views(effdepth.from_states(torch.randn(4, 3, 6, 8), views="center"))
     Traceback (most recent call last):
     ...
-    effdepth.errors.EffdepthError: this result has none of the views the claims need (default, drop-pos0, token-norm, top1pc); it has center; rerun effdepth measure with --views paper --similarity all
+    effdepth.errors.EffdepthError: this result has none of the views the claims need (default, drop-bos, drop-pos0, token-norm, top1pc); it has center; rerun effdepth measure with --views paper
     """
     have = {name for views in result.similarities.values() for name in views}
     have |= {name for views in (result.unavailable or {}).values() for name in views}

@@ -85,15 +85,15 @@ def test_duplicated_checkpoint_is_flagged_not_measured(local_run, checkpoints):
 def test_rerun_measures_nothing(local_run, checkpoints, corpus, monkeypatch):
     out, _, _ = local_run
     monkeypatch.setattr(sweep_module, "measure_job", lambda p: pytest.fail("measured again"))
-    t = trajectory(checkpoints, out, corpus=corpus, tokens_per_step=1000, seq_len=16, num_seqs=4, bootstrap=20, figures=False)
+    t = trajectory(checkpoints, out, corpus=corpus, tokens_per_step=1000, seq_len=16, num_seqs=4, bootstrap=20, figures=False, pooling="none")
     assert t.counts == {"done": 2} and t.duplicates == {"step-200": "step-100"}
 
 
 def test_a_single_model_folder_is_not_a_trajectory(checkpoints, tmp_path):
     with pytest.raises(EffdepthError, match="single model"):
-        trajectory(checkpoints / "step-0", tmp_path)
+        trajectory(checkpoints / "step-0", tmp_path, pooling="none")
     with pytest.raises(EffdepthError, match="no checkpoint folder 'step-7'"):
-        trajectory(checkpoints, tmp_path, revisions="step-0,step-7")
+        trajectory(checkpoints, tmp_path, revisions="step-0,step-7", pooling="none")
 
 
 def test_a_folder_without_config_is_said_to_be_skipped(checkpoints, tmp_path):
@@ -102,7 +102,7 @@ def test_a_folder_without_config_is_said_to_be_skipped(checkpoints, tmp_path):
     notes = select(discover(checkpoints), "auto")[1]
     assert "skipped logs/: no config.json, so not a saved checkpoint" in notes
     with pytest.raises(EffdepthError, match=r"no checkpoint folder 'logs' in .* \(it has no config.json\)"):
-        trajectory(checkpoints, tmp_path, revisions="step-0,logs")
+        trajectory(checkpoints, tmp_path, revisions="step-0,logs", pooling="none")
 
 
 # --------------------------------------------------------------------------- the hub, faked
@@ -152,7 +152,7 @@ def fake_hub(monkeypatch):
 
 
 def test_hub_auto_flags_identical_branches(fake_hub, tmp_path):
-    t = trajectory("EleutherAI/pythia-12b", tmp_path, bootstrap=20)
+    t = trajectory("EleutherAI/pythia-12b", tmp_path, bootstrap=20, pooling="none")
     assert t.skipped == ["backup-2023"] and any("backup-2023" in n for n in t.notes)
     assert t.duplicates == {"step58000": "step50000", "main": "step143000"}
     assert "step58000" not in fake_hub.measured and "main" not in fake_hub.measured
@@ -167,22 +167,22 @@ def test_hub_auto_flags_identical_branches(fake_hub, tmp_path):
 
 
 def test_hub_every_k_and_lists(fake_hub, tmp_path):
-    t = trajectory("EleutherAI/pythia-12b", tmp_path, revisions="every:3", bootstrap=20, figures=False)
+    t = trajectory("EleutherAI/pythia-12b", tmp_path, revisions="every:3", bootstrap=20, figures=False, pooling="none")
     assert [c.revision for c in t.checkpoints] == ["step0", "step4", "step58000", "step143000", "main"]
     assert t.duplicates == {"main": "step143000"}  # step50000 was not selected: step58000 is measured
     assert sorted(fake_hub.info_calls) == sorted(c.revision for c in t.checkpoints)
-    t = trajectory("EleutherAI/pythia-12b", tmp_path, revisions="step1000,nonsense,step2", bootstrap=20, figures=False)
+    t = trajectory("EleutherAI/pythia-12b", tmp_path, revisions="step1000,nonsense,step2", bootstrap=20, figures=False, pooling="none")
     assert [c.revision for c in t.checkpoints] == ["step2", "step1000"]
     assert any("nonsense" in n for n in t.notes)
 
 
 def test_hub_metadata_fallbacks(fake_hub, tmp_path):
     fake_hub.model_info_fails = True
-    t = trajectory("EleutherAI/pythia-12b", tmp_path, revisions="step50000,step58000", bootstrap=20, figures=False)
+    t = trajectory("EleutherAI/pythia-12b", tmp_path, revisions="step50000,step58000", bootstrap=20, figures=False, pooling="none")
     assert fake_hub.paths_calls == ["step50000", "step58000"] and t.duplicates == {"step58000": "step50000"}
     # No metadata at all: the branch commit is the fingerprint (distinct commits here: nothing flagged).
     fake_hub.paths_info = False
-    t = trajectory("EleutherAI/pythia-12b", tmp_path, revisions="step50000,step58000", bootstrap=20, figures=False)
+    t = trajectory("EleutherAI/pythia-12b", tmp_path, revisions="step50000,step58000", bootstrap=20, figures=False, pooling="none")
     assert t.duplicates == {} and t.rows[0]["weights_source"] == "branch commit"
 
 
@@ -190,7 +190,7 @@ def test_olmo2_branches_on_the_token_axis(fake_hub, tmp_path):
     fake_hub.branches = ["main", "stage1-step0-tokens0B", "stage1-step1000-tokens5B", "stage1-step2000-tokens9B",
                          "stage2-ingredient1-step500-tokens3B", "stage2-ingredient2-step500-tokens3B"]
     fake_hub.sha = {b: f"{i:064x}" for i, b in enumerate(fake_hub.branches)}
-    t = trajectory("allenai/OLMo-2-0425-1B", tmp_path, bootstrap=20)
+    t = trajectory("allenai/OLMo-2-0425-1B", tmp_path, bootstrap=20, pooling="none")
     rows = {r["revision"]: r for r in t.rows}
     assert rows["stage2-ingredient2-step500-tokens3B"]["tokens_seen"] == 12_000_000_000
     assert rows["stage2-ingredient1-step500-tokens3B"]["track"] == "stage2-ingredient1"

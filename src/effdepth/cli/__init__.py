@@ -25,7 +25,7 @@ def build_parser() -> tuple:
 
     >>> parser, commands = build_parser()
     >>> sorted(commands)[:3]
-    ['claims', 'experiment', 'fetch']
+    ['analyse', 'claims', 'experiment']
     """
     parser = Parser(prog="effdepth", description="Effective depth (D_eff) of a transformer's residual stream.")
     parser.add_argument("--version", action="version", version=f"effdepth {__version__}")

