@@ -33,6 +33,7 @@ test-fast: setup
 
 bench: setup
 	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/passages.py
 
 clean:
 	rm -rf runs .pytest_cache .hypothesis

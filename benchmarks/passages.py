@@ -1,0 +1,98 @@
+"""Passage mode's forward cost against a bare forward of the decoder stack, measured in one run.
+
+Over the same passages, batches and order, two forward loops alternate in
+rounds: the decoder stack alone (no LM head, no hooks), and the same loop
+with effdepth's pooling hooks (every paper-view variant pooled in float64,
+plus the per-token sums), as ``effdepth measure`` runs it. The ratio of
+each round is printed with the median (target: at most 1.05 on CPU). The
+analysis (the similarity, views and 1,000 resamples) is timed once beside
+it, from the pooled vectors.
+
+    python benchmarks/passages.py [--model smollm2-135m] [--num-seqs 64] [--seq-len 128] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from effdepth.capture.forward import decoder_forward
+from effdepth.capture.pooling import PassageForward, pooled_batches
+from effdepth.measure import prepare
+from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled
+from effdepth.numerics.passage_views import PAPER_VIEWS, parse_views, variants_for
+from effdepth.numerics.pooling import PassagePooler
+from effdepth.options import LoadOptions
+
+
+def bare_forward(prepared, order, batch_size: int) -> float:
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for i in range(0, len(order), batch_size):
+            ids, mask = prepared.tokens.batch(order[i:i + batch_size])
+            decoder_forward(prepared.lm.model, prepared.arch, ids, mask)
+    return time.perf_counter() - start
+
+
+def pooled_forward(prepared, order, batch_size: int, variants) -> tuple:
+    pooler = PassagePooler(variants, prepared.arch.num_layers)
+    forward = PassageForward(batch_size, "blocks", 0, progress=False)
+    chunks = []
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for indices, pooled, _ in pooled_batches(prepared.lm.model, prepared.arch, prepared.tokens, order, pooler, forward):
+            chunks.append((indices, pooled.numpy()))
+    elapsed = time.perf_counter() - start
+    return elapsed, chunks
+
+
+def pooled_arrays(chunks, variants, count: int) -> dict:
+    """(V, L+1, B, d) chunks -> {variant: (L+1, N, d)} in passage order."""
+    first = chunks[0][1]
+    out = {v: np.zeros((first.shape[1], count, first.shape[3])) for v in variants}
+    for indices, pooled in chunks:
+        for k, v in enumerate(variants):
+            out[v][:, indices] = pooled[k]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--num-seqs", type=int, default=64)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    prepared = prepare(LoadOptions(model=args.model, corpus="shakespeare", seq_len=args.seq_len, num_seqs=args.num_seqs),
+                       progress=False, passages=True)
+    order = list(np.argsort(-prepared.tokens.lengths, kind="stable"))
+    variants = variants_for(parse_views(PAPER_VIEWS))
+    bare_forward(prepared, order[: args.batch_size], args.batch_size)  # warm-up
+    rounds = []
+    for _ in range(args.repeats):
+        bare = bare_forward(prepared, order, args.batch_size)
+        pooled, chunks = pooled_forward(prepared, order, args.batch_size, variants)
+        rounds.append((bare, pooled))
+    ratios = [p / b for b, p in rounds]
+    tokens = prepared.tokens.tokens
+    print(f"{args.model}: {args.num_seqs} passages, {tokens} tokens, batch {args.batch_size}, "
+          f"{torch.get_num_threads()} threads, variants {', '.join(variants)}")
+    for k, (b, p) in enumerate(rounds, start=1):
+        print(f"round {k}: bare {b:.2f} s ({tokens / b:.0f} tok/s), pooled {p:.2f} s, ratio {p / b:.3f}")
+    print(f"passage forward / bare decoder forward: median {statistics.median(ratios):.3f} "
+          f"[{min(ratios):.3f}-{max(ratios):.3f}] (target <= 1.05)")
+    arrays = pooled_arrays(chunks, variants, prepared.tokens.num_passages)
+    start = time.perf_counter()
+    analyse_pooled(arrays, AnalysisPlan(views=PAPER_VIEWS, bootstrap=1000))
+    analysis = time.perf_counter() - start
+    print(f"analysis (paper views, cka + cka-debiased, 1000 resamples, calibrated references): {analysis:.1f} s, "
+          f"{analysis / statistics.median([b for b, _ in rounds]):.2f}x the bare forward")
+
+
+if __name__ == "__main__":
+    main()
