@@ -58,18 +58,19 @@ def pool_layer(states: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return torch.bmm(weights, states.to(torch.float64))
 
 
-def token_sums(previous: torch.Tensor, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def token_sums(previous: torch.Tensor, states: torch.Tensor, mask: torch.Tensor, prev_norms: torch.Tensor | None = None,
+               norms: torch.Tensor | None = None) -> torch.Tensor:
     """``(B, 3)`` per-passage sums over real tokens of :data:`TOKEN_SUMS` between a block's input and
-    output (both float64). The update is an explicit difference, never expanded from norms
-    (consecutive states are nearly parallel).
+    output (both float64); ``prev_norms`` / ``norms`` are their per-token norms when already known.
+    The update is an explicit difference, never expanded from norms (consecutive states are nearly parallel).
 
     >>> a = torch.tensor([[[1.0, 0.0]]], dtype=torch.float64); b = torch.tensor([[[1.0, 1.0]]], dtype=torch.float64)
     >>> token_sums(a, b, torch.ones(1, 1)).tolist()
     [[0.7071067811865475, 1.0, 1.0]]
     """
     real = mask.to(torch.float64)
-    prev_norms = torch.linalg.vector_norm(previous, dim=-1)
-    norms = torch.linalg.vector_norm(states, dim=-1)
+    prev_norms = torch.linalg.vector_norm(previous, dim=-1) if prev_norms is None else prev_norms
+    norms = torch.linalg.vector_norm(states, dim=-1) if norms is None else norms
     denom = prev_norms * norms
     dots = (previous * states).sum(-1)
     cos = torch.where(denom > 0, dots / torch.where(denom > 0, denom, 1.0), 0.0)
@@ -82,7 +83,8 @@ class PassagePooler:
 
     ``pooled`` is ``(V, L+1, B, d)`` float64 (the variants in the order given),
     ``sums`` ``(L, B, 3)`` (:data:`TOKEN_SUMS`). Each layer is converted to
-    float64 once; the previous layer's copy is kept for the token sums.
+    float64 once and its per-token norms computed once (token-norm weights and token sums share
+    them); the previous layer's copy and norms are kept for the token sums.
 
     >>> p = PassagePooler(["default"], num_layers=1)
     >>> p.start(torch.ones(2, 3), torch.tensor([False, False]))
@@ -98,7 +100,7 @@ class PassagePooler:
         self.pooled: torch.Tensor | None = None
         self.sums: torch.Tensor | None = None
         self._mask = self._first_is_bos = self._plain_weights = None
-        self._previous = None
+        self._previous = self._previous_norms = None
 
     def start(self, mask: torch.Tensor, first_is_bos: torch.Tensor) -> None:
         """A new batch: its mask (B, T) and which passages start with BOS."""
@@ -106,25 +108,25 @@ class PassagePooler:
         self._plain_weights = None if self.norm_variants else pooling_weights(mask, self._first_is_bos, self.variants, None)
         self.pooled = None
         self.sums = torch.zeros(self.num_layers, mask.shape[0], len(TOKEN_SUMS), dtype=torch.float64, device=mask.device)
-        self._previous = None
+        self._previous = self._previous_norms = None
 
     def layer(self, index: int, states: torch.Tensor) -> None:
         """Pool layer ``index`` (0 = the input of block 1) of the current batch."""
         mask = self._mask.to(states.device)
         s64 = states.detach().to(torch.float64)
+        norms = torch.linalg.vector_norm(s64, dim=-1)
         weights = self._plain_weights
         if weights is None:
-            weights = pooling_weights(mask, self._first_is_bos.to(states.device), self.variants,
-                                      torch.linalg.vector_norm(s64, dim=-1))
+            weights = pooling_weights(mask, self._first_is_bos.to(states.device), self.variants, norms)
         pooled = torch.bmm(weights.to(states.device), s64)  # (B, V, d)
         if self.pooled is None:
             shape = (len(self.variants), self.num_layers + 1, states.shape[0], states.shape[-1])
             self.pooled = torch.zeros(shape, dtype=torch.float64, device=states.device)
         self.pooled[:, index] = pooled.transpose(0, 1)
         if index > 0:
-            self.sums[index - 1] = token_sums(self._previous, s64, mask).to(self.sums.device)
-        self._previous = s64
+            self.sums[index - 1] = token_sums(self._previous, s64, mask, self._previous_norms, norms).to(self.sums.device)
+        self._previous, self._previous_norms = s64, norms
 
     def finish(self) -> None:
         """Drop the last layer's copy."""
-        self._previous = None
+        self._previous = self._previous_norms = None
