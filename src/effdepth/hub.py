@@ -527,7 +527,9 @@ def corpus_missing(spec) -> str | None:
     """``None`` when the corpus can be read without network; else what is missing.
 
     Shakespeare (the default) must be in effdepth's asset cache; an ``hf:``
-    corpus must be prepared in the ``datasets`` cache; files are not checked here.
+    corpus must have a local copy of its first documents (``effdepth fetch
+    --documents``) or be prepared in the ``datasets`` cache; files are not
+    checked here.
 
     >>> corpus_missing(["in-memory text"]) is None, corpus_missing("notes.txt") is None
     (True, True)
@@ -537,7 +539,12 @@ def corpus_missing(spec) -> str | None:
     parsed = parse_hf_corpus(spec)
     if parsed is None:
         return None
-    return _dataset_missing(*parsed)
+    from .data.corpus_prefix import cached_prefix
+
+    if cached_prefix(*parsed) is not None:
+        return None
+    why = _dataset_missing(*parsed)
+    return None if why is None else f"no local copy of its first documents, and {why}"
 
 
 def _shakespeare_path() -> Path:
@@ -678,6 +685,8 @@ def fetch_command(models=(), *, revisions=(), revisions_spec: str | None = None,
 
     >>> fetch_command(["paper16"], corpora=["hf:wiki"])
     'effdepth fetch paper16 --corpus hf:wiki'
+    >>> fetch_command(["paper16"], corpora=["hf:HuggingFaceFW/fineweb-edu:sample-10BT:train"])
+    'effdepth fetch paper16 --protocol paper'
     >>> fetch_command(["EleutherAI/pythia-1.4b"], revisions_spec="every:10", allow_pickle=True)
     'effdepth fetch EleutherAI/pythia-1.4b --revisions every:10 --allow-pickle'
     """
@@ -689,8 +698,12 @@ def fetch_command(models=(), *, revisions=(), revisions_spec: str | None = None,
             parts += ["--revision", r]
     if revisions_spec:
         parts += ["--revisions", revisions_spec]
+    from .data.paper import PAPER_CORPUS
+
     for c in corpora:
-        if isinstance(c, str):
+        if c == PAPER_CORPUS:  # its first documents, not the whole dataset
+            parts += ["--protocol", "paper"]
+        elif isinstance(c, str):
             parts += ["--corpus", c]
     if allow_pickle:
         parts.append("--allow-pickle")

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .data.corpus import check_corpus_spec, is_token_ids
 from .data.passages import BOS_CHOICES, SPLITS, check_passage_options
+from .data.paper import PAPER_CORPUS
 from .errors import EffdepthError, UnknownOption
 from .numerics import passage_analysis, passage_views
 from .numerics.cka import MIN_TOKENS, ViewUnavailable, require_cka_view
@@ -48,8 +49,6 @@ class Protocol:
     settings: dict
 
 
-#: FineWeb-Edu's 10BT sample, streamed from the start of its train split (the paper names FineWeb-Edu, not the sample).
-PAPER_CORPUS = "hf:HuggingFaceFW/fineweb-edu:sample-10BT:train"
 PROTOCOLS = {
     "paper": Protocol("paper", "the paper's settings (PAPER-PROTOCOL section 1): 10,000 FineWeb-Edu passages of at most "
                       "512 tokens (each document's first tokens), bfloat16 weights, transformers' hidden_states, linear CKA",

@@ -154,7 +154,7 @@ def test_fetch_revisions_spec_like_trajectory(fake_hub, hf_cache, effdepth_cache
     fake_hub.branches = ["main", "step0", "step1000", "step2000", "step3000", "step4000", "v0"]
     fake_hub.pickle_only.add(("EleutherAI/pythia-1.4b", "step1000"))
     monkeypatch.setattr("effdepth.data.assets.shakespeare_dir", lambda: effdepth_cache)
-    plan = fetching.fetch(["EleutherAI/pythia-1.4b"], revisions_spec="every:2", progress=False)
+    plan = fetching.run_fetch(fetching.plan_fetch(["EleutherAI/pythia-1.4b"], revisions_spec="every:2"), progress=False)
     assert [i.revision for i in plan.items if i.kind == "model"] == ["step0", "step2000", "step4000", "main"]
     assert {d[1] for d in fake_hub.downloads} == {"step0", "step2000", "step4000", "main"}
     branches, complete = hub.cached_branches("EleutherAI/pythia-1.4b")

@@ -7,6 +7,10 @@ import sys
 from ..errors import EffdepthError
 from .arguments import log_line
 
+#: ``--protocol`` fetches 1/20 more documents than it has passages: a document of fewer than a
+#: passage's minimum tokens is skipped, and the run then reads the next one.
+PROTOCOL_DOCUMENT_MARGIN = 20
+
 
 def register(sub) -> dict:
     f = sub.add_parser(
@@ -14,12 +18,20 @@ def register(sub) -> dict:
         description="Download into the Hugging Face cache exactly the files effdepth will read (config, tokenizer, "
         "safetensors weights; never pickle weights without --allow-pickle) for models, suites and checkpoint lists, and "
         "hf: corpora (plus the built-in Shakespeare when no --corpus is given). Resumable; what is cached is skipped. "
-        "Then measure on a machine without internet with --offline. See docs/scale.md.",
+        "--protocol paper fetches the paper's corpus: the first FineWeb-Edu documents, streamed into effdepth's cache "
+        "(about 50 MB, not the whole dataset). Then measure on a machine without internet with --offline. "
+        "See docs/scale.md.",
     )
     f.add_argument("models", nargs="*", metavar="SUITE_OR_MODEL", help="suite name (effdepth suite list), suite file or model id")
     f.add_argument("--revision", action="append", default=[], help="revision to fetch (repeatable; default main; a suite's own revision wins)")
     f.add_argument("--revisions", default=None, help="checkpoints as for trajectory: auto, every:K or a comma-separated list")
     f.add_argument("--corpus", action="append", default=[], help="hf:NAME[:CONFIG[:SPLIT]] or shakespeare (repeatable; default shakespeare)")
+    f.add_argument("--documents", type=_documents, default=None, metavar="N",
+                   help="stream only the first N documents of each hf: corpus into effdepth's cache (what passage mode "
+                   "reads, in order) instead of downloading the whole dataset")
+    f.add_argument("--protocol", default=None, metavar="NAME",
+                   help="also fetch the protocol's corpus: paper = the first FineWeb-Edu documents its 10,000 passages "
+                   "come from (with a margin for documents too short to be a passage)")
     f.add_argument("--allow-pickle", action="store_true", help="fetch pickle (.bin) weights when a revision has no safetensors")
     f.add_argument("--trust-remote-code", action="store_true", help="also fetch the repository's Python code")
     f.add_argument("--cache-dir", default=None, help="Hugging Face cache to fill (default: HF_HUB_CACHE, ~/.cache/huggingface/hub)")
@@ -28,20 +40,49 @@ def register(sub) -> dict:
     return {"fetch": cmd_fetch}
 
 
+def _documents(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise EffdepthError(f"--documents {text!r} is not a positive whole number; e.g. --documents 10500")
+    return int(text)
+
+
+def protocol_corpus(protocol: str | None, corpora: list, documents: int | None) -> tuple[list, int | None]:
+    """The corpora and document count to fetch, with ``--protocol``'s corpus added.
+
+    >>> protocol_corpus("paper", [], None)
+    (['hf:HuggingFaceFW/fineweb-edu:sample-10BT:train'], 10500)
+    """
+    from ..options import PROTOCOLS, check_protocol
+
+    check_protocol(protocol)
+    if protocol is None:
+        return list(corpora), documents
+    settings = PROTOCOLS[protocol].settings
+    wanted = settings["num_seqs"] + settings["num_seqs"] // PROTOCOL_DOCUMENT_MARGIN
+    return list(dict.fromkeys([*corpora, settings["corpus"]])), max(documents or 0, wanted)
+
+
 def cmd_fetch(args) -> int:
-    from ..fetch import fetch
+    from ..fetch import plan_fetch, run_fetch
     from ..hub import hub_cache
 
-    if not args.models and not args.corpus:
-        raise EffdepthError("fetch needs a suite, a model id or --corpus; e.g. effdepth fetch paper16")
-    plan = fetch(args.models, revisions=args.revision, revisions_spec=args.revisions, corpora=args.corpus,
-                 allow_pickle=args.allow_pickle, trust_remote_code=args.trust_remote_code, cache_dir=args.cache_dir,
-                 dry_run=args.dry_run, progress=args.progress, log=log_line)
+    corpora, documents = protocol_corpus(args.protocol, args.corpus, args.documents)
+    if not args.models and not corpora:
+        raise EffdepthError("fetch needs a suite, a model id, --corpus or --protocol; e.g. effdepth fetch paper16 --protocol paper")
+    plan = plan_fetch(args.models, revisions=args.revision, revisions_spec=args.revisions, corpora=corpora, documents=documents,
+                      allow_pickle=args.allow_pickle, trust_remote_code=args.trust_remote_code, cache_dir=args.cache_dir,
+                      log=log_line)
+    if not args.dry_run:
+        run_fetch(plan, progress=args.progress, log=log_line)
     print()
     print(plan.table())
     where = "" if args.cache_dir is None or hub_cache(args.cache_dir) == hub_cache() else f"; measure from it with HF_HUB_CACHE={plan.cache_dir}"
     verb = "would fetch into" if args.dry_run else "cache:"
     print(f"\n{verb} {plan.cache_dir}{where}")
+    if any(item.documents is not None for item in plan.items):
+        from ..data.corpus_prefix import corpora_dir
+
+        print(f"first documents of hf: corpora: {corpora_dir()} (EFFDEPTH_CACHE)")
     if plan.problems:
         print(f"effdepth: error: {len(plan.problems)} item(s) could not be fetched; see the status column", file=sys.stderr)
         return 1

@@ -38,6 +38,8 @@ import torch
 from effdepth.errors import EffdepthError, tokenizer_hint
 from effdepth.files import write_atomic
 
+from .corpus_prefix import CorpusPrefix, cached_prefix, texts_sha256, write_prefix
+
 #: Suffixes read from a folder; anything else under the folder is skipped.
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text", ".jsonl")
 ACCEPTED_FORMS = (
@@ -583,6 +585,22 @@ def _jsonl_text(line: str, path: Path, number: int) -> str:
 
 def _hf_source(spec: str) -> _TextSource:
     name, config, split = _parse_hf_spec(spec)
+    label = f"hf:{name}:{config or ''}:{split}"  # an empty config keeps the label re-parseable
+    description = f"Hugging Face dataset {name} (config {config or 'default'}, split {split})"
+    prefix = cached_prefix(name, config, split)
+    if prefix is not None:
+        at = f" at commit {prefix.commit}" if prefix.commit else ""
+        return _TextSource(label, f"{description}{at}, its first documents read from effdepth's local copy "
+                           f"({prefix.documents:,} documents, effdepth fetch)", _prefix_then_stream(spec, prefix), lazy=True)
+    dataset = _load_hf_dataset(spec, streaming=not _hf_offline())
+    columns = getattr(dataset, "column_names", None)
+    if columns is not None and "text" not in columns:
+        raise _no_text_column(spec, columns)
+    return _TextSource(label, description, _hf_texts(dataset, spec), lazy=True)
+
+
+def _load_hf_dataset(spec: str, *, streaming: bool, revision: str | None = None):
+    name, config, split = _parse_hf_spec(spec)
     try:
         import datasets
     except ImportError as exc:
@@ -590,16 +608,36 @@ def _hf_source(spec: str) -> _TextSource:
             f"corpus '{spec}' needs the optional package 'datasets'; pip install datasets "
             "(or pip install 'effdepth[datasets]')"
         ) from exc
-    label = f"hf:{name}:{config or ''}:{split}"  # an empty config keeps the label re-parseable
     try:
-        dataset = datasets.load_dataset(name, config, split=split, streaming=not _hf_offline())
+        return datasets.load_dataset(name, config, split=split, streaming=streaming,
+                                     **({"revision": revision} if revision else {}))
     except Exception as exc:  # noqa: BLE001 - any library failure is the user's bad spec or network
         raise _hf_error(spec, exc) from exc
-    columns = getattr(dataset, "column_names", None)
-    if columns is not None and "text" not in columns:
-        raise _no_text_column(spec, columns)
-    description = f"Hugging Face dataset {name} (config {config or 'default'}, split {split})"
-    return _TextSource(label, description, _hf_texts(dataset, spec), lazy=True)
+
+
+def _prefix_then_stream(spec: str, prefix: CorpusPrefix) -> Iterator[str]:
+    """The local copy's documents, then (online, when a run needs more) the stream from the row after them."""
+    yield from prefix.texts()
+    if prefix.complete:
+        return
+    if _hf_offline():
+        raise EffdepthError(
+            f"corpus '{spec}': this run needs more than the {prefix.documents:,} documents of its local copy, and "
+            f"offline mode is on; run `effdepth fetch --corpus {spec} --documents N` with a larger N where there is "
+            "internet, or lower --num-seqs")
+    dataset = _load_hf_dataset(spec, streaming=True, revision=prefix.commit).skip(prefix.meta["rows"])
+    yield from _hf_texts(dataset, spec)
+
+
+def stream_hf_prefix(spec: str, documents: int, *, commit: str | None = None, progress=None) -> CorpusPrefix:
+    """Stream the first ``documents`` documents of an ``hf:`` corpus into a local copy (``effdepth fetch``).
+
+    ``commit`` pins the dataset revision streamed (the hub's current one when
+    ``None``); ``progress(n)`` is called after each document.
+    """
+    name, config, split = _parse_hf_spec(spec)
+    dataset = _load_hf_dataset(spec, streaming=True, revision=commit)
+    return write_prefix(name, config, split, _hf_row_texts(dataset, spec), documents, commit=commit, progress=progress)
 
 
 def _parse_hf_spec(spec: str) -> tuple[str, str | None, str]:
@@ -641,8 +679,14 @@ def _no_text_column(spec: str, columns: Iterable[str]) -> EffdepthError:
 
 
 def _hf_texts(dataset: Any, spec: str) -> Iterator[str]:
-    """Yield the split's texts in order, turning library failures into EffdepthError."""
+    """Yield the split's non-blank texts in order, turning library failures into EffdepthError."""
+    return (text for _, text in _hf_row_texts(dataset, spec))
+
+
+def _hf_row_texts(dataset: Any, spec: str) -> Iterator[tuple[int, str]]:
+    """``(raw rows read so far, text)`` for each non-blank text of the split, in order."""
     iterator = iter(dataset)
+    rows = 0
     while True:
         try:
             row = next(iterator)
@@ -650,6 +694,7 @@ def _hf_texts(dataset: Any, spec: str) -> Iterator[str]:
             return
         except Exception as exc:  # noqa: BLE001 - streaming fetches lazily, so network errors surface here
             raise _hf_error(spec, exc) from exc
+        rows += 1
         if "text" not in row:
             raise _no_text_column(spec, row.keys())
         text = row["text"]
@@ -659,7 +704,7 @@ def _hf_texts(dataset: Any, spec: str) -> Iterator[str]:
                 "choose a dataset whose 'text' column holds text"
             )
         if text and text.strip():
-            yield text
+            yield rows, text
 
 
 # --------------------------------------------------------------------------
@@ -670,18 +715,9 @@ def _hf_texts(dataset: Any, spec: str) -> Iterator[str]:
 _STREAM_CACHE: weakref.WeakKeyDictionary[Any, collections.OrderedDict] = weakref.WeakKeyDictionary()
 
 
-def _texts_sha256(docs: list[str]) -> str:
-    digest = hashlib.sha256()
-    for doc in docs:
-        data = doc.encode("utf-8")
-        digest.update(f"{len(data)}:".encode("ascii"))
-        digest.update(data)
-    return digest.hexdigest()
-
-
 def _cached_stream(tokenizer: Any, docs: list[str]) -> np.ndarray:
     """The packed token stream of ``docs``; repeated calls in one process reuse it."""
-    key = (_texts_sha256(docs), _special_id(tokenizer, "eos_token_id"), _tokenizer_len(tokenizer))
+    key = (texts_sha256(docs), _special_id(tokenizer, "eos_token_id"), _tokenizer_len(tokenizer))
     try:
         streams = _STREAM_CACHE.setdefault(tokenizer, collections.OrderedDict())
     except TypeError:  # not weak-referenceable: no caching

@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+#: The paper's corpus: FineWeb-Edu's 10BT sample, streamed from the start of its train split (the paper
+#: names FineWeb-Edu, not the sample; PAPER-PROTOCOL section 1). ``effdepth fetch --protocol paper`` keeps
+#: its first documents locally.
+PAPER_CORPUS = "hf:HuggingFaceFW/fineweb-edu:sample-10BT:train"
 
 @dataclass(frozen=True)
 class Table2Row:
