@@ -15,7 +15,7 @@ from ..verdicts import CLAIMS, Comparison, check_claims, verdict_grid
 from .numbers import fmt, fmt_interval
 from .rows import differing, has_calibrated, view_entries
 from .sources import Source
-from .wording import ATTRIBUTION, CALIBRATED, PAPER_ABSTRACT, PAPER_NOTE, carry_text, context, similarity_name
+from .wording import ATTRIBUTION, CALIBRATED, PAPER_ABSTRACT, PAPER_NOTE, carry_text, context, passage_wording, similarity_name
 
 #: Lists longer than this are folded (HTML) or shortened (Markdown) in the provenance.
 LONG_LIST = 12
@@ -93,12 +93,12 @@ def sub_reference(v: ViewResult) -> str:
     return {True: "yes", False: "no", None: "n/a"}[v.sub_reference]
 
 
-def _sortable(x) -> float | None:
+def sortable(x) -> float | None:
     return float(x) if x is not None and math.isfinite(float(x)) else None
 
 
-def _number(v: ViewResult, x, key: str | None = None, signed: bool = False, digits: int = 3) -> Cell:
-    return Cell(fmt(x, digits, signed), interval(v, key, digits) if key else "", _sortable(x))
+def number_cell(v: ViewResult, x, key: str | None = None, signed: bool = False, digits: int = 3) -> Cell:
+    return Cell(fmt(x, digits, signed), interval(v, key, digits) if key else "", sortable(x))
 
 
 # --------------------------------------------------------------------------- one result
@@ -137,17 +137,24 @@ def headline(result: Result) -> str:
     return text + "."
 
 
+def model_rows(result: Result) -> list:
+    """``(label, value)`` pairs of the model measured: id and source, revision, architecture, layers."""
+    model = result.provenance.get("model") or {}
+    return [
+        ("model", f"{model.get('id') or 'n/a'} ({model.get('source') or 'n/a'})"),
+        ("revision / commit", f"{model.get('revision') or 'n/a'} / {model.get('commit') or 'n/a'}"),
+        ("architecture", " / ".join(str(x) for x in (model.get("model_type"), model.get("class")) if x) or "n/a"),
+        ("layers L", _plain(result.config.get("num_layers"))),
+    ]
+
+
 def summary_rows(source: Source) -> list:
     """``(label, value)`` pairs: what was measured, on what, and the main numbers."""
     r = source.result
     p, c, v = r.provenance, r.config, r.default
     model, corpus = p.get("model") or {}, p.get("corpus") or {}
     states = "S_0..S_L (embedding included)" if c.get("include_embedding") else "S_1..S_L (block outputs)"
-    rows = [
-        ("model", f"{model.get('id') or 'n/a'} ({model.get('source') or 'n/a'})"),
-        ("revision / commit", f"{model.get('revision') or 'n/a'} / {model.get('commit') or 'n/a'}"),
-        ("architecture", " / ".join(str(x) for x in (model.get("model_type"), model.get("class")) if x) or "n/a"),
-        ("layers L", _plain(c.get("num_layers"))),
+    rows = model_rows(r) + [
         ("states analysed N", f"{v.num_states}: {states}"),
         ("similarity", similarity_name(r.primary_similarity) + _also(r)),
     ]
@@ -199,12 +206,12 @@ def views_table(result: Result, similarity: str | None = None) -> Table:
         a = v.attribution or {}
         rows.append([
             Cell(name),
-            _number(v, v.deff, "deff"),
-            _number(v, v.reference),
-            _number(v, v.ratio, "ratio"),
-            _number(v, v.gap_pct, "gap_pct", signed=True, digits=1),
+            number_cell(v, v.deff, "deff"),
+            number_cell(v, v.reference),
+            number_cell(v, v.ratio, "ratio"),
+            number_cell(v, v.gap_pct, "gap_pct", signed=True, digits=1),
             Cell(sub_reference(v)),
-            *(_number(v, a.get(k), k, signed=True) for k, _ in TERMS),
+            *(number_cell(v, a.get(k), k, signed=True) for k, _ in TERMS),
         ])
     return Table(
         header, rows, [False, True, True, True, True, False, True, True, True],
@@ -230,11 +237,11 @@ def references_table(result: Result, similarity: str | None = None) -> Table:
             rows.append(_unavailable_row(name, reason, len(header)))
             continue
         r = v.references or {}
-        row = [Cell(name), _number(v, v.reference)]
-        row += [_number(v, r.get(k), f"reference_{k}") for k in ("init", "size", "matched")]
+        row = [Cell(name), number_cell(v, v.reference)]
+        row += [number_cell(v, r.get(k), f"reference_{k}") for k in ("init", "size", "matched")]
         if calibrated:
-            row += [_number(v, r.get(k), f"reference_{k}") for k in CALIBRATED]
-        rows.append(row + [_number(v, v.deff, "deff")])
+            row += [number_cell(v, r.get(k), f"reference_{k}") for k in CALIBRATED]
+        rows.append(row + [number_cell(v, v.deff, "deff")])
     note = (f"{context(result, similarity).capitalize()}. F_N: orthogonal equal updates, no initial state. R_init matches the "
             "initial state, R_size the update sizes, R_matched both; D_eff equals R_matched when all updates are mutually "
             "orthogonal and orthogonal to S_0.")
@@ -260,8 +267,8 @@ def sensitivity_table(result: Result) -> Table | None:
     columns = [view_entries(result, sim) for sim in sims]
     rows = []
     for entries in zip(*columns):
-        ratios = [Cell("unavailable:", ci=reason) if v is None else _number(v, v.ratio, "ratio") for _, v, reason in entries]
-        deffs = [Cell("unavailable") if v is None else _number(v, v.deff, "deff") for _, v, _ in entries]
+        ratios = [Cell("unavailable:", ci=reason) if v is None else number_cell(v, v.ratio, "ratio") for _, v, reason in entries]
+        deffs = [Cell("unavailable") if v is None else number_cell(v, v.deff, "deff") for _, v, _ in entries]
         rows.append([Cell(entries[0][0])] + ratios + deffs)
     header = ["view"] + [f"{s} D_eff / F_N" for s in sims] + [f"{s} D_eff" for s in sims]
     carry = carry_text(result.extras)
@@ -371,9 +378,19 @@ def render_figures(result: Result) -> list:
 
     out = []
     for stem, fig in standard_figures(result):
-        name, caption = FIGURES[stem]
+        name, caption = figure_text(stem, result.passages)
         out.append(RenderedFigure(stem, name, caption, figure_png(fig)))
     return out
+
+
+def figure_text(stem: str, passages: bool = False) -> tuple:
+    """``(title, caption)`` of a figure; ``passages``: of passage-mode results, whose reference is F_L.
+
+    >>> figure_text("views", passages=True)[1].startswith("D_eff / F_L of every view")
+    True
+    """
+    name, caption = FIGURES[stem]
+    return name, passage_wording(caption) if passages else caption
 
 
 # --------------------------------------------------------------------------- several results
@@ -402,7 +419,7 @@ def comparison_table(sources: list) -> Table:
             Cell(str(i), sort=i),
             Cell(str(model.get("id") or model.get("source") or s.label), href=f"#result-{i}"),
             Cell(str(model.get("revision") or "n/a")),
-            Cell(_plain(r.config.get("num_layers")), sort=_sortable(r.config.get("num_layers"))),
+            Cell(_plain(r.config.get("num_layers")), sort=sortable(r.config.get("num_layers"))),
             Cell(str(v.num_states), sort=v.num_states),
             Cell(str(corpus.get("name", "n/a"))),
         ]
@@ -410,15 +427,15 @@ def comparison_table(sources: list) -> Table:
         if show_view:
             row.append(Cell(v.name))
         row += [
-            _number(v, v.deff, "deff"),
-            _number(v, v.reference),
-            _number(v, v.ratio, "ratio"),
-            _number(v, v.gap_pct, "gap_pct", signed=True, digits=1),
+            number_cell(v, v.deff, "deff"),
+            number_cell(v, v.reference),
+            number_cell(v, v.ratio, "ratio"),
+            number_cell(v, v.gap_pct, "gap_pct", signed=True, digits=1),
             Cell(sub_reference(v)),
-            _number(v, refs.get("init")),
-            _number(v, refs.get("size")),
-            _number(v, refs.get("matched")),
-            *(_number(v, a.get(k), signed=True) for k, _ in TERMS),
+            number_cell(v, refs.get("init")),
+            number_cell(v, refs.get("size")),
+            number_cell(v, refs.get("matched")),
+            *(number_cell(v, a.get(k), signed=True) for k, _ in TERMS),
         ]
         rows.append(row)
     header = ["#", "model", "revision", "L", "N", "corpus"] + [c for c, _ in facts] + (["view"] if show_view else []) + [
@@ -434,7 +451,7 @@ def comparison_table(sources: list) -> Table:
 
 def _fact(value) -> Cell:
     text = "n/a" if value is None else ("yes" if value is True else "no" if value is False else str(value))
-    return Cell(text, sort=_sortable(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None)
+    return Cell(text, sort=sortable(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None)
 
 
 def _numeric(values: list) -> bool:

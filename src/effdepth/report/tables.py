@@ -28,8 +28,9 @@ INTERVENTION_COLUMNS = ("lam", "D_eff", "CI", "F_N", "ratio", "R_init", "R_size"
 TERMS = ATTRIBUTION_NAMES  # the three terms of the gap, in order
 
 
-def render_table(header: list, rows: list, left: int = 1) -> str:
-    """A plain-text table: the first ``left`` columns (names) left-aligned, the others (numbers) right-aligned.
+def render_table(header: list, rows: list, left: int = 1, numeric: list | None = None) -> str:
+    """A plain-text table: the first ``left`` columns (names) left-aligned, the others (numbers) right-aligned;
+    ``numeric`` (one flag per column), when given, right-aligns exactly the flagged columns instead.
 
     >>> print(render_table(["a", "b"], [["x", "1.0"]]))
     a    b
@@ -37,9 +38,11 @@ def render_table(header: list, rows: list, left: int = 1) -> str:
     x  1.0
     """
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    flush_left = [not n for n in numeric] if numeric else [i < left for i in range(len(widths))]
 
     def line(row):
-        return "  ".join(str(x).ljust(w) if i < left else str(x).rjust(w) for i, (x, w) in enumerate(zip(row, widths))).rstrip()
+        return "  ".join(str(x).ljust(w) if flush_left[i] else str(x).rjust(w)
+                         for i, (x, w) in enumerate(zip(row, widths))).rstrip()
 
     return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
 

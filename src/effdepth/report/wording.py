@@ -18,6 +18,17 @@ ATTRIBUTION = ("Attribution (docs/method.md#attribution): F_N - D_eff = initial 
                "(R_init - R_matched) + correlated updates (R_matched - D_eff); a positive term pushes D_eff below F_N, "
                "a negative one above.")
 
+
+def passage_wording(text: str) -> str:
+    """A sentence written about F_N as passage mode says it: its N states are the L block outputs, and
+    the paper calls the structural reference F_L.
+
+    >>> passage_wording("D_eff / F_N")
+    'D_eff / F_L'
+    """
+    return text.replace("F_N", "F_L")
+
+
 SIMILARITIES = {
     "cka": "per-sequence linear CKA",
     "cka-full": "pooled linear CKA",

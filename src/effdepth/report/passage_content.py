@@ -1,0 +1,270 @@
+"""What a report of passage-mode results says, independent of its format (docs/method.md#passage-mode).
+
+The paper's estimator beside the debiased one, each estimator's finite-sample null, the references with
+the paper's names, the attribution and the paper's Table 2 row, built once as :class:`~.content.Table`
+objects: the terminal (:mod:`.passage_tables`, through :mod:`.plain`), the HTML and the Markdown
+writers render the same tables, so the three formats carry the same numbers.
+
+- one result: :func:`headline_lines`, :func:`summary_rows` and :func:`sections`;
+- several: :func:`comparison_table`, one row per model in the layout of the paper's Table 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..data.paper import table2_row, table2_source
+from ..result import Result, ViewResult
+from .content import Cell, Table, interval, level, model_rows, number_cell, sortable, sub_reference
+from .numbers import fmt
+from .sources import Source
+from .wording import ATTRIBUTION, passage_wording, similarity_name
+
+#: The similarities that are CKA estimators (they have references and a finite-sample null).
+KERNELS = ("cka", "cka-debiased")
+#: The references of a CKA estimator, with the paper's names.
+REFERENCE_COLUMNS = (("init", "R_init"), ("size", "R_size=F_norm"), ("matched", "R_matched=F_h0+norm"),
+                     ("corr", "R_corr=F_h0+corr"), ("structural_cal", "structural_cal"), ("matched_cal", "matched_cal"))
+TERMS = ("initial_state", "size_imbalance", "correlated_updates")
+
+
+@dataclass
+class Section:
+    """A titled table of a report: ``title`` heads it (lower case; writers capitalise as their format wants)."""
+
+    title: str
+    table: Table
+
+    @property
+    def heading(self) -> str:
+        """The title as a heading: its first letter capitalised."""
+        return self.title[:1].upper() + self.title[1:]
+
+
+# --------------------------------------------------------------------------- one result
+
+
+def model_name(result: Result) -> str:
+    """The model's id, with its revision unless it is ``main``."""
+    model = result.provenance.get("model", {})
+    name = str(model.get("id") or "states")
+    return name + (f"@{model['revision']}" if model.get("revision") not in (None, "main") else "")
+
+
+def headline_lines(result: Result) -> list:
+    """What was measured, the main number against F_L, and where each estimator alone sits (its null)."""
+    c, v = result.config, result.default
+    corpus = result.provenance.get("corpus", {})
+    states = "transformers' hidden_states (last one after the final norm)" if c.get("states") == "hidden" else \
+        "block outputs before the final norm"
+    protocol = f", protocol {c['protocol']}" if c.get("protocol") else ""
+    return [
+        f"model {model_name(result)} ({c.get('num_layers')} layers; {states}), corpus {corpus.get('name', '?')}: "
+        f"{v.sequences:,} passages of at most {c.get('seq_len')} tokens (mean {c.get('mean_passage_tokens', '?')}){protocol}",
+        f"similarity across passages: {similarity_name(result.primary_similarity, passages=True)}"
+        + "".join(f"; also {similarity_name(s, passages=True)}" for s in result.similarities if s != result.primary_similarity),
+        f"D_eff = {fmt(v.deff)} {interval(v, 'deff')}  vs  F_L = {fmt(v.reference)}: D_eff/L {fmt(v.deff / v.num_states)}, "
+        f"ratio {fmt(v.ratio)}, gap {fmt(v.gap_pct, 1, signed=True)}%  [view {v.name}, {result.primary_similarity}, "
+        f"N = {v.num_states} states]",
+    ] + null_lines(result)
+
+
+def null_lines(result: Result) -> list:
+    """How far each estimator alone sits from F_L at this N, d and L (the structural_cal null), one line each."""
+    out = []
+    for sim, v in _default_views(result):
+        null = v.references.get("structural_cal")
+        if null is not None:
+            out.append(f"estimator null ({sim}, isotropic equal updates at this N, d, L): {fmt(null)} = "
+                       f"{fmt(null / v.reference)} F_L {interval(v, 'reference_structural_cal')}".rstrip())
+    return out
+
+
+def summary_rows(source: Source) -> list:
+    """``(label, value)`` pairs: the model, the passages, the bootstrap and the main numbers, in F_L."""
+    r = source.result
+    c, v, corpus = r.config, r.default, r.provenance.get("corpus") or {}
+    model = r.provenance.get("model") or {}
+    boot = (c.get("passage_analysis") or {}).get("bootstrap") or {}  # how the analysis drew its resamples
+    rows = model_rows(r) + [
+        ("states analysed N", f"{v.num_states}: S_1..S_L, {c.get('states_meaning') or c.get('states') or 'block outputs'}"),
+        ("similarity", "; ".join(similarity_name(s, passages=True) for s in r.similarities)),
+        ("corpus", f"{corpus.get('name', 'n/a')} (sha256 {str(corpus.get('sha256'))[:16]}…)"),
+        ("passages", f"{v.sequences:,} of at most {c.get('seq_len', 'n/a')} tokens (mean {c.get('mean_passage_tokens', 'n/a')}), "
+                     f"split by {c.get('passage_split', 'n/a')}" + (f", protocol {c['protocol']}" if c.get("protocol") else "")),
+        ("bootstrap", f"{v.ci['resamples']} resamples of {_units(boot)}, {level(v)}% percentile intervals" if v.ci else "none"),
+        ("D_eff", f"{fmt(v.deff)} {interval(v, 'deff')}".strip()),
+        ("F_L", fmt(v.reference)),
+        ("D_eff / F_L", f"{fmt(v.ratio)} {interval(v, 'ratio')}".strip()),
+        ("D_eff / L", fmt(v.deff / v.num_states)),
+        ("gap %", f"{fmt(v.gap_pct, 1, signed=True)} {interval(v, 'gap_pct', 1)}".strip()),
+        ("sub-reference", sub_reference(v)),
+    ]
+    if model.get("dtype") or model.get("device"):
+        rows.append(("dtype / device", f"{model.get('dtype', 'n/a')} / {model.get('device', 'n/a')}"))
+    return rows
+
+
+def _units(boot: dict) -> str:
+    """What the bootstrap drew: passages, or blocks of consecutive passages."""
+    units, sizes = boot.get("units", "n/a"), boot.get("samples_per_unit") or []
+    if not sizes or max(sizes) == 1:
+        return f"{units} passages"
+    size = str(sizes[0]) if min(sizes) == max(sizes) else f"{min(sizes)}-{max(sizes)}"
+    return f"{units} blocks of {size} consecutive passages"
+
+
+def sections(result: Result) -> list:
+    """The tables of one result, in the order every format shows them."""
+    out = [Section("views", views_table(result)), Section("references", references_table(result))]
+    primary = result.primary_similarity
+    if primary in KERNELS:
+        out.append(Section(f"attribution, similarity {primary}", attribution_table(result, primary)))
+    table2 = table2_section(result)
+    if table2 is not None:
+        out.append(table2)
+    return out
+
+
+def views_table(result: Result) -> Table:
+    """One row per view: D_eff [CI], D_eff/L and gap under the primary estimator, then D_eff / F_L [CI]
+    and the estimator's null / F_L for each CKA estimator (and D_eff / F_L of any other similarity)."""
+    sims = list(result.similarities)
+    header = ["view", "D_eff", "D_eff/L", "gap %"]
+    for sim in sims:
+        header += [f"{sim} /F_L", f"{sim} null/F_L"] if sim in KERNELS else [f"{sim} /F_L"]
+    rows = []
+    for name, v in result.views.items():
+        row = [Cell(name), number_cell(v, v.deff, "deff"), _per_layer(v), number_cell(v, v.gap_pct, signed=True, digits=1)]
+        for sim in sims:
+            w = result.similarities[sim].get(name)
+            row.append(Cell("-") if w is None else number_cell(w, w.ratio, "ratio"))
+            if sim in KERNELS:
+                row.append(_null_ratio(w))
+        rows.append(row)
+    return Table(header, rows, [False] + [True] * (len(header) - 1),
+                 note=f"D_eff, D_eff/L and gap under {result.primary_similarity}; /F_L: D_eff / F_L [{level(result.default)}% "
+                 "bootstrap interval] under each similarity; null/F_L: the estimator's finite-sample null (structural_cal, "
+                 "isotropic equal updates at this N, d, L) over F_L.")
+
+
+def references_table(result: Result) -> Table:
+    """F_L, the matched references with the paper's names, the finite-sample references and D_eff, per
+    CKA estimator and view."""
+    header = ["similarity", "view", "F_L"] + [label for _, label in REFERENCE_COLUMNS] + ["D_eff"]
+    rows = []
+    for sim in (s for s in result.similarities if s in KERNELS):
+        for name, v in result.similarities[sim].items():
+            rows.append([Cell(sim), Cell(name), number_cell(v, v.reference)]
+                        + [number_cell(v, v.references.get(key)) for key, _ in REFERENCE_COLUMNS] + [number_cell(v, v.deff)])
+    return Table(header, rows, [False, False] + [True] * (len(header) - 2),
+                 note="F_L = 2L/(L+1): orthogonal equal updates, no initial state. R_init matches the initial state, "
+                 "R_size the update sizes, R_matched both; R_corr adds the measured correlation of the updates. "
+                 "structural_cal and matched_cal: the estimator itself on surrogate streams of this N, d and L (isotropic "
+                 "equal updates; the measured initial state and updates, passages permuted per layer): how far the "
+                 "estimator alone sits from F_L and R_matched. structural_cal is the estimator's null.")
+
+
+def attribution_table(result: Result, similarity: str) -> Table:
+    """The three terms of F_L - D_eff per view, with intervals, and D_eff of the updates per layer."""
+    header = ["view", "initial state", "size imbalance", "correlated updates", "updates D_eff/L"]
+    rows = []
+    for name, v in result.similarities[similarity].items():
+        terms = [number_cell(v, (v.attribution or {}).get(k), k, signed=True) for k in TERMS]
+        updates = v.update_deff / len(v.update_sizes) if v.update_deff is not None and v.update_sizes else None
+        rows.append([Cell(name)] + terms + [Cell(fmt(updates), sort=sortable(updates)) if updates is not None else Cell("-")])
+    return Table(header, rows, [False, True, True, True, True], note=passage_wording(ATTRIBUTION))
+
+
+def table2_section(result: Result) -> Section | None:
+    """The paper's Table 2 row beside ours, with the difference in D_eff, when the model is one of its sixteen."""
+    paper = _paper_row(result)
+    v = result.views.get("default")
+    if paper is None or v is None:
+        return None
+    rows = [[Cell("paper (Table 2)"), Cell(str(paper.layers)), Cell(fmt(paper.deff, 2)), Cell(fmt(paper.deff_per_layer)),
+             Cell(fmt(paper.gap_pct, 1, signed=True)), Cell("")]]
+    for sim, w in _default_views(result):
+        if sim == result.primary_similarity or sim == "cka-debiased":
+            rows.append([Cell(f"effdepth ({sim})"), Cell(str(w.num_states)), Cell(fmt(w.deff)), _per_layer(w),
+                         Cell(fmt(w.gap_pct, 1, signed=True)), Cell(fmt(w.deff - paper.deff, 3, signed=True))])
+    table = Table(["", "L", "D_eff", "D_eff/L", "gap %", "diff"], rows, [False] + [True] * 5,
+                  note=f"diff: our D_eff minus the paper's. source: {table2_source()}")
+    return Section(f"beside the paper's Table 2 ({paper.model}; difference "
+                   f"{fmt(v.deff - paper.deff, 3, signed=True)} in D_eff)", table)
+
+
+# --------------------------------------------------------------------------- several results
+
+
+def comparison_section(entries: list) -> Section | None:
+    """The Table-2-style comparison of the passage-mode results among ``entries`` (``(label, Result)``);
+    None when there are none."""
+    passages = [(label, r) for label, r in entries if r.passages]
+    if not passages:
+        return None
+    return Section("beside the paper's Table 2 (similarity cka across passages)", comparison_table(passages))
+
+
+def comparison_table(entries: list) -> Table:
+    """Several passage-mode results in the layout of the paper's Table 2, the paper's row beside ours.
+
+    ``entries`` are ``(label, Result)``. Columns: L; D_eff, D_eff/L and gap under cka; the debiased
+    D_eff / F_L; the biased estimator's null / F_L; R_matched and R_corr; token-norm and top1pc
+    D_eff / F_L; the paper's D_eff and gap, and the difference.
+    """
+    header = ["model", "L", "N", "D_eff", "D_eff/L", "gap %", "debiased/F_L", "null/F_L", "R_matched", "R_corr",
+              "token-norm/F_L", "top1pc/F_L", "paper D_eff", "paper gap %", "diff"]
+    rows = [_comparison_row(label, result) for label, result in entries]
+    note = ("paper columns: the paper's Table 2 (" + table2_source() + ")") if any(_paper_row(r) for _, r in entries) \
+        else "paper columns: '-' where the model is not one of the paper's sixteen (Table 2)"
+    return Table(header, rows, [False] + [True] * (len(header) - 1), note=note)
+
+
+def _comparison_row(label: str, result: Result) -> list:
+    v = result.similarities.get("cka", {}).get("default") or result.default
+    deb = result.similarities.get("cka-debiased", {}).get("default")
+    views = result.similarities.get("cka", result.views)
+    paper = _paper_row(result)
+    return [
+        Cell(label), Cell(str(v.num_states), sort=v.num_states), Cell(f"{v.sequences:,}", sort=v.sequences),
+        Cell(fmt(v.deff), sort=sortable(v.deff)), _per_layer(v), Cell(fmt(v.gap_pct, 1, signed=True), sort=sortable(v.gap_pct)),
+        _ratio(deb), _null_ratio(v), number_cell(v, v.references.get("matched")), number_cell(v, v.references.get("corr")),
+        _ratio(views.get("token-norm")), _ratio(views.get("top1pc")),
+        _value(paper.deff if paper else None, 2), _value(paper.gap_pct if paper else None, 1, signed=True),
+        _value(v.deff - paper.deff if paper else None, 3, signed=True),
+    ]
+
+
+# --------------------------------------------------------------------------- cells
+
+
+def _default_views(result: Result):
+    """``(similarity, its default view)`` (its first view when it has no default), primary first."""
+    for sim, views in result.similarities.items():
+        v = views.get("default") or next(iter(views.values()), None)
+        if v is not None:
+            yield sim, v
+
+
+def _paper_row(result: Result):
+    model = result.provenance.get("model", {})
+    return table2_row(model.get("id"), model.get("paper"))
+
+
+def _per_layer(v: ViewResult) -> Cell:
+    x = v.deff / v.num_states
+    return Cell(fmt(x), sort=sortable(x))
+
+
+def _ratio(v: ViewResult | None) -> Cell:
+    return Cell("-") if v is None else Cell(fmt(v.ratio), sort=sortable(v.ratio))
+
+
+def _null_ratio(v: ViewResult | None) -> Cell:
+    null = None if v is None else v.references.get("structural_cal")
+    return Cell("-") if null is None else _value(null / v.reference)
+
+
+def _value(x, digits: int = 3, signed: bool = False) -> Cell:
+    return Cell("-") if x is None else Cell(fmt(x, digits, signed), sort=sortable(x))
