@@ -52,6 +52,7 @@ STANDARD_STEMS = ("similarity", "profile", "attribution", "views", "layers")
 FORMATS = ("png", "pdf")
 
 DEFF, R_INIT, R_MATCHED = r"$D_\mathrm{eff}$", r"$R_\mathrm{init}$", r"$R_\mathrm{matched}$"
+F_N, F_L = "$F_N$", "$F_L$"  # the structural reference: token mode's N states; passage mode's L block outputs
 
 ATTRIBUTION_TERMS = (
     ("initial_state", "initial\nstate"),
@@ -90,7 +91,7 @@ def similarity_figure(result: Result | ViewResult, view: str | None = None) -> F
         bar = fig.colorbar(im, ax=ax, fraction=0.05, pad=0.03)
         bar.set_label(_similarity_label(ctx))
         ax.set_title(_title("Layer similarity", v, ctx))
-        _caption(fig, f"{DEFF} = {fmt(v.deff)}{_ci_text(v, 'deff')},   $F_N$ = {fmt(v.reference)},   N = {n} states")
+        _caption(fig, f"{DEFF} = {fmt(v.deff)}{_ci_text(v, 'deff')},   {ctx['reference']} = {fmt(v.reference)},   N = {n} states")
     return fig
 
 
@@ -112,6 +113,7 @@ def profile_figure(result: Result | ViewResult, view: str | None = None) -> Figu
         values = {"fl": v.reference, **v.references}
         for key, (label, colour, dash, marker) in REFERENCE_STYLES.items():
             if key in (v.reference_profiles or {}):
+                label = label.replace(F_N, ctx["reference"])
                 ax.plot(k, _array(v.reference_profiles[key]), color=colour, linestyle=dash, marker=marker,
                         markersize=4, markevery=every, linewidth=1.4, label=f"{label} ({fmt(values.get(key))})")
         band = (v.ci or {}).get("profile")
@@ -179,13 +181,14 @@ def attribution_figure(result: Result | ViewResult, view: str | None = None) -> 
         _bar_label(ax, 0, start, fmt(start))
         _bar_label(ax, 4, max(end, deff_ci[1]) if deff_ci else end, fmt(end))
         reached = {"initial_state": R_INIT, "size_imbalance": R_MATCHED, "correlated_updates": DEFF}
-        names = ["$F_N$"] + [f"{label}\n\u2192 {reached[key]}" for key, label in ATTRIBUTION_TERMS] + [DEFF]
+        ref = ctx["reference"]
+        names = [ref] + [f"{label}\n\u2192 {reached[key]}" for key, label in ATTRIBUTION_TERMS] + [DEFF]
         ax.set_xticks(range(5), names)
         heights = [x for x in (top, end, *(deff_ci or ())) if math.isfinite(x)]
         ax.set_ylim(0, 1.15 * max(heights + [1.0]))
         ax.set_ylabel("effective depth (states)")
-        ax.set_title(_title(f"Gap attribution $F_N$ \u2192 {DEFF}", v, ctx))
-        _caption(fig, f"labels: the terms of $F_N$ \u2212 {DEFF}; positive (hatched red) pushes {DEFF} below $F_N$, "
+        ax.set_title(_title(f"Gap attribution {ref} \u2192 {DEFF}", v, ctx))
+        _caption(fig, f"labels: the terms of {ref} \u2212 {DEFF}; positive (hatched red) pushes {DEFF} below {ref}, "
                       "negative (dotted green) above")
     return fig
 
@@ -203,7 +206,8 @@ def views_figure(result: Result) -> Figure:
         labels.append(name)
         ratios.append(_num(v.ratio))
         intervals.append(_pair((v.ci or {}).get("ratio")))
-    return ratio_dot_figure(labels, ratios, intervals, xlabel=f"{DEFF} / $F_N$", title=_title("Controls", None, _context(result)),
+    ctx = _context(result)
+    return ratio_dot_figure(labels, ratios, intervals, xlabel=f"{DEFF} / {ctx['reference']}", title=_title("Controls", None, ctx),
                             level=_level(next(iter(result.views.values()))))
 
 
@@ -223,8 +227,9 @@ def comparison_figure(results: list, labels: list | None = None) -> Figure:
         title += f"\nsimilarity {sims[0]}"
     else:  # each row says its own
         labels = [f"{label} ({sim})" for label, sim in zip(labels, sims)]
+    ref = F_L if all(r.passages for r in results) else F_N
     return ratio_dot_figure(labels, [_num(v.ratio) for v in views], [_pair((v.ci or {}).get("ratio")) for v in views],
-                            xlabel=f"{DEFF} / $F_N$", title=title, level=_level(next((v for v in views if v.ci), views[0])))
+                            xlabel=f"{DEFF} / {ref}", title=title, level=_level(next((v for v in views if v.ci), views[0])))
 
 
 def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figure:
@@ -422,8 +427,8 @@ def standard_figures(result: Result, view: str | None = None):
 
 
 def _view(result, view: str | None) -> tuple[ViewResult, dict]:
-    if isinstance(result, ViewResult):
-        return result, {"similarity": result.definition}
+    if isinstance(result, ViewResult):  # a bare view does not say its mode: the general symbol
+        return result, {"similarity": result.definition, "reference": F_N}
     if view is None:
         return result.default, _context(result)
     if view not in result.views:
@@ -432,7 +437,9 @@ def _view(result, view: str | None) -> tuple[ViewResult, dict]:
 
 
 def _context(result: Result) -> dict:
-    return {"label": result_label(result), "similarity": result.primary_similarity, "multi": len(result.views) > 1}
+    # Passage mode's N states are the L block outputs; the paper names their reference F_L.
+    return {"label": result_label(result), "similarity": result.primary_similarity, "multi": len(result.views) > 1,
+            "passages": result.passages, "reference": F_L if result.passages else F_N}
 
 
 def _title(what: str, v: ViewResult | None, ctx: dict, similarity: bool = True) -> str:
@@ -458,8 +465,16 @@ SIMILARITY_LABELS = {
 }
 
 
+PASSAGE_SIMILARITY_LABELS = {
+    "cka": "similarity: linear CKA across passages (cka)",
+    "cka-debiased": "similarity: debiased linear CKA across passages (cka-debiased)",
+    "cosine": "similarity: mean cosine of pooled vectors (cosine)",
+}
+
+
 def _similarity_label(ctx: dict) -> str:
-    return SIMILARITY_LABELS.get(ctx.get("similarity") or "frobenius", f"similarity: {ctx.get('similarity')}")
+    labels = PASSAGE_SIMILARITY_LABELS if ctx.get("passages") else SIMILARITY_LABELS
+    return labels.get(ctx.get("similarity") or "frobenius", f"similarity: {ctx.get('similarity')}")
 
 
 def _first_layer(v: ViewResult) -> int:

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from html import escape
 
 from ..version import __version__
-from . import content
+from . import content, passage_content
 from .content import Cell, Folded, Table
 from .sources import Source
 
@@ -148,11 +148,14 @@ def _meta_line(count: int) -> str:
 
 def _comparison_section(sources: list) -> str:
     nav = "".join(f'<li><a href="#result-{i}">{escape(s.label)}</a></li>' for i, s in enumerate(sources, start=1))
-    fig = _figure("comparison", *content.FIGURES["comparison"], content.comparison_png(sources), wide=True)
+    passages = all(s.result.passages for s in sources)
+    fig = _figure("comparison", *content.figure_text("comparison", passages), content.comparison_png(sources), wide=True)
     table = content.comparison_table(sources)
+    paper = passage_content.comparison_section([(s.label, s.result) for s in sources])
     return (
         '<section id="comparison"><h2>Comparison</h2>'
         + _table(table, sortable=True)
+        + (f'<h3 id="table2">{esc(paper.heading)}</h3>' + _table(paper.table, sortable=True) if paper else "")
         + f'<div class="figures">{fig}</div>'
         + f"<h3>Results</h3><nav><ul>{nav}</ul></nav></section>"
     )
@@ -161,13 +164,8 @@ def _comparison_section(sources: list) -> str:
 def _result_section(source: Source, index: int, several: bool) -> str:
     r = source.result
     heading = f"<h2>{index}. {escape(source.label)}</h2>" if several else ""
-    parts = [f'<section id="result-{index}">', heading, f'<p class="headline">{esc(content.headline(r))}</p>']
-    parts.append("<h3>Summary</h3>" + _kv(content.summary_rows(source), symbols=True))
-    parts.append("<h3>Views</h3>" + _table(content.views_table(r)))
-    parts.append("<h3>References</h3>" + _table(content.references_table(r)))
-    sensitivity = content.sensitivity_table(r)
-    if sensitivity is not None:
-        parts.append('<h3 id="sensitivity-%d">Definition sensitivity</h3>' % index + _table(sensitivity))
+    parts = [f'<section id="result-{index}">', heading]
+    parts += _passage_tables(source) if r.passages else _token_tables(source, index)
     evidence = "".join(f"<li>{esc(line)}</li>" for line in content.claims_evidence(r))
     parts.append('<h3 id="claims-%d">Does it reproduce the paper?</h3>' % index + _table(content.claims_table(r))
                  + f'<details><summary>The numbers behind each verdict</summary><ul class="evidence">{evidence}</ul></details>')
@@ -183,10 +181,30 @@ def _result_section(source: Source, index: int, several: bool) -> str:
     return "\n".join(p for p in parts if p)
 
 
+def _token_tables(source: Source, index: int) -> list:
+    r = source.result
+    parts = [f'<p class="headline">{esc(content.headline(r))}</p>',
+             "<h3>Summary</h3>" + _kv(content.summary_rows(source), symbols=True),
+             "<h3>Views</h3>" + _table(content.views_table(r)),
+             "<h3>References</h3>" + _table(content.references_table(r))]
+    sensitivity = content.sensitivity_table(r)
+    if sensitivity is not None:
+        parts.append('<h3 id="sensitivity-%d">Definition sensitivity</h3>' % index + _table(sensitivity))
+    return parts
+
+
+def _passage_tables(source: Source) -> list:
+    # The tables the terminal prints (passage_content), so both say the same numbers.
+    r = source.result
+    lines = "<br>".join(esc(line) for line in passage_content.headline_lines(r))
+    parts = [f'<p class="headline">{lines}</p>', "<h3>Summary</h3>" + _kv(passage_content.summary_rows(source), symbols=True)]
+    return parts + [f"<h3>{esc(s.heading)}</h3>" + _table(s.table) for s in passage_content.sections(r)]
+
+
 # --------------------------------------------------------------------------- elements
 
 
-_SYMBOL = re.compile(r"\b([DFRSL])_(eff|N|L|init|size|matched|structural_cal|matched_cal|0|1)\b")
+_SYMBOL = re.compile(r"\b([DFRSL])_(eff|N|L|init|size|matched|corr|norm|h0|structural_cal|matched_cal|0|1)\b")
 
 
 def esc(text) -> str:

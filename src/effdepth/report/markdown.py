@@ -10,7 +10,7 @@ import re
 from datetime import datetime, timezone
 
 from ..version import __version__
-from . import content
+from . import content, passage_content
 from .content import Folded, Table
 from .sources import Source
 
@@ -45,7 +45,12 @@ def render_markdown(sources: list, files_dir: str = "report_files", *, sort: boo
     if several:
         name = f"{files_dir}/comparison.png"
         images[name] = content.comparison_png(sources)
-        out += ["## Comparison", "", table(content.comparison_table(sources)), "", _image(name, "comparison"), ""]
+        out += ["## Comparison", "", table(content.comparison_table(sources)), ""]
+        paper = passage_content.comparison_section([(s.label, s.result) for s in sources])
+        if paper is not None:
+            out += [f"### {esc(paper.heading)}", "", table(paper.table), ""]
+        figure, caption = content.figure_text("comparison", all(s.result.passages for s in sources))
+        out += [_image(name, "comparison"), "", f"_{esc(figure)}._ {esc(caption)}", ""]
     for i, s in enumerate(sources, start=1):
         prefix = f"{i:02d}-{_slug(s.label)}-" if several else ""
         out += _result(s, i, several, files_dir, prefix, images)
@@ -77,12 +82,7 @@ def table(t: Table) -> str:
 def _result(s: Source, index: int, several: bool, files_dir: str, prefix: str, images: dict) -> list:
     r = s.result
     out = [f"## {index}. {esc(s.label)}", ""] if several else []
-    out += [f"> {esc(content.headline(r))}", "", "### Summary", "", _kv(content.summary_rows(s)), ""]
-    out += ["### Views", "", table(content.views_table(r)), ""]
-    out += ["### References", "", table(content.references_table(r)), ""]
-    sensitivity = content.sensitivity_table(r)
-    if sensitivity is not None:
-        out += ["### Definition sensitivity", "", table(sensitivity), ""]
+    out += _passage_tables(s) if r.passages else _token_tables(s)
     out += ["### Does it reproduce the paper?", "", table(content.claims_table(r)), ""]
     out += [f"- {esc(line)}" for line in content.claims_evidence(r)] + [""]
     extras = content.extras_rows(r)
@@ -96,6 +96,27 @@ def _result(s: Source, index: int, several: bool, files_dir: str, prefix: str, i
     out += ["### Provenance", ""]
     for group, rows in content.provenance_groups(s):
         out += [f"**{esc(group)}**", "", _kv(rows, path=str(s.path)), ""]
+    return out
+
+
+def _token_tables(s: Source) -> list:
+    r = s.result
+    out = [f"> {esc(content.headline(r))}", "", "### Summary", "", _kv(content.summary_rows(s)), ""]
+    out += ["### Views", "", table(content.views_table(r)), ""]
+    out += ["### References", "", table(content.references_table(r)), ""]
+    sensitivity = content.sensitivity_table(r)
+    if sensitivity is not None:
+        out += ["### Definition sensitivity", "", table(sensitivity), ""]
+    return out
+
+
+def _passage_tables(s: Source) -> list:
+    # The tables the terminal prints (passage_content), so both say the same numbers.
+    r = s.result
+    out = ["\n>\n".join(f"> {esc(line)}" for line in passage_content.headline_lines(r)), ""]
+    out += ["### Summary", "", _kv(passage_content.summary_rows(s)), ""]
+    for section in passage_content.sections(r):
+        out += [f"### {esc(section.heading)}", "", table(section.table), ""]
     return out
 
 
