@@ -34,6 +34,7 @@ test-fast: setup
 bench: setup
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/passages.py
+	$(PY) benchmarks/analysis_cost.py
 
 clean:
 	rm -rf runs .pytest_cache .hypothesis

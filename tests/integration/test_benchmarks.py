@@ -73,3 +73,31 @@ def test_the_flop_model_examples_hold():
     import doctest
 
     assert doctest.testmod(benchmark_module("costs")).failed == 0
+
+
+def test_the_analysis_cost_model_counts_the_stacks_the_analysis_computes(monkeypatch):
+    """benchmarks/analysis_cost.py's flops are those of the HSIC stacks analyse_pooled really forms."""
+    import numpy as np
+
+    from effdepth.numerics import passage_analysis, sample_hsic
+    from effdepth.numerics.passage_views import PAPER_VIEWS
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import analysis_cost
+    finally:
+        sys.path.pop(0)
+    shapes = []
+    real = sample_hsic.stack_sums
+
+    def counted(matrices, units, **kwargs):
+        shapes.append((len(matrices), *matrices[0].shape))
+        return real(matrices, units, **kwargs)
+
+    monkeypatch.setattr(passage_analysis, "stack_sums", counted)
+    samples, layers, width, resamples = 64, 3, 16, 20
+    pooled = np.cumsum(np.random.default_rng(0).standard_normal((layers + 1, samples, width)), axis=0)
+    passage_analysis.analyse_pooled({v: pooled for v in ("default", "drop-bos", "token-norm")},
+                                    passage_analysis.AnalysisPlan(views=PAPER_VIEWS, bootstrap=resamples))
+    counted_flops = sum(sum(analysis_cost.stack_flops(n, m, d, resamples).values()) for m, n, d in shapes)
+    assert counted_flops == analysis_cost.analysis_flops(samples, layers, width, resamples, PAPER_VIEWS)

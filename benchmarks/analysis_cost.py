@@ -1,0 +1,141 @@
+"""A cost model of passage mode's analysis, checked against measured time, and projected to paper16 sizes.
+
+The analysis (numerics/passage_analysis.py) computes, per view, the HSIC
+stacks of the states (M = L + 1 matrices of N passages x d), of the updates
+(M - 1) and of the matched surrogate (M), and once per distinct top-PC count
+the structural surrogate (M - 1: the analysed layers). Each stack (numerics/sample_hsic.py) costs, in
+float64 flops:
+
+- the Gram tiles ``Yc_m Yc_m^T``:                      2 M N^2 d
+- the unit-block inner products of every pair:        2 M^2 N^2
+- the row sums under R resamples, ``u = K c``:         2 R G M N
+- ``sum_a c_a u_i,a u_j,a`` (three of them) per pair:  6 R M^2 N
+- the quadratic forms of the pair blocks:             4 R P G^2      (P = M (M + 1) / 2)
+
+with R resamples and G bootstrap units (128). The forward pass it comes
+with costs about 2 T P_blocks + 2 L T s d flops (T tokens, s tokens per
+passage, P_blocks the parameters of the decoder blocks; no LM head).
+
+The check: the float64 rate of a batched matrix product is measured here,
+the model predicts the analysis time of a few sizes from it, and the
+analysis is timed. The projection: the model's flops at each paper16 shape
+(N = 10,000, R = 1,000, the paper's five views) over an H200's float64 rate,
+against the forward's flops over its bfloat16 rate, both at the same
+fraction of peak (an assumption that benchmarks/gpu.py checks on a GPU).
+
+    python benchmarks/analysis_cost.py [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from effdepth.numerics.passage_analysis import DEFAULT_BOOTSTRAP_UNITS, AnalysisPlan, analyse_pooled
+from effdepth.numerics.passage_views import PAPER_VIEWS, parse_views
+
+#: H200 SXM peak dense throughput (NVIDIA's data sheet): float64 tensor cores, bfloat16 tensor cores.
+H200_FP64_FLOPS = 67e12
+H200_BF16_FLOPS = 989e12
+#: The paper's protocol: passages, resamples, mean tokens per passage (FineWeb-Edu documents mostly exceed 512).
+PAPER_PASSAGES, PAPER_RESAMPLES, PAPER_TOKENS_PER_PASSAGE = 10_000, 1_000, 500
+#: Table 2's models: (L, d, decoder-block parameters, approximate, from their configs; no embeddings).
+PAPER16_SHAPES = {
+    "Pythia-70M": (6, 512, 19e6), "Pythia-160M": (12, 768, 85e6), "Pythia-410M": (24, 1024, 302e6),
+    "Pythia-1B": (16, 2048, 805e6), "Pythia-1.4B": (24, 2048, 1.21e9), "OLMo-2-1B": (16, 2048, 1.07e9),
+    "OLMo-2-7B": (32, 4096, 6.6e9), "OLMo-2-13B": (40, 5120, 12.6e9), "Llama-3.1-8B": (32, 4096, 7.0e9),
+    "Mistral-7B": (32, 4096, 7.0e9), "Gemma-3-12b": (48, 3840, 10.8e9), "Qwen3.5-0.8B": (24, 1024, 0.5e9),
+    "Qwen3.5-2B": (24, 2048, 1.5e9), "Qwen3.5-4B": (32, 2560, 3.6e9), "Qwen3.5-9B": (32, 4096, 8.0e9),
+    "Qwen3.5-27B": (64, 5120, 25.5e9),
+}
+
+
+def stack_flops(samples: int, matrices: int, width: int, resamples: int, units: int = DEFAULT_BOOTSTRAP_UNITS) -> dict:
+    """Float64 flops of one HSIC stack, by term (see the module docstring).
+
+    >>> sorted(stack_flops(100, 3, 8, 10, 4))
+    ['grams', 'pair_blocks', 'quadratic_forms', 'row_sums', 'weighted_products']
+    """
+    n, m, d, r, g = samples, matrices, width, resamples + 1, min(units, samples)
+    pairs = m * (m + 1) // 2
+    return {"grams": 2 * m * n * n * d, "pair_blocks": 2 * m * m * n * n, "row_sums": 2 * r * g * m * n,
+            "weighted_products": 6 * r * m * m * n, "quadratic_forms": 4 * r * pairs * g * g}
+
+
+def analysis_flops(samples: int, layers: int, width: int, resamples: int, views: str = "default") -> float:
+    """Flops of the whole analysis: per view the states and the matched surrogate (L + 1 matrices each)
+    and the updates (L); per top-PC count the structural surrogate (its L analysed layers).
+
+    >>> analysis_flops(100, 2, 8, 10) == sum(2 * v for v in stack_flops(100, 3, 8, 10).values()) + sum(2 * v for v in stack_flops(100, 2, 8, 10).values())
+    True
+    """
+    specs = parse_views(views)
+    states = sum(stack_flops(samples, layers + 1, width, resamples).values())
+    updates = sum(stack_flops(samples, layers, width, resamples).values())
+    per_view = 2 * states + updates
+    return len(specs) * per_view + len({s.top_pcs for s in specs}) * updates  # the surrogate's L analysed layers
+
+
+def forward_flops(tokens: float, layers: int, width: int, block_params: float, tokens_per_passage: int) -> float:
+    """Flops of the decoder blocks over ``tokens`` (weights and causal attention)."""
+    return 2 * tokens * block_params + 2 * layers * tokens * tokens_per_passage * width
+
+
+def float64_rate(size: int = 512, batch: int = 8) -> float:
+    """This machine's float64 batched matrix product, in flops per second."""
+    a = torch.randn(batch, size, size, dtype=torch.float64)
+    torch.bmm(a, a)
+    start = time.perf_counter()
+    for _ in range(3):
+        torch.bmm(a, a)
+    return 3 * 2 * batch * size ** 3 / (time.perf_counter() - start)
+
+
+def timed_analysis(samples: int, layers: int, width: int, resamples: int, views: str) -> float:
+    rng = np.random.default_rng(0)
+    steps = rng.standard_normal((layers + 1, samples, width))
+    pooled = {v: np.cumsum(steps, axis=0) for v in {s.variant for s in parse_views(views)}}
+    start = time.perf_counter()
+    analyse_pooled(pooled, AnalysisPlan(views=views, bootstrap=resamples))
+    return time.perf_counter() - start
+
+
+def check_against_measured(repeats: int) -> None:
+    rate = float64_rate()
+    print(f"float64 bmm here: {rate / 1e9:.1f} GFLOP/s, {torch.get_num_threads()} threads")
+    print(f"{'N':>5} {'L':>3} {'d':>4} {'R':>5} {'views':<8} {'GFLOP':>7} {'predicted s':>11} {'measured s':>10} {'ratio':>6}")
+    for n, layers, width, resamples, views in ((512, 6, 128, 200, "default"), (1024, 6, 128, 200, "default"),
+                                               (1024, 12, 256, 1000, "default"), (1024, 6, 128, 1000, PAPER_VIEWS)):
+        flops = analysis_flops(n, layers, width, resamples, views)
+        measured = min(timed_analysis(n, layers, width, resamples, views) for _ in range(repeats))
+        label = "paper" if views == PAPER_VIEWS else views
+        print(f"{n:>5} {layers:>3} {width:>4} {resamples:>5} {label:<8} {flops / 1e9:>7.1f} {flops / rate:>11.2f} "
+              f"{measured:>10.2f} {measured / (flops / rate):>6.2f}")
+
+
+def project_paper16() -> None:
+    tokens = PAPER_PASSAGES * PAPER_TOKENS_PER_PASSAGE
+    print(f"\nprojected on one H200 (N = {PAPER_PASSAGES:,}, R = {PAPER_RESAMPLES:,}, paper views, "
+          f"{tokens / 1e6:.0f}M tokens; float64 at {H200_FP64_FLOPS / 1e12:.0f} and bfloat16 at "
+          f"{H200_BF16_FLOPS / 1e12:.0f} TFLOP/s peak, the same fraction of peak for both)")
+    print(f"{'model':<13} {'L':>3} {'d':>5} {'analysis TFLOP':>14} {'forward TFLOP':>13} {'analysis/forward time':>21}")
+    for name, (layers, width, params) in PAPER16_SHAPES.items():
+        analysis = analysis_flops(PAPER_PASSAGES, layers, width, PAPER_RESAMPLES, PAPER_VIEWS)
+        forward = forward_flops(tokens, layers, width, params, PAPER_TOKENS_PER_PASSAGE)
+        share = (analysis / H200_FP64_FLOPS) / (forward / H200_BF16_FLOPS)
+        print(f"{name:<13} {layers:>3} {width:>5} {analysis / 1e12:>14.0f} {forward / 1e12:>13.0f} {share:>21.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    check_against_measured(args.repeats)
+    project_paper16()
+
+
+if __name__ == "__main__":
+    main()
