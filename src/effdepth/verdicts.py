@@ -37,6 +37,23 @@ CLAIMS = (
 )
 CLAIM_NAMES = tuple(name for name, _, _ in CLAIMS)
 
+
+def structural_name(result) -> str:
+    """The structural reference's name in ``result``'s mode: F_L across passages (the paper's; N there is
+    the number of passages), F_N across tokens (N analysed states).
+
+    >>> import effdepth, torch
+    >>> structural_name(effdepth.from_states(torch.randn(4, 3, 6, 8), bootstrap=0))
+    'F_N'
+    """
+    return "F_L" if getattr(result, "passages", False) else "F_N"
+
+
+def claim_tests(result) -> list:
+    """``[(name, what the check asks)]`` in ``result``'s wording (:func:`structural_name`)."""
+    reference = structural_name(result)
+    return [(name, test.replace("F_N", reference)) for name, _, test in CLAIMS]
+
 #: Views the claims read; a result with none of them cannot be checked at all.
 CLAIM_VIEWS = ("default", "drop-bos", "drop-pos0", "token-norm", "top1pc")
 
@@ -94,15 +111,16 @@ def check_claims(result) -> list:
     out = []
     bos_view = "drop-bos" if getattr(result, "passages", False) else "drop-pos0"
     debiased = result.similarities.get("cka-debiased", {}).get("default") if getattr(result, "passages", False) else None
+    reference = structural_name(result)
     for sim, views in result.similarities.items():
         unavailable = (result.unavailable or {}).get(sim, {})
         default = views.get("default")
         out += [
-            _below_reference("sub-reference", sim, "default", default, unavailable),
+            _below_reference("sub-reference", sim, "default", default, unavailable, reference),
             _correlated_updates(sim, default, unavailable),
-            _below_reference("not-bos", sim, bos_view, views.get(bos_view), unavailable),
-            _controls(sim, views, unavailable),
-            _calibrated(sim, default, unavailable, debiased if sim != "cosine" else None),
+            _below_reference("not-bos", sim, bos_view, views.get(bos_view), unavailable, reference),
+            _controls(sim, views, unavailable, reference),
+            _calibrated(sim, default, unavailable, debiased if sim != "cosine" else None, reference),
         ]
     return out
 
@@ -150,10 +168,11 @@ def _missing(claim: str, sim: str, name: str, unavailable: dict) -> Verdict:
     return Verdict(claim, sim, NOT_MEASURED, reason=why)
 
 
-def _deff_below_reference(view, name: str) -> Comparison:
-    """D_eff's whole interval below F_N, an exact number."""
+def _deff_below_reference(view, name: str, reference: str = "F_N") -> Comparison:
+    """D_eff's whole interval below the structural reference (named ``reference``), an exact number."""
     ci = _interval(view, "deff")
-    return Comparison(name, "D_eff", view.deff, ci, "below", "F_N", view.reference, None, None if ci is None else ci[1] < view.reference)
+    return Comparison(name, "D_eff", view.deff, ci, "below", reference, view.reference, None,
+                      None if ci is None else ci[1] < view.reference)
 
 
 def _status(comparisons: list) -> str:
@@ -165,10 +184,10 @@ def _status(comparisons: list) -> str:
     return HOLDS if any(known) else FAILS
 
 
-def _below_reference(claim: str, sim: str, name: str, view, unavailable: dict) -> Verdict:
+def _below_reference(claim: str, sim: str, name: str, view, unavailable: dict, reference: str = "F_N") -> Verdict:
     if view is None:
         return _missing(claim, sim, name, unavailable)
-    comparison = _deff_below_reference(view, name)
+    comparison = _deff_below_reference(view, name, reference)
     status = _status([comparison])
     return Verdict(claim, sim, status, [comparison], reason=NO_INTERVAL if status == NOT_MEASURED else "")
 
@@ -192,20 +211,20 @@ def _correlated_updates(sim: str, view, unavailable: dict) -> Verdict:
     return Verdict("correlated-updates", sim, status, [positive], reason, terms)
 
 
-def _controls(sim: str, views: dict, unavailable: dict) -> Verdict:
+def _controls(sim: str, views: dict, unavailable: dict, reference: str = "F_N") -> Verdict:
     present = [n for n in ("token-norm", "top1pc") if n in views]
     if not present:
         reasons = [f"{n}: {unavailable[n]}" for n in ("token-norm", "top1pc") if n in unavailable]
         why = "; ".join(reasons) or f"the result has neither token-norm nor top1pc ({RERUN})"
         return Verdict("controls", sim, NOT_MEASURED, reason=why)
-    comparisons = [_deff_below_reference(views[n], n) for n in present]
+    comparisons = [_deff_below_reference(views[n], n, reference) for n in present]
     status = _status(comparisons)
     absent = [n for n in ("token-norm", "top1pc") if n not in views]
     reason = NO_INTERVAL if status == NOT_MEASURED else (f"{absent[0]} not measured" if absent else "")
     return Verdict("controls", sim, status, comparisons, reason)
 
 
-def _calibrated(sim: str, view, unavailable: dict, debiased=None) -> Verdict:
+def _calibrated(sim: str, view, unavailable: dict, debiased=None, reference: str = "F_N") -> Verdict:
     if view is None:
         return _missing("calibrated", sim, "default", unavailable)
     cal = (view.references or {}).get("matched_cal")
@@ -220,7 +239,7 @@ def _calibrated(sim: str, view, unavailable: dict, debiased=None) -> Verdict:
     comparison = Comparison("default", "D_eff", view.deff, ci, "below", "R_matched_cal", cal, cal_ci, holds)
     comparisons = [comparison]
     if debiased is not None:  # passage mode: the debiased estimator must agree (docs/method.md#claims)
-        unbiased = _deff_below_reference(debiased, "default")
+        unbiased = _deff_below_reference(debiased, "default", reference)
         unbiased.left = "D_eff (cka-debiased)"
         comparisons.append(unbiased)
     known = [c.holds for c in comparisons]

@@ -265,3 +265,14 @@ def test_top_k_at_least_the_width_is_refused_before_any_forward_pass():
         effdepth.measure(tiny_model("llama"), ids(70, 8), views="top64pc", bootstrap=0, progress=False)
     assert math.isfinite(effdepth.measure(tiny_model("llama"), ids(70, 8), views="top3pc", bootstrap=0,
                                           progress=False).default.deff)
+
+
+def test_the_claims_name_the_structural_reference_f_l_across_passages():
+    from effdepth.report.content import claims_table
+    from effdepth.report.tables import claims_text
+
+    passages = effdepth.measure(tiny_model("llama"), ids(16, 12), views="paper", bootstrap=20, progress=False)
+    text = claims_text(passages) + claims_table(passages).note
+    assert "F_L" in text and "F_N" not in text
+    tokens = effdepth.from_states(torch.randn(4, 3, 8, 16), bootstrap=20)
+    assert "entirely below F_N" in claims_text(tokens)  # token mode keeps its N analysed states

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..result import SCHEMA, Result, ViewResult
-from ..verdicts import CLAIMS, Comparison, check_claims, verdict_grid
+from ..verdicts import CLAIMS, Comparison, check_claims, claim_tests, verdict_grid
 from .numbers import fmt, fmt_interval
 from .rows import differing, has_calibrated, view_entries
 from .sources import Source
@@ -292,7 +292,7 @@ def claims_table(result: Result) -> Table:
     rows = []
     for i, (name, claim, _) in enumerate(CLAIMS, start=1):
         rows.append([Cell(str(i), sort=i), Cell(claim)] + [Cell(grid[name][s].status) for s in sims] + [Cell(PAPER_ABSTRACT[name])])
-    tests = " ".join(f"({i}) {test}." for i, (_, _, test) in enumerate(CLAIMS, start=1))
+    tests = " ".join(f"({i}) {test}." for i, (_, test) in enumerate(claim_tests(result), start=1))
     carry = carry_text(result.extras)
     return Table(["#", "claim"] + sims + ["paper's abstract"], rows, [True, False] + [False] * len(sims) + [False],
                  note=f"{tests} A claim holds when the whole interval lies on the stated side; without an interval it is "

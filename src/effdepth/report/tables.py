@@ -472,7 +472,7 @@ def claims_text(result: Result, label: str | None = None) -> str:
     >>> claims_text(effdepth.from_states(torch.randn(4, 3, 8, 16), similarity="frobenius")).splitlines()[0][:30]
     'Does states reproduce the pape'
     """
-    from ..verdicts import CLAIMS
+    from ..verdicts import claim_tests
     from .content import claims_evidence
     from .sources import result_label
     from .wording import PAPER_NOTE
@@ -486,7 +486,7 @@ def claims_text(result: Result, label: str | None = None) -> str:
         what.append(carry)
     lines = [f"Does {label or result_label(result)} reproduce the paper? ({'; '.join(what)}; docs/method.md#claims)", "",
              claims_table(result), "", "what each claim checks:"]
-    lines += [f"({i}) {name}: {test}" for i, (name, _, test) in enumerate(CLAIMS, start=1)]
+    lines += [f"({i}) {name}: {test}" for i, (name, test) in enumerate(claim_tests(result), start=1)]
     lines += ["", "the numbers behind each verdict (an inequality holds when the whole interval is on its side):"]
     lines += claims_evidence(result)
     lines += ["", PAPER_NOTE]
