@@ -27,7 +27,7 @@ LAYERS = (
     ("checkpoint", "executors"),
     ("measure", "passage_measure"),
     ("notebook", "distributed"),
-    ("intervene",),
+    ("intervene", "null"),
     ("experiment",),
     ("sweep",),
     ("trajectory",),

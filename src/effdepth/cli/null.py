@@ -1,0 +1,69 @@
+"""``effdepth null``: the random-weight null of a model (its architecture at initialisation, same protocol)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import EffdepthError
+from ..options import Options
+from .arguments import add_measure_arguments, add_model_argument, default_out, output_folder, run_options_from_args
+
+
+def register(sub) -> dict:
+    n = sub.add_parser(
+        "null", help="D_eff of the model's architecture with random weights (the random-weight null)",
+        description="Measure the model, then its architecture randomly initialised from its config (no weights are "
+        "read), once per seed, with the same options: one measurement per seed beside the trained one. Prints "
+        "D_eff/L and D_eff/F_L of the default view, trained against the seeds' mean and sd.")
+    n.set_defaults(parser=n)
+    add_model_argument(n)
+    add_measure_arguments(n)
+    n.add_argument("--seeds", default="5", metavar="K|S1,S2,...",
+                   help="K seeds 0..K-1 (default 5), or a comma-separated list of seeds")
+    n.add_argument("--out", "-o", default=None, help="output folder (default: runs/<model>-null)")
+    return {"null": cmd_null}
+
+
+def parse_seeds(text: str) -> list:
+    """``"3"`` -> ``[0, 1, 2]``; ``"4,7"`` -> ``[4, 7]``.
+
+    >>> parse_seeds("3"), parse_seeds("4,7")
+    ([0, 1, 2], [4, 7])
+    """
+    parts = [p.strip() for p in str(text).split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise EffdepthError(f"--seeds {text!r} is not a count or a comma-separated list of whole numbers; e.g. --seeds 5")
+    if len(parts) == 1:
+        if int(parts[0]) < 1:
+            raise EffdepthError("--seeds 0 measures no null; give at least 1")
+        return list(range(int(parts[0])))
+    return [int(p) for p in parts]
+
+
+def null_text(null) -> str:
+    """The trained model's D_eff/L and D_eff/F_L against its random-weight null, one line per similarity."""
+    from ..report.numbers import fmt
+    from ..report.tables import render_table
+
+    rows = []
+    for sim, s in null.summary.items():
+        rows.append([sim, fmt(s["trained_deff_per_layer"]), f"{fmt(s['null_deff_per_layer_mean'])} ± {fmt(s['null_deff_per_layer_sd'])}",
+                     fmt(s["trained_ratio"]), f"{fmt(s['null_ratio_mean'])} ± {fmt(s['null_ratio_sd'])}"])
+    header = ["similarity", "trained D_eff/L", "random init D_eff/L", "trained D_eff/F_L", "random init D_eff/F_L"]
+    note = (f"random init: mean ± sample sd over {len(null.seeds)} seed(s) ({', '.join(map(str, null.seeds))}), the same "
+            f"architecture (config sha256 {null.config_sha256[:12]}) and options; default view")
+    return f"{render_table(header, rows)}\n{note}"
+
+
+def cmd_null(args) -> int:
+    from ..null import random_weight_null
+
+    seeds = parse_seeds(args.seeds)
+    options = Options.from_args(args)
+    out = Path(args.out) if args.out else Path(f"{default_out(args.model)}-null")
+    with output_folder(out) as folder:
+        null = random_weight_null(options, seeds, run=run_options_from_args(args))
+        path = null.save(folder)
+    print(null_text(null))
+    print(f"\nwrote {path} (the trained result in {out}/trained, each seed's in {out}/seed-S)")
+    return 0
