@@ -20,6 +20,8 @@ from effdepth.options import Options, RunOptions
 from effdepth.passage_measure import analyse_saved, measure_passages
 from effdepth.tiny import tiny_model
 
+from naive_hsic import naive_biased, naive_debiased
+
 VIEWS = "default,drop-bos,token-norm,top1pc,top3pc"
 
 
@@ -51,16 +53,7 @@ def remove_top_pcs(layer: np.ndarray, k: int) -> np.ndarray:
 
 
 def naive_hsic(x, y, debiased: bool) -> float:
-    n = len(x)
-    xc, yc = x - x.mean(0), y - y.mean(0)
-    if not debiased:
-        return float(np.linalg.norm(xc.T @ yc) ** 2 / n ** 2)
-    k, l = xc @ xc.T, yc @ yc.T
-    np.fill_diagonal(k, 0.0)
-    np.fill_diagonal(l, 0.0)
-    one = np.ones(n)
-    return float((np.trace(k @ l) + (one @ k @ one) * (one @ l @ one) / ((n - 1) * (n - 2))
-                  - 2.0 / (n - 2) * (one @ k @ l @ one)) / (n * (n - 3)))
+    return naive_debiased(x - x.mean(0), y - y.mean(0)) if debiased else naive_biased(x, y)
 
 
 def naive_deff(stack: np.ndarray, debiased: bool) -> float:

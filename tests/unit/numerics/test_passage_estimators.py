@@ -19,21 +19,7 @@ from effdepth.numerics.references import reference_fl
 from effdepth.numerics.sample_hsic import Units, feature_hsic, resample_weights, resampled_hsic, stack_sums
 from effdepth.numerics.similarity import deff
 
-
-def naive_biased(x: np.ndarray, y: np.ndarray) -> float:
-    xc, yc = x - x.mean(0), y - y.mean(0)
-    return float(np.linalg.norm(xc.T @ yc) ** 2 / len(x) ** 2)
-
-
-def naive_debiased(x: np.ndarray, y: np.ndarray) -> float:
-    """Song et al. (2012), written out from its Gram matrices with zeroed diagonals."""
-    n = len(x)
-    k, l = x @ x.T, y @ y.T
-    np.fill_diagonal(k, 0.0)
-    np.fill_diagonal(l, 0.0)
-    one = np.ones(n)
-    return float((np.trace(k @ l) + (one @ k @ one) * (one @ l @ one) / ((n - 1) * (n - 2))
-                  - 2.0 / (n - 2) * (one @ k @ l @ one)) / (n * (n - 3)))
+from naive_hsic import naive_biased, naive_debiased
 
 
 def stack(seed: int, n: int = 23, d: int = 5, m: int = 3) -> list:
