@@ -19,7 +19,7 @@ from effdepth.numerics.references import reference_fl
 from effdepth.numerics.sample_hsic import Units, feature_hsic, resample_weights, resampled_hsic, stack_sums
 from effdepth.numerics.similarity import deff
 
-from naive_hsic import naive_biased, naive_debiased
+from naive_hsic import naive_biased, naive_copy_aware_biased, naive_debiased
 
 
 def stack(seed: int, n: int = 23, d: int = 5, m: int = 3) -> list:
@@ -42,16 +42,38 @@ def test_both_estimators_match_brute_force_and_the_feature_route(units):
             assert float(feature["debiased"][i, j]) == pytest.approx(naive_debiased(mats[i], mats[j]), rel=1e-9)
 
 
-def test_a_resample_of_the_biased_estimator_is_the_v_statistic_of_the_resampled_data():
-    mats = stack(1, n=20)
-    units = Units.blocks(20, 5)
-    weights = resample_weights(units.count, 3, seed=4)
-    h = resampled_hsic(stack_sums([torch.from_numpy(m) for m in mats], units), weights)
-    for r in range(1, 4):
-        rows = np.concatenate([np.repeat(np.arange(units.bounds[g], units.bounds[g + 1])[None], int(c), axis=0).ravel()
-                               for g, c in enumerate(weights[r])])
-        drawn = [m[rows] for m in mats]
-        assert h["biased"][r, 0, 2] == pytest.approx(naive_biased(drawn[0], drawn[2]), rel=1e-10)
+@pytest.mark.parametrize("units", [9, 3])
+def test_a_resample_of_the_biased_estimator_never_pairs_a_passage_with_its_own_copy(units):
+    """Every tuple of passages weighs the counts of its distinct passages (brute force over all tuples)."""
+    mats = stack(1, n=9, d=4)
+    blocks = Units.blocks(9, units)
+    weights = resample_weights(blocks.count, 4, seed=1)
+    h = resampled_hsic(stack_sums([torch.from_numpy(m) for m in mats], blocks), weights)
+    for r in range(5):
+        counts = weights[r][blocks.index().numpy()]
+        for i, j in ((0, 0), (0, 2), (1, 2)):
+            assert h["biased"][r, i, j] == pytest.approx(naive_copy_aware_biased(mats[i], mats[j], counts), rel=1e-9)
+    assert h["biased"][0, 0, 2] == pytest.approx(naive_biased(mats[0], mats[2]), rel=1e-10)
+
+
+@pytest.mark.parametrize("similarity,view", [("cka", "default"), ("cka-debiased", "default"), ("cka", "top1pc")])
+def test_intervals_cover_where_a_fresh_sample_lands_when_d_exceeds_n(similarity, view):
+    """With d = 2N the biased estimator's self-pair bias is large; a resample that paired a passage with
+    its own copy doubled it and put every interval below its own estimate. Intervals must hold the
+    estimate and cover the mean estimate over fresh samples (95% nominal; conservative here). The top-PC
+    fit is made once on all N, not per resample: the intervals must not be too narrow for it."""
+    rng = np.random.default_rng(5)
+    estimates, intervals = [], []
+    for trial in range(20):
+        states = isotropic_updates(64, 128, 4, seed=int(rng.integers(1 << 30)))
+        v = analyse_pooled({"default": states}, AnalysisPlan(views=(view,), bootstrap=200, seed=trial,
+                                                            calibrated=False, similarities=(similarity,)))
+        v = v["similarities"][similarity][view]
+        estimates.append(v["deff"])
+        intervals.append(v["ci"]["deff"])
+    mean = np.mean(estimates)
+    assert all(lo <= e <= hi for e, (lo, hi) in zip(estimates, intervals))
+    assert np.mean([lo <= mean <= hi for lo, hi in intervals]) >= 0.8
 
 
 def test_gram_tiles_under_a_small_memory_budget_give_the_same_sums():
