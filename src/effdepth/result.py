@@ -69,6 +69,11 @@ class ViewResult:
     update_similarity: list = field(default_factory=list)
     update_deff: float | None = None
     update_sizes: list = field(default_factory=list)
+    #: Passage mode: ``mean_b |f_l^b| / mean_b |h_{l-1}^b|`` per layer over the pooled vectors (interval in ci).
+    update_norm_ratio: list = field(default_factory=list)
+    #: Passage mode: D_eff, its reference and gap under other maximum lags, tapers and aggregations of the
+    #: same similarity matrix (:mod:`effdepth.numerics.sensitivity`), intervals in ``ci["sensitivity.<key>.deff"]``.
+    sensitivity: dict = field(default_factory=dict)
 
     @property
     def sub_reference(self) -> bool | None:

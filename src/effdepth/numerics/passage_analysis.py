@@ -32,6 +32,7 @@ from ..errors import EffdepthError
 from .passage_metrics import REFERENCE_NAMES, analysed, cka, kernel_numbers, plain_numbers
 from .passage_views import PassageView, check_top_pcs, parse_views
 from .references import reference_fl
+from .sensitivity import sensitivity_numbers
 from .sample_hsic import DEFAULT_BUDGET_BYTES, MIN_SAMPLES, Units, centred, resample_weights, resampled_hsic, stack_sums
 from .pooling import TOKEN_SUMS
 from .similarity import deff
@@ -160,6 +161,9 @@ def analyse_pooled(pooled: dict, plan: AnalysisPlan, *, token_sums: np.ndarray |
                              "surrogate resampled with the same draws (paired intervals)"},
         "pc_fits": fits,
         "debiased_resamples": "the weighted U-statistic of each HSIC term over distinct original passages",
+        "biased_resamples": "the V-statistic with a passage's copies never paired with each other (each tuple "
+                            "weighs the counts of its distinct passages)",
+        "pc_fit_resampled": False,
         "calibrated": "structural_cal: isotropic Gaussian equal updates (N, d, L as measured); matched_cal: S_0 plus "
                       "the measured updates, passages permuted independently per layer" if plan.calibrated else None,
     }
@@ -193,6 +197,10 @@ class _Context:
                 draws[sim.name] = kernel_numbers(hs[sim.estimator], hf[sim.estimator], self.plan.include_embedding)
         if "cosine" in self.plan.similarities:
             draws["cosine"] = plain_numbers(self._cosine(states)[:, analysed(self.plan.include_embedding), analysed(self.plan.include_embedding)])
+        ratio = self._norm_ratio(states)
+        for d in draws.values():
+            d["sensitivity"] = sensitivity_numbers(d["similarity"])
+            d["update_norm_ratio"] = ratio
         if self.plan.calibrated:
             for name, values in self._calibrated(spec, states).items():
                 for sim, d in values.items():
@@ -216,6 +224,20 @@ class _Context:
         w = torch.as_tensor(self.weights, dtype=torch.float64, device=self.device)
         counts = w @ torch.as_tensor(self.units.sizes, dtype=torch.float64, device=self.device)
         return (torch.einsum("rg,gij->rij", w, sums) / counts[:, None, None]).cpu().numpy()
+
+    def _norm_ratio(self, states: list) -> np.ndarray:
+        """(R, L) ``mean_b |f_l^b| / mean_b |h_{l-1}^b|`` over the passages of every resample: how large each
+        update is against the state it is added to (pooled vectors, uncentred)."""
+        stack = torch.stack(states)  # (L+1, N, d)
+        norms = torch.linalg.vector_norm(stack, dim=-1)  # (L+1, N)
+        updates = torch.linalg.vector_norm(stack[1:] - stack[:-1], dim=-1)  # (L, N)
+        index = self.units.index(self.device)
+        per_unit = torch.zeros(2, updates.shape[0], self.units.count, dtype=torch.float64, device=self.device)
+        per_unit[0].index_add_(1, index, updates)
+        per_unit[1].index_add_(1, index, norms[:-1])
+        sums = torch.einsum("rg,klg->krl", torch.as_tensor(self.weights, dtype=torch.float64, device=self.device), per_unit)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (sums[0] / sums[1]).cpu().numpy()
 
     def _calibrated(self, spec: PassageView, states: list) -> dict:
         """``{"structural_cal": {sim: D_eff draws}, "matched_cal": ...}`` of the view's surrogates."""
@@ -284,6 +306,8 @@ class _Context:
             "update_energy": [],
             "related": {k.split(".", 1)[1]: v.tolist() for k, v in point.items() if k.startswith("related.")},
             "reference_profiles": {k: v.tolist() for k, v in point["reference_profiles"].items()},
+            "update_norm_ratio": point["update_norm_ratio"].tolist(),
+            "sensitivity": {k: {q: float(x) for q, x in v.items()} for k, v in point["sensitivity"].items()},
             "ci": ci,
             "definition": similarity,
         }
@@ -314,7 +338,8 @@ def split_draws(draws: dict) -> tuple:
     failed = int((~np.isfinite(flat["deff"][1:])).sum())
     ci: dict = {"level": LEVEL, "resamples": rows, "nan_resamples": failed}
     for name, value in flat.items():
-        if name.startswith("reference_profiles.") or name == "update_similarity":
+        if name.startswith("reference_profiles.") or name == "update_similarity" or (
+                name.startswith("sensitivity.") and name.endswith(".reference")):
             continue
         draws_ = value[1:]
         finite = np.isfinite(draws_.reshape(rows, -1)).all(axis=1)
@@ -346,6 +371,9 @@ def _unflatten(flat: dict) -> dict:
         head, _, tail = k.partition(".")
         if tail and head == "reference_profiles":
             out.setdefault(head, {})[tail] = v
+        elif tail and head == "sensitivity":
+            variant, _, quantity = tail.rpartition(".")
+            out.setdefault(head, {}).setdefault(variant, {})[quantity] = v
         else:
             out[k] = v
     return out

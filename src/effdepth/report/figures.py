@@ -283,8 +283,9 @@ def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figur
 
 
 def passage_layers_figure(v: ViewResult, ctx: dict) -> Figure:
-    """Passage mode's per-layer panels: each update's covariance norm across passages (log), the token-level
-    ratio |u_l| / |s_{l-1}| and block influence, with their intervals where the result has them."""
+    """Passage mode's per-layer panels: each update's covariance norm across passages (log), the update-to-state
+    norm ratio (of the pooled vectors, and over tokens) and block influence, with their intervals where the
+    result has them."""
     sizes = _array(v.update_sizes)
     layers = np.arange(1, len(sizes) + 1)
     related = v.related or {}
@@ -292,7 +293,7 @@ def passage_layers_figure(v: ViewResult, ctx: dict) -> Figure:
     panels = [
         (sizes, ci.get("update_sizes"), r"update size $n_l$" "\n(covariance norm)", OKABE_ITO["vermillion"], "o", True),
         (_array(related.get("relative_contribution", [None] * len(layers))), ci.get("relative_contribution"),
-         r"$\|u_l\| / \|s_{l-1}\|$" "\n(over tokens)", OKABE_ITO["bluish_green"], "D", False),
+         r"$\|u_l\| / \|s_{l-1}\|$" "\n(update / state norm)", OKABE_ITO["bluish_green"], "D", False),
         (_array(related.get("block_influence", [None] * len(layers))), ci.get("block_influence"),
          "block influence\n" r"$1 - \overline{\cos}(s_{l-1}, s_l)$", OKABE_ITO["reddish_purple"], "^", False),
     ]
@@ -302,7 +303,17 @@ def passage_layers_figure(v: ViewResult, ctx: dict) -> Figure:
         for ax, (values, band, label, colour, marker, log) in zip(axes, panels):
             if band and len(band) == 2 and len(band[0]) == len(layers):
                 ax.fill_between(layers, _array(band[0]), _array(band[1]), color=colour, alpha=0.2, linewidth=0)
-            ax.plot(layers, _positive(values) if log else values, color=colour, marker=marker, markersize=4)
+            ax.plot(layers, _positive(values) if log else values, color=colour, marker=marker, markersize=4,
+                    label="over tokens" if marker == "D" and v.update_norm_ratio else None)
+            if marker == "D" and len(v.update_norm_ratio) == len(layers):
+                pooled_band = ci.get("update_norm_ratio")
+                if pooled_band and len(pooled_band) == 2:
+                    ax.fill_between(layers, _array(pooled_band[0]), _array(pooled_band[1]), color=OKABE_ITO["blue"],
+                                    alpha=0.2, linewidth=0)
+                ax.plot(layers, _array(v.update_norm_ratio), color=OKABE_ITO["blue"], linestyle="--", marker="s",
+                        markersize=3.5, label="pooled vectors")
+                ax.set_yscale("log")
+                ax.legend(frameon=False, fontsize=8)
             if log:
                 ax.set_yscale("log")
             ax.set_ylabel(label)

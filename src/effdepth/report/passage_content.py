@@ -13,8 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..data.paper import table2_row, table2_source
 from ..result import Result, ViewResult
+from . import robustness
 from .content import Cell, Table, interval, level, model_rows, number_cell, sortable, sub_reference
 from .numbers import fmt
 from .sources import Source
@@ -120,6 +123,14 @@ def sections(result: Result) -> list:
     primary = result.primary_similarity
     if primary in KERNELS:
         out.append(Section(f"attribution, similarity {primary}", attribution_table(result, primary)))
+    if primary in KERNELS:
+        out.append(Section(f"update diagnostic, similarity {primary}", updates_table(result, primary)))
+    per_layer = update_layers_table(result)
+    if per_layer is not None:
+        out.append(Section("update norm ratio per layer, view default", per_layer))
+    lags = robustness.sensitivity_table(result)
+    if lags is not None:
+        out.append(Section(f"maximum lag, taper and aggregation, similarity {primary}", lags))
     table2 = table2_section(result)
     if table2 is not None:
         out.append(table2)
@@ -166,14 +177,56 @@ def references_table(result: Result) -> Table:
 
 
 def attribution_table(result: Result, similarity: str) -> Table:
-    """The three terms of F_L - D_eff per view, with intervals, and D_eff of the updates per layer."""
-    header = ["view", "initial state", "size imbalance", "correlated updates", "updates D_eff/L"]
+    """The three terms of F_L - D_eff per view, with intervals."""
+    header = ["view", "initial state", "size imbalance", "correlated updates"]
+    rows = [[Cell(name)] + [number_cell(v, (v.attribution or {}).get(k), k, signed=True) for k in TERMS]
+            for name, v in result.similarities[similarity].items()]
+    return Table(header, rows, [False, True, True, True], note=passage_wording(ATTRIBUTION))
+
+
+def updates_table(result: Result, similarity: str) -> Table:
+    """Per view: D_eff of the updates f_1..f_L (same estimator) and over L beside the states', and the
+    update-to-state norm ratio at the first layer, its median over layers and at the last layer."""
+    header = ["view", "updates D_eff", "updates D_eff/L", "states D_eff/L", "|f_1|/|h_0|", "median |f_l|/|h_l-1|",
+              "|f_L|/|h_L-1|"]
     rows = []
     for name, v in result.similarities[similarity].items():
-        terms = [number_cell(v, (v.attribution or {}).get(k), k, signed=True) for k in TERMS]
-        updates = v.update_deff / len(v.update_sizes) if v.update_deff is not None and v.update_sizes else None
-        rows.append([Cell(name)] + terms + [Cell(fmt(updates), sort=sortable(updates)) if updates is not None else Cell("-")])
-    return Table(header, rows, [False, True, True, True, True], note=passage_wording(ATTRIBUTION))
+        count = len(v.update_sizes) or None
+        ratio = v.update_norm_ratio
+        band = (v.ci or {}).get("update_norm_ratio")
+        rows.append([Cell(name), number_cell(v, v.update_deff, "update_deff"),
+                     number_cell(v, v.update_deff / count if count and v.update_deff is not None else None,
+                                 "update_deff_per_layer"),
+                     _per_layer(v)]
+                    + ([_layer_cell(ratio, band, 0), Cell(fmt(float(np.median(ratio)))), _layer_cell(ratio, band, -1)]
+                       if ratio else [Cell("-")] * 3))
+    return Table(header, rows, [False] + [True] * 6,
+                 note="D_eff of the updates f_l = h_l - h_{l-1} under the same estimator, and over L (the paper's S16: "
+                 "the same low band as the states). |f_l|/|h_l-1|: mean norm of the pooled update over mean norm of "
+                 "the pooled state it is added to, across passages (per layer in the next table).")
+
+
+def update_layers_table(result: Result) -> Table | None:
+    """One row per layer of the default view: the pooled norm ratio and the token-level one, with intervals."""
+    v = result.views.get("default")
+    if v is None or not v.update_norm_ratio:
+        return None
+    ci = v.ci or {}
+    tokens = (v.related or {}).get("relative_contribution") or []
+    rows = [[Cell(str(l + 1)), _layer_cell(v.update_norm_ratio, ci.get("update_norm_ratio"), l),
+             _layer_cell(tokens, ci.get("relative_contribution"), l) if len(tokens) > l else Cell("-")]
+            for l in range(len(v.update_norm_ratio))]
+    return Table(["layer", "|f_l|/|h_l-1| (passages)", "|u_l|/|s_l-1| (tokens)"], rows, [True, True, True],
+                 note="passages: mean over passages of the pooled update's norm over the pooled state's; tokens: the "
+                 "same over every token (Csordas et al.'s relative contribution). Brackets: bootstrap intervals.")
+
+
+def _layer_cell(values, band, index: int) -> Cell:
+    x = values[index]
+    text = ""
+    if band and len(band) == 2 and len(band[0]) == len(values):
+        text = f"[{fmt(band[0][index])}, {fmt(band[1][index])}]"
+    return Cell(fmt(x), text, sortable(x))
 
 
 def table2_section(result: Result) -> Section | None:
