@@ -35,6 +35,9 @@ FIGURES = {
               "interval lies below 1."),
     "layers": ("Per-layer updates", "Update energy and the energy of the state it is added to (log scale), the cosine "
                "between each update and the state it is added to, and ShortGPT's block influence."),
+    "sensitivity": ("Lags, tapers, aggregations", "D_eff of the default view under the paper's maximum lags, tapers "
+                    "and aggregations, each over the same form on orthogonal equal updates (the dashed line at 1); "
+                    "filled dots: the whole interval lies below it."),
     "comparison": ("Comparison", "D_eff / F_N of each result's first view, with bootstrap intervals; the dashed line "
                    "at 1 is the structural reference."),
 }

@@ -48,7 +48,7 @@ REFERENCE_STYLES = {
 }
 
 #: The figure files :func:`write_figures` may write; a rewrite removes those the new result does not produce.
-STANDARD_STEMS = ("similarity", "profile", "attribution", "views", "layers")
+STANDARD_STEMS = ("similarity", "profile", "attribution", "views", "layers", "sensitivity")
 FORMATS = ("png", "pdf")
 
 DEFF, R_INIT, R_MATCHED = r"$D_\mathrm{eff}$", r"$R_\mathrm{init}$", r"$R_\mathrm{matched}$"
@@ -209,6 +209,29 @@ def views_figure(result: Result) -> Figure:
     ctx = _context(result)
     return ratio_dot_figure(labels, ratios, intervals, xlabel=f"{DEFF} / {ctx['reference']}", title=_title("Controls", None, ctx),
                             level=_level(next(iter(result.views.values()))))
+
+
+def sensitivity_figure(result: Result) -> Figure:
+    """D_eff of the default view under every lag, taper and aggregation, over that form's own reference.
+
+    >>> import effdepth, torch
+    >>> r = effdepth.from_states(torch.randn(5, 3, 8, 16).cumsum(0), bootstrap=0)
+    >>> len(sensitivity_figure(r).axes[0].get_yticklabels())
+    9
+    """
+    from .robustness import label, variant_numbers
+
+    v = result.default
+    numbers, with_intervals = variant_numbers(v)
+    labels, ratios, intervals = [], [], []
+    for key, n in numbers.items():
+        labels.append(label(key, v.num_states))
+        ratios.append(n["deff"] / n["reference"])
+        band = (v.ci or {}).get(f"sensitivity.{key}.deff") if with_intervals else None
+        intervals.append([band[0] / n["reference"], band[1] / n["reference"]] if band else None)
+    ctx = _context(result)
+    return ratio_dot_figure(labels, ratios, intervals, xlabel=f"{DEFF} / the same form on equal updates",
+                            title=_title("Lags, tapers, aggregations", v, ctx), level=_level(v))
 
 
 def comparison_figure(results: list, labels: list | None = None) -> Figure:
@@ -432,6 +455,8 @@ def standard_figures(result: Result, view: str | None = None):
     chosen = _view(result, view)[0]
     if chosen.update_energy or chosen.update_sizes:  # see NO_COSINE_SUMMARIES
         yield "layers", layers_figure(result, view)
+    if result.passages and result.default.sensitivity:
+        yield "sensitivity", sensitivity_figure(result)
 
 
 # --------------------------------------------------------------------------- helpers
