@@ -27,7 +27,7 @@ LAYERS = (
     ("checkpoint", "executors"),
     ("measure", "passage_measure"),
     ("notebook", "distributed"),
-    ("intervene", "null"),
+    ("intervene", "null", "prune"),
     ("experiment",),
     ("sweep",),
     ("trajectory",),

@@ -187,6 +187,50 @@ class ResidualCarry:
         return replace_hidden(output, produced, modified)
 
 
+class BlockSkip:
+    """Context manager: blocks ``layers`` (1-based) output their input, ``s_l = s_{l-1}`` (the block removed
+    from the stream, its update dropped). No layer registers nothing: exactly the unmodified model.
+
+    >>> import torch
+    >>> from effdepth.tiny import tiny_model
+    >>> from effdepth.capture.registry import resolve_architecture
+    >>> m = tiny_model("llama"); ids = torch.tensor([[256, 72, 105]])
+    >>> with torch.no_grad(), BlockSkip(resolve_architecture(m), [2]):
+    ...     out = m(ids).logits
+    >>> bool((out != m(ids).logits).any())
+    True
+    """
+
+    def __init__(self, arch: ResolvedArchitecture, layers):
+        self.arch = arch
+        self.layers = parse_layers(list(layers), arch.num_layers, "--skip") if list(layers) else ()
+        self._handles: list = []
+
+    def __enter__(self) -> "BlockSkip":
+        try:
+            for layer in self.layers:
+                self._handles.append(self.arch.blocks[layer - 1].register_forward_hook(
+                    self._hook, prepend=True, with_kwargs=True))
+        except BaseException:
+            self.remove()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    @staticmethod
+    def _hook(module, args, kwargs, output):
+        carried = hidden_from_input(args, kwargs)
+        produced = hidden_from_output(output, carried)
+        return replace_hidden(output, produced, carried.to(produced.device, produced.dtype))
+
+
 def replace_hidden(output, old: torch.Tensor, new: torch.Tensor):
     """``output`` with the tensor ``old`` (found by identity) replaced by ``new``.
 

@@ -11,13 +11,13 @@ import traceback
 
 from ..version import __version__
 from ..errors import EffdepthError
-from . import carry, claims, fetch, measure, null, report, scale, sensitivity
+from . import carry, claims, fetch, measure, null, prune, report, scale, sensitivity
 from .arguments import Parser, default_out, ensure_writable, silence_stdout
 
 __all__ = ["main", "build_parser", "default_out", "ensure_writable"]
 
 #: Command groups in the order ``effdepth --help`` lists them.
-GROUPS = (measure, report, claims, carry, null, sensitivity, scale, fetch)
+GROUPS = (measure, report, claims, carry, null, prune, sensitivity, scale, fetch)
 
 
 def build_parser() -> tuple:

@@ -1,0 +1,58 @@
+"""``effdepth prune-check``: can D_eff order a model's blocks for pruning? (docs/method.md#pruning)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..options import Options
+from .arguments import add_measure_arguments, add_model_argument, default_out, output_folder, run_options_from_args
+
+
+def register(sub) -> dict:
+    p = sub.add_parser(
+        "prune-check", help="skip blocks in block-influence and local-D_eff order; held-out perplexity per k",
+        description="Measure the model once (passage mode, these options), rank its blocks by ShortGPT's block "
+        "influence and by local D_eff (leave one state out of the similarity matrix), then skip the first k blocks "
+        "of each order and measure the next-token perplexity on held-out passages (the corpus drawn with the next "
+        "seed, measured passages left out). Runs one measurement and 1 + 2K perplexity passes over the held-out "
+        "passages. Prints the perplexity per k and order and the Spearman correlation of the two rankings; writes "
+        "prune.json, prune.png and the measured result.")
+    p.set_defaults(parser=p)
+    add_model_argument(p)
+    add_measure_arguments(p)
+    p.add_argument("--skip", default="1..4", metavar="K|A..B", help="numbers of blocks to skip (default 1..4)")
+    p.add_argument("--heldout", type=int, default=64, metavar="N", help="held-out passages for the perplexity (default 64)")
+    p.add_argument("--out", "-o", default=None, help="output folder (default: runs/<model>-prune)")
+    return {"prune-check": cmd_prune_check}
+
+
+def prune_text(pr) -> str:
+    """Perplexity per k under each order, the blocks each skips, and the agreement of the rankings."""
+    from ..report.numbers import fmt
+    from ..report.tables import render_table
+
+    rows = [["0", "-", fmt(pr.baseline["perplexity"]), "-", fmt(pr.baseline["perplexity"])]]
+    for row in pr.rows():
+        rows.append([str(row["k"]), ",".join(map(str, row["block_influence_skipped"])), fmt(row["block_influence_perplexity"]),
+                     ",".join(map(str, row["local_deff_skipped"])), fmt(row["local_deff_perplexity"])])
+    header = ["k", "block influence skips", "perplexity", "local D_eff skips", "perplexity"]
+    note = (f"held-out perplexity over {pr.heldout.get('num_passages')} passages ({pr.baseline['tokens']:,} predicted "
+            f"tokens); Spearman correlation of the two rankings: {fmt(pr.spearman)}")
+    return f"{render_table(header, rows)}\n{note}"
+
+
+def cmd_prune_check(args) -> int:
+    from ..prune import parse_skip, prune_check
+    from ..report.figures_prune import prune_figure
+    from ..report.style import save_figure
+
+    skips = parse_skip(args.skip)
+    options = Options.from_args(args)
+    out = Path(args.out) if args.out else Path(f"{default_out(args.model)}-prune")
+    with output_folder(out) as folder:
+        pr = prune_check(options, skips, heldout=args.heldout, run=run_options_from_args(args))
+        path = pr.save(folder)
+        save_figure(prune_figure(pr), Path(folder) / "prune")
+    print(prune_text(pr))
+    print(f"\nwrote {path}, prune.png/.pdf and the measured result in {out}/measured")
+    return 0
