@@ -1,7 +1,9 @@
 """The residual-carry intervention in a model (docs/method.md#residual-carry): D_eff and loss against the carry lam.
 
 For each carry value lam the chosen blocks output ``lam * s_{l-1} + (s_l - s_{l-1})``
-(see :class:`~effdepth.capture.intervention.ResidualCarry`); the model and the
+(see :class:`~effdepth.capture.intervention.ResidualCarry`), or with ``carry_on="sublayers"``
+the paper's ``h <- lam h + attn(LN h)``, ``h <- lam h + mlp(LN h)`` in each of them
+(:class:`~effdepth.capture.intervention.SublayerCarry`); the model and the
 corpus are loaded once and every lam is measured on the same tokens, with the
 next-token loss. lam = 1 is the unmodified model.
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .capture.intervention import ResidualCarry, check_layer_spec, format_carry, parse_carry, parse_layers
+from .capture.intervention import carry_hooks, check_carry_on, check_layer_spec, format_carry, parse_carry, parse_layers
 from .errors import EffdepthError
 from .measure import measure_prepared, prepare
 from .options import AnalysisOptions, Options, RunOptions, token_mode
@@ -57,11 +59,14 @@ def save_intervention(ir: InterventionResult, folder, figure: bool = True) -> Pa
     return path
 
 
-def intervene(model=None, corpus=None, *, carry=DEFAULT_CARRY, layers="all", progress: bool = True, **options) -> InterventionResult:
+def intervene(model=None, corpus=None, *, carry=DEFAULT_CARRY, layers="all", carry_on: str = "blocks",
+              progress: bool = True, **options) -> InterventionResult:
     """Measure D_eff and the next-token loss with the residual carry set to each lam.
 
     ``carry``: values in [0, 1] (a sequence or ``"1,0.9,0.5"``); ``layers``:
-    ``"all"``, ``"A-B"``, ``"1,3,5"`` or a list of 1-based block numbers.
+    ``"all"``, ``"A-B"``, ``"1,3,5"`` or a list of 1-based block numbers;
+    ``carry_on``: ``"blocks"`` (one carry per block) or ``"sublayers"`` (the
+    paper's, in every attention and MLP sublayer: :class:`~effdepth.capture.intervention.SublayerCarry`).
     ``options`` are :func:`effdepth.measure`'s (``seq_len``, ``num_seqs``,
     ``batch_size``, ``bootstrap``, ``similarity``, ``include_embedding``,
     ``views``, ``dtype``, ``device``...). The model and corpus are loaded
@@ -76,6 +81,7 @@ def intervene(model=None, corpus=None, *, carry=DEFAULT_CARRY, layers="all", pro
     """
     carries = parse_carry(carry)
     check_layer_spec(layers)
+    check_carry_on(carry_on)
     # Every option fails here, before minutes of loading weights.
     opts = Options.build(model=model, corpus=corpus, **token_mode(options, "the residual-carry intervention"))
     started = time.perf_counter()
@@ -83,23 +89,32 @@ def intervene(model=None, corpus=None, *, carry=DEFAULT_CARRY, layers="all", pro
     blocks = parse_layers(layers, prepared.arch.num_layers)
     results = {}
     for lam in tqdm(carries, desc="carry", unit="value", disable=not progress or len(carries) < 2, leave=False):
-        results[lam] = measure_with_carry(prepared, lam, blocks, opts.analysis, progress=progress)
-    config = {"carries": list(carries), "layers": list(blocks), "all_layers": len(blocks) == prepared.arch.num_layers,
+        results[lam] = measure_with_carry(prepared, lam, blocks, opts.analysis, progress=progress, on=carry_on)
+    config = {"carries": list(carries), "layers": list(blocks), "carry_on": carry_on, "all_layers": len(blocks) == prepared.arch.num_layers,
               "layer_spec": layers if isinstance(layers, str) else list(layers), **results[carries[0]].config}
     provenance = {"code": code_version(), "libraries": library_versions(), "machine": machine(), "created": now(),
                   "elapsed_s": round(time.perf_counter() - started, 3)}
     return InterventionResult(carries, blocks, results, config, provenance)
 
 
-def measure_with_carry(prepared, lam: float, layers, analysis: AnalysisOptions | None = None, *, progress: bool = True) -> Result:
-    """One :func:`~effdepth.measure.measure_prepared` (with loss) inside a :class:`ResidualCarry`.
+def measure_with_carry(prepared, lam: float, layers, analysis: AnalysisOptions | None = None, *, progress: bool = True,
+                       on: str = "blocks") -> Result:
+    """One measurement (with the next-token loss over the same tokens) inside the carry ``on`` blocks or
+    sublayers: :func:`~effdepth.measure.measure_prepared`, or passage mode when ``analysis`` says so (the
+    passages prepared with ``passages=True``).
 
     The carry is recorded in ``result.extras["intervention"]``.
     """
     blocks = parse_layers(layers, prepared.arch.num_layers)
-    with ResidualCarry(prepared.arch, lam, blocks):
-        result = measure_prepared(prepared, analysis, run=RunOptions(progress=progress), with_loss=True)
-    result.extras["intervention"] = {"carry": float(lam), "layers": list(blocks),
+    with carry_hooks(prepared.arch, lam, blocks, on=on):
+        if analysis is not None and analysis.passages:  # passage mode: the pooled states, then the loss over the same passages
+            from .passage_measure import measure_passages, passage_loss
+
+            result = measure_passages(prepared, analysis, run=RunOptions(progress=progress))
+            result.extras["loss"] = passage_loss(prepared, prepared.tokens, analysis.batch_size)
+        else:
+            result = measure_prepared(prepared, analysis, run=RunOptions(progress=progress), with_loss=True)
+    result.extras["intervention"] = {"carry": float(lam), "layers": list(blocks), "carry_on": on,
                                      "all_layers": len(blocks) == prepared.arch.num_layers}
     return result
 

@@ -256,6 +256,25 @@ def _hidden_size(lm) -> int:
     return int(width)
 
 
+def passage_loss(prepared, passages, batch_size: int) -> dict:
+    """Mean next-token loss and perplexity of the full model (LM head included) over ``passages``, padding
+    masked, longest first; any hooks registered on the model (a carry, skipped blocks) apply."""
+    from .numerics.loss import LossAccumulator
+
+    model = prepared.lm.model
+    device = next(model.parameters()).device
+    pad = _pad_id(prepared.lm)
+    loss = LossAccumulator()
+    order = np.argsort(-passages.lengths, kind="stable")
+    step = max(1, int(batch_size))
+    with torch.no_grad():
+        for start in range(0, len(order), step):
+            ids, mask = passages.batch(order[start:start + step], pad_id=pad)
+            ids, mask = ids.to(device), mask.to(device)
+            loss.update(model(input_ids=ids, attention_mask=mask).logits, ids, mask)
+    return loss.result()
+
+
 def _pad_id(lm) -> int:
     tok = getattr(lm, "tokenizer", None)
     for name in ("pad_token_id", "eos_token_id"):

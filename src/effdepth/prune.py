@@ -21,17 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from .capture.intervention import BlockSkip
 from .errors import EffdepthError
 from .files import write_json_atomic
 from .measure import prepare
-from .numerics.loss import LossAccumulator
 from .numerics.pruning import block_influence_order, local_deff_order, order_positions
 from .numerics.sensitivity import spearman
 from .options import Options, RunOptions
+from .passage_measure import measure_passages, passage_loss
 from .result import Result
 
 PRUNE_FILE = "prune.json"
@@ -95,8 +94,6 @@ def parse_skip(text) -> list:
 
 def prune_check(options: Options, skips, *, heldout: int = DEFAULT_HELDOUT, run: RunOptions | None = None) -> PruneResult:
     """Measure, rank the blocks both ways, and the held-out perplexity after skipping k = ``skips`` blocks."""
-    from .passage_measure import measure_passages
-
     run = run or RunOptions()
     skips = sorted({int(k) for k in skips})
     if not options.analysis.passages:
@@ -160,17 +157,5 @@ def heldout_passages(prepared, count: int):
 
 def heldout_loss(prepared, passages, skipped, batch_size: int) -> dict:
     """Mean next-token loss and perplexity of the full model (LM head included) with ``skipped`` blocks skipped."""
-    from .passage_measure import _pad_id
-
-    model = prepared.lm.model
-    device = next(model.parameters()).device
-    pad = _pad_id(prepared.lm)
-    loss = LossAccumulator()
-    order = np.argsort(-passages.lengths, kind="stable")
-    with torch.no_grad(), BlockSkip(prepared.arch, skipped):
-        for start in range(0, len(order), max(1, int(batch_size))):
-            ids, mask = passages.batch(order[start:start + batch_size], pad_id=pad)
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-            loss.update(logits, ids.to(device), mask.to(device))
-    return {**loss.result(), "skipped": list(skipped)}
-
+    with BlockSkip(prepared.arch, skipped):
+        return {**passage_loss(prepared, passages, batch_size), "skipped": list(skipped)}

@@ -29,7 +29,8 @@ from .result import Result
 
 INTERVENTION_SCHEMA = "effdepth.intervention/1"
 EXPERIMENT_SCHEMA = "effdepth.experiment/1"
-SUMMARY_KEYS = ("deff", "ratio", "reference_init", "reference_size", "reference_matched", "loss", "perplexity", "train_loss")
+SUMMARY_KEYS = ("deff", "ratio", "reference_init", "reference_size", "reference_matched", "loss", "perplexity", "train_loss",
+                "norm_ratio")
 
 
 # --------------------------------------------------------------------------- in-model intervention

@@ -53,7 +53,7 @@ def test_carry_one_reproduces_unmodified_result_exactly(llama):
     for name in plain.views:
         assert carried.to_dict()["views"][name] == plain.to_dict()["views"][name]
     assert carried.extras["loss"] == plain.extras["loss"]
-    assert carried.extras["intervention"] == {"carry": 1.0, "layers": [1, 2, 3], "all_layers": True}
+    assert carried.extras["intervention"] == {"carry": 1.0, "layers": [1, 2, 3], "carry_on": "blocks", "all_layers": True}
 
 
 def test_carry_zero_gives_the_block_functions_composed_without_skip(llama):

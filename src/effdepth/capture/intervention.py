@@ -187,6 +187,127 @@ class ResidualCarry:
         return replace_hidden(output, produced, modified)
 
 
+#: Carry modes of the intervention: the paper's per-sublayer carry, or one carry per block.
+CARRY_ON = ("blocks", "sublayers")
+# The module whose output a block adds to its residual stream, first present wins: dropouts on the
+# branch (Phi-3, GPT-NeoX) come after it, and sandwich-norm blocks (Gemma 2/3, OLMo 2/3) normalise it.
+_ATTENTION_OUTPUTS = ("resid_attn_dropout", "post_attention_dropout", "self_attn", "linear_attn", "attn", "attention")
+_MLP_OUTPUTS = ("resid_mlp_dropout", "post_mlp_dropout", "post_feedforward_layernorm", "mlp")
+
+
+def sublayer_branches(block: torch.nn.Module) -> tuple:
+    """``(attention branch, MLP branch, parallel)``: the modules whose outputs block adds to its residual
+    stream, and whether both branches read the same input (GPT-NeoX's parallel residual).
+
+    >>> from effdepth.tiny import tiny_model
+    >>> from effdepth.capture.registry import resolve_architecture
+    >>> [type(m).__name__ for m in sublayer_branches(resolve_architecture(tiny_model("gemma2")).blocks[0])[:2]]
+    ['Gemma2RMSNorm', 'Gemma2RMSNorm']
+    """
+    children = dict(block.named_children())
+    if "post_feedforward_layernorm" in children and "post_attention_layernorm" in children:
+        attention = children["post_attention_layernorm"]  # applied to the attention output, before the add
+    else:
+        attention = next((children[n] for n in _ATTENTION_OUTPUTS if n in children), None)
+    mlp = next((children[n] for n in _MLP_OUTPUTS if n in children), None)
+    if attention is None or mlp is None:
+        raise EffdepthError(f"block {type(block).__name__} has no attention and MLP branch effdepth knows "
+                            "(docs/capture.md); use --carry-on blocks")
+    return attention, mlp, bool(getattr(block, "use_parallel_residual", False))
+
+
+class SublayerCarry:
+    """Context manager: the paper's carry in every sublayer of blocks ``layers`` (1-based),
+    ``h <- lam h + attn(LN h)`` then ``h <- lam h + mlp(LN h)``.
+
+    A block adds each branch's output to its stream; the hooks subtract ``(1 - lam) h`` from
+    the branch output, with h the stream the branch is added to (the block's input for the
+    attention branch, that plus the attention branch for the MLP's). A parallel-residual block
+    (GPT-NeoX) adds both branches to the same h, so the carry applies once there:
+    ``h <- lam h + attn(LN1 h) + mlp(LN2 h)``. ``lam = 1`` registers nothing, so it is exactly
+    the unmodified model; no detach, so gradients flow.
+
+    >>> import torch
+    >>> from effdepth.tiny import tiny_model
+    >>> from effdepth.capture.registry import resolve_architecture
+    >>> m = tiny_model("llama"); ids = torch.tensor([[256, 72, 105]])
+    >>> with torch.no_grad(), SublayerCarry(resolve_architecture(m), 0.5, "all"):
+    ...     out = m(ids).logits
+    >>> bool((out != m(ids).logits).any())
+    True
+    """
+
+    def __init__(self, arch: ResolvedArchitecture, lam: float, layers="all"):
+        self.arch = arch
+        self.lam = check_carry(lam)
+        self.layers = parse_layers(layers, arch.num_layers)
+        self._handles: list = []
+        self._blocks: list = []
+        self._stream: dict = {}  # block -> the stream its next branch is added to, during a forward pass
+
+    def __enter__(self) -> "SublayerCarry":
+        if self.lam == 1.0:
+            return self
+        try:
+            for layer in self.layers:
+                block = self.arch.blocks[layer - 1]
+                attention, mlp, parallel = sublayer_branches(block)
+                if block in _ACTIVE:
+                    raise EffdepthError(f"block {layer} already has a residual carry applied; nesting would apply it twice")
+                _ACTIVE.add(block)
+                self._blocks.append(block)
+                self._handles.append(block.register_forward_pre_hook(
+                    lambda m, args, kwargs, b=block: self._enter_block(b, args, kwargs), prepend=True, with_kwargs=True))
+                self._handles.append(attention.register_forward_hook(
+                    lambda m, args, output, b=block: self._branch(b, output, keep=not parallel), prepend=True))
+                if not parallel:
+                    self._handles.append(mlp.register_forward_hook(
+                        lambda m, args, output, b=block: self._branch(b, output, keep=False), prepend=True))
+        except BaseException:
+            self.remove()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+    def remove(self) -> None:
+        try:
+            for handle in self._handles:
+                handle.remove()
+        finally:
+            for block in self._blocks:
+                _ACTIVE.discard(block)
+            self._handles.clear()
+            self._blocks.clear()
+            self._stream.clear()
+
+    def _enter_block(self, block, args, kwargs) -> None:
+        self._stream[block] = hidden_from_input(args, kwargs)
+
+    def _branch(self, block, output, keep: bool):
+        stream = self._stream.pop(block)
+        produced = hidden_from_output(output, stream)
+        modified = produced - (1.0 - self.lam) * stream.to(produced.device, produced.dtype)
+        if keep:  # the MLP branch is added to the stream after this one
+            self._stream[block] = stream + modified
+        return replace_hidden(output, produced, modified)
+
+
+def carry_hooks(arch: ResolvedArchitecture, lam: float, layers="all", on: str = "blocks"):
+    """The context manager of a carry ``on`` blocks (:class:`ResidualCarry`) or sublayers (:class:`SublayerCarry`)."""
+    check_carry_on(on)
+    return (SublayerCarry if on == "sublayers" else ResidualCarry)(arch, lam, layers)
+
+
+def check_carry_on(on: str) -> str:
+    """A one-line error unless ``on`` is one of :data:`CARRY_ON`."""
+    if on not in CARRY_ON:
+        raise EffdepthError(f"--carry-on {on!r}: use blocks (one carry per block) or sublayers (the paper's, in "
+                            "every attention and MLP sublayer)")
+    return on
+
+
 class BlockSkip:
     """Context manager: blocks ``layers`` (1-based) output their input, ``s_l = s_{l-1}`` (the block removed
     from the stream, its update dropped). No layer registers nothing: exactly the unmodified model.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..capture.intervention import CARRY_ON
 from ..options import Options, token_mode
 from .arguments import Parser, add_measure_arguments, add_model_argument, default_out, ensure_writable, float_arg, int_arg
 
@@ -18,6 +19,9 @@ def register(sub) -> dict:
     add_model_argument(i)
     i.add_argument("--carry", default="1,0.9,0.75,0.5", help="comma-separated carry values in [0, 1] (default 1,0.9,0.75,0.5)")
     i.add_argument("--layers", default="all", help="blocks to apply the carry to, 1-based: all (default), A-B, or a list like 1,3,5")
+    i.add_argument("--carry-on", choices=CARRY_ON, default="blocks",
+                   help="blocks (default): block output lam s_{l-1} + (s_l - s_{l-1}); sublayers (the paper's): "
+                   "h <- lam h + attn(LN h), then h <- lam h + mlp(LN h), in every chosen block")
     add_measure_arguments(i)
     i.add_argument("--out", "-o", default=None, help="output folder (default: runs/<model>/intervention)")
 
@@ -46,6 +50,8 @@ def register(sub) -> dict:
     d = CarryExperiment()
     c.add_argument("--carry", default=",".join(f"{x:g}" for x in d.carries), help=f"carry values in [0, 1] (default {','.join(f'{x:g}' for x in d.carries)})")
     c.add_argument("--carry-layers", default=d.carry_layers, help="blocks that get the carry: all (default), A-B or a list")
+    c.add_argument("--carry-on", choices=CARRY_ON, default=d.carry_on,
+                   help="blocks (default) or sublayers (the paper's: every attention and MLP sublayer)")
     c.add_argument("--layers", type=int_arg, default=d.layers, help=f"number of blocks (default {d.layers})")
     c.add_argument("--d-model", type=int_arg, default=d.d_model, help=f"hidden size (default {d.d_model})")
     c.add_argument("--heads", type=int_arg, default=d.heads, help=f"attention heads (default {d.heads})")
@@ -62,6 +68,10 @@ def register(sub) -> dict:
     c.add_argument("--corpus", default=d.corpus, help="training and held-out text: shakespeare (default), a text/JSONL file or folder")
     c.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     c.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
+    c.add_argument("--paper", action="store_true",
+                   help="the paper's S17 setting (12 layers, n_embd 384, 6 heads, block 256, batch 64, lr 1e-3, 5,000 "
+                   "steps, gamma 1,0.75,0.5,0.25, every sublayer, 3 seeds, measured as passages) and its Table S14 "
+                   "beside ours; a GPU job. Options typed with it override single values")
     c.add_argument("--out", "-o", default="runs/carry-experiment", help="output folder (default runs/carry-experiment)")
     return {"intervene": cmd_intervene, "recompose": cmd_recompose, "experiment": cmd_experiment}
 
@@ -76,7 +86,8 @@ def cmd_intervene(args) -> int:
     carries = parse_carry(args.carry)
     check_layer_spec(args.layers)
     out = ensure_writable(Path(args.out) if args.out else default_out(args.model) / "intervention")
-    result = intervene(carry=carries, layers=args.layers, progress=args.progress, **_keywords(options))
+    result = intervene(carry=carries, layers=args.layers, carry_on=args.carry_on, progress=args.progress,
+                       **_keywords(options))
     path = save_intervention(result, out)
     print(intervention_headline(result))
     print()
@@ -109,15 +120,20 @@ def cmd_recompose(args) -> int:
 
 
 def cmd_experiment(args) -> int:
-    from ..experiment.carry import CarryExperiment, carry_experiment
-    from ..report.tables import experiment_final_table, experiment_headline, experiment_step_table
+    from ..experiment.carry import PAPER_DIFFERENCES, CarryExperiment, carry_experiment
+    from ..report.tables import experiment_final_table, experiment_headline, experiment_paper_table, experiment_step_table
 
-    spec = CarryExperiment(
-        carries=args.carry, carry_layers=args.carry_layers, layers=args.layers, d_model=args.d_model, heads=args.heads,
+    given = dict(
+        carries=args.carry, carry_layers=args.carry_layers, carry_on=args.carry_on, layers=args.layers, d_model=args.d_model, heads=args.heads,
         steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr, warmup=args.warmup,
         save_every=args.save_every, seed=args.seed, seeds=args.seeds, eval_seqs=args.eval_seqs, bootstrap=args.bootstrap,
         corpus=args.corpus, device=args.device,
-    ).checked()
+    )
+    if args.paper:  # the paper's values, but for what was typed
+        typed = {name for name in given if _typed(args, "--" + ("carry" if name == "carries" else name.replace("_", "-")))}
+        spec = CarryExperiment.paper_setting(**{k: v for k, v in given.items() if k in typed}).checked()
+    else:
+        spec = CarryExperiment(**given).checked()
     out = ensure_writable(Path(args.out))
     result = carry_experiment(spec, out, progress=args.progress)
     print(experiment_headline(result))
@@ -125,5 +141,15 @@ def cmd_experiment(args) -> int:
     print(experiment_final_table(result))
     print()
     print(experiment_step_table(result))
+    if spec.paper:
+        print()
+        print(f"beside the paper's Table S14:\n{experiment_paper_table(result)}\ndiffers from the paper's run: {PAPER_DIFFERENCES}")
+    else:
+        print("\nsmaller than the paper's S17 run (a CPU job of minutes); --paper runs its setting and shows its Table S14")
     print(f"\nwrote {out / 'experiment.json'} and {out / 'experiment'}.{{png,pdf}}; checkpoints under {out}/lam-*/seed-*/step-*/")
     return 0
+
+
+def _typed(args, flag: str) -> bool:
+    """Whether ``flag`` was typed on the command line (``--flag V`` or ``--flag=V``)."""
+    return any(a == flag or a.startswith(flag + "=") for a in getattr(args, "argv", []))

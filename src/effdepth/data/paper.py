@@ -85,3 +85,41 @@ def table2_row(model: str | None, paper_name: str | None = None) -> Table2Row | 
         if name and _key(name) in rows:
             return rows[_key(name)]
     return None
+
+
+@dataclass(frozen=True)
+class TableS14Row:
+    """One carry value of the paper's Table S14 (the trained residual-carry control)."""
+
+    gamma: float
+    deff_per_layer: float
+    deff_per_layer_ci: list | None
+    loss: float
+    loss_ci: list | None
+    norm_ratio: float
+
+
+@lru_cache(maxsize=1)
+def _table_s14() -> dict:
+    import yaml
+
+    return yaml.safe_load((resources.files(__package__) / "paper_s14.yaml").read_text(encoding="utf-8"))
+
+
+def table_s14() -> tuple:
+    """The rows of Table S14, by carry value.
+
+    >>> [(r.gamma, r.deff_per_layer) for r in table_s14()][:2]
+    [(1.0, 0.094), (0.75, 0.092)]
+    """
+    return tuple(TableS14Row(**row) for row in _table_s14()["rows"])
+
+
+def table_s14_source() -> str:
+    """Where Table S14's numbers come from (one paragraph)."""
+    return " ".join(str(_table_s14()["source"]).split())
+
+
+def table_s14_setting() -> dict:
+    """The paper's training setting behind Table S14."""
+    return dict(_table_s14()["setting"])

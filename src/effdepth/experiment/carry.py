@@ -3,7 +3,8 @@
 Every run trains the same tiny Llama-architecture model (byte vocabulary,
 identical initialisation and data order for a given seed) with one change:
 every block (or the chosen ones) outputs ``lam * s_{l-1} + (s_l - s_{l-1})``,
-applied by the same :class:`~effdepth.capture.intervention.ResidualCarry`
+applied by the same :class:`~effdepth.capture.intervention.ResidualCarry` (or, with
+``carry_on="sublayers"``, :class:`~effdepth.capture.intervention.SublayerCarry`)
 hooks the in-model intervention uses. Gradients flow through them.
 
 Checkpoints are standard Hugging Face folders (model and tokenizer),
@@ -38,7 +39,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..capture.intervention import ResidualCarry, format_carry, parse_carry, parse_layers
+from ..capture.intervention import carry_hooks, check_carry_on, format_carry, parse_carry, parse_layers
 from ..capture.registry import resolve_architecture
 from ..errors import EffdepthError
 from ..options import DEFAULT_SIMILARITY
@@ -47,6 +48,13 @@ from ..result import Result
 # The result itself lives in the result layer; re-exported here for ``from effdepth.experiment.carry import ...``.
 from ..results_carry import EXPERIMENT_SCHEMA as SCHEMA
 from ..results_carry import SUMMARY_KEYS, ExperimentResult, load_experiment, summarise  # noqa: F401
+
+
+#: What differs from the paper's S17 run even with ``--paper``: said wherever the comparison is shown.
+PAPER_DIFFERENCES = ("a Llama-architecture model (RMSNorm, rotary positions, SwiGLU MLP, untied embeddings, no dropout) "
+                     "where the paper trains nanoGPT (LayerNorm, learned positions, GELU MLP); bytes of the shipped "
+                     "Shakespeare where the paper uses its characters (the same for ASCII text); D_eff on held-out "
+                     "sequences as passages, under the biased CKA")
 
 
 @dataclass
@@ -59,6 +67,7 @@ class CarryExperiment:
 
     carries: tuple = (1.0, 0.75, 0.5)
     carry_layers: str = "all"
+    carry_on: str = "blocks"  # or "sublayers": the paper's carry in every attention and MLP sublayer
     layers: int = 4
     d_model: int = 96
     heads: int = 4
@@ -74,11 +83,29 @@ class CarryExperiment:
     bootstrap: int = 200
     corpus: str = "shakespeare"
     device: str | None = None
+    pooling: str = "none"  # "mean": held-out sequences measured as passages (the paper's protocol)
+    paper: bool = False  # the paper's S17 setting (:meth:`paper_setting`), its Table S14 shown beside ours
+
+    @classmethod
+    def paper_setting(cls, **overrides) -> "CarryExperiment":
+        """The paper's S17 setting: 12 layers, n_embd 384, 6 heads, block 256, batch 64, lr 1e-3, 5,000
+        iterations on Shakespeare's characters, every sublayer carried with gamma 1, 0.75, 0.5, 0.25, three
+        seeds, measured in passage mode. A GPU job; see :data:`PAPER_DIFFERENCES` for what is not the paper's.
+
+        >>> s = CarryExperiment.paper_setting(); (s.layers, s.d_model, s.heads, s.seq_len, s.batch_size, s.steps, s.carry_on)
+        (12, 384, 6, 256, 64, 5000, 'sublayers')
+        """
+        paper = dict(carries=(1.0, 0.75, 0.5, 0.25), carry_on="sublayers", layers=12, d_model=384, heads=6, steps=5000,
+                     batch_size=64, seq_len=256, lr=1e-3, warmup=100, seeds=3, eval_seqs=512, pooling="mean", paper=True)
+        return cls(**{**paper, **overrides})
 
     def checked(self) -> "CarryExperiment":
         """A copy with carries parsed and every size validated (one-line errors)."""
         carries = parse_carry(self.carries)
         parse_layers(self.carry_layers, self.layers if _positive_int(self.layers) else None, "--carry-layers")
+        check_carry_on(self.carry_on)
+        if self.pooling not in ("none", "mean"):
+            raise EffdepthError(f"pooling {self.pooling!r}: none (token mode) or mean (passages)")
         for name in ("layers", "d_model", "heads", "steps", "batch_size", "seeds", "eval_seqs"):
             if not _positive_int(getattr(self, name)):
                 raise EffdepthError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)!r}")
@@ -137,6 +164,7 @@ def carry_model_config(spec: CarryExperiment, lam: float):
         pad_token_id=258,
         effdepth_carry=float(lam),
         effdepth_carry_layers=list(parse_layers(spec.carry_layers, spec.layers)),
+        effdepth_carry_on=spec.carry_on,
     )
 
 
@@ -255,6 +283,15 @@ def checkpoint_carry(path) -> tuple:
     return float(config.get("effdepth_carry", 1.0)), config.get("effdepth_carry_layers") or "all"
 
 
+def checkpoint_carry_on(path) -> str:
+    """Where a checkpoint's carry acts: ``blocks`` (also for checkpoints that do not say) or ``sublayers``."""
+    try:
+        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return "blocks"
+    return str(config.get("effdepth_carry_on") or "blocks")
+
+
 def measure_checkpoint(path, corpus=None, *, carry: float | None = None, layers=None, progress: bool = True, **options) -> Result:
     """Measure a checkpoint with the residual carry it was trained with (from its config).
 
@@ -273,9 +310,12 @@ def measure_checkpoint(path, corpus=None, *, carry: float | None = None, layers=
 
     stored_lam, stored_layers = checkpoint_carry(path)
     lam = stored_lam if carry is None else carry
-    opts = Options.build(model=str(path), corpus=corpus, **token_mode(options, "the carry experiment"))
-    prepared = prepare(opts.load, progress=progress)
-    return measure_with_carry(prepared, lam, stored_layers if layers is None else layers, opts.analysis, progress=progress)
+    passages = options.get("pooling") == "mean"
+    opts = Options.build(model=str(path), corpus=corpus,
+                         **(options if passages else token_mode(options, "the carry experiment")))
+    prepared = prepare(opts.load, progress=progress, passages=passages)
+    return measure_with_carry(prepared, lam, stored_layers if layers is None else layers, opts.analysis, progress=progress,
+                              on=checkpoint_carry_on(path))
 
 
 # --------------------------------------------------------------------------- training
@@ -311,7 +351,7 @@ def train_run(spec: CarryExperiment, lam: float, seed: int, data: SplitCorpus, o
     try:
         for stop in spec.checkpoint_steps():
             model.train()
-            with ResidualCarry(arch, lam, layers):
+            with carry_hooks(arch, lam, layers, on=spec.carry_on):
                 while step < stop:
                     loss = _train_step(model, data.train[order[step]].to(device), optimizer, schedule)
                     if not math.isfinite(loss):
@@ -343,12 +383,16 @@ def _checkpoint_record(spec, model, lam, seed, step, train_losses, data, folder:
     model.eval()
     ckpt = save_checkpoint(model, folder / f"step-{step}")
     # Measured from the saved folder, as a user would: proves the checkpoint round-trips.
+    how = {"pooling": "mean", "seq_len": spec.seq_len, "num_seqs": int(data.held_out.shape[0])} if spec.pooling == "mean" else {}
     # No surrogate streams: the experiment compares carries, not a model with its references.
     result = measure_checkpoint(ckpt, data.held_out, bootstrap=spec.bootstrap, seed=spec.seed, batch_size=16, dtype="float32",
-                                device=spec.device, progress=False, surrogate_seqs=0)
+                                device=spec.device, progress=False, surrogate_seqs=0, **how)
     result_path = result.save(folder / "results" / f"step-{step}.json")
     row = intervention_row(lam, result)
     row.pop("view")
+    ratio = result.default.update_norm_ratio
+    row["norm_ratio"] = float(np.mean(ratio)) if ratio else None  # mean over layers of |f_l| / |h_{l-1}|
+    row["num_states"] = result.default.num_states
     return {
         "lam": float(lam),
         "seed": seed,
@@ -387,8 +431,10 @@ def carry_experiment(spec: CarryExperiment | None = None, out="runs/carry-experi
               "checkpoint_steps": spec.checkpoint_steps(), "carry_layers_resolved": list(parse_layers(spec.carry_layers, spec.layers)),
               "data": data.info, "model": "LlamaForCausalLM (byte vocabulary, untied embeddings, intermediate 4 x d_model)",
               "optimizer": "AdamW(betas=(0.9, 0.95), weight_decay=0.1), clip 1.0, linear warm-up then cosine to 10%",
-              "similarity": DEFAULT_SIMILARITY,
-              "measured_with": f"the checkpoint's own carry (effdepth_carry in its config), {DEFAULT_SIMILARITY} similarity, default view"}
+              "similarity": "cka" if spec.pooling == "mean" else DEFAULT_SIMILARITY,
+              "measured_with": f"the checkpoint's own carry (effdepth_carry in its config), "
+                               + ("held-out sequences as passages, cka across passages" if spec.pooling == "mean"
+                                  else f"{DEFAULT_SIMILARITY} similarity") + ", default view"}
     provenance = {"code": code_version(), "libraries": library_versions(), "machine": machine(), "created": now(),
                   "elapsed_s": round(time.perf_counter() - started, 3)}
     result = ExperimentResult(config, records, provenance)

@@ -300,8 +300,10 @@ def intervention_headline(ir) -> str:
     model = first.provenance.get("model", {}).get("id", "model")
     v = first.default
     which = "all" if ir.config.get("all_layers") else ",".join(map(str, ir.layers))
+    sublayers = ", in every attention and MLP sublayer" if ir.config.get("carry_on") == "sublayers" else ""
     return (
-        f"residual-carry intervention on {model} ({first.config.get('num_layers')} layers; carry on blocks {which}), "
+        f"residual-carry intervention on {model} ({first.config.get('num_layers')} layers; carry on blocks {which}"
+        f"{sublayers}), "
         f"{v.sequences} sequences x {first.config.get('seq_len')} tokens, similarity {first.config.get('similarity')}, "
         f"view {v.name}, N = {v.num_states}"
     )
@@ -331,6 +333,38 @@ def experiment_final_table(result) -> str:
         for s in rows
     ]
     return render_table(header, body)
+
+
+def experiment_paper_table(result) -> str:
+    """The last step of a carry experiment beside the paper's Table S14: D_eff/L, the held-out loss and
+    the mean update-to-state norm ratio per carry value, ours (mean and min-max over seeds) and the paper's.
+
+    >>> from effdepth.results_carry import ExperimentResult
+    >>> rec = {"lam": 1.0, "seed": 0, "step": 3, "deff": 1.2, "deff_ci": None, "reference": 1.6, "loss": 2.0,
+    ...        "norm_ratio": 0.3, "num_states": 12}
+    >>> experiment_paper_table(ExperimentResult({"layers": 12}, [rec])).splitlines()[2].split()[:3]
+    ['1', '0.100', '0.094']
+    """
+    from ..capture.intervention import format_carry
+    from ..data.paper import table_s14, table_s14_source
+
+    paper = {row.gamma: row for row in table_s14()}
+    last = max(r["step"] for r in result.records)
+    layers = int(result.config.get("layers") or 1)
+    body = []
+    for s in (s for s in result.summary() if s["step"] == last):
+        p = paper.get(float(s["lam"]))
+        spread = s["deff"]
+        ours = f"{fmt(spread['mean'] / layers)}" + (f" [{fmt(spread['min'] / layers)}, {fmt(spread['max'] / layers)}]"
+                                                     if s["seeds"] > 1 else "")
+        ratio = (s.get("norm_ratio") or {}).get("mean")
+        body.append([format_carry(s["lam"]), ours, "-" if p is None else fmt(p.deff_per_layer) + (
+                     f" {fmt_interval(p.deff_per_layer_ci)}" if p.deff_per_layer_ci else ""),
+                     fmt((s.get("loss") or {}).get("mean"), 2), "-" if p is None else fmt(p.loss, 2) + ("" if p.loss_ci else " (about)"),
+                     fmt(ratio, 2), "-" if p is None else fmt(p.norm_ratio, 2)])
+    header = ["gamma", "D_eff/L", "paper D_eff/L", "val loss", "paper val loss", "|f|/|h|", "paper |f|/|h|"]
+    return (f"{render_table(header, body)}\nours: mean [min, max] over seeds at step {last}; |f|/|h|: mean over layers of "
+            f"|f_l|/|h_l-1| (pooled passages). paper: {table_s14_source()}")
 
 
 def experiment_step_table(result) -> str:

@@ -100,7 +100,8 @@ def carry_text(extras: dict | None) -> str:
         return ""
     layers = list(found.get("layers") or [])
     where = f"all {len(layers)} blocks" if found.get("all_layers") else "blocks " + ",".join(map(str, layers))
-    return f"residual carry {carry_value(extras)} on {where}"
+    sublayers = " (every attention and MLP sublayer)" if found.get("carry_on") == "sublayers" else ""
+    return f"residual carry {carry_value(extras)} on {where}{sublayers}"
 
 
 def context(result, similarity: str | None = None) -> str:

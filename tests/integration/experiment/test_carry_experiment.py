@@ -136,3 +136,37 @@ def test_cli_experiment(tmp_path, capsys):
     assert code == 2 and "expected an integer" in capsys.readouterr().err
     code = main(["experiment"])
     assert code == 2
+
+
+def test_a_sublayer_carry_experiment_trains_and_measures_with_the_papers_carry(tmp_path):
+    from effdepth.experiment.carry import checkpoint_carry_on
+
+    record = carry_experiment(out=tmp_path, progress=False, **{**TINY, "carries": (0.5,), "steps": 2, "carry_on": "sublayers"})
+    checkpoint = tmp_path / "lam-0.5/seed-0/step-2"
+    assert checkpoint_carry_on(checkpoint) == "sublayers" and record.config["carry_on"] == "sublayers"
+    measured = measure_checkpoint(checkpoint, torch.randint(0, 256, (2, 12)), bootstrap=0, progress=False)
+    assert measured.extras["intervention"]["carry_on"] == "sublayers"
+    blocks = carry_experiment(out=tmp_path / "blocks", progress=False, **{**TINY, "carries": (0.5,), "steps": 2})
+    assert blocks.records[-1]["loss"] != record.records[-1]["loss"]
+    with pytest.raises(EffdepthError, match="--carry-on 'blocs'"):
+        CarryExperiment(carry_on="blocs").checked()
+
+
+def test_paper_setting_runs_as_passages_with_table_s14_beside_ours(tmp_path, capsys):
+    spec = CarryExperiment.paper_setting()
+    assert (spec.layers, spec.d_model, spec.heads, spec.seq_len, spec.batch_size, spec.lr, spec.steps) == (12, 384, 6, 256, 64, 1e-3, 5000)
+    assert spec.carries == (1.0, 0.75, 0.5, 0.25) and spec.carry_on == "sublayers" and spec.pooling == "mean"
+    out = tmp_path / "paper"
+    code = main(["experiment", "carry", "--paper", "--layers", "2", "--d-model", "16", "--heads", "2", "--steps", "2",
+                 "--seq-len", "16", "--batch-size", "2", "--eval-seqs", "8", "--seeds", "1", "--carry", "1,0.5",
+                 "--bootstrap", "0", "--no-progress", "--out", str(out)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    config = json.loads((out / "experiment.json").read_text())["config"]
+    assert config["paper"] and config["pooling"] == "mean" and config["carry_on"] == "sublayers"
+    assert config["lr"] == 1e-3 and config["warmup"] == 100 and config["layers"] == 2  # the paper's, but for what was typed
+    table = printed.out.split("beside the paper's Table S14:")[1]
+    row = next(line.split() for line in table.splitlines() if line.startswith("1 "))
+    assert row[2] == "0.094" and "3.46" in table and "Llama-architecture model" in printed.out
+    result = json.loads((out / "lam-0.5/seed-0/results/step-2.json").read_text())
+    assert result["config"]["pooling"] == "mean"

@@ -40,8 +40,9 @@ def assert_real_pdf(path: Path):
 def test_write_figures_makes_every_figure(which, request, tmp_path):
     result = request.getfixturevalue(which)
     paths = write_figures(result, tmp_path)
-    assert sorted(p.name for p in paths) == sorted(f"{s}.{ext}" for s in STEMS for ext in ("png", "pdf"))
-    for stem in STEMS:
+    stems = STEMS + ["sensitivity"] * result.passages  # passage mode: the lags, tapers and aggregations too
+    assert sorted(p.name for p in paths) == sorted(f"{s}.{ext}" for s in stems for ext in ("png", "pdf"))
+    for stem in stems:
         assert_real_png(tmp_path / f"{stem}.png")
         assert_real_pdf(tmp_path / f"{stem}.pdf")
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary files left behind"
