@@ -3,7 +3,8 @@
 - ``result.json`` (``effdepth measure``, a sweep's jobs, ``carry-<lam>/``): a :class:`~effdepth.result.Result`;
 - ``intervention.json`` (``effdepth intervene``): an :class:`~effdepth.results_carry.InterventionResult`;
 - ``experiment.json`` (``effdepth experiment carry``): an :class:`~effdepth.results_carry.ExperimentResult`;
-- ``trajectory.json`` with its ``trajectory.csv`` (``effdepth trajectory``): a :class:`SavedTrajectory`.
+- ``trajectory.json`` with its ``trajectory.csv`` (``effdepth trajectory``): a :class:`SavedTrajectory`;
+- ``null.json`` (``effdepth null``) and ``prune.json`` (``effdepth prune-check``): a :class:`SavedStudy`.
 
 A folder means the first of those it holds. Anything else is a one-line error that says what
 can be loaded.
@@ -27,14 +28,32 @@ from .result import Result, refuse_newer, with_pooled
 from .results_carry import EXPERIMENT_SCHEMA, INTERVENTION_SCHEMA, ExperimentResult, InterventionResult
 
 TRAJECTORY_SCHEMA = "effdepth.trajectory/1"
+NULL_SCHEMA = "effdepth.null/1"
+PRUNE_SCHEMA = "effdepth.prune/1"
+#: The studies whose summary file is read back as a :class:`SavedStudy`, by schema.
+STUDIES = {NULL_SCHEMA: "null", PRUNE_SCHEMA: "prune"}
 
 #: The files a folder is searched for, in this order.
-FILES = ("result.json", "intervention.json", "experiment.json", "trajectory.json")
-ACCEPTED = "a result.json, intervention.json, experiment.json or trajectory.json, or the folder holding one"
+FILES = ("result.json", "intervention.json", "experiment.json", "trajectory.json", "null.json", "prune.json")
+ACCEPTED = ("a result.json, intervention.json, experiment.json, trajectory.json, null.json or prune.json, or the folder "
+            "holding one")
 
 #: Columns of a trajectory table that stay text (every other column is a number, a flag or empty).
 TEXT_COLUMNS = {"model", "family", "revision", "track", "duplicate_of", "weights", "weights_source", "view", "similarity",
                 "status", "error", "key", "note"}
+
+
+@dataclass
+class SavedStudy:
+    """A study's summary read back (``kind`` ``null`` or ``prune``): the record it saved, and where.
+
+    >>> SavedStudy("prune", {"skips": [1]}).record["skips"]
+    [1]
+    """
+
+    kind: str
+    record: dict
+    path: Path | None = None
 
 
 @dataclass
@@ -57,7 +76,7 @@ class SavedTrajectory:
 
 def load(path):
     """The object of a saved effdepth file (see the module): a Result, an InterventionResult, an
-    ExperimentResult or a SavedTrajectory.
+    ExperimentResult, a SavedTrajectory or a SavedStudy.
 
     >>> import tempfile
     >>> from effdepth.results_carry import ExperimentResult
@@ -73,9 +92,11 @@ def load(path):
         return InterventionResult.from_dict(data)
     if schema == EXPERIMENT_SCHEMA:
         return ExperimentResult.from_dict(data)
+    if schema in STUDIES:
+        return SavedStudy(STUDIES[schema], data, path)
     if schema == TRAJECTORY_SCHEMA or (schema is None and isinstance(data, dict) and "checkpoints" in data):
         return trajectory_from_dict(data, path)  # trajectories saved before they had a schema are recognised by their keys
-    for known in (RESULT_SCHEMA, INTERVENTION_SCHEMA, EXPERIMENT_SCHEMA, TRAJECTORY_SCHEMA):
+    for known in (RESULT_SCHEMA, INTERVENTION_SCHEMA, EXPERIMENT_SCHEMA, TRAJECTORY_SCHEMA, *STUDIES):
         refuse_newer(schema, known, str(path))
     raise EffdepthError(f"{path} is not an effdepth file (schema {schema!r}); effdepth.load and effdepth show read {ACCEPTED}")
 
@@ -165,4 +186,4 @@ def _locate(path: Path) -> Path:
 def _kind(path: Path) -> str:
     """What the file's name says it should be, for the error of an unreadable one."""
     stem = path.stem if path.suffix == ".json" else ""
-    return stem if stem in ("intervention", "experiment", "trajectory") else "result"
+    return stem if stem in ("intervention", "experiment", "trajectory", "null", "prune") else "result"

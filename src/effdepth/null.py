@@ -19,6 +19,7 @@ import torch
 
 from .errors import EffdepthError
 from .files import write_json_atomic
+from .loading import NULL_SCHEMA
 from .measure import run_measurement
 from .options import Options, RunOptions
 from .result import Result
@@ -36,16 +37,19 @@ class NullResult:
     config_sha256: str
     summary: dict = field(default_factory=dict)
 
+    def record(self) -> dict:
+        """What ``null.json`` holds (:func:`effdepth.load` reads it back)."""
+        return {"schema": NULL_SCHEMA, "kind": "random-weight null", "model": self.trained.provenance.get("model", {}),
+                "seeds": self.seeds, "config_sha256": self.config_sha256, "config": self.trained.config,
+                "summary": self.summary, "results": {"trained": "trained", **{str(s): f"seed-{s}" for s in self.seeds}}}
+
     def save(self, folder) -> Path:
         """``trained/``, ``seed-<s>/`` (each a result folder) and ``null.json`` (the summary) under ``folder``."""
         folder = Path(folder)
         self.trained.save(folder / "trained")
         for seed, result in zip(self.seeds, self.nulls):
             result.save(folder / f"seed-{seed}")
-        record = {"kind": "random-weight null", "model": self.trained.provenance.get("model", {}), "seeds": self.seeds,
-                  "config_sha256": self.config_sha256, "config": self.trained.config, "summary": self.summary,
-                  "results": {"trained": "trained", **{str(s): f"seed-{s}" for s in self.seeds}}}
-        return write_json_atomic(folder / NULL_FILE, record)
+        return write_json_atomic(folder / NULL_FILE, self.record())
 
 
 def random_weight_null(options: Options, seeds, *, run: RunOptions | None = None) -> NullResult:

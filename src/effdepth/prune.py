@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from .capture.intervention import BlockSkip
 from .errors import EffdepthError
 from .files import write_json_atomic
+from .loading import PRUNE_SCHEMA
 from .measure import prepare
 from .numerics.pruning import block_influence_order, local_deff_order, order_positions
 from .numerics.sensitivity import spearman
@@ -61,16 +62,19 @@ class PruneResult:
         """``measured/`` (the result folder) and ``prune.json`` under ``folder``."""
         folder = Path(folder)
         self.measured.save(folder / "measured")
-        record = {"kind": "pruning boundary check", "model": self.measured.provenance.get("model", {}),
-                  "config": self.config, "skips": self.skips, "orders": self.orders, "scores": self.scores,
-                  "perplexity": self.perplexity, "baseline": self.baseline, "heldout": self.heldout,
-                  "spearman_of_rankings": self.spearman, "rows": self.rows(), "measured": "measured",
-                  "how": {"block_influence": "ShortGPT: 1 - mean over tokens of cos(s_{l-1}, s_l); lowest first",
-                          "local_deff": "D_eff of the default view's similarity with state l left out; the block "
-                                        "leaving the highest D_eff first",
-                          "skip": "a skipped block outputs its input (s_l = s_{l-1})",
-                          "spearman": "rank correlation of the blocks' positions in the two orders"}}
-        return write_json_atomic(folder / PRUNE_FILE, record)
+        return write_json_atomic(folder / PRUNE_FILE, self.record())
+
+    def record(self) -> dict:
+        """What ``prune.json`` holds (:func:`effdepth.load` reads it back)."""
+        return {"schema": PRUNE_SCHEMA, "kind": "pruning boundary check", "model": self.measured.provenance.get("model", {}),
+                "config": self.config, "skips": self.skips, "orders": self.orders, "scores": self.scores,
+                "perplexity": self.perplexity, "baseline": self.baseline, "heldout": self.heldout,
+                "spearman_of_rankings": self.spearman, "rows": self.rows(), "measured": "measured",
+                "how": {"block_influence": "ShortGPT: 1 - mean over tokens of cos(s_{l-1}, s_l); lowest first",
+                        "local_deff": "D_eff of the default view's similarity with state l left out; the block "
+                                      "leaving the highest D_eff first",
+                        "skip": "a skipped block outputs its input (s_l = s_{l-1})",
+                        "spearman": "rank correlation of the blocks' positions in the two orders"}}
 
 
 def parse_skip(text) -> list:

@@ -62,6 +62,9 @@ def test_effdepth_null_writes_every_result_and_prints_the_comparison(model_dir, 
     assert load(out / "seed-1").provenance["model"]["init_seed"] == 1
     assert load(out / "trained").default.deff == pytest.approx(record["summary"]["cka"]["trained_deff_per_layer"]
                                                               * load(out / "trained").default.num_states)
+    assert type(load(out)).__name__ == "SavedStudy" and main(["show", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("random-weight null of ") and text.split("\n\nwrote")[0] in shown
 
 
 @pytest.mark.parametrize("seeds, message", [("x", "is not a count"), ("0", "measures no null"), ("1,1", "each once")])

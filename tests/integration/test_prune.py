@@ -118,6 +118,9 @@ def test_the_command_writes_the_study_and_its_measured_result(model_dir, tmp_pat
     assert record["skips"] == [1, 2] and set(record["orders"]) == {"block_influence", "local_deff"}
     assert (out / "prune.png").is_file() and (out / "measured" / "result.json").is_file()
     assert "Spearman correlation of the two rankings" in captured.out
+    assert main(["show", str(out)]) == 0  # effdepth show reads the study back: the same table
+    shown = capsys.readouterr().out
+    assert shown.startswith("pruning boundary check of ") and captured.out.split("\n\nwrote")[0] in shown
 
 
 @pytest.mark.parametrize("argv,message", [

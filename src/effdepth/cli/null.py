@@ -40,23 +40,9 @@ def parse_seeds(text: str) -> list:
     return [int(p) for p in parts]
 
 
-def null_text(null) -> str:
-    """The trained model's D_eff/L and D_eff/F_L against its random-weight null, one line per similarity."""
-    from ..report.numbers import fmt
-    from ..report.tables import render_table
-
-    rows = []
-    for sim, s in null.summary.items():
-        rows.append([sim, fmt(s["trained_deff_per_layer"]), f"{fmt(s['null_deff_per_layer_mean'])} ± {fmt(s['null_deff_per_layer_sd'])}",
-                     fmt(s["trained_ratio"]), f"{fmt(s['null_ratio_mean'])} ± {fmt(s['null_ratio_sd'])}"])
-    header = ["similarity", "trained D_eff/L", "random init D_eff/L", "trained D_eff/F_L", "random init D_eff/F_L"]
-    note = (f"random init: mean ± sample sd over {len(null.seeds)} seed(s) ({', '.join(map(str, null.seeds))}), the same "
-            f"architecture (config sha256 {null.config_sha256[:12]}) and options; default view")
-    return f"{render_table(header, rows)}\n{note}"
-
-
 def cmd_null(args) -> int:
     from ..null import random_weight_null
+    from ..report.tables import null_text
 
     seeds = parse_seeds(args.seeds)
     options = Options.from_args(args)
@@ -64,6 +50,6 @@ def cmd_null(args) -> int:
     with output_folder(out) as folder:
         null = random_weight_null(options, seeds, run=run_options_from_args(args))
         path = null.save(folder)
-    print(null_text(null))
+    print(null_text(null.record()))
     print(f"\nwrote {path} (the trained result in {out}/trained, each seed's in {out}/seed-S)")
     return 0

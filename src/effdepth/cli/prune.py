@@ -26,24 +26,10 @@ def register(sub) -> dict:
     return {"prune-check": cmd_prune_check}
 
 
-def prune_text(pr) -> str:
-    """Perplexity per k under each order, the blocks each skips, and the agreement of the rankings."""
-    from ..report.numbers import fmt
-    from ..report.tables import render_table
-
-    rows = [["0", "-", fmt(pr.baseline["perplexity"]), "-", fmt(pr.baseline["perplexity"])]]
-    for row in pr.rows():
-        rows.append([str(row["k"]), ",".join(map(str, row["block_influence_skipped"])), fmt(row["block_influence_perplexity"]),
-                     ",".join(map(str, row["local_deff_skipped"])), fmt(row["local_deff_perplexity"])])
-    header = ["k", "block influence skips", "perplexity", "local D_eff skips", "perplexity"]
-    note = (f"held-out perplexity over {pr.heldout.get('num_passages')} passages ({pr.baseline['tokens']:,} predicted "
-            f"tokens); Spearman correlation of the two rankings: {fmt(pr.spearman)}")
-    return f"{render_table(header, rows)}\n{note}"
-
-
 def cmd_prune_check(args) -> int:
     from ..prune import parse_skip, prune_check
     from ..report.figures_prune import prune_figure
+    from ..report.tables import prune_text
     from ..report.style import save_figure
 
     skips = parse_skip(args.skip)
@@ -53,6 +39,6 @@ def cmd_prune_check(args) -> int:
         pr = prune_check(options, skips, heldout=args.heldout, run=run_options_from_args(args))
         path = pr.save(folder)
         save_figure(prune_figure(pr), Path(folder) / "prune")
-    print(prune_text(pr))
+    print(prune_text(pr.record()))
     print(f"\nwrote {path}, prune.png/.pdf and the measured result in {out}/measured")
     return 0
