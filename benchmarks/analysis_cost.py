@@ -9,7 +9,7 @@ float64 flops:
 - the Gram tiles ``Yc_m Yc_m^T``:                      2 M N^2 d
 - the unit-block inner products of every pair:        2 M^2 N^2
 - the row sums under R resamples, ``u = K c``:         2 R G M N
-- ``sum_a c_a u_i,a u_j,a`` (three of them) per pair:  6 R M^2 N
+- ``sum_a w_a u_i,a u_j,a`` and its diagonal-weighted kin (five of them) per pair:  10 R M^2 N
 - the quadratic forms of the pair blocks:             4 R P G^2      (P = M (M + 1) / 2)
 
 with R resamples and G bootstrap units (128). The forward pass it comes
@@ -62,7 +62,7 @@ def stack_flops(samples: int, matrices: int, width: int, resamples: int, units: 
     n, m, d, r, g = samples, matrices, width, resamples + 1, min(units, samples)
     pairs = m * (m + 1) // 2
     return {"grams": 2 * m * n * n * d, "pair_blocks": 2 * m * m * n * n, "row_sums": 2 * r * g * m * n,
-            "weighted_products": 6 * r * m * m * n, "quadratic_forms": 4 * r * pairs * g * g}
+            "weighted_products": 10 * r * m * m * n, "quadratic_forms": 4 * r * pairs * g * g}
 
 
 def analysis_flops(samples: int, layers: int, width: int, resamples: int, views: str = "default") -> float:
@@ -84,13 +84,17 @@ def forward_flops(tokens: float, layers: int, width: int, block_params: float, t
     return 2 * tokens * block_params + 2 * layers * tokens * tokens_per_passage * width
 
 
-def float64_rate(size: int = 512, batch: int = 8) -> float:
-    """This machine's float64 batched matrix product, in flops per second."""
-    a = torch.randn(batch, size, size, dtype=torch.float64)
+def float64_rate(size: int = 512, batch: int = 8, device: str = "cpu") -> float:
+    """This machine's float64 batched matrix product on ``device``, in flops per second."""
+    a = torch.randn(batch, size, size, dtype=torch.float64, device=device)
     torch.bmm(a, a)
+    if a.is_cuda:
+        torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(3):
         torch.bmm(a, a)
+    if a.is_cuda:
+        torch.cuda.synchronize()
     return 3 * 2 * batch * size ** 3 / (time.perf_counter() - start)
 
 

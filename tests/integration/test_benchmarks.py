@@ -16,6 +16,16 @@ def test_gpu_benchmark_exits_cleanly_without_cuda():
     assert out.returncode == 0 and "no CUDA device" in out.stdout
 
 
+def test_gpu_benchmark_runs_every_step_as_a_cpu_smoke_test():
+    """Both protocols' sections run end to end (on the CPU, tiny shape), so a lent GPU's minutes go to measuring."""
+    out = subprocess.run([sys.executable, "gpu.py", "--device", "cpu", "--shapes", "tiny", "--seq-len", "16",
+                          "--batch-size", "4", "--batches", "1", "--passages", "16", "--passage-len", "16", "--repeats", "1"],
+                         cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "pooled forward (paper variants) / bare" in out.stdout and "flop model at" in out.stdout
+    assert "tiny tokens (--pooling none)" in out.stdout and "cka: paper views / default view" in out.stdout
+
+
 def test_gpu_benchmark_shapes_are_real_configs():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
