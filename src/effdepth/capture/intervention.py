@@ -125,23 +125,10 @@ def _layer_items(spec, option: str) -> list:
     return out
 
 
-class ResidualCarry:
-    """Context manager: blocks ``layers`` (1-based) output ``lam * s_{l-1} + (s_l - s_{l-1})``.
-
-    Hooks are prepended, so downstream blocks and any capture see the
-    modified stream; they are removed in ``finally`` even when a forward pass
-    fails. ``lam = 1`` registers nothing, so it is exactly the unmodified model.
-    Nesting two carries on the same block is refused (it would apply twice).
-
-    >>> import torch
-    >>> from effdepth.tiny import tiny_model
-    >>> from effdepth.capture.registry import resolve_architecture
-    >>> m = tiny_model("llama"); ids = torch.tensor([[256, 72, 105]])
-    >>> with torch.no_grad(), ResidualCarry(resolve_architecture(m), 0.5, "all"):
-    ...     out = m(ids).logits
-    >>> bool((out != m(ids).logits).any())
-    True
-    """
+class _CarryHooks:
+    """What both carries share: hooks on the chosen blocks (``_hooks``), registered on entering and removed
+    in ``finally`` even when a forward pass fails; ``lam = 1`` registers nothing; a second carry on a
+    block is refused (it would apply twice)."""
 
     def __init__(self, arch: ResolvedArchitecture, lam: float, layers="all"):
         self.arch = arch
@@ -150,7 +137,10 @@ class ResidualCarry:
         self._handles: list = []
         self._blocks: list = []
 
-    def __enter__(self) -> "ResidualCarry":
+    def _hooks(self, block: torch.nn.Module) -> list:
+        raise NotImplementedError
+
+    def __enter__(self):
         if self.lam == 1.0:
             return self
         try:
@@ -160,7 +150,7 @@ class ResidualCarry:
                     raise EffdepthError(f"block {layer} already has a residual carry applied; nesting would apply it twice")
                 _ACTIVE.add(block)
                 self._blocks.append(block)
-                self._handles.append(block.register_forward_hook(self._hook, prepend=True, with_kwargs=True))
+                self._handles.extend(self._hooks(block))
         except BaseException:
             self.remove()
             raise
@@ -178,6 +168,28 @@ class ResidualCarry:
                 _ACTIVE.discard(block)
             self._handles.clear()
             self._blocks.clear()
+
+
+class ResidualCarry(_CarryHooks):
+    """Context manager: blocks ``layers`` (1-based) output ``lam * s_{l-1} + (s_l - s_{l-1})``.
+
+    Hooks are prepended, so downstream blocks and any capture see the
+    modified stream; they are removed in ``finally`` even when a forward pass
+    fails. ``lam = 1`` registers nothing, so it is exactly the unmodified model.
+    Nesting two carries on the same block is refused (it would apply twice).
+
+    >>> import torch
+    >>> from effdepth.tiny import tiny_model
+    >>> from effdepth.capture.registry import resolve_architecture
+    >>> m = tiny_model("llama"); ids = torch.tensor([[256, 72, 105]])
+    >>> with torch.no_grad(), ResidualCarry(resolve_architecture(m), 0.5, "all"):
+    ...     out = m(ids).logits
+    >>> bool((out != m(ids).logits).any())
+    True
+    """
+
+    def _hooks(self, block: torch.nn.Module) -> list:
+        return [block.register_forward_hook(self._hook, prepend=True, with_kwargs=True)]
 
     def _hook(self, module, args, kwargs, output):
         carried = hidden_from_input(args, kwargs)
@@ -216,7 +228,7 @@ def sublayer_branches(block: torch.nn.Module) -> tuple:
     return attention, mlp, bool(getattr(block, "use_parallel_residual", False))
 
 
-class SublayerCarry:
+class SublayerCarry(_CarryHooks):
     """Context manager: the paper's carry in every sublayer of blocks ``layers`` (1-based),
     ``h <- lam h + attn(LN h)`` then ``h <- lam h + mlp(LN h)``.
 
@@ -238,48 +250,24 @@ class SublayerCarry:
     """
 
     def __init__(self, arch: ResolvedArchitecture, lam: float, layers="all"):
-        self.arch = arch
-        self.lam = check_carry(lam)
-        self.layers = parse_layers(layers, arch.num_layers)
-        self._handles: list = []
-        self._blocks: list = []
+        super().__init__(arch, lam, layers)
         self._stream: dict = {}  # block -> the stream its next branch is added to, during a forward pass
 
-    def __enter__(self) -> "SublayerCarry":
-        if self.lam == 1.0:
-            return self
-        try:
-            for layer in self.layers:
-                block = self.arch.blocks[layer - 1]
-                attention, mlp, parallel = sublayer_branches(block)
-                if block in _ACTIVE:
-                    raise EffdepthError(f"block {layer} already has a residual carry applied; nesting would apply it twice")
-                _ACTIVE.add(block)
-                self._blocks.append(block)
-                self._handles.append(block.register_forward_pre_hook(
-                    lambda m, args, kwargs, b=block: self._enter_block(b, args, kwargs), prepend=True, with_kwargs=True))
-                self._handles.append(attention.register_forward_hook(
-                    lambda m, args, output, b=block: self._branch(b, output, keep=not parallel), prepend=True))
-                if not parallel:
-                    self._handles.append(mlp.register_forward_hook(
-                        lambda m, args, output, b=block: self._branch(b, output, keep=False), prepend=True))
-        except BaseException:
-            self.remove()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.remove()
+    def _hooks(self, block: torch.nn.Module) -> list:
+        attention, mlp, parallel = sublayer_branches(block)
+        hooks = [block.register_forward_pre_hook(lambda m, args, kwargs: self._enter_block(block, args, kwargs),
+                                                 prepend=True, with_kwargs=True),
+                 attention.register_forward_hook(lambda m, args, output: self._branch(block, output, keep=not parallel),
+                                                 prepend=True)]
+        if not parallel:  # the MLP branch is added to the stream the attention branch left
+            hooks.append(mlp.register_forward_hook(lambda m, args, output: self._branch(block, output, keep=False),
+                                                   prepend=True))
+        return hooks
 
     def remove(self) -> None:
         try:
-            for handle in self._handles:
-                handle.remove()
+            super().remove()
         finally:
-            for block in self._blocks:
-                _ACTIVE.discard(block)
-            self._handles.clear()
-            self._blocks.clear()
             self._stream.clear()
 
     def _enter_block(self, block, args, kwargs) -> None:
