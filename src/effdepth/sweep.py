@@ -65,6 +65,7 @@ COLUMNS = (
     "R_structural_cal", "R_structural_cal_lo", "R_structural_cal_hi", "R_matched_cal", "R_matched_cal_lo", "R_matched_cal_hi",
     "initial_state", "initial_state_lo", "initial_state_hi", "size_imbalance", "size_imbalance_lo", "size_imbalance_hi",
     "correlated_updates", "correlated_updates_lo", "correlated_updates_hi",
+    "updates_D_eff", "updates_D_eff_lo", "updates_D_eff_hi",
     "sequences", "tokens_measured", "status", "error", "key",
 )
 # (column, ViewResult value, ci key)
@@ -80,6 +81,8 @@ _METRICS = (
     ("initial_state", lambda v: v.attribution["initial_state"], "initial_state"),
     ("size_imbalance", lambda v: v.attribution["size_imbalance"], "size_imbalance"),
     ("correlated_updates", lambda v: v.attribution["correlated_updates"], "correlated_updates"),
+    # The update diagnostic (passage mode, CKA estimators): D_eff of the updates f_1..f_L themselves.
+    ("updates_D_eff", lambda v: v.update_deff, "update_deff"),
 )
 
 

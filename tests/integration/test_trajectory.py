@@ -252,3 +252,15 @@ def test_show_refuses_a_trajectory_table_cut_short(local_run, tmp_path, capsys):
     assert main(["show", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "trajectory.csv has 0 rows for the" in err and "damaged" in err and "\n" not in err
+
+
+def test_a_passage_mode_trajectory_has_the_update_diagnostic_per_checkpoint(checkpoints, corpus, tmp_path):
+    out = tmp_path / "passages"
+    assert main(["trajectory", str(checkpoints), "--out", str(out), "--corpus", corpus, "--tokens-per-step", "1000",
+                 "--seq-len", "16", "--num-seqs", "16", "--bootstrap", "20", "--no-progress"]) == 0
+    table = pd.read_csv(out / "trajectory.csv")
+    ok = table[(table.status == "ok") & (table.similarity == "cka") & (table.view == "default")]
+    assert len(ok) >= 2  # a checkpoint with the weights of an earlier one is a duplicate, not measured again
+    for row in ok.itertuples():
+        assert row.updates_D_eff_lo <= row.updates_D_eff <= row.updates_D_eff_hi
+        assert effdepth.load(out / row.key).default.update_deff == pytest.approx(row.updates_D_eff)
