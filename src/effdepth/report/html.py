@@ -151,11 +151,12 @@ def _comparison_section(sources: list) -> str:
     passages = all(s.result.passages for s in sources)
     fig = _figure("comparison", *content.figure_text("comparison", passages), content.comparison_png(sources), wide=True)
     table = content.comparison_table(sources)
-    paper = passage_content.comparison_section([(s.label, s.result) for s in sources])
+    sections = passage_content.comparison_sections([(s.label, s.result) for s in sources])
+    anchors = ["table2", "ordering"]
     return (
         '<section id="comparison"><h2>Comparison</h2>'
         + _table(table, sortable=True)
-        + (f'<h3 id="table2">{esc(paper.heading)}</h3>' + _table(paper.table, sortable=True) if paper else "")
+        + "".join(f'<h3 id="{a}">{esc(x.heading)}</h3>' + _table(x.table, sortable=True) for a, x in zip(anchors, sections))
         + f'<div class="figures">{fig}</div>'
         + f"<h3>Results</h3><nav><ul>{nav}</ul></nav></section>"
     )

@@ -46,9 +46,8 @@ def render_markdown(sources: list, files_dir: str = "report_files", *, sort: boo
         name = f"{files_dir}/comparison.png"
         images[name] = content.comparison_png(sources)
         out += ["## Comparison", "", table(content.comparison_table(sources)), ""]
-        paper = passage_content.comparison_section([(s.label, s.result) for s in sources])
-        if paper is not None:
-            out += [f"### {esc(paper.heading)}", "", table(paper.table), ""]
+        for section in passage_content.comparison_sections([(s.label, s.result) for s in sources]):
+            out += [f"### {esc(section.heading)}", "", table(section.table), ""]
         figure, caption = content.figure_text("comparison", all(s.result.passages for s in sources))
         out += [_image(name, "comparison"), "", f"_{esc(figure)}._ {esc(caption)}", ""]
     for i, s in enumerate(sources, start=1):

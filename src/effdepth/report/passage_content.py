@@ -250,13 +250,18 @@ def table2_section(result: Result) -> Section | None:
 # --------------------------------------------------------------------------- several results
 
 
-def comparison_section(entries: list) -> Section | None:
-    """The Table-2-style comparison of the passage-mode results among ``entries`` (``(label, Result)``);
-    None when there are none."""
+def comparison_sections(entries: list) -> list:
+    """The sections comparing the passage-mode results among ``entries`` (``(label, Result)``): the
+    Table-2-style comparison, and with three or more the model ordering under every lag, taper and
+    aggregation; none when no result is in passage mode."""
     passages = [(label, r) for label, r in entries if r.passages]
     if not passages:
-        return None
-    return Section("beside the paper's Table 2 (similarity cka across passages)", comparison_table(passages))
+        return []
+    out = [Section("beside the paper's Table 2 (similarity cka across passages)", comparison_table(passages))]
+    ordering = robustness.ordering_table(passages)
+    if ordering is not None:
+        out.append(Section("model ordering under other lags, tapers and aggregations", ordering))
+    return out
 
 
 def comparison_table(entries: list) -> Table:

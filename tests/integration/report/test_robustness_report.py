@@ -104,3 +104,22 @@ def test_a_passage_result_writes_the_sensitivity_figure_with_intervals(saved, tm
     ax = figures.sensitivity_figure(r).axes[0]
     assert len(ax.get_yticklabels()) == len(LABELS)
     assert any("bootstrap interval" in line.get_label() for line in ax.get_lines())
+
+
+@pytest.mark.parametrize("suffix", ["html", "md"])
+def test_a_report_of_three_passage_results_has_the_model_ordering(saved, tmp_path, suffix):
+    from effdepth.report.build import write_report
+
+    folders = []
+    for k, scale in enumerate((1.0, 1.1, 1.2)):
+        r = effdepth.load(saved["tiny"])
+        r.pooled = None  # the report reads result.json only
+        r.provenance["model"] = {**r.provenance["model"], "id": f"model-{k}"}
+        for sim in r.similarities.values():
+            for name, numbers in sim["default"].sensitivity.items():
+                numbers["deff"] *= scale if name != "effective-rank" else 1.0 / scale  # one form orders them backwards
+        folders.append(r.save(tmp_path / f"m{k}").parent)
+    out = write_report(folders, tmp_path / f"r.{suffix}")[0]
+    text = out.read_text(encoding="utf-8")
+    assert "odel ordering under other lags, tapers and aggregations" in text
+    assert "Spearman with Bartlett" in text and "-1.000" in text and "1.000" in text
