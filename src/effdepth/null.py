@@ -130,7 +130,8 @@ def summarise(trained: Result, nulls: list) -> dict:
         ratios = [r.view("default", sim).ratio for r in nulls]
         out[sim] = {"trained_deff_per_layer": t.deff / t.num_states, "trained_ratio": t.ratio,
                     "null_deff_per_layer_mean": _mean(per_layer), "null_deff_per_layer_sd": _sd(per_layer),
-                    "null_ratio_mean": _mean(ratios), "null_ratio_sd": _sd(ratios), "seeds": len(nulls)}
+                    "null_ratio_mean": _mean(ratios), "null_ratio_sd": _sd(ratios), "seeds": len(nulls),
+                    "null_deff_per_layer": per_layer, "null_ratio": ratios}
     return out
 
 

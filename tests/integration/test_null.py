@@ -65,6 +65,11 @@ def test_effdepth_null_writes_every_result_and_prints_the_comparison(model_dir, 
     assert type(load(out)).__name__ == "SavedStudy" and main(["show", str(out)]) == 0
     shown = capsys.readouterr().out
     assert shown.startswith("random-weight null of ") and text.split("\n\nwrote")[0] in shown
+    assert (out / "null.png").is_file()
+    from effdepth.report.build import write_report
+
+    page = write_report([out], tmp_path / "report.html")[0].read_text(encoding="utf-8")
+    assert "andom-weight null of" in page and "random init" in page and page.count("data:image/png") >= 2
 
 
 @pytest.mark.parametrize("seeds, message", [("x", "is not a count"), ("0", "measures no null"), ("1,1", "each once")])

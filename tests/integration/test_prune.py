@@ -121,6 +121,13 @@ def test_the_command_writes_the_study_and_its_measured_result(model_dir, tmp_pat
     assert main(["show", str(out)]) == 0  # effdepth show reads the study back: the same table
     shown = capsys.readouterr().out
     assert shown.startswith("pruning boundary check of ") and captured.out.split("\n\nwrote")[0] in shown
+    from effdepth.report.build import write_report
+
+    for suffix in ("html", "md"):
+        page = write_report([out], tmp_path / f"report.{suffix}")[0].read_text(encoding="utf-8")
+        assert "runing boundary check of" in page and "block influence skips" in page
+        assert f"{record['baseline']['perplexity']:.3f}" in page
+    assert (tmp_path / "report_files" / "study-1-prune.png").is_file()
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -42,7 +42,9 @@ def parse_seeds(text: str) -> list:
 
 def cmd_null(args) -> int:
     from ..null import random_weight_null
-    from ..report.tables import null_text
+    from ..report.figures_null import null_figure
+    from ..report.style import save_figure
+    from ..report.tables import study_text
 
     seeds = parse_seeds(args.seeds)
     options = Options.from_args(args)
@@ -50,6 +52,7 @@ def cmd_null(args) -> int:
     with output_folder(out) as folder:
         null = random_weight_null(options, seeds, run=run_options_from_args(args))
         path = null.save(folder)
-    print(null_text(null.record()))
-    print(f"\nwrote {path} (the trained result in {out}/trained, each seed's in {out}/seed-S)")
+        save_figure(null_figure(null.record()), Path(folder) / "null")
+    print(study_text("null", null.record()))
+    print(f"\nwrote {path}, null.png/.pdf (the trained result in {out}/trained, each seed's in {out}/seed-S)")
     return 0

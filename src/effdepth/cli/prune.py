@@ -29,7 +29,7 @@ def register(sub) -> dict:
 def cmd_prune_check(args) -> int:
     from ..prune import parse_skip, prune_check
     from ..report.figures_prune import prune_figure
-    from ..report.tables import prune_text
+    from ..report.tables import study_text
     from ..report.style import save_figure
 
     skips = parse_skip(args.skip)
@@ -38,7 +38,7 @@ def cmd_prune_check(args) -> int:
     with output_folder(out) as folder:
         pr = prune_check(options, skips, heldout=args.heldout, run=run_options_from_args(args))
         path = pr.save(folder)
-        save_figure(prune_figure(pr), Path(folder) / "prune")
-    print(prune_text(pr.record()))
+        save_figure(prune_figure(pr.record()), Path(folder) / "prune")
+    print(study_text("prune", pr.record()))
     print(f"\nwrote {path}, prune.png/.pdf and the measured result in {out}/measured")
     return 0

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..errors import EffdepthError
 from ..files import write_atomic
 from .sources import failed_models, load_sources
+from .studies import find_studies
 
 FORMATS = ("html", "md")
 
@@ -33,18 +34,19 @@ def write_report(paths, output=None, fmt: str | None = None, failed=None) -> lis
     fmt = report_format(output, fmt)
     output = Path(output) if output is not None else Path(f"report.{fmt}")
     sources = load_sources(paths)
+    studies = find_studies(paths)
     if failed is None:  # a sweep's members that left an error: listed, never dropped silently
         failed = failed_models(paths)
     _prepare_folder(output.parent)
     if fmt == "html":
         from .html import render_html
 
-        write_atomic(output, render_html(sources, failed=failed).encode("utf-8"))
+        write_atomic(output, render_html(sources, failed=failed, studies=studies).encode("utf-8"))
         return [output]
     from .markdown import render_markdown
 
     files_dir = f"{output.stem}_files"
-    text, images = render_markdown(sources, files_dir, failed=failed)
+    text, images = render_markdown(sources, files_dir, failed=failed, studies=studies)
     written = []
     for rel, png in images.items():  # images first: the .md never points at a missing file
         written.append(write_atomic(output.parent / rel, png))

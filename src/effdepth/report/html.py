@@ -97,9 +97,10 @@ SCRIPT = """
 """
 
 
-def render_html(sources: list, *, sort: bool = True, failed=()) -> str:
+def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> str:
     """The report of one result, or a comparison of several, as one HTML page; ``failed`` lists
-    ``(model, error)`` of a sweep's members that could not be measured.
+    ``(model, error)`` of a sweep's members that could not be measured; ``studies``
+    (:class:`~effdepth.report.studies.Study`) get a section each, before the results.
 
     >>> import effdepth, torch, pathlib
     >>> from effdepth.report.sources import Source
@@ -121,6 +122,12 @@ def render_html(sources: list, *, sort: bool = True, failed=()) -> str:
                     f"measure; they are in no table below:</p><ul>{items}</ul></section>")
     if several:
         body.append(_comparison_section(sources))
+    for k, study in enumerate(studies, start=1):
+        from .style import figure_png
+
+        heading = study.title[:1].upper() + study.title[1:]
+        body.append(f'<section id="study-{k}"><h2>{esc(heading)}</h2>' + _table(study.table())
+                    + f'<div class="figures">{_figure(f"study-{k}", heading, study.caption, figure_png(study.figure()), wide=True)}</div></section>')
     for i, s in enumerate(sources, start=1):
         body.append(_result_section(s, i, several))
     body.append('<footer>Method: effective depth D_eff = N&sup2; / &Sigma;<sub>ij</sub> sim<sub>ij</sub>; '

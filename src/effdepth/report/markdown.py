@@ -19,9 +19,10 @@ from .sources import Source
 _SPECIAL = re.compile(r"([\\`*<>|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:]))")
 
 
-def render_markdown(sources: list, files_dir: str = "report_files", *, sort: bool = True, failed=()) -> tuple:
+def render_markdown(sources: list, files_dir: str = "report_files", *, sort: bool = True, failed=(), studies=()) -> tuple:
     """``(markdown text, {relative image path: PNG bytes})`` for one result or a comparison;
-    ``failed`` lists ``(model, error)`` of a sweep's members that could not be measured.
+    ``failed`` lists ``(model, error)`` of a sweep's members that could not be measured; ``studies``
+    (:class:`~effdepth.report.studies.Study`) get a section each, before the results.
 
     >>> import effdepth, torch, pathlib
     >>> from effdepth.report.sources import Source
@@ -50,6 +51,13 @@ def render_markdown(sources: list, files_dir: str = "report_files", *, sort: boo
             out += [f"### {esc(section.heading)}", "", table(section.table), ""]
         figure, caption = content.figure_text("comparison", all(s.result.passages for s in sources))
         out += [_image(name, "comparison"), "", f"_{esc(figure)}._ {esc(caption)}", ""]
+    for k, study in enumerate(studies, start=1):
+        from .style import figure_png
+
+        name = f"{files_dir}/study-{k}-{study.kind}.png"
+        images[name] = figure_png(study.figure())
+        out += [f"## {esc(study.title[:1].upper() + study.title[1:])}", "", table(study.table()), "",
+                _image(name, study.kind), "", f"_{esc(study.caption)}_", ""]
     for i, s in enumerate(sources, start=1):
         prefix = f"{i:02d}-{_slug(s.label)}-" if several else ""
         out += _result(s, i, several, files_dir, prefix, images)

@@ -462,32 +462,12 @@ def trajectory_text(saved) -> str:
     return "\n".join(lines)
 
 
-def null_text(record: dict) -> str:
-    """The trained model's D_eff/L and D_eff/F_L against its random-weight null, one line per similarity
-    (``record``: what ``null.json`` holds)."""
-    rows = []
-    for sim, s in record["summary"].items():
-        rows.append([sim, fmt(s["trained_deff_per_layer"]), f"{fmt(s['null_deff_per_layer_mean'])} ± {fmt(s['null_deff_per_layer_sd'])}",
-                     fmt(s["trained_ratio"]), f"{fmt(s['null_ratio_mean'])} ± {fmt(s['null_ratio_sd'])}"])
-    header = ["similarity", "trained D_eff/L", "random init D_eff/L", "trained D_eff/F_L", "random init D_eff/F_L"]
-    seeds = record["seeds"]
-    note = (f"random init: mean ± sample sd over {len(seeds)} seed(s) ({', '.join(map(str, seeds))}), the same "
-            f"architecture (config sha256 {record['config_sha256'][:12]}) and options; default view")
-    return f"{render_table(header, rows)}\n{note}"
+def study_text(kind: str, record: dict) -> str:
+    """The table of a saved study (``null`` or ``prune``: what its JSON holds), as terminal text."""
+    from .plain import table_text
+    from .studies import null_table, prune_table
 
-
-def prune_text(record: dict) -> str:
-    """Held-out perplexity per k under each skip order, the blocks each skips, and the agreement of the
-    rankings (``record``: what ``prune.json`` holds)."""
-    base = record["baseline"]["perplexity"]
-    rows = [["0", "-", fmt(base), "-", fmt(base)]]
-    for row in record["rows"]:
-        rows.append([str(row["k"]), ",".join(map(str, row["block_influence_skipped"])), fmt(row["block_influence_perplexity"]),
-                     ",".join(map(str, row["local_deff_skipped"])), fmt(row["local_deff_perplexity"])])
-    header = ["k", "block influence skips", "perplexity", "local D_eff skips", "perplexity"]
-    note = (f"held-out perplexity over {record['heldout'].get('num_passages')} passages ({record['baseline']['tokens']:,} "
-            f"predicted tokens); Spearman correlation of the two rankings: {fmt(record['spearman_of_rankings'])}")
-    return f"{render_table(header, rows)}\n{note}"
+    return table_text(null_table(record) if kind == "null" else prune_table(record))
 
 
 def show_text(obj) -> str:
@@ -501,9 +481,9 @@ def show_text(obj) -> str:
     from ..results_carry import ExperimentResult, InterventionResult
 
     if isinstance(obj, SavedStudy):
-        model = (obj.record.get("model") or {}).get("id", "model")
-        title = {"null": "random-weight null", "prune": "pruning boundary check"}[obj.kind]
-        return f"{title} of {model}\n" + (null_text(obj.record) if obj.kind == "null" else prune_text(obj.record))
+        from .studies import Study
+
+        return f"{Study(obj.kind, obj.record, obj.path).title}\n{study_text(obj.kind, obj.record)}"
     if isinstance(obj, InterventionResult):
         return intervention_text(obj)
     if isinstance(obj, ExperimentResult):
