@@ -123,7 +123,6 @@ def sections(result: Result) -> list:
     primary = result.primary_similarity
     if primary in KERNELS:
         out.append(Section(f"attribution, similarity {primary}", attribution_table(result, primary)))
-    if primary in KERNELS:
         out.append(Section(f"update diagnostic, similarity {primary}", updates_table(result, primary)))
     per_layer = update_layers_table(result)
     if per_layer is not None:
@@ -198,7 +197,8 @@ def updates_table(result: Result, similarity: str) -> Table:
                      number_cell(v, v.update_deff / count if count and v.update_deff is not None else None,
                                  "update_deff_per_layer"),
                      _per_layer(v)]
-                    + ([_layer_cell(ratio, band, 0), Cell(fmt(float(np.median(ratio)))), _layer_cell(ratio, band, -1)]
+                    + ([_layer_cell(ratio, band, 0), Cell(fmt(float(np.nanmedian(np.asarray(ratio, dtype=float))))),
+                        _layer_cell(ratio, band, -1)]
                        if ratio else [Cell("-")] * 3))
     return Table(header, rows, [False] + [True] * 6,
                  note="D_eff of the updates f_l = h_l - h_{l-1} under the same estimator, and over L (the paper's S16: "
