@@ -94,8 +94,8 @@ def load(path):
         return ExperimentResult.from_dict(data)
     if schema in STUDIES:
         return SavedStudy(STUDIES[schema], data, path)
-    if schema == TRAJECTORY_SCHEMA or (schema is None and isinstance(data, dict) and "checkpoints" in data):
-        return trajectory_from_dict(data, path)  # trajectories saved before they had a schema are recognised by their keys
+    if schema == TRAJECTORY_SCHEMA:
+        return trajectory_from_dict(data, path)
     for known in (RESULT_SCHEMA, INTERVENTION_SCHEMA, EXPERIMENT_SCHEMA, TRAJECTORY_SCHEMA, *STUDIES):
         refuse_newer(schema, known, str(path))
     raise EffdepthError(f"{path} is not an effdepth file (schema {schema!r}); effdepth.load and effdepth show read {ACCEPTED}")
@@ -106,7 +106,8 @@ def load_trajectory(path) -> SavedTrajectory:
 
     >>> import tempfile, json, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (d / "trajectory.json").write_text(json.dumps({"model": "m", "checkpoints": [], "duplicates": {}}))
+    >>> _ = (d / "trajectory.json").write_text(json.dumps({"schema": TRAJECTORY_SCHEMA, "model": "m", "checkpoints": [],
+    ...                                                      "duplicates": {}}))
     >>> _ = (d / "trajectory.csv").write_text("model,revision,step,final,D_eff\\nm,step1,1,False,1.25\\n")
     >>> load_trajectory(d).rows
     [{'model': 'm', 'revision': 'step1', 'step': 1, 'final': False, 'D_eff': 1.25, 'similarity': 'frobenius'}]

@@ -127,7 +127,7 @@ class Result:
 
     @property
     def primary_similarity(self) -> str:
-        """The similarity of :attr:`views`: the first one asked for (results before 0.2: the only one)."""
+        """The similarity of :attr:`views`: the first one asked for."""
         return self.config.get("similarity") or "frobenius"
 
     @property

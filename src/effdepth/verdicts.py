@@ -230,7 +230,7 @@ def _calibrated(sim: str, view, unavailable: dict, debiased=None, reference: str
     cal = (view.references or {}).get("matched_cal")
     if cal is None:
         why = ("cka-full has no calibrated reference" if sim == "cka-full" else
-               "no calibrated reference (measured with --surrogate-seqs 0, or by an effdepth before 0.2); "
+               "no calibrated reference (measured with --surrogate-seqs 0); "
                "rerun effdepth measure with --surrogate-seqs all")
         return Verdict("calibrated", sim, NOT_MEASURED, reason=why)
     # The calibrated value is itself an estimate: the two intervals must not overlap.
