@@ -142,11 +142,11 @@ def trajectory_from_dict(data: dict, path: Path) -> SavedTrajectory:
 
 def read_rows(path) -> list:
     """The rows of a summary table (``summary.csv``, ``trajectory.csv``) with their types back:
-    numbers, flags, and None for empty cells. ``F_L`` (the name before F_N) reads as ``F_N``.
+    numbers, flags, and None for empty cells.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "t.csv"
-    >>> _ = p.write_text("revision,F_L,N,note\\n100,1.5,3,\\n")
+    >>> _ = p.write_text("revision,F_N,N,note\\n100,1.5,3,\\n")
     >>> read_rows(p)
     [{'revision': '100', 'F_N': 1.5, 'N': 3, 'note': None}]
     """
@@ -155,7 +155,7 @@ def read_rows(path) -> list:
             rows = list(csv.DictReader(fh))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise EffdepthError(f"cannot read {path} ({type(exc).__name__}); rerun the command that wrote it") from None
-    return [{("F_N" if k == "F_L" else k): _cell(k, v) for k, v in row.items()} for row in rows]
+    return [{k: _cell(k, v) for k, v in row.items()} for row in rows]
 
 
 def _cell(column: str, text: str | None):
