@@ -65,7 +65,8 @@ def plain_forward(prepared, batch_size):
 def measure_run(prepared, batch_size, views="default", similarity="frobenius", surrogate_seqs=0):
     from effdepth.measure import measure_prepared
 
-    analysis = AnalysisOptions(views=views, similarity=similarity, surrogate_seqs=surrogate_seqs, batch_size=batch_size, bootstrap=0)
+    analysis = AnalysisOptions(views=views, similarity=similarity, surrogate_seqs=surrogate_seqs, batch_size=batch_size, bootstrap=0,
+                               pooling="none")
     return measure_prepared(prepared, analysis, run=RunOptions(progress=False))
 
 

@@ -26,6 +26,27 @@ def test_gpu_benchmark_runs_every_step_as_a_cpu_smoke_test():
     assert "tiny tokens (--pooling none)" in out.stdout and "cka: paper views / default view" in out.stdout
 
 
+def test_the_token_benchmark_measures_in_token_mode():
+    """``benchmarks/overhead.py``'s measurement, on a tiny model: token mode, whatever the default protocol."""
+    from effdepth.measure import prepare
+    from effdepth.options import LoadOptions
+    from effdepth.tiny import tiny_model
+
+    overhead = benchmark_module("overhead")
+    prepared = prepare(LoadOptions(model=tiny_model("llama"), corpus=torch.randint(0, 256, (4, 16))), progress=False)
+    for views, similarity, surrogates in (("default", "frobenius", 0), ("paper", "all", None)):
+        result = overhead.measure_run(prepared, 2, views=views, similarity=similarity, surrogate_seqs=surrogates)
+        assert not result.passages and similarity in ("all", result.primary_similarity)
+
+
+def test_the_passage_benchmark_runs_end_to_end():
+    """What ``make bench`` runs for passage mode, on the embedded SmolLM2 at a tiny size."""
+    out = subprocess.run([sys.executable, "passages.py", "--repeats", "1", "--num-seqs", "8", "--seq-len", "32",
+                          "--batch-size", "4"], cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "passage forward / bare decoder forward: median" in out.stdout
+
+
 def test_gpu_benchmark_shapes_are_real_configs():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
