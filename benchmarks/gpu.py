@@ -165,12 +165,12 @@ def bench_passages(shape: str, args) -> dict:
 
 
 def bench_shape(shape: str, args) -> dict:
-    from costs import model_gram_flop_share
+    from costs import model_cka_flop_share
     from effdepth.capture.registry import resolve_architecture
 
     model = build(shape, args.device)
     arch = resolve_architecture(model)
-    share = model_gram_flop_share(model, args.seq_len)
+    share = model_cka_flop_share(model, args.seq_len)
     gen = torch.Generator(device=args.device).manual_seed(0)
     batches = [torch.randint(0, model.config.vocab_size, (args.batch_size, args.seq_len), device=args.device, generator=gen)
                for _ in range(args.batches)]
@@ -203,12 +203,12 @@ def bench_shape(shape: str, args) -> dict:
         print(f"  measure {label:34s} {tokens / median[label]:>12,.0f} tok/s = {ratio('bare', label):.2f} of bare "
               f"(peak {gib(peaks[label])}) [target >= 0.90]")
     print(f"  {'measure cka default / plain forward with LM head':52s} {ratio('cka default', 'plain'):.2f}  [target <= 1]")
-    print(f"  flop model (benchmarks/costs.py): cka's float64 token Grams are {share:.1%} of the decoder's forward flops; "
-          f"times the bfloat16 : float64 rate, their share of its time")
+    print(f"  flop model (benchmarks/costs.py): cka's cross Grams (float32) are {share:.1%} of the decoder's forward flops; "
+          f"times the bfloat16 : float32 rate, their share of its time")
     for label, num, den, target in RATIOS:
         print(f"  {label:52s} {ratio(num, den):.2f}  [target <= {target}]")
     sys.stdout.flush()
-    return {"tokens": tokens, "seconds": times, "peak_bytes": peaks, "gram_flop_share": share,
+    return {"tokens": tokens, "seconds": times, "peak_bytes": peaks, "cka_flop_share": share,
             "ratios": {label: ratio(num, den) for label, num, den, _ in RATIOS}}
 
 

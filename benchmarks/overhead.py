@@ -45,7 +45,7 @@ import time
 import numpy as np
 import torch
 
-from costs import model_gram_flop_share
+from costs import model_cka_flop_share
 from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
 
 
@@ -216,9 +216,9 @@ def main() -> None:
     for label, num, den, target in checks:
         print(f"{label:52s} {ratio_text(rounds, num, den):>18s} {ratio_text(rounds_4x, num, den):>18s}   "
               f"{'<= ' + str(target) if target else ''}")
-    share = model_gram_flop_share(prepared.lm.model, args.seq_len)
-    print(f"flop model (benchmarks/costs.py): cka's float64 token Grams are {share:.1%} of the decoder's forward flops "
-          f"at {args.seq_len} tokens; times this CPU's float32 : float64 rate (about 2), their share of its time")
+    share = model_cka_flop_share(prepared.lm.model, args.seq_len)
+    print(f"flop model (benchmarks/costs.py): cka's cross Grams (float32) are {share:.1%} of the decoder's forward flops "
+          f"at {args.seq_len} tokens")
     print(f"{'naive output_hidden_states baseline (s)':52s} {median(rounds, 'naive'):>18.2f}")
     print(f"{'frobenius default / naive baseline':52s} {ratio_text(rounds, 'frobenius', 'naive'):>18s} {'':18s}   < 1")
     print(f"peak memory increase (fixed mmap threshold) of the default measure (cka, calibrated): {mb(mem_measure)} ({tokens} tokens), "

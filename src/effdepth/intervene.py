@@ -45,7 +45,7 @@ def save_intervention(ir: InterventionResult, folder, figure: bool = True) -> Pa
     then its figure ``intervention.{png,pdf}``; returns the path of ``intervention.json``.
 
     >>> import effdepth, torch, tempfile
-    >>> ir = InterventionResult((1.0, 0.5), (1, 2), {lam: effdepth.from_states(torch.randn(4, 8, 16)) for lam in (1.0, 0.5)})
+    >>> ir = InterventionResult((1.0, 0.5), (1, 2), {lam: effdepth.from_states(torch.randn(4, 2, 8, 16)) for lam in (1.0, 0.5)})
     >>> p = save_intervention(ir, tempfile.mkdtemp())
     >>> sorted(f.name for f in p.parent.glob("intervention.*"))
     ['intervention.json', 'intervention.pdf', 'intervention.png']
@@ -127,7 +127,7 @@ def recompose_report(result: Result, carries=DEFAULT_CARRY, view: str | None = N
     them side by side. Always the frobenius similarity.
 
     >>> import effdepth, torch
-    >>> data, text = recompose_report(effdepth.from_states(torch.randn(5, 8, 16).cumsum(0)), (1, 0.5))
+    >>> data, text = recompose_report(effdepth.from_states(torch.randn(5, 2, 8, 16).cumsum(0)), (1, 0.5))
     >>> [row["lam"] for row in data["rows"]]
     [1.0, 0.5]
     """

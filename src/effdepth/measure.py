@@ -17,7 +17,7 @@ from .checkpoint import CheckpointMismatch, MeasurementInterrupted, graceful_int
 from .errors import EffdepthError, tokenizer_hint
 from .numerics.accumulate import statistics_for
 from .numerics.loss import LossAccumulator
-from .numerics.cka import check_cka_full_memory
+from .numerics.cka_full import check_cka_full_memory
 from .numerics.streams import ViewAccumulator, keeps_cosine_sums, real_counts
 from .numerics.summary import view_summaries
 from .numerics.surrogate import CalibratedReferences
@@ -473,6 +473,9 @@ def summarise(state: MeasurementState, analysis: AnalysisOptions) -> tuple:
         if missing:
             unavailable[sim] = missing
     primary, *rest = analysis.similarity
+    if not by_similarity[primary] and primary == "cka" and state.views.bootstrap_units("cka") == 0:
+        raise EffdepthError("token-mode cka compares the sequences of a pair, and fewer than two sequences were "
+                            "measured; measure at least two sequences, or put frobenius or token first in --similarity")
     if not by_similarity[primary]:
         reasons = "; ".join(f"{v}: {r}" for v, r in unavailable.get(primary, {}).items())
         other = ", or put frobenius or token first in --similarity" if primary in ("cka", "cka-full") else ""
@@ -531,8 +534,8 @@ def from_states(states, *, mask=None, views=("default",), similarity=DEFAULT_SIM
     0 here: ask for intervals explicitly, with several sequences.
 
     >>> import effdepth, torch
-    >>> s = torch.zeros(5, 8, 4, dtype=torch.float64)
-    >>> s[:] = torch.randn(8, 4, dtype=torch.float64)     # every state identical
+    >>> s = torch.zeros(5, 2, 8, 4, dtype=torch.float64)
+    >>> s[:] = torch.randn(2, 8, 4, dtype=torch.float64)  # every state identical
     >>> round(effdepth.from_states(s).default.deff, 12)
     1.0
     """

@@ -213,7 +213,7 @@ def load(path) -> Result:
     """Load a saved result (a ``result.json`` or the folder holding it).
 
     >>> import effdepth, torch, tempfile
-    >>> r = effdepth.from_states(torch.randn(4, 10, 8), bootstrap=0)
+    >>> r = effdepth.from_states(torch.randn(4, 2, 10, 8), bootstrap=0)
     >>> p = r.save(tempfile.mkdtemp())
     >>> effdepth.load(p).default.deff == r.default.deff
     True

@@ -68,22 +68,21 @@ def benchmark_module(name):
         sys.path.pop(0)
 
 
-@pytest.mark.parametrize("tokens", [40, 256])
-def test_the_flop_model_counts_the_gram_products_cka_makes(tokens):
-    # The README's cost model is only as good as its count: it must equal the flops of the batched
-    # products sequence_cka really runs (one row block, and four over the upper triangle).
+@pytest.mark.parametrize("tokens", [(40, 40), (37, 29)])
+def test_the_flop_model_counts_the_products_cka_makes(tokens):
+    # The cost model is only as good as its count: it must equal the flops of the products
+    # pair_cka really runs.
     from torch.utils.flop_counter import FlopCounterMode
 
-    from effdepth.numerics.cka import GramView, sequence_cka
+    from effdepth.numerics.cka import pair_cka
 
     costs = benchmark_module("costs")
-    x = torch.randn(5, tokens, 24, dtype=torch.float64)
+    tp, tq = tokens
+    yp, yq = torch.randn(5, tp, 24), torch.randn(5, tq, 24)
     with FlopCounterMode(display=False) as counter:
-        sequence_cka(x, [GramView()])
-    counts = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
-    assert counts.get("aten.bmm") == costs.gram_flops(5, tokens, 24)
-    full = 2 * 5 * tokens * tokens * 24
-    assert costs.gram_flops(5, tokens, 24) == (full if tokens < 256 else 0.625 * full)
+        pair_cka(yp, yq)
+    counts = {str(op).removeprefix("aten.").split(".")[0]: n for op, n in counter.get_flop_counts()["Global"].items()}
+    assert {k: counts.get(k) for k in ("bmm", "mm")} == costs.pair_flops(5, tp, tq, 24)
 
 
 def test_the_flop_model_of_a_loaded_model_counts_its_blocks():
@@ -96,8 +95,8 @@ def test_the_flop_model_of_a_loaded_model_counts_its_blocks():
     per_block = sum(p.numel() for p in model.model.layers[0].parameters())
     # q and o 64 x 64, k and v 64 x 32 (two key-value heads), the MLP 3 x 64 x 128, two norms
     assert per_block == 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64
-    want = costs.gram_flops(4, 32, 64) / (2 * 32 * 3 * per_block + 2 * 3 * 32 * 32 * 64)
-    assert costs.model_gram_flop_share(model, 32) == pytest.approx(want, rel=1e-12)
+    want = sum(costs.pair_flops(4, 32, 32, 64).values()) / 2 / (2 * 32 * 3 * per_block + 2 * 3 * 32 * 32 * 64)
+    assert costs.model_cka_flop_share(model, 32) == pytest.approx(want, rel=1e-12)
 
 
 def test_the_flop_model_examples_hold():

@@ -21,8 +21,15 @@ def test_a_matching_mask_counts_only_real_tokens():
     mask[:, 7:] = False
     r = effdepth.from_states(torch.randn(7, 4, 10, 16), mask=mask)
     assert r.default.tokens == 28
-    one = effdepth.from_states(torch.randn(7, 40, 16), mask=torch.arange(40) < 30)
+    one = effdepth.from_states(torch.randn(7, 40, 16), mask=torch.arange(40) < 30, similarity="frobenius")
     assert one.default.tokens == 30
+
+
+def test_one_sequence_under_cka_is_a_one_line_error_naming_the_way_out():
+    # Token-mode cka compares the sequences of a pair: one sequence has none.
+    with pytest.raises(EffdepthError, match="at least two sequences.*frobenius or token first") as info:
+        effdepth.from_states(torch.randn(4, 6, 8))
+    assert "\n" not in str(info.value)
 
 
 def test_nan_in_user_states_names_the_layer_not_a_dtype():
@@ -37,7 +44,7 @@ def test_all_zero_states_and_a_lone_sequence_with_bootstrap_warn():
     with pytest.warns(UserWarning, match="every state is zero"):
         effdepth.from_states(torch.zeros(4, 2, 6, 8))
     with pytest.warns(UserWarning, match="one sequence"):
-        r = effdepth.from_states(torch.randn(4, 6, 8), bootstrap=200)
+        r = effdepth.from_states(torch.randn(4, 6, 8), bootstrap=200, similarity="frobenius")
     assert r.default.ci is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")

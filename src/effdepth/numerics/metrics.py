@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .passage_metrics import covariance_norms
 from .references import gap_attribution, matched_energies, reference_fl, reference_from_energies
 from .similarity import cka_from_hsic, cosine_from_gram, decay_profile, deff, squared_cosine_from_gram
 
@@ -27,15 +28,15 @@ def analysed_slice(include_embedding: bool) -> slice:
 def similarity_matrix(totals: dict, similarity: str, include_embedding: bool) -> np.ndarray:
     """sim_ij over the analysed states: frobenius (squared cosine of flattened
     matrices), token (mean over tokens of the per-token squared cosine), cka
-    (per-sequence linear CKA, summed HSIC) or cka-full (pooled linear CKA).
+    (cross-sequence linear CKA, HSIC summed over pairs) or cka-full (pooled linear CKA).
 
-    Totals without any token (frobenius, token), or without any sequence that
+    Totals without any token (frobenius, token), or without any pair that
     has a cka value (cka), give NaN, never a number: the bootstrap counts such
     resamples (``ci["nan_resamples"]``) and its percentiles skip them.
 
     >>> from effdepth.numerics.cka import empty_cka_unit
     >>> h = np.array([[9.0, 0.0, 0.0], [0.0, 4.0, 2.0], [0.0, 2.0, 4.0]])
-    >>> similarity_matrix({**empty_cka_unit(3), "hsic": h, "cka_sequences": np.asarray(1.0)}, "cka", False)
+    >>> similarity_matrix({**empty_cka_unit(3), "hsic": h, "cka_pairs": np.asarray(1.0)}, "cka", False)
     array([[1. , 0.5],
            [0.5, 1. ]])
     """
@@ -49,8 +50,9 @@ def similarity_matrix(totals: dict, similarity: str, include_embedding: bool) ->
                 sim = totals["cos2_sum"][..., sl, sl] / np.where(n > 0, n, 1.0)
         return np.where(n > 0, sim, np.nan)
     if similarity == "cka":
-        sim = cka_from_hsic(totals["hsic"][..., sl, sl])
-        entered = np.asarray(totals["cka_sequences"])[..., None, None]
+        # Not clipped: a cross-pair HSIC may dip below 0 (or a CKA above 1), and clipping would bias it.
+        sim = cka_from_hsic(totals["hsic"][..., sl, sl], clip=False)
+        entered = np.asarray(totals["cka_pairs"])[..., None, None]
         return np.where(entered > 0, sim, np.nan)
     if similarity == "cka-full":
         return cka_from_hsic(totals["hsic_full"][..., sl, sl])
@@ -69,16 +71,17 @@ def matched_references(totals: dict, similarity: str, include_embedding: bool) -
 
 
 def increment_energies(totals: dict, similarity: str) -> np.ndarray:
-    """|S_0|^2, |U_1|^2..|U_L|^2 as the similarity sees them, shape ``(..., M)``.
+    """The sizes of S_0, U_1..U_L as the similarity sees them, shape ``(..., M)``.
 
-    frobenius: the raw states; cka: per-sequence centred states (each
-    sequence's energies over n_b - 1, summed); cka-full: pooled centred states.
+    frobenius: the energies |S_0|^2, |U_l|^2 of the raw states; cka: the
+    covariance norms n_l (docs/method.md, section 5.2) from the cross-pair
+    update HSIC; cka-full: energies of the pooled centred states.
 
-    >>> increment_energies({"cka_energy": np.array([2.0, 1.0, 1.0])}, "cka").tolist()
+    >>> increment_energies({"update_hsic": np.diag([4.0, 1.0, 1.0])}, "cka").tolist()
     [2.0, 1.0, 1.0]
     """
     if similarity == "cka":
-        return np.asarray(totals["cka_energy"], dtype=np.float64)
+        return covariance_norms(np.asarray(totals["update_hsic"], dtype=np.float64))
     if similarity == "cka-full":
         return np.asarray(totals["cka_full_energy"], dtype=np.float64)
     return np.diagonal(totals["gram_increments"], axis1=-2, axis2=-1)
@@ -87,7 +90,7 @@ def increment_energies(totals: dict, similarity: str) -> np.ndarray:
 def reference_energies(totals: dict, similarity: str, include_embedding: bool) -> dict:
     """Cumulative energies of R_init, R_size and R_matched for a similarity (not "token").
 
-    >>> e = reference_energies({"cka_energy": np.array([2.0, 1.0, 1.0])}, "cka", False)
+    >>> e = reference_energies({"update_hsic": np.diag([4.0, 1.0, 1.0])}, "cka", False)
     >>> e["matched"].tolist()
     [3.0, 4.0]
     """

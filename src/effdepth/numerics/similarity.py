@@ -24,11 +24,13 @@ def squared_cosine_from_gram(gram: np.ndarray) -> np.ndarray:
     return np.clip(sim, 0.0, 1.0)
 
 
-def cka_from_hsic(hsic: np.ndarray) -> np.ndarray:
+def cka_from_hsic(hsic: np.ndarray, clip: bool = True) -> np.ndarray:
     """Linear CKA ``h_ij / sqrt(h_ii h_jj)`` from (summed) HSIC matrices.
 
-    Biased HSIC of PSD kernels is never negative, so CKA lies in [0, 1]; a
-    layer with zero centred energy is identical to itself and unlike the rest.
+    Biased HSIC of PSD kernels is never negative, so CKA lies in [0, 1]
+    (``clip`` keeps rounding there); a cross-sequence HSIC may dip below 0,
+    and ``clip=False`` leaves it, unbiased. A layer with zero centred energy
+    is identical to itself and unlike the rest.
 
     >>> cka_from_hsic(np.array([[4.0, 1.0], [1.0, 1.0]]))
     array([[1. , 0.5],
@@ -43,7 +45,7 @@ def cka_from_hsic(hsic: np.ndarray) -> np.ndarray:
     sim[..., np.arange(n), np.arange(n)] = 1.0
     # A non-finite HSIC stays NaN: read as "unlike the rest", it would look like a real result.
     broken = ~np.isfinite(diag[..., :, None]) | ~np.isfinite(diag[..., None, :]) | ~np.isfinite(h)
-    return np.where(broken, np.nan, np.clip(sim, 0.0, 1.0))
+    return np.where(broken, np.nan, np.clip(sim, 0.0, 1.0) if clip else sim)
 
 
 def cosine_from_gram(gram: np.ndarray) -> np.ndarray:

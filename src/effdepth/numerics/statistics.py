@@ -1,6 +1,7 @@
 """Per-unit sufficient statistics: mergeable by addition, resampled by the bootstrap.
 
-A unit is one sequence (the independent unit of docs/method.md#uncertainty). Each key
+A unit is one sequence, or under token-mode cka one pair of sequences (the
+independent units of docs/method.md#uncertainty). Each key
 (those of :data:`~effdepth.numerics.accumulate.STAT_KEYS`, and whatever else
 the units carry, e.g. the cka keys of :mod:`effdepth.numerics.cka`) holds an
 array with a leading unit axis.
@@ -78,6 +79,15 @@ class UnitStatistics:
         if keep.shape != (self.units,):
             raise ValueError(f"need one flag per unit ({self.units}), got shape {keep.shape}")
         return UnitStatistics({k: v[keep] for k, v in self.arrays.items()})
+
+    def paired(self, firsts) -> "UnitStatistics":
+        """One unit per pair: units ``f`` and ``f + 1`` added, for each ``f`` of ``firsts``.
+
+        >>> UnitStatistics({"n": np.array([3.0, 1.0, 2.0, 5.0, 7.0])}).paired([0, 2]).arrays["n"].tolist()
+        [4.0, 7.0]
+        """
+        firsts = np.asarray(firsts, dtype=np.int64)
+        return UnitStatistics({k: v[firsts] + v[firsts + 1] for k, v in self.arrays.items()})
 
     def pooled(self) -> "UnitStatistics":
         """One unit holding the totals: statistics that cannot be resampled by sequence.

@@ -15,9 +15,13 @@ left out of that view and counted; a view without any token is unavailable
 (:class:`~effdepth.numerics.cka.ViewUnavailable`). Rows of a batch that are
 all padding are skipped and counted (``padding_rows``).
 
-The cka similarities (see :mod:`effdepth.numerics.cka`) are not additive
-over positions, so they are kept per token set (all positions, drop-pos0)
-instead of per part; one token Gram per layer and sequence feeds them all.
+The cka similarities are not additive over positions, so they are kept per
+token set (all positions, drop-pos0) instead of per part. Token-mode cka
+(:mod:`effdepth.numerics.cka`) compares the sequences of a pair: the
+accumulator pairs consecutive measured sequences ((0, 1), (2, 3), ...),
+across batch boundaries (an unpaired sequence is held until the next one),
+so the pairs never depend on the batch size; its units are the pairs, and
+the additive statistics of a pair's two sequences are added to it.
 """
 
 from __future__ import annotations
@@ -32,21 +36,20 @@ import torch
 from ..errors import EffdepthError
 from .accumulate import STAT_KEYS, SequenceSums, chunk_tokens_for, nonfinite_layer, sums_in_chunks
 from .cka import (
-    FULL_BUDGET_BYTES,
     GRAM_BUDGET_BYTES,
     MIN_TOKENS,
-    PooledCka,
     ViewUnavailable,
-    check_cka_full_memory,
+    centred_view_states,
     cka_set_key,
     cka_token_sets,
+    empty_cka_unit,
     gram_view,
+    pair_cka,
     require_cka_view,
-    sequence_cka,
     view_token_states,
 )
+from .cka_full import FULL_BUDGET_BYTES, PooledCka, check_cka_full_memory
 from .metrics import NO_COSINE_SUMMARIES, SIMILARITIES
-from .scratch import ScratchBuffers
 from .statistics import UnitStatistics
 from .views import FitAccumulator, NonFiniteFit, ViewSpec, check_width, fitted_transform, parse_views, token_transform
 
@@ -153,11 +156,9 @@ class ViewAccumulator:
     :func:`~effdepth.numerics.accumulate.deff_statistics`), and for a
     transformed stream under kernel similarities alone only the token counts
     (:func:`stream_statistics`); ``similarities``
-    adds those of "cka" (per sequence) and "cka-full" (pooled, memory-checked
-    against ``cka_full_budget_bytes`` at the first update). The cka token
-    Grams are formed in blocks of rows when M * T^2 float64 exceeds
-    ``gram_budget_bytes``. ``scratch`` lends the per-sequence work buffers
-    (see :mod:`effdepth.numerics.scratch`), e.g. shared by several accumulators.
+    adds those of "cka" (per pair of sequences) and "cka-full" (pooled, memory-checked
+    against ``cka_full_budget_bytes`` at the first update). The cka cross
+    Grams are formed in blocks of rows within ``gram_budget_bytes``.
     ``chunk_tokens`` fixes the tokens per chunk of the per-token statistics
     (default: by device, :func:`~effdepth.numerics.accumulate.chunk_tokens_for`).
 
@@ -170,8 +171,8 @@ class ViewAccumulator:
     >>> acc.update(torch.randn(3, 2, 5, 4))        # (L+1, batch, seq, d)
     >>> acc.unit_statistics("default").units
     2
-    >>> sorted(acc.unit_statistics("drop-pos0", "cka").total())[:3]
-    ['angle_sum', 'cka_energy', 'cka_sequences']
+    >>> acc.unit_statistics("drop-pos0", "cka").units           # one pair
+    1
     """
 
     def __init__(
@@ -185,7 +186,6 @@ class ViewAccumulator:
         gram_budget_bytes: int = GRAM_BUDGET_BYTES,
         cka_full_budget_bytes: int = FULL_BUDGET_BYTES,
         statistics: tuple = STAT_KEYS,
-        scratch: ScratchBuffers | None = None,
     ):
         if pc_estimate not in PC_ESTIMATES:
             raise EffdepthError(f"unknown PC estimate {pc_estimate!r}; choose from {', '.join(PC_ESTIMATES)}")
@@ -216,8 +216,12 @@ class ViewAccumulator:
         self.cka_full_budget_bytes = cka_full_budget_bytes
         kernel = [s for s in KERNEL_SIMILARITIES if s in self.similarities]
         self.cka_sets: dict = cka_token_sets(self.views) if kernel else {}
-        # Per token set: one cka unit per sequence (zeros for a sequence left out).
+        # Per token set: one cka unit per pair (zeros for a pair left out of the set); the index of
+        # each pair's first sequence among the measured ones (the second follows it); the
+        # measured sequence still waiting for its partner, as (index, states) or None.
         self._cka_units: dict = {k: [] for k in self.cka_sets} if "cka" in kernel else {}
+        self._pairs: list = []
+        self._partner: tuple | None = None
         self._pooled: dict = {k: PooledCka() for k in self.cka_sets} if "cka-full" in kernel else {}
         self._fit_accumulators: dict = {}
         self.fits: dict = {}
@@ -232,9 +236,6 @@ class ViewAccumulator:
         self.sequences = 0
         self.tokens = 0
         self.padding_rows = 0
-        # Released after each batch by whoever owns it (see effdepth.numerics.scratch).
-        self._owns_scratch = scratch is None
-        self._scratch = ScratchBuffers() if scratch is None else scratch
 
     # -- fitting (center, top-k PC) -------------------------------------------------
 
@@ -341,18 +342,7 @@ class ViewAccumulator:
         Before the fits of a calibration estimate exist, the batch is held
         (see :meth:`flush`) and measured once the calibration set is complete.
         """
-        with self._work_buffers():
-            self._update(states, mask)
-
-    @contextlib.contextmanager
-    def _work_buffers(self):
-        """Release the work buffers this accumulator owns when the batch is done (shared ones are
-        released by their owner)."""
-        try:
-            yield
-        finally:
-            if self._owns_scratch:
-                self._scratch.release()
+        self._update(states, mask)
 
     def _update(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
         if states.dim() != 4:
@@ -402,13 +392,12 @@ class ViewAccumulator:
                 if s is not None:
                     yield s.to(device), None if m is None else m.to(device)
 
-        with self._work_buffers():
-            self._calibrate(batches, sum(s is not None for s, *_ in held), *self._calibration)
-            for s, m, device, rows in held:
-                if s is None:
-                    self.padding_rows += rows
-                else:
-                    self._accumulate(s.to(device), None if m is None else m.to(device))
+        self._calibrate(batches, sum(s is not None for s, *_ in held), *self._calibration)
+        for s, m, device, rows in held:
+            if s is None:
+                self.padding_rows += rows
+            else:
+                self._accumulate(s.to(device), None if m is None else m.to(device))
         self._pending, self._calibration = [], [0, 0]
 
     def restart_fit(self) -> None:
@@ -437,12 +426,9 @@ class ViewAccumulator:
         where a resumed run continues."""
         return self.sequences + self.padding_rows + sum(rows for *_, rows in self._pending)
 
-    def update_sequence(self, states: torch.Tensor, *, overwrite: bool = False) -> None:
-        """Add one sequence's states ``(L+1, n, d)``, every token real, once fitted.
-
-        With ``overwrite`` the states are a float64 work buffer the caller is
-        done with (a surrogate stream), which the cka statistics may shift in
-        place instead of copying.
+    def update_sequence(self, states: torch.Tensor) -> None:
+        """Add one sequence's states ``(L+1, n, d)``, every token real, once fitted (the states may
+        be a work buffer the caller reuses: nothing keeps a reference to it).
 
         >>> acc = ViewAccumulator(["default"]); acc.update_sequence(torch.randn(3, 5, 4)); acc.sequences
         1
@@ -450,21 +436,23 @@ class ViewAccumulator:
         if not self.fitted or self._pending:
             raise RuntimeError("update_sequence needs a fitted accumulator; use update to calibrate first")
         self._check_width(states.shape[-1])
-        with self._work_buffers():
-            self._accumulate(states[:, None], None, overwrite=overwrite and not self._pooled)
+        self._accumulate(states[:, None], None)
 
-    def _accumulate(self, states: torch.Tensor, mask: torch.Tensor | None, overwrite: bool = False) -> None:
+    def _accumulate(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
         """Measure a batch with the fits in place (all-padding rows skipped and counted)."""
         # Build the batch's units first and commit at the end, so a failure
         # part-way (e.g. out of memory) leaves the accumulator as it was and
         # the batch can be retried.
         new_units: dict = {k: [] for k in self._units}
         new_cka: dict = {k: [] for k in self._cka_units}
+        new_pairs: list = []
+        partner = self._partner
         pooled_states: dict = {k: [] for k in self._pooled}
         gram_views = self._gram_views()
         streams = {key: info for key, info in self.streams.items() if key not in self._unfitted}
         sequences = tokens = 0
         for seq in _sequences(states, mask):
+            index = self.sequences + sequences
             sequences += 1
             tokens += seq.shape[1]
             totals = self._sequence_statistics(seq, streams)
@@ -476,13 +464,27 @@ class ViewAccumulator:
                     new_units[(key, p)].append(parts[p])
             if self._check_states:
                 _check_finite_states(seq, states.dtype)
-            self._sequence_kernel_statistics(seq, gram_views, new_cka, pooled_states, overwrite)
-        # Everything that allocates happens before anything is committed.
+            if new_cka:
+                if partner is None:
+                    partner = (index, seq)
+                else:
+                    self._pair_statistics(partner[1], seq, gram_views, new_cka)
+                    new_pairs.append(partner[0])
+                    partner = None
+            for key in pooled_states:
+                if key in gram_views:
+                    pooled_states[key].append(view_token_states(seq, gram_views[key]))
+        # Everything that allocates happens before anything is committed; a partner from this
+        # batch is copied, since the caller may reuse the batch's memory.
+        if partner is not None and partner is not self._partner:
+            partner = (partner[0], partner[1].detach().clone())
         pooled = {k: self._pooled[k].prepare(torch.cat(parts, dim=1)) for k, parts in pooled_states.items() if parts}
         for k, units in new_units.items():
             self._units[k].extend(units)
         for k, units in new_cka.items():
             self._cka_units[k].extend(units)
+        self._pairs.extend(new_pairs)
+        self._partner = partner
         # Last: the pooled cross-products are added in place (no allocation, so no failure half-way).
         for k, prepared in pooled.items():
             self._pooled[k].commit(prepared)
@@ -502,6 +504,7 @@ class ViewAccumulator:
         return {
             "units": {k: len(v) for k, v in self._units.items()},
             "cka": {k: len(v) for k, v in self._cka_units.items()},
+            "pairs": (len(self._pairs), self._partner),
             "pooled": {k: p.copy() for k, p in self._pooled.items()} if copy_pooled else None,
             "fits": (dict(self.fits), self.fit_info, dict(self._unfitted)),
             "pending": (list(self._pending), list(self._calibration)),
@@ -515,6 +518,8 @@ class ViewAccumulator:
             del self._units[k][n:]
         for k, n in mark["cka"].items():
             del self._cka_units[k][n:]
+        del self._pairs[mark["pairs"][0]:]
+        self._partner = mark["pairs"][1]
         if mark["pooled"] is not None:
             self._pooled = dict(mark["pooled"])
         self.fits, self.fit_info, self._unfitted = mark["fits"]
@@ -528,20 +533,15 @@ class ViewAccumulator:
         return {key: gram_view(spec, self.fits.get(spec.stream)) for key, spec in self.cka_sets.items()
                 if spec.stream not in self._unfitted}
 
-    def _sequence_kernel_statistics(self, seq: torch.Tensor, gram_views: dict, cka_units: dict, pooled: dict,
-                                    overwrite: bool = False) -> None:
-        """cka units and cka-full states of one sequence ``(M, T, d)`` for every token set (last:
-        with ``overwrite`` the cka statistics shift ``seq`` in place)."""
-        if not gram_views:
-            return
-        keys = [k for k in cka_units if k in gram_views]
-        if keys:
-            units = sequence_cka(seq, [gram_views[k] for k in keys], self.gram_budget_bytes, self._scratch, overwrite)
-            for key, unit in zip(keys, units):
-                cka_units[key].append(unit)
-        for key in pooled:
-            if key in gram_views:
-                pooled[key].append(view_token_states(seq, gram_views[key]))
+    def _pair_statistics(self, first: torch.Tensor, second: torch.Tensor, gram_views: dict, cka_units: dict) -> None:
+        """The cka unit of one pair of sequences ``(M, T, d)`` for every token set (an empty unit
+        where either has too few tokens in it, or the set's view is unavailable)."""
+        for key in cka_units:
+            view = gram_views.get(key)
+            yp = None if view is None else centred_view_states(first, view)
+            yq = None if yp is None else centred_view_states(second, view)
+            unit = empty_cka_unit(first.shape[0]) if yq is None else pair_cka(yp, yq, self.gram_budget_bytes)
+            cka_units[key].append(unit)
 
     def _sequence_statistics(self, seq: torch.Tensor, streams: dict) -> dict:
         """(pos0, rest) statistics of each of ``streams`` for one sequence ``(M, T, d)``, T >= 1.
@@ -561,13 +561,14 @@ class ViewAccumulator:
         return out
 
     def unit_statistics(self, view: str | ViewSpec, similarity: str | None = None) -> UnitStatistics:
-        """Per-sequence statistics of one view, with what ``similarity`` needs.
+        """The units of one view, with what ``similarity`` needs.
 
         ``None``, "frobenius" and "token": the additive statistics (parts
-        added). "cka": those plus the view's cka keys. Either way one unit per
-        sequence that entered the view: a sequence with no token in the view
-        (or, for cka, fewer than 4) is left out and counted by
-        :meth:`left_out`. "cka-full": everything summed into a single unit
+        added), one unit per sequence with a token in the view. "cka": one
+        unit per pair that entered the view, its cka keys and its two
+        sequences' additive statistics added. What is left out (no token in
+        the view; for cka a pair with fewer than 4 tokens in either sequence,
+        or the odd last sequence) is counted by :meth:`left_out`. "cka-full": everything summed into a single unit
         plus the pooled keys, so the bootstrap gives no interval. Raises
         :class:`~effdepth.numerics.cka.ViewUnavailable` where the view has no
         value under that similarity (no sequence entered it).
@@ -597,11 +598,15 @@ class ViewAccumulator:
             return total if keep.all() else total.subset(keep)
         key = self._kernel_key(spec, similarity)
         if similarity == "cka":
+            if not self._pairs:
+                raise ViewUnavailable(spec.name, "cka", "cka compares the sequences of a pair and fewer than two "
+                                      "sequences were measured; measure at least two")
             cka = UnitStatistics.from_units(self._cka_units[key])
-            keep = cka.arrays["cka_sequences"] > 0
+            keep = cka.arrays["cka_pairs"] > 0
             if not keep.any():
-                raise ViewUnavailable(spec.name, "cka", f"no sequence has at least {MIN_TOKENS} tokens in this view")
-            joined = total.joined(cka)
+                raise ViewUnavailable(spec.name, "cka", f"no pair of sequences has at least {MIN_TOKENS} tokens in this "
+                                      "view in both")
+            joined = total.paired(self._pairs).joined(cka)
             return joined if keep.all() else joined.subset(keep)
         pooled = self._pooled[key]
         if pooled.count < MIN_TOKENS:
@@ -621,12 +626,14 @@ class ViewAccumulator:
 
     def left_out(self, view: str | ViewSpec, similarity: str | None = None) -> int:
         """Sequences measured but left out of a view under ``similarity``: no token in the view
-        (every similarity), or for cka fewer than 4.
+        (every similarity), or for cka both sequences of a pair where either has fewer than 4,
+        and the odd last sequence.
 
         >>> acc = ViewAccumulator(["drop-pos0"], similarities=("cka",))
-        >>> acc.update(torch.randn(3, 3, 5, 4), torch.tensor([[1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 1, 0, 0]]))
+        >>> mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 1], [1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]])
+        >>> acc.update(torch.randn(3, 5, 5, 4), mask)
         >>> acc.left_out("drop-pos0", "frobenius"), acc.left_out("drop-pos0", "cka")
-        (1, 2)
+        (1, 3)
         """
         self.flush()
         spec = self._spec(view)
@@ -638,12 +645,23 @@ class ViewAccumulator:
         return 0 if total is None else int((total.arrays["n"] <= 0).sum())
 
     def cka_left_out(self, view: str | ViewSpec) -> int:
-        """Sequences left out of a view's cka statistics (fewer than 4 tokens in the view)."""
+        """Sequences left out of a view's cka statistics (a pair with fewer than 4 tokens of the view
+        in either sequence, or the odd last sequence)."""
         self.flush()
         spec = self._spec(view)
         key = self._kernel_key(spec, "cka")
-        entered = sum(float(u["cka_sequences"]) for u in self._cka_units[key])
-        return len(self._cka_units[key]) - int(entered)
+        entered = sum(float(u["cka_pairs"]) for u in self._cka_units[key])
+        return self.sequences - 2 * int(entered)
+
+    def bootstrap_units(self, similarity: str | None = None) -> int:
+        """How many independent units a similarity's bootstrap resamples: pairs under cka, else sequences.
+
+        >>> acc = ViewAccumulator(["default"]); acc.update(torch.randn(3, 5, 6, 4))
+        >>> acc.bootstrap_units("cka"), acc.bootstrap_units("frobenius")
+        (2, 5)
+        """
+        self.flush()
+        return len(self._pairs) if similarity == "cka" else self.sequences
 
     def _kernel_key(self, spec: ViewSpec, similarity: str) -> tuple:
         if similarity not in KERNEL_SIMILARITIES:
@@ -669,7 +687,8 @@ class ViewAccumulator:
     def unit_arrays(self) -> dict:
         """Every per-unit array, keyed ``"<stream>|<part>|<key>"``: for saving and merging.
 
-        cka units use the part ``cka`` (all positions) or ``cka-drop-pos0``.
+        cka units (one per pair) use the part ``cka`` (all positions) or ``cka-drop-pos0``; the
+        index of each pair's first sequence is ``pairs|first``.
         """
         out = {}
         for (key, part), units in self._units.items():
@@ -680,6 +699,8 @@ class ViewAccumulator:
             if units:
                 for name, arr in UnitStatistics.from_units(units).arrays.items():
                     out[f"{self._set_label(key)}|{name}"] = arr
+        if self._pairs:
+            out["pairs|first"] = np.asarray(self._pairs, dtype=np.float64)
         return out
 
     def _set_label(self, key: tuple) -> str:
@@ -702,10 +723,11 @@ class ViewAccumulator:
         held = self._pending if _held_bytes(self._pending) <= budget else []
         for i, (states, mask, _, _) in enumerate(held):
             if states is not None:
-                keep = torch.float64 if states.dtype == torch.float64 else torch.float32
-                arrays[f"held|{i}|states"] = states.to(keep).numpy()
+                arrays[f"held|{i}|states"] = states.to(_kept_dtype(states.dtype)).numpy()
             if mask is not None:
                 arrays[f"held|{i}|mask"] = mask.to(torch.float64).numpy()
+        if self._partner is not None:  # the sequence waiting for its cka partner
+            arrays["partner|states"] = self._partner[1].detach().to("cpu", _kept_dtype(self._partner[1].dtype)).numpy()
         # Pooled cka-full sums are not per unit: merge them with extend(), never by concatenation.
         for key, pooled in self._pooled.items():
             for name, arr in pooled.state().items():
@@ -728,6 +750,7 @@ class ViewAccumulator:
             "held": [{"rows": rows, "device": str(device), "states": states is not None, "mask": mask is not None}
                      for states, mask, device, rows in held],
             "calibration_held": list(self._calibration) if held else [0, 0],
+            "partner": None if self._partner is None else {"index": self._partner[0], "device": str(self._partner[1].device)},
         }
         return arrays, meta
 
@@ -764,6 +787,10 @@ class ViewAccumulator:
             cols = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
             n = len(cols["hsic"]) if cols else 0
             self._cka_units[key] = [{k: v[i] for k, v in cols.items()} for i in range(n)]
+        self._pairs = [int(f) for f in arrays.get("pairs|first", ())]
+        partner = meta.get("partner") if self._cka_units else None
+        self._partner = None if partner is None else (
+            int(partner["index"]), torch.from_numpy(np.asarray(arrays["partner|states"])).to(partner["device"]))
         for key in self._pooled:
             prefix = f"full|{self._set_label(key)}|"
             self._pooled[key] = PooledCka.from_state({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)})
@@ -800,11 +827,21 @@ class ViewAccumulator:
             self._units[key].extend(other._units[key])
         for key in self._cka_units:
             self._cka_units[key].extend(other._cka_units[key])
+        # The other's pairs follow this one's sequences; a sequence of this one still waiting for a
+        # partner stays unpaired (left out) when the other measured any.
+        self._pairs.extend(first + self.sequences for first in other._pairs)
+        if other.sequences:
+            self._partner = None if other._partner is None else (other._partner[0] + self.sequences, other._partner[1])
         for key in self._pooled:
             self._pooled[key].merge(other._pooled[key])
         self.sequences += other.sequences
         self.tokens += other.tokens
         self.padding_rows += other.padding_rows
+
+
+def _kept_dtype(dtype: torch.dtype) -> torch.dtype:
+    """How states are saved: float64 when they are, float32 otherwise (numpy has no bfloat16)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _eigengap_notes(spec: ViewSpec, gaps: list) -> list:

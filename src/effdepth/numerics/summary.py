@@ -16,7 +16,7 @@ from .similarity import decay_profile, deff
 from .statistics import UnitStatistics
 
 #: The totals kept in a result, so its numbers can be recomputed from it (the kernel ones when present).
-KEPT_TOTALS = ("n", "gram_states", "gram_increments", "update_state_dot", "hsic", "cka_energy", "hsic_full", "cka_full_energy")
+KEPT_TOTALS = ("n", "gram_states", "gram_increments", "update_state_dot", "hsic", "update_hsic", "hsic_full", "cka_full_energy")
 
 
 def view_summary(stats: UnitStatistics, *, similarity: str, include_embedding: bool, bootstrap: int = 0, seed: int = 0,
@@ -77,9 +77,10 @@ def view_summaries(accumulator, *, similarity: str, include_embedding: bool, boo
     """
     out, unavailable = {}, {}
     accumulator.flush()
-    # One set of resamples over every measured sequence: views that kept them all are paired;
-    # a view that left some out is resampled over its own.
-    weights = bootstrap_weights(accumulator.sequences, bootstrap, seed) if bootstrap > 0 and accumulator.sequences >= 2 else None
+    # One set of resamples over every unit (sequence, or pair under cka): views that kept them all
+    # are paired; a view that left some out is resampled over its own.
+    units = accumulator.bootstrap_units(similarity)
+    weights = bootstrap_weights(units, bootstrap, seed) if bootstrap > 0 and units >= 2 else None
     for spec in accumulator.views:
         try:
             stats = accumulator.unit_statistics(spec, similarity)
@@ -92,6 +93,8 @@ def view_summaries(accumulator, *, similarity: str, include_embedding: bool, boo
             label=f"view {spec.name!r} ({similarity})",
         )
         summary["left_out"] = accumulator.left_out(spec, similarity)
+        if similarity == "cka":  # a unit is a pair of sequences
+            summary["sequences"] = 2 * stats.units
         # cka-full pools every sequence into one unit; the count that matters is the real one.
         if similarity == "cka-full":
             summary["sequences"] = accumulator.sequences - summary["left_out"]

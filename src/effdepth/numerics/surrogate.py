@@ -29,7 +29,6 @@ import torch
 from ..errors import EffdepthError
 from .accumulate import deff_statistics
 from .cka import GRAM_BUDGET_BYTES
-from .scratch import ScratchBuffers
 from .streams import ViewAccumulator, calibration_complete, real_counts, validate_similarities
 
 KINDS = ("structural", "matched")
@@ -192,9 +191,9 @@ class CalibratedReferences:
     whoever measures it.
 
     >>> cal = CalibratedReferences(["default"], similarities=("cka",), seed=1)
-    >>> cal.update(torch.randn(4, 3, 6, 8).cumsum(0))
-    >>> cal.unit_statistics("default", "cka", kind="structural").units
-    3
+    >>> cal.update(torch.randn(4, 4, 6, 8).cumsum(0))
+    >>> cal.unit_statistics("default", "cka", kind="structural").units       # two pairs
+    2
     """
 
     def __init__(
@@ -220,7 +219,6 @@ class CalibratedReferences:
         self._pending: list = []
         self._held_rows = 0
         self._calibration = [0, 0]
-        self._scratch = ScratchBuffers()
         # D_eff of the surrogates is all the references need: no related measures, no update summaries.
         # (No similarity named: frobenius and token, which a ViewAccumulator always has.)
         statistics = deff_statistics(validate_similarities(similarities) or ("frobenius", "token"))
@@ -232,7 +230,6 @@ class CalibratedReferences:
                 similarities=similarities,
                 gram_budget_bytes=gram_budget_bytes,
                 statistics=statistics,
-                scratch=self._scratch,
                 **accumulator_options,
             )
             for kind in KINDS
@@ -244,10 +241,7 @@ class CalibratedReferences:
         Both kinds are updated or neither: a failure part-way (e.g. out of
         memory) leaves everything as it was, so the batch can be retried.
         """
-        try:
-            self._update(states, mask)
-        finally:
-            self._scratch.release()
+        self._update(states, mask)
 
     def _update(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
         taken = self.sequences + self._held_rows
@@ -295,17 +289,17 @@ class CalibratedReferences:
 
     def _measure(self, source: "_Source", first: int, take: int, device) -> None:
         for kind, sequence in self._streams(source, first, take, device):
-            self.accumulators[kind].update_sequence(sequence, overwrite=True)  # rebuilt for the next kind anyway
+            self.accumulators[kind].update_sequence(sequence)
 
     def _streams(self, source: "_Source", first: int, take: int, device):
         """Yield ``(kind, states (L+1, n, d))`` for each sequence and both kinds: one draw per
-        sequence, shared by the kinds, and one work buffer reused for all (valid until the next)."""
+        sequence, shared by the kinds, and one work buffer per sequence (valid until the next)."""
         for i in range(take):
             tokens = source.tokens(i)
             if not tokens.numel():
                 continue  # all padding: no token to measure, as in the real stream
             draw = _draw(source, tokens.numel(), sequence_generator(self.seed, first + i, device))
-            buffer = self._scratch.take("surrogate", draw.shape, device=draw.device)
+            buffer = torch.empty_like(draw, dtype=torch.float64)
             for kind in KINDS:
                 yield kind, _sequence_surrogate(source, i, tokens, kind, draw, self.include_embedding, buffer)
 
@@ -339,7 +333,6 @@ class CalibratedReferences:
             self._measure(src, first, take, device)
             self.sequences += take
         self._pending, self._held_rows, self._calibration = [], 0, [0, 0]
-        self._scratch.release()
 
     @property
     def measured_sequences(self) -> int:

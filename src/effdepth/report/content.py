@@ -111,7 +111,7 @@ def title(source: Source) -> str:
     """The page title of one result (its label says the carry of an intervened model).
 
     >>> import effdepth, torch, pathlib
-    >>> title(Source(pathlib.Path("r.json"), effdepth.from_states(torch.randn(3, 4, 8)), "", "states"))
+    >>> title(Source(pathlib.Path("r.json"), effdepth.from_states(torch.randn(3, 2, 4, 8)), "", "states"))
     'Effective depth of states'
     """
     return f"Effective depth of {source.label}"
@@ -121,7 +121,7 @@ def headline(result: Result) -> str:
     """The main finding in one sentence, with the similarity, the tokens per sequence and any carry.
 
     >>> import effdepth, torch
-    >>> "similarity cka" in headline(effdepth.from_states(torch.randn(3, 4, 8)))
+    >>> "similarity cka" in headline(effdepth.from_states(torch.randn(3, 2, 4, 8)))
     True
     """
     v = result.default
@@ -405,7 +405,7 @@ def comparison_table(sources: list) -> Table:
     sequences, BOS, seed, dtype, similarity, views, carry).
 
     >>> import effdepth, torch, pathlib
-    >>> r = effdepth.from_states(torch.randn(3, 4, 8))
+    >>> r = effdepth.from_states(torch.randn(3, 2, 4, 8))
     >>> t = comparison_table([Source(pathlib.Path(f"{x}/result.json"), r, "", x) for x in "ab"])
     >>> t.header[:8]
     ['#', 'model', 'revision', 'L', 'N', 'corpus', 'folder', 'tokens/seq']

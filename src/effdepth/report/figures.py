@@ -67,7 +67,7 @@ def similarity_figure(result: Result | ViewResult, view: str | None = None) -> F
     """Heatmap of the layer-by-layer similarity sim_ij of one view.
 
     >>> import effdepth, torch
-    >>> fig = similarity_figure(effdepth.from_states(torch.randn(5, 8, 16).cumsum(0)))
+    >>> fig = similarity_figure(effdepth.from_states(torch.randn(5, 2, 8, 16).cumsum(0)))
     >>> fig.axes[0].get_xlabel()
     'layer j'
     """
@@ -143,7 +143,7 @@ def attribution_figure(result: Result | ViewResult, view: str | None = None) -> 
     the first two are R_init and R_matched.
 
     >>> import effdepth, torch
-    >>> fig = attribution_figure(effdepth.from_states(torch.randn(5, 8, 16).cumsum(0)))
+    >>> fig = attribution_figure(effdepth.from_states(torch.randn(5, 2, 8, 16).cumsum(0)))
     >>> [t.get_text().split()[0] for t in fig.axes[0].get_xticklabels()][1:4]
     ['initial', 'size', 'correlated']
     """
@@ -238,7 +238,7 @@ def comparison_figure(results: list, labels: list | None = None) -> Figure:
     """D_eff / F_N (N = L, or L + 1 with the embedding) of several results, each its first view, with intervals.
 
     >>> import effdepth, torch
-    >>> rs = [effdepth.from_states(torch.randn(5, 8, 16).cumsum(0)) for _ in range(2)]
+    >>> rs = [effdepth.from_states(torch.randn(5, 2, 8, 16).cumsum(0)) for _ in range(2)]
     >>> len(comparison_figure(rs, ["a", "b"]).axes[0].get_yticklabels())
     2
     """
@@ -261,7 +261,7 @@ def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figur
     Missing values (``None``/non-finite in the JSON) are drawn as gaps.
 
     >>> import effdepth, torch
-    >>> fig = layers_figure(effdepth.from_states(torch.randn(5, 8, 16).cumsum(0)))
+    >>> fig = layers_figure(effdepth.from_states(torch.randn(5, 2, 8, 16).cumsum(0)))
     >>> len(fig.axes)
     3
     """
@@ -411,7 +411,7 @@ def write_figures(result: Result, folder, view: str | None = None) -> list[Path]
     (``views.*`` of an earlier many-view result) are removed.
 
     >>> import effdepth, torch, tempfile
-    >>> r = effdepth.from_states(torch.randn(5, 8, 16).cumsum(0))
+    >>> r = effdepth.from_states(torch.randn(5, 2, 8, 16).cumsum(0))
     >>> sorted({p.stem for p in write_figures(r, tempfile.mkdtemp())})
     ['attribution', 'layers', 'profile', 'similarity']
     """

@@ -71,7 +71,7 @@ def summary_table(result: Result, similarity: str | None = None) -> str:
     sub-reference, attribution; a view without a value there reads ``unavailable``.
 
     >>> import effdepth, torch
-    >>> print(summary_table(effdepth.from_states(torch.randn(3, 4, 8))).splitlines()[0].split()[:3])
+    >>> print(summary_table(effdepth.from_states(torch.randn(3, 2, 4, 8))).splitlines()[0].split()[:3])
     ['view', 'D_eff', '95%']
     """
     header = ["view", "D_eff", f"{_level(result)}% CI", "F_N", "ratio", "gap %", "sub-ref", "init.state", "size.imbal", "corr.upd"]
@@ -136,7 +136,7 @@ def headline(result: Result) -> str:
     """What was measured, on what, with which similarity (and carry); then the main number.
 
     >>> import effdepth, torch
-    >>> headline(effdepth.from_states(torch.randn(3, 4, 8))).splitlines()[1].startswith("D_eff = ")
+    >>> headline(effdepth.from_states(torch.randn(3, 2, 4, 8))).splitlines()[1].startswith("D_eff = ")
     True
     """
     p = result.provenance
@@ -173,7 +173,7 @@ def extras_table(result: Result) -> str:
     """Extra measurements (``result.extras``, e.g. the next-token loss), one line each; ``""`` when none.
 
     >>> import effdepth, torch
-    >>> r = effdepth.from_states(torch.randn(3, 4, 8))
+    >>> r = effdepth.from_states(torch.randn(3, 2, 4, 8))
     >>> r.extras["loss"] = {"mean": 2.5, "perplexity": 12.18, "tokens": 90}
     >>> print(extras_table(r))
     extra             value
@@ -207,7 +207,7 @@ def result_summary_text(result: Result) -> str:
     by side (when several), extras. Each table says its similarity (and carry).
 
     >>> import effdepth, torch
-    >>> "R_matched" in result_summary_text(effdepth.from_states(torch.randn(3, 4, 8)))
+    >>> "R_matched" in result_summary_text(effdepth.from_states(torch.randn(3, 2, 4, 8)))
     True
     """
     if result.passages:
@@ -272,7 +272,7 @@ def intervention_table(ir, view: str | None = None) -> str:
 
     >>> import effdepth, torch
     >>> from effdepth.results_carry import InterventionResult
-    >>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 8, 16))})
+    >>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 2, 8, 16))})
     >>> intervention_table(ir).split()[:3]
     ['lam', 'D_eff', 'CI']
     """
@@ -292,7 +292,7 @@ def intervention_headline(ir) -> str:
 
     >>> import effdepth, torch
     >>> from effdepth.results_carry import InterventionResult
-    >>> ir = InterventionResult((1.0,), (1, 2), {1.0: effdepth.from_states(torch.randn(4, 8, 16))})
+    >>> ir = InterventionResult((1.0,), (1, 2), {1.0: effdepth.from_states(torch.randn(4, 2, 8, 16))})
     >>> intervention_headline(ir).split(";")[1].split(")")[0]
     ' carry on blocks 1,2'
     """
@@ -422,7 +422,7 @@ def intervention_text(ir) -> str:
 
     >>> import effdepth, torch
     >>> from effdepth.results_carry import InterventionResult
-    >>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 8, 16))})
+    >>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 2, 8, 16))})
     >>> intervention_text(ir).splitlines()[2]
     'view default:'
     """
@@ -474,7 +474,7 @@ def show_text(obj) -> str:
     """What ``effdepth show`` prints for anything :func:`effdepth.load` returns.
 
     >>> import effdepth, torch
-    >>> show_text(effdepth.from_states(torch.randn(3, 4, 8))).startswith("model states")
+    >>> show_text(effdepth.from_states(torch.randn(3, 2, 4, 8))).startswith("model states")
     True
     """
     from ..loading import SavedStudy, SavedTrajectory

@@ -108,7 +108,7 @@ def context(result, similarity: str | None = None) -> str:
     """What a table of ``result`` shows: the similarity, and the carry when intervened.
 
     >>> import effdepth, torch
-    >>> context(effdepth.from_states(torch.randn(3, 4, 8), similarity="frobenius"))
+    >>> context(effdepth.from_states(torch.randn(3, 2, 4, 8), similarity="frobenius"))
     'similarity frobenius'
     """
     parts = [f"similarity {similarity or result.primary_similarity}"]

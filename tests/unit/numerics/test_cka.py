@@ -1,4 +1,5 @@
-"""Linear CKA (docs/method.md#cka, #closed-forms-cka): closed forms, views against a naive computation, accumulation."""
+"""Token-mode linear CKA, the cross-sequence estimator (docs/method.md#cka), and cka-full: closed
+forms, the isotropic null, views against a naive computation, pairing, precision, accumulation."""
 
 import pickle
 
@@ -9,14 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from effdepth.errors import EffdepthError
-from effdepth.numerics.cka import (
-    GramView,
-    PooledCka,
-    ViewUnavailable,
-    check_cka_full_memory,
-    sequence_cka,
-)
 from effdepth.numerics.bootstrap import bootstrap_intervals
+from effdepth.numerics.cka import CKA_KEYS, GramView, ViewUnavailable, centred_view_states, cross_hsic, pair_cka
+from effdepth.numerics.cka_full import PooledCka, check_cka_full_memory
 from effdepth.numerics.metrics import full_metrics, scalar_metrics, similarity_matrix
 from effdepth.numerics.references import reference_fl, reference_from_energies
 from effdepth.numerics.similarity import deff
@@ -40,8 +36,6 @@ def complement_basis(n, rng):
 def accumulate(states, views=("default",), similarities=BOTH, mask=None, **kw):
     acc = ViewAccumulator(list(views), similarities=similarities, **kw)
     s = torch.as_tensor(states)
-    if s.dim() == 3:
-        s = s[:, None]
     if acc.needs_fit:
         acc.fit_batch(s, mask)
         acc.finalize_fit("test")
@@ -54,7 +48,7 @@ def metrics(acc, view, similarity, include_embedding=False):
     return full_metrics(totals, similarity, include_embedding)
 
 
-def residual_like(L=5, B=3, T=12, d=10, seed=0, offset=3.0):
+def residual_like(L=5, B=4, T=12, d=10, seed=0, offset=3.0):
     """A residual-like stream: cumulative random updates on a shared offset, a large BOS."""
     g = torch.Generator().manual_seed(seed)
     s = torch.randn(L + 1, B, T, d, generator=g, dtype=torch.float64).cumsum(0) + offset
@@ -76,22 +70,27 @@ def naive_view(x, view, pcs=None):
     return x
 
 
+def naive_pair_hsic(yp, yq):
+    """h_ij of one pair token pair by token pair: sum_ab (y_p^i[a].y_q^i[b]) (y_p^j[a].y_q^j[b]) / (T_p T_q)."""
+    c = np.einsum("iad,ibd->iab", yp, yq)  # every cross inner product, layer by layer
+    return np.einsum("iab,jab->ij", c, c) / (yp.shape[1] * yq.shape[1])
+
+
 def naive_cka_stats(seqs, view, pcs=None):
-    """Summed HSIC (d-space route |Y_i^T Y_j|^2) and centred energies, sequence by sequence."""
-    h, e, left_out = 0.0, 0.0, 0
-    for x in seqs:
-        z = naive_view(x, view, pcs)
-        n = z.shape[1]
-        if n < 4:
-            left_out += 1
+    """Summed HSIC and update HSIC over the pairs (0, 1), (2, 3), ...; sequences left out."""
+    h = u = 0.0
+    pairs = left_out = 0
+    for p, q in zip(seqs[0::2], seqs[1::2]):
+        zp, zq = naive_view(p, view, pcs), naive_view(q, view, pcs)
+        if min(zp.shape[1], zq.shape[1]) < 4:
+            left_out += 2
             continue
-        y = z - z.mean(axis=1, keepdims=True)
-        m = y.shape[0]
-        cross = np.einsum("itd,jte->ijde", y, y)
-        h = h + (cross**2).sum(axis=(2, 3)) / (n - 1) ** 2
-        inc = np.concatenate([y[:1], y[1:] - y[:-1]])
-        e = e + (inc**2).sum(axis=(1, 2)) / (n - 1)
-    return h, e, left_out
+        yp, yq = zp - zp.mean(axis=1, keepdims=True), zq - zq.mean(axis=1, keepdims=True)
+        h = h + naive_pair_hsic(yp, yq)
+        fp, fq = np.concatenate([yp[:1], np.diff(yp, axis=0)]), np.concatenate([yq[:1], np.diff(yq, axis=0)])
+        u = u + naive_pair_hsic(fp, fq)
+        pairs += 1
+    return h, u, pairs, left_out + len(seqs) % 2
 
 
 def naive_cka_full(seqs, view, pcs=None):
@@ -120,7 +119,12 @@ def sequences_of(states, mask=None):
     return out
 
 
-# -- closed forms (docs/method.md#closed-forms-cka) ---------------------------------------------------------
+def twice(states):
+    """One sequence (M, T, d) as a batch of two copies of it: a pair that shares its geometry."""
+    return torch.as_tensor(states)[:, None].expand(-1, 2, -1, -1).clone()
+
+
+# -- closed forms (docs/method.md, section 8) ---------------------------------------------------------
 
 
 def isotropic_stream(L, d, n, a=0.0, sequences=2, seed=0):
@@ -143,7 +147,7 @@ def isotropic_stream(L, d, n, a=0.0, sequences=2, seed=0):
 @given(L=st.integers(1, 6), d=st.integers(1, 3), extra=st.integers(1, 4), include=st.booleans())
 def test_isotropic_orthogonal_equal_updates_give_fn(L, d, extra, include):
     n = max(4, (L + 1) * d + extra)
-    acc = accumulate(isotropic_stream(L, d, n))
+    acc = accumulate(isotropic_stream(L, d, n, sequences=4))
     big_n = L + 1 if include else L
     energies = np.arange(1.0, L + 1.0)
     want = reference_from_energies(np.concatenate([[1.0], 1.0 + energies]) if include else energies)
@@ -153,7 +157,7 @@ def test_isotropic_orthogonal_equal_updates_give_fn(L, d, extra, include):
             assert m["deff"] == pytest.approx(reference_fl(big_n), rel=TIGHT)
             expected = np.minimum.outer(energies, energies) / np.maximum.outer(energies, energies)
             np.testing.assert_allclose(m["similarity"], expected, rtol=TIGHT, atol=TIGHT)
-        # Matched references use the centred energies: S_0 = 0, equal updates.
+        # Matched references from the sizes cka sees: S_0 = 0, equal updates.
         assert m["reference_size"] == pytest.approx(want, rel=TIGHT)
 
 
@@ -174,7 +178,7 @@ def test_disjoint_blocks_with_own_token_patterns_give_sqrt_min_over_max():
     L, w, n = 5, 2, 16
     rng = np.random.default_rng(1)
     seqs = []
-    for _ in range(3):
+    for _ in range(4):
         q = complement_basis(n, rng)
         s = np.zeros((L + 1, n, L * w))
         for l in range(1, L + 1):
@@ -197,7 +201,7 @@ def test_shared_token_pattern_gives_one_whatever_the_coordinates(L, seed):
     n, d = 9, 5
     q = complement_basis(n, rng)[:, :1]  # one token pattern
     updates = [np.outer(q[:, 0], rng.standard_normal(d)) for _ in range(L + 1)]
-    s = torch.from_numpy(np.cumsum(np.stack(updates), axis=0))
+    s = twice(np.cumsum(np.stack(updates), axis=0))
     for sim in BOTH:
         m = metrics(accumulate(s), "default", sim)
         np.testing.assert_allclose(m["similarity"], 1.0, rtol=TIGHT)
@@ -205,16 +209,32 @@ def test_shared_token_pattern_gives_one_whatever_the_coordinates(L, seed):
 
 
 def test_states_sharing_one_gram_give_one():
-    # Each state is Q O_l s_l with O_l orthonormal rows: K_l = s_l^2 Q Q^T for every layer.
+    # Each state is Q O_l s_l with O_l orthonormal rows: Y_l Y_l^T = s_l^2 Q Q^T for every layer.
     rng = np.random.default_rng(2)
     n, r, d, L = 12, 3, 7, 4
     q = complement_basis(n, rng)[:, :r]
     s = np.stack([(l + 1.0) * q @ np.linalg.qr(rng.standard_normal((d, r)))[0].T for l in range(L + 1)])
-    m = metrics(accumulate(torch.from_numpy(s)), "default", "cka")
+    m = metrics(accumulate(twice(s)), "default", "cka")
     assert m["deff"] == pytest.approx(1.0, rel=TIGHT)
 
 
-# -- views on the Gram against the naive computation ----------------------------------
+# -- the isotropic null: no self-pair bias (docs/method.md, section 8) -------------------------------
+
+
+@pytest.mark.parametrize("d", [64, 576, 2048])
+def test_isotropic_gaussian_updates_land_within_one_percent_of_fn(d):
+    # T = 256 tokens per sequence, d up to 8 T: a per-sequence Gram <YY^T, YY^T> would land far
+    # below F_N here (every token compared with itself); the cross Gram never does.
+    L, B, T = 12, 8, 256
+    g = torch.Generator().manual_seed(d)
+    u = torch.randn(L + 1, B, T, d, generator=g)
+    u[0] = 0.0  # no initial state
+    m = metrics(accumulate(u.cumsum(0), similarities=("cka",)), "default", "cka")
+    assert m["deff"] == pytest.approx(reference_fl(L), rel=0.01)
+    assert m["reference_matched"] == pytest.approx(reference_fl(L), rel=0.01)
+
+
+# -- views against the naive computation ----------------------------------
 
 VIEWS = ["default", "drop-pos0", "token-norm", "token-norm+drop-pos0", "center", "top2pc", "token-norm+top1pc",
          "drop-pos0+top1pc", "center+top1pc", "top1pc-shared"]
@@ -226,163 +246,55 @@ def view_pcs(acc, view):
     return None if not spec.top_pcs else fit["pcs"].numpy()
 
 
+def assert_cka_equals_the_naive(acc, seqs, views):
+    """Each view's summed HSIC and update HSIC equal the naive token-pair computation."""
+    for view in views:
+        h, u, pairs, left_out = naive_cka_stats(seqs, view, view_pcs(acc, view))
+        totals = acc.unit_statistics(view, "cka").total()
+        np.testing.assert_allclose(totals["hsic"], h, rtol=TIGHT, err_msg=view)
+        np.testing.assert_allclose(totals["update_hsic"], u, rtol=TIGHT, atol=TIGHT * np.abs(u).max(), err_msg=view)
+        assert totals["cka_pairs"] == pairs and acc.left_out(view, "cka") == left_out
+
+
 @pytest.mark.parametrize("view", VIEWS)
-def test_every_view_on_the_gram_equals_the_naive_cka(view):
-    s = residual_like()
+def test_every_view_equals_the_naive_cka(view):
+    s = residual_like(B=5)  # five: the last sequence has no partner
     mask = torch.ones(s.shape[1], s.shape[2], dtype=torch.bool)
     mask[1, 9:] = False  # a shorter sequence: padding never enters
     acc = accumulate(s, [view], mask=mask, pc_estimate="exact")
     pcs = view_pcs(acc, view)  # the fit itself is tested in test_views.py
     seqs = sequences_of(s, mask)
-    h, e, _ = naive_cka_stats(seqs, view, pcs)
-    totals = acc.unit_statistics(view, "cka").total()
-    np.testing.assert_allclose(totals["hsic"], h, rtol=TIGHT)
-    np.testing.assert_allclose(totals["cka_energy"], e, rtol=TIGHT)
-    m = full_metrics(totals, "cka", False)
-    assert m["deff"] == pytest.approx(deff(cka_sim(h)), rel=TIGHT)
+    assert_cka_equals_the_naive(acc, seqs, [view])
+    h, *_ = naive_cka_stats(seqs, view, pcs)
+    assert metrics(acc, view, "cka")["deff"] == pytest.approx(deff(cka_sim(h)), rel=TIGHT)
     hf, ef = naive_cka_full(seqs, view, pcs)
     full = acc.unit_statistics(view, "cka-full").total()
     np.testing.assert_allclose(full["hsic_full"], hf, rtol=TIGHT)
     np.testing.assert_allclose(full["cka_full_energy"], ef, rtol=TIGHT)
 
 
-def assert_cka_equals_the_naive(acc, seqs, views):
-    """Each view's summed HSIC and centred energies equal the naive d-space computation."""
-    for view in views:
-        h, e, _ = naive_cka_stats(seqs, view, view_pcs(acc, view))
-        totals = acc.unit_statistics(view, "cka").total()
-        np.testing.assert_allclose(totals["hsic"], h, rtol=TIGHT)
-        np.testing.assert_allclose(totals["cka_energy"], e, rtol=TIGHT)
-
-
-PAPER_LIKE = ["default", "drop-pos0", "token-norm", "token-norm+drop-pos0", "top1pc", "drop-pos0+top1pc"]
-# PC views next to the view without PCs of the same states follow from its sums and steps; here on
-# token-normed states too, with several directions, shared ones, and no such view for the shifted states.
-PC_FAMILIES = ["token-norm", "token-norm+top1pc", "token-norm+drop-pos0+top2pc", "top2pc", "top1pc-shared",
-               "drop-pos0+top1pc"]
-
-
-@pytest.mark.parametrize("views", [PAPER_LIKE, PC_FAMILIES], ids=["paper-like", "pc-families"])
-def test_views_accumulated_together_equal_the_naive_cka(views):
-    # A drop-pos0 set next to its all-positions set is derived from that set's Gram
-    # (drop_first_hsic); each view alone is formed directly (the test above).
-    s = residual_like()
+def test_views_accumulated_together_equal_the_naive_cka():
+    s = residual_like(B=6)
     mask = torch.ones(s.shape[1], s.shape[2], dtype=torch.bool)
     mask[1, 9:] = False
+    views = ["default", "drop-pos0", "token-norm", "token-norm+drop-pos0", "top1pc", "drop-pos0+top1pc"]
     acc = accumulate(s, views, mask=mask, pc_estimate="exact", similarities=("cka",))
     assert_cka_equals_the_naive(acc, sequences_of(s, mask), views)
 
 
-def test_a_dominant_first_token_forms_the_drop_pos0_hsic_directly():
-    from effdepth.numerics.cka import _centred, drop_first_hsic
-
-    def derived(x):
-        k = torch.stack([_centred(g) for g in x @ x.transpose(1, 2)])
-        return drop_first_hsic(torch.einsum("iab,jab->ij", k, k), k[:, 0], x.shape[1])
-
-    x = residual_like(B=1, T=12)[:, 0]
-    assert derived(x) is not None
-    x[:, 0] *= 1e4  # massive activations at position 0: deriving would cancel about 16 digits
-    assert derived(x) is None
-    # Both token sets of one transform, alone and together, against the naive cka in extended
-    # precision: the set is then formed about its own mean (token-norm: from normalised states).
-    for view in (GramView(first=1), GramView(first=1, token_norm=True)):
-        want = long_double_cka(x[:, 1:], view.token_norm)
-        for got in (sequence_cka(x, [view])[0]["hsic"], sequence_cka(x, [GramView(token_norm=view.token_norm), view])[1]["hsic"]):
-            np.testing.assert_allclose(cka_of(got), want, rtol=0, atol=1e-14)
-    # Token-normed states whose later tokens are all alike: centring those unit vectors would keep
-    # about 1e-10 of their energy, and the centred Gram would carry 1e-6 (1e-7 in cka) from it.
-    y = torch.zeros(3, 10, 4, dtype=torch.float64)
-    y[:, :, 0] = 1.0
-    y[:, 1:, 1] = 1e-5 * torch.randn(3, 9, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    y[:, 0, 2] = 1.0
-    view = GramView(first=1, token_norm=True)
-    want = long_double_cka(y[:, 1:], True)
-    for got in (sequence_cka(y, [view])[0]["hsic"], sequence_cka(y, [GramView(token_norm=True), view])[1]["hsic"]):
-        np.testing.assert_allclose(cka_of(got), want, rtol=0, atol=1e-13)
-
-
-def test_a_token_that_dwarfs_the_rest_leaves_token_norm_cka_exact():
-    # Token-norm rebuilds raw Gram rows from the Gram of states shifted by their mean: terms of the
-    # size of the shift squared. A first token 1e8 times the rest, in 6 tokens: that set is formed apart.
-    x = residual_like(B=1, T=6)[:, 0]
-    x[:, 0] *= 1e8
-    for first in (0, 1):
-        want = long_double_cka(x[:, first:], True)
-        got = sequence_cka(x, [GramView(first=first, token_norm=True)])[0]["hsic"]
-        np.testing.assert_allclose(cka_of(got), want, rtol=0, atol=1e-14)
-        # Shifted in place (the surrogate streams' work buffer), the states are rebuilt from the
-        # shifted ones: the rounding of a shift 1e7 times the rest.
-        inplace = sequence_cka(x.clone(), [GramView(first=first, token_norm=True)], overwrite=True)[0]["hsic"]
-        np.testing.assert_allclose(cka_of(inplace), want, rtol=0, atol=1e-7)
-
-
-def long_double_cka(x, token_norm):
-    """Per-sequence linear cka of states ``(M, n, d)`` in numpy's extended precision."""
-    y = x.numpy().astype(np.longdouble)
-    if token_norm:
-        y = y / np.sqrt((y * y).sum(-1, keepdims=True))
-    y = y - y.mean(1, keepdims=True)
-    k = np.einsum("mad,mbd->mab", y, y)
-    return cka_of(np.einsum("iab,jab->ij", k, k))
-
-
-def cka_of(hsic):
-    h = np.asarray(hsic, dtype=np.longdouble)
-    d = np.sqrt(np.diag(h))
-    return (h / np.outer(d, d)).astype(np.float64)
-
-
-@pytest.mark.parametrize("massive", [False, True])
-def test_drop_pos0_sums_centred_afterwards_or_formed_directly(monkeypatch, massive):
-    # Without token-norm, a drop-pos0 set is summed from its uncentred Gram and centred after the
-    # sums, and its all-positions set adds row 0 to the same sums. Where the centring would cancel
-    # (a first token 1e4 times the others: the drop-pos0 mean is huge in the shifted states) the
-    # set is formed from its own centred Gram instead: both routes must equal the naive cka.
-    import effdepth.numerics.cka as cka
-
-    outcomes = []
-    original = cka._centre_sums
-    monkeypatch.setattr(cka, "_centre_sums", lambda *a: outcomes.append(original(*a)) or outcomes[-1])
-    x = residual_like(B=1, T=14)[:, 0]
-    if massive:
-        x[:, 0] *= 1e4
-    pcs = torch.linalg.qr(torch.randn(x.shape[0], x.shape[-1], 1, generator=torch.Generator().manual_seed(3),
-                                      dtype=torch.float64))[0]
-    for view_pcs in (None, pcs):
-        views = [GramView(first=0, pcs=view_pcs), GramView(first=1, pcs=view_pcs)]
-        got = sequence_cka(x, views)
-        pcs_np = None if view_pcs is None else view_pcs.numpy()
-        for unit, name in zip(got, ("default", "drop-pos0")):
-            h, e, _ = naive_cka_stats([x.numpy()], name, pcs_np)
-            scale = np.sqrt(np.outer(np.diag(h), np.diag(h)))  # what cka divides by
-            # Formed about its own mean next to so large a token: nothing left to cancel.
-            np.testing.assert_allclose(unit["hsic"] / scale, h / scale, rtol=0, atol=TIGHT)
-            np.testing.assert_allclose(unit["cka_energy"], e, rtol=TIGHT)
-    assert outcomes == [not massive] * 2  # the route each took: centred afterwards, or formed directly
-
-
-def test_energies_that_cancel_are_redone_from_explicit_differences(monkeypatch):
-    # The energies come from sum |s_a|^2 - n |sbar|^2 of each layer's steps. At layer 3 the first
-    # token flips while the others barely move: in the shifted states they all share its opposite
-    # step, so for the drop-pos0 set the expansion would cancel some 15 digits. That layer (and
-    # only that one) is redone from explicit differences and equals the naive energies.
-    import effdepth.numerics.cka as cka
-
-    x = residual_like(B=1, T=12)[:, 0]
-    g = torch.Generator().manual_seed(5)
-    x[3:, 1:] += x[2, 1:] - x[3, 1:] + 1e-7 * torch.randn(x.shape[1] - 1, x.shape[-1], generator=g, dtype=torch.float64)
-    x[3:, 0] -= 2.0 * x[2, 0]
-    views = [GramView(), GramView(first=1)]
-    _, want, _ = naive_cka_stats([x.numpy()], "drop-pos0")
-    redone = []
-    original = cka._TokenSet._explicit_energy
-    monkeypatch.setattr(cka._TokenSet, "_explicit_energy", lambda self, layer, *a: redone.append((self.n, layer)) or original(self, layer, *a))
-    np.testing.assert_allclose(sequence_cka(x, views)[1]["cka_energy"], want, rtol=TIGHT)
-    assert redone == [(11, 3)]
-    monkeypatch.setattr(cka, "ENERGY_CANCELLATION", float("inf"))  # the expansion alone
-    off = sequence_cka(x, views)[1]["cka_energy"][3]
-    assert abs(off - want[3]) > 1e3 * TIGHT * want[3]
+def test_the_cross_gram_in_row_blocks_equals_it_whole():
+    g = torch.Generator().manual_seed(4)
+    yp, yq = torch.randn(3, 37, 5, generator=g, dtype=torch.float64), torch.randn(3, 29, 5, generator=g, dtype=torch.float64)
+    whole = cross_hsic(yp, yq)
+    for budget in (1, 12 * 3 * 29 * 5, 12 * 3 * 29 * 36):  # one row, five rows, all but one
+        torch.testing.assert_close(cross_hsic(yp, yq, budget), whole, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(whole.numpy(), naive_pair_hsic(yp.numpy(), yq.numpy()), rtol=1e-12)
+    s = residual_like(B=4, T=40)
+    small = accumulate(s, ["default", "token-norm"], similarities=("cka",), gram_budget_bytes=4096)
+    big = accumulate(s, ["default", "token-norm"], similarities=("cka",))
+    for view in ("default", "token-norm"):
+        np.testing.assert_allclose(small.unit_statistics(view, "cka").total()["hsic"],
+                                   big.unit_statistics(view, "cka").total()["hsic"], rtol=1e-12)
 
 
 def test_top_pc_view_matches_pcs_from_an_svd():
@@ -393,7 +305,7 @@ def test_top_pc_view_matches_pcs_from_an_svd():
     for layer in flat:
         _, _, vt = np.linalg.svd(layer - layer.mean(0), full_matrices=False)
         pcs.append(vt[:1].T)
-    h, _, _ = naive_cka_stats(sequences_of(s), "top1pc", np.stack(pcs))
+    h, *_ = naive_cka_stats(sequences_of(s), "top1pc", np.stack(pcs))
     np.testing.assert_allclose(acc.unit_statistics("top1pc", "cka").total()["hsic"], h, rtol=1e-7)
 
 
@@ -410,6 +322,98 @@ def test_cka_ignores_a_constant_shift_a_rotation_and_a_scale(seed, shift, scale)
     assert a["reference_matched"] == pytest.approx(b["reference_matched"], rel=1e-8)
 
 
+# -- precision: float32 products, float64 sums ---------------------------------------------------
+
+
+@pytest.mark.parametrize("view", ["default", "drop-pos0", "token-norm", "top1pc"])
+def test_float32_states_agree_with_float64_even_with_a_1e4_norm_token(view):
+    g = torch.Generator().manual_seed(9)
+    L, B, T, d = 6, 6, 64, 48
+    s = torch.randn(L + 1, B, T, d, generator=g, dtype=torch.float64).cumsum(0)
+    s[:, :, 0] *= 1e4 / s[:, :, 0].norm(dim=-1, keepdim=True)  # a massive first token, norm 1e4
+    single = s.float()
+    exact = accumulate(single.double(), [view], similarities=("cka",))  # the same inputs, products in float64
+    fast = ViewAccumulator([view], similarities=("cka",))  # the same fitted directions (a fit's rounding apart)
+    fast.copy_fits(exact)
+    fast.update(single)
+    a, b = metrics(fast, view, "cka"), metrics(exact, view, "cka")
+    np.testing.assert_allclose(a["similarity"], b["similarity"], rtol=0, atol=2e-5)
+    assert a["deff"] == pytest.approx(b["deff"], rel=1e-5)
+    assert a["reference_matched"] == pytest.approx(b["reference_matched"], rel=1e-5)
+
+
+def test_centring_sums_the_mean_in_float64():
+    # A float32 sum of 4096 values of 1e4 and 1 would lose the ones; the mean is summed in float64.
+    z = torch.ones(1, 4096, 2)
+    z[0, 0] = 1e4
+    y = centred_view_states(z, GramView())
+    assert y.dtype == torch.float32
+    want = z.double() - z.double().mean(dim=1, keepdim=True)
+    torch.testing.assert_close(y.double(), want, rtol=0, atol=1e-3)
+
+
+# -- pairing: sequence order, never the batch size ---------------------------------------
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 7])
+def test_pairs_do_not_depend_on_the_batch_size(batch):
+    s = residual_like(B=7, T=10)
+    mask = torch.ones(7, 10, dtype=torch.bool)
+    mask[3, 7:] = False
+    views = ["default", "drop-pos0", "token-norm"]
+    one = accumulate(s, views, mask=mask, similarities=("cka",))
+    split = ViewAccumulator(views, similarities=("cka",))
+    for start in range(0, 7, batch):
+        split.update(s[:, start : start + batch], mask[start : start + batch])
+    for view in views:
+        a, b = one.unit_statistics(view, "cka").arrays, split.unit_statistics(view, "cka").arrays
+        for k in a:
+            np.testing.assert_allclose(b[k], a[k], rtol=1e-12, atol=1e-12, err_msg=f"{view} {k}")
+        assert split.left_out(view, "cka") == 1  # the seventh sequence has no partner
+    assert split.bootstrap_units("cka") == 3
+
+
+def test_a_partner_held_across_batches_is_a_copy_of_the_caller_buffer():
+    s = residual_like(B=2, T=9)
+    buffer = s[:, :1].clone()
+    acc = ViewAccumulator(["default"], similarities=("cka",))
+    acc.update(buffer)
+    buffer.zero_()  # the capture reuses its buffer for the next batch
+    acc.update(s[:, 1:])
+    want = accumulate(s, similarities=("cka",))
+    np.testing.assert_allclose(acc.unit_statistics("default", "cka").total()["hsic"],
+                               want.unit_statistics("default", "cka").total()["hsic"], rtol=1e-12)
+
+
+def test_update_sequence_equals_a_batch():
+    s = residual_like(B=4, T=9)
+    one = ViewAccumulator(["default", "drop-pos0"], similarities=("cka",))
+    each = ViewAccumulator(["default", "drop-pos0"], similarities=("cka",))
+    one.update(s)
+    for b in range(4):
+        each.update_sequence(s[:, b].clone())
+    for view in ("default", "drop-pos0"):
+        a, b = one.unit_statistics(view, "cka").arrays, each.unit_statistics(view, "cka").arrays
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+    with pytest.raises(RuntimeError, match="fitted"):
+        ViewAccumulator(["top1pc"]).update_sequence(s[:, 0])
+
+
+def test_a_failed_update_gives_back_the_partner_it_held():
+    s = residual_like(B=3, T=9)
+    acc = ViewAccumulator(["default"], similarities=("cka",))
+    acc.update(s[:, :1])
+    mark = acc.mark()
+    acc.update(s[:, 1:])  # pairs the first, holds the third
+    acc.rollback(mark)
+    assert acc.bootstrap_units("cka") == 0 and acc.sequences == 1
+    acc.update(s[:, 1:])
+    want = accumulate(s, similarities=("cka",))
+    np.testing.assert_array_equal(acc.unit_statistics("default", "cka").total()["hsic"],
+                                  want.unit_statistics("default", "cka").total()["hsic"])
+
+
 # -- availability, short sequences ------------------------------------------------------
 
 
@@ -422,30 +426,33 @@ def test_pos0_only_is_unavailable_never_a_number():
         again = pickle.loads(pickle.dumps(e.value))  # crosses process boundaries intact
         assert (again.view, again.similarity, again.reason, str(again)) == ("pos0-only", sim, e.value.reason, str(e.value))
     # frobenius still has a value for it
-    assert acc.unit_statistics("pos0-only").units == 3
+    assert acc.unit_statistics("pos0-only").units == 4
 
 
-def test_sequences_under_four_tokens_are_left_out_and_counted():
-    s = residual_like(B=4, T=8)
-    mask = torch.ones(4, 8, dtype=torch.bool)
-    mask[1, 3:] = False  # 3 tokens: out of both views
-    mask[2, 4:] = False  # 4 tokens: in default, out of drop-pos0
+def test_a_pair_with_a_sequence_under_four_tokens_is_left_out_and_counted():
+    s = residual_like(B=6, T=8)
+    mask = torch.ones(6, 8, dtype=torch.bool)
+    mask[1, 3:] = False  # 3 tokens: its pair is out of both views
+    mask[2, 4:] = False  # 4 tokens: its pair is in default, out of drop-pos0
     acc = accumulate(s, ["default", "drop-pos0"], mask=mask)
-    assert acc.cka_left_out("default") == 1 and acc.cka_left_out("drop-pos0") == 2
+    assert acc.cka_left_out("default") == 2 and acc.cka_left_out("drop-pos0") == 4
     seqs = sequences_of(s, mask)
     for view in ("default", "drop-pos0"):
-        h, e, out = naive_cka_stats(seqs, view)
+        h, _, pairs, out = naive_cka_stats(seqs, view)
         totals = acc.unit_statistics(view, "cka").total()
         np.testing.assert_allclose(totals["hsic"], h, rtol=TIGHT)
-        assert totals["cka_sequences"] == 4 - out
         # Left out of the view's units (and its bootstrap), and counted.
-        assert acc.unit_statistics(view, "cka").units == 4 - out == 4 - acc.left_out(view, "cka")
+        assert acc.unit_statistics(view, "cka").units == pairs == (6 - acc.left_out(view, "cka")) // 2
+        assert out == acc.left_out(view, "cka")
 
 
-def test_a_view_without_any_long_enough_sequence_is_unavailable():
+def test_a_view_without_any_long_enough_pair_is_unavailable():
     acc = accumulate(residual_like(T=4), ["drop-pos0"])
     with pytest.raises(ViewUnavailable, match="at least 4 tokens"):
         acc.unit_statistics("drop-pos0", "cka")
+    one = accumulate(residual_like(B=1), ["default"])
+    with pytest.raises(ViewUnavailable, match="pair.*at least two"):
+        one.unit_statistics("default", "cka")
 
 
 def test_unaccumulated_similarity_is_an_error():
@@ -454,51 +461,50 @@ def test_unaccumulated_similarity_is_an_error():
         acc.unit_statistics("default", "cka")
 
 
-# -- accumulation, resume, merge, memory ----------------------------------------------
+# -- resume, merge, memory ----------------------------------------------
 
 
-def test_two_updates_equal_one_update_of_the_concatenated_batch():
-    s = residual_like(B=4, T=10)
-    mask = torch.ones(4, 10, dtype=torch.bool)
-    mask[3, 7:] = False
-    views = ["default", "drop-pos0", "token-norm"]
-    one = accumulate(s, views, mask=mask)
-    two = ViewAccumulator(views, similarities=BOTH)
-    two.update(s[:, :2], mask[:2])
-    two.update(s[:, 2:], mask[2:])
-    for view in views:
-        for sim in BOTH:
-            a = one.unit_statistics(view, sim).total()
-            b = two.unit_statistics(view, sim).total()
-            for k in a:
-                np.testing.assert_allclose(b[k], a[k], rtol=1e-12, atol=1e-12, err_msg=f"{view} {sim} {k}")
-
-
-def test_state_round_trip_and_extend():
-    s = residual_like(B=4)
+def test_a_state_saved_with_a_partner_held_resumes_to_the_same_numbers():
+    s = residual_like(B=6)
     views = ["default", "token-norm+drop-pos0", "top1pc"]
     first = ViewAccumulator(views, similarities=BOTH)
-    first.update(s[:, :2])
-    first.flush()  # fit top1pc on these two (a saved state leaves out batches held for calibration)
+    first.update(s[:, :3])  # an odd count: the third waits for its partner
+    first.flush()
     arrays, meta = first.state()
-    assert meta["similarities"] == list(BOTH)
+    assert meta["similarities"] == list(BOTH) and meta["partner"]["index"] == 2
     resumed = ViewAccumulator(views, similarities=BOTH)
     resumed.load_state({k: np.array(v) for k, v in arrays.items()}, meta)
-    resumed.update(s[:, 2:])
-    rest = ViewAccumulator(views, similarities=BOTH)
-    rest.copy_fits(first)
-    rest.update(s[:, 2:])
-    merged = ViewAccumulator(views, similarities=BOTH)
-    merged.load_state(*first.state())
-    merged.extend(rest)
+    resumed.update(s[:, 3:])
+    whole = ViewAccumulator(views, similarities=BOTH)
+    whole.copy_fits(first)
+    whole.update(s)
     for view in views:
         for sim in BOTH:
-            a = resumed.unit_statistics(view, sim).total()
-            b = merged.unit_statistics(view, sim).total()
+            a, b = whole.unit_statistics(view, sim).total(), resumed.unit_statistics(view, sim).total()
             for k in a:
-                np.testing.assert_allclose(b[k], a[k], rtol=1e-11, atol=1e-11)
+                np.testing.assert_allclose(b[k], a[k], rtol=1e-11, atol=1e-11, err_msg=f"{view} {sim} {k}")
     with pytest.raises(EffdepthError, match="kernel similarities"):
         ViewAccumulator(views, similarities=("cka",)).load_state(arrays, meta)
+
+
+def test_extend_appends_the_other_pairs_after_this_ones_sequences():
+    s = residual_like(B=7)
+    views = ["default", "top1pc"]
+    first = ViewAccumulator(views, similarities=("cka",))
+    first.update(s[:, :4])
+    first.flush()
+    rest = ViewAccumulator(views, similarities=("cka",))
+    rest.copy_fits(first)
+    rest.update(s[:, 4:])
+    whole = ViewAccumulator(views, similarities=("cka",))
+    whole.copy_fits(first)
+    whole.update(s)
+    first.extend(rest)
+    for view in views:
+        a, b = whole.unit_statistics(view, "cka").arrays, first.unit_statistics(view, "cka").arrays
+        for k in a:
+            np.testing.assert_allclose(b[k], a[k], rtol=1e-12, atol=1e-12)
+    assert first.left_out("default", "cka") == whole.left_out("default", "cka") == 1
 
 
 def test_pooled_merge_with_a_different_shift_equals_one_pass():
@@ -517,33 +523,6 @@ def test_pooled_merge_with_a_different_shift_equals_one_pass():
     np.testing.assert_allclose(whole.statistics()["hsic_full"], (exact**2).sum((2, 3)) / 29**2, rtol=1e-9)
 
 
-def test_row_blocks_equal_the_one_shot_gram():
-    s = residual_like(B=2, T=23)
-    mask = torch.ones(2, 23, dtype=torch.bool)
-    mask[0, 17:] = False
-    views = ["default", "drop-pos0", "token-norm+top1pc"]
-    one = accumulate(s, views, mask=mask, similarities=("cka",))
-    # 2 KiB holds about one row of 6 layers x 23 tokens: every block path is taken.
-    blocks = accumulate(s, views, mask=mask, similarities=("cka",), gram_budget_bytes=2048)
-    for view in views:
-        a = one.unit_statistics(view, "cka").total()
-        b = blocks.unit_statistics(view, "cka").total()
-        np.testing.assert_allclose(b["hsic"], a["hsic"], rtol=1e-12)
-
-
-def test_sequence_cka_blocks_directly():
-    x = residual_like(B=1, T=13)[:, 0]
-    pcs = torch.linalg.qr(torch.randn(x.shape[0], x.shape[-1], 1, generator=torch.Generator().manual_seed(1),
-                                      dtype=torch.float64))[0]
-    # Blocks of one row upwards: the drop-pos0 sets' sums then start at the second block.
-    views = [GramView(), GramView(first=1, token_norm=True), GramView(first=1), GramView(pcs=pcs), GramView(first=1, pcs=pcs)]
-    for budget in (1, 3 * 6 * 13 * 8 * 5, 1 << 30):
-        got = sequence_cka(x, views, budget)
-        want = sequence_cka(x, views)
-        for g, w in zip(got, want):
-            np.testing.assert_allclose(g["hsic"], w["hsic"], rtol=1e-12)
-
-
 def test_cka_full_memory_refusal():
     with pytest.raises(EffdepthError) as e:
         check_cka_full_memory(["default", "drop-pos0", "pos0-only"], 33, 2048)
@@ -557,27 +536,26 @@ def test_cka_full_memory_refusal():
 
 
 def test_cka_full_is_one_unit_without_interval():
-    acc = accumulate(residual_like(B=4))
+    acc = accumulate(residual_like(B=8))
     stats = acc.unit_statistics("default", "cka-full")
     assert stats.units == 1
     assert bootstrap_intervals(stats, similarity="cka-full", include_embedding=False, resamples=50) is None
     ci = bootstrap_intervals(acc.unit_statistics("default", "cka"), similarity="cka", include_embedding=False, resamples=50)
-    assert ci["units"] == 4 and ci["deff"][0] <= ci["deff"][1]
+    assert ci["units"] == 4 and ci["deff"][0] <= ci["deff"][1]  # four pairs
     m = metrics(acc, "default", "cka-full")
     assert set(m["reference_profiles"]) == {"fl", "init", "size", "matched"}
 
 
-def test_bootstrap_resample_without_cka_sequences_is_nan_not_a_number():
-    from effdepth.numerics.cka import CKA_KEYS
+def test_a_resample_without_any_cka_pair_is_nan_not_a_number():
     from effdepth.numerics.statistics import UnitStatistics
 
-    s = residual_like(B=3, T=6)
-    mask = torch.ones(3, 6, dtype=torch.bool)
-    mask[1:, 3:] = False  # only the first sequence has a cka value
+    s = residual_like(B=6, T=6)
+    mask = torch.ones(6, 6, dtype=torch.bool)
+    mask[2:, 3:] = False  # only the first pair has a cka value
     acc = accumulate(s, mask=mask)
     assert acc.unit_statistics("default", "cka").units == 1  # the others are left out
-    # Totals that hold no cka sequence (e.g. a resample of left-out units) are NaN, never a number.
-    additive = acc.unit_statistics("default", "frobenius")
+    # Totals that hold no cka pair (e.g. a resample of left-out units) are NaN, never a number.
+    additive = acc.unit_statistics("default", "frobenius").paired(acc._pairs)
     cka = UnitStatistics.from_units(acc._cka_units[next(iter(acc._cka_units))])
     stats = additive.joined(UnitStatistics({k: cka.arrays[k] for k in CKA_KEYS}))
     totals = stats.weighted_totals(np.array([[0, 2, 1], [1, 1, 1]]))
@@ -586,7 +564,7 @@ def test_bootstrap_resample_without_cka_sequences_is_nan_not_a_number():
 
 
 def test_cka_and_cka_full_are_close_on_residual_like_data():
-    # The biased per-sequence HSIC is inflated by about d / T; with T >> d the two agree.
+    # cka-full is biased by about d / T; with T >> d the two agree.
     g = torch.Generator().manual_seed(11)
     L, B, T, d = 6, 8, 256, 8
     shared = torch.randn(L + 1, 1, 1, d, generator=g, dtype=torch.float64) * 2.0
@@ -599,6 +577,12 @@ def test_cka_and_cka_full_are_close_on_residual_like_data():
                   - similarity_matrix(acc.unit_statistics("default", "cka-full").total(), "cka-full", False)).max() < 0.03
 
 
+def test_a_pair_unit_holds_the_pair_statistics():
+    y = torch.randn(3, 6, 4, dtype=torch.float64)
+    unit = pair_cka(y - y.mean(1, keepdim=True), y.flip(1) - y.mean(1, keepdim=True))
+    assert set(unit) == set(CKA_KEYS) and float(unit["cka_pairs"]) == 1.0 and float(unit["cka_tokens"]) == 12.0
+
+
 def test_frobenius_and_token_numbers_do_not_depend_on_the_kernel_similarities():
     s = residual_like(B=3)
     views = ["default", "drop-pos0", "pos0-only", "token-norm", "top1pc"]
@@ -609,53 +593,6 @@ def test_frobenius_and_token_numbers_do_not_depend_on_the_kernel_similarities():
         assert set(a) == set(b)
         for k in a:
             np.testing.assert_array_equal(a[k], b[k])
-
-
-def test_upper_triangle_blocks_of_a_long_sequence_equal_the_naive_cka():
-    # T = 150: blocks of 64, 64 and 22 rows of the Gram's upper triangle (the default budget).
-    s = residual_like(L=3, B=1, T=150, d=12)
-    views = ["default", "drop-pos0", "token-norm+top1pc"]
-    acc = accumulate(s, views, similarities=("cka",), pc_estimate="exact")
-    assert_cka_equals_the_naive(acc, sequences_of(s, torch.ones(1, 150, dtype=torch.bool)), views)
-
-
-def test_sequence_cka_reads_float32_states_as_float64():
-    x = residual_like(B=1, T=20)[:, 0]
-    views = [GramView(), GramView(first=1, token_norm=True)]
-    from_float32 = sequence_cka(x.float(), views)
-    from_float64 = sequence_cka(x.float().double(), views)
-    for a, b in zip(from_float32, from_float64):
-        np.testing.assert_array_equal(a["hsic"], b["hsic"])
-
-
-def test_overwriting_a_float64_work_buffer_gives_the_same_statistics():
-    x = residual_like(B=1, T=20)[:, 0].contiguous()
-    views = [GramView(), GramView(first=1, token_norm=True)]
-    want = sequence_cka(x, views)
-    buffer = x.clone()
-    got = sequence_cka(buffer, views, overwrite=True)
-    assert not torch.equal(buffer, x)  # shifted in place: the caller's buffer is spent
-    for a, b in zip(got, want):
-        np.testing.assert_array_equal(a["hsic"], b["hsic"])
-        np.testing.assert_array_equal(a["cka_energy"], b["cka_energy"])
-    kept = x.float()
-    sequence_cka(kept, views, overwrite=True)  # not float64: copied, never touched
-    assert torch.equal(kept, x.float())
-
-
-def test_update_sequence_equals_a_batch_of_one():
-    s = residual_like(B=2, T=9)
-    one = ViewAccumulator(["default", "drop-pos0"], similarities=("cka",))
-    each = ViewAccumulator(["default", "drop-pos0"], similarities=("cka",))
-    one.update(s)
-    for b in range(2):
-        each.update_sequence(s[:, b].clone(), overwrite=True)
-    for view in ("default", "drop-pos0"):
-        a, b = one.unit_statistics(view, "cka").arrays, each.unit_statistics(view, "cka").arrays
-        for key in a:
-            np.testing.assert_array_equal(a[key], b[key])
-    with pytest.raises(RuntimeError, match="fitted"):
-        ViewAccumulator(["top1pc"]).update_sequence(s[:, 0])
 
 
 def test_a_failure_while_preparing_the_pooled_sums_leaves_every_token_set_as_it_was(monkeypatch):

@@ -49,19 +49,22 @@ def test_a_view_without_any_token_is_unavailable_never_n(similarity):
 
 @pytest.mark.parametrize("similarity", SIMILARITIES)
 def test_a_sequence_without_tokens_in_a_view_is_left_out_of_it_and_its_bootstrap(similarity):
-    s = residual(B=4, T=8)
-    mask = torch.ones(4, 8, dtype=torch.bool)
+    s = residual(B=6, T=8)
+    mask = torch.ones(6, 8, dtype=torch.bool)
     mask[1, 1:] = False  # one token: nothing left under drop-pos0 (and under 4 for cka)
     r = effdepth.from_states(s, mask=mask, views=["default", "drop-pos0"], similarity=similarity, bootstrap=200, seed=5)
-    kept = effdepth.from_states(s[:, [0, 2, 3]], views=["drop-pos0"], similarity=similarity, bootstrap=200, seed=5)
+    # cka pairs sequences (0, 1), (2, 3), (4, 5): the pair of the short sequence leaves with it.
+    rest = [2, 3, 4, 5] if similarity == "cka" else [0, 2, 3, 4, 5]
+    kept = effdepth.from_states(s[:, rest], views=["drop-pos0"], similarity=similarity, bootstrap=200, seed=5)
     v, want = r.views["drop-pos0"], kept.views["drop-pos0"]
-    assert (v.sequences, v.left_out, v.tokens) == (3, 1, want.tokens)
+    assert (v.sequences, v.left_out, v.tokens) == (len(rest), 6 - len(rest), want.tokens)
     assert v.deff == pytest.approx(want.deff, rel=1e-12)
-    # Resampled over the three sequences that have the view, exactly as if the fourth were absent.
-    assert v.ci["units"] == 3 and v.ci["deff"] == pytest.approx(want.ci["deff"], rel=1e-12)
+    # Resampled over the units that have the view, exactly as if the others were absent.
+    units = len(rest) // 2 if similarity == "cka" else len(rest)
+    assert v.ci["units"] == units and v.ci["deff"] == pytest.approx(want.ci["deff"], rel=1e-12)
     assert v.ci["nan_resamples"] == 0
     default = r.views["default"]
-    assert default.left_out == (1 if similarity == "cka" else 0)
+    assert default.left_out == (2 if similarity == "cka" else 0)
 
 
 def test_one_length_one_sequence_of_two_gives_no_interval_not_a_leak():
@@ -85,17 +88,17 @@ def test_a_fitted_view_without_tokens_to_fit_on_is_unavailable():
 
 @pytest.mark.parametrize("views", [("default", "drop-pos0"), ("default", "top1pc", "center")])
 def test_all_padding_rows_are_skipped_and_counted(views):
-    s = residual(B=3, T=8)
-    mask = torch.ones(3, 8, dtype=torch.bool)
+    s = residual(B=5, T=8)
+    mask = torch.ones(5, 8, dtype=torch.bool)
     mask[1] = False
     sims = "cka,frobenius,token"
     r = effdepth.from_states(s, mask=mask, views=list(views), similarity=sims, surrogate_seqs=None, bootstrap=50)
-    want = effdepth.from_states(s[:, [0, 2]], views=list(views), similarity=sims, surrogate_seqs=None, bootstrap=50)
+    want = effdepth.from_states(s[:, [0, 2, 3, 4]], views=list(views), similarity=sims, surrogate_seqs=None, bootstrap=50)
     assert r.provenance["padding_rows_skipped"] == 1 and want.provenance["padding_rows_skipped"] == 0
     for sim in ("cka", "frobenius", "token"):
         for name in views:
             a, b = r.view(name, sim), want.view(name, sim)
-            assert a.sequences == b.sequences == 2
+            assert a.sequences == b.sequences == 4
             assert a.deff == pytest.approx(b.deff, rel=1e-12)
             # Surrogate noise is drawn per row index, so only its presence is comparable here.
             assert math.isfinite(a.references["matched_cal"]) and a.ci["nan_resamples"] == 0
@@ -159,7 +162,7 @@ def test_k_just_below_the_width_runs_and_nothing_clamps_the_eigenvectors():
 @pytest.mark.parametrize("similarity", SIMILARITIES)
 def test_a_state_that_never_moves_books_the_gap_as_initial_state(similarity, include_embedding):
     g = torch.Generator().manual_seed(1)
-    s0 = torch.randn(1, 3, 8, 6, generator=g, dtype=torch.float64)
+    s0 = torch.randn(1, 4, 8, 6, generator=g, dtype=torch.float64)
     s = s0.expand(5, -1, -1, -1).clone()  # every U_l = 0
     v = effdepth.from_states(s, similarity=similarity, include_embedding=include_embedding, bootstrap=50).default
     fl = reference_fl(5 if include_embedding else 4)
@@ -407,13 +410,15 @@ def naive_related(seqs):
 
 @pytest.mark.parametrize("similarity", SIMILARITIES)
 def test_related_measures_have_intervals_equal_to_a_naive_bootstrap(similarity):
-    s = residual(B=5, T=7)
+    s = residual(B=10, T=7)
     v = effdepth.from_states(s, similarity=similarity, bootstrap=60, seed=4).default
     ci = v.ci
-    weights = bootstrap_weights(5, 60, seed=4)
+    # cka resamples the pairs (0, 1), (2, 3), ...; the others the sequences.
+    units = [[2 * k, 2 * k + 1] for k in range(5)] if similarity == "cka" else [[b] for b in range(10)]
+    weights = bootstrap_weights(len(units), 60, seed=4)
     draws = {}
     for w in weights:
-        seqs = [s[:, b] for b in range(5) for _ in range(w[b])]
+        seqs = [s[:, b] for k, unit in enumerate(units) for _ in range(w[k]) for b in unit]
         for k, value in naive_related(seqs).items():
             draws.setdefault(k, []).append(value)
     for k, values in draws.items():

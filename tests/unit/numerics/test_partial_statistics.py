@@ -75,7 +75,7 @@ def test_a_lean_accumulator_resumes_from_the_state_of_a_full_one():
     lean = ViewAccumulator(["default"], similarities=("cka",), statistics=("n",))
     lean.load_state(*full.state())
     lean.update(s)
-    assert lean.unit_statistics("default", "cka").units == 6
+    assert lean.unit_statistics("default", "cka").units == 3  # pairs of the six sequences
     assert set(lean.unit_statistics("default").arrays) == {"n"}
 
 
@@ -312,7 +312,7 @@ def test_a_kernel_only_run_keeps_token_counts_alone_for_the_transformed_streams(
             for info in acc.streams.values()}
     assert {"gram_states", "gram_increments", "cos_sum", "angle_sum"} <= kept["default"]
     for view in ("token-norm", "top1pc", "center"):
-        assert kept[view] == {"n", "hsic", "cka_energy", "cka_sequences", "cka_tokens"}, view
+        assert kept[view] == {"n", "hsic", "update_hsic", "cka_pairs", "cka_tokens"}, view
     with_cosine, _ = _summaries(("cka", "frobenius"), states())
     assert {"gram_increments", "angle_sum"} <= set(with_cosine.unit_statistics("top1pc", "cka").arrays)
 
@@ -334,7 +334,7 @@ def test_the_kernel_numbers_do_not_depend_on_the_cosine_sums_kept():
         transformed = view in ("token-norm", "top1pc", "center")
         assert (a["update_cosine"] == [] and a["related"] == {}) if transformed else (a["update_cosine"] == b["update_cosine"])
         assert ("block_influence" in a["ci"]) is not transformed
-        assert {"hsic", "cka_energy"} <= set(a["statistics"]) and ("gram_increments" in a["statistics"]) is not transformed
+        assert {"hsic", "update_hsic"} <= set(a["statistics"]) and ("gram_increments" in a["statistics"]) is not transformed
 
 
 def test_a_result_records_which_views_carry_the_cosine_summaries():
@@ -390,4 +390,4 @@ def test_a_kernel_only_state_does_not_resume_a_run_that_needs_the_cosine_sums():
     again = ViewAccumulator(["default", "token-norm"], similarities=("cka",))
     again.load_state(*full.state())
     again.update(states())
-    assert again.unit_statistics("token-norm", "cka").units == 6
+    assert again.unit_statistics("token-norm", "cka").units == 3  # pairs of the six sequences

@@ -157,7 +157,7 @@ def test_bad_inputs():
 
 
 def test_a_transformed_view_of_a_kernel_only_run_is_refused_naming_the_flag():
-    states = torch.randn(5, 3, 8, 16, dtype=torch.float64).cumsum(0)
+    states = torch.randn(5, 4, 8, 16, dtype=torch.float64).cumsum(0)  # even: cka's pairs keep every sequence
     lean = from_states(states, views="default,token-norm", similarity="cka")
     recompose_carry(lean.views["default"], [0.5])  # the untransformed stream keeps its sums
     with pytest.raises(EffdepthError, match=r"view 'token-norm' has no increment statistics.*--similarity cka,frobenius"):
