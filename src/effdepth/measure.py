@@ -516,9 +516,11 @@ def cosine_summaries(similarities) -> str:
 
 
 CKA_CHOICES = {
-    "hsic": "biased, per sequence (sequences as minibatches), averaged over sequences",
+    "hsic": "cross-sequence: <Y_p Y_q^T, Y_p Y_q^T> / (T_p T_q) over pairs of consecutive sequences, summed over pairs",
+    "pairs": "(0, 1), (2, 3), ... in sequence order; an odd last sequence is left out",
+    "precision": "centred states multiplied in float32 (float64 states: float64), inner products summed in float64",
     "min_tokens": 4,
-    "energies": "per-sequence centred energies divided by (n_b - 1), summed over sequences",
+    "energies": "covariance norms: square roots of the summed update cross-HSIC diagonal",
     "center_view": "a no-op: per-sequence centring removes any constant shift",
 }
 

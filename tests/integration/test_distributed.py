@@ -24,13 +24,16 @@ def corpus(tmp_path_factory):
     return str(p)
 
 
-def test_shares_are_contiguous_and_cover_everything():
-    for total in range(1, 12):
-        for world in range(1, total + 1):
+def test_shares_are_contiguous_whole_pairs_and_cover_everything():
+    for total in range(2, 16):
+        for world in range(1, total // 2 + 1):
             bounds = shares(total, world)
             assert bounds[0][0] == 0 and bounds[-1][1] == total
             assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
-            assert max(h - l for l, h in bounds) - min(h - l for l, h in bounds) <= 1
+            # Every share starts on a pair; they differ by at most one pair (and the odd last sequence).
+            assert all(lo % 2 == 0 for lo, _ in bounds)
+            pairs = [(h - l) // 2 for l, h in bounds]
+            assert max(pairs) - min(pairs) <= 1
 
 
 def test_slice_tokens_keeps_the_mask():
@@ -80,7 +83,7 @@ def one_process_group(tmp_path):
 
 
 def test_in_process_group_of_one(one_process_group, model_dir, corpus):
-    kwargs = dict(seq_len=16, num_seqs=3, batch_size=2, bootstrap=20, views="default,center")
+    kwargs = dict(seq_len=16, num_seqs=5, batch_size=2, bootstrap=20, views="default,center")
     distributed = measure_distributed(Options.build(model=str(model_dir), corpus=corpus, **kwargs, pooling="none"), progress=False)
     _same(effdepth.measure(str(model_dir), corpus, progress=False, **kwargs, pooling="none"), distributed)
     with pytest.raises(effdepth.EffdepthError, match="exact is not supported"):

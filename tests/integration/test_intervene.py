@@ -235,7 +235,9 @@ def test_intervene_checks_layers_against_the_model(llama):
 
 
 def test_intervene_saves_results_table_and_figure(llama, tmp_path):
-    ir = effdepth.intervene(llama, IDS, carry="1,0.5", layers="2-3", views="default,token-norm", bootstrap=20, progress=False)
+    # Four sequences: two pairs for cka's bootstrap.
+    ids = torch.cat([IDS, IDS[:, [0, *range(11, 0, -1)]]])
+    ir = effdepth.intervene(llama, ids, carry="1,0.5", layers="2-3", views="default,token-norm", bootstrap=20, progress=False)
     assert isinstance(ir, InterventionResult) and ir.carries == (1.0, 0.5) and ir.layers == (2, 3)
     rows = ir.rows()
     assert [r["lam"] for r in rows] == [1.0, 0.5]
@@ -298,7 +300,7 @@ def test_cli_intervene_and_recompose(model_dir, tmp_path, capsys):
 )
 def test_cli_bad_input_exits_2_with_one_line(argv, message, model_dir, tmp_path, capsys):
     result_dir = tmp_path / "r"
-    effdepth.from_states(torch.randn(4, 8, 16)).save(result_dir)
+    effdepth.from_states(torch.randn(4, 2, 8, 16)).save(result_dir)
     corpus = tmp_path / "text.txt"
     corpus.write_text("To be, or not to be, that is the question. " * 20)
     argv = [{"MODEL": model_dir, "RESULT": result_dir, "CORPUS": corpus}.get(a, a) for a in argv]

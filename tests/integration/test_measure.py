@@ -22,7 +22,7 @@ def naive_deff_from_hidden_states(model, input_ids, similarity="frobenius"):
     """Independent: output_hidden_states for S_0..S_{L-1}, the final norm undone by
     a hook-free second route (run the blocks by hand is model-specific), so use
     hidden_states[:-1] plus the last block's output taken from a plain forward hook.
-    cka: per-sequence linear CKA with the biased HSIC in feature space, averaged over sequences."""
+    cka: cross-sequence linear CKA over the pairs (0, 1), (2, 3), ..., in feature space."""
     last = {}
     block = model.model.layers[-1]
     h = block.register_forward_hook(lambda m, a, o: last.__setitem__("s", o if torch.is_tensor(o) else o[0]))
@@ -37,10 +37,12 @@ def naive_deff_from_hidden_states(model, input_ids, similarity="frobenius"):
         Y = X - X.mean(axis=2, keepdims=True)
         n = X.shape[2]
         H = np.zeros((X.shape[0], X.shape[0]))
+        p, q = Y[:, 0::2], Y[:, 1::2]  # every sequence in one pair (an even count)
         for i in range(X.shape[0]):
             for j in range(X.shape[0]):
-                cross = np.einsum("btd,bte->bde", Y[i], Y[j])
-                H[i, j] = (cross**2).sum(axis=(1, 2)).sum() / (n - 1) ** 2
+                # <Y_p^i Y_q^iT, Y_p^j Y_q^jT> = <Y_p^jT Y_p^i, Y_q^jT Y_q^i>, the d-space route
+                H[i, j] = np.einsum("bde,bde->", np.einsum("btd,bte->bde", p[j], p[i]),
+                                    np.einsum("btd,bte->bde", q[j], q[i])) / n**2
         sim = H / np.sqrt(np.outer(np.diag(H), np.diag(H)))
         return X.shape[0] ** 2 / sim.sum()
     S = np.stack([s.double().numpy().reshape(-1) for s in states])[1:]

@@ -43,17 +43,20 @@ class PeerFailed(EffdepthError):
 
 
 def shares(total: int, world: int) -> list[tuple[int, int]]:
-    """Contiguous ``[lo, hi)`` sequence ranges per rank; the first ``total % world`` get one more.
+    """Contiguous ``[lo, hi)`` sequence ranges per rank, in whole pairs of sequences (token-mode
+    cka pairs consecutive sequences, so every rank's pairs are those of one process): the first
+    ``(total // 2) % world`` ranks get one pair more, the last rank an odd last sequence.
 
-    >>> shares(7, 3)
-    [(0, 3), (3, 5), (5, 7)]
+    >>> shares(7, 3), shares(8, 3)
+    ([(0, 2), (2, 4), (4, 7)], [(0, 4), (4, 6), (6, 8)])
     """
-    base, extra = divmod(total, world)
+    base, extra = divmod(total // 2, world)
     bounds, lo = [], 0
     for r in range(world):
-        hi = lo + base + (1 if r < extra else 0)
+        hi = lo + 2 * (base + (1 if r < extra else 0))
         bounds.append((lo, hi))
         lo = hi
+    bounds[-1] = (bounds[-1][0], total)
     return bounds
 
 
@@ -102,8 +105,9 @@ def measure_distributed(options: Options, *, progress: bool = True):
 
     prepared = agreed(lambda: prepare(options.load, progress=progress and rank == 0), "loading the model and corpus", comm)
     total = prepared.tokens.num_seqs
-    if total < world:
-        raise EffdepthError(f"{total} sequences cannot be shared by {world} processes; use --num-seqs >= {world} or fewer processes")
+    if total < 2 * world:
+        raise EffdepthError(f"{total} sequences cannot be shared by {world} processes in pairs; use --num-seqs >= "
+                            f"{2 * world} or fewer processes")
     bounds = shares(total, world)
     lo, hi = bounds[rank]
     cap = analysis.surrogate_seqs
@@ -162,8 +166,10 @@ def gather_accumulator(acc, device: torch.device):
     """Rank 0: a :class:`ViewAccumulator` with every rank's units in rank order; others ``None``.
 
     Each rank flattens its per-unit arrays into one float64 vector (same
-    keys, same per-unit shapes everywhere; only the unit count differs),
-    padded to the longest, and rank 0 gathers and splits them.
+    keys, same per-unit shapes everywhere; only the unit counts differ:
+    sequences, and pairs of them for cka), padded to the longest, and rank 0
+    gathers and splits them. Every share is whole pairs, so only the last
+    rank can hold a sequence without a partner: the odd last one, left out.
     """
     import torch.distributed as dist
 
@@ -171,8 +177,14 @@ def gather_accumulator(acc, device: torch.device):
 
     rank, world = dist.get_rank(), dist.get_world_size()
     arrays, meta = acc.state()
-    keys = sorted(k for k in arrays if not k.startswith(("fit|", "held|")))  # nothing is held after accumulate()
-    flat = np.concatenate([np.asarray(arrays[k], dtype=np.float64).ravel() for k in keys]) if keys else np.zeros(0)
+    # Nothing is held for calibration after accumulate(); a partner left waiting stays unpaired.
+    kept = {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items() if not k.startswith(("fit|", "held|", "partner|"))}
+    # A rank without a unit of some kind (e.g. no surrogate pair) has no array for it: agree on every key first.
+    layouts: list = [None] * world
+    dist.all_gather_object(layouts, {k: (len(v), v.shape[1:]) for k, v in kept.items()})
+    keys = sorted(set().union(*layouts))
+    unit_shapes = {k: next(layout[k][1] for layout in layouts if k in layout) for k in keys}
+    flat = np.concatenate([kept[k].ravel() for k in keys if k in kept] or [np.zeros(0)])
     sizes = _all_gather_ints([len(flat), acc.sequences, acc.tokens, acc.padding_rows], device)
     longest = max(s[0] for s in sizes)
     mine = torch.zeros(longest, dtype=torch.float64, device=device)
@@ -181,25 +193,29 @@ def gather_accumulator(acc, device: torch.device):
     dist.gather(mine, gather_list=received, dst=0)
     if rank != 0:
         return None
-    unit_shapes = {k: np.asarray(arrays[k]).shape[1:] for k in keys}
     parts = {k: [] for k in keys}
-    for (length, units, _, _), vector in zip(sizes, received):
+    before = 0  # sequences of the ranks before: where this rank's pairs start
+    for (length, sequences, _, _), layout, vector in zip(sizes, layouts, received):
+        units = {k: layout[k][0] if k in layout else 0 for k in keys}
         _split(vector[:length].cpu().numpy(), units, keys, unit_shapes, parts)
+        if "pairs|first" in parts:
+            parts["pairs|first"][-1] = parts["pairs|first"][-1] + before
+        before += sequences
     merged_arrays = {k: np.concatenate(v) for k, v in parts.items()}
     merged_arrays.update({k: v for k, v in arrays.items() if k.startswith("fit|")})
     merged_meta = {**meta, "sequences": sum(s[1] for s in sizes), "tokens": sum(s[2] for s in sizes),
-                   "padding_rows": sum(s[3] for s in sizes)}
+                   "padding_rows": sum(s[3] for s in sizes), "partner": None}
     merged = ViewAccumulator([v.name for v in acc.views], include_embedding=acc.include_embedding, pc_estimate=acc.pc_estimate,
                              similarities=acc.similarities, statistics=acc.statistics)
     merged.load_state(merged_arrays, merged_meta)
     return merged
 
 
-def _split(vector: np.ndarray, units: int, keys: list, unit_shapes: dict, into: dict) -> None:
+def _split(vector: np.ndarray, units: dict, keys: list, unit_shapes: dict, into: dict) -> None:
     at = 0
     for k in keys:
-        size = units * int(np.prod(unit_shapes[k], dtype=np.int64))
-        into[k].append(vector[at : at + size].reshape((units,) + unit_shapes[k]))
+        size = units[k] * int(np.prod(unit_shapes[k], dtype=np.int64))
+        into[k].append(vector[at : at + size].reshape((units[k],) + unit_shapes[k]))
         at += size
 
 

@@ -1,4 +1,5 @@
-"""Percentile bootstrap over sequences (docs/method.md#uncertainty)."""
+"""Percentile bootstrap over the independent units: sequences, or pairs of them under token-mode cka
+(docs/method.md#uncertainty)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ result was measured under and what the paper's abstract reports, in the
 words defined here.
 
 >>> similarity_name("cka")
-'cka (per-sequence linear CKA)'
+'cka (cross-sequence linear CKA)'
 >>> carry_text({"intervention": {"carry": 0.5, "layers": [1, 2], "all_layers": False}})
 'residual carry 0.5 on blocks 1,2'
 """
@@ -30,7 +30,7 @@ def passage_wording(text: str) -> str:
 
 
 SIMILARITIES = {
-    "cka": "per-sequence linear CKA",
+    "cka": "cross-sequence linear CKA",
     "cka-full": "pooled linear CKA",
     "frobenius": "squared cosine of the flattened states",
     "token": "mean per-token squared cosine",

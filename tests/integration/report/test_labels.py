@@ -113,7 +113,7 @@ def test_embedding_included_says_f_n_with_n(tmp_path):
     assert "F_N" in head.split() and "F_L" not in text
     assert line.split()[4] == "4" and "1.600" in line
 
-    r = effdepth.from_states(torch.randn(4, 8, 16), include_embedding=True)
+    r = effdepth.from_states(torch.randn(4, 2, 8, 16), include_embedding=True)
     ir = InterventionResult((1.0,), (1, 2, 3), {1.0: r})
     assert "F_N" in intervention_table(ir).splitlines()[0].split() and "F_L" not in intervention_table(ir)
     rec = {"lam": 1.0, "seed": 0, "step": 3, "deff": 1.2, "deff_ci": None, "reference": 1.6, "ratio": 0.75, "loss": 2.0,

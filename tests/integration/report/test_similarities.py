@@ -47,7 +47,7 @@ def test_show_names_the_similarity_of_every_table(every_similarity, capsys):
     _, path = every_similarity
     code, out, err = run(["show", path], capsys)
     assert code == 0, err
-    assert "similarity cka (per-sequence linear CKA), also frobenius and token" in out.splitlines()[0]
+    assert "similarity cka (cross-sequence linear CKA), also frobenius and token" in out.splitlines()[0]
     assert "[view default, cka, 16 tokens per sequence]" in out
     assert "views, similarity cka:" in out and "references, similarity cka:" in out
     header = section(out, "definition sensitivity").splitlines()[1].split()
@@ -100,7 +100,7 @@ def test_the_report_has_a_definition_sensitivity_table(every_similarity, tmp_pat
     assert "| view | cka D_eff / F_N | frobenius D_eff / F_N | token D_eff / F_N |" in table
     assert f"| pos0-only | unavailable: {REASON} |" in table
     html = write_report([path], tmp_path / "r.html")[0].read_text()
-    assert "Definition sensitivity</h3>" in html and "per-sequence linear CKA" in html
+    assert "Definition sensitivity</h3>" in html and "cross-sequence linear CKA" in html
 
 
 def test_one_similarity_has_no_sensitivity_table(saved, capsys, tmp_path):
