@@ -473,12 +473,12 @@ def summarise(state: MeasurementState, analysis: AnalysisOptions) -> tuple:
         if missing:
             unavailable[sim] = missing
     primary, *rest = analysis.similarity
-    if not by_similarity[primary] and primary == "cka" and state.views.bootstrap_units("cka") == 0:
-        raise EffdepthError("token-mode cka compares the sequences of a pair, and fewer than two sequences were "
-                            "measured; measure at least two sequences, or put frobenius or token first in --similarity")
     if not by_similarity[primary]:
-        reasons = "; ".join(f"{v}: {r}" for v, r in unavailable.get(primary, {}).items())
         other = ", or put frobenius or token first in --similarity" if primary in ("cka", "cka-full") else ""
+        if primary == "cka" and state.views.bootstrap_units("cka") == 0:  # no pair at all: every view says so
+            raise EffdepthError("token-mode cka compares the sequences of a pair, and fewer than two sequences were "
+                                f"measured; measure at least two sequences{other}")
+        reasons = "; ".join(f"{v}: {r}" for v, r in unavailable.get(primary, {}).items())
         raise EffdepthError(f"no view has a {primary} value ({reasons}); use longer sequences (--seq-len) "
                             f"or a view that keeps position 0{other}")
     return by_similarity[primary], {s: by_similarity[s] for s in rest}, unavailable

@@ -131,16 +131,16 @@ def cka_set_key(spec: ViewSpec) -> tuple:
     return (spec.stream, spec.selection)
 
 
-def view_token_states(states: torch.Tensor, view: GramView) -> torch.Tensor:
-    """The view's states over its kept positions, ``(M, n, d)`` float64, uncentred (for cka-full).
+def view_token_states(states: torch.Tensor, view: GramView, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The view's states over its kept positions, ``(M, n, d)`` in ``dtype``, uncentred.
 
-    ``center`` is omitted: the pooled centring removes it anyway.
+    ``center`` is omitted: the per-sequence or pooled centring removes it anyway.
 
     >>> x = torch.tensor([[[6.0, 8.0], [0.0, 2.0]]], dtype=torch.float64)
     >>> view_token_states(x, GramView(first=0, token_norm=True)).tolist()
     [[[0.6, 0.8], [0.0, 1.0]]]
     """
-    z = states[:, view.first :].to(torch.float64)
+    z = states[:, view.first :].to(dtype)
     if view.token_norm:
         z = z / _safe_norms(z)[..., None]
     if view.pcs is not None:
@@ -174,14 +174,9 @@ def centred_view_states(states: torch.Tensor, view: GramView) -> torch.Tensor | 
     >>> tuple(y.shape), y.dtype, bool(y.sum(dim=1).abs().max() < 1e-5)
     ((3, 5, 4), torch.float32, True)
     """
-    z = states[:, view.first :].to(work_dtype(states.dtype))
-    if z.shape[1] < MIN_TOKENS:
+    if states.shape[1] - view.first < MIN_TOKENS:
         return None
-    if view.token_norm:
-        z = z / _safe_norms(z)[..., None]
-    if view.pcs is not None:
-        v = view.pcs.to(z)
-        z = minus_product(z, z @ v, v.transpose(1, 2))
+    z = view_token_states(states, view, work_dtype(states.dtype))
     mean = z.sum(dim=1, dtype=torch.float64) / z.shape[1]
     return z - mean.to(z.dtype)[:, None, :]
 

@@ -342,9 +342,6 @@ class ViewAccumulator:
         Before the fits of a calibration estimate exist, the batch is held
         (see :meth:`flush`) and measured once the calibration set is complete.
         """
-        self._update(states, mask)
-
-    def _update(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
         if states.dim() != 4:
             raise ValueError(f"states must be (L+1, batch, seq, d), got shape {tuple(states.shape)}")
         self._check_width(states.shape[-1])

@@ -241,9 +241,6 @@ class CalibratedReferences:
         Both kinds are updated or neither: a failure part-way (e.g. out of
         memory) leaves everything as it was, so the batch can be retried.
         """
-        self._update(states, mask)
-
-    def _update(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
         taken = self.sequences + self._held_rows
         take = states.shape[1] if self.max_seqs is None else max(0, min(states.shape[1], self.max_seqs - taken))
         calibrating = self._calibrating()
