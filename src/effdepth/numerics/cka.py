@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from ..errors import EffdepthError
-from .views import ViewSpec, minus_product, parse_views
+from .views import ViewSpec, parse_views, remove_directions
 
 # Below this a sequence's centred states have too few degrees of freedom to compare layers.
 MIN_TOKENS = 4
@@ -144,8 +144,7 @@ def view_token_states(states: torch.Tensor, view: GramView, dtype: torch.dtype =
     if view.token_norm:
         z = z / _safe_norms(z)[..., None]
     if view.pcs is not None:
-        v = view.pcs.to(z)
-        z = minus_product(z, z @ v, v.transpose(1, 2))
+        z = remove_directions(z, view.pcs.to(z))
     return z
 
 

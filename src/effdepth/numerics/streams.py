@@ -51,7 +51,8 @@ from .cka import (
 from .cka_full import FULL_BUDGET_BYTES, PooledCka, check_cka_full_memory
 from .metrics import NO_COSINE_SUMMARIES, SIMILARITIES
 from .statistics import UnitStatistics
-from .views import FitAccumulator, NonFiniteFit, ViewSpec, check_width, fitted_transform, parse_views, token_transform
+from .fits import FitAccumulator, NonFiniteFit
+from .views import ViewSpec, check_width, fitted_transform, parse_views, token_transform
 
 PC_ESTIMATES = ("calibration", "exact")
 #: The calibration set: whole batches from the first on, until it holds at least this many
@@ -258,9 +259,8 @@ class ViewAccumulator:
         """True while batches are held for the calibration set (see :meth:`flush`)."""
         return bool(self._pending)
 
-    def fit_batch(self, states: torch.Tensor, mask: torch.Tensor | None = None, *, hold: bool = False) -> None:
-        """Feed one batch to the per-layer mean / covariance estimates; ``hold``: the batch stays
-        unchanged until the next one or :meth:`finalize_fit` (see :class:`FitAccumulator`)."""
+    def fit_batch(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+        """Feed one batch to the per-layer mean / covariance estimates (see :class:`FitAccumulator`)."""
         self._check_width(states.shape[-1])
         fitted = [info["spec"] for info in self.streams.values() if info["spec"].needs_fit]
         # One estimate per token set: views that share it (e.g. center and
@@ -273,8 +273,6 @@ class ViewAccumulator:
                 self._fit_accumulators[key] = FitAccumulator(
                     precision=torch.float32 if calibration else torch.float64,
                     scatter=any(v.top_pcs for v in same),
-                    layer_pcs=max((v.top_pcs for v in same if not v.shared_pcs), default=0),
-                    shared=any(v.shared_pcs for v in same),
                 )
         pending: dict = {key: [] for key in token_sets}
         for seq in _sequences(states, mask):
@@ -286,7 +284,7 @@ class ViewAccumulator:
             spec = token_sets[key]
             transform = (lambda z, spec=spec: token_transform(z, spec)) if spec.token_norm else None
             with _nonfinite_fit(states.dtype):
-                self._fit_accumulators[key].update(parts, transform, hold=hold)
+                self._fit_accumulators[key].update(parts, transform)
 
     def finalize_fit(self, how: str, *, sequences: int | None = None, tokens: int | None = None, warn: bool = True) -> None:
         """Turn the estimates into fits; ``how`` and the size of the fitted set (``sequences``,
@@ -409,8 +407,7 @@ class ViewAccumulator:
     def _calibrate(self, batches, count: int, sequences: int, tokens: int) -> None:
         self.restart_fit()
         for s, m in batches():
-            # The first batch, or held copies: unchanged until the fit below, so fitted layer by layer.
-            self.fit_batch(s, m, hold=True)
+            self.fit_batch(s, m)
         complete = calibration_complete(sequences, tokens)
         how = (f"calibration on the first {sequences} sequences ({tokens} tokens, {count} batch(es))" if complete
                else f"calibration on all {sequences} sequences ({tokens} tokens): fewer than a calibration set of "

@@ -14,7 +14,8 @@ from effdepth.numerics.bootstrap import bootstrap_intervals, bootstrap_weights
 from effdepth.numerics.references import reference_fl
 from effdepth.numerics.statistics import UnitStatistics
 from effdepth.numerics.streams import ViewAccumulator, calibration_prefix
-from effdepth.numerics.views import FitAccumulator, parse_view, top_eigenpairs
+from effdepth.numerics.fits import FitAccumulator, top_eigenpairs
+from effdepth.numerics.views import parse_view
 from effdepth.options import AnalysisOptions
 
 SIMILARITIES = ("frobenius", "token", "cka")

@@ -13,7 +13,8 @@ from effdepth.numerics.metrics import similarity_matrix
 from effdepth.numerics.similarity import deff
 from effdepth.numerics.streams import ViewAccumulator
 from effdepth.numerics.surrogate import _Source, update_energies
-from effdepth.numerics.views import FitAccumulator, parse_view, token_transform
+from effdepth.numerics.fits import FitAccumulator
+from effdepth.numerics.views import parse_view, token_transform
 
 
 def states(L=4, B=3, T=11, d=7, seed=0):
@@ -274,23 +275,14 @@ def test_a_run_without_the_token_similarity_skips_its_statistics_and_says_so():
         lean.unit_statistics("default", "token")
 
 
-@pytest.mark.parametrize("precision", [torch.float32, torch.float64])
-def test_a_layer_centred_part_by_part_equals_the_float64_route(precision):
-    # Each part is centred in float64 in cache and written into the product's dtype: the same
-    # values as centring a float64 copy of the whole layer, then converting it.
-    from effdepth.numerics.views import NonFiniteFit, _layer_moments, symmetric_product
+def test_a_non_finite_state_in_a_fit_names_its_layer():
+    from effdepth.numerics.fits import NonFiniteFit
 
-    g = torch.Generator().manual_seed(6)
-    parts = [(torch.randn(3, t, 40, generator=g) * 30 + 500).float() for t in (7, 1, 12)]
-    layer = torch.cat([p[1] for p in parts]).double()
-    mean, scatter = _layer_moments(parts, 1, {}, precision, None)
-    np.testing.assert_allclose(mean.numpy(), layer.mean(0).numpy(), rtol=1e-14)
-    want = symmetric_product((layer - mean).to(precision)).double()
-    np.testing.assert_allclose(scatter.numpy(), want.numpy(), rtol=1e-12 if precision == torch.float64 else 1e-6)
-    assert _layer_moments(parts, 1, {}, precision, None, scatter=False)[1] is None
+    parts = [torch.randn(3, t, 8, generator=torch.Generator().manual_seed(t)) for t in (7, 1, 12)]
     parts[2][1, 5, 3] = float("nan")
-    with pytest.raises(NonFiniteFit):
-        _layer_moments(parts, 1, {}, precision, None)
+    with pytest.raises(NonFiniteFit) as error:
+        FitAccumulator().update(parts)
+    assert error.value.layer == 1
 
 
 # -- transformed streams under kernel similarities alone: no cosine sums --------------------
