@@ -17,6 +17,7 @@ from .checkpoint import CheckpointMismatch, MeasurementInterrupted, graceful_int
 from .errors import EffdepthError, tokenizer_hint
 from .numerics.accumulate import statistics_for
 from .numerics.loss import LossAccumulator
+from .numerics.similarities import get_similarity
 from .numerics.cka_full import check_cka_full_memory
 from .numerics.streams import ViewAccumulator, keeps_cosine_sums, real_counts
 from .numerics.summary import view_summaries
@@ -257,7 +258,8 @@ class MeasurementState:
                                 pc_estimate=analysis.pc_estimate, similarities=analysis.similarity,
                                 cka_full_budget_bytes=analysis.max_memory, statistics=statistics_for(analysis.similarity))
         calibrated = None
-        kernel_free = [s for s in analysis.similarity if s != "cka-full"]  # cka-full's surrogates would double its memory
+        # Not for a similarity without calibrated references (cka-full: its surrogates would double its memory).
+        kernel_free = [s for s in analysis.similarity if get_similarity(s).calibrated]
         if analysis.surrogate_seqs != 0 and kernel_free:
             limit = analysis.surrogate_seqs if surrogate_limit is None else surrogate_limit
             calibrated = CalibratedReferences(analysis.view_specs, include_embedding=analysis.include_embedding,
@@ -474,7 +476,7 @@ def summarise(state: MeasurementState, analysis: AnalysisOptions) -> tuple:
             unavailable[sim] = missing
     primary, *rest = analysis.similarity
     if not by_similarity[primary]:
-        other = ", or put frobenius or token first in --similarity" if primary in ("cka", "cka-full") else ""
+        other = "" if get_similarity(primary).additive else ", or put frobenius or token first in --similarity"
         if primary == "cka" and state.views.bootstrap_units("cka") == 0:  # no pair at all: every view says so
             raise EffdepthError("token-mode cka compares the sequences of a pair, and fewer than two sequences were "
                                 f"measured; measure at least two sequences{other}")

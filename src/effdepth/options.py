@@ -27,7 +27,7 @@ from .data.paper import PAPER_CORPUS
 from .errors import EffdepthError, UnknownOption
 from .numerics import passage_analysis, passage_views
 from .numerics.cka import MIN_TOKENS, ViewUnavailable, require_cka_view
-from .numerics.metrics import SIMILARITIES
+from .numerics.similarities import NAMES as SIMILARITIES, get_similarity
 from .numerics.streams import PC_ESTIMATES
 from .numerics.views import parse_views
 
@@ -405,7 +405,7 @@ class AnalysisOptions:
 def _check_kernel_length(load: "LoadOptions", analysis: "AnalysisOptions") -> None:
     """cka needs 4 tokens per sequence in a view: refuse sequences too short for every view before anything loads."""
     primary = analysis.primary_similarity
-    if analysis.passages or primary not in ("cka", "cka-full") or not isinstance(load.corpus, (str, type(None))):
+    if analysis.passages or get_similarity(primary).additive or not isinstance(load.corpus, (str, type(None))):
         return
     shortest_loss = min(1 if spec.selection == "drop-pos0" else 0 for spec in analysis.view_specs)
     if load.seq_len - shortest_loss < MIN_TOKENS:
@@ -416,7 +416,7 @@ def _check_kernel_length(load: "LoadOptions", analysis: "AnalysisOptions") -> No
 
 def _check_views_have_values(specs, similarity: str) -> None:
     """Refuse, before anything runs, a run whose every view has no value under its primary similarity."""
-    if similarity not in ("cka", "cka-full"):
+    if get_similarity(similarity).additive:
         return
     reasons = []
     for spec in specs:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import EffdepthError
+from .numerics.similarities import SIMILARITIES
 
 HOLDS, FAILS, NOT_MEASURED = "holds", "fails", "not measured"
 
@@ -229,7 +230,8 @@ def _calibrated(sim: str, view, unavailable: dict, debiased=None, reference: str
         return _missing("calibrated", sim, "default", unavailable)
     cal = (view.references or {}).get("matched_cal")
     if cal is None:
-        why = ("cka-full has no calibrated reference" if sim == "cka-full" else
+        spec = SIMILARITIES.get(sim)  # token mode's (passage mode's similarities all have one)
+        why = (f"{sim} has no calibrated reference" if spec is not None and not spec.calibrated else
                "no calibrated reference (measured with --surrogate-seqs 0); "
                "rerun effdepth measure with --surrogate-seqs all")
         return Verdict("calibrated", sim, NOT_MEASURED, reason=why)

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import EffdepthError
 from ..data.passages import BOS_CHOICES, SPLITS
 from ..options import DEFAULTS, PASSAGE_DEFAULTS, POOLINGS, PROTOCOLS, STATES, RunOptions
-from ..numerics.metrics import SIMILARITIES
+from ..numerics.similarities import NAMES as SIMILARITIES
 from ..numerics.streams import PC_ESTIMATES
 
 

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from .references import matched_energies, ratio_matrix_sum
+from .similarities import get_similarity
 
 STAT_KEYS = (
     "n",
@@ -156,11 +157,6 @@ def sums_in_chunks(states: torch.Tensor, sums: dict, transforms: dict, chunk_tok
             for key, total in sums.items()}
 
 
-#: What each similarity needs of the additive statistics to give D_eff alone (the surrogate
-#: streams of the calibrated references keep only these).
-DEFF_KEYS = {"frobenius": ("n", "gram_states"), "token": ("n", "cos2_sum"), "cka": ("n",), "cka-full": ("n",)}
-
-
 def statistics_for(similarities) -> tuple:
     """The additive statistics an accumulator keeps for ``similarities``: every key, less
     :data:`TOKEN_KEYS` unless "token" is among them.
@@ -168,7 +164,8 @@ def statistics_for(similarities) -> tuple:
     >>> len(statistics_for(["cka", "frobenius"])), len(statistics_for(["token"])) == len(STAT_KEYS)
     (6, True)
     """
-    return STAT_KEYS if "token" in similarities else tuple(k for k in STAT_KEYS if k not in TOKEN_KEYS)
+    needs_token_keys = any(get_similarity(s).needs_token_keys for s in similarities)
+    return STAT_KEYS if needs_token_keys else tuple(k for k in STAT_KEYS if k not in TOKEN_KEYS)
 
 
 def deff_statistics(similarities) -> tuple:
@@ -177,7 +174,7 @@ def deff_statistics(similarities) -> tuple:
     >>> deff_statistics(["cka", "frobenius"])
     ('n', 'gram_states')
     """
-    wanted = {k for s in similarities for k in DEFF_KEYS[s]}
+    wanted = {k for s in similarities for k in get_similarity(s).deff_keys}
     return tuple(k for k in STAT_KEYS if k in wanted)
 
 

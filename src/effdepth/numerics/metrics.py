@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .passage_metrics import covariance_norms
 from .references import gap_attribution, matched_energies, reference_fl, reference_from_energies
-from .similarity import cka_from_hsic, cosine_from_gram, decay_profile, deff, squared_cosine_from_gram
+from .similarities import get_similarity
+from .similarity import cosine_from_gram, decay_profile, deff
 
-SIMILARITIES = ("frobenius", "token", "cka", "cka-full")
 REFERENCE_NAMES = ("init", "size", "matched")
 ATTRIBUTION_NAMES = ("initial_state", "size_imbalance", "correlated_updates")
 # The scalars that get bootstrap intervals.
@@ -40,28 +39,12 @@ def similarity_matrix(totals: dict, similarity: str, include_embedding: bool) ->
     array([[1. , 0.5],
            [0.5, 1. ]])
     """
-    sl = analysed_slice(include_embedding)
-    if similarity in ("frobenius", "token"):
-        n = np.asarray(totals["n"])[..., None, None]
-        if similarity == "frobenius":
-            sim = squared_cosine_from_gram(totals["gram_states"][..., sl, sl])
-        else:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                sim = totals["cos2_sum"][..., sl, sl] / np.where(n > 0, n, 1.0)
-        return np.where(n > 0, sim, np.nan)
-    if similarity == "cka":
-        # Not clipped: a cross-pair HSIC may dip below 0 (or a CKA above 1), and clipping would bias it.
-        sim = cka_from_hsic(totals["hsic"][..., sl, sl], clip=False)
-        entered = np.asarray(totals["cka_pairs"])[..., None, None]
-        return np.where(entered > 0, sim, np.nan)
-    if similarity == "cka-full":
-        return cka_from_hsic(totals["hsic_full"][..., sl, sl])
-    raise ValueError(f"unknown similarity {similarity!r}; choose from {', '.join(SIMILARITIES)}")
+    return get_similarity(similarity).matrix(totals, analysed_slice(include_embedding))
 
 
 def matched_references(totals: dict, similarity: str, include_embedding: bool) -> dict:
     """R_init, R_size and R_matched (docs/method.md#matched-references) for the chosen similarity."""
-    if similarity == "token":
+    if get_similarity(similarity).reference_matrices:
         n = np.asarray(totals["n"])
         size = totals["ref_init"].shape[-1]
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -80,15 +63,12 @@ def increment_energies(totals: dict, similarity: str) -> np.ndarray:
     >>> increment_energies({"update_hsic": np.diag([4.0, 1.0, 1.0])}, "cka").tolist()
     [2.0, 1.0, 1.0]
     """
-    if similarity == "cka":
-        return covariance_norms(np.asarray(totals["update_hsic"], dtype=np.float64))
-    if similarity == "cka-full":
-        return np.asarray(totals["cka_full_energy"], dtype=np.float64)
-    return np.diagonal(totals["gram_increments"], axis1=-2, axis2=-1)
+    return get_similarity(similarity).energies(totals)
 
 
 def reference_energies(totals: dict, similarity: str, include_embedding: bool) -> dict:
-    """Cumulative energies of R_init, R_size and R_matched for a similarity (not "token").
+    """Cumulative energies of R_init, R_size and R_matched for a similarity (not one with
+    ``reference_matrices``, token).
 
     >>> e = reference_energies({"update_hsic": np.diag([4.0, 1.0, 1.0])}, "cka", False)
     >>> e["matched"].tolist()
@@ -194,7 +174,7 @@ def reference_profiles(totals: dict, similarity: str, include_embedding: bool) -
 
     n = similarity_matrix(totals, similarity, include_embedding).shape[-1]
     out = {"fl": decay_profile(energy_ratio_matrix(np.arange(1.0, n + 1.0)))}
-    if similarity == "token":
+    if get_similarity(similarity).reference_matrices:
         for r in REFERENCE_NAMES:
             out[r] = decay_profile(totals[f"ref_{r}"] / np.asarray(totals["n"]))
     else:

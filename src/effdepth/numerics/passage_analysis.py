@@ -43,7 +43,8 @@ class SampleSimilarity:
     """A similarity across passages: its name, what it says, and which HSIC estimator (if any) it is made of."""
 
     name: str
-    label: str
+    label: str  # what it is, in words (headlines, captions)
+    axis_label: str  # on a figure
     estimator: str | None = None  # "biased" / "debiased" (resampled_hsic's keys); None for cosine
     references: bool = True  # the matched references (covariance norms) are defined
 
@@ -51,9 +52,12 @@ class SampleSimilarity:
 SIMILARITIES = {
     s.name: s
     for s in (
-        SampleSimilarity("cka", "linear CKA across passages, biased HSIC (the paper's)", "biased"),
-        SampleSimilarity("cka-debiased", "linear CKA across passages, unbiased HSIC (Song et al. 2012)", "debiased"),
-        SampleSimilarity("cosine", "mean over passages of the cosine of pooled vectors", None, references=False),
+        SampleSimilarity("cka", "linear CKA across passages, biased HSIC: the paper's", "linear CKA across passages",
+                         "biased"),
+        SampleSimilarity("cka-debiased", "linear CKA across passages, unbiased HSIC (Song et al. 2012)",
+                         "debiased linear CKA across passages", "debiased"),
+        SampleSimilarity("cosine", "mean over passages of the cosine of pooled vectors", "mean cosine of pooled vectors",
+                         None, references=False),
     )
 }
 #: What passage mode reports unless told otherwise: the paper's estimator and, always beside it, the debiased one.

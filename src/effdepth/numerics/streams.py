@@ -49,7 +49,8 @@ from .cka import (
     view_token_states,
 )
 from .cka_full import FULL_BUDGET_BYTES, PooledCka, check_cka_full_memory
-from .metrics import NO_COSINE_SUMMARIES, SIMILARITIES
+from .metrics import NO_COSINE_SUMMARIES
+from .similarities import get_similarity, names_where
 from .statistics import UnitStatistics
 from .fits import FitAccumulator, NonFiniteFit
 from .views import ViewSpec, check_width, fitted_transform, parse_views, token_transform
@@ -65,9 +66,9 @@ EIGENGAP_WARNING = 1e-3
 #: above it they are left out, and a resumed run measures them again.
 HELD_STATE_BYTES = 256 << 20
 # Similarities with statistics of their own (the additive ones are kept for every run).
-KERNEL_SIMILARITIES = ("cka", "cka-full")
+KERNEL_SIMILARITIES = names_where(lambda s: not s.additive)
 #: Similarities read from the additive statistics of every stream they measure.
-COSINE_SIMILARITIES = ("frobenius", "token")
+COSINE_SIMILARITIES = names_where(lambda s: s.additive)
 
 
 def validate_similarities(similarities) -> tuple:
@@ -80,9 +81,7 @@ def validate_similarities(similarities) -> tuple:
         similarities = similarities.split(",")
     out: list = []
     for name in similarities:
-        name = str(name).strip()
-        if name not in SIMILARITIES:
-            raise EffdepthError(f"unknown similarity {name!r}; choose from {', '.join(SIMILARITIES)}")
+        name = get_similarity(str(name).strip()).name
         if name not in out:
             out.append(name)
     return tuple(out)
@@ -215,15 +214,15 @@ class ViewAccumulator:
         self._units: dict = {(s, p): [] for s, info in self.streams.items() for p in info["parts"]}
         self.gram_budget_bytes = gram_budget_bytes
         self.cka_full_budget_bytes = cka_full_budget_bytes
-        kernel = [s for s in KERNEL_SIMILARITIES if s in self.similarities]
-        self.cka_sets: dict = cka_token_sets(self.views) if kernel else {}
+        units = {get_similarity(s).unit for s in self.similarities}
+        self.cka_sets: dict = cka_token_sets(self.views) if units - {"sequence"} else {}
         # Per token set: one cka unit per pair (zeros for a pair left out of the set); the index of
         # each pair's first sequence among the measured ones (the second follows it); the
         # measured sequence still waiting for its partner, as (index, states) or None.
-        self._cka_units: dict = {k: [] for k in self.cka_sets} if "cka" in kernel else {}
+        self._cka_units: dict = {k: [] for k in self.cka_sets} if "pair" in units else {}
         self._pairs: list = []
         self._partner: tuple | None = None
-        self._pooled: dict = {k: PooledCka() for k in self.cka_sets} if "cka-full" in kernel else {}
+        self._pooled: dict = {k: PooledCka() for k in self.cka_sets} if "run" in units else {}
         self._fit_accumulators: dict = {}
         self.fits: dict = {}
         self.fit_info: dict | None = None
@@ -570,13 +569,14 @@ class ViewAccumulator:
         self.flush()
         spec = self._spec(view)
         name = similarity or "frobenius"
+        unit = get_similarity(name).unit
         if spec.stream in self._unfitted:
             raise ViewUnavailable(spec.name, name, self._unfitted[spec.stream])
         total = self._additive(spec)
         if total is None:
             raise ViewUnavailable(spec.name, name, "no sequence with a real token was measured")
-        if similarity in (None, "frobenius", "token"):
-            if similarity == "token" and "cos2_sum" not in self.statistics:
+        if unit == "sequence":
+            if get_similarity(name).needs_token_keys and "cos2_sum" not in self.statistics:
                 raise EffdepthError(
                     f"token statistics were not accumulated (similarities {list(self.similarities)}); "
                     "accumulate with similarities including 'token'"
@@ -591,7 +591,7 @@ class ViewAccumulator:
                 raise ViewUnavailable(spec.name, name, f"no sequence has a token in this view{_selection_hint(spec)}")
             return total if keep.all() else total.subset(keep)
         key = self._kernel_key(spec, similarity)
-        if similarity == "cka":
+        if unit == "pair":
             if not self._pairs:
                 raise ViewUnavailable(spec.name, "cka", "cka compares the sequences of a pair and fewer than two "
                                       "sequences were measured; measure at least two")
@@ -633,7 +633,7 @@ class ViewAccumulator:
         spec = self._spec(view)
         if spec.stream in self._unfitted:
             return self.sequences
-        if similarity == "cka":
+        if similarity is not None and get_similarity(similarity).unit == "pair":
             return self.cka_left_out(spec)
         total = self._additive(spec)
         return 0 if total is None else int((total.arrays["n"] <= 0).sum())
@@ -655,13 +655,15 @@ class ViewAccumulator:
         (2, 5)
         """
         self.flush()
-        return len(self._pairs) if similarity == "cka" else self.sequences
+        paired = similarity is not None and get_similarity(similarity).unit == "pair"
+        return len(self._pairs) if paired else self.sequences
 
     def _kernel_key(self, spec: ViewSpec, similarity: str) -> tuple:
-        if similarity not in KERNEL_SIMILARITIES:
-            raise ValueError(f"unknown similarity {similarity!r}; choose from {', '.join(SIMILARITIES)}")
+        unit = get_similarity(similarity).unit
+        if unit == "sequence":
+            raise ValueError(f"{similarity!r} is read from the additive statistics; kernel similarities: {', '.join(KERNEL_SIMILARITIES)}")
         require_cka_view(spec, similarity)
-        store = self._cka_units if similarity == "cka" else self._pooled
+        store = self._cka_units if unit == "pair" else self._pooled
         if cka_set_key(spec) not in store:
             raise EffdepthError(
                 f"{similarity} statistics were not accumulated (similarities {list(self.similarities)}); "

@@ -13,6 +13,7 @@ from .bootstrap import bootstrap_intervals, bootstrap_weights
 from .cka import ViewUnavailable
 from .metrics import full_metrics, similarity_matrix
 from .similarity import decay_profile, deff
+from .similarities import get_similarity
 from .statistics import UnitStatistics
 
 #: The totals kept in a result, so its numbers can be recomputed from it (the kernel ones when present).
@@ -93,12 +94,12 @@ def view_summaries(accumulator, *, similarity: str, include_embedding: bool, boo
             label=f"view {spec.name!r} ({similarity})",
         )
         summary["left_out"] = accumulator.left_out(spec, similarity)
-        if similarity == "cka":  # a unit is a pair of sequences
-            summary["sequences"] = 2 * stats.units
-        # cka-full pools every sequence into one unit; the count that matters is the real one.
-        if similarity == "cka-full":
+        kind = get_similarity(similarity or "frobenius")
+        if kind.sequences_per_unit:  # a cka unit is a pair of sequences
+            summary["sequences"] = kind.sequences_per_unit * stats.units
+        else:  # pooled into one unit: the count that matters is the real one
             summary["sequences"] = accumulator.sequences - summary["left_out"]
-        if calibrated is not None and similarity != "cka-full":
+        if calibrated is not None and kind.calibrated:
             add_calibrated(summary, calibrated, spec, similarity=similarity, include_embedding=include_embedding,
                            bootstrap=bootstrap, seed=seed, weights=weights)
         out[spec.name] = summary

@@ -29,7 +29,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ..errors import EffdepthError
+from ..numerics import passage_analysis
 from ..numerics.metrics import NO_COSINE_SUMMARIES
+from ..numerics.similarities import SIMILARITIES
 from ..result import Result, ViewResult
 from .numbers import fmt
 from .sources import result_label
@@ -493,24 +495,10 @@ def _caption(fig: Figure, text: str) -> None:
     fig.supxlabel(text, fontsize=7.5, color="#444444")
 
 
-SIMILARITY_LABELS = {
-    "token": r"similarity: token mean of $\cos^2(s_i, s_j)$ (token)",
-    "cka": "similarity: linear CKA per sequence (cka)",
-    "cka-full": "similarity: linear CKA, tokens pooled (cka-full)",
-    "frobenius": r"similarity: $\cos^2(S_i, S_j)$ (frobenius)",
-}
-
-
-PASSAGE_SIMILARITY_LABELS = {
-    "cka": "similarity: linear CKA across passages (cka)",
-    "cka-debiased": "similarity: debiased linear CKA across passages (cka-debiased)",
-    "cosine": "similarity: mean cosine of pooled vectors (cosine)",
-}
-
-
 def _similarity_label(ctx: dict) -> str:
-    labels = PASSAGE_SIMILARITY_LABELS if ctx.get("passages") else SIMILARITY_LABELS
-    return labels.get(ctx.get("similarity") or "frobenius", f"similarity: {ctx.get('similarity')}")
+    name = ctx.get("similarity") or "frobenius"
+    spec = (passage_analysis.SIMILARITIES if ctx.get("passages") else SIMILARITIES).get(name)
+    return f"similarity: {spec.axis_label} ({name})" if spec else f"similarity: {name}"
 
 
 def _first_layer(v: ViewResult) -> int:

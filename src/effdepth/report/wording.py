@@ -13,6 +13,9 @@ words defined here.
 
 from __future__ import annotations
 
+from ..numerics import passage_analysis
+from ..numerics.similarities import SIMILARITIES
+
 #: The attribution's one sign convention (docs/method.md#attribution), used by every table, figure and caption.
 ATTRIBUTION = ("Attribution (docs/method.md#attribution): F_N - D_eff = initial state (F_N - R_init) + size imbalance "
                "(R_init - R_matched) + correlated updates (R_matched - D_eff); a positive term pushes D_eff below F_N, "
@@ -29,13 +32,6 @@ def passage_wording(text: str) -> str:
     return text.replace("F_N", "F_L")
 
 
-SIMILARITIES = {
-    "cka": "cross-sequence linear CKA",
-    "cka-full": "pooled linear CKA",
-    "frobenius": "squared cosine of the flattened states",
-    "token": "mean per-token squared cosine",
-}
-
 #: What the paper's abstract reports, claim by claim (only the abstract is public).
 PAPER_ABSTRACT = {
     "sub-reference": "15 of 16 models, 23-44% below F_L",
@@ -48,13 +44,6 @@ PAPER_NOTE = ("The paper (arXiv 2609.31098, its abstract): 15 of 16 models 23-44
               "token-norm or top-1-PC removal. Per-model values: its Table 2, as a public third-party reading of the "
               "paper gives them (effdepth/data/paper_table2.yaml).")
 
-#: Passage mode's similarities (across passages), by name.
-PASSAGE_SIMILARITIES = {
-    "cka": "linear CKA across passages, biased HSIC: the paper's",
-    "cka-debiased": "linear CKA across passages, unbiased HSIC",
-    "cosine": "mean cosine of pooled vectors",
-}
-
 CALIBRATED = {"structural_cal": "R_structural_cal", "matched_cal": "R_matched_cal"}
 
 
@@ -64,9 +53,9 @@ def similarity_name(similarity: str | None, passages: bool = False) -> str:
     >>> similarity_name("token"), similarity_name("cka", passages=True)
     ('token (mean per-token squared cosine)', "cka (linear CKA across passages, biased HSIC: the paper's)")
     """
-    similarity = similarity or "frobenius"  # results before similarities were a choice
-    what = (PASSAGE_SIMILARITIES if passages else SIMILARITIES).get(similarity)
-    return f"{similarity} ({what})" if what else similarity
+    similarity = similarity or "frobenius"
+    spec = (passage_analysis.SIMILARITIES if passages else SIMILARITIES).get(similarity)
+    return f"{similarity} ({spec.label})" if spec else similarity
 
 
 def intervention(extras: dict | None) -> dict | None:
