@@ -307,10 +307,18 @@ class MeasurementState:
                 self._loss_before_held = {"total": self.loss.total, "count": self.loss.count}
             self.loss.update(logits, input_ids, mask)
 
-    def state(self) -> tuple:
+    def merge(self, other: "MeasurementState") -> None:
+        """Add another measurement of the same options (e.g. the next share of the sequences)."""
+        self.views.merge(other.views)
+        if self.calibrated is not None:
+            self.calibrated.merge(other.calibrated)
+        if self.loss is not None:
+            self.loss.merge(other.loss)
+
+    def state_dict(self) -> tuple:
         """``(arrays, meta)`` of every stream, for a checkpoint."""
-        arrays, meta = self.views.state()
-        loss = vars(self.loss) if self.loss is not None else None
+        arrays, meta = self.views.state_dict()
+        loss = self.loss.state_dict()[1] if self.loss is not None else None
         if self.views.calibrating and not meta["held"] and self._loss_before_held is not None:
             loss = dict(self._loss_before_held)  # the held batches are left out: so is their loss
         out_meta = {"accumulator": meta, "loss": loss}
@@ -318,17 +326,17 @@ class MeasurementState:
             # The surrogates keep the batches they hold unless the real stream left its own held
             # batches (the same ones) out: a resumed run feeds those again.
             held = not self.views.calibrating or bool(meta["held"])
-            cal_arrays, out_meta["calibrated"] = self.calibrated.state(held=held)
+            cal_arrays, out_meta["calibrated"] = self.calibrated.state_dict(held=held)
             arrays.update({f"cal/{k}": v for k, v in cal_arrays.items()})
         return arrays, out_meta
 
-    def load_state(self, arrays: dict, meta: dict) -> None:
-        """Continue from :meth:`state` of a measurement with the same options."""
-        self.views.load_state({k: v for k, v in arrays.items() if not k.startswith("cal/")}, meta["accumulator"])
+    def load_state_dict(self, arrays: dict, meta: dict) -> None:
+        """Continue from :meth:`state_dict` of a measurement with the same options."""
+        self.views.load_state_dict({k: v for k, v in arrays.items() if not k.startswith("cal/")}, meta["accumulator"])
         if self.calibrated is not None:
-            self.calibrated.load_state({k[4:]: v for k, v in arrays.items() if k.startswith("cal/")}, meta["calibrated"])
+            self.calibrated.load_state_dict({k[4:]: v for k, v in arrays.items() if k.startswith("cal/")}, meta["calibrated"])
         if self.loss is not None and meta.get("loss"):
-            self.loss.total, self.loss.count = meta["loss"]["total"], meta["loss"]["count"]
+            self.loss.load_state_dict({}, meta["loss"])
 
 
 def check_kernel_memory(prepared: Prepared, analysis: AnalysisOptions) -> None:
@@ -414,7 +422,7 @@ def accumulate(prepared: Prepared, state: MeasurementState, batch_size: int, *, 
 
 
 def _save(folder, state: MeasurementState, fingerprint, record=None):
-    arrays, meta = state.state()
+    arrays, meta = state.state_dict()
     save_checkpoint(folder, arrays, {"fingerprint": fingerprint, "run": record, **meta})
 
 
@@ -430,7 +438,7 @@ def _restore(folder, state: MeasurementState, fingerprint):
             f"cannot resume: the saved run differs in {', '.join(differ)}; rerun with the same model, corpus and options, "
             "or start over without --resume"
         )
-    state.load_state(arrays, meta)
+    state.load_state_dict(arrays, meta)
 
 
 def result_from_accumulator(prepared: Prepared, state: MeasurementState, analysis: AnalysisOptions, *,

@@ -176,7 +176,7 @@ def gather_accumulator(acc, device: torch.device):
     from ..numerics.streams import ViewAccumulator
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    arrays, meta = acc.state()
+    arrays, meta = acc.state_dict()
     # Nothing is held for calibration after accumulate(); a partner left waiting stays unpaired.
     kept = {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items() if not k.startswith(("fit|", "held|", "partner|"))}
     # A rank without a unit of some kind (e.g. no surrogate pair) has no array for it: agree on every key first.
@@ -207,7 +207,7 @@ def gather_accumulator(acc, device: torch.device):
                    "padding_rows": sum(s[3] for s in sizes), "partner": None}
     merged = ViewAccumulator([v.name for v in acc.views], include_embedding=acc.include_embedding, pc_estimate=acc.pc_estimate,
                              similarities=acc.similarities, statistics=acc.statistics)
-    merged.load_state(merged_arrays, merged_meta)
+    merged.load_state_dict(merged_arrays, merged_meta)
     return merged
 
 

@@ -209,19 +209,18 @@ class PooledCka:
             setattr(out, k, None if value is None else value.clone())
         return out
 
-    def state(self) -> dict:
-        """float64 numpy arrays for saving (empty when nothing was added)."""
+    def state_dict(self) -> tuple:
+        """``(arrays, meta)``: float64 numpy arrays for saving (none when nothing was added), no meta."""
         if self.shift is None:
-            return {}
+            return {}, {}
         out = {k: getattr(self, k).cpu().numpy() for k in ("shift", "sums", "cross", "increment_sq")}
         out["count"] = np.asarray(float(self.count))
-        return out
+        return out, {}
 
-    @classmethod
-    def from_state(cls, arrays: dict) -> "PooledCka":
-        acc = cls()
+    def load_state_dict(self, arrays: dict, meta: dict) -> None:
+        """Continue from :meth:`state_dict`."""
+        self.__init__()
         if arrays:
             for k in ("shift", "sums", "cross", "increment_sq"):
-                setattr(acc, k, torch.from_numpy(np.asarray(arrays[k], dtype=np.float64)).clone())
-            acc.count = int(arrays["count"])
-        return acc
+                setattr(self, k, torch.from_numpy(np.asarray(arrays[k], dtype=np.float64)).clone())
+            self.count = int(arrays["count"])

@@ -10,6 +10,7 @@ solved densely (``torch.linalg.eigh`` in float64).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..errors import EffdepthError
@@ -105,6 +106,27 @@ class FitAccumulator:
             self.scatter += other.scatter + (self.count * other.count / total) * delta[:, :, None] * delta[:, None, :]
         self.mean += delta * (other.count / total)
         self.count = total
+
+    def state_dict(self) -> tuple:
+        """``(arrays, meta)``: the count, the mean and the scatter (when kept), float64.
+
+        >>> acc = FitAccumulator(); acc.update(torch.randn(2, 5, 3)); again = FitAccumulator()
+        >>> again.load_state_dict(*acc.state_dict()); bool(torch.equal(again.scatter, acc.scatter)), again.count
+        (True, 5)
+        """
+        arrays = {} if self.mean is None else {"mean": self.mean.cpu().numpy()}
+        if self.scatter is not None:
+            arrays["scatter"] = self.scatter.cpu().numpy()
+        return arrays, {"count": self.count, "precision": str(self.precision).removeprefix("torch."),
+                        "scatter": self.want_scatter}
+
+    def load_state_dict(self, arrays: dict, meta: dict) -> None:
+        self.__init__(getattr(torch, meta["precision"]), meta["scatter"])
+        self.count = int(meta["count"])
+        if "mean" in arrays:
+            self.mean = torch.from_numpy(np.array(arrays["mean"], dtype=np.float64))
+        if "scatter" in arrays:
+            self.scatter = torch.from_numpy(np.array(arrays["scatter"], dtype=np.float64))
 
     def fit(self, spec: ViewSpec) -> dict:
         """Mean and top-k principal directions per layer (or shared) for ``spec``.

@@ -704,7 +704,7 @@ class ViewAccumulator:
         stream, selection = key
         return f"{self.streams[stream]['spec'].canonical}|cka" + (f"-{selection}" if selection else "")
 
-    def state(self, held_bytes: int | None = None) -> tuple:
+    def state_dict(self, held_bytes: int | None = None) -> tuple:
         """``(arrays, meta)``: everything needed to continue later; arrays are float64
         numpy (saved with ``np.savez``, never pickle), meta is JSON-serialisable.
 
@@ -724,9 +724,9 @@ class ViewAccumulator:
                 arrays[f"held|{i}|mask"] = mask.to(torch.float64).numpy()
         if self._partner is not None:  # the sequence waiting for its cka partner
             arrays["partner|states"] = self._partner[1].detach().to("cpu", _kept_dtype(self._partner[1].dtype)).numpy()
-        # Pooled cka-full sums are not per unit: merge them with extend(), never by concatenation.
+        # Pooled cka-full sums are not per unit: merge them with merge(), never by concatenation.
         for key, pooled in self._pooled.items():
-            for name, arr in pooled.state().items():
+            for name, arr in pooled.state_dict()[0].items():
                 arrays[f"full|{self._set_label(key)}|{name}"] = arr
         for key, fit in self.fits.items():
             name = self.streams[key]["spec"].canonical
@@ -750,8 +750,8 @@ class ViewAccumulator:
         }
         return arrays, meta
 
-    def load_state(self, arrays: dict, meta: dict) -> None:
-        """Continue from :meth:`state` of an accumulator with the same views."""
+    def load_state_dict(self, arrays: dict, meta: dict) -> None:
+        """Continue from :meth:`state_dict` of an accumulator with the same views."""
         if meta["views"] != [v.name for v in self.views] or meta["include_embedding"] != self.include_embedding:
             raise EffdepthError(
                 f"saved statistics are for views {meta['views']} (include_embedding={meta['include_embedding']}), "
@@ -789,7 +789,8 @@ class ViewAccumulator:
             int(partner["index"]), torch.from_numpy(np.asarray(arrays["partner|states"])).to(partner["device"]))
         for key in self._pooled:
             prefix = f"full|{self._set_label(key)}|"
-            self._pooled[key] = PooledCka.from_state({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)})
+            self._pooled[key] = PooledCka()
+            self._pooled[key].load_state_dict({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}, {})
         self.fits = {}
         for name, key in by_name.items():
             if f"fit|{name}|mean" in arrays:
@@ -810,7 +811,7 @@ class ViewAccumulator:
         self.tokens = int(meta["tokens"])
         self.padding_rows = int(meta.get("padding_rows", 0))
 
-    def extend(self, other: "ViewAccumulator") -> None:
+    def merge(self, other: "ViewAccumulator") -> None:
         """Append the units of ``other`` (the same views, e.g. another rank's share)."""
         if other.similarities != self.similarities or [v.name for v in other.views] != [v.name for v in self.views]:
             raise EffdepthError(

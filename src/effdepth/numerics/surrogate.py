@@ -352,7 +352,7 @@ class CalibratedReferences:
         self.flush()
         return self.accumulators[kind].unit_statistics(view, similarity)
 
-    def state(self, held: bool = True) -> tuple:
+    def state_dict(self, held: bool = True) -> tuple:
         """``(arrays, meta)`` for resume: each kind's accumulator state, keys prefixed ``"<kind>/"``.
 
         ``held``: also the batches held for the calibration set (``"held/<i>/..."``,
@@ -362,7 +362,7 @@ class CalibratedReferences:
         """
         arrays, kinds = {}, {}
         for kind, acc in self.accumulators.items():
-            a, kinds[kind] = acc.state()
+            a, kinds[kind] = acc.state_dict()
             arrays.update({f"{kind}/{k}": v for k, v in a.items()})
         batches = self._pending if held else []
         for i, (src, mask, _, _, _) in enumerate(batches):
@@ -382,8 +382,8 @@ class CalibratedReferences:
         }
         return arrays, meta
 
-    def load_state(self, arrays: dict, meta: dict) -> None:
-        """Continue from :meth:`state` of calibrated references with the same options."""
+    def load_state_dict(self, arrays: dict, meta: dict) -> None:
+        """Continue from :meth:`state_dict` of calibrated references with the same options."""
         if meta["seed"] != self.seed or meta["first_sequence"] != self.first_sequence:
             raise EffdepthError(
                 f"saved surrogate streams used seed {meta['seed']} from sequence {meta['first_sequence']}, "
@@ -391,7 +391,7 @@ class CalibratedReferences:
             )
         for kind, acc in self.accumulators.items():
             prefix = f"{kind}/"
-            acc.load_state({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}, meta["kinds"][kind])
+            acc.load_state_dict({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}, meta["kinds"][kind])
         self.sequences = int(meta["sequences"])
         self._pending = []
         for i, h in enumerate(meta.get("held") or []):
@@ -402,12 +402,12 @@ class CalibratedReferences:
         self._held_rows = int(meta.get("held_rows", 0))
         self._calibration = [int(v) for v in meta.get("calibration", [0, 0])]
 
-    def extend(self, other: "CalibratedReferences") -> None:
+    def merge(self, other: "CalibratedReferences") -> None:
         """Append another instance's sequences (e.g. another rank's share)."""
         if other.seed != self.seed:
             raise EffdepthError(f"cannot merge surrogate streams of seeds {other.seed} and {self.seed}")
         self.flush()
         other.flush()
         for kind, acc in self.accumulators.items():
-            acc.extend(other.accumulators[kind])
+            acc.merge(other.accumulators[kind])
         self.sequences += other.sequences

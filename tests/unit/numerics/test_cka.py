@@ -470,10 +470,10 @@ def test_a_state_saved_with_a_partner_held_resumes_to_the_same_numbers():
     first = ViewAccumulator(views, similarities=BOTH)
     first.update(s[:, :3])  # an odd count: the third waits for its partner
     first.flush()
-    arrays, meta = first.state()
+    arrays, meta = first.state_dict()
     assert meta["similarities"] == list(BOTH) and meta["partner"]["index"] == 2
     resumed = ViewAccumulator(views, similarities=BOTH)
-    resumed.load_state({k: np.array(v) for k, v in arrays.items()}, meta)
+    resumed.load_state_dict({k: np.array(v) for k, v in arrays.items()}, meta)
     resumed.update(s[:, 3:])
     whole = ViewAccumulator(views, similarities=BOTH)
     whole.copy_fits(first)
@@ -484,7 +484,7 @@ def test_a_state_saved_with_a_partner_held_resumes_to_the_same_numbers():
             for k in a:
                 np.testing.assert_allclose(b[k], a[k], rtol=1e-11, atol=1e-11, err_msg=f"{view} {sim} {k}")
     with pytest.raises(EffdepthError, match="kernel similarities"):
-        ViewAccumulator(views, similarities=("cka",)).load_state(arrays, meta)
+        ViewAccumulator(views, similarities=("cka",)).load_state_dict(arrays, meta)
 
 
 def test_extend_appends_the_other_pairs_after_this_ones_sequences():
@@ -499,7 +499,7 @@ def test_extend_appends_the_other_pairs_after_this_ones_sequences():
     whole = ViewAccumulator(views, similarities=("cka",))
     whole.copy_fits(first)
     whole.update(s)
-    first.extend(rest)
+    first.merge(rest)
     for view in views:
         a, b = whole.unit_statistics(view, "cka").arrays, first.unit_statistics(view, "cka").arrays
         for k in a:

@@ -281,13 +281,13 @@ def test_a_resume_from_a_checkpoint_taken_while_calibrating_gives_the_same_numbe
     whole = fed(MeasurementState.new(options), s, mask, 10)
     whole.finish()
     interrupted = fed(MeasurementState.new(options), s, mask, 6)
-    save_checkpoint(tmp_path, *interrupted.state())
+    save_checkpoint(tmp_path, *interrupted.state_dict())
     arrays, meta = load_checkpoint(tmp_path)
     # The surrogate streams hold their calibration set either way; the real one only when calibrating.
     assert meta["calibrated"]["sequences"] == (2 if padding == 0 else 0)  # a leading padding batch is passed
     assert meta["accumulator"]["sequences"] == (0 if estimate == "calibration" else 4)
     resumed = MeasurementState.new(options)
-    resumed.load_state(arrays, meta)
+    resumed.load_state_dict(arrays, meta)
     held_left_out = estimate == "calibration" and not held_fits
     assert resumed.views.rows == (padding == 0) * 2 * held_left_out + (0 if held_left_out else 6)
     fed(resumed, s, mask, 10, start=resumed.views.rows)
@@ -319,7 +319,7 @@ def test_the_saved_loss_covers_the_same_batches_as_the_saved_statistics(held_fit
     ids = torch.zeros(2, 8, dtype=torch.long)
     for b in (0, 2):
         state.update(s[:, b : b + 2], None, torch.zeros(2, 8, 5), ids)
-    _, meta = state.state()
+    _, meta = state.state_dict()
     assert state.views.calibrating and state.loss.count == 28
     assert meta["loss"]["count"] == (28 if held_fits else 0)
 

@@ -74,7 +74,7 @@ def test_a_lean_accumulator_resumes_from_the_state_of_a_full_one():
     full = ViewAccumulator(["default"], similarities=("cka",))
     full.update(s)
     lean = ViewAccumulator(["default"], similarities=("cka",), statistics=("n",))
-    lean.load_state(*full.state())
+    lean.load_state_dict(*full.state_dict())
     lean.update(s)
     assert lean.unit_statistics("default", "cka").units == 3  # pairs of the six sequences
     assert set(lean.unit_statistics("default").arrays) == {"n"}
@@ -376,10 +376,10 @@ def test_a_kernel_only_state_does_not_resume_a_run_that_needs_the_cosine_sums():
     lean.update(states())
     full = ViewAccumulator(["default", "token-norm"], similarities=("cka", "frobenius"))
     with pytest.raises(EffdepthError, match="lack .*resume with the same similarities"):
-        full.load_state(*lean.state())
+        full.load_state_dict(*lean.state_dict())
     # The other way round a saved state carries more than is kept: it resumes.
     full.update(states())
     again = ViewAccumulator(["default", "token-norm"], similarities=("cka",))
-    again.load_state(*full.state())
+    again.load_state_dict(*full.state_dict())
     again.update(states())
     assert again.unit_statistics("token-norm", "cka").units == 3  # pairs of the six sequences

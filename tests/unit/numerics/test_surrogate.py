@@ -194,15 +194,15 @@ def test_state_round_trip_and_extend_across_ranks():
     first = CalibratedReferences(views, seed=3)
     first.update(s[:, :2])
     resumed = CalibratedReferences(views, seed=3)
-    resumed.load_state(*first.state())
+    resumed.load_state_dict(*first.state_dict())
     resumed.update(s[:, 2:])
     assert_same(totals(whole), totals(resumed))
     rank1 = CalibratedReferences(views, seed=3, first_sequence=2)
     rank1.update(s[:, 2:])
-    first.extend(rank1)
+    first.merge(rank1)
     assert_same(totals(whole, "token-norm+drop-pos0"), totals(first, "token-norm+drop-pos0"))
     with pytest.raises(EffdepthError, match="seed"):
-        CalibratedReferences(views, seed=4).load_state(*whole.state())
+        CalibratedReferences(views, seed=4).load_state_dict(*whole.state_dict())
 
 
 def test_a_failed_update_leaves_both_kinds_as_they_were(monkeypatch):
