@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.effdepth-installed
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test test-fast test-integration test-acceptance bench clean
 
 setup: $(STAMP)
 
@@ -23,13 +23,23 @@ demo: setup
 	$(VENV)/bin/effdepth measure gemma-3-270m $(DEMO) --out runs/demo/gemma-3-270m
 	$(VENV)/bin/effdepth claims runs/demo
 
-# Everything: unit and integration tiers, doctests, the real SmolLM2 model (what CI runs).
+# Everything: the unit, integration and acceptance tiers (what CI runs); gpu tests skip without CUDA.
 test: setup
 	$(PY) -m pytest -q
 
-# The unit tier alone: no model, seconds.
+# One tier each (markers given by tests/conftest.py).
+# unit: tests/unit and the doctests, no model, under a minute (the two paths only spare
+# collecting tests/integration; the marker alone picks the same tests).
 test-fast: setup
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q -m unit tests/unit src/effdepth
+
+# integration: tests/integration on tiny random models, the CLI, the reports.
+test-integration: setup
+	$(PY) -m pytest -q -m integration
+
+# acceptance: the real pretrained models (SmolLM2, Gemma-3) and the report in a real browser.
+test-acceptance: setup
+	$(PY) -m pytest -q -m acceptance
 
 bench: setup
 	$(PY) benchmarks/overhead.py

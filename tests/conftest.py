@@ -1,24 +1,49 @@
-"""Fixtures shared across the test tree.
+"""Fixtures shared across the test tree, and the tiers.
 
-Tiers: ``tests/unit`` (no model, seconds: ``make test-fast``) and
-``tests/integration`` (tiny and real models, the CLI, the browser).
-Markers: ``slow`` (the real SmolLM2 model), ``gpu`` (skipped without CUDA).
+Every test gets exactly one tier marker, from where it lives (see
+``pytest_collection_modifyitems``):
+
+- ``unit``: ``tests/unit`` and the doctests of ``src/effdepth`` (no model, under
+  a minute: ``make test-fast``);
+- ``integration``: ``tests/integration`` (tiny random models, the CLI, the
+  cache, the reports: ``make test-integration``);
+- ``acceptance``: the tests there that need the real pretrained models (marked
+  ``slow``: SmolLM2, Gemma-3 GGUF) or a real browser (marked ``acceptance``):
+  ``make test-acceptance``.
+
+``gpu`` marks the tests that need a CUDA GPU (skipped without one), on top of
+their tier.
 """
+
+from pathlib import Path
 
 import pytest
 import torch
 
-
-def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
-
 from effdepth.data import byte_tokenizer
 from effdepth.tiny import tiny_model
+
+INTEGRATION = Path(__file__).resolve().parent / "integration"
+
+
+def tier(item) -> str:
+    """The item's one tier: ``acceptance`` for a test marked ``slow`` (the real models) or
+    ``acceptance`` (the browser), ``integration`` for the rest of ``tests/integration``, and
+    ``unit`` for everything else (``tests/unit``, the doctests of ``src/effdepth``)."""
+    if item.get_closest_marker("slow") or item.get_closest_marker("acceptance"):
+        return "acceptance"
+    if INTEGRATION in Path(item.path).resolve().parents:
+        return "integration"
+    return "unit"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = None if torch.cuda.is_available() else pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        item.add_marker(getattr(pytest.mark, tier(item)))
+        if skip_gpu is not None and item.get_closest_marker("gpu"):
+            item.add_marker(skip_gpu)
 
 
 @pytest.fixture(scope="session")

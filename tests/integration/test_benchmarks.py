@@ -39,6 +39,7 @@ def test_the_token_benchmark_measures_in_token_mode():
         assert not result.passages and similarity in ("all", result.primary_similarity)
 
 
+@pytest.mark.slow  # the embedded SmolLM2
 def test_the_passage_benchmark_runs_end_to_end():
     """What ``make bench`` runs for passage mode, on the embedded SmolLM2 at a tiny size."""
     out = subprocess.run([sys.executable, "passages.py", "--repeats", "1", "--num-seqs", "8", "--seq-len", "32",

@@ -300,6 +300,7 @@ def test_real_pip_with_no_registry_gives_the_manual_placement_hint(cache, tmp_pa
 # -- the real assets, in the real default cache (downloaded once per machine) --
 
 
+@pytest.mark.slow  # the real model file (~95 MB on the first run)
 def test_smollm2_gguf_is_a_gguf_alone_in_its_folder():
     path = smollm2_gguf()
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -530,6 +530,7 @@ def test_shakespeare_with_the_byte_tokenizer(tok):
     assert load_corpus("shakespeare", tok, seq_len=128, num_seqs=16).sha256 == corpus.sha256
 
 
+@pytest.mark.slow  # the real model file
 def test_shakespeare_with_the_real_smollm2_tokenizer():
     from transformers import AutoTokenizer
 

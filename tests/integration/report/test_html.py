@@ -146,6 +146,7 @@ def _image_status(dom: str) -> tuple:
     return int(m.group(1)), int(m.group(2))
 
 
+@pytest.mark.acceptance  # a real browser
 def test_report_renders_in_a_real_browser(many_report, tmp_path):
     shot = tmp_path / "report.png"
     out = _browse(many_report.as_uri(), tmp_path, f"--screenshot={shot}", "--window-size=1280,2000")
@@ -161,6 +162,7 @@ def test_report_renders_in_a_real_browser(many_report, tmp_path):
     assert loaded == total > 0, f"{loaded} of {total} images decoded"
 
 
+@pytest.mark.acceptance  # a real browser
 def test_browser_check_detects_a_broken_image(tmp_path):
     """The check above would catch an image that does not decode."""
     page = tmp_path / "broken.html"
@@ -192,6 +194,7 @@ MARKUP_MODEL = "<script>alert(1)</script>"
 MARKUP_CORPUS = "<b>bold</b><script>document.documentElement.setAttribute('data-pwned', '1')</script>"
 
 
+@pytest.mark.acceptance  # a real browser
 def test_markup_in_model_and_corpus_names_renders_as_text_in_a_real_browser(bare_result, tmp_path):
     r = effdepth.Result.from_dict(bare_result.to_dict())
     r.provenance["model"] = {"id": MARKUP_MODEL, "revision": "<b>v1</b>"}
