@@ -133,7 +133,7 @@ def recompose_report(result: Result, carries=DEFAULT_CARRY, view: str | None = N
     """
     from .numerics.recompose import recompose_carry, recompose_decorrelated
     from .report.numbers import fmt
-    from .report.tables import render_table
+    from .report.plain import render_table
 
     name = view or result.default.name
     if name not in result.views and name not in result.similarities.get("frobenius", {}):

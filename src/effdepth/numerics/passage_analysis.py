@@ -153,7 +153,8 @@ def analyse_pooled(pooled: dict, plan: AnalysisPlan, *, token_sums: np.ndarray |
     for spec in plan.specs:
         if progress is not None:
             progress(spec.name)
-        states = [torch.as_tensor(np.asarray(pooled[spec.variant][l]), dtype=torch.float64, device=device) for l in range(count)]
+        # a float64 copy: the saved vectors may be a read-only memory map
+        states = [torch.from_numpy(np.array(pooled[spec.variant][l], dtype=np.float64)).to(device) for l in range(count)]
         if spec.top_pcs:
             states, fits[spec.name] = remove_top_directions(states, spec.top_pcs)
         for sim, summary in context.view(spec, states).items():

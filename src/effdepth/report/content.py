@@ -45,12 +45,14 @@ FIGURES = {
 
 @dataclass
 class Cell:
-    """One table cell: its text, an optional interval shown smaller, a sort key and a link."""
+    """One table cell: its text, an optional interval shown smaller, a sort key, a link, and for a
+    cell without a value (``unavailable``) the reason."""
 
     text: str
     ci: str = ""
     sort: float | None = None
     href: str = ""
+    reason: str = ""
 
 
 @dataclass
@@ -187,7 +189,7 @@ def _also(result: Result) -> str:
 
 def _unavailable_row(name: str, reason: str, width: int) -> list:
     # The reason stands where the number would: a view without a value is never shown as one.
-    return [Cell(name), Cell("unavailable:", ci=reason)] + [Cell("") for _ in range(width - 2)]
+    return [Cell(name), Cell("unavailable", reason=reason)] + [Cell("") for _ in range(width - 2)]
 
 
 def views_table(result: Result, similarity: str | None = None) -> Table:
@@ -197,7 +199,7 @@ def views_table(result: Result, similarity: str | None = None) -> Table:
     >>> import effdepth, torch
     >>> t = views_table(effdepth.from_states(torch.randn(3, 2, 8, 4), views="default,pos0-only"))
     >>> [(row[0].text, row[1].text) for row in t.rows][1]
-    ('pos0-only', 'unavailable:')
+    ('pos0-only', 'unavailable')
     """
     lv = level(result.default)
     header = ["view", "D_eff", "F_N", "D_eff / F_N", "gap %", "sub-ref.", *(label for _, label in TERMS)]
@@ -270,7 +272,7 @@ def sensitivity_table(result: Result) -> Table | None:
     columns = [view_entries(result, sim) for sim in sims]
     rows = []
     for entries in zip(*columns):
-        ratios = [Cell("unavailable:", ci=reason) if v is None else number_cell(v, v.ratio, "ratio") for _, v, reason in entries]
+        ratios = [Cell("unavailable", reason=reason) if v is None else number_cell(v, v.ratio, "ratio") for _, v, reason in entries]
         deffs = [Cell("unavailable") if v is None else number_cell(v, v.deff, "deff") for _, v, _ in entries]
         rows.append([Cell(entries[0][0])] + ratios + deffs)
     header = ["view"] + [f"{s} D_eff / F_N" for s in sims] + [f"{s} D_eff" for s in sims]
@@ -347,8 +349,23 @@ def comparison_text(c: Comparison) -> str:
 
 
 def extras_rows(result: Result) -> list:
-    """Extra measurements (e.g. ``loss``), flattened to ``(key, value)``."""
-    return [(k, _value(x)) for k, x in _flatten(result.extras or {})]
+    """Extra measurements (e.g. ``loss``), flattened to ``(key, value)``; numbers as every table writes them.
+
+    >>> import effdepth, torch
+    >>> r = effdepth.from_states(torch.randn(3, 2, 4, 8))
+    >>> r.extras["loss"] = {"mean": 2.5, "perplexity": 12.18, "tokens": 90}
+    >>> extras_rows(r)
+    [('loss.mean', '2.500'), ('loss.perplexity', '12.180'), ('loss.tokens', '90')]
+    """
+    return [(k, _extra_value(x)) for k, x in _flatten(result.extras or {})]
+
+
+def extras_table(result: Result) -> Table | None:
+    """:func:`extras_rows` as a table; None without extra measurements."""
+    rows = extras_rows(result)
+    if not rows:
+        return None
+    return Table(["extra", "value"], [[Cell(k), Cell(v) if isinstance(v, str) else Cell(v.preview)] for k, v in rows], [False, True])
 
 
 def provenance_groups(source: Source) -> list:
@@ -478,6 +495,14 @@ def _flatten(d: dict, prefix: str = ""):
             yield from _flatten(x, key + ".")
         else:
             yield key, x
+
+
+def _extra_value(x):
+    if x is None:
+        return "n/a"  # non-finite values are saved as null
+    if isinstance(x, float):
+        return fmt(x) if abs(x) < 1e6 else f"{x:.4g}"
+    return _value(x)
 
 
 def _value(x):

@@ -243,8 +243,10 @@ def _table(table: Table, sortable: bool = False) -> str:
 
 
 def _cell(c: Cell, numeric: bool) -> str:
-    text = f'<a href="{escape(c.href)}">{escape(c.text)}</a>' if c.href else escape(c.text)
-    ci = f'<span class="ci">{escape(c.ci)}</span>' if c.ci else ""
+    label = f"{c.text}:" if c.reason else c.text  # a cell without a value says why under it
+    text = f'<a href="{escape(c.href)}">{escape(label)}</a>' if c.href else escape(label)
+    small = c.ci or c.reason
+    ci = f'<span class="ci">{escape(small)}</span>' if small else ""
     sort = f' data-sort="{c.sort!r}"' if c.sort is not None else ""
     return f"<td{_cls(numeric)}{sort}>{text}{ci}</td>"
 

@@ -79,7 +79,7 @@ def table(t: Table) -> str:
     lines = ["| " + " | ".join(esc(h) for h in t.header) + " |",
              "|" + "|".join("---:" if n else ":---" for n in numeric) + "|"]
     for row in t.rows:
-        cells = [esc(f"{c.text} {c.ci}".strip()) for c in row]
+        cells = [esc(f"{c.text}: {c.reason}" if c.reason else f"{c.text} {c.ci}".strip()) for c in row]
         lines.append("| " + " | ".join(cells) + " |")
     if t.note:
         lines += ["", f"_{esc(t.note)}_"]

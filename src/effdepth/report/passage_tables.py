@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from ..result import Result
 from . import passage_content
+from .content import extras_table
 from .plain import table_text
-from .tables import extras_table
 
 
 def passage_headline(result: Result) -> str:
@@ -25,8 +25,8 @@ def passage_summary_text(result: Result) -> str:
     parts = [passage_headline(result)]
     parts += [f"{s.title}:\n{table_text(s.table)}" for s in passage_content.sections(result)]
     extras = extras_table(result)
-    if extras:
-        parts.append(extras)
+    if extras is not None:
+        parts.append(table_text(extras))
     return "\n\n".join(parts)
 
 

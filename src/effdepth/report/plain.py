@@ -1,4 +1,5 @@
-"""A report :class:`~effdepth.report.content.Table` as plain text, for the terminal.
+"""Plain text for the terminal: :func:`render_table` lays out rows of strings, :func:`table_text`
+renders a report :class:`~effdepth.report.content.Table`.
 
 The third writer beside :mod:`.html` and :mod:`.markdown`: the same table objects, so the terminal,
 HTML and Markdown carry the same numbers.
@@ -7,20 +8,47 @@ HTML and Markdown carry the same numbers.
 from __future__ import annotations
 
 from .content import Table
-from .tables import render_table
 
 
-def table_text(table: Table) -> str:
-    """The table with each interval after its value, numeric columns right-aligned, the note under it.
+def render_table(header: list, rows: list, left: int = 1, numeric: list | None = None) -> str:
+    """A plain-text table: the first ``left`` columns (names) left-aligned, the others (numbers) right-aligned;
+    ``numeric`` (one flag per column), when given, right-aligns exactly the flagged columns instead.
+
+    >>> print(render_table(["a", "b"], [["x", "1.0"]]))
+    a    b
+    -  ---
+    x  1.0
+    """
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    flush_left = [not n for n in numeric] if numeric else [i < left for i in range(len(widths))]
+
+    def line(row):
+        return "  ".join(str(x).ljust(w) if flush_left[i] else str(x).rjust(w)
+                         for i, (x, w) in enumerate(zip(row, widths))).rstrip()
+
+    return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
+
+
+def table_text(table: Table, note: bool = True) -> str:
+    """The table with each interval after its value, numeric columns right-aligned; the reason of
+    each cell without a value listed under it (once per row and reason), then the note.
 
     >>> from effdepth.report.content import Cell
-    >>> print(table_text(Table(["view", "D_eff"], [[Cell("default"), Cell("1.250", "[1.1, 1.4]")]], [False, True], "note")))
-    view                D_eff
-    -------  ----------------
-    default  1.250 [1.1, 1.4]
+    >>> t = Table(["view", "D_eff"], [[Cell("default"), Cell("1.250", "[1.1, 1.4]")], [Cell("pos0-only"), Cell("unavailable", reason="one token")]],
+    ...           [False, True], "note")
+    >>> print(table_text(t))
+    view                  D_eff
+    ---------  ----------------
+    default    1.250 [1.1, 1.4]
+    pos0-only       unavailable
+    pos0-only: unavailable: one token
     note
     """
     numeric = table.numeric or [i > 0 for i in range(len(table.header))]
     rows = [[f"{c.text} {c.ci}".strip() for c in row] for row in table.rows]
-    text = render_table(table.header, rows, numeric=numeric)
-    return f"{text}\n{table.note}" if table.note else text
+    lines = [render_table(table.header, rows, numeric=numeric)]
+    reasons = {f"{row[0].text}: {c.text}: {c.reason}": None for row in table.rows for c in row if c.reason}
+    lines += list(reasons)
+    if note and table.note:
+        lines.append(table.note)
+    return "\n".join(lines)

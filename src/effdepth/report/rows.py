@@ -64,17 +64,6 @@ def view_entries(result, similarity: str | None = None) -> list:
     return out
 
 
-def unavailable_lines(result, similarity: str | None = None) -> list:
-    """``"view: unavailable under sim: reason"`` for each view without a value under ``similarity``.
-
-    >>> import effdepth, torch
-    >>> unavailable_lines(effdepth.from_states(torch.randn(3, 2, 8, 4), views="default,pos0-only"))[0][:33]
-    'pos0-only: unavailable under cka:'
-    """
-    similarity = similarity or result.primary_similarity
-    return [f"{name}: unavailable under {similarity}: {reason}" for name, v, reason in view_entries(result, similarity) if v is None]
-
-
 def has_calibrated(result, similarity: str | None = None) -> bool:
     """Whether any view (under ``similarity``) has the calibrated references (docs/method.md#calibrated-references).
 

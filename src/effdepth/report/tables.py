@@ -1,12 +1,14 @@
-"""Plain-text tables for the terminal and the README (no plotting imports).
+"""What the terminal prints (no plotting imports).
 
-- a result (``effdepth measure``, ``effdepth show``): :func:`result_summary_text`;
+- a result (``effdepth measure``, ``effdepth show``): :func:`result_summary_text`, the tables of
+  :mod:`.content` (token mode) or :mod:`.passage_content` (passage mode) as plain text, so the
+  terminal, HTML and Markdown carry the same numbers;
 - the rows of a sweep or a trajectory: :func:`suite_summary_text`;
 - an intervention: :func:`intervention_headline`, :func:`intervention_table`;
 - a carry experiment: :func:`experiment_headline`, :func:`experiment_final_table`,
   :func:`experiment_step_table`.
 
-All of them are laid out by :func:`render_table` and write numbers with
+All of them are laid out by :func:`~effdepth.report.plain.render_table` and write numbers with
 :func:`~effdepth.report.numbers.fmt`.
 """
 
@@ -14,126 +16,24 @@ from __future__ import annotations
 
 import re
 
-from ..numerics.metrics import ATTRIBUTION_NAMES
-from ..result import Result, ViewResult
+from ..result import Result
 from ..results_carry import summary_interval
+from . import content
 from .numbers import fmt, fmt_interval
-from .rows import has_calibrated, lead_rows, unavailable_lines, view_entries, view_order
-from .wording import ATTRIBUTION, CALIBRATED, carry_text, context, similarity_name
+from .plain import render_table, table_text
+from .rows import lead_rows
+from .wording import carry_text, context, similarity_name
 
 #: Columns of :func:`intervention_table`.
 INTERVENTION_COLUMNS = ("lam", "D_eff", "CI", "F_N", "ratio", "R_init", "R_size", "R_matched", "loss", "perplexity")
-
-#: The attribution terms, in the order of the chain F_N -> R_init -> R_matched -> D_eff.
-TERMS = ATTRIBUTION_NAMES  # the three terms of the gap, in order
-
-
-def render_table(header: list, rows: list, left: int = 1, numeric: list | None = None) -> str:
-    """A plain-text table: the first ``left`` columns (names) left-aligned, the others (numbers) right-aligned;
-    ``numeric`` (one flag per column), when given, right-aligns exactly the flagged columns instead.
-
-    >>> print(render_table(["a", "b"], [["x", "1.0"]]))
-    a    b
-    -  ---
-    x  1.0
-    """
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    flush_left = [not n for n in numeric] if numeric else [i < left for i in range(len(widths))]
-
-    def line(row):
-        return "  ".join(str(x).ljust(w) if flush_left[i] else str(x).rjust(w)
-                         for i, (x, w) in enumerate(zip(row, widths))).rstrip()
-
-    return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
 
 
 # --------------------------------------------------------------------------- one result
 
 
-def _interval(v: ViewResult, key: str) -> str:
-    return fmt_interval((v.ci or {}).get(key))
-
-
-def _sub(v: ViewResult) -> str:
-    return {True: "yes", False: "no", None: "n/a"}[v.sub_reference]
-
-
-def _with_interval(v: ViewResult, value, key: str) -> str:
-    return f"{fmt(value)} {_interval(v, key)}".strip()
-
-
-def _level(result: Result) -> int:
-    return next((int(round(100 * v.ci["level"])) for views in result.similarities.values() for v in views.values() if v.ci), 95)
-
-
-def summary_table(result: Result, similarity: str | None = None) -> str:
-    """One row per view under ``similarity`` (default: the primary): D_eff [interval], F_N, ratio, gap,
-    sub-reference, attribution; a view without a value there reads ``unavailable``.
-
-    >>> import effdepth, torch
-    >>> print(summary_table(effdepth.from_states(torch.randn(3, 2, 4, 8))).splitlines()[0].split()[:3])
-    ['view', 'D_eff', '95%']
-    """
-    header = ["view", "D_eff", f"{_level(result)}% CI", "F_N", "ratio", "gap %", "sub-ref", "init.state", "size.imbal", "corr.upd"]
-    rows = []
-    for name, v, _ in view_entries(result, similarity):
-        if v is None:  # never a number: the reason follows the table
-            rows.append([name, "-", "unavailable"] + [""] * (len(header) - 3))
-            continue
-        a = v.attribution
-        rows.append([name, fmt(v.deff), _interval(v, "deff"), fmt(v.reference), fmt(v.ratio), fmt(v.gap_pct, 1, signed=True),
-                     _sub(v), *(fmt(a.get(k), signed=True) for k in TERMS)])
-    return render_table(header, rows)
-
-
-def references_table(result: Result, similarity: str | None = None) -> str:
-    """The references of each view with their intervals: F_N, R_init, R_size, R_matched and, when
-    measured, the calibrated R_structural_cal and R_matched_cal (docs/method.md#calibrated-references).
-
-    >>> import effdepth, torch
-    >>> references_table(effdepth.from_states(torch.randn(3, 2, 4, 8), surrogate_seqs=None)).split()[:7]
-    ['view', 'F_N', 'R_init', 'R_size', 'R_matched', 'R_structural_cal', 'R_matched_cal']
-    """
-    calibrated = has_calibrated(result, similarity)
-    header = ["view", "F_N", "R_init", "R_size", "R_matched"] + (list(CALIBRATED.values()) if calibrated else []) + ["D_eff"]
-    rows = []
-    for name, v, _ in view_entries(result, similarity):
-        if v is None:
-            rows.append([name, "-", "unavailable"] + [""] * (len(header) - 3))
-            continue
-        r = v.references
-        row = [name, fmt(v.reference)] + [_with_interval(v, r.get(k), f"reference_{k}") for k in ("init", "size", "matched")]
-        if calibrated:
-            row += [_with_interval(v, r.get(k), f"reference_{k}") for k in CALIBRATED]
-        rows.append(row + [fmt(v.deff)])
-    return render_table(header, rows)
-
-
-def sensitivity_table(result: Result) -> str:
-    """Definition sensitivity: D_eff / F_N [interval] per view (rows) and similarity (columns), the
-    primary first; ``unavailable`` where a similarity has no value (the reasons are in
-    :func:`result_summary_text`). ``""`` with one similarity.
-
-    >>> import effdepth, torch
-    >>> r = effdepth.from_states(torch.randn(4, 3, 8, 16), similarity="cka,frobenius")
-    >>> sensitivity_table(r).splitlines()[0].split()
-    ['view', 'cka', 'frobenius']
-    """
-    sims = list(result.similarities)
-    if len(sims) < 2:
-        return ""
-    rows = []
-    for name in view_order(result):
-        row = [name]
-        for sim in sims:
-            v = result.similarities[sim].get(name)
-            row.append("unavailable" if v is None else _with_interval(v, v.ratio, "ratio"))
-        rows.append(row)
-    return render_table(["view"] + sims, rows)
-
-
 def headline(result: Result) -> str:
-    """What was measured, on what, with which similarity (and carry); then the main number.
+    """What was measured, on what, with which similarity (and carry); then the main number, in the
+    words of the report (:func:`~effdepth.report.content.headline`).
 
     >>> import effdepth, torch
     >>> headline(effdepth.from_states(torch.randn(3, 2, 4, 8))).splitlines()[1].startswith("D_eff = ")
@@ -155,51 +55,12 @@ def headline(result: Result) -> str:
         + (f", also {' and '.join(others)}" if others else "")
         + f", N = {v.num_states} states"
         + (" incl. embedding" if c.get("include_embedding") else ""),
+        content.headline(result),
     ]
     carry = carry_text(result.extras)
     if carry:
         lines.append(f"intervened model: {carry} (not the plain model; docs/method.md#carry-in-model)")
-    ci = _interval(v, "deff")
-    tokens = f", {c['seq_len']} tokens per sequence" if c.get("seq_len") else ""
-    lines.append(
-        f"D_eff = {fmt(v.deff)} {ci}  vs  F_N = {fmt(v.reference)}: ratio {fmt(v.ratio)}, gap {fmt(v.gap_pct, 1, signed=True)}%"
-        + ("  (sub-reference)" if v.sub_reference else "")
-        + f"  [view {v.name}, {result.primary_similarity}{tokens}]"
-    )
     return "\n".join(lines)
-
-
-def extras_table(result: Result) -> str:
-    """Extra measurements (``result.extras``, e.g. the next-token loss), one line each; ``""`` when none.
-
-    >>> import effdepth, torch
-    >>> r = effdepth.from_states(torch.randn(3, 2, 4, 8))
-    >>> r.extras["loss"] = {"mean": 2.5, "perplexity": 12.18, "tokens": 90}
-    >>> print(extras_table(r))
-    extra             value
-    ---------------  ------
-    loss.mean         2.500
-    loss.perplexity  12.180
-    loss.tokens          90
-    """
-    rows = [[key, _extra_value(value)] for key, value in _flatten(result.extras or {})]
-    return render_table(["extra", "value"], rows) if rows else ""
-
-
-def _flatten(d: dict, prefix: str = ""):
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            yield from _flatten(v, f"{prefix}{k}.")
-        else:
-            yield f"{prefix}{k}", v
-
-
-def _extra_value(v) -> str:
-    if v is None:
-        return "n/a"  # non-finite values are saved as null
-    if isinstance(v, float):
-        return fmt(v) if abs(v) < 1e6 else f"{v:.4g}"
-    return str(v)
 
 
 def result_summary_text(result: Result) -> str:
@@ -215,26 +76,15 @@ def result_summary_text(result: Result) -> str:
 
         return passage_summary_text(result)
     where = context(result)
-    views = f"views, {where}:\n{summary_table(result)}"
-    missing = unavailable_lines(result)
-    if missing:
-        views += "\n" + "\n".join(missing)
-    parts = [headline(result), views + "\n" + ATTRIBUTION, f"references, {where}:\n{references_table(result)}"]
-    sensitivity = sensitivity_table(result)
-    if sensitivity:
-        level = _level(result)
-        reasons = [line for sim in result.similarities for line in unavailable_lines(result, sim)]
-        carry = carry_text(result.extras)
-        parts.append(f"definition sensitivity: D_eff / F_N [{level}% CI] per view and similarity"
-                     + (f", {carry}" if carry else "") + f":\n{sensitivity}" + "".join("\n" + r for r in reasons))
-    extras = extras_table(result)
-    if extras:
-        parts.append(extras)
+    parts = [headline(result), f"views, {where}:\n{table_text(content.views_table(result))}",
+             f"references, {where}:\n{table_text(content.references_table(result))}"]
+    sensitivity = content.sensitivity_table(result)
+    if sensitivity is not None:
+        parts.append(f"definition sensitivity, D_eff / F_N and D_eff per view and similarity:\n{table_text(sensitivity)}")
+    extras = content.extras_table(result)
+    if extras is not None:
+        parts.append(table_text(extras))
     return "\n\n".join(parts)
-
-
-#: Deprecated: the old name of :func:`result_summary_text`, until every caller has moved.
-summary_text = result_summary_text
 
 
 # --------------------------------------------------------------------------- sweeps and trajectories
@@ -496,21 +346,6 @@ def show_text(obj) -> str:
 # --------------------------------------------------------------------------- effdepth claims
 
 
-def claims_table(result: Result) -> str:
-    """Claims (rows) x similarities (columns): holds / fails / not measured (docs/method.md#claims).
-
-    >>> import effdepth, torch
-    >>> print(claims_table(effdepth.from_states(torch.randn(4, 3, 8, 16), similarity="frobenius")).splitlines()[0])
-    #  claim                                  frobenius
-    """
-    from ..verdicts import CLAIMS, check_claims, verdict_grid
-
-    sims = list(result.similarities)
-    grid = verdict_grid(check_claims(result))
-    rows = [[str(i), claim] + [grid[name][s].status for s in sims] for i, (name, claim, _) in enumerate(CLAIMS, start=1)]
-    return render_table(["#", "claim"] + sims, rows, left=2 + len(sims))
-
-
 def claims_text(result: Result, label: str | None = None) -> str:
     """``effdepth claims`` of one result: what was measured, the verdicts, the numbers behind each, the paper.
 
@@ -531,7 +366,7 @@ def claims_text(result: Result, label: str | None = None) -> str:
     if carry:
         what.append(carry)
     lines = [f"Does {label or result_label(result)} reproduce the paper? ({'; '.join(what)}; docs/method.md#claims)", "",
-             claims_table(result), "", "what each claim checks:"]
+             table_text(content.claims_table(result), note=False), "", "what each claim checks:"]
     lines += [f"({i}) {name}: {test}" for i, (name, test) in enumerate(claim_tests(result), start=1)]
     lines += ["", "the numbers behind each verdict (an inequality holds when the whole interval is on its side):"]
     lines += claims_evidence(result)

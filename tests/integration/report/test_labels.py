@@ -129,7 +129,7 @@ def test_attribution_has_one_sign_in_table_figure_caption_and_note(tiny_token_re
     v = tiny_result.default
     text = result_summary_text(tiny_result)
     row = next(line for line in text.splitlines() if line.startswith("default "))
-    shown = row.split()[-3:]
+    shown = [cell.split()[0] for cell in re.split(r"\s{2,}", row.strip())[-3:]]  # each value before its interval
     terms = [v.attribution[k] for k in ("initial_state", "size_imbalance", "correlated_updates")]
     assert shown == [fmt(t, signed=True) for t in terms]
 

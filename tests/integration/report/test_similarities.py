@@ -48,10 +48,11 @@ def test_show_names_the_similarity_of_every_table(every_similarity, capsys):
     code, out, err = run(["show", path], capsys)
     assert code == 0, err
     assert "similarity cka (cross-sequence linear CKA), also frobenius and token" in out.splitlines()[0]
-    assert "[view default, cka, 16 tokens per sequence]" in out
+    headline = out.splitlines()[1]
+    assert "similarity cka; 16 tokens per sequence" in headline and headline.endswith("[view default].")
     assert "views, similarity cka:" in out and "references, similarity cka:" in out
-    header = section(out, "definition sensitivity").splitlines()[1].split()
-    assert header == ["view", "cka", "frobenius", "token"]
+    header = re.split(r"\s{2,}", section(out, "definition sensitivity").splitlines()[1].strip())
+    assert header == ["view"] + [f"{s} D_eff / F_N" for s in ("cka", "frobenius", "token")] + [f"{s} D_eff" for s in ("cka", "frobenius", "token")]
 
 
 def test_unavailable_views_are_words_with_their_reason_never_numbers(every_similarity, capsys):
@@ -60,8 +61,8 @@ def test_unavailable_views_are_words_with_their_reason_never_numbers(every_simil
     _, out, _ = run(["show", path], capsys)
     for title in ("views, similarity cka:", "references, similarity cka:"):
         rows = [line for line in section(out, title).splitlines() if line.split()[:1] == ["pos0-only"]]
-        assert len(rows) == 1 and rows[0].split() == ["pos0-only", "-", "unavailable"], rows
-    assert f"pos0-only: unavailable under cka: {REASON}" in out
+        assert len(rows) == 1 and rows[0].split() == ["pos0-only", "unavailable"], rows
+        assert f"pos0-only: unavailable: {REASON}" in section(out, title)
     sensitivity = section(out, "definition sensitivity")
     row = next(line for line in sensitivity.splitlines() if line.startswith("pos0-only"))
     cells = re.split(r"\s{2,}", row.strip())
