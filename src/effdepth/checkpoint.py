@@ -116,13 +116,46 @@ def remove_checkpoint(folder: Path) -> None:
 
 
 class InterruptFlag:
-    """Set by the first SIGINT/SIGTERM; a second signal of either kind interrupts at once."""
+    """Set by the first SIGINT/SIGTERM; a second signal of either kind stops at once
+    (:meth:`interrupt_now`), except inside :meth:`deferred`, which it waits for.
+
+    >>> flag = InterruptFlag()
+    >>> try:
+    ...     with flag.deferred():
+    ...         flag.interrupt_now()
+    ...         print("the batch's statistics added whole")
+    ... except KeyboardInterrupt:
+    ...     print("stopped after them")
+    the batch's statistics added whole
+    stopped after them
+    """
 
     def __init__(self):
         self.signal: int | None = None
+        self._deferring = False
+        self._stop_pending = False
 
     def __bool__(self) -> bool:
         return self.signal is not None
+
+    def interrupt_now(self) -> None:
+        """Stop at once: raise KeyboardInterrupt, or at the end of the :meth:`deferred` block."""
+        if self._deferring:
+            self._stop_pending = True
+        else:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def deferred(self):
+        """A block that a second signal does not cut short (adding a batch's statistics)."""
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+        if self._stop_pending:
+            self._stop_pending = False
+            raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -135,10 +168,10 @@ def graceful_interrupts():
 
     def handler(signum, frame):
         if flag:
-            # A stuck or huge batch must not make the user wait: stop now. The
-            # accumulator commits a batch only when it is complete, so what is
-            # saved is every finished batch.
-            raise KeyboardInterrupt
+            # A stuck or huge forward pass must not make the user wait: stop now (after the
+            # statistics of a batch being added, so what is saved is every finished batch).
+            flag.interrupt_now()
+            return
         flag.signal = signum
         print(f"effdepth: {signal.Signals(signum).name} received: stopping after this batch "
               "(send it again to stop at once)", file=sys.stderr, flush=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from .version import __version__
-from .capture.batches import state_batches
+from .capture.batches import is_out_of_memory, state_batches
 from .capture.external import adapt_external
 from .capture.registry import resolve_architecture
 from .checkpoint import CheckpointMismatch, MeasurementInterrupted, graceful_interrupts, load_checkpoint, remove_checkpoint, save_checkpoint
@@ -19,7 +19,7 @@ from .numerics.accumulate import statistics_for
 from .numerics.loss import LossAccumulator
 from .numerics.similarities import get_similarity
 from .numerics.cka_full import check_cka_full_memory
-from .numerics.streams import ViewAccumulator, keeps_cosine_sums, real_counts
+from .numerics.streams import ViewAccumulator, calibration_prefix, fit_description, keeps_cosine_sums, real_counts
 from .numerics.summary import view_summaries
 from .numerics.surrogate import CalibratedReferences
 from .options import DEFAULT_SIMILARITY, DEFAULTS, AnalysisOptions, LoadOptions, Options, RunOptions, validate_options
@@ -238,6 +238,11 @@ class MeasurementState:
     """Everything one pass over the batches feeds: the views' statistics, the surrogate
     streams of the calibrated references (docs/method.md#calibrated-references) and the loss.
 
+    Views that fit a mean or principal directions are fitted first, in a phase
+    of their own (:meth:`fit_batch` over the fitted set, then
+    :meth:`finalize_fit`; :func:`fit_views` drives it for a corpus), then
+    measured (:meth:`update`).
+
     >>> st = MeasurementState.new(AnalysisOptions(views="default,drop-pos0", surrogate_seqs=2, pooling="none"))
     >>> st.update(torch.randn(4, 3, 6, 8), None)
     >>> st.views.sequences, st.calibrated.sequences
@@ -247,7 +252,6 @@ class MeasurementState:
     views: ViewAccumulator
     calibrated: CalibratedReferences | None = None
     loss: LossAccumulator | None = None
-    _loss_before_held: dict | None = field(default=None, repr=False)
 
     @classmethod
     def new(cls, analysis: AnalysisOptions, *, with_loss: bool = False, first_sequence: int = 0,
@@ -264,47 +268,43 @@ class MeasurementState:
             limit = analysis.surrogate_seqs if surrogate_limit is None else surrogate_limit
             calibrated = CalibratedReferences(analysis.view_specs, include_embedding=analysis.include_embedding,
                                               similarities=kernel_free, seed=analysis.seed, max_seqs=limit,
-                                              first_sequence=first_sequence)
+                                              fit_seqs=analysis.surrogate_seqs, first_sequence=first_sequence)
         return cls(views, calibrated, LossAccumulator() if with_loss else None)
 
     @property
     def sequences(self) -> int:
         return self.views.sequences
 
-    def finish(self) -> None:
-        """Fit and measure whatever is still held for the calibration set (a run smaller than it).
+    @property
+    def fitted(self) -> bool:
+        """Whether the views that need a fit (center, top-k PC) have it, in every stream."""
+        return self.views.fitted and (self.calibrated is None or self.calibrated.fitted)
+
+    def fit_batch(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
+        """Feed one batch of the fitted set to the real and the surrogate streams' fits."""
+        self.views.fit_batch(states, mask)
+        if self.calibrated is not None:
+            self.calibrated.fit_batch(states, mask)
+
+    def finalize_fit(self, *, sequences: int, tokens: int) -> None:
+        """The fits, from the batches fed to :meth:`fit_batch` (``sequences``, ``tokens``: their size).
 
         >>> st = MeasurementState.new(AnalysisOptions(views="top1pc", surrogate_seqs=0, pooling="none"))
-        >>> st.update(torch.randn(4, 2, 6, 8), None); st.sequences
-        0
-        >>> st.finish(); st.sequences, st.views.fit_info["calibration"]
-        (2, {'sequences': 2, 'tokens': 12})
+        >>> st.fit_batch(torch.randn(4, 2, 6, 8), None); st.finalize_fit(sequences=2, tokens=12)
+        >>> st.views.fit_info["how"]
+        'calibration on all 2 sequences (12 tokens): fewer than a calibration set of 8 sequences and 2048 tokens'
         """
-        self.views.flush()
+        how = fit_description(self.views.pc_estimate, sequences=sequences, tokens=tokens)
+        self.views.finalize_fit(how, sequences=sequences, tokens=tokens)
         if self.calibrated is not None:
-            self.calibrated.flush()
+            self.calibrated.finalize_fit()
 
     def update(self, states: torch.Tensor, mask: torch.Tensor | None, logits=None, input_ids=None) -> None:
-        """Add one batch to every stream, or to none: a failure part-way (out of memory) rolls
-        back what was added, so the batch can be retried at a smaller size."""
-        # The surrogate streams go first: undoing them is cheap, while the real stream's cka-full
-        # sums, once added, are not copied to be undone (see ViewAccumulator.mark).
-        calibrated_mark = self.calibrated.mark() if self.calibrated is not None else None
-        mark = self.views.mark()
-        try:
-            if self.calibrated is not None:
-                self.calibrated.update(states, mask)
-            self.views.update(states, mask)
-        except BaseException:
-            self.views.rollback(mark)
-            if calibrated_mark is not None:
-                self.calibrated.rollback(calibrated_mark)
-            raise
+        """Measure one batch in every stream."""
+        if self.calibrated is not None:
+            self.calibrated.update(states, mask)
+        self.views.update(states, mask)
         if self.loss is not None:
-            if not self.views.calibrating:
-                self._loss_before_held = None
-            elif self._loss_before_held is None:  # the loss as it was before the first held batch
-                self._loss_before_held = {"total": self.loss.total, "count": self.loss.count}
             self.loss.update(logits, input_ids, mask)
 
     def merge(self, other: "MeasurementState") -> None:
@@ -318,15 +318,9 @@ class MeasurementState:
     def state_dict(self) -> tuple:
         """``(arrays, meta)`` of every stream, for a checkpoint."""
         arrays, meta = self.views.state_dict()
-        loss = self.loss.state_dict()[1] if self.loss is not None else None
-        if self.views.calibrating and not meta["held"] and self._loss_before_held is not None:
-            loss = dict(self._loss_before_held)  # the held batches are left out: so is their loss
-        out_meta = {"accumulator": meta, "loss": loss}
+        out_meta = {"accumulator": meta, "loss": self.loss.state_dict()[1] if self.loss is not None else None}
         if self.calibrated is not None:
-            # The surrogates keep the batches they hold unless the real stream left its own held
-            # batches (the same ones) out: a resumed run feeds those again.
-            held = not self.views.calibrating or bool(meta["held"])
-            cal_arrays, out_meta["calibrated"] = self.calibrated.state_dict(held=held)
+            cal_arrays, out_meta["calibrated"] = self.calibrated.state_dict()
             arrays.update({f"cal/{k}": v for k, v in cal_arrays.items()})
         return arrays, out_meta
 
@@ -365,12 +359,54 @@ def run_fingerprint(prepared: Prepared, analysis: AnalysisOptions, with_loss: bo
     }
 
 
+def fitted_rows(tokens, pc_estimate: str) -> int:
+    """How many of the first sequences the fit phase runs over: the calibration set
+    (:func:`~effdepth.numerics.streams.calibration_prefix`) or, for the exact estimate, all."""
+    return tokens.num_seqs if pc_estimate == "exact" else calibration_prefix(tokens.lengths())
+
+
+def fit_views(prepared: Prepared, state: MeasurementState, batch_size: int, *, progress: bool = True,
+              facts: dict | None = None, stop=None) -> None:
+    """The fit phase: forward passes over the fitted sequences (:func:`fitted_rows`), fed to the
+    fits of the views that need one; nothing when none does or the fits exist (a resumed run).
+    ``stop()`` true between batches ends it early (an interrupted run), with no fit."""
+    if state.fitted:
+        return
+    tokens = prepared.tokens.rows(0, fitted_rows(prepared.tokens, state.views.pc_estimate))
+    sequences = real = 0
+    for batch in state_batches(prepared.lm.model, prepared.arch, tokens, batch_size, label="fitting views",
+                               progress=progress, facts=facts):
+        state.fit_batch(batch.states, batch.mask)
+        counts = real_counts(batch.states, batch.mask)
+        sequences, real = sequences + counts[0], real + counts[1]
+        if stop is not None and stop():
+            return
+    state.finalize_fit(sequences=sequences, tokens=real)
+
+
+def update_statistics(state: MeasurementState, batch) -> None:
+    """One batch's statistics; out of memory here (not in the forward pass, which is retried at a
+    smaller batch) is a one-line error."""
+    try:
+        state.update(batch.states, batch.mask, batch.logits, batch.input_ids)
+    except (RuntimeError, IndexError) as exc:
+        if not is_out_of_memory(exc):
+            raise
+        raise EffdepthError(
+            f"out of memory while adding the statistics of a batch of {batch.input_ids.shape[0]} sequences: "
+            f"{' '.join(str(exc).split())[:200]}; lower --batch-size, use fewer --views, or set --max-memory"
+        ) from None
+
+
 def accumulate(prepared: Prepared, state: MeasurementState, batch_size: int, *, run: RunOptions | None = None,
                fingerprint: dict | None = None) -> dict:
-    """Feed every sequence of ``prepared`` to ``state``; returns run facts.
+    """Fit the views that need it (:func:`fit_views`), then feed every sequence of ``prepared`` to
+    ``state``; returns run facts.
 
-    Out of memory in a batch halves the batch size and retries it (the
-    statistics are per sequence, so the numbers do not change).
+    Out of memory in a forward pass halves the batch size and retries it
+    (the statistics are per sequence, so the numbers do not change). A
+    signal stops after the batch in hand (a second one after its statistics
+    are added) and saves a checkpoint when ``run.checkpoint`` is set.
     """
     lm, arch, tokens = prepared.lm, prepared.arch, prepared.tokens
     acc = state.views
@@ -382,23 +418,16 @@ def accumulate(prepared: Prepared, state: MeasurementState, batch_size: int, *, 
             raise EffdepthError("resume needs the folder of the interrupted run (--resume DIR)")
         _restore(folder, state, fingerprint)
         facts["resumed_from"] = acc.rows
-    if acc.needs_fit and not acc.fitted and acc.pc_estimate == "exact":
-        size = {"sequences": 0, "tokens": 0}
-        for batch in state_batches(lm.model, arch, tokens, batch_size, label="fitting PCs", progress=run.progress, facts=facts):
-            acc.fit_batch(batch.states, batch.mask)
-            size = {k: v + _real_size(batch.states, batch.mask)[k] for k, v in size.items()}
-        acc.finalize_fit("exact, an extra pass over every sequence", **size)
-
-    def consume(batch):
-        state.update(batch.states, batch.mask, batch.logits, batch.input_ids)
-
     last_save = time.monotonic()
     with graceful_interrupts() as interrupted:
         try:
-            for _ in state_batches(
-                lm.model, arch, tokens, batch_size, progress=run.progress, full_model=state.loss is not None,
-                start=acc.rows, consume=consume, facts=facts,
-            ):
+            fit_views(prepared, state, batch_size, progress=run.progress, facts=facts, stop=lambda: bool(interrupted))
+            if interrupted:
+                raise KeyboardInterrupt
+            for batch in state_batches(lm.model, arch, tokens, batch_size, progress=run.progress,
+                                       full_model=state.loss is not None, start=acc.rows, facts=facts):
+                with interrupted.deferred():
+                    update_statistics(state, batch)
                 if folder is not None and (interrupted or time.monotonic() - last_save > run.checkpoint_every_s):
                     _save(folder, state, fingerprint, run.record)
                     last_save = time.monotonic()
@@ -406,16 +435,19 @@ def accumulate(prepared: Prepared, state: MeasurementState, batch_size: int, *, 
                     break
         except KeyboardInterrupt:
             interrupted.signal = interrupted.signal or signal.SIGINT
-            if folder is not None:
+            if folder is not None and state.fitted:
                 _save(folder, state, fingerprint, run.record)
     if interrupted:
+        name = signal.Signals(interrupted.signal).name
+        if not state.fitted:
+            raise MeasurementInterrupted(f"interrupted by {name} while fitting the views, before any sequence was measured; "
+                                         "nothing to resume: run it again", interrupted.signal)
         command = (run.record or {}).get("command") or f"--resume {folder.parent}" if folder else ""
         where = f"; partial statistics saved in {folder}, continue with: {command}" if folder else ""
         raise MeasurementInterrupted(
-            f"interrupted by {signal.Signals(interrupted.signal).name} after {acc.rows} of {tokens.input_ids.shape[0]} sequences{where}",
+            f"interrupted by {name} after {acc.rows} of {tokens.input_ids.shape[0]} sequences{where}",
             interrupted.signal,
         )
-    state.finish()
     if folder is not None:
         remove_checkpoint(folder)
     return facts
@@ -565,12 +597,13 @@ def from_states(states, *, mask=None, views=("default",), similarity=DEFAULT_SIM
     m = _checked_mask(mask, s, three_d=torch.as_tensor(states).dim() == 3)
     _check_user_states(s, bootstrap)
     state = MeasurementState.new(analysis)
-    acc = state.views
-    if acc.needs_fit and pc_estimate == "exact":
-        acc.fit_batch(s, m)
-        acc.finalize_fit("exact, over every sequence", **_real_size(s, m))
+    if not state.fitted:  # the fit phase, on the sequences measure() would fit on
+        lengths = [s.shape[2]] * s.shape[1] if m is None else [int(n) for n in m.sum(dim=1)]
+        rows = s.shape[1] if pc_estimate == "exact" else calibration_prefix(lengths)
+        fit_states, fit_mask = s[:, :rows], None if m is None else m[:rows]
+        state.fit_batch(fit_states, fit_mask)
+        state.finalize_fit(**_real_size(fit_states, fit_mask))
     state.update(s, m)
-    state.finish()
     return states_result(state, analysis, num_layers=int(s.shape[0]) - 1)
 
 

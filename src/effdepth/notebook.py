@@ -27,6 +27,7 @@ from .capture.hooks import ResidualCapture
 from .capture.registry import resolve_architecture
 from .errors import EffdepthError
 from .measure import MeasurementState, states_result
+from .numerics.streams import real_counts
 from .numerics.views import parse_views
 from .options import DEFAULT_SIMILARITY, AnalysisOptions
 from .result import Result
@@ -113,8 +114,10 @@ class Accumulator:
     (or ``(seq, d)``) tensors; ``mask`` ``(batch, seq)`` marks real tokens
     (padding never enters a statistic). ``result()`` returns the same
     :class:`~effdepth.result.Result` as :func:`effdepth.measure` over the
-    same batches. Views needing a fit (centring, top-k PC) fit on the first
-    batch. ``reset()`` starts over, e.g. every N training steps.
+    same batches. Views needing a fit (centring, top-k PC) fit on the states
+    given to ``fit(states, mask=None)`` (one or more batches) before the
+    first update, or else on the first batch. ``reset()`` starts over, e.g.
+    every N training steps.
 
     >>> import effdepth, torch
     >>> from effdepth.tiny import tiny_model
@@ -141,6 +144,7 @@ class Accumulator:
         self._acc = self._state.views
         self.num_layers: int | None = None
         self._model: dict | None = None
+        self._fitted_size = [0, 0]  # sequences and real tokens given to fit()
 
     @property
     def sequences(self) -> int:
@@ -150,8 +154,39 @@ class Accumulator:
     def tokens(self) -> int:
         return self._acc.tokens
 
+    def fit(self, states, mask=None) -> None:
+        """Feed one batch of states to the fit of the views that need one (center, top-k PC), before
+        the first :meth:`update`; call it for each batch of the fitted set (e.g. the first sequences
+        up to 8 of them and 2,048 tokens, the calibration set of :func:`effdepth.measure`). These
+        states are not measured.
+
+        >>> import effdepth, torch
+        >>> acc = effdepth.Accumulator(views="default,top1pc")
+        >>> for _ in range(2):
+        ...     acc.fit(torch.randn(4, 4, 32, 16))
+        >>> acc.update(torch.randn(4, 2, 32, 16)); acc.result().config["pc_estimate"]["calibration"]
+        {'sequences': 8, 'tokens': 256}
+        """
+        s = self._checked(states)
+        if self.sequences or self._acc.padding_rows or self._state.views.fit_info is not None:
+            raise EffdepthError("fit() comes before the first update(); reset() to start over")
+        m = _mask(mask, s)
+        self._state.fit_batch(s, m)
+        counts = real_counts(s, m)
+        self._fitted_size = [self._fitted_size[0] + counts[0], self._fitted_size[1] + counts[1]]
+
     def update(self, states, mask=None) -> None:
         """Add one batch of states; nothing of it is kept but its statistics."""
+        s = self._checked(states)
+        if isinstance(states, CapturedStates) and self._model is None:
+            self._model = states.info
+        if self._fitted_size[0] and not self._state.fitted:  # the batches given to fit() end here
+            sequences, tokens = self._fitted_size
+            self._state.finalize_fit(sequences=sequences, tokens=tokens)
+        self._state.update(s, _mask(mask, s))
+
+    def _checked(self, states) -> torch.Tensor:
+        """The states as ``(L+1, batch, seq, d)``, with as many states as the earlier batches."""
         s = state_batch(states)
         if self.num_layers is None:
             self.num_layers = int(s.shape[0]) - 1
@@ -159,9 +194,7 @@ class Accumulator:
             raise EffdepthError(
                 f"this batch has {s.shape[0]} states but earlier ones had {self.num_layers + 1}; one Accumulator per model (reset() to start over)"
             )
-        if isinstance(states, CapturedStates) and self._model is None:
-            self._model = states.info
-        self._state.update(s, _mask(mask, s))
+        return s
 
     def result(self, views=None, similarity: str | None = None, *, bootstrap: int | None = None, seed: int | None = None) -> Result:
         """The :class:`~effdepth.result.Result` of every batch so far.
@@ -169,7 +202,6 @@ class Accumulator:
         ``views`` (a subset of those accumulated) and ``similarity`` default
         to the Accumulator's own.
         """
-        self._state.finish()  # a calibration set still held (fewer batches than it needs) is fitted on what there is
         if self.sequences == 0:
             raise EffdepthError("the Accumulator has no states yet; call update(states) with at least one batch first")
         changes = {k: v for k, v in {"similarity": similarity, "bootstrap": bootstrap, "seed": seed}.items() if v is not None}

@@ -11,7 +11,7 @@ import torch
 import effdepth
 from effdepth.data import load_corpus
 from effdepth.cli.torchrun import main
-from effdepth.distributed import measure_distributed, shares, slice_tokens
+from effdepth.distributed import measure_distributed, shares
 from effdepth.options import Options
 
 OPTIONS = ["--seq-len", "16", "--num-seqs", "7", "--batch-size", "2", "--bootstrap", "50", "--views", "default,drop-pos0,top1pc"]
@@ -36,12 +36,14 @@ def test_shares_are_contiguous_whole_pairs_and_cover_everything():
             assert max(pairs) - min(pairs) <= 1
 
 
-def test_slice_tokens_keeps_the_mask():
+def test_a_share_of_the_corpus_keeps_the_mask():
     ids = torch.arange(12).reshape(4, 3)
     mask = torch.ones_like(ids)
     mask[2, 2] = 0
-    part = slice_tokens(load_corpus({"input_ids": ids, "attention_mask": mask}), 2, 4)
+    corpus = load_corpus({"input_ids": ids, "attention_mask": mask})
+    part = corpus.rows(2, 4)
     assert part.input_ids.tolist() == [[6, 7, 8], [9, 10, 11]] and part.attention_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+    assert corpus.lengths() == [3, 3, 2, 3] and part.sha256 == corpus.sha256  # provenance: the whole corpus
 
 
 def _same(a, b):

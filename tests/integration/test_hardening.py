@@ -23,13 +23,14 @@ SLOW_RUN = textwrap.dedent(
     import importlib, os, sys, time, pathlib
     m = importlib.import_module("effdepth.capture.batches")
     pause = float(os.environ.get("EFFDEPTH_TEST_PAUSE", "0.3"))
+    at = int(os.environ["EFFDEPTH_TEST_AT"])
     real = m.decoder_forward
     calls = [0]
     def slow(*a, **k):
         calls[0] += 1
-        if calls[0] == 3:
-            pathlib.Path(sys.argv[1]).write_text("3")
-        time.sleep(pause if calls[0] >= 3 else 0.3)
+        if calls[0] == at:
+            pathlib.Path(sys.argv[1]).write_text(str(at))
+        time.sleep(pause if calls[0] >= at else 0.3)
         return real(*a, **k)
     m.decoder_forward = slow
     from effdepth.cli import main
@@ -45,15 +46,22 @@ def corpus(tmp_path_factory):
     return p
 
 
+#: Forward passes of the fit phase in :func:`argv`'s runs: top1pc fits on the calibration set,
+#: here all 12 sequences (fewer than 2,048 tokens), one per batch, before any is measured.
+FIT_PASSES = 12
+
+
 def argv(model_dir, corpus, out, *extra):
     return ["measure", "--pooling", "none", str(model_dir), "--corpus", str(corpus), "--seq-len", "16", "--num-seqs", "12",
             "--batch-size", "1", "--bootstrap", "100", "--views", "default,top1pc", "--out", str(out),
             "--no-progress", "--no-figures", *extra]
 
 
-def start_slow(tmp_path, args, pause=0.3):
+def start_slow(tmp_path, args, pause=0.3, at=FIT_PASSES + 3):
+    """The run in a subprocess, returned once it reaches forward pass ``at`` (by default the third
+    measured batch), every pass from there on taking ``pause`` seconds."""
     marker = tmp_path / "marker"
-    env = dict(os.environ, PYTHONUNBUFFERED="1", EFFDEPTH_TEST_PAUSE=str(pause))
+    env = dict(os.environ, PYTHONUNBUFFERED="1", EFFDEPTH_TEST_PAUSE=str(pause), EFFDEPTH_TEST_AT=str(at))
     proc = subprocess.Popen([sys.executable, "-c", SLOW_RUN, str(marker), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 120
@@ -87,6 +95,16 @@ def test_signal_saves_statistics_and_resume_gives_the_same_numbers(model_dir, co
         a, b = resumed["views"][view], whole["views"][view]
         assert a["deff"] == pytest.approx(b["deff"], rel=1e-6)
         assert a["ci"]["deff"] == pytest.approx(b["ci"]["deff"], rel=1e-6)
+
+
+def test_a_signal_while_fitting_the_views_stops_with_nothing_to_resume(model_dir, corpus, tmp_path):
+    out = tmp_path / "run"
+    proc = start_slow(tmp_path, argv(model_dir, corpus, out), at=3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "while fitting the views, before any sequence was measured; nothing to resume" in err.strip().splitlines()[-1]
+    assert not (out / "checkpoint" / "state.json").exists() and not (out / "result.json").exists()
 
 
 def test_resume_from_any_folder_however_the_paths_were_typed(model_dir, corpus, tmp_path, monkeypatch):
@@ -207,25 +225,19 @@ def test_out_of_memory_halves_the_batch_and_keeps_the_numbers(monkeypatch):
         effdepth.measure(model, ids, batch_size=4, bootstrap=0, progress=False, pooling="none")
 
 
-def test_out_of_memory_inside_the_statistics_is_retried_without_double_counting(monkeypatch):
+def test_out_of_memory_inside_the_statistics_is_a_one_line_error_not_a_retry(monkeypatch):
     from effdepth.numerics import streams
 
     model = tiny_model("llama")
     ids = torch.randint(0, 256, (4, 12), generator=torch.Generator().manual_seed(1))
-    expected = effdepth.measure(model, ids, batch_size=4, bootstrap=0, progress=False, pooling="none")
-    real = streams.SequenceSums.add
-    state = {"failed": False}
 
-    def flaky(self, *a, **k):
-        if not state["failed"]:
-            state["failed"] = True
-            raise RuntimeError("DefaultCPUAllocator: can't allocate memory")
-        return real(self, *a, **k)
+    def no_memory(self, *a, **k):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1073741824 bytes")
 
-    monkeypatch.setattr(streams.SequenceSums, "add", flaky)
-    got = effdepth.measure(model, ids, batch_size=4, bootstrap=0, progress=False, pooling="none")
-    assert got.default.sequences == 4 and got.default.tokens == expected.default.tokens
-    assert got.default.deff == pytest.approx(expected.default.deff, rel=1e-6)
+    monkeypatch.setattr(streams.SequenceSums, "add", no_memory)
+    with pytest.raises(EffdepthError, match="out of memory while adding the statistics of a batch of 4 sequences") as e:
+        effdepth.measure(model, ids, batch_size=4, bootstrap=0, progress=False, pooling="none")
+    assert "\n" not in str(e.value) and "--batch-size" in str(e.value)
 
 
 def test_pickle_weights_are_refused_unless_allowed(tmp_path):

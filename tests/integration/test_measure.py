@@ -92,6 +92,19 @@ def test_views_in_one_pass_match_separate_runs(llama):
         assert together[name].deff == pytest.approx(alone.deff, rel=1e-12)
 
 
+def test_the_fit_phase_and_every_number_do_not_depend_on_the_batch_size(llama):
+    # 24 x 128 tokens: the calibration set is the first 16 sequences (2,048 tokens), whatever the batch.
+    x = ids(num=24, seq=128)
+    runs = [effdepth.measure(llama, x, views=["default", "top1pc"], batch_size=b, bootstrap=50, progress=False, pooling="none")
+            for b in (3, 16)]
+    for r in runs:
+        assert r.config["pc_estimate"]["calibration"] == {"sequences": 16, "tokens": 2048}
+        assert r.config["pc_estimate"]["how"] == "calibration on the first 16 sequences (2048 tokens)"
+    a, b = (r.views["top1pc"] for r in runs)
+    assert a.deff == pytest.approx(b.deff, rel=1e-5) and a.ci["deff"] == pytest.approx(b.ci["deff"], rel=1e-5)
+    assert a.references["matched_cal"] == pytest.approx(b.references["matched_cal"], rel=1e-5)
+
+
 def test_calibration_pcs_match_exact_on_a_small_model(llama):
     # Calibration vs exact (every sequence) top-1 PC estimates. 16 x 32 tokens is less than a
     # calibration set (8 sequences and 2,048 tokens), so calibration fits on all of them too.

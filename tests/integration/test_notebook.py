@@ -30,9 +30,20 @@ def measured(model, ids, **options):
     return effdepth.measure(model, ids, **options, pooling="none")
 
 
+def fit_rows(ids) -> int:
+    """The calibration set effdepth.measure fits on (the first sequences, up to 8 and 2,048 tokens)."""
+    from effdepth.numerics.streams import calibration_prefix
+
+    return calibration_prefix([ids.shape[1]] * ids.shape[0])
+
+
 def accumulated(model, ids, views=("default",), **options):
     acc = effdepth.Accumulator(views, **options)
     with effdepth.capture(model) as states, torch.no_grad():
+        if any(v.needs_fit for v in acc.views):  # the fit phase, on what measure() fits on
+            for i in range(0, fit_rows(ids), BATCH):
+                model(ids[i : min(i + BATCH, fit_rows(ids))])
+                acc.fit(states)
         for i in range(0, ids.shape[0], BATCH):
             model(ids[i : i + BATCH])
             acc.update(states)
@@ -75,6 +86,19 @@ def test_capture_yields_the_pre_norm_stream_one_tensor_per_state(family_model):
         torch.testing.assert_close(final_norm(states[-1]), out.hidden_states[-1], rtol=1e-5, atol=1e-5)
     assert not torch.allclose(states[-1], out.hidden_states[-1], atol=1e-3)
     assert "S_0..S_3" in repr(states)
+
+
+def test_without_fit_the_first_batch_is_the_fitted_set_and_fit_comes_first():
+    model = tiny_model("llama")
+    ids = token_ids()
+    acc = effdepth.Accumulator(["top1pc"])
+    with effdepth.capture(model) as states, torch.no_grad():
+        model(ids[:BATCH])
+        acc.update(states)
+        info = acc.result().config["pc_estimate"]
+        assert info["calibration"] == {"sequences": BATCH, "tokens": BATCH * ids.shape[1]} and "first batch" in info["how"]
+        with pytest.raises(EffdepthError, match="before the first update"):
+            acc.fit(states)
 
 
 def test_capture_refuses_to_be_read_before_a_forward_pass():

@@ -1,8 +1,9 @@
 """Batches -> states: one forward pass per batch, states captured by hooks, out-of-memory retried.
 
-The states buffer is reused from batch to batch and never kept; statistics
-are per sequence, so halving the batch after an out-of-memory error changes
-no number.
+The states buffer is reused from batch to batch and never kept. Out of
+memory in the forward pass halves the batch and retries it; statistics are
+per sequence, so that changes no number. Only the forward pass is retried:
+what the caller does with a batch runs after it is yielded.
 """
 
 from __future__ import annotations
@@ -32,12 +33,11 @@ def input_device(arch, model) -> torch.device:
 
 
 def state_batches(model, arch, tokens, batch_size: int, *, label: str = "measuring", progress: bool = True,
-                  full_model: bool = False, start: int = 0, consume=None, facts: dict | None = None):
+                  full_model: bool = False, start: int = 0, facts: dict | None = None):
     """Yield one :class:`Batch` per forward pass over ``tokens`` from sequence ``start`` on.
 
-    ``consume(batch)`` runs inside the out-of-memory guard, so a failure there
-    also halves the batch size; ``facts`` records the batch size used and the
-    retries. ``full_model`` runs the LM head too (for the loss).
+    ``facts`` records the batch size used and the out-of-memory retries.
+    ``full_model`` runs the LM head too (for the loss).
 
     >>> from effdepth.tiny import tiny_model
     >>> from effdepth.capture.registry import resolve_architecture
@@ -71,8 +71,6 @@ def state_batches(model, arch, tokens, batch_size: int, *, label: str = "measuri
                     decoder_forward(model, arch, batch_ids, batch_mask)
                     logits = None
                 batch = Batch(capture.states, batch_mask, batch_ids, logits)
-                if consume is not None:
-                    consume(batch)
             except EffdepthError:
                 raise
             except (IndexError, RuntimeError) as exc:

@@ -118,7 +118,7 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated views, or 'paper'; passage mode: default, drop-bos, token-norm, top{k}pc and "
                         "their '+' compositions (paper = default,drop-bos,token-norm,top1pc,top3pc); token mode: "
                         "default, drop-pos0, pos0-only, token-norm, center, top{k}pc[-shared]")
-    p.add_argument("--pc-estimate", choices=PC_ESTIMATES, default="calibration", help="how center/top-k PC views fit (default: calibration, on the first batches holding >= 8 sequences and 2048 tokens)")
+    p.add_argument("--pc-estimate", choices=PC_ESTIMATES, default="calibration", help="how center/top-k PC views fit, in a forward pass before measuring: calibration (default) on the first sequences holding >= 8 sequences and 2048 tokens, or exact on every sequence")
     p.add_argument("--bootstrap", type=int_arg, default=DEFAULTS["bootstrap"],
                    help=f"bootstrap resamples over passages (token mode: sequences), 0 to skip (default {DEFAULTS['bootstrap']})")
     p.add_argument("--seed", type=int_arg, default=DEFAULTS["seed"], help="seed for sequence sampling and bootstrap (default 0)")

@@ -27,7 +27,7 @@ import os
 import re
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,25 @@ class TokenizedCorpus:
     @property
     def seq_len(self) -> int:
         return int(self.input_ids.shape[1])
+
+    def lengths(self) -> list:
+        """Real tokens of each sequence.
+
+        >>> load_corpus(torch.zeros(2, 3, dtype=torch.long)).lengths()
+        [3, 3]
+        """
+        if self.attention_mask is None:
+            return [self.seq_len] * self.num_seqs
+        return [int(n) for n in self.attention_mask.sum(dim=1)]
+
+    def rows(self, lo: int, hi: int) -> "TokenizedCorpus":
+        """Sequences ``lo:hi`` (provenance kept: it describes the whole corpus).
+
+        >>> load_corpus(torch.arange(12).reshape(4, 3)).rows(1, 3).input_ids.tolist()
+        [[3, 4, 5], [6, 7, 8]]
+        """
+        mask = self.attention_mask
+        return replace(self, input_ids=self.input_ids[lo:hi], attention_mask=None if mask is None else mask[lo:hi])
 
     def __repr__(self) -> str:
         masked = "" if self.attention_mask is None else ", padded"

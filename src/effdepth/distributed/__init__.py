@@ -15,8 +15,8 @@ Rank 0 alone writes ``result.json`` (and the figures).
 Backends: ``gloo`` (CPU, the default without CUDA) or ``nccl`` (GPUs; each
 rank uses ``cuda:LOCAL_RANK``). Views that fit means or principal
 directions use the calibration estimate, fitted by every rank on the same
-calibration set as one process would use (the first whole batches holding
-at least 8 sequences and 2,048 tokens, see
+calibration set as one process would use (the first sequences holding at
+least 8 sequences and 2,048 tokens, see
 :func:`~effdepth.numerics.streams.calibration_prefix`); ``--pc-estimate
 exact`` and ``--device-map`` are not supported here, nor are checkpoints
 (rerun instead: each rank's share is small).
@@ -58,18 +58,6 @@ def shares(total: int, world: int) -> list[tuple[int, int]]:
         lo = hi
     bounds[-1] = (bounds[-1][0], total)
     return bounds
-
-
-def slice_tokens(tokens, lo: int, hi: int):
-    """Sequences ``lo:hi`` of a :class:`~effdepth.data.TokenizedCorpus` (provenance kept: it describes the whole run).
-
-    >>> import torch
-    >>> from effdepth.data import load_corpus
-    >>> slice_tokens(load_corpus(torch.arange(12).reshape(4, 3)), 1, 3).input_ids.tolist()
-    [[3, 4, 5], [6, 7, 8]]
-    """
-    mask = tokens.attention_mask
-    return replace(tokens, input_ids=tokens.input_ids[lo:hi], attention_mask=None if mask is None else mask[lo:hi])
 
 
 def measure_distributed(options: Options, *, progress: bool = True):
@@ -114,7 +102,7 @@ def measure_distributed(options: Options, *, progress: bool = True):
     # Each rank's surrogate streams draw the noise of its own global sequences, up to the cap.
     state = MeasurementState.new(analysis, first_sequence=lo, surrogate_limit=None if cap is None else max(0, min(hi, cap) - lo))
     agreed(lambda: calibrate(prepared, state, analysis), "fitting the views on the calibration sequences", comm)
-    mine = replace(prepared, tokens=slice_tokens(prepared.tokens, lo, hi))
+    mine = replace(prepared, tokens=prepared.tokens.rows(lo, hi))
     run = agreed(lambda: accumulate(mine, state, analysis.batch_size, run=RunOptions(progress=progress and rank == 0)), "measuring", comm)
     merged = gather_state(state, analysis, comm)
     if rank != 0:
@@ -126,21 +114,9 @@ def measure_distributed(options: Options, *, progress: bool = True):
 def calibrate(prepared, state, analysis) -> None:
     """Fit center / top-k PC views (real and surrogate streams) on the calibration set of the whole
     corpus, as one process would. Every rank does it on the same sequences, so every rank applies the same fit."""
-    from ..measure import MeasurementState, accumulate
-    from ..numerics.streams import calibration_prefix
+    from ..measure import fit_views
 
-    if not state.views.needs_fit:
-        return
-    tokens = prepared.tokens
-    ids, mask = tokens.input_ids, tokens.attention_mask
-    lengths = mask.sum(dim=1).tolist() if mask is not None else [ids.shape[1]] * ids.shape[0]
-    first = replace(prepared, tokens=slice_tokens(tokens, 0, calibration_prefix(lengths, analysis.batch_size)))
-    probe = MeasurementState.new(analysis)
-    accumulate(first, probe, analysis.batch_size, run=RunOptions(progress=False))
-    state.views.copy_fits(probe.views)
-    if state.calibrated is not None:
-        for kind, acc in state.calibrated.accumulators.items():
-            acc.copy_fits(probe.calibrated.accumulators[kind])
+    fit_views(prepared, state, analysis.batch_size, progress=False)
 
 
 def gather_state(state, analysis, device: torch.device):

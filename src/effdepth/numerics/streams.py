@@ -3,12 +3,13 @@
 Views that differ only in which tokens they keep (default, drop-pos0,
 pos0-only) share one stream: position 0 and the rest are accumulated apart
 and added back together. token-norm is a per-token transform of the batch.
-center and top-k PC need a per-layer fit first, estimated either on a
-calibration set ("calibration", no extra forward pass: the first batches, at
-least :data:`CALIBRATION_SEQUENCES` sequences and :data:`CALIBRATION_TOKENS`
-tokens, are held until the set is complete, fitted on, then measured) or
-exactly over all sequences (an extra pass that the caller drives through
-:meth:`ViewAccumulator.fit_batch`).
+center and top-k PC need a per-layer fit first, a phase of its own before
+any sequence is measured: the caller feeds :meth:`ViewAccumulator.fit_batch`
+either the calibration set ("calibration": the first sequences, at least
+:data:`CALIBRATION_SEQUENCES` of them and :data:`CALIBRATION_TOKENS` tokens,
+:func:`calibration_prefix`) or every sequence ("exact"), then calls
+:meth:`ViewAccumulator.finalize_fit`. Nothing is held inside the accumulator
+while it waits for a fit.
 
 A sequence with no token in a view (drop-pos0 of a one-token sequence) is
 left out of that view and counted; a view without any token is unavailable
@@ -56,15 +57,12 @@ from .fits import FitAccumulator, NonFiniteFit
 from .views import ViewSpec, check_width, fitted_transform, parse_views, token_transform
 
 PC_ESTIMATES = ("calibration", "exact")
-#: The calibration set: whole batches from the first on, until it holds at least this many
-#: sequences and tokens (all sequences when the run is smaller).
+#: The calibration set: the fewest first sequences holding at least this many (non-empty)
+#: sequences and real tokens (all sequences when the run is smaller).
 CALIBRATION_SEQUENCES = 8
 CALIBRATION_TOKENS = 2048
 #: Below this relative eigen-gap after the k-th component, the removed directions are arbitrary.
 EIGENGAP_WARNING = 1e-3
-#: Batches held for the calibration set go into a saved state (a checkpoint) up to this size;
-#: above it they are left out, and a resumed run measures them again.
-HELD_STATE_BYTES = 256 << 20
 # Similarities with statistics of their own (the additive ones are kept for every run).
 KERNEL_SIMILARITIES = names_where(lambda s: not s.additive)
 #: Similarities read from the additive statistics of every stream they measure.
@@ -128,23 +126,39 @@ def calibration_complete(sequences: int, tokens: int) -> bool:
     return sequences >= CALIBRATION_SEQUENCES and tokens >= CALIBRATION_TOKENS
 
 
-def calibration_prefix(lengths, batch_size: int) -> int:
+def calibration_prefix(lengths) -> int:
     """How many of the first sequences the calibration set takes, given each sequence's real-token
-    count and the batch size: whole batches until :func:`calibration_complete`, else all.
+    count: the fewest for which :func:`calibration_complete` holds, else all. It depends on the
+    corpus alone (not the batch size), and every process of a distributed run fits on it.
 
-    Every process of a distributed run fits on exactly this set.
-
-    >>> calibration_prefix([256] * 32, 8), calibration_prefix([256] * 32, 3), calibration_prefix([16] * 7, 2)
-    (8, 9, 7)
+    >>> calibration_prefix([256] * 32), calibration_prefix([100] * 32), calibration_prefix([16] * 7)
+    (8, 21, 7)
     """
-    lengths = [int(n) for n in lengths]
     sequences = tokens = 0
-    for start in range(0, len(lengths), max(1, int(batch_size))):
-        batch = [n for n in lengths[start : start + batch_size] if n > 0]
-        sequences, tokens = sequences + len(batch), tokens + sum(batch)
+    for i, n in enumerate(int(n) for n in lengths):
+        if n > 0:
+            sequences, tokens = sequences + 1, tokens + n
         if calibration_complete(sequences, tokens):
-            return min(len(lengths), start + batch_size)
+            return i + 1
     return len(lengths)
+
+
+def fit_description(estimate: str, *, sequences: int, tokens: int, whole_run: bool = True) -> str:
+    """How a fit was estimated, in words, for the result (``fit_info["how"]``): ``whole_run`` says
+    whether the fitted sequences were all the run had, when they are fewer than a calibration set.
+
+    >>> fit_description("calibration", sequences=8, tokens=2048)
+    'calibration on the first 8 sequences (2048 tokens)'
+    >>> fit_description("exact", sequences=3, tokens=30)
+    'exact, over every sequence (3 sequences, 30 tokens)'
+    """
+    if estimate == "exact":
+        return f"exact, over every sequence ({sequences} sequences, {tokens} tokens)"
+    if calibration_complete(sequences, tokens):
+        return f"calibration on the first {sequences} sequences ({tokens} tokens)"
+    where = f"all {sequences} sequences" if whole_run else f"the first batch ({sequences} sequences)"
+    return (f"calibration on {where} ({tokens} tokens): fewer than a calibration set of "
+            f"{CALIBRATION_SEQUENCES} sequences and {CALIBRATION_TOKENS} tokens")
 
 
 class ViewAccumulator:
@@ -162,10 +176,11 @@ class ViewAccumulator:
     ``chunk_tokens`` fixes the tokens per chunk of the per-token statistics
     (default: by device, :func:`~effdepth.numerics.accumulate.chunk_tokens_for`).
 
-    With the calibration estimate, views that fit a mean or principal
-    directions hold the first batches (a CPU copy, only until the calibration
-    set is complete), fit on them, then measure them; :meth:`flush` fits on
-    whatever is held when the run ends first (every getter flushes).
+    Views that fit a mean or principal directions are fitted before the
+    first :meth:`update` (:meth:`fit_batch`, then :meth:`finalize_fit`); an
+    update before any fit under the calibration estimate fits on that batch
+    itself (the API's shortcut: :func:`effdepth.measure` fits on the
+    calibration set, :func:`calibration_prefix`, whatever the batch size).
 
     >>> acc = ViewAccumulator(["default", "drop-pos0"])
     >>> acc.update(torch.randn(3, 2, 5, 4))        # (L+1, batch, seq, d)
@@ -229,10 +244,6 @@ class ViewAccumulator:
         # Streams whose fit had no token to fit on: view unavailable, with the reason.
         self._unfitted: dict = {}
         self._fit_dtype = torch.float32  # of the states the fit was fed (for its error message)
-        # Batches held until the calibration set is complete: (states on CPU, mask, device, rows);
-        # states None for a batch that is all padding.
-        self._pending: list = []
-        self._calibration = [0, 0]  # non-empty sequences and real tokens held so far
         self.sequences = 0
         self.tokens = 0
         self.padding_rows = 0
@@ -252,11 +263,6 @@ class ViewAccumulator:
         if width != self._width_checked:
             check_width(self.views, width)
             self._width_checked = width
-
-    @property
-    def calibrating(self) -> bool:
-        """True while batches are held for the calibration set (see :meth:`flush`)."""
-        return bool(self._pending)
 
     def fit_batch(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
         """Feed one batch to the per-layer mean / covariance estimates (see :class:`FitAccumulator`)."""
@@ -326,9 +332,7 @@ class ViewAccumulator:
             warnings.warn(note, stacklevel=3)
 
     def copy_fits(self, other: "ViewAccumulator") -> None:
-        """Use the means / principal directions ``other`` fitted (same views), e.g.
-        so every rank of a distributed run applies the same fit."""
-        other.flush()
+        """Use the means / principal directions ``other`` fitted (same views)."""
         self.fits, self.fit_info, self._unfitted = dict(other.fits), other.fit_info, dict(other._unfitted)
 
     # -- main pass ------------------------------------------------------------------
@@ -336,88 +340,37 @@ class ViewAccumulator:
     def update(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
         """Add a batch of states ``(L+1, batch, seq, d)``; ``mask`` (batch, seq) marks real tokens.
 
-        Before the fits of a calibration estimate exist, the batch is held
-        (see :meth:`flush`) and measured once the calibration set is complete.
+        Views that need a fit must have one (see the class docstring); under
+        the calibration estimate, the first update fits on its own batch when
+        none was made.
         """
         if states.dim() != 4:
             raise ValueError(f"states must be (L+1, batch, seq, d), got shape {tuple(states.shape)}")
         self._check_width(states.shape[-1])
         if self._pooled:
             check_cka_full_memory(self.views, states.shape[0], states.shape[-1], self.cka_full_budget_bytes)
-        if self.fitted:
-            self._accumulate(states, mask)
-            return
+        if not self.fitted:
+            self._fit_on(states, mask)
+            if not self.fitted:  # all padding: nothing to fit on, nothing to measure
+                self.padding_rows += states.shape[1]
+                return
+        self._accumulate(states, mask)
+
+    def _fit_on(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
+        """Fit on this batch alone (an update before any fit)."""
         if self.pc_estimate == "exact":
             raise RuntimeError("exact PC estimate needs fit_batch over every batch, then finalize_fit")
         sequences, tokens = real_counts(states, mask)
-        if sequences == 0:  # all padding: nothing to measure, only its place in the order
-            if self._pending:
-                self._pending.append((None, None, states.device, states.shape[1]))
-            else:
-                self.padding_rows += states.shape[1]
+        if sequences == 0:
             return
-        held = (self._calibration[0] + sequences, self._calibration[1] + tokens)
-        if not self._pending and calibration_complete(*held):
-            # The first batch is the whole calibration set (the usual case): no copy.
-            self._calibrate(lambda: iter([(states, mask)]), 1, *held)
-            self._accumulate(states, mask)
-            return
-        self._pending.append(_held(states, mask))
-        self._calibration = list(held)
-        if calibration_complete(*held):
-            self.flush()
-
-    def flush(self) -> None:
-        """Fit on the held batches (the calibration set, or every sequence of a run too small
-        to complete it) and measure them. Called by every getter; a no-op when nothing is held.
-
-        >>> acc = ViewAccumulator(["top1pc"], similarities=())
-        >>> acc.update(torch.randn(3, 2, 5, 4)); acc.calibrating, acc.sequences, acc.rows
-        (True, 0, 2)
-        >>> acc.flush(); acc.calibrating, acc.sequences, acc.fit_info["calibration"]
-        (False, 2, {'sequences': 2, 'tokens': 10})
-        """
-        if not self._pending:
-            return
-        held = self._pending
-
-        def batches():  # one held batch on its device at a time
-            for s, m, device, _ in held:
-                if s is not None:
-                    yield s.to(device), None if m is None else m.to(device)
-
-        self._calibrate(batches, sum(s is not None for s, *_ in held), *self._calibration)
-        for s, m, device, rows in held:
-            if s is None:
-                self.padding_rows += rows
-            else:
-                self._accumulate(s.to(device), None if m is None else m.to(device))
-        self._pending, self._calibration = [], [0, 0]
-
-    def restart_fit(self) -> None:
-        """Forget the mean / covariance estimates fed so far, to fit again from the first batch.
-
-        >>> acc = ViewAccumulator(["center"]); acc.fit_batch(torch.randn(3, 2, 5, 4)); acc.restart_fit()
-        >>> acc._fit_accumulators
-        {}
-        """
-        self._fit_accumulators.clear()
-
-    def _calibrate(self, batches, count: int, sequences: int, tokens: int) -> None:
-        self.restart_fit()
-        for s, m in batches():
-            self.fit_batch(s, m)
-        complete = calibration_complete(sequences, tokens)
-        how = (f"calibration on the first {sequences} sequences ({tokens} tokens, {count} batch(es))" if complete
-               else f"calibration on all {sequences} sequences ({tokens} tokens): fewer than a calibration set of "
-                    f"{CALIBRATION_SEQUENCES} sequences and {CALIBRATION_TOKENS} tokens")
-        self.finalize_fit(how, sequences=sequences, tokens=tokens)
+        self.fit_batch(states, mask)
+        self.finalize_fit(fit_description("calibration", sequences=sequences, tokens=tokens, whole_run=False),
+                          sequences=sequences, tokens=tokens)
 
     @property
     def rows(self) -> int:
-        """Batch rows taken in (sequences, all-padding rows, rows held for the calibration set):
-        where a resumed run continues."""
-        return self.sequences + self.padding_rows + sum(rows for *_, rows in self._pending)
+        """Batch rows taken in (sequences and all-padding rows): where a resumed run continues."""
+        return self.sequences + self.padding_rows
 
     def update_sequence(self, states: torch.Tensor) -> None:
         """Add one sequence's states ``(L+1, n, d)``, every token real, once fitted (the states may
@@ -426,16 +379,16 @@ class ViewAccumulator:
         >>> acc = ViewAccumulator(["default"]); acc.update_sequence(torch.randn(3, 5, 4)); acc.sequences
         1
         """
-        if not self.fitted or self._pending:
-            raise RuntimeError("update_sequence needs a fitted accumulator; use update to calibrate first")
+        if not self.fitted:
+            raise RuntimeError("update_sequence needs a fitted accumulator: fit_batch and finalize_fit first")
         self._check_width(states.shape[-1])
         self._accumulate(states[:, None], None)
 
     def _accumulate(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
         """Measure a batch with the fits in place (all-padding rows skipped and counted)."""
         # Build the batch's units first and commit at the end, so a failure
-        # part-way (e.g. out of memory) leaves the accumulator as it was and
-        # the batch can be retried.
+        # part-way (e.g. out of memory) leaves the accumulator as it was: what
+        # a checkpoint then saves is every whole batch.
         new_units: dict = {k: [] for k in self._units}
         new_cka: dict = {k: [] for k in self._cka_units}
         new_pairs: list = []
@@ -485,42 +438,6 @@ class ViewAccumulator:
         self.tokens += tokens
         self.padding_rows += states.shape[1] - sequences
 
-    def mark(self) -> dict:
-        """What :meth:`rollback` needs to undo the next :meth:`update`.
-
-        Once fitted, an update is one batch measured all or nothing, and the
-        pooled cka-full sums (large: M(M+1)/2 d x d) are added last, in place,
-        so they are not copied; only while batches are held for the calibration
-        set (an update may then measure several) are they.
-        """
-        copy_pooled = bool(self._pending) or not self.fitted
-        return {
-            "units": {k: len(v) for k, v in self._units.items()},
-            "cka": {k: len(v) for k, v in self._cka_units.items()},
-            "pairs": (len(self._pairs), self._partner),
-            "pooled": {k: p.copy() for k, p in self._pooled.items()} if copy_pooled else None,
-            "fits": (dict(self.fits), self.fit_info, dict(self._unfitted)),
-            "pending": (list(self._pending), list(self._calibration)),
-            "counts": (self.sequences, self.tokens, self.padding_rows),
-        }
-
-    def rollback(self, mark: dict) -> None:
-        """Undo a failed :meth:`update` since :meth:`mark` (one that raised: a successful update of a
-        fitted accumulator has added its cka-full sums for good)."""
-        for k, n in mark["units"].items():
-            del self._units[k][n:]
-        for k, n in mark["cka"].items():
-            del self._cka_units[k][n:]
-        del self._pairs[mark["pairs"][0]:]
-        self._partner = mark["pairs"][1]
-        if mark["pooled"] is not None:
-            self._pooled = dict(mark["pooled"])
-        self.fits, self.fit_info, self._unfitted = mark["fits"]
-        self._pending, self._calibration = mark["pending"]
-        if self.pc_estimate == "calibration":
-            self._fit_accumulators.clear()
-        self.sequences, self.tokens, self.padding_rows = mark["counts"]
-
     def _gram_views(self) -> dict:
         """What cka needs of each token set, with the fitted PCs of its stream."""
         return {key: gram_view(spec, self.fits.get(spec.stream)) for key, spec in self.cka_sets.items()
@@ -566,7 +483,6 @@ class ViewAccumulator:
         :class:`~effdepth.numerics.cka.ViewUnavailable` where the view has no
         value under that similarity (no sequence entered it).
         """
-        self.flush()
         spec = self._spec(view)
         name = similarity or "frobenius"
         unit = get_similarity(name).unit
@@ -629,7 +545,6 @@ class ViewAccumulator:
         >>> acc.left_out("drop-pos0", "frobenius"), acc.left_out("drop-pos0", "cka")
         (1, 3)
         """
-        self.flush()
         spec = self._spec(view)
         if spec.stream in self._unfitted:
             return self.sequences
@@ -641,7 +556,6 @@ class ViewAccumulator:
     def cka_left_out(self, view: str | ViewSpec) -> int:
         """Sequences left out of a view's cka statistics (a pair with fewer than 4 tokens of the view
         in either sequence, or the odd last sequence)."""
-        self.flush()
         spec = self._spec(view)
         key = self._kernel_key(spec, "cka")
         entered = sum(float(u["cka_pairs"]) for u in self._cka_units[key])
@@ -654,7 +568,6 @@ class ViewAccumulator:
         >>> acc.bootstrap_units("cka"), acc.bootstrap_units("frobenius")
         (2, 5)
         """
-        self.flush()
         paired = similarity is not None and get_similarity(similarity).unit == "pair"
         return len(self._pairs) if paired else self.sequences
 
@@ -704,24 +617,12 @@ class ViewAccumulator:
         stream, selection = key
         return f"{self.streams[stream]['spec'].canonical}|cka" + (f"-{selection}" if selection else "")
 
-    def state_dict(self, held_bytes: int | None = None) -> tuple:
-        """``(arrays, meta)``: everything needed to continue later; arrays are float64
-        numpy (saved with ``np.savez``, never pickle), meta is JSON-serialisable.
-
-        Batches held for an incomplete calibration set are in it (``held|...``,
-        states in float32, or float64 when they are) when they fit
-        ``held_bytes`` (default :data:`HELD_STATE_BYTES`); otherwise they are left out (``meta["held"]`` is empty),
-        and a run resumed from it measures them again (:attr:`rows` does not
-        count them) and fits on the same calibration set either way.
+    def state_dict(self) -> tuple:
+        """``(arrays, meta)``: everything needed to continue later (units, fits, the sequence
+        waiting for its cka partner); arrays are numpy (saved with ``np.savez``, never pickle),
+        meta is JSON-serialisable.
         """
         arrays = self.unit_arrays()
-        budget = HELD_STATE_BYTES if held_bytes is None else held_bytes
-        held = self._pending if _held_bytes(self._pending) <= budget else []
-        for i, (states, mask, _, _) in enumerate(held):
-            if states is not None:
-                arrays[f"held|{i}|states"] = states.to(_kept_dtype(states.dtype)).numpy()
-            if mask is not None:
-                arrays[f"held|{i}|mask"] = mask.to(torch.float64).numpy()
         if self._partner is not None:  # the sequence waiting for its cka partner
             arrays["partner|states"] = self._partner[1].detach().to("cpu", _kept_dtype(self._partner[1].dtype)).numpy()
         # Pooled cka-full sums are not per unit: merge them with merge(), never by concatenation.
@@ -743,9 +644,6 @@ class ViewAccumulator:
             "sequences": self.sequences,
             "tokens": self.tokens,
             "padding_rows": self.padding_rows,
-            "held": [{"rows": rows, "device": str(device), "states": states is not None, "mask": mask is not None}
-                     for states, mask, device, rows in held],
-            "calibration_held": list(self._calibration) if held else [0, 0],
             "partner": None if self._partner is None else {"index": self._partner[0], "device": str(self._partner[1].device)},
         }
         return arrays, meta
@@ -801,12 +699,6 @@ class ViewAccumulator:
         self.fit_info = meta["fit_info"]
         unavailable = (self.fit_info or {}).get("unavailable") or {}
         self._unfitted = {by_name[name]: reason for name, reason in unavailable.items() if name in by_name}
-        self._pending = []
-        for i, h in enumerate(meta.get("held") or []):
-            states = torch.from_numpy(np.asarray(arrays[f"held|{i}|states"])) if h["states"] else None
-            mask = torch.from_numpy(np.asarray(arrays[f"held|{i}|mask"])) > 0 if h["mask"] else None
-            self._pending.append((states, mask, torch.device(h["device"]), int(h["rows"])))
-        self._calibration = [int(v) for v in meta.get("calibration_held", [0, 0])]
         self.sequences = int(meta["sequences"])
         self.tokens = int(meta["tokens"])
         self.padding_rows = int(meta.get("padding_rows", 0))
@@ -818,8 +710,6 @@ class ViewAccumulator:
                 f"cannot merge statistics of views {[v.name for v in other.views]} / similarities {list(other.similarities)} "
                 f"into views {[v.name for v in self.views]} / similarities {list(self.similarities)}"
             )
-        self.flush()
-        other.flush()
         for key in self._units:
             self._units[key].extend(other._units[key])
         for key in self._cka_units:
@@ -869,18 +759,6 @@ def real_counts(states: torch.Tensor, mask: torch.Tensor | None) -> tuple:
         return (states.shape[1], states.shape[1] * states.shape[2]) if states.shape[2] else (0, 0)
     lengths = mask.to(torch.bool).sum(dim=1)
     return int((lengths > 0).sum()), int(lengths.sum())
-
-
-def _held_bytes(held: list) -> int:
-    """Bytes the held batches take in a saved state (float32, or float64 states)."""
-    return sum(s.numel() * (8 if s.dtype == torch.float64 else 4) for s, *_ in held if s is not None)
-
-
-def _held(states: torch.Tensor, mask: torch.Tensor | None) -> tuple:
-    """A CPU copy of a batch held for the calibration set (the capture buffer is reused), its
-    device and its rows."""
-    copy = states.detach().to("cpu", copy=True)
-    return copy, None if mask is None else mask.detach().to("cpu", copy=True), states.device, states.shape[1]
 
 
 def _stream_transform(chunk: torch.Tensor, spec: ViewSpec, fit: dict | None) -> torch.Tensor:

@@ -77,7 +77,6 @@ def view_summaries(accumulator, *, similarity: str, include_embedding: bool, boo
     (['default'], 'pos0-only keeps one token per sequence; ')
     """
     out, unavailable = {}, {}
-    accumulator.flush()
     # One set of resamples over every unit (sequence, or pair under cka): views that kept them all
     # are paired; a view that left some out is resampled over its own.
     units = accumulator.bootstrap_units(similarity)

@@ -29,7 +29,7 @@ import torch
 from ..errors import EffdepthError
 from .accumulate import deff_statistics
 from .cka import GRAM_BUDGET_BYTES
-from .streams import ViewAccumulator, calibration_complete, real_counts, validate_similarities
+from .streams import ViewAccumulator, fit_description, real_counts, validate_similarities
 
 KINDS = ("structural", "matched")
 
@@ -111,7 +111,7 @@ def surrogate_states(
 
 class _Source:
     """What a batch's surrogate streams need of it: S_0 (kept in the states' dtype), each
-    sequence's update energies (float64) and the real-token mask; small enough to hold."""
+    sequence's update energies (float64) and the real-token mask."""
 
     def __init__(self, s0: torch.Tensor, measured: torch.Tensor, real: torch.Tensor, num_states: int):
         self.s0, self.measured, self.real, self.num_states = s0, measured, real, num_states
@@ -127,14 +127,6 @@ class _Source:
         # update_energies converts one layer at a time: a float64 copy of the whole batch here
         # would double its memory and cost a pass over it.
         return cls(states[0], update_energies(states, mask), real, m)  # no mask: no multiplication by ones
-
-    def held(self) -> "_Source":
-        """A CPU copy (the capture buffer the states came from is reused)."""
-        return _Source(self.s0.detach().to("cpu", copy=True), self.measured.to("cpu", copy=True),
-                       self.real.to("cpu", copy=True), self.num_states)
-
-    def to(self, device) -> "_Source":
-        return _Source(self.s0.to(device), self.measured.to(device), self.real.to(device), self.num_states)
 
 
 def _draw(source: _Source, n: int, generator) -> torch.Tensor:
@@ -179,16 +171,15 @@ class CalibratedReferences:
 
     Each kind's :class:`~effdepth.numerics.streams.ViewAccumulator` has the
     same views, similarities and ``include_embedding`` as the real one; views
-    that need a fit (center, top-k PC) fit it on the surrogates of the same
-    calibration set as the real stream (the first batches, until
-    :func:`~effdepth.numerics.streams.calibration_complete` holds for every
-    sequence seen, capped or not, so both complete at the same batch). Only
-    S_0, the update energies and the mask of those batches are held; the
-    surrogates are drawn again to be measured.
-    ``max_seqs`` caps the sequences used (``None``: all); ``first_sequence`` is
-    the global index of the first sequence this instance sees (a rank's
+    that need a fit (center, top-k PC) fit it on the surrogates of the
+    sequences the real stream fits on (:meth:`fit_batch` with the same
+    batches, then :meth:`finalize_fit`), up to ``fit_seqs`` of them (default:
+    ``max_seqs``); an update before any fit fits on its own batch, as the real
+    stream does.
+    ``max_seqs`` caps the sequences measured (``None``: all); ``first_sequence``
+    is the global index of the first sequence this instance measures (a rank's
     offset in a distributed run), so every sequence gets the same noise
-    whoever measures it.
+    whoever measures it. The fit phase always starts at global sequence 0.
 
     >>> cal = CalibratedReferences(["default"], similarities=("cka",), seed=1)
     >>> cal.update(torch.randn(4, 4, 6, 8).cumsum(0))
@@ -204,6 +195,7 @@ class CalibratedReferences:
         similarities=("cka",),
         seed: int = 0,
         max_seqs: int | None = None,
+        fit_seqs: int | None | str = "max_seqs",
         first_sequence: int = 0,
         gram_budget_bytes: int = GRAM_BUDGET_BYTES,
         **accumulator_options,
@@ -213,12 +205,12 @@ class CalibratedReferences:
         self.include_embedding = include_embedding
         self.seed = int(seed)
         self.max_seqs = None if max_seqs is None else int(max_seqs)
+        self.fit_seqs = self.max_seqs if fit_seqs == "max_seqs" else (None if fit_seqs is None else int(fit_seqs))
         self.first_sequence = int(first_sequence)
         self.sequences = 0
-        # Calibration: held batches (source, first global sequence, device) and what was seen.
-        self._pending: list = []
-        self._held_rows = 0
-        self._calibration = [0, 0]
+        # The fit phase: rows fed so far, and the non-empty sequences and real tokens among them.
+        self._fit_rows = 0
+        self._fitted_size = [0, 0]
         # D_eff of the surrogates is all the references need: no related measures, no update summaries.
         # (No similarity named: frobenius and token, which a ViewAccumulator always has.)
         statistics = deff_statistics(validate_similarities(similarities) or ("frobenius", "token"))
@@ -235,58 +227,43 @@ class CalibratedReferences:
             for kind in KINDS
         }
 
-    def update(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
-        """Add the surrogates of a batch ``(L+1, batch, seq, d)`` (up to ``max_seqs`` in all).
+    @property
+    def fitted(self) -> bool:
+        return all(acc.fitted for acc in self.accumulators.values())
 
-        Both kinds are updated or neither: a failure part-way (e.g. out of
-        memory) leaves everything as it was, so the batch can be retried.
-        """
-        taken = self.sequences + self._held_rows
-        take = states.shape[1] if self.max_seqs is None else max(0, min(states.shape[1], self.max_seqs - taken))
-        calibrating = self._calibrating()
-        if take == 0 and not calibrating:
+    def fit_batch(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+        """Feed the surrogates of the next batch of the fit phase (global sequences from 0 on, up
+        to ``fit_seqs``) to each kind's fit."""
+        take = states.shape[1] if self.fit_seqs is None else max(0, min(states.shape[1], self.fit_seqs - self._fit_rows))
+        if take == 0:
             return
-        s = states[:, :take]
-        m = None if mask is None else mask[:take]
-        first = self.first_sequence + taken
-        mark = self.mark()
-        try:
-            if calibrating:
-                seen = real_counts(states, mask)  # every row, taken or not: the real stream's count
-                if seen[0] == 0 and not self._pending:
-                    self.sequences += take  # all padding before anything is held: passed, as the real stream does
-                    return
-                self._calibration = [self._calibration[0] + seen[0], self._calibration[1] + seen[1]]
-                if take:
-                    self._pending.append((_Source.of(s, m).held(), m if m is None else m.detach().to("cpu", copy=True),
-                                          first, take, states.device))
-                    self._held_rows += take
-                if calibration_complete(*self._calibration):
-                    self.flush()
-                return
-            self._measure(_Source.of(s, m), first, take, s.device)
-        except BaseException:
-            self.rollback(mark)
-            raise
+        s, m = states[:, :take], None if mask is None else mask[:take]
+        counts = real_counts(s, m)
+        self._fitted_size = [self._fitted_size[0] + counts[0], self._fitted_size[1] + counts[1]]
+        for kind, sequence in self._streams(_Source.of(s, m), self._fit_rows, take, s.device):
+            self.accumulators[kind].fit_batch(sequence[:, None])
+        self._fit_rows += take
+
+    def finalize_fit(self, *, whole_run: bool = True) -> None:
+        """Turn each kind's estimates into fits (after :meth:`fit_batch` over the fitted set)."""
+        sequences, tokens = self._fitted_size
+        how = "on the surrogates: " + fit_description("calibration", sequences=sequences, tokens=tokens, whole_run=whole_run)
+        for acc in self.accumulators.values():
+            acc.finalize_fit(how, sequences=sequences, tokens=tokens, warn=False)
+
+    def update(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+        """Add the surrogates of a batch ``(L+1, batch, seq, d)`` (up to ``max_seqs`` in all)."""
+        take = states.shape[1] if self.max_seqs is None else max(0, min(states.shape[1], self.max_seqs - self.sequences))
+        if take == 0:
+            return
+        s, m = states[:, :take], None if mask is None else mask[:take]
+        if not self.fitted and real_counts(s, m)[0]:
+            self.fit_batch(s, m)
+            self.finalize_fit(whole_run=False)
+        if self.fitted:
+            for kind, sequence in self._streams(_Source.of(s, m), self.first_sequence + self.sequences, take, s.device):
+                self.accumulators[kind].update_sequence(sequence)
         self.sequences += take
-
-    def mark(self) -> dict:
-        """What :meth:`rollback` needs to undo the next :meth:`update` (small: no cka-full here)."""
-        return {"accumulators": {kind: acc.mark() for kind, acc in self.accumulators.items()},
-                "held": (list(self._pending), self._held_rows, list(self._calibration), self.sequences)}
-
-    def rollback(self, mark: dict) -> None:
-        """Undo every update since :meth:`mark` (e.g. when the real stream then failed)."""
-        for kind, acc in self.accumulators.items():
-            acc.rollback(mark["accumulators"][kind])
-        self._pending, self._held_rows, self._calibration, self.sequences = mark["held"]
-
-    def _calibrating(self) -> bool:
-        return any(not acc.fitted for acc in self.accumulators.values())
-
-    def _measure(self, source: "_Source", first: int, take: int, device) -> None:
-        for kind, sequence in self._streams(source, first, take, device):
-            self.accumulators[kind].update_sequence(sequence)
 
     def _streams(self, source: "_Source", first: int, take: int, device):
         """Yield ``(kind, states (L+1, n, d))`` for each sequence and both kinds: one draw per
@@ -300,37 +277,6 @@ class CalibratedReferences:
             for kind in KINDS:
                 yield kind, _sequence_surrogate(source, i, tokens, kind, draw, self.include_embedding, buffer)
 
-    def flush(self) -> None:
-        """Fit the surrogate streams on the held calibration batches and measure them (see
-        :meth:`ViewAccumulator.flush`); a no-op when nothing is held.
-
-        >>> cal = CalibratedReferences(["center"], similarities=())
-        >>> cal.update(torch.randn(4, 3, 6, 8).cumsum(0)); cal.sequences
-        0
-        >>> cal.flush(); cal.sequences, cal.accumulators["matched"].fit_info["calibration"]
-        (3, {'sequences': 3, 'tokens': 18})
-        """
-        if not self._pending:
-            return
-        batches = [(src.to(device), None if m is None else m.to(device), first, take, device)
-                   for src, m, first, take, device in self._pending]
-        sequences = tokens = 0
-        for src, *_ in batches:
-            lengths = src.real.sum(dim=1)
-            sequences, tokens = sequences + int((lengths > 0).sum()), tokens + int(lengths.sum())
-        for acc in self.accumulators.values():
-            acc.restart_fit()
-        for src, _, first, take, device in batches:
-            for kind, sequence in self._streams(src, first, take, device):
-                self.accumulators[kind].fit_batch(sequence[:, None])
-        for acc in self.accumulators.values():
-            acc.finalize_fit(f"calibration on the surrogates of the first {sequences} sequences ({tokens} tokens)",
-                             sequences=sequences, tokens=tokens, warn=False)
-        for src, _, first, take, device in batches:
-            self._measure(src, first, take, device)
-            self.sequences += take
-        self._pending, self._held_rows, self._calibration = [], 0, [0, 0]
-
     @property
     def measured_sequences(self) -> int:
         """Sequences with a real token whose surrogates were measured. ``sequences`` counts batch
@@ -342,44 +288,22 @@ class CalibratedReferences:
         >>> cal.update(torch.randn(4, 3, 6, 8).cumsum(0), mask); cal.sequences, cal.measured_sequences
         (3, 2)
         """
-        self.flush()
         return self.accumulators["matched"].sequences
 
     def unit_statistics(self, view, similarity: str | None = None, kind: str = "matched"):
         """Per-sequence statistics of one view of one surrogate kind (see ``ViewAccumulator``)."""
         if kind not in KINDS:
             raise EffdepthError(f"unknown surrogate kind {kind!r}; choose from {', '.join(KINDS)}")
-        self.flush()
         return self.accumulators[kind].unit_statistics(view, similarity)
 
-    def state_dict(self, held: bool = True) -> tuple:
-        """``(arrays, meta)`` for resume: each kind's accumulator state, keys prefixed ``"<kind>/"``.
-
-        ``held``: also the batches held for the calibration set (``"held/<i>/..."``,
-        small: S_0, update energies, mask), for when the real stream has
-        measured them already (an exact fit). Leave them out when the real
-        stream holds the same batches: a resumed run feeds them again.
-        """
+    def state_dict(self) -> tuple:
+        """``(arrays, meta)`` for resume: each kind's accumulator state, keys prefixed ``"<kind>/"``."""
         arrays, kinds = {}, {}
         for kind, acc in self.accumulators.items():
             a, kinds[kind] = acc.state_dict()
             arrays.update({f"{kind}/{k}": v for k, v in a.items()})
-        batches = self._pending if held else []
-        for i, (src, mask, _, _, _) in enumerate(batches):
-            arrays[f"held/{i}/s0"] = src.s0.to(torch.float64).cpu().numpy()
-            arrays[f"held/{i}/measured"] = src.measured.cpu().numpy()
-            arrays[f"held/{i}/real"] = src.real.to(torch.float64).cpu().numpy()
-        meta = {
-            "kinds": kinds,
-            "seed": self.seed,
-            "max_seqs": self.max_seqs,
-            "first_sequence": self.first_sequence,
-            "sequences": self.sequences,
-            "held": [{"first": first, "take": take, "device": str(device), "mask": mask is not None,
-                      "num_states": src.num_states} for src, mask, first, take, device in batches],
-            "held_rows": self._held_rows if held else 0,
-            "calibration": list(self._calibration) if held else [0, 0],
-        }
+        meta = {"kinds": kinds, "seed": self.seed, "max_seqs": self.max_seqs, "first_sequence": self.first_sequence,
+                "sequences": self.sequences}
         return arrays, meta
 
     def load_state_dict(self, arrays: dict, meta: dict) -> None:
@@ -393,21 +317,11 @@ class CalibratedReferences:
             prefix = f"{kind}/"
             acc.load_state_dict({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}, meta["kinds"][kind])
         self.sequences = int(meta["sequences"])
-        self._pending = []
-        for i, h in enumerate(meta.get("held") or []):
-            real = torch.from_numpy(np.asarray(arrays[f"held/{i}/real"])) > 0
-            src = _Source(torch.from_numpy(np.asarray(arrays[f"held/{i}/s0"], dtype=np.float64)),
-                          torch.from_numpy(np.asarray(arrays[f"held/{i}/measured"], dtype=np.float64)), real, int(h["num_states"]))
-            self._pending.append((src, real.clone() if h["mask"] else None, int(h["first"]), int(h["take"]), torch.device(h["device"])))
-        self._held_rows = int(meta.get("held_rows", 0))
-        self._calibration = [int(v) for v in meta.get("calibration", [0, 0])]
 
     def merge(self, other: "CalibratedReferences") -> None:
         """Append another instance's sequences (e.g. another rank's share)."""
         if other.seed != self.seed:
             raise EffdepthError(f"cannot merge surrogate streams of seeds {other.seed} and {self.seed}")
-        self.flush()
-        other.flush()
         for kind, acc in self.accumulators.items():
             acc.merge(other.accumulators[kind])
         self.sequences += other.sequences

@@ -400,14 +400,21 @@ def test_update_sequence_equals_a_batch():
         ViewAccumulator(["top1pc"]).update_sequence(s[:, 0])
 
 
-def test_a_failed_update_gives_back_the_partner_it_held():
+def test_a_failed_update_leaves_the_accumulator_as_it_was(monkeypatch):
     s = residual_like(B=3, T=9)
     acc = ViewAccumulator(["default"], similarities=("cka",))
-    acc.update(s[:, :1])
-    mark = acc.mark()
-    acc.update(s[:, 1:])  # pairs the first, holds the third
-    acc.rollback(mark)
-    assert acc.bootstrap_units("cka") == 0 and acc.sequences == 1
+    acc.update(s[:, :1])  # the first waits for its partner
+    real = acc._pair_statistics
+
+    def fail(*args):
+        real(*args)  # the pair's unit is built, then the batch fails (e.g. out of memory)
+        raise MemoryError
+
+    monkeypatch.setattr(acc, "_pair_statistics", fail)
+    with pytest.raises(MemoryError):
+        acc.update(s[:, 1:])
+    assert acc.bootstrap_units("cka") == 0 and acc.sequences == 1  # nothing of the batch was added
+    monkeypatch.undo()
     acc.update(s[:, 1:])
     want = accumulate(s, similarities=("cka",))
     np.testing.assert_array_equal(acc.unit_statistics("default", "cka").total()["hsic"],
@@ -469,7 +476,6 @@ def test_a_state_saved_with_a_partner_held_resumes_to_the_same_numbers():
     views = ["default", "token-norm+drop-pos0", "top1pc"]
     first = ViewAccumulator(views, similarities=BOTH)
     first.update(s[:, :3])  # an odd count: the third waits for its partner
-    first.flush()
     arrays, meta = first.state_dict()
     assert meta["similarities"] == list(BOTH) and meta["partner"]["index"] == 2
     resumed = ViewAccumulator(views, similarities=BOTH)
@@ -492,7 +498,6 @@ def test_extend_appends_the_other_pairs_after_this_ones_sequences():
     views = ["default", "top1pc"]
     first = ViewAccumulator(views, similarities=("cka",))
     first.update(s[:, :4])
-    first.flush()
     rest = ViewAccumulator(views, similarities=("cka",))
     rest.copy_fits(first)
     rest.update(s[:, 4:])

@@ -112,7 +112,6 @@ def test_a_batch_of_padding_only_is_skipped():
     state.update(s[:, :2], torch.zeros(2, 8, dtype=torch.bool))
     state.update(s[:, 2:], None)
     plain.update(s[:, 2:], None)
-    state.finish(), plain.finish()
     assert state.views.padding_rows == 2 and state.views.sequences == plain.views.sequences == 2
     for sim in ("cka", "frobenius"):
         a = state.views.unit_statistics("top1pc", sim).total()
@@ -142,7 +141,7 @@ def test_removing_every_direction_is_refused_naming_the_width(view, estimate):
     acc = ViewAccumulator(["default", view], pc_estimate=estimate)
     with pytest.raises(EffdepthError, match="width d = 16"):
         acc.update(s) if estimate == "calibration" else acc.fit_batch(s)
-    assert acc.sequences == 0 and not any(acc._units.values()) and not acc._pending
+    assert acc.sequences == 0 and not any(acc._units.values())
 
 
 def test_k_just_below_the_width_runs_and_nothing_clamps_the_eigenvectors():
@@ -189,11 +188,25 @@ def heterogeneous(B=16, T=256, d=8, L=2, seed=0):
     return (noise + scores * directions).cumsum(0) + offsets
 
 
-def one_at_a_time(s, views, **options):
-    state = MeasurementState.new(AnalysisOptions(pooling="none", views=views, similarity="frobenius", bootstrap=0, surrogate_seqs=0, **options))
-    for b in range(s.shape[1]):
-        state.update(s[:, b : b + 1], None)
-    state.finish()
+def fitted_then_measured(s, views, mask=None, batch=1, rows=None, start=0, state=None, **options):
+    """What :func:`effdepth.measure.fit_views` and the measuring loop do, in batches of ``batch``: the
+    fit phase over the calibration set (all sequences for the exact estimate), then rows ``start:rows``
+    measured (a resumed ``state`` keeps its fits)."""
+    if state is None:
+        options = {"similarity": "frobenius", "surrogate_seqs": 0, **options}
+        state = MeasurementState.new(AnalysisOptions(pooling="none", views=views, bootstrap=0, **options))
+    if not state.fitted:
+        lengths = [s.shape[2]] * s.shape[1] if mask is None else mask.sum(dim=1).tolist()
+        prefix = s.shape[1] if state.views.pc_estimate == "exact" else calibration_prefix(lengths)
+        sequences = tokens = 0
+        for b in range(0, prefix, batch):
+            m = None if mask is None else mask[b : min(b + batch, prefix)]
+            state.fit_batch(s[:, b : min(b + batch, prefix)], m)
+            sequences += int((m.sum(dim=1) > 0).sum()) if m is not None else min(batch, prefix - b)
+            tokens += int(m.sum()) if m is not None else min(batch, prefix - b) * s.shape[2]
+        state.finalize_fit(sequences=sequences, tokens=tokens)
+    for b in range(start, s.shape[1] if rows is None else rows, batch):
+        state.update(s[:, b : b + batch], None if mask is None else mask[b : b + batch])
     return state
 
 
@@ -201,14 +214,14 @@ def test_calibration_on_one_sequence_batches_lands_close_to_the_exact_fit():
     s = heterogeneous()
     views = "center,top2pc"
     exact = effdepth.from_states(s, views=views.split(","), pc_estimate="exact", similarity="frobenius")
-    state = one_at_a_time(s, views)
+    state = fitted_then_measured(s, views)
     info = state.views.fit_info
     assert info["calibration"] == {"sequences": 8, "tokens": 2048} and "first 8 sequences" in info["how"]
     assert set(info["tokens"].values()) == {2048}
-    # What fitting on the first batch alone (one sequence) gave.
+    # What fitting on one sequence alone (an update before any fit, of a batch of one) gives.
     first = ViewAccumulator(views.split(","), similarities=())
     first.update(s[:, :1])
-    first.flush()
+    assert "the first batch (1 sequences)" in first.fit_info["how"]
     old = ViewAccumulator(views.split(","), similarities=())
     old.copy_fits(first)
     old.update(s)
@@ -222,77 +235,59 @@ def test_calibration_on_one_sequence_batches_lands_close_to_the_exact_fit():
         assert got == pytest.approx(want, rel=0.02)
 
 
-def test_the_calibration_set_is_whole_batches_of_at_least_8_sequences_and_2048_tokens():
-    assert calibration_prefix([256] * 16, 1) == 8
-    assert calibration_prefix([256] * 16, 3) == 9
-    assert calibration_prefix([64] * 40, 8) == 32
-    assert calibration_prefix([100] * 10, 4) == 10  # the run is smaller: all of it
-    assert calibration_prefix([256, 0] * 10, 2) == 16  # padding-only rows do not count
-    s = heterogeneous(B=16, T=100)
-    acc = ViewAccumulator(["top1pc"], similarities=())
-    for b in range(0, 16, 3):
-        acc.update(s[:, b : b + 3])
-        assert acc.sequences == 0 and acc.calibrating  # held: the set is never complete here
-    acc.flush()
-    assert acc.sequences == 16 and not acc.calibrating
-    assert acc.fit_info["calibration"] == {"sequences": 16, "tokens": 1600}  # 16 x 100 < 2048: all
-    big = ViewAccumulator(["top1pc"], similarities=())
-    s = heterogeneous(B=16, T=256)
-    for b in range(0, 16, 3):
-        big.update(s[:, b : b + 3])
-        if b == 6:  # the third batch completes 9 sequences, 2304 tokens: fitted and measured at once
-            assert big.fitted and big.sequences == 9 and not big.calibrating
-    assert big.fit_info["calibration"] == {"sequences": 9, "tokens": 2304}
+def test_the_calibration_set_is_the_fewest_first_sequences_with_8_sequences_and_2048_tokens():
+    assert calibration_prefix([256] * 16) == 8
+    assert calibration_prefix([64] * 40) == 32
+    assert calibration_prefix([100] * 10) == 10  # the run is smaller: all of it
+    assert calibration_prefix([256, 0] * 10) == 15  # padding-only rows do not count
+    assert calibration_prefix([]) == 0
 
 
-def test_one_big_first_batch_is_fitted_as_before_without_a_copy():
+@pytest.mark.parametrize("similarity", ["frobenius", "cka"])
+def test_the_fit_and_the_numbers_do_not_depend_on_the_batch_size(similarity):
+    s = heterogeneous(B=12, T=256)
+    runs = [fitted_then_measured(s, "default,top1pc", batch=b, similarity=similarity) for b in (1, 3, 12)]
+    for state in runs:
+        assert state.views.fit_info["calibration"] == {"sequences": 8, "tokens": 2048}
+    want = runs[0].views.unit_statistics("top1pc", similarity).total()
+    for state in runs[1:]:
+        got = state.views.unit_statistics("top1pc", similarity).total()
+        for k in want:  # the fit's float32 products are summed in another order: equal to rounding
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-8, err_msg=k)
+
+
+def test_an_update_before_any_fit_fits_on_its_own_batch():
     s = heterogeneous(B=8, T=256)
     acc = ViewAccumulator(["center", "top1pc"], similarities=())
     acc.update(s)
-    assert acc.fitted and acc.sequences == 8 and not acc.calibrating
+    assert acc.fitted and acc.sequences == 8
     assert acc.fit_info["calibration"] == {"sequences": 8, "tokens": 2048}
-
-
-def fed(state, s, mask, rows, start=0):
-    """Feed ``s[:, :rows]`` in batches of 2 from row ``start``; an exact estimate first fits on all of ``s``."""
-    if state.views.pc_estimate == "exact" and not state.views.fitted:
-        state.views.fit_batch(s, mask)
-        state.views.finalize_fit("exact")
-    for b in range(start, rows, 2):
-        state.update(s[:, b : b + 2], mask[b : b + 2])
-    return state
+    exact = ViewAccumulator(["top1pc"], pc_estimate="exact", similarities=())
+    with pytest.raises(RuntimeError, match="fit_batch over every batch"):
+        exact.update(s)
 
 
 @pytest.mark.parametrize("padding", [2, 0])
-@pytest.mark.parametrize("held_fits", [True, False])
 @pytest.mark.parametrize("estimate", ["calibration", "exact"])
-def test_a_resume_from_a_checkpoint_taken_while_calibrating_gives_the_same_numbers(estimate, held_fits, padding, tmp_path,
-                                                                                   monkeypatch):
+def test_a_resume_from_a_checkpoint_gives_the_same_numbers_and_keeps_the_fits(estimate, padding, tmp_path):
     from effdepth.checkpoint import load_checkpoint, save_checkpoint
-    from effdepth.numerics import streams
 
-    if not held_fits:  # held batches too big for a checkpoint: left out, and fed again on resume
-        monkeypatch.setattr(streams, "HELD_STATE_BYTES", 0)
     s = heterogeneous(B=10, T=40, d=4)
     mask = torch.ones(10, 40, dtype=torch.bool)
-    mask[padding : padding + 2] = False  # a batch of padding only, while the calibration set is held (or first)
-    options = AnalysisOptions(pooling="none", views="default,top1pc", similarity="cka,frobenius", surrogate_seqs=None, bootstrap=0,
-                              pc_estimate=estimate)
-    whole = fed(MeasurementState.new(options), s, mask, 10)
-    whole.finish()
-    interrupted = fed(MeasurementState.new(options), s, mask, 6)
+    mask[padding : padding + 2] = False  # a batch of padding only
+    options = dict(similarity="cka,frobenius", surrogate_seqs=None, pc_estimate=estimate)
+    whole = fitted_then_measured(s, "default,top1pc", mask, batch=2, **options)
+    interrupted = fitted_then_measured(s, "default,top1pc", mask, batch=2, rows=6, **options)
     save_checkpoint(tmp_path, *interrupted.state_dict())
     arrays, meta = load_checkpoint(tmp_path)
-    # The surrogate streams hold their calibration set either way; the real one only when calibrating.
-    assert meta["calibrated"]["sequences"] == (2 if padding == 0 else 0)  # a leading padding batch is passed
-    assert meta["accumulator"]["sequences"] == (0 if estimate == "calibration" else 4)
-    resumed = MeasurementState.new(options)
+    assert meta["calibrated"]["sequences"] == 6 and meta["accumulator"]["sequences"] == 4
+    resumed = MeasurementState.new(AnalysisOptions(pooling="none", views="default,top1pc", bootstrap=0, **options))
+    assert not resumed.fitted
     resumed.load_state_dict(arrays, meta)
-    held_left_out = estimate == "calibration" and not held_fits
-    assert resumed.views.rows == (padding == 0) * 2 * held_left_out + (0 if held_left_out else 6)
-    fed(resumed, s, mask, 10, start=resumed.views.rows)
-    resumed.finish()
+    assert resumed.fitted and resumed.views.rows == 6  # the fit phase is not run again
+    fitted_then_measured(s, "default,top1pc", mask, batch=2, start=resumed.views.rows, state=resumed)
     assert resumed.views.padding_rows == whole.views.padding_rows == 2
+    assert resumed.views.fit_info == whole.views.fit_info
     for sim in ("cka", "frobenius"):
         a = whole.views.unit_statistics("top1pc", sim).total()
         b = resumed.views.unit_statistics("top1pc", sim).total()
@@ -304,46 +299,7 @@ def test_a_resume_from_a_checkpoint_taken_while_calibrating_gives_the_same_numbe
             np.testing.assert_array_equal(ca[k], cb[k])
     assert whole.calibrated.accumulators["matched"].fit_info["calibration"] == {"sequences": 8, "tokens": 320}
     assert whole.calibrated.sequences == resumed.calibrated.sequences == 10
-    if estimate == "calibration":
-        assert whole.views.fit_info["calibration"] == {"sequences": 8, "tokens": 320}
-
-
-@pytest.mark.parametrize("held_fits", [True, False])
-def test_the_saved_loss_covers_the_same_batches_as_the_saved_statistics(held_fits, monkeypatch):
-    from effdepth.numerics import streams
-
-    if not held_fits:
-        monkeypatch.setattr(streams, "HELD_STATE_BYTES", 0)
-    s = heterogeneous(B=4, T=8, d=4)
-    state = MeasurementState.new(AnalysisOptions(pooling="none", views="top1pc", similarity="frobenius", surrogate_seqs=0), with_loss=True)
-    ids = torch.zeros(2, 8, dtype=torch.long)
-    for b in (0, 2):
-        state.update(s[:, b : b + 2], None, torch.zeros(2, 8, 5), ids)
-    _, meta = state.state_dict()
-    assert state.views.calibrating and state.loss.count == 28
-    assert meta["loss"]["count"] == (28 if held_fits else 0)
-
-
-def test_a_failure_while_completing_the_calibration_set_rolls_everything_back(monkeypatch):
-    s = heterogeneous(B=8, T=256, d=4, L=1)
-    options = AnalysisOptions(pooling="none", views="default,center", similarity="frobenius", surrogate_seqs=None, bootstrap=0)
-    clean = MeasurementState.new(options)
-    for b in range(0, 8, 4):
-        clean.update(s[:, b : b + 4], None)
-    state = MeasurementState.new(options)
-    state.update(s[:, :4], None)
-    assert state.views.calibrating and state.calibrated._pending
-    real_measure = state.calibrated._measure
-    monkeypatch.setattr(state.calibrated, "_measure", lambda *a: (_ for _ in ()).throw(RuntimeError("out of memory")))
-    with pytest.raises(RuntimeError, match="out of memory"):
-        state.update(s[:, 4:], None)
-    assert state.views.calibrating and not state.views.fitted and state.views.sequences == 0
-    monkeypatch.setattr(state.calibrated, "_measure", real_measure)
-    state.update(s[:, 4:6], None)  # the retry, at half the batch size
-    state.update(s[:, 6:], None)
-    for k, v in clean.views.unit_statistics("center").total().items():
-        np.testing.assert_allclose(state.views.unit_statistics("center").total()[k], v, rtol=1e-12)
-    assert state.views.fit_info["calibration"] == {"sequences": 8, "tokens": 2048}
+    assert whole.views.fit_info["calibration"] == {"sequences": 8, "tokens": 320}
 
 
 def test_the_eigengap_is_recorded_and_a_repeated_eigenvalue_warns():
