@@ -36,8 +36,9 @@ import torch
 
 from effdepth.errors import EffdepthError
 
-from .corpus import HF_POOL_FACTOR, _check_tokenizer, _is_token_ids, _resolve_text_source, _special_id, _tokenizer_len, \
-    _tokenizer_name, load_corpus
+from .corpus import check_tokenizer, is_token_ids, load_corpus
+from .packing import HF_POOL_FACTOR, special_id, tokenizer_len, tokenizer_name
+from .text_sources import resolve_text_source
 
 BOS_CHOICES = ("auto", "always", "never")
 SPLITS = ("paragraphs", "document")
@@ -152,9 +153,9 @@ def special_tokens(tokenizer: Any, bos: str) -> tuple:
     start = next((i for i in range(len(full) - len(plain) + 1) if full[i:i + len(plain)] == plain), 0)
     prefix, suffix = full[:start], full[start + len(plain):]
     if bos == "always":
-        bos_id = _special_id(tokenizer, "bos_token_id")
+        bos_id = special_id(tokenizer, "bos_token_id")
         if bos_id is None:
-            raise EffdepthError(f"--bos always, but the tokenizer {_tokenizer_name(tokenizer)} has no BOS token; "
+            raise EffdepthError(f"--bos always, but the tokenizer {tokenizer_name(tokenizer)} has no BOS token; "
                                 "use --bos auto (its own defaults) or never")
         if not prefix or prefix[0] != bos_id:
             prefix = [bos_id] + prefix
@@ -171,11 +172,11 @@ def load_passages(spec: Any = None, tokenizer: Any = None, *, max_len: int = 512
     >>> p.num_passages, int(p.lengths.max()) <= 40, bool(p.starts_with_bos.all())
     (4, True, True)
     """
-    if _is_token_ids(spec):
+    if is_token_ids(spec):
         return _given_passages(spec, tokenizer)
     check_passage_options(max_len, num_passages, bos, split)
-    _check_tokenizer(tokenizer, spec)
-    source = _resolve_text_source(spec)
+    check_tokenizer(tokenizer, spec)
+    source = resolve_text_source(spec)
     prefix, suffix = special_tokens(tokenizer, bos)
     budget = max_len - len(prefix) - len(suffix)
     if budget < 1:
@@ -191,7 +192,7 @@ def load_passages(spec: Any = None, tokenizer: Any = None, *, max_len: int = 512
     chosen = np.arange(num_passages) if stream_in_order else \
         np.sort(np.random.default_rng(seed).permutation(len(bodies))[:num_passages])
     rows = [prefix + list(bodies[i]) + suffix for i in chosen]
-    bos_id = _special_id(tokenizer, "bos_token_id")
+    bos_id = special_id(tokenizer, "bos_token_id")
     info = {
         "source": source.description,
         "documents": documents,
@@ -207,8 +208,8 @@ def load_passages(spec: Any = None, tokenizer: Any = None, *, max_len: int = 512
         "min_passage_tokens": MIN_PASSAGE_TOKENS,
         "seed": seed,
         "sampling": _sampling_text(split, stream_in_order, complete),
-        "tokenizer": _tokenizer_name(tokenizer),
-        "vocab_size": _tokenizer_len(tokenizer),
+        "tokenizer": tokenizer_name(tokenizer),
+        "vocab_size": tokenizer_len(tokenizer),
     }
     passages = Passages.from_rows(rows, bos_token_id=bos_id, name=source.name, info=info)
     passages.info.update({"tokens": passages.tokens, "mean_length": round(float(passages.lengths.mean()), 2),
@@ -222,7 +223,7 @@ def _given_passages(spec: Any, tokenizer: Any) -> Passages:
     ids = corpus.input_ids.numpy()
     mask = np.ones_like(ids, dtype=bool) if corpus.attention_mask is None else corpus.attention_mask.numpy().astype(bool)
     rows = [row[keep] for row, keep in zip(ids, mask)]
-    bos_id = _special_id(tokenizer, "bos_token_id") if tokenizer is not None else None
+    bos_id = special_id(tokenizer, "bos_token_id") if tokenizer is not None else None
     info = {**corpus.info, "split": "given", "bos": "as given", "sampling": "used exactly as given: one passage per row"}
     return Passages.from_rows(rows, bos_token_id=bos_id, name=corpus.name, info=info)
 

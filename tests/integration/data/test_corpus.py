@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from effdepth.data import TokenizedCorpus, byte_tokenizer, ids_sha256, load_corpus
-from effdepth.data import corpus as corpus_module
-from effdepth.data.corpus import split_long_text, strip_play_markdown
+from effdepth.data import packing, text_sources
+from effdepth.data.packing import split_long_text
+from effdepth.data.text_sources import strip_play_markdown
 from effdepth.errors import EffdepthError
 
 BOS, EOS = 256, 257
@@ -174,7 +175,7 @@ def test_more_sequences_with_the_same_seed_is_a_superset(tok):
 def test_the_token_stream_is_cached_per_tokenizer(tok, monkeypatch):
     docs = ["cache me " * 50]
     load_corpus(docs, tok, seq_len=8, num_seqs=2)
-    monkeypatch.setattr(corpus_module, "_tokenize_all", lambda *a: pytest.fail("tokenized twice"))
+    monkeypatch.setattr(packing, "_tokenize_all", lambda *a: pytest.fail("tokenized twice"))
     assert load_corpus(docs, tok, seq_len=8, num_seqs=3, seed=5).num_seqs == 3
 
 
@@ -322,8 +323,8 @@ def test_hf_reads_only_what_it_needs(monkeypatch, tok):
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: Endless())
     corpus = load_corpus("hf:endless", tok, seq_len=16, num_seqs=3)
     assert corpus.info["documents_complete"] is False
-    assert len(consumed) <= 2 * corpus_module._BATCH_DOCS
-    assert corpus.info["tokens_available"] >= 3 * corpus_module.HF_POOL_FACTOR * 15
+    assert len(consumed) <= 2 * packing._BATCH_DOCS
+    assert corpus.info["tokens_available"] >= 3 * packing.HF_POOL_FACTOR * 15
 
 
 def test_hf_without_text_column_lists_the_columns(monkeypatch, tok):
@@ -546,7 +547,7 @@ def test_shakespeare_with_the_real_smollm2_tokenizer():
     assert corpus.info["tokens_available"] > 1_000_000
 
     # Tokenizing a play in pieces cut after newlines gives the tokens of the whole.
-    play = corpus_module._shakespeare_source().documents[0]
+    play = text_sources.resolve_text_source("shakespeare").documents[0]
     whole = tokenizer(play, add_special_tokens=False, verbose=False)["input_ids"]
     pieces = [i for p in split_long_text(play, 5_000) for i in tokenizer(p, add_special_tokens=False)["input_ids"]]
     assert pieces == whole
@@ -563,7 +564,8 @@ def test_tokenized_corpus_is_frozen_and_has_a_short_repr():
     assert (corpus.num_seqs, corpus.seq_len) == (1, 3)
 
 
-@pytest.mark.parametrize("module", ["effdepth.data", "effdepth.data.corpus", "effdepth.data.tokenizers",
+@pytest.mark.parametrize("module", ["effdepth.data", "effdepth.data.corpus", "effdepth.data.packing",
+                                    "effdepth.data.text_sources", "effdepth.data.tokenizers",
                                     "effdepth.data.assets"])
 def test_docstring_examples_run(module):
     import doctest

@@ -2,7 +2,7 @@
 
 import pytest
 
-from effdepth.data import byte_tokenizer, corpus as corpus_module, load_corpus
+from effdepth.data import byte_tokenizer, load_corpus, packing
 
 DOCS = ["Is this a dagger which I see before me, the handle toward my hand? " * 30, "Come, let me clutch thee. " * 40]
 
@@ -10,14 +10,14 @@ DOCS = ["Is this a dagger which I see before me, the handle toward my hand? " * 
 @pytest.fixture
 def streams(tmp_path, monkeypatch):
     monkeypatch.setenv("EFFDEPTH_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(corpus_module, "_DISK_STREAM_MIN_CHARS", 100)  # these documents count as large
+    monkeypatch.setattr(packing, "_DISK_STREAM_MIN_CHARS", 100)  # these documents count as large
     return tmp_path / "cache" / "streams"
 
 
 def test_the_next_run_reads_the_stored_stream(streams, monkeypatch):
     first = load_corpus(DOCS, byte_tokenizer(), seq_len=16, num_seqs=8, seed=3)
     (stored,) = streams.glob("*.npz")
-    monkeypatch.setattr(corpus_module, "_tokenize_all", lambda *a: pytest.fail("tokenized again"))
+    monkeypatch.setattr(packing, "_tokenize_all", lambda *a: pytest.fail("tokenized again"))
     again = load_corpus(DOCS, byte_tokenizer(), seq_len=16, num_seqs=8, seed=3)  # a new tokenizer object: not in memory
     assert again.sha256 == first.sha256 and again.info == first.info
 
@@ -27,7 +27,7 @@ def test_a_damaged_stream_is_tokenized_again(streams):
     (stored,) = streams.glob("*.npz")
     stored.write_bytes(stored.read_bytes()[:100])
     assert load_corpus(DOCS, byte_tokenizer(), seq_len=16, num_seqs=8).sha256 == first.sha256
-    assert corpus_module._read_stored_stream(stored) is not None  # rewritten whole
+    assert packing._read_stored_stream(stored) is not None  # rewritten whole
 
 
 def test_another_tokenizer_or_text_has_its_own_stream(streams):
