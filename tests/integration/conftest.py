@@ -4,6 +4,7 @@ import huggingface_hub.constants
 import pytest
 
 from effdepth import hub
+from effdepth.hub import needs as hub_needs
 from effdepth.data import byte_tokenizer
 from effdepth.tiny import tiny_model
 
@@ -66,7 +67,7 @@ def hub_state():
     """Each test starts online whatever the caller's environment (HF_HUB_OFFLINE=1 included), and
     gets the state it started with back: --offline switches the whole process."""
     hub.forget_probe()
-    hub._NOTED.clear()
+    hub_needs._NOTED.clear()
     with hub.offline(False):
         yield
     hub.forget_probe()

@@ -15,6 +15,7 @@ import pytest
 import effdepth
 import effdepth.sweep as sweep_module
 from effdepth import hub
+from effdepth.hub import network
 from effdepth.cli import main
 from effdepth.errors import EffdepthError
 from effdepth.trajectory import trajectory
@@ -165,7 +166,7 @@ def test_offline_default_corpus_must_be_cached(cached_pythia, tmp_path, monkeypa
 def test_unreachable_hub_fails_after_one_probe(hf_cache, unreachable_hub, corpus_file, tmp_path, capsys, monkeypatch):
     calls = []
     real = hub.probe
-    monkeypatch.setattr(hub, "probe", lambda *a, **k: calls.append(a) or real(*a, **k))
+    monkeypatch.setattr(network, "probe", lambda *a, **k: calls.append(a) or real(*a, **k))
     started = time.perf_counter()
     code = main(["measure", REPO, "--corpus", corpus_file, "--out", str(tmp_path / "o"), *SMALL])
     elapsed = time.perf_counter() - started

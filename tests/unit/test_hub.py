@@ -12,6 +12,7 @@ import pytest
 
 from effdepth import fetch as fetching
 from effdepth import hub
+from effdepth.hub import network
 from effdepth.errors import EffdepthError
 
 PYTHIA = ["config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin", "special_tokens_map.json",
@@ -121,7 +122,7 @@ def test_probe_goes_to_the_proxy(monkeypatch):
 
 def test_hub_problem_is_probed_once(monkeypatch):
     calls = []
-    monkeypatch.setattr(hub, "probe", lambda host, port, timeout: calls.append(host) or "nope")
+    monkeypatch.setattr(network, "probe", lambda host, port, timeout: calls.append(host) or "nope")
     assert hub.hub_problem() == hub.hub_problem() == "nope" and len(calls) == 1
 
 
@@ -185,13 +186,13 @@ def test_check_available_offline_lists_all_missing(tmp_path, monkeypatch):
 
 
 def test_check_available_online_does_not_probe_for_local_inputs(monkeypatch):
-    monkeypatch.setattr(hub, "probe", lambda *a, **k: pytest.fail("probed for local inputs"))
+    monkeypatch.setattr(network, "probe", lambda *a, **k: pytest.fail("probed for local inputs"))
     hub.check_available([hub.Need("corpus", "notes.txt"), hub.Need("corpus", ["texts"])], fix="effdepth fetch")
 
 
 def test_unreachable_hub_with_cached_inputs_switches_offline(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
-    monkeypatch.setattr(hub, "probe", lambda *a, **k: "connection to h:443 refused")
+    monkeypatch.setattr(network, "probe", lambda *a, **k: "connection to h:443 refused")
     _snapshot(tmp_path, "o/m", "main", {"config.json": b"{}", "model.safetensors": b"w"})
     with hub.offline(False):
         hub.check_available([hub.Need("model", "o/m")], fix="effdepth fetch o/m")

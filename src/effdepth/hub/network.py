@@ -1,0 +1,253 @@
+"""Whether the Hugging Face hub may be read, and whether it can be: the offline switch and the probe.
+
+- the offline switch: :func:`is_offline`, :func:`set_offline`, :func:`offline`
+  (huggingface_hub and datasets read ``HF_HUB_OFFLINE`` once, at import, so
+  the switch sets the environment *and* the libraries' own flags);
+- reachability: :func:`hub_problem` probes the hub's host once per process
+  (name resolution and a TCP connect, a few seconds at most) so that a
+  machine without network stops at once instead of after five retries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import sys
+import threading
+from urllib.parse import urlsplit
+
+#: Seconds the reachability probe waits for name resolution and the TCP connect (each).
+PROBE_TIMEOUT_S = float(os.environ.get("EFFDEPTH_HUB_PROBE_TIMEOUT", "3"))
+#: The environment variables the offline switch sets (huggingface_hub, datasets).
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+_TRUE = ("1", "ON", "YES", "TRUE")
+
+
+# --------------------------------------------------------------------------- the offline switch
+
+
+def is_offline() -> bool:
+    """True when only the local cache may be read (``--offline`` or ``HF_HUB_OFFLINE=1``).
+
+    >>> with offline():
+    ...     is_offline()
+    True
+    """
+    if any(os.environ.get(v, "").strip().upper() in _TRUE for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")):
+        return True
+    constants = sys.modules.get("huggingface_hub.constants")
+    return bool(getattr(constants, "HF_HUB_OFFLINE", False))
+
+
+def set_offline(on: bool = True) -> None:
+    """Switch offline mode for this process and the processes it starts.
+
+    Sets ``HF_HUB_OFFLINE`` and ``HF_DATASETS_OFFLINE`` for libraries imported
+    later and for child processes, and the flags huggingface_hub and datasets
+    already read at import (they would not look at the environment again).
+
+    >>> with offline(False):
+    ...     set_offline(True); os.environ["HF_HUB_OFFLINE"], is_offline()
+    ('1', True)
+    """
+    import huggingface_hub.constants
+
+    for variable in OFFLINE_VARIABLES:
+        if on:
+            os.environ[variable] = "1"
+        else:
+            os.environ.pop(variable, None)
+    if not on:
+        os.environ.pop("TRANSFORMERS_OFFLINE", None)
+    huggingface_hub.constants.HF_HUB_OFFLINE = on
+    datasets_config = sys.modules.get("datasets.config")
+    if datasets_config is not None:
+        datasets_config.HF_HUB_OFFLINE = on
+        datasets_config.HF_DATASETS_OFFLINE = on
+
+
+@contextlib.contextmanager
+def offline(on: bool = True):
+    """Offline mode (or online with ``on=False``) inside a ``with`` block; everything restored after.
+
+    >>> with offline():
+    ...     with offline(False):
+    ...         is_offline()
+    False
+    """
+    import huggingface_hub.constants
+
+    variables = (*OFFLINE_VARIABLES, "TRANSFORMERS_OFFLINE")
+    saved_env = {v: os.environ.get(v) for v in variables}
+    saved_hub = huggingface_hub.constants.HF_HUB_OFFLINE
+    datasets_config = sys.modules.get("datasets.config")
+    saved_datasets = None if datasets_config is None else (datasets_config.HF_HUB_OFFLINE, datasets_config.HF_DATASETS_OFFLINE)
+    set_offline(on)
+    try:
+        yield
+    finally:
+        for variable, value in saved_env.items():
+            if value is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = value
+        huggingface_hub.constants.HF_HUB_OFFLINE = saved_hub
+        if saved_datasets is not None:
+            datasets_config.HF_HUB_OFFLINE, datasets_config.HF_DATASETS_OFFLINE = saved_datasets
+
+
+@contextlib.contextmanager
+def quiet_hub():
+    """Keep huggingface_hub's retry and fallback warnings out of the terminal (errors still raise).
+
+    >>> with quiet_hub():
+    ...     logging.getLogger("huggingface_hub").getEffectiveLevel() >= logging.ERROR
+    True
+    """
+    logger = logging.getLogger("huggingface_hub")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+# --------------------------------------------------------------------------- can the hub be reached?
+
+
+def hub_endpoint() -> str:
+    """The hub's address (``HF_ENDPOINT``, default ``https://huggingface.co``).
+
+    >>> hub_endpoint().startswith("http")
+    True
+    """
+    import huggingface_hub.constants
+
+    return str(huggingface_hub.constants.ENDPOINT).rstrip("/")
+
+
+def probe_address(endpoint: str | None = None) -> tuple[str, int, bool]:
+    """``(host, port, through_proxy)``: what a connection to ``endpoint`` opens first.
+
+    With ``HTTPS_PROXY`` (or ``HTTP_PROXY`` for plain http) set and the host
+    not in ``NO_PROXY``, that is the proxy.
+
+    >>> probe_address("http://127.0.0.1:9")[:2]
+    ('127.0.0.1', 9)
+    """
+    import urllib.request
+
+    url = urlsplit(endpoint or hub_endpoint())
+    host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+    proxy = urllib.request.getproxies().get(url.scheme) or urllib.request.getproxies().get("all")
+    if proxy and not urllib.request.proxy_bypass(host):
+        p = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        if p.hostname:
+            return p.hostname, p.port or (443 if p.scheme == "https" else 80), True
+    return host, port, False
+
+
+def probe(host: str, port: int, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """``None`` when a TCP connection to ``host:port`` opens within ``timeout`` seconds, else why not.
+
+    >>> import socket
+    >>> s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    >>> probe("127.0.0.1", port)  # doctest: +ELLIPSIS
+    'connection to 127.0.0.1:... refused'
+    """
+    infos = _resolve(host, port, timeout)
+    if isinstance(infos, str):
+        return infos
+    reason = f"no address for {host}"
+    for family, kind, proto, _, address in infos:
+        sock = socket.socket(family, kind, proto)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(address)
+            return None
+        except ConnectionRefusedError:
+            reason = f"connection to {host}:{port} refused"
+        except (socket.timeout, TimeoutError):
+            reason = f"no answer from {host}:{port} within {timeout:g} s"
+        except OSError as exc:
+            reason = f"cannot connect to {host}:{port} ({exc.strerror or exc})"
+        finally:
+            sock.close()
+    return reason
+
+
+def _resolve(host: str, port: int, timeout: float):
+    """getaddrinfo with a deadline (the call itself has none); a reason string on failure."""
+    box: dict = {}
+
+    def run():
+        try:
+            box["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        return f"name resolution of {host} did not answer within {timeout:g} s"
+    if "error" in box:
+        exc = box["error"]
+        return f"name resolution of {host} failed: {getattr(exc, 'strerror', None) or exc}"
+    return box["infos"]
+
+
+_PROBED: dict = {}
+
+
+def hub_problem(timeout: float | None = None) -> str | None:
+    """``None`` when the hub's host answers; else one phrase saying why not.
+
+    Probed once per process and endpoint (name resolution and a TCP connect,
+    ``PROBE_TIMEOUT_S`` each at most); later calls reuse the answer.
+
+    >>> import huggingface_hub.constants as c, socket
+    >>> s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    >>> saved, c.ENDPOINT = c.ENDPOINT, f"http://127.0.0.1:{port}"
+    >>> hub_problem().startswith("connection to 127.0.0.1")
+    True
+    >>> c.ENDPOINT = saved
+    """
+    endpoint = hub_endpoint()
+    if endpoint not in _PROBED:
+        host, port, proxied = probe_address(endpoint)
+        reason = probe(host, port, PROBE_TIMEOUT_S if timeout is None else timeout)
+        _PROBED[endpoint] = None if reason is None else (f"{reason} (the proxy for {endpoint})" if proxied else reason)
+    return _PROBED[endpoint]
+
+
+def forget_probe() -> None:
+    """Probe again next time (after the network came back, or in tests).
+
+    >>> forget_probe()
+    """
+    _PROBED.clear()
+
+
+def is_network_error(exc: BaseException) -> bool:
+    """Whether ``exc`` says the hub could not be reached (rather than, say, an unknown repository).
+
+    >>> is_network_error(ConnectionRefusedError()), is_network_error(ValueError("no"))
+    (True, False)
+    """
+    names = {k.__name__ for k in type(exc).__mro__}
+    return bool(names & {"ConnectError", "NetworkError", "TransportError", "TimeoutException", "ConnectionError",
+                         "OfflineModeIsEnabled", "gaierror", "TimeoutError"})
+
+
+def unreachable_message(problem: str, what: str, fix: str) -> str:
+    """The one line for a hub that cannot be reached: where, why, what for, what to do.
+
+    >>> import huggingface_hub.constants as c
+    >>> unreachable_message("connection to h:443 refused", " to list the files of x/y", "run it elsewhere").replace(c.ENDPOINT, "URL")
+    'cannot reach the Hugging Face hub at URL (connection to h:443 refused) to list the files of x/y; run it elsewhere'
+    """
+    return f"cannot reach the Hugging Face hub at {hub_endpoint()} ({problem}){what}; {fix}"
