@@ -27,7 +27,7 @@ from .capture.hooks import ResidualCapture
 from .capture.registry import resolve_architecture
 from .errors import EffdepthError
 from .measure import MeasurementState, states_result
-from .numerics.streams import real_counts
+from .numerics.sequences import real_counts
 from .numerics.views import parse_views
 from .options import DEFAULT_SIMILARITY, AnalysisOptions
 from .result import Result

@@ -27,8 +27,8 @@ from .data.paper import PAPER_CORPUS
 from .errors import EffdepthError, UnknownOption
 from .numerics import passage_analysis, passage_views
 from .numerics.cka import MIN_TOKENS, ViewUnavailable, require_cka_view
+from .numerics.fits import PC_ESTIMATES
 from .numerics.similarities import NAMES as SIMILARITIES, get_similarity
-from .numerics.streams import PC_ESTIMATES
 from .numerics.views import parse_views
 
 MAX_BOOTSTRAP = 100_000

@@ -32,7 +32,7 @@ def measured(model, ids, **options):
 
 def fit_rows(ids) -> int:
     """The calibration set effdepth.measure fits on (the first sequences, up to 8 and 2,048 tokens)."""
-    from effdepth.numerics.streams import calibration_prefix
+    from effdepth.numerics.fits import calibration_prefix
 
     return calibration_prefix([ids.shape[1]] * ids.shape[0])
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from ..errors import EffdepthError
 from ..data.passages import BOS_CHOICES, SPLITS
 from ..options import DEFAULTS, PASSAGE_DEFAULTS, POOLINGS, PROTOCOLS, STATES, RunOptions
+from ..numerics.fits import PC_ESTIMATES
 from ..numerics.similarities import NAMES as SIMILARITIES
-from ..numerics.streams import PC_ESTIMATES
 
 
 class Parser(argparse.ArgumentParser):

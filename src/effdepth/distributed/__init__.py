@@ -17,7 +17,7 @@ rank uses ``cuda:LOCAL_RANK``). Views that fit means or principal
 directions use the calibration estimate, fitted by every rank on the same
 calibration set as one process would use (the first sequences holding at
 least 8 sequences and 2,048 tokens, see
-:func:`~effdepth.numerics.streams.calibration_prefix`); ``--pc-estimate
+:func:`~effdepth.numerics.fits.calibration_prefix`); ``--pc-estimate
 exact`` and ``--device-map`` are not supported here, nor are checkpoints
 (rerun instead: each rank's share is small).
 """

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from ..errors import EffdepthError
+from .statistics import UnitStatistics
 from .views import ViewSpec, parse_views, remove_directions
 
 # Below this a sequence's centred states have too few degrees of freedom to compare layers.
@@ -239,3 +240,139 @@ def empty_cka_unit(num_states: int) -> dict:
     m = num_states
     return {"hsic": np.zeros((m, m)), "update_hsic": np.zeros((m, m)), "cka_pairs": np.asarray(0.0),
             "cka_tokens": np.asarray(0.0)}
+
+
+class CkaPairs:
+    """The cross-sequence pairs of one run: one cka unit per pair and token set.
+
+    Measured sequences are paired in order ((0, 1), (2, 3), ...) across batch
+    boundaries: an unpaired sequence is held until the next one, so the pairs
+    never depend on the batch size. ``token_sets`` maps each token set's key
+    (:func:`cka_set_key`) to the label its arrays are saved under. Per set,
+    ``units`` holds one unit per pair (:func:`empty_cka_unit` for a pair left
+    out of the set); ``firsts`` the index of each pair's first sequence among
+    the measured ones (the second follows it), so that a pair's additive
+    statistics can be joined to its unit; ``partner`` the sequence still
+    waiting, as ``(index, states)`` or ``None``. Without token sets nothing is
+    paired.
+
+    A batch's pairs are built apart (:meth:`pending`) and added at once
+    (:meth:`commit`), so a batch that fails part-way adds nothing.
+
+    >>> pairs = CkaPairs({(None, None): "default|cka"})
+    >>> views = {(None, None): gram_view(parse_views("default")[0])}
+    >>> batch = pairs.pending(views)
+    >>> for index in range(3):
+    ...     batch.add(index, torch.randn(2, 5, 4))
+    >>> pairs.commit(batch)
+    >>> pairs.firsts, pairs.partner[0]
+    ([0], 2)
+    """
+
+    def __init__(self, token_sets: dict, gram_budget_bytes: int = GRAM_BUDGET_BYTES):
+        self.labels = dict(token_sets)
+        self.gram_budget_bytes = gram_budget_bytes
+        self.units: dict = {key: [] for key in self.labels}
+        self.firsts: list = []
+        self.partner: tuple | None = None
+
+    def pending(self, gram_views: dict) -> "PendingPairs":
+        """An empty batch of pairs, continuing from the sequence held now; ``gram_views`` is what
+        cka needs of each token set (a set without one, whose view is unavailable, gets empty units)."""
+        return PendingPairs(self, gram_views)
+
+    def commit(self, batch: "PendingPairs") -> None:
+        """Add a batch's pairs, and hold its unpaired sequence (copied: the caller may reuse the
+        batch's memory). Everything that allocates happens before anything is added."""
+        partner = batch.partner
+        if partner is not None and partner is not self.partner:
+            partner = (partner[0], partner[1].detach().clone())
+        for key, units in batch.units.items():
+            self.units[key].extend(units)
+        self.firsts.extend(batch.firsts)
+        self.partner = partner
+
+    def statistics(self, key: tuple) -> UnitStatistics:
+        """The units of one token set, one per pair (left-out pairs included, ``cka_pairs`` 0)."""
+        return UnitStatistics.from_units(self.units[key])
+
+    def entered(self, key: tuple) -> int:
+        """How many pairs entered a token set (both sequences with enough tokens in it)."""
+        return int(sum(float(u["cka_pairs"]) for u in self.units[key]))
+
+    def merge(self, other: "CkaPairs", offset: int, other_sequences: int) -> None:
+        """Append ``other``'s pairs, of ``other_sequences`` sequences measured after the ``offset``
+        of this one. A sequence of this one still waiting for a partner stays unpaired (left out)
+        when the other measured any."""
+        for key in self.units:
+            self.units[key].extend(other.units[key])
+        self.firsts.extend(first + offset for first in other.firsts)
+        if other_sequences:
+            self.partner = None if other.partner is None else (other.partner[0] + offset, other.partner[1])
+
+    def unit_arrays(self) -> dict:
+        """Every per-pair array, keyed ``"<label>|<key>"``, and ``pairs|first``."""
+        out = {}
+        for key, units in self.units.items():
+            if units:
+                for name, arr in UnitStatistics.from_units(units).arrays.items():
+                    out[f"{self.labels[key]}|{name}"] = arr
+        if self.firsts:
+            out["pairs|first"] = np.asarray(self.firsts, dtype=np.float64)
+        return out
+
+    def state_dict(self) -> tuple:
+        """``(arrays, meta)``: :meth:`unit_arrays`, and the sequence waiting for its partner."""
+        arrays = self.unit_arrays()
+        if self.partner is not None:
+            arrays["partner|states"] = self.partner[1].detach().to("cpu", _kept_dtype(self.partner[1].dtype)).numpy()
+        meta = {"partner": None if self.partner is None else
+                {"index": self.partner[0], "device": str(self.partner[1].device)}}
+        return arrays, meta
+
+    def load_state_dict(self, arrays: dict, meta: dict) -> None:
+        """Continue from :meth:`state_dict` (the arrays may hold other statistics' keys too)."""
+        for key in self.units:
+            prefix = f"{self.labels[key]}|"
+            cols = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+            n = len(cols["hsic"]) if cols else 0
+            self.units[key] = [{k: v[i] for k, v in cols.items()} for i in range(n)]
+        self.firsts = [int(f) for f in arrays.get("pairs|first", ())]
+        partner = meta.get("partner") if self.units else None
+        self.partner = None if partner is None else (
+            int(partner["index"]), torch.from_numpy(np.asarray(arrays["partner|states"])).to(partner["device"]))
+
+
+class PendingPairs:
+    """The pairs one batch completes, kept apart from :class:`CkaPairs` until :meth:`CkaPairs.commit`."""
+
+    def __init__(self, pairs: CkaPairs, gram_views: dict):
+        self.gram_views = gram_views
+        self.gram_budget_bytes = pairs.gram_budget_bytes
+        self.units: dict = {key: [] for key in pairs.units}
+        self.firsts: list = []
+        self.partner = pairs.partner
+
+    def add(self, index: int, states: torch.Tensor) -> None:
+        """The next measured sequence ``(M, T, d)``: held, or paired with the one held."""
+        if not self.units:
+            return
+        if self.partner is None:
+            self.partner = (index, states)
+            return
+        for key, units in self.units.items():
+            units.append(self._pair_unit(self.partner[1], states, self.gram_views.get(key)))
+        self.firsts.append(self.partner[0])
+        self.partner = None
+
+    def _pair_unit(self, first: torch.Tensor, second: torch.Tensor, view: GramView | None) -> dict:
+        """The cka unit of one pair in one token set (empty where either sequence has too few
+        tokens in it, or the set's view is unavailable)."""
+        yp = None if view is None else centred_view_states(first, view)
+        yq = None if yp is None else centred_view_states(second, view)
+        return empty_cka_unit(first.shape[0]) if yq is None else pair_cka(yp, yq, self.gram_budget_bytes)
+
+
+def _kept_dtype(dtype: torch.dtype) -> torch.dtype:
+    """How states are saved: float64 when they are, float32 otherwise (numpy has no bfloat16)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32

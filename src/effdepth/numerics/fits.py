@@ -5,16 +5,34 @@ fitted on the view's own token set. A fit is its own phase, before the
 states it applies to are measured: :class:`FitAccumulator` takes batches of
 states (``update``), or other accumulators (``merge``), and :meth:`fit`
 turns them into the mean and the leading eigenvectors of the covariance,
-solved densely (``torch.linalg.eigh`` in float64).
+solved densely (``torch.linalg.eigh`` in float64). :class:`ViewFits` is the
+fit phase of a run's view streams: one estimate per token set, then each
+stream's fit, or the reason it has none.
+
+Which sequences a fit is estimated on: every one (``exact``), or the
+calibration set (``calibration``: the first sequences, at least
+:data:`CALIBRATION_SEQUENCES` of them and :data:`CALIBRATION_TOKENS` tokens,
+:func:`calibration_prefix`); :func:`fit_description` says which in the result.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 import torch
 
 from ..errors import EffdepthError
-from .views import ViewSpec, check_width
+from .sequences import raise_nonfinite, real_sequences
+from .views import ViewSpec, check_width, token_transform
+
+PC_ESTIMATES = ("calibration", "exact")
+#: The calibration set: the fewest first sequences holding at least this many (non-empty)
+#: sequences and real tokens (all sequences when the run is smaller).
+CALIBRATION_SEQUENCES = 8
+CALIBRATION_TOKENS = 2048
+#: Below this relative eigen-gap after the k-th component, the removed directions are arbitrary.
+EIGENGAP_WARNING = 1e-3
 
 
 class NonFiniteFit(EffdepthError):
@@ -152,6 +170,137 @@ class FitAccumulator:
         return fit
 
 
+class ViewFits:
+    """The fit phase of a run's view streams (``streams``: each stream's key -> its view spec).
+
+    Batches go to one :class:`FitAccumulator` per token set (:meth:`update`),
+    which :meth:`finalize` turns into ``fits`` (stream key -> ``{"mean",
+    "pcs", "tokens"}``) and ``info`` (how and on what they were estimated, the
+    eigen-gaps, the warnings); a stream whose token set had no token to fit on
+    is in ``unfitted``, with the reason its view is unavailable.
+
+    >>> fits = ViewFits({"c": ViewSpec("center", center=True)})
+    >>> fits.update(torch.tensor([[[[1.0, 0.0], [3.0, 0.0]]]]))
+    >>> fits.finalize("on one batch", sequences=1, tokens=2)
+    []
+    >>> fits.fits["c"]["mean"].tolist(), fits.done
+    ([[2.0, 0.0]], True)
+    """
+
+    def __init__(self, streams: dict, pc_estimate: str = "calibration"):
+        self.specs = {key: spec for key, spec in streams.items() if spec.needs_fit}
+        self.pc_estimate = pc_estimate
+        self.fits: dict = {}
+        self.info: dict | None = None
+        self.unfitted: dict = {}
+        self._accumulators: dict = {}
+        self._dtype = torch.float32  # of the states the fit was fed (for its error message)
+
+    @property
+    def done(self) -> bool:
+        """Whether every stream that needs a fit has one (or the reason it has none)."""
+        return not self.specs or self.info is not None
+
+    def update(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+        """Feed one batch ``(L+1, batch, seq, d)`` to the per-layer mean / covariance estimates."""
+        # One estimate per token set: views that share it (e.g. center and
+        # top1pc) must not feed the same tokens twice.
+        token_sets = {spec.fit_key: spec for spec in self.specs.values()}
+        for key in token_sets:
+            if key not in self._accumulators:
+                same = [v for v in self.specs.values() if v.fit_key == key]
+                calibration = self.pc_estimate == "calibration"
+                self._accumulators[key] = FitAccumulator(
+                    precision=torch.float32 if calibration else torch.float64,
+                    scatter=any(v.top_pcs for v in same),
+                )
+        pending: dict = {key: [] for key in token_sets}
+        for seq in real_sequences(states, mask):
+            for key, spec in token_sets.items():
+                pending[key].append(_selected(seq, spec))
+        # One update per batch: a single large matrix product per layer.
+        self._dtype = states.dtype
+        for key, parts in pending.items():
+            spec = token_sets[key]
+            transform = (lambda z, spec=spec: token_transform(z, spec)) if spec.token_norm else None
+            with nonfinite_fit(states.dtype):
+                self._accumulators[key].update(parts, transform)
+
+    def finalize(self, how: str, *, sequences: int | None = None, tokens: int | None = None) -> list:
+        """Turn the estimates into fits, ``how`` and the fitted set's size recorded in ``info``;
+        returns the eigen-gap warnings (:func:`eigengap_notes`), recorded too."""
+        fitted_tokens, gaps, notes, unfitted = {}, {}, [], {}
+        fits: dict = {}
+        for key, spec in self.specs.items():
+            acc = self._accumulators.get(spec.fit_key, FitAccumulator())
+            fitted_tokens[spec.canonical] = int(acc.count)
+            if acc.count == 0:
+                unfitted[key] = "no token of this view in the fitted sequences to fit its mean / principal directions on"
+                continue
+            with nonfinite_fit(self._dtype):
+                fits[key] = acc.fit(spec)
+            if "eigengap" in fits[key]:
+                gaps[spec.canonical] = fits[key].pop("eigengap")
+                notes += eigengap_notes(spec, gaps[spec.canonical])
+        self.fits, self.unfitted = fits, unfitted
+        self.info = {
+            "estimate": self.pc_estimate,
+            "how": how,
+            "calibration": {"sequences": sequences, "tokens": tokens},
+            "tokens": fitted_tokens,
+            "eigengap": gaps,
+            "warnings": notes,
+            "unavailable": {self.specs[k].canonical: r for k, r in unfitted.items()},
+        }
+        self._accumulators.clear()
+        return notes
+
+    def state_dict(self) -> tuple:
+        """``(arrays, meta)``: each fit's mean and principal directions, keyed ``fit|<stream>|...``,
+        and ``info`` with the tokens each was fitted on."""
+        arrays = {}
+        for key, fit in self.fits.items():
+            name = self.specs[key].canonical
+            arrays[f"fit|{name}|mean"] = fit["mean"].cpu().numpy()
+            if "pcs" in fit:
+                arrays[f"fit|{name}|pcs"] = fit["pcs"].cpu().numpy()
+        meta = {"fit_info": self.info,
+                "fit_tokens": {self.specs[k].canonical: int(f["tokens"]) for k, f in self.fits.items()}}
+        return arrays, meta
+
+    def load_state_dict(self, arrays: dict, meta: dict) -> None:
+        """Continue from :meth:`state_dict` (the arrays may hold other statistics' keys too)."""
+        by_name = {spec.canonical: key for key, spec in self.specs.items()}
+        self.fits = {}
+        for name, key in by_name.items():
+            if f"fit|{name}|mean" in arrays:
+                fit = {"mean": torch.from_numpy(arrays[f"fit|{name}|mean"]), "tokens": meta["fit_tokens"][name]}
+                if f"fit|{name}|pcs" in arrays:
+                    fit["pcs"] = torch.from_numpy(arrays[f"fit|{name}|pcs"])
+                self.fits[key] = fit
+        self.info = meta["fit_info"]
+        unavailable = (self.info or {}).get("unavailable") or {}
+        self.unfitted = {by_name[name]: reason for name, reason in unavailable.items() if name in by_name}
+
+
+def _selected(z: torch.Tensor, spec: ViewSpec) -> torch.Tensor:
+    """The positions of a sequence ``(M, T, d)`` the view's fit is estimated on."""
+    if spec.selection == "drop-pos0":
+        return z[:, 1:]
+    if spec.selection == "pos0-only":
+        return z[:, :1]
+    return z
+
+
+@contextlib.contextmanager
+def nonfinite_fit(dtype: torch.dtype):
+    """A fit fed non-finite states fails with the same one-line error as a measurement."""
+    try:
+        yield
+    except NonFiniteFit as error:
+        raise_nonfinite(error.layer, dtype)
+
+
 def layer_states(parts: list, layer: int, transform=None) -> torch.Tensor:
     """One layer's states of every part joined along the tokens, in float64, then transformed."""
     y = torch.cat([p[layer] for p in parts]).to(torch.float64)
@@ -196,3 +345,69 @@ def relative_eigengap(values: torch.Tensor, k: int) -> list:
     top, nxt = lam[..., k - 1], lam[..., k]
     gap = torch.where(top > 0, (top - nxt) / torch.where(top > 0, top, torch.ones_like(top)), torch.zeros_like(top))
     return gap.clamp(0.0, 1.0).cpu().tolist()
+
+
+# -- the calibration set, and how a fit was estimated ----------------------------------
+
+
+def calibration_complete(sequences: int, tokens: int) -> bool:
+    """Whether a calibration set of this many (non-empty) sequences and real tokens is complete.
+
+    >>> calibration_complete(8, 2048), calibration_complete(16, 512)
+    (True, False)
+    """
+    return sequences >= CALIBRATION_SEQUENCES and tokens >= CALIBRATION_TOKENS
+
+
+def calibration_prefix(lengths) -> int:
+    """How many of the first sequences the calibration set takes, given each sequence's real-token
+    count: the fewest for which :func:`calibration_complete` holds, else all. It depends on the
+    corpus alone (not the batch size), and every process of a distributed run fits on it.
+
+    >>> calibration_prefix([256] * 32), calibration_prefix([100] * 32), calibration_prefix([16] * 7)
+    (8, 21, 7)
+    """
+    sequences = tokens = 0
+    for i, n in enumerate(int(n) for n in lengths):
+        if n > 0:
+            sequences, tokens = sequences + 1, tokens + n
+        if calibration_complete(sequences, tokens):
+            return i + 1
+    return len(lengths)
+
+
+def fit_description(estimate: str, *, sequences: int, tokens: int, whole_run: bool = True) -> str:
+    """How a fit was estimated, in words, for the result (``fit_info["how"]``): ``whole_run`` says
+    whether the fitted sequences were all the run had, when they are fewer than a calibration set.
+
+    >>> fit_description("calibration", sequences=8, tokens=2048)
+    'calibration on the first 8 sequences (2048 tokens)'
+    >>> fit_description("exact", sequences=3, tokens=30)
+    'exact, over every sequence (3 sequences, 30 tokens)'
+    """
+    if estimate == "exact":
+        return f"exact, over every sequence ({sequences} sequences, {tokens} tokens)"
+    if calibration_complete(sequences, tokens):
+        return f"calibration on the first {sequences} sequences ({tokens} tokens)"
+    where = f"all {sequences} sequences" if whole_run else f"the first batch ({sequences} sequences)"
+    return (f"calibration on {where} ({tokens} tokens): fewer than a calibration set of "
+            f"{CALIBRATION_SEQUENCES} sequences and {CALIBRATION_TOKENS} tokens")
+
+
+def eigengap_notes(spec: ViewSpec, gaps: list) -> list:
+    """One-line warnings for the layers whose eigen-gap after the k-th component is too small.
+
+    >>> spec = ViewSpec("top1pc", top_pcs=1)
+    >>> eigengap_notes(spec, [0.5, 0.5]), len(eigengap_notes(spec, [0.5, 1e-6]))
+    ([], 1)
+    """
+    small = [i for i, g in enumerate(gaps) if g < EIGENGAP_WARNING]
+    if not small:
+        return []
+    where = "the pooled layers" if spec.shared_pcs else "layer(s) " + ", ".join(f"S_{i}" for i in small)
+    worst = min(gaps[i] for i in small)
+    return [
+        f"view {spec.name!r}: the relative eigen-gap after principal component {spec.top_pcs} is {worst:.2g} "
+        f"(under {EIGENGAP_WARNING:g}) in {where}, so the removed direction is arbitrary there; "
+        "fit on more data (--pc-estimate exact) or choose another k"
+    ]

@@ -144,3 +144,36 @@ def names_where(predicate) -> tuple:
     ('frobenius', 'token')
     """
     return tuple(name for name, spec in SIMILARITIES.items() if predicate(spec))
+
+
+#: Similarities with statistics of their own (the additive ones are kept for every run).
+KERNEL_SIMILARITIES = names_where(lambda s: not s.additive)
+#: Similarities read from the additive statistics of every stream they measure.
+COSINE_SIMILARITIES = names_where(lambda s: s.additive)
+
+
+def validate_similarities(similarities) -> tuple:
+    """The similarities as a tuple without repeats; a one-line error for an unknown one.
+
+    >>> validate_similarities("cka,frobenius")
+    ('cka', 'frobenius')
+    """
+    if isinstance(similarities, str):
+        similarities = similarities.split(",")
+    out: list = []
+    for name in similarities:
+        name = get_similarity(str(name).strip()).name
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def keeps_cosine_sums(similarities) -> bool:
+    """Whether every stream keeps the additive (cosine) sums under ``similarities``: a cosine
+    similarity (:data:`COSINE_SIMILARITIES`) among them, or none at all (the additive
+    statistics alone are asked for).
+
+    >>> keeps_cosine_sums(("cka",)), keeps_cosine_sums(("cka", "token")), keeps_cosine_sums(())
+    (False, True, True)
+    """
+    return not similarities or any(s in COSINE_SIMILARITIES for s in similarities)

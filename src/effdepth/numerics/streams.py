@@ -5,11 +5,10 @@ pos0-only) share one stream: position 0 and the rest are accumulated apart
 and added back together. token-norm is a per-token transform of the batch.
 center and top-k PC need a per-layer fit first, a phase of its own before
 any sequence is measured: the caller feeds :meth:`ViewAccumulator.fit_batch`
-either the calibration set ("calibration": the first sequences, at least
-:data:`CALIBRATION_SEQUENCES` of them and :data:`CALIBRATION_TOKENS` tokens,
-:func:`calibration_prefix`) or every sequence ("exact"), then calls
-:meth:`ViewAccumulator.finalize_fit`. Nothing is held inside the accumulator
-while it waits for a fit.
+either the calibration set ("calibration",
+:func:`~effdepth.numerics.fits.calibration_prefix`) or every sequence
+("exact"), then calls :meth:`ViewAccumulator.finalize_fit`. Nothing is held
+inside the accumulator while it waits for a fit.
 
 A sequence with no token in a view (drop-pos0 of a one-token sequence) is
 left out of that view and counted; a view without any token is unavailable
@@ -18,16 +17,14 @@ all padding are skipped and counted (``padding_rows``).
 
 The cka similarities are not additive over positions, so they are kept per
 token set (all positions, drop-pos0) instead of per part. Token-mode cka
-(:mod:`effdepth.numerics.cka`) compares the sequences of a pair: the
-accumulator pairs consecutive measured sequences ((0, 1), (2, 3), ...),
-across batch boundaries (an unpaired sequence is held until the next one),
-so the pairs never depend on the batch size; its units are the pairs, and
-the additive statistics of a pair's two sequences are added to it.
+(:mod:`effdepth.numerics.cka`) compares the sequences of a pair, kept by
+:class:`~effdepth.numerics.cka.CkaPairs` (consecutive measured sequences,
+held across batch boundaries); its units are the pairs, and the additive
+statistics of a pair's two sequences are added to it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 from functools import partial
 
@@ -35,66 +32,26 @@ import numpy as np
 import torch
 
 from ..errors import EffdepthError
-from .accumulate import STAT_KEYS, SequenceSums, chunk_tokens_for, nonfinite_layer, sums_in_chunks
+from .accumulate import STAT_KEYS, SequenceSums, chunk_tokens_for, sums_in_chunks
 from .cka import (
     GRAM_BUDGET_BYTES,
     MIN_TOKENS,
+    CkaPairs,
     ViewUnavailable,
-    centred_view_states,
     cka_set_key,
     cka_token_sets,
-    empty_cka_unit,
     gram_view,
-    pair_cka,
     require_cka_view,
     view_token_states,
 )
 from .cka_full import FULL_BUDGET_BYTES, PooledCka, check_cka_full_memory
 from .metrics import NO_COSINE_SUMMARIES
-from .similarities import get_similarity, names_where
+from .fits import PC_ESTIMATES, ViewFits, fit_description
+from .fits import calibration_prefix as calibration_prefix  # measure.py reads it here
+from .sequences import check_finite, check_finite_states, real_counts, real_sequences
+from .similarities import KERNEL_SIMILARITIES, get_similarity, keeps_cosine_sums, validate_similarities
 from .statistics import UnitStatistics
-from .fits import FitAccumulator, NonFiniteFit
 from .views import ViewSpec, check_width, fitted_transform, parse_views, token_transform
-
-PC_ESTIMATES = ("calibration", "exact")
-#: The calibration set: the fewest first sequences holding at least this many (non-empty)
-#: sequences and real tokens (all sequences when the run is smaller).
-CALIBRATION_SEQUENCES = 8
-CALIBRATION_TOKENS = 2048
-#: Below this relative eigen-gap after the k-th component, the removed directions are arbitrary.
-EIGENGAP_WARNING = 1e-3
-# Similarities with statistics of their own (the additive ones are kept for every run).
-KERNEL_SIMILARITIES = names_where(lambda s: not s.additive)
-#: Similarities read from the additive statistics of every stream they measure.
-COSINE_SIMILARITIES = names_where(lambda s: s.additive)
-
-
-def validate_similarities(similarities) -> tuple:
-    """The similarities as a tuple without repeats; a one-line error for an unknown one.
-
-    >>> validate_similarities("cka,frobenius")
-    ('cka', 'frobenius')
-    """
-    if isinstance(similarities, str):
-        similarities = similarities.split(",")
-    out: list = []
-    for name in similarities:
-        name = get_similarity(str(name).strip()).name
-        if name not in out:
-            out.append(name)
-    return tuple(out)
-
-
-def keeps_cosine_sums(similarities) -> bool:
-    """Whether every stream keeps the additive (cosine) sums under ``similarities``: a cosine
-    similarity (:data:`COSINE_SIMILARITIES`) among them, or none at all (the additive
-    statistics alone are asked for).
-
-    >>> keeps_cosine_sums(("cka",)), keeps_cosine_sums(("cka", "token")), keeps_cosine_sums(())
-    (False, True, True)
-    """
-    return not similarities or any(s in COSINE_SIMILARITIES for s in similarities)
-
 
 def stream_statistics(spec: ViewSpec, similarities, statistics: tuple = STAT_KEYS) -> tuple:
     """The additive statistics a view's stream keeps: ``statistics``, or only the token counts
@@ -115,50 +72,6 @@ def stream_statistics(spec: ViewSpec, similarities, statistics: tuple = STAT_KEY
     """
     transformed = spec.token_norm or spec.needs_fit
     return ("n",) if transformed and not keeps_cosine_sums(similarities) else tuple(statistics)
-
-
-def calibration_complete(sequences: int, tokens: int) -> bool:
-    """Whether a calibration set of this many (non-empty) sequences and real tokens is complete.
-
-    >>> calibration_complete(8, 2048), calibration_complete(16, 512)
-    (True, False)
-    """
-    return sequences >= CALIBRATION_SEQUENCES and tokens >= CALIBRATION_TOKENS
-
-
-def calibration_prefix(lengths) -> int:
-    """How many of the first sequences the calibration set takes, given each sequence's real-token
-    count: the fewest for which :func:`calibration_complete` holds, else all. It depends on the
-    corpus alone (not the batch size), and every process of a distributed run fits on it.
-
-    >>> calibration_prefix([256] * 32), calibration_prefix([100] * 32), calibration_prefix([16] * 7)
-    (8, 21, 7)
-    """
-    sequences = tokens = 0
-    for i, n in enumerate(int(n) for n in lengths):
-        if n > 0:
-            sequences, tokens = sequences + 1, tokens + n
-        if calibration_complete(sequences, tokens):
-            return i + 1
-    return len(lengths)
-
-
-def fit_description(estimate: str, *, sequences: int, tokens: int, whole_run: bool = True) -> str:
-    """How a fit was estimated, in words, for the result (``fit_info["how"]``): ``whole_run`` says
-    whether the fitted sequences were all the run had, when they are fewer than a calibration set.
-
-    >>> fit_description("calibration", sequences=8, tokens=2048)
-    'calibration on the first 8 sequences (2048 tokens)'
-    >>> fit_description("exact", sequences=3, tokens=30)
-    'exact, over every sequence (3 sequences, 30 tokens)'
-    """
-    if estimate == "exact":
-        return f"exact, over every sequence ({sequences} sequences, {tokens} tokens)"
-    if calibration_complete(sequences, tokens):
-        return f"calibration on the first {sequences} sequences ({tokens} tokens)"
-    where = f"all {sequences} sequences" if whole_run else f"the first batch ({sequences} sequences)"
-    return (f"calibration on {where} ({tokens} tokens): fewer than a calibration set of "
-            f"{CALIBRATION_SEQUENCES} sequences and {CALIBRATION_TOKENS} tokens")
 
 
 class ViewAccumulator:
@@ -231,19 +144,11 @@ class ViewAccumulator:
         self.cka_full_budget_bytes = cka_full_budget_bytes
         units = {get_similarity(s).unit for s in self.similarities}
         self.cka_sets: dict = cka_token_sets(self.views) if units - {"sequence"} else {}
-        # Per token set: one cka unit per pair (zeros for a pair left out of the set); the index of
-        # each pair's first sequence among the measured ones (the second follows it); the
-        # measured sequence still waiting for its partner, as (index, states) or None.
-        self._cka_units: dict = {k: [] for k in self.cka_sets} if "pair" in units else {}
-        self._pairs: list = []
-        self._partner: tuple | None = None
+        pair_sets = self.cka_sets if "pair" in units else {}
+        self._cka = CkaPairs({key: self._set_label(key) for key in pair_sets}, gram_budget_bytes)
         self._pooled: dict = {k: PooledCka() for k in self.cka_sets} if "run" in units else {}
         self._fit_accumulators: dict = {}
-        self.fits: dict = {}
-        self.fit_info: dict | None = None
-        # Streams whose fit had no token to fit on: view unavailable, with the reason.
-        self._unfitted: dict = {}
-        self._fit_dtype = torch.float32  # of the states the fit was fed (for its error message)
+        self._fits = ViewFits({key: info["spec"] for key, info in self.streams.items()}, pc_estimate)
         self.sequences = 0
         self.tokens = 0
         self.padding_rows = 0
@@ -252,11 +157,21 @@ class ViewAccumulator:
 
     @property
     def needs_fit(self) -> bool:
-        return any(info["spec"].needs_fit for info in self.streams.values())
+        return bool(self._fits.specs)
 
     @property
     def fitted(self) -> bool:
-        return not self.needs_fit or self.fit_info is not None
+        return self._fits.done
+
+    @property
+    def fits(self) -> dict:
+        """Each fitted stream's ``{"mean", "pcs", "tokens"}`` (see :class:`ViewFits`)."""
+        return self._fits.fits
+
+    @property
+    def fit_info(self) -> dict | None:
+        """How and on what the fits were estimated; ``None`` before any fit."""
+        return self._fits.info
 
     def _check_width(self, width: int) -> None:
         # Once per width: the surrogate streams come through here for every sequence.
@@ -265,31 +180,9 @@ class ViewAccumulator:
             self._width_checked = width
 
     def fit_batch(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
-        """Feed one batch to the per-layer mean / covariance estimates (see :class:`FitAccumulator`)."""
+        """Feed one batch to the per-layer mean / covariance estimates (see :class:`~effdepth.numerics.fits.ViewFits`)."""
         self._check_width(states.shape[-1])
-        fitted = [info["spec"] for info in self.streams.values() if info["spec"].needs_fit]
-        # One estimate per token set: views that share it (e.g. center and
-        # top1pc) must not feed the same tokens twice.
-        token_sets = {spec.fit_key: spec for spec in fitted}
-        for key, spec in token_sets.items():
-            if key not in self._fit_accumulators:
-                same = [v for v in fitted if v.fit_key == key]
-                calibration = self.pc_estimate == "calibration"
-                self._fit_accumulators[key] = FitAccumulator(
-                    precision=torch.float32 if calibration else torch.float64,
-                    scatter=any(v.top_pcs for v in same),
-                )
-        pending: dict = {key: [] for key in token_sets}
-        for seq in _sequences(states, mask):
-            for key, spec in token_sets.items():
-                pending[key].append(_selected(seq, spec))
-        # One update per batch: a single large matrix product per layer.
-        self._fit_dtype = states.dtype
-        for key, parts in pending.items():
-            spec = token_sets[key]
-            transform = (lambda z, spec=spec: token_transform(z, spec)) if spec.token_norm else None
-            with _nonfinite_fit(states.dtype):
-                self._fit_accumulators[key].update(parts, transform)
+        self._fits.update(states, mask)
 
     def finalize_fit(self, how: str, *, sequences: int | None = None, tokens: int | None = None, warn: bool = True) -> None:
         """Turn the estimates into fits; ``how`` and the size of the fitted set (``sequences``,
@@ -297,43 +190,17 @@ class ViewAccumulator:
 
         A view whose token set had nothing to fit on is unavailable. Each
         ``top{k}pc`` view records, per layer, the relative eigen-gap after the
-        k-th component; under :data:`EIGENGAP_WARNING` a warning (also
+        k-th component; under :data:`~effdepth.numerics.fits.EIGENGAP_WARNING` a warning (also
         recorded) says the removed direction is arbitrary there (``warn=False``:
         recorded only, e.g. for surrogate streams).
         """
-        fitted_tokens, gaps, notes, unfitted = {}, {}, [], {}
-        fits: dict = {}
-        for key, info in self.streams.items():
-            spec = info["spec"]
-            if not spec.needs_fit:
-                continue
-            acc = self._fit_accumulators.get(spec.fit_key, FitAccumulator())
-            fitted_tokens[spec.canonical] = int(acc.count)
-            if acc.count == 0:
-                unfitted[key] = "no token of this view in the fitted sequences to fit its mean / principal directions on"
-                continue
-            with _nonfinite_fit(self._fit_dtype):
-                fits[key] = acc.fit(spec)
-            if "eigengap" in fits[key]:
-                gaps[spec.canonical] = fits[key].pop("eigengap")
-                notes += _eigengap_notes(spec, gaps[spec.canonical])
-        self.fits, self._unfitted = fits, unfitted
-        self.fit_info = {
-            "estimate": self.pc_estimate,
-            "how": how,
-            "calibration": {"sequences": sequences, "tokens": tokens},
-            "tokens": fitted_tokens,
-            "eigengap": gaps,
-            "warnings": notes,
-            "unavailable": {self.streams[k]["spec"].canonical: r for k, r in unfitted.items()},
-        }
-        self._fit_accumulators.clear()
+        notes = self._fits.finalize(how, sequences=sequences, tokens=tokens)
         for note in notes if warn else ():
             warnings.warn(note, stacklevel=3)
 
     def copy_fits(self, other: "ViewAccumulator") -> None:
         """Use the means / principal directions ``other`` fitted (same views)."""
-        self.fits, self.fit_info, self._unfitted = dict(other.fits), other.fit_info, dict(other._unfitted)
+        self._fits.fits, self._fits.info, self._fits.unfitted = dict(other.fits), other.fit_info, dict(other._fits.unfitted)
 
     # -- main pass ------------------------------------------------------------------
 
@@ -390,47 +257,33 @@ class ViewAccumulator:
         # part-way (e.g. out of memory) leaves the accumulator as it was: what
         # a checkpoint then saves is every whole batch.
         new_units: dict = {k: [] for k in self._units}
-        new_cka: dict = {k: [] for k in self._cka_units}
-        new_pairs: list = []
-        partner = self._partner
         pooled_states: dict = {k: [] for k in self._pooled}
         gram_views = self._gram_views()
-        streams = {key: info for key, info in self.streams.items() if key not in self._unfitted}
+        pairs = self._cka.pending(gram_views)
+        streams = {key: info for key, info in self.streams.items() if key not in self._fits.unfitted}
         sequences = tokens = 0
-        for seq in _sequences(states, mask):
+        for seq in real_sequences(states, mask):
             index = self.sequences + sequences
             sequences += 1
             tokens += seq.shape[1]
             totals = self._sequence_statistics(seq, streams)
             for key, info in streams.items():
                 pos0, rest = totals[key]
-                _check_finite(pos0, rest, states.dtype)
+                check_finite(pos0, rest, states.dtype)
                 parts = {"pos0": pos0, "rest": rest if rest is not None else _empty_like(pos0)}
                 for p in info["parts"]:
                     new_units[(key, p)].append(parts[p])
             if self._check_states:
-                _check_finite_states(seq, states.dtype)
-            if new_cka:
-                if partner is None:
-                    partner = (index, seq)
-                else:
-                    self._pair_statistics(partner[1], seq, gram_views, new_cka)
-                    new_pairs.append(partner[0])
-                    partner = None
+                check_finite_states(seq, states.dtype)
+            pairs.add(index, seq)
             for key in pooled_states:
                 if key in gram_views:
                     pooled_states[key].append(view_token_states(seq, gram_views[key]))
-        # Everything that allocates happens before anything is committed; a partner from this
-        # batch is copied, since the caller may reuse the batch's memory.
-        if partner is not None and partner is not self._partner:
-            partner = (partner[0], partner[1].detach().clone())
         pooled = {k: self._pooled[k].prepare(torch.cat(parts, dim=1)) for k, parts in pooled_states.items() if parts}
+        # The pairs first: holding this batch's unpaired sequence copies it, the last allocation.
+        self._cka.commit(pairs)
         for k, units in new_units.items():
             self._units[k].extend(units)
-        for k, units in new_cka.items():
-            self._cka_units[k].extend(units)
-        self._pairs.extend(new_pairs)
-        self._partner = partner
         # Last: the pooled cross-products are added in place (no allocation, so no failure half-way).
         for k, prepared in pooled.items():
             self._pooled[k].commit(prepared)
@@ -440,18 +293,8 @@ class ViewAccumulator:
 
     def _gram_views(self) -> dict:
         """What cka needs of each token set, with the fitted PCs of its stream."""
-        return {key: gram_view(spec, self.fits.get(spec.stream)) for key, spec in self.cka_sets.items()
-                if spec.stream not in self._unfitted}
-
-    def _pair_statistics(self, first: torch.Tensor, second: torch.Tensor, gram_views: dict, cka_units: dict) -> None:
-        """The cka unit of one pair of sequences ``(M, T, d)`` for every token set (an empty unit
-        where either has too few tokens in it, or the set's view is unavailable)."""
-        for key in cka_units:
-            view = gram_views.get(key)
-            yp = None if view is None else centred_view_states(first, view)
-            yq = None if yp is None else centred_view_states(second, view)
-            unit = empty_cka_unit(first.shape[0]) if yq is None else pair_cka(yp, yq, self.gram_budget_bytes)
-            cka_units[key].append(unit)
+        return {key: gram_view(spec, self._fits.fits.get(spec.stream)) for key, spec in self.cka_sets.items()
+                if spec.stream not in self._fits.unfitted}
 
     def _sequence_statistics(self, seq: torch.Tensor, streams: dict) -> dict:
         """(pos0, rest) statistics of each of ``streams`` for one sequence ``(M, T, d)``, T >= 1.
@@ -466,7 +309,7 @@ class ViewAccumulator:
         sums = {key: SequenceSums(self.include_embedding, self._stream_keys[key]) for key in streams if key not in out}
         if not sums:
             return out
-        transforms = {key: partial(_stream_transform, spec=streams[key]["spec"], fit=self.fits.get(key)) for key in sums}
+        transforms = {key: partial(_stream_transform, spec=streams[key]["spec"], fit=self._fits.fits.get(key)) for key in sums}
         out.update(sums_in_chunks(seq, sums, transforms, self.chunk_tokens or chunk_tokens_for(seq)))
         return out
 
@@ -486,8 +329,8 @@ class ViewAccumulator:
         spec = self._spec(view)
         name = similarity or "frobenius"
         unit = get_similarity(name).unit
-        if spec.stream in self._unfitted:
-            raise ViewUnavailable(spec.name, name, self._unfitted[spec.stream])
+        if spec.stream in self._fits.unfitted:
+            raise ViewUnavailable(spec.name, name, self._fits.unfitted[spec.stream])
         total = self._additive(spec)
         if total is None:
             raise ViewUnavailable(spec.name, name, "no sequence with a real token was measured")
@@ -508,15 +351,15 @@ class ViewAccumulator:
             return total if keep.all() else total.subset(keep)
         key = self._kernel_key(spec, similarity)
         if unit == "pair":
-            if not self._pairs:
+            if not self._cka.firsts:
                 raise ViewUnavailable(spec.name, "cka", "cka compares the sequences of a pair and fewer than two "
                                       "sequences were measured; measure at least two")
-            cka = UnitStatistics.from_units(self._cka_units[key])
+            cka = self._cka.statistics(key)
             keep = cka.arrays["cka_pairs"] > 0
             if not keep.any():
                 raise ViewUnavailable(spec.name, "cka", f"no pair of sequences has at least {MIN_TOKENS} tokens in this "
                                       "view in both")
-            joined = total.paired(self._pairs).joined(cka)
+            joined = total.paired(self._cka.firsts).joined(cka)
             return joined if keep.all() else joined.subset(keep)
         pooled = self._pooled[key]
         if pooled.count < MIN_TOKENS:
@@ -546,7 +389,7 @@ class ViewAccumulator:
         (1, 3)
         """
         spec = self._spec(view)
-        if spec.stream in self._unfitted:
+        if spec.stream in self._fits.unfitted:
             return self.sequences
         if similarity is not None and get_similarity(similarity).unit == "pair":
             return self.cka_left_out(spec)
@@ -557,9 +400,7 @@ class ViewAccumulator:
         """Sequences left out of a view's cka statistics (a pair with fewer than 4 tokens of the view
         in either sequence, or the odd last sequence)."""
         spec = self._spec(view)
-        key = self._kernel_key(spec, "cka")
-        entered = sum(float(u["cka_pairs"]) for u in self._cka_units[key])
-        return self.sequences - 2 * int(entered)
+        return self.sequences - 2 * self._cka.entered(self._kernel_key(spec, "cka"))
 
     def bootstrap_units(self, similarity: str | None = None) -> int:
         """How many independent units a similarity's bootstrap resamples: pairs under cka, else sequences.
@@ -569,14 +410,14 @@ class ViewAccumulator:
         (2, 5)
         """
         paired = similarity is not None and get_similarity(similarity).unit == "pair"
-        return len(self._pairs) if paired else self.sequences
+        return len(self._cka.firsts) if paired else self.sequences
 
     def _kernel_key(self, spec: ViewSpec, similarity: str) -> tuple:
         unit = get_similarity(similarity).unit
         if unit == "sequence":
             raise ValueError(f"{similarity!r} is read from the additive statistics; kernel similarities: {', '.join(KERNEL_SIMILARITIES)}")
         require_cka_view(spec, similarity)
-        store = self._cka_units if unit == "pair" else self._pooled
+        store = self._cka.units if unit == "pair" else self._pooled
         if cka_set_key(spec) not in store:
             raise EffdepthError(
                 f"{similarity} statistics were not accumulated (similarities {list(self.similarities)}); "
@@ -599,17 +440,14 @@ class ViewAccumulator:
         cka units (one per pair) use the part ``cka`` (all positions) or ``cka-drop-pos0``; the
         index of each pair's first sequence is ``pairs|first``.
         """
+        return {**self._additive_arrays(), **self._cka.unit_arrays()}
+
+    def _additive_arrays(self) -> dict:
         out = {}
         for (key, part), units in self._units.items():
             if units:
                 for name, arr in UnitStatistics.from_units(units).arrays.items():
                     out[f"{self.streams[key]['spec'].canonical}|{part}|{name}"] = arr
-        for key, units in self._cka_units.items():
-            if units:
-                for name, arr in UnitStatistics.from_units(units).arrays.items():
-                    out[f"{self._set_label(key)}|{name}"] = arr
-        if self._pairs:
-            out["pairs|first"] = np.asarray(self._pairs, dtype=np.float64)
         return out
 
     def _set_label(self, key: tuple) -> str:
@@ -622,29 +460,24 @@ class ViewAccumulator:
         waiting for its cka partner); arrays are numpy (saved with ``np.savez``, never pickle),
         meta is JSON-serialisable.
         """
-        arrays = self.unit_arrays()
-        if self._partner is not None:  # the sequence waiting for its cka partner
-            arrays["partner|states"] = self._partner[1].detach().to("cpu", _kept_dtype(self._partner[1].dtype)).numpy()
+        pair_arrays, pair_meta = self._cka.state_dict()
+        arrays = {**self._additive_arrays(), **pair_arrays}
         # Pooled cka-full sums are not per unit: merge them with merge(), never by concatenation.
         for key, pooled in self._pooled.items():
             for name, arr in pooled.state_dict()[0].items():
                 arrays[f"full|{self._set_label(key)}|{name}"] = arr
-        for key, fit in self.fits.items():
-            name = self.streams[key]["spec"].canonical
-            arrays[f"fit|{name}|mean"] = fit["mean"].cpu().numpy()
-            if "pcs" in fit:
-                arrays[f"fit|{name}|pcs"] = fit["pcs"].cpu().numpy()
+        fit_arrays, fit_meta = self._fits.state_dict()
+        arrays.update(fit_arrays)
         meta = {
             "views": [v.name for v in self.views],
             "include_embedding": self.include_embedding,
             "pc_estimate": self.pc_estimate,
             "similarities": list(self.similarities),
-            "fit_info": self.fit_info,
-            "fit_tokens": {self.streams[k]["spec"].canonical: int(f["tokens"]) for k, f in self.fits.items()},
+            **fit_meta,
             "sequences": self.sequences,
             "tokens": self.tokens,
             "padding_rows": self.padding_rows,
-            "partner": None if self._partner is None else {"index": self._partner[0], "device": str(self._partner[1].device)},
+            **pair_meta,
         }
         return arrays, meta
 
@@ -662,7 +495,6 @@ class ViewAccumulator:
                 f"saved statistics were accumulated for kernel similarities {saved or 'none'}, this run needs {wanted or 'none'}; "
                 "resume with the same similarities or start afresh without resuming"
             )
-        by_name = {info["spec"].canonical: key for key, info in self.streams.items()}
         for (key, part) in self._units:
             prefix = f"{self.streams[key]['spec'].canonical}|{part}|"
             keep = self._stream_keys[key]
@@ -676,29 +508,12 @@ class ViewAccumulator:
                     "resume with the same similarities or start afresh without resuming"
                 )
             self._units[(key, part)] = [{k: v[i] for k, v in cols.items()} for i in range(n)]
-        for key in self._cka_units:
-            prefix = f"{self._set_label(key)}|"
-            cols = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
-            n = len(cols["hsic"]) if cols else 0
-            self._cka_units[key] = [{k: v[i] for k, v in cols.items()} for i in range(n)]
-        self._pairs = [int(f) for f in arrays.get("pairs|first", ())]
-        partner = meta.get("partner") if self._cka_units else None
-        self._partner = None if partner is None else (
-            int(partner["index"]), torch.from_numpy(np.asarray(arrays["partner|states"])).to(partner["device"]))
+        self._cka.load_state_dict(arrays, meta)
         for key in self._pooled:
             prefix = f"full|{self._set_label(key)}|"
             self._pooled[key] = PooledCka()
             self._pooled[key].load_state_dict({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}, {})
-        self.fits = {}
-        for name, key in by_name.items():
-            if f"fit|{name}|mean" in arrays:
-                fit = {"mean": torch.from_numpy(arrays[f"fit|{name}|mean"]), "tokens": meta["fit_tokens"][name]}
-                if f"fit|{name}|pcs" in arrays:
-                    fit["pcs"] = torch.from_numpy(arrays[f"fit|{name}|pcs"])
-                self.fits[key] = fit
-        self.fit_info = meta["fit_info"]
-        unavailable = (self.fit_info or {}).get("unavailable") or {}
-        self._unfitted = {by_name[name]: reason for name, reason in unavailable.items() if name in by_name}
+        self._fits.load_state_dict(arrays, meta)
         self.sequences = int(meta["sequences"])
         self.tokens = int(meta["tokens"])
         self.padding_rows = int(meta.get("padding_rows", 0))
@@ -712,13 +527,7 @@ class ViewAccumulator:
             )
         for key in self._units:
             self._units[key].extend(other._units[key])
-        for key in self._cka_units:
-            self._cka_units[key].extend(other._cka_units[key])
-        # The other's pairs follow this one's sequences; a sequence of this one still waiting for a
-        # partner stays unpaired (left out) when the other measured any.
-        self._pairs.extend(first + self.sequences for first in other._pairs)
-        if other.sequences:
-            self._partner = None if other._partner is None else (other._partner[0] + self.sequences, other._partner[1])
+        self._cka.merge(other._cka, offset=self.sequences, other_sequences=other.sequences)
         for key in self._pooled:
             self._pooled[key].merge(other._pooled[key])
         self.sequences += other.sequences
@@ -726,39 +535,8 @@ class ViewAccumulator:
         self.padding_rows += other.padding_rows
 
 
-def _kept_dtype(dtype: torch.dtype) -> torch.dtype:
-    """How states are saved: float64 when they are, float32 otherwise (numpy has no bfloat16)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _eigengap_notes(spec: ViewSpec, gaps: list) -> list:
-    """One-line warnings for the layers whose eigen-gap after the k-th component is too small."""
-    small = [i for i, g in enumerate(gaps) if g < EIGENGAP_WARNING]
-    if not small:
-        return []
-    where = "the pooled layers" if spec.shared_pcs else "layer(s) " + ", ".join(f"S_{i}" for i in small)
-    worst = min(gaps[i] for i in small)
-    return [
-        f"view {spec.name!r}: the relative eigen-gap after principal component {spec.top_pcs} is {worst:.2g} "
-        f"(under {EIGENGAP_WARNING:g}) in {where}, so the removed direction is arbitrary there; "
-        "fit on more data (--pc-estimate exact) or choose another k"
-    ]
-
-
 def _selection_hint(spec: ViewSpec) -> str:
     return " (every sequence has a single token, and drop-pos0 removes it)" if spec.selection == "drop-pos0" else ""
-
-
-def real_counts(states: torch.Tensor, mask: torch.Tensor | None) -> tuple:
-    """Non-empty sequences and real tokens of a batch ``(L+1, batch, seq, d)``.
-
-    >>> real_counts(torch.zeros(2, 3, 4, 1), torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]]))
-    (2, 6)
-    """
-    if mask is None:
-        return (states.shape[1], states.shape[1] * states.shape[2]) if states.shape[2] else (0, 0)
-    lengths = mask.to(torch.bool).sum(dim=1)
-    return int((lengths > 0).sum()), int(lengths.sum())
 
 
 def _stream_transform(chunk: torch.Tensor, spec: ViewSpec, fit: dict | None) -> torch.Tensor:
@@ -766,68 +544,5 @@ def _stream_transform(chunk: torch.Tensor, spec: ViewSpec, fit: dict | None) -> 
     return fitted_transform(token_transform(chunk, spec), spec, fit)
 
 
-def _sequences(states: torch.Tensor, mask: torch.Tensor | None):
-    """Yield each sequence's real-token states ``(M, T_b, d)``; padding never enters, and a row
-    that is all padding yields nothing."""
-    for b in range(states.shape[1]):
-        if mask is None:
-            if states.shape[2]:
-                yield states[:, b]
-        else:
-            idx = torch.nonzero(mask[b].to(states.device), as_tuple=False).flatten()
-            if idx.numel():
-                yield states[:, b].index_select(1, idx)
-
-
-def _selected(z: torch.Tensor, spec: ViewSpec) -> torch.Tensor:
-    if spec.selection == "drop-pos0":
-        return z[:, 1:]
-    if spec.selection == "pos0-only":
-        return z[:, :1]
-    return z
-
-
-@contextlib.contextmanager
-def _nonfinite_fit(dtype: torch.dtype):
-    """A fit fed non-finite states fails with the same one-line error as a measurement."""
-    try:
-        yield
-    except NonFiniteFit as error:
-        _raise_nonfinite(error.layer, dtype)
-
-
-def _check_finite(pos0: dict, rest: dict | None, dtype: torch.dtype) -> None:
-    """Non-finite states show up as non-finite energies: no extra pass over the states."""
-    for part in (pos0, rest):
-        if part is not None and (layer := nonfinite_layer(part)) is not None:
-            _raise_nonfinite(layer, dtype)
-
-
-def _check_finite_states(seq: torch.Tensor, dtype: torch.dtype) -> None:
-    """Non-finite states of a sequence ``(M, T, d)``, for an accumulator whose statistics carry no
-    state energies (one pass over the states: a NaN or inf anywhere makes its layer's sum so).
-
-    Summed in the states' own dtype first, or in float32 for half precision, whose sums
-    accumulate in it anyway (a sum that converts to float64 as it goes runs many times slower):
-    a finite sum proves every state finite; a non-finite one may be an overflow of large finite
-    states, so only then the float64 sum, which cannot overflow, decides.
-    """
-    probe = torch.float32 if seq.dtype in (torch.float16, torch.bfloat16) else None
-    if bool(torch.isfinite(seq.sum(dim=(1, 2), dtype=probe)).all()):
-        return
-    finite = torch.isfinite(seq.sum(dim=(1, 2), dtype=torch.float64)).tolist()
-    if not all(finite):
-        _raise_nonfinite(finite.index(False), dtype)
-
-
 def _empty_like(stats: dict) -> dict:
     return {k: np.zeros_like(v) for k, v in stats.items()}
-
-
-def _raise_nonfinite(layer: int, dtype: torch.dtype) -> None:
-    what = "the embedding output S_0" if layer == 0 else f"the output of block {layer} (S_{layer})"
-    hint = "float32 or bfloat16" if dtype == torch.float16 else "float32"
-    raise EffdepthError(
-        f"non-finite activations in {what} with dtype {str(dtype).replace('torch.', '')}; "
-        f"the model overflows in this dtype (common with float16 and massive activations): rerun with --dtype {hint}"
-    )

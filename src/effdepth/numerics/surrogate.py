@@ -29,7 +29,10 @@ import torch
 from ..errors import EffdepthError
 from .accumulate import deff_statistics
 from .cka import GRAM_BUDGET_BYTES
-from .streams import ViewAccumulator, fit_description, real_counts, validate_similarities
+from .fits import fit_description
+from .sequences import real_counts
+from .similarities import validate_similarities
+from .streams import ViewAccumulator
 
 KINDS = ("structural", "matched")
 

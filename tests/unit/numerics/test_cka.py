@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from effdepth.errors import EffdepthError
+from effdepth.numerics import cka as cka_module
 from effdepth.numerics.bootstrap import bootstrap_intervals
 from effdepth.numerics.cka import CKA_KEYS, GramView, ViewUnavailable, centred_view_states, cross_hsic, pair_cka
 from effdepth.numerics.cka_full import PooledCka, check_cka_full_memory
@@ -404,13 +405,12 @@ def test_a_failed_update_leaves_the_accumulator_as_it_was(monkeypatch):
     s = residual_like(B=3, T=9)
     acc = ViewAccumulator(["default"], similarities=("cka",))
     acc.update(s[:, :1])  # the first waits for its partner
-    real = acc._pair_statistics
 
     def fail(*args):
-        real(*args)  # the pair's unit is built, then the batch fails (e.g. out of memory)
+        pair_cka(*args)  # the pair's unit is built, then the batch fails (e.g. out of memory)
         raise MemoryError
 
-    monkeypatch.setattr(acc, "_pair_statistics", fail)
+    monkeypatch.setattr(cka_module, "pair_cka", fail)
     with pytest.raises(MemoryError):
         acc.update(s[:, 1:])
     assert acc.bootstrap_units("cka") == 0 and acc.sequences == 1  # nothing of the batch was added
@@ -559,10 +559,11 @@ def test_a_resample_without_any_cka_pair_is_nan_not_a_number():
     mask[2:, 3:] = False  # only the first pair has a cka value
     acc = accumulate(s, mask=mask)
     assert acc.unit_statistics("default", "cka").units == 1  # the others are left out
-    # Totals that hold no cka pair (e.g. a resample of left-out units) are NaN, never a number.
-    additive = acc.unit_statistics("default", "frobenius").paired(acc._pairs)
-    cka = UnitStatistics.from_units(acc._cka_units[next(iter(acc._cka_units))])
-    stats = additive.joined(UnitStatistics({k: cka.arrays[k] for k in CKA_KEYS}))
+    # Totals that hold no cka pair (e.g. a resample of left-out units: their cka keys are zeros)
+    # are NaN, never a number.
+    kept = acc.unit_statistics("default", "cka").arrays
+    left_out = {k: np.zeros_like(v) if k in CKA_KEYS else v for k, v in kept.items()}
+    stats = UnitStatistics({k: np.concatenate([kept[k], left_out[k], left_out[k]]) for k in kept})
     totals = stats.weighted_totals(np.array([[0, 2, 1], [1, 1, 1]]))
     d = scalar_metrics(totals, "cka", False)["deff"]
     assert np.isnan(d[0]) and np.isfinite(d[1])

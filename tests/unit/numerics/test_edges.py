@@ -13,7 +13,8 @@ from effdepth.measure import MeasurementState
 from effdepth.numerics.bootstrap import bootstrap_intervals, bootstrap_weights
 from effdepth.numerics.references import reference_fl
 from effdepth.numerics.statistics import UnitStatistics
-from effdepth.numerics.streams import ViewAccumulator, calibration_prefix
+from effdepth.numerics.fits import calibration_prefix
+from effdepth.numerics.streams import ViewAccumulator
 from effdepth.numerics.fits import FitAccumulator, top_eigenpairs
 from effdepth.numerics.views import parse_view
 from effdepth.options import AnalysisOptions
