@@ -99,7 +99,7 @@ def test_other_options_or_version_are_not_reused(finished, corpus, counted, monk
     # Batch size and device do not change the numbers: not part of the key.
     sweep(["tiny:gpt2"], out, corpus=corpus, views="default,drop-pos0", figures=False, report=False, **{**SMALL, "batch_size": 1}, pooling="none")
     assert counted == ["tiny:gpt2"]
-    monkeypatch.setattr(sweep_module, "__version__", "99.0")
+    monkeypatch.setattr(sweep_module.jobs, "__version__", "99.0")
     monkeypatch.setattr(effdepth, "__version__", "99.0")
     job = make_jobs(["tiny:gpt2"], job_options(Options.build(corpus=corpus, **SMALL, pooling="none")))[0]
     assert "effdepth-99.0-" in job.key
