@@ -72,6 +72,7 @@ class SavedTrajectory:
     skipped: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     path: Path | None = None
+    preset: dict | None = None  # the trajectory preset (name, model, revisions, source) it was run from
 
 
 def load(path):
@@ -137,7 +138,7 @@ def trajectory_from_dict(data: dict, path: Path) -> SavedTrajectory:
                             "rerun effdepth trajectory with the same --out to write it again (finished checkpoints are not measured again)")
     return SavedTrajectory(str(data.get("model")), rows, checkpoints,
                            dict(data.get("duplicates") or {}), list(data.get("skipped") or []), list(data.get("notes") or []),
-                           Path(path))
+                           Path(path), data.get("preset"))
 
 
 def read_rows(path) -> list:

@@ -257,6 +257,20 @@ def test_intervene_saves_results_table_and_figure(llama, tmp_path):
     with pytest.raises(EffdepthError, match="no intervention"):
         load_intervention(tmp_path / "nothing")
 
+    # effdepth report of the folder: the intervention's table per view and its figure, beside the carried results.
+    from effdepth.report.build import write_report
+
+    written = write_report([tmp_path], tmp_path / "report.md")
+    page = written[0].read_text(encoding="utf-8")
+    section = page.split("## Residual-carry intervention of ")[1].split("\n## ")[0]
+    assert "### View default" in section and "### View token-norm" in section
+    for r in rows:  # the same numbers as the table effdepth intervene prints
+        assert f"| {r['lam']:g} | {r['deff']:.3f} | [{r['deff_ci'][0]:.3f}, {r['deff_ci'][1]:.3f}] |" in section
+    assert "study-1-intervention.png" in section and (tmp_path / "report_files" / "study-1-intervention.png").is_file()
+    assert page.count("carry 0.5") >= 1  # the carried results are reported too
+    html = write_report([path], tmp_path / "alone.html")[0].read_text(encoding="utf-8")
+    assert "Residual-carry intervention of" in html and "perplexity" in html and "data:image/png;base64," in html
+
 
 # ---------------------------------------------------------------- CLI
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..errors import EffdepthError
 from ..files import write_atomic
 from .sources import failed_models, load_sources
-from .studies import find_studies
+from .studies import STUDY_FILES, find_studies
 
 FORMATS = ("html", "md")
 
@@ -33,8 +33,10 @@ def write_report(paths, output=None, fmt: str | None = None, failed=None) -> lis
     """
     fmt = report_format(output, fmt)
     output = Path(output) if output is not None else Path(f"report.{fmt}")
-    sources = load_sources(paths)
     studies = find_studies(paths)
+    # A study file, or a folder holding a study and no result.json (a carry experiment), is reported by its study alone.
+    result_paths = [p for p in paths if not _study_only(Path(p))]
+    sources = load_sources(result_paths) if result_paths or not studies else []
     if failed is None:  # a sweep's members that left an error: listed, never dropped silently
         failed = failed_models(paths)
     _prepare_folder(output.parent)
@@ -53,6 +55,15 @@ def write_report(paths, output=None, fmt: str | None = None, failed=None) -> lis
     written.insert(0, write_atomic(output, text.encode("utf-8")))
     _remove_stale_images(output.parent / files_dir, set(written))
     return written
+
+
+def _study_only(path: Path) -> bool:
+    """Whether ``path`` is a study file, or a folder with a study and no ``result.json`` below it."""
+    if path.is_file():
+        return path.name in STUDY_FILES
+    if not path.is_dir() or not any(True for name in STUDY_FILES for _ in path.rglob(name)):
+        return False
+    return not any(path.rglob("result.json"))
 
 
 def _remove_stale_images(folder: Path, kept: set) -> None:

@@ -1,4 +1,5 @@
-"""The figure of a trajectory: D_eff, F_N and the references across training checkpoints.
+"""The figure of a trajectory: D_eff, F_N and the references across training checkpoints, and (passage
+mode) the update diagnostic: D_eff/L of the updates beside D_eff/L of the states.
 
 Takes the trajectory's rows (plain dicts, as in ``trajectory.csv``);
 :func:`effdepth.trajectory.trajectory` saves it as ``DIR/trajectory.{png,pdf}``.
@@ -15,6 +16,11 @@ def trajectory_figure(rows: list[dict], title: str = ""):
     """D_eff (with its interval), F_N and the matched references against training tokens, for each
     checkpoint's first view with a value under its primary similarity (named in the title).
 
+    When the rows carry the update diagnostic (``updates_D_eff``, passage mode), a second panel
+    below, on the same axis, draws D_eff/L of the updates f_l beside D_eff/L of the states, each
+    with its 95% interval: if the states' low D_eff came from the cumulative sum alone, the updates
+    would sit near 1.
+
     The x axis is tokens seen when every point has them, else the step;
     logarithmic, with step 0 in a short linear stretch at the left (symlog).
     Duplicated checkpoints are grey crosses, not joined to the line; ``main``
@@ -22,41 +28,77 @@ def trajectory_figure(rows: list[dict], title: str = ""):
 
     >>> r = lambda rev, step, d: {"key": rev, "revision": rev, "step": step, "tokens_seen": step * 10, "track": "main",
     ...     "final": False, "status": "ok", "D_eff": d, "D_eff_lo": d - .1, "D_eff_hi": d + .1, "F_N": 1.9,
-    ...     "R_init": 1.5, "R_size": 1.8, "R_matched": 1.4}
+    ...     "R_init": 1.5, "R_size": 1.8, "R_matched": 1.4, "L": 4, "updates_D_eff": 2 * d}
     >>> fig = trajectory_figure([r("step0", 0, 1.0), r("step10", 10, 1.2), r("step100", 100, 1.3)])
-    >>> fig.axes[0].get_xscale()
-    'symlog'
+    >>> [ax.get_xscale() for ax in fig.axes], fig.axes[1].get_ylabel()
+    (['symlog', 'symlog'], 'D_eff / L')
     """
     points = lead_rows(rows, lambda r: r["revision"])
     x_key, x_label = _x_axis(points)
     xs = _positions(points, x_key)
+    measured = [(x, p) for x, p in zip(xs, points) if p["status"] == "ok" and p.get("D_eff") is not None]
+    dups = [(x, p) for x, p in zip(xs, points) if p["status"] == "duplicate" and p.get("D_eff") is not None]
+    updates = any(p.get("updates_D_eff") is not None and p.get("L") for _, p in measured)
     with style():
-        fig = new_figure(6.4, 4.0)
-        ax = fig.add_subplot()
-        measured = [(x, p) for x, p in zip(xs, points) if p["status"] == "ok" and p.get("D_eff") is not None]
+        fig = new_figure(6.4, 6.6 if updates else 4.0)
+        axes = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2)) if updates else [fig.add_subplot()]
+        ax = axes[0]
         for series in _tracks(measured):
             _series(ax, series, "D_eff", r"$D_\mathrm{eff}$ (95% CI)", OKABE_ITO["blue"], "-", "o", band=True)
             _series(ax, series, "F_N", r"$F_N = 2N/(N+1)$", OKABE_ITO["black"], "--", None, band=False)
             for key, name in (("R_init", "init"), ("R_size", "size"), ("R_matched", "matched")):
                 label, colour, dash, marker = REFERENCE_STYLES[name]
                 _series(ax, series, key, label, colour, dash, None, band=True, alpha=0.1)
-        dups = [(x, p) for x, p in zip(xs, points) if p["status"] == "duplicate" and p.get("D_eff") is not None]
-        if dups:
-            ax.plot([x for x, _ in dups], [p["D_eff"] for _, p in dups], linestyle="none", marker="x", markersize=8,
-                    markeredgewidth=1.6, color="#777777", label="duplicate weights (repeats an earlier checkpoint)")
+        _duplicates(ax, dups, "D_eff")
+        if updates:
+            _update_panel(axes[1], measured, dups)
         # main has no step: its tick says so instead of a made-up token count.
         named = {x: p["revision"] for x, p in zip(xs, points) if x_key is not None and p.get(x_key) is None}
-        _scale(ax, [x for x, _ in measured + dups], tokens=x_key == "tokens_seen", named=named)
+        _scale(axes[-1], [x for x, _ in measured + dups], tokens=x_key == "tokens_seen", named=named)
         _label_final(ax, zip(xs, points))
-        ax.set_xlabel(x_label)
+        axes[-1].set_xlabel(x_label)
         ax.set_ylabel("effective depth")
         sims = list(dict.fromkeys(p.get("similarity") for p in points if p.get("similarity")))
         which = f" (similarity {', '.join(sims)})" if sims else ""
         ax.set_title((f"{title}: effective depth during training" if title else "Effective depth during training") + which)
-        handles, labels = ax.get_legend_handles_labels()
+        handles, labels = [], []
+        for a in axes:
+            h, lab = a.get_legend_handles_labels()
+            handles, labels = handles + h, labels + lab
         unique = dict(zip(labels, handles))
         fig.legend(unique.values(), unique.keys(), loc="outside lower center", ncol=3, frameon=False)
     return fig
+
+
+def _duplicates(ax, dups: list, key: str, scale=None) -> None:
+    pts = [(x, p[key] / (scale(p) if scale else 1)) for x, p in dups if p.get(key) is not None and (scale is None or scale(p))]
+    if pts:
+        ax.plot([x for x, _ in pts], [y for _, y in pts], linestyle="none", marker="x", markersize=8,
+                markeredgewidth=1.6, color="#777777", label="duplicate weights (repeats an earlier checkpoint)")
+
+
+def _update_panel(ax, measured: list, dups: list) -> None:
+    """D_eff/L of the states and of the updates f_l (the update diagnostic), each with its interval."""
+    per_layer = [(x, _over_layers(p)) for x, p in measured if p.get("L")]
+    for series in _tracks(per_layer):
+        _series(ax, series, "D_eff", r"states $D_\mathrm{eff}/L$", OKABE_ITO["blue"], "-", "o", band=True)
+        _series(ax, series, "updates_D_eff", r"updates $f_l$: $D_\mathrm{eff}/L$ (update diagnostic)",
+                OKABE_ITO["vermillion"], "-", "s", band=True)
+    _duplicates(ax, dups, "updates_D_eff", scale=lambda p: p.get("L"))
+    ax.set_ylabel("D_eff / L")
+    ax.set_ylim(bottom=0)
+    ax.set_title("update diagnostic: D_eff/L of the updates beside the states'", fontsize="medium")
+
+
+def _over_layers(row: dict) -> dict:
+    """The row's D_eff and updates' D_eff (values and interval ends) divided by its number of layers L."""
+    layers = float(row["L"])
+    out = dict(row)
+    for key in ("D_eff", "updates_D_eff"):
+        for suffix in ("", "_lo", "_hi"):
+            value = row.get(key + suffix)
+            out[key + suffix] = None if value is None else value / layers
+    return out
 
 
 def _tracks(measured: list) -> list[list]:

@@ -114,7 +114,8 @@ def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> s
     if sort:
         sources = sort_by_ratio(sources)
     several = len(sources) > 1
-    title = "Effective depth: comparison of %d results" % len(sources) if several else content.title(sources[0])
+    title = ("Effective depth: comparison of %d results" % len(sources) if several else content.title(sources[0]) if sources
+             else _study_heading(studies[0]))
     body = [f"<header><h1>{escape(title)}</h1>", _meta_line(len(sources)), "</header>"]
     if failed:
         items = "".join(f"<li>{escape(str(model))}: {escape(str(error))}</li>" for model, error in failed)
@@ -125,8 +126,9 @@ def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> s
     for k, study in enumerate(studies, start=1):
         from .style import figure_png
 
-        heading = study.title[:1].upper() + study.title[1:]
-        body.append(f'<section id="study-{k}"><h2>{esc(heading)}</h2>' + _table(study.table())
+        heading = _study_heading(study)
+        tables = "".join((f"<h3>{esc(sub[:1].upper() + sub[1:])}</h3>" if sub else "") + _table(t) for sub, t in study.tables())
+        body.append(f'<section id="study-{k}"><h2>{esc(heading)}</h2>' + tables
                     + f'<div class="figures">{_figure(f"study-{k}", heading, study.caption, figure_png(study.figure()), wide=True)}</div></section>')
     for i, s in enumerate(sources, start=1):
         body.append(_result_section(s, i, several))
@@ -148,9 +150,13 @@ def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> s
 # --------------------------------------------------------------------------- sections
 
 
+def _study_heading(study) -> str:
+    return study.title[:1].upper() + study.title[1:]
+
+
 def _meta_line(count: int) -> str:
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    return f'<p class="meta">Written by effdepth {escape(__version__)} on {escape(when)} from {count} result{"s" if count > 1 else ""}.</p>'
+    return f'<p class="meta">Written by effdepth {escape(__version__)} on {escape(when)} from {count} result{"s" if count != 1 else ""}.</p>'
 
 
 def _comparison_section(sources: list) -> str:

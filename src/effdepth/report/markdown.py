@@ -37,7 +37,8 @@ def render_markdown(sources: list, files_dir: str = "report_files", *, sort: boo
         sources = sort_by_ratio(sources)
     several = len(sources) > 1
     images: dict = {}
-    title = f"Effective depth: comparison of {len(sources)} results" if several else content.title(sources[0])
+    title = (f"Effective depth: comparison of {len(sources)} results" if several else content.title(sources[0]) if sources
+             else studies[0].title[:1].upper() + studies[0].title[1:])
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     out = [f"# {esc(title)}", "", f"_Written by effdepth {esc(__version__)} on {esc(when)} from {len(sources)} result(s)._", ""]
     if failed:
@@ -56,8 +57,10 @@ def render_markdown(sources: list, files_dir: str = "report_files", *, sort: boo
 
         name = f"{files_dir}/study-{k}-{study.kind}.png"
         images[name] = figure_png(study.figure())
-        out += [f"## {esc(study.title[:1].upper() + study.title[1:])}", "", table(study.table()), "",
-                _image(name, study.kind), "", f"_{esc(study.caption)}_", ""]
+        out += [f"## {esc(study.title[:1].upper() + study.title[1:])}", ""]
+        for sub, t in study.tables():
+            out += ([f"### {esc(sub[:1].upper() + sub[1:])}", ""] if sub else []) + [table(t), ""]
+        out += [_image(name, study.kind), "", f"_{esc(study.caption)}_", ""]
     for i, s in enumerate(sources, start=1):
         prefix = f"{i:02d}-{_slug(s.label)}-" if several else ""
         out += _result(s, i, several, files_dir, prefix, images)

@@ -17,15 +17,12 @@ from __future__ import annotations
 import re
 
 from ..result import Result
-from ..results_carry import summary_interval
 from . import content
 from .numbers import fmt, fmt_interval
 from .plain import render_table, table_text
 from .rows import lead_rows
 from .wording import carry_text, context, similarity_name
 
-#: Columns of :func:`intervention_table`.
-INTERVENTION_COLUMNS = ("lam", "D_eff", "CI", "F_N", "ratio", "R_init", "R_size", "R_matched", "loss", "perplexity")
 
 
 # --------------------------------------------------------------------------- one result
@@ -100,17 +97,26 @@ def suite_summary_text(rows: list[dict]) -> str:
     -----  --------  ----------  -------  -  --------------  -----  -----  ------
     m      main      cka         default  3           1.200  1.500  0.800      ok
     """
-    header = ["model", "revision", "similarity", "view", "N", "D_eff [95% CI]", "F_N", "ratio", "status"]
+    leads = lead_rows(rows, lambda r: (r["model"], r["revision"], r.get("similarity")))
+    # The update diagnostic (passage mode): D_eff of the updates f_l, whole and over L, when measured.
+    updates = any(r.get("updates_D_eff") is not None for r in leads)
+    header = ["model", "revision", "similarity", "view", "N", "D_eff [95% CI]", "F_N", "ratio"]
+    header += ["updates D_eff [95% CI]", "updates/L"] if updates else []
     body = []
-    for r in lead_rows(rows, lambda r: (r["model"], r["revision"], r.get("similarity"))):
+    for r in leads:
         who = [str(r["model"]), str(r["revision"]), str(r.get("similarity") or "-")]
         if r.get("D_eff") is None:
-            body.append(who + ["-", "-", "-", "-", "-", f"{r['status']}: {r.get('error') or ''}".strip(": ")])
+            body.append(who + ["-"] * (len(header) - 3) + [f"{r['status']}: {r.get('error') or ''}".strip(": ")])
             continue
         ci = fmt_interval([r["D_eff_lo"], r["D_eff_hi"]]) if r.get("D_eff_lo") is not None else ""
+        extra = []
+        if updates:
+            u, layers = r.get("updates_D_eff"), r.get("L")
+            u_ci = fmt_interval([r["updates_D_eff_lo"], r["updates_D_eff_hi"]]) if r.get("updates_D_eff_lo") is not None else ""
+            extra = [f"{fmt(u)} {u_ci}".strip(), fmt(u / layers if u is not None and layers else None)]
         body.append(who + [str(r.get("view") or "-"), str(r.get("N") or "-"), f"{fmt(r['D_eff'])} {ci}".strip(),
-                           fmt(r["F_N"]), fmt(r["ratio"]), r.get("note") or r["status"]])
-    return render_table(header, body, left=4)
+                           fmt(r["F_N"]), fmt(r["ratio"])] + extra + [r.get("note") or r["status"]])
+    return render_table(header + ["status"], body, left=4)
 
 
 # --------------------------------------------------------------------------- residual carry
@@ -118,7 +124,7 @@ def suite_summary_text(rows: list[dict]) -> str:
 
 def intervention_table(ir, view: str | None = None) -> str:
     """The rows of an :class:`~effdepth.results_carry.InterventionResult` as a plain-text table
-    (the first view unless ``view`` is given).
+    (the first view unless ``view`` is given; :func:`~effdepth.report.studies.intervention_content`).
 
     >>> import effdepth, torch
     >>> from effdepth.results_carry import InterventionResult
@@ -126,15 +132,9 @@ def intervention_table(ir, view: str | None = None) -> str:
     >>> intervention_table(ir).split()[:3]
     ['lam', 'D_eff', 'CI']
     """
-    from ..capture.intervention import format_carry
+    from .studies import intervention_content
 
-    body = [
-        [format_carry(r["lam"]), fmt(r["deff"]), fmt_interval(r["deff_ci"]), fmt(r["reference"]), fmt(r["ratio"]),
-         fmt(r["reference_init"]), fmt(r["reference_size"]), fmt(r["reference_matched"]), fmt(r["loss"], 4),
-         fmt(r["perplexity"], 2)]
-        for r in ir.rows(view)
-    ]
-    return render_table(list(INTERVENTION_COLUMNS), body)
+    return table_text(intervention_content(ir, view))
 
 
 def intervention_headline(ir) -> str:
@@ -161,7 +161,7 @@ def intervention_headline(ir) -> str:
 
 def experiment_final_table(result) -> str:
     """D_eff, F_N, ratio, references and losses against lam at the last step of an
-    :class:`~effdepth.results_carry.ExperimentResult`.
+    :class:`~effdepth.results_carry.ExperimentResult` (:func:`~effdepth.report.studies.experiment_final_content`).
 
     >>> from effdepth.results_carry import ExperimentResult
     >>> rec = {"lam": 1.0, "seed": 0, "step": 3, "deff": 1.2, "deff_ci": [1.1, 1.3], "reference": 1.6, "ratio": 0.75,
@@ -169,25 +169,14 @@ def experiment_final_table(result) -> str:
     >>> experiment_final_table(ExperimentResult({}, [rec])).splitlines()[2].split()[:3]
     ['1', '1.200', '[1.100,']
     """
-    from ..capture.intervention import format_carry
+    from .studies import experiment_final_content
 
-    last = max(r["step"] for r in result.records)
-    rows = [s for s in result.summary() if s["step"] == last]
-    seeds = rows[0]["seeds"] if rows else 0
-    interval = "min-max over seeds" if seeds > 1 else "bootstrap CI"
-    header = ["lam", "D_eff", interval, "F_N", "ratio", "R_init", "R_size", "R_matched", "eval loss", "train loss"]
-    body = [
-        [format_carry(s["lam"]), fmt(s["deff"]["mean"]), fmt_interval(summary_interval(s)), fmt(s["reference"]),
-         fmt(s["ratio"]["mean"]), fmt(s["reference_init"]["mean"]), fmt(s["reference_size"]["mean"]),
-         fmt(s["reference_matched"]["mean"]), fmt(s["loss"]["mean"], 4), fmt(s["train_loss"]["mean"], 4)]
-        for s in rows
-    ]
-    return render_table(header, body)
+    return table_text(experiment_final_content(result))
 
 
 def experiment_paper_table(result) -> str:
-    """The last step of a carry experiment beside the paper's Table S14: D_eff/L, the held-out loss and
-    the mean update-to-state norm ratio per carry value, ours (mean and min-max over seeds) and the paper's.
+    """The last step of a carry experiment beside the paper's Table S14
+    (:func:`~effdepth.report.studies.experiment_paper_content`), with where the paper's numbers come from.
 
     >>> from effdepth.results_carry import ExperimentResult
     >>> rec = {"lam": 1.0, "seed": 0, "step": 3, "deff": 1.2, "deff_ci": None, "reference": 1.6, "loss": 2.0,
@@ -195,26 +184,9 @@ def experiment_paper_table(result) -> str:
     >>> experiment_paper_table(ExperimentResult({"layers": 12}, [rec])).splitlines()[2].split()[:3]
     ['1', '0.100', '0.094']
     """
-    from ..capture.intervention import format_carry
-    from ..data.paper import table_s14, table_s14_source
+    from .studies import experiment_paper_content
 
-    paper = {row.gamma: row for row in table_s14()}
-    last = max(r["step"] for r in result.records)
-    layers = int(result.config.get("layers") or 1)
-    body = []
-    for s in (s for s in result.summary() if s["step"] == last):
-        p = paper.get(float(s["lam"]))
-        spread = s["deff"]
-        ours = f"{fmt(spread['mean'] / layers)}" + (f" [{fmt(spread['min'] / layers)}, {fmt(spread['max'] / layers)}]"
-                                                     if s["seeds"] > 1 else "")
-        ratio = (s.get("norm_ratio") or {}).get("mean")
-        body.append([format_carry(s["lam"]), ours, "-" if p is None else fmt(p.deff_per_layer) + (
-                     f" {fmt_interval(p.deff_per_layer_ci)}" if p.deff_per_layer_ci else ""),
-                     fmt((s.get("loss") or {}).get("mean"), 2), "-" if p is None else fmt(p.loss, 2) + ("" if p.loss_ci else " (about)"),
-                     fmt(ratio, 2), "-" if p is None else fmt(p.norm_ratio, 2)])
-    header = ["gamma", "D_eff/L", "paper D_eff/L", "val loss", "paper val loss", "|f|/|h|", "paper |f|/|h|"]
-    return (f"{render_table(header, body)}\nours: mean [min, max] over seeds at step {last}; |f|/|h|: mean over layers of "
-            f"|f_l|/|h_l-1| (pooled passages). paper: {table_s14_source()}")
+    return table_text(experiment_paper_content(result))
 
 
 def experiment_step_table(result) -> str:
@@ -225,16 +197,9 @@ def experiment_step_table(result) -> str:
     >>> experiment_step_table(ExperimentResult({}, recs)).split()[:3]
     ['step', 'D_eff', 'lam=1']
     """
-    from ..capture.intervention import format_carry
+    from .studies import experiment_step_content
 
-    summary = result.summary()
-    carries = list(dict.fromkeys(s["lam"] for s in summary))
-    steps = sorted(dict.fromkeys(s["step"] for s in summary))
-    cell = {(s["lam"], s["step"]): s for s in summary}
-    header = ["step"] + [f"D_eff lam={format_carry(c)}" for c in carries] + [f"loss lam={format_carry(c)}" for c in carries]
-    body = [[str(step)] + [fmt(cell[c, step]["deff"]["mean"]) for c in carries]
-            + [fmt(cell[c, step]["loss"]["mean"], 4) for c in carries] for step in steps]
-    return render_table(header, body)
+    return table_text(experiment_step_content(result))
 
 
 def experiment_headline(result) -> str:
@@ -292,9 +257,11 @@ def experiment_text(result) -> str:
     >>> experiment_text(ExperimentResult(cfg, [rec])).splitlines()[0].split(",")[0]
     'carry experiment: 2-layer Llama'
     """
+    from .studies import experiment_tables
+
     if not result.records:
         return experiment_headline(result) + "\n\nno checkpoint was measured"
-    return "\n\n".join([experiment_headline(result), experiment_final_table(result), experiment_step_table(result)])
+    return "\n\n".join([experiment_headline(result)] + [f"{heading}:\n{table_text(t)}" for heading, t in experiment_tables(result)])
 
 
 def trajectory_text(saved) -> str:
@@ -304,10 +271,12 @@ def trajectory_text(saved) -> str:
     >>> print(trajectory_text(SavedTrajectory("m", [], duplicates={"step2": "step1"})).splitlines()[-1])
     step2: same weights as step1 (flagged, not measured again)
     """
+    from .studies import trajectory_content
+
     lines = [f"trajectory of {saved.model}: {len({r['revision'] for r in saved.rows})} checkpoints"]
-    if saved.rows:
-        lines += ["", suite_summary_text(saved.rows)]
-    if saved.duplicates:
+    if saved.rows:  # the table's note names the preset and the duplicates
+        lines += ["", table_text(trajectory_content(saved.rows, saved.duplicates, saved.preset))]
+    elif saved.duplicates:
         lines += [""] + [f"{dup}: same weights as {original} (flagged, not measured again)" for dup, original in saved.duplicates.items()]
     return "\n".join(lines)
 
