@@ -120,7 +120,7 @@ def cmd_recompose(args) -> int:
 
 
 def cmd_experiment(args) -> int:
-    from ..experiment.carry import PAPER_DIFFERENCES, CarryExperiment, carry_experiment
+    from ..experiment.carry import CarryExperiment, carry_experiment
     from ..report.tables import experiment_final_table, experiment_headline, experiment_paper_table, experiment_step_table
 
     given = dict(
@@ -141,11 +141,12 @@ def cmd_experiment(args) -> int:
     print(experiment_final_table(result))
     print()
     print(experiment_step_table(result))
+    differences = "; ".join(spec.paper_differences())
     if spec.paper:
         print()
-        print(f"beside the paper's Table S14:\n{experiment_paper_table(result)}\ndiffers from the paper's run: {PAPER_DIFFERENCES}")
+        print(f"beside the paper's Table S14:\n{experiment_paper_table(result)}\ndiffers from the paper's run: {differences}")
     else:
-        print("\nsmaller than the paper's S17 run (a CPU job of minutes); --paper runs its setting and shows its Table S14")
+        print(f"\ndiffers from the paper's S17 run (--paper runs its setting, a GPU job, and shows its Table S14): {differences}")
     print(f"\nwrote {out / 'experiment.json'} and {out / 'experiment'}.{{png,pdf}}; checkpoints under {out}/lam-*/seed-*/step-*/")
     return 0
 

@@ -53,8 +53,9 @@ from ..results_carry import SUMMARY_KEYS, ExperimentResult, load_experiment, sum
 #: What differs from the paper's S17 run even with ``--paper``: said wherever the comparison is shown.
 PAPER_DIFFERENCES = ("a Llama-architecture model (RMSNorm, rotary positions, SwiGLU MLP, untied embeddings, no dropout) "
                      "where the paper trains nanoGPT (LayerNorm, learned positions, GELU MLP); bytes of the shipped "
-                     "Shakespeare where the paper uses its characters (the same for ASCII text); D_eff on held-out "
-                     "sequences as passages, under the biased CKA")
+                     "Shakespeare where the paper uses its characters (the same for ASCII text)")
+#: How passage mode measures the held-out sequences, added to :data:`PAPER_DIFFERENCES` when it does.
+PASSAGE_DIFFERENCE = "D_eff on held-out sequences as passages, under the biased CKA"
 
 
 @dataclass
@@ -122,6 +123,43 @@ class CarryExperiment:
         if not (isinstance(self.warmup, int) and self.warmup >= 0):
             raise EffdepthError(f"--warmup must be a non-negative number of steps, got {self.warmup!r}")
         return CarryExperiment(**{**asdict(self), "carries": carries})
+
+    def paper_differences(self) -> list:
+        """How this setting differs from the paper's S17 run, one phrase per difference (carry per block
+        or per sublayer, token or passage mode, carry values, seeds, sizes, training), then what differs
+        even with ``--paper`` (:data:`PAPER_DIFFERENCES`).
+
+        >>> CarryExperiment().paper_differences()[:2]
+        ['one carry per block (the paper: in every attention and MLP sublayer)', 'held-out sequences in token mode, cka per sequence (the paper: as passages, cka across passages)']
+        >>> len(CarryExperiment.paper_setting().paper_differences())
+        2
+        """
+        paper = CarryExperiment.paper_setting()
+        out = []
+        if self.carry_on != paper.carry_on:
+            out.append("one carry per block (the paper: in every attention and MLP sublayer)")
+        if self.pooling != paper.pooling:
+            out.append(f"held-out sequences in token mode, {DEFAULT_SIMILARITY} per sequence (the paper: as passages, cka "
+                       "across passages)")
+        if str(self.carry_layers).strip().lower() != "all":
+            out.append(f"the carry on blocks {self.carry_layers} only (the paper: every block)")
+        if tuple(parse_carry(self.carries)) != paper.carries:
+            out.append(f"gamma {', '.join(map(format_carry, parse_carry(self.carries)))} (the paper: "
+                       f"{', '.join(map(format_carry, paper.carries))})")
+        if self.seeds != paper.seeds:
+            out.append(f"{self.seeds} seed{'s' if self.seeds != 1 else ''} per gamma (the paper: 3 for 1 and 0.75, 2 for the rest)")
+        sizes = ("layers", "d_model", "heads")
+        if any(getattr(self, k) != getattr(paper, k) for k in sizes):
+            out.append(f"{self.layers} layers, d_model {self.d_model}, {self.heads} heads (the paper: {paper.layers} layers, "
+                       f"n_embd {paper.d_model}, {paper.heads} heads)")
+        training = ("steps", "batch_size", "seq_len", "lr")
+        if any(getattr(self, k) != getattr(paper, k) for k in training):
+            out.append(f"{self.steps:,} steps of {self.batch_size} x {self.seq_len} tokens at lr {self.lr:g} (the paper: "
+                       f"{paper.steps:,} iterations of {paper.batch_size} x {paper.seq_len} at lr {paper.lr:g})")
+        if self.corpus != paper.corpus:
+            which = self.corpus if isinstance(self.corpus, str) else f"{len(self.corpus)} texts given in Python"
+            out.append(f"corpus {which} (the paper: Shakespeare)")
+        return out + [PAPER_DIFFERENCES] + ([PASSAGE_DIFFERENCE] if self.pooling == "mean" else [])
 
     def checkpoint_steps(self) -> list:
         """Steps with a checkpoint: 0 (the initialisation), every ``save_every``, and the last.
@@ -432,6 +470,7 @@ def carry_experiment(spec: CarryExperiment | None = None, out="runs/carry-experi
               "data": data.info, "model": "LlamaForCausalLM (byte vocabulary, untied embeddings, intermediate 4 x d_model)",
               "optimizer": "AdamW(betas=(0.9, 0.95), weight_decay=0.1), clip 1.0, linear warm-up then cosine to 10%",
               "similarity": "cka" if spec.pooling == "mean" else DEFAULT_SIMILARITY,
+              "paper_differences": spec.paper_differences(),
               "measured_with": f"the checkpoint's own carry (effdepth_carry in its config), "
                                + ("held-out sequences as passages, cka across passages" if spec.pooling == "mean"
                                   else f"{DEFAULT_SIMILARITY} similarity") + ", default view"}

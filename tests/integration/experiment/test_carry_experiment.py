@@ -83,6 +83,25 @@ def test_experiment_outputs(runs):
     assert data["config"]["similarity"] == primary and f"({primary}, N = 2)" in experiment_headline(result)
 
 
+def test_report_and_show_of_an_experiment_folder(runs, tmp_path, capsys):
+    """effdepth report DIR of a carry experiment (no result.json in it): the experiment's tables and figure, and
+    how the run differs from the paper's; effdepth show prints the same tables."""
+    (a, result), _ = runs
+    assert main(["report", str(a), "-o", str(tmp_path / "report.md")]) == 0
+    page = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert page.startswith("# Carry experiment of a 2-layer Llama (d_model 16), carries 1, 0.5")
+    assert "### After 3 steps" in page and "### Per training step" in page and "Table S14" not in page
+    final = [s for s in result.summary() if s["step"] == 3]
+    for s in final:
+        assert f"| {s['lam']:g} | {s['deff']['mean']:.3f} |" in page
+    assert "differs from the paper's S17 run: one carry per block" in page
+    assert (tmp_path / "report_files" / "study-1-experiment.png").is_file()
+    capsys.readouterr()
+    assert main(["show", str(a)]) == 0
+    shown = capsys.readouterr().out
+    assert "after 3 steps:" in shown and "differs from the paper's S17 run: one carry per block" in shown
+
+
 def test_intervals_over_seeds(tmp_path):
     result = carry_experiment(out=tmp_path, progress=False, **{**TINY, "carries": (0.5,), "steps": 1, "seeds": 2, "bootstrap": 0})
     final = [s for s in result.summary() if s["step"] == 1][0]
@@ -128,6 +147,16 @@ def test_cli_experiment(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "R_matched" in out and "step" in out and (tmp_path / "run" / "experiment.json").is_file()
+    # How this run differs from the paper's S17, difference by difference (and recorded in experiment.json).
+    said = out.split("differs from the paper's S17 run")[1].splitlines()[0]
+    for phrase in ("one carry per block (the paper: in every attention and MLP sublayer)", "held-out sequences in token mode",
+                   "gamma 1, 0.5 (the paper: 1, 0.75, 0.5, 0.25)", "1 seed per gamma (the paper: 3 for 1 and 0.75",
+                   "2 layers, d_model 16, 2 heads (the paper: 12 layers, n_embd 384, 6 heads)",
+                   "2 steps of 2 x 16 tokens at lr 0.003 (the paper: 5,000 iterations of 64 x 256 at lr 0.001)",
+                   "a Llama-architecture model"):
+        assert phrase in said, phrase
+    config = json.loads((tmp_path / "run" / "experiment.json").read_text())["config"]
+    assert "; ".join(config["paper_differences"]) == said.split(": ", 1)[1]
 
     code = main(["experiment", "carry", "--carry", "1,2", "--out", str(tmp_path)])
     err = capsys.readouterr().err
