@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .errors import EffdepthError
 from . import hub
+from .suites import SuiteModel
 
 @dataclass
 class FetchItem:
@@ -118,18 +119,23 @@ def fetch_targets(specs, *, revisions=(), revisions_spec: str | None = None, bra
 
     A suite's own revision wins; ``revisions`` (``--revision``, repeatable)
     apply to the others (default ``main``); ``revisions_spec`` (``auto``,
-    ``every:K`` or a list, as for ``trajectory``) adds checkpoints listed on
-    the hub (their branch lists go into ``branches``). ``tiny:TYPE`` and local
-    folders need nothing and are skipped.
+    ``every:K``, ``log:K`` or a list, as for ``trajectory``) adds checkpoints listed on
+    the hub (their branch lists go into ``branches``). A trajectory preset
+    (``paper-olmo2``, ``paper-pythia``) brings its model and its own selection,
+    and takes neither option. ``tiny:TYPE`` and local folders need nothing and are skipped.
 
     >>> fetch_targets(["tiny:gpt2", "EleutherAI/pythia-70m"], revisions=["step1000", "main"])
     [('EleutherAI/pythia-70m', 'step1000'), ('EleutherAI/pythia-70m', 'main')]
     """
     from .revisions import check_revision
+    from .suites.trajectories import trajectory_preset
 
     log = log or (lambda line: None)
     targets = []
-    for m in hub_models(specs, log=log):
+    for preset in presets_of(specs, revisions, revisions_spec):
+        targets += [(preset.model, c.revision) for c in _selected_checkpoints(preset.model, preset.revisions, branches, log)]
+    specs = [s for s in specs if isinstance(s, SuiteModel) or trajectory_preset(s) is None]
+    for m in hub_models(specs, log=log) if specs else []:
         revs = [m.revision] if m.revision else [check_revision(r) for r in revisions]
         if not revs and not revisions_spec:
             revs = ["main"]
@@ -137,6 +143,24 @@ def fetch_targets(specs, *, revisions=(), revisions_spec: str | None = None, bra
             revs += [c.revision for c in _selected_checkpoints(m.id, revisions_spec, branches, log)]
         targets += [(m.id, r) for r in revs]
     return list(dict.fromkeys(targets))
+
+
+def presets_of(specs, revisions=(), revisions_spec: str | None = None) -> list:
+    """The trajectory presets among ``specs``; a preset fixes its checkpoints, so ``--revision`` or
+    ``--revisions`` beside one is a one-line error (before the hub is asked anything).
+
+    >>> [p.model for p in presets_of(["paper-pythia", "EleutherAI/pythia-70m"])]
+    ['EleutherAI/pythia-1.4b']
+    """
+    from .suites.trajectories import preset_selection, trajectory_preset
+
+    presets = [trajectory_preset(s) for s in specs if not isinstance(s, SuiteModel) and trajectory_preset(s) is not None]
+    for preset in presets:
+        if revisions:
+            raise EffdepthError(f"preset {preset.name} fixes its checkpoints ({preset.revisions} of {preset.model}); "
+                                "--revision applies to the other models: fetch the preset on its own")
+        preset_selection(preset.name, revisions_spec)
+    return presets
 
 
 def hub_models(specs, *, log=None) -> list:
@@ -193,7 +217,8 @@ def plan_fetch(specs=(), *, revisions=(), revisions_spec: str | None = None, cor
             "effdepth fetch downloads from the Hugging Face hub, but hub.offline mode is on (HF_HUB_OFFLINE=1); "
             "run it as `HF_HUB_OFFLINE=0 effdepth fetch ...` on a machine with internet"
         )
-    models = hub_models(specs, log=log)
+    presets = [p.name for p in presets_of(specs, revisions, revisions_spec)]
+    models = presets + hub_models([s for s in specs if s not in presets], log=log)
     if models or any(hub.parse_hf_corpus(c) is not None for c in corpora):
         require_hub(f" to list the files of {_fetch_what(specs, corpora)}")
     import huggingface_hub

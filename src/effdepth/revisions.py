@@ -22,6 +22,7 @@ among the skipped names instead of guessing.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -30,6 +31,8 @@ from .errors import EffdepthError
 #: Pythia's batch: 1024 sequences x 2048 tokens per optimiser step.
 PYTHIA_TOKENS_PER_STEP = 2_097_152
 FINAL = "main"
+#: The tracks of the first training run (OLMo-2's stage 1, or names without a stage); later stages restart their counts.
+FIRST_TRACKS = ("main", "stage1")
 
 _OLMO = re.compile(r"^(?:(?P<stage>stage\d+)(?:-(?P<ingredient>ingredient\d+))?-)?step(?P<step>\d+)-tokens(?P<tokens>\d+(?:\.\d+)?)B$")
 _STEP = re.compile(r"^(?:step|checkpoint)[-_]?(?P<step>\d+)$")
@@ -113,15 +116,15 @@ def parse_revisions(names, *, tokens_per_step: int | None = None) -> tuple[list[
 def _training_order(c: Checkpoint) -> tuple:
     if c.final:
         return (2, "", 0)
-    first = c.track in ("main", "stage1")
+    first = c.track in FIRST_TRACKS
     return (0 if first else 1, "" if first else c.track, c.step or 0)
 
 
 def _with_tokens_seen(checkpoints: list[Checkpoint]) -> list[Checkpoint]:
-    base = max((c.tokens for c in checkpoints if c.track in ("main", "stage1") and c.tokens is not None), default=0)
+    base = max((c.tokens for c in checkpoints if c.track in FIRST_TRACKS and c.tokens is not None), default=0)
     out = []
     for c in checkpoints:
-        later_stage = c.track not in ("main", "stage1")
+        later_stage = c.track not in FIRST_TRACKS
         seen = None if c.tokens is None else c.tokens + (base if later_stage else 0)
         out.append(replace(c, tokens_seen=seen))
     return out
@@ -143,11 +146,70 @@ def select_every(checkpoints: list[Checkpoint], k: int) -> list[Checkpoint]:
     return kept + [c for c in checkpoints if c.final]
 
 
-def parse_selection(text: str) -> tuple[str, object]:
-    """``--revisions`` as ``("auto", None)``, ``("every", K)`` or ``("list", [names])``.
+def select_log(checkpoints: list[Checkpoint], k: int) -> tuple[list[Checkpoint], int]:
+    """``(checkpoints, planned)``: ``k`` checkpoints of the first training track spaced evenly in log
+    tokens seen (in log steps when a checkpoint's tokens are unknown), plus ``main``.
 
-    >>> parse_selection("every:10"), parse_selection("step0,main")
-    (('every', 10), ('list', ['step0', 'main']))
+    The first and the last checkpoint of the track are always kept; every other planned position
+    takes the nearest existing checkpoint (in log), and a checkpoint nearest to two positions is
+    kept once, so fewer than ``k`` come back where the branches are sparse. Later tracks (OLMo-2's
+    stage-2 ingredients, which restart their counts) are not selected. ``planned`` is the number of
+    positions asked for: ``k``, or every checkpoint of the track when it has no more than ``k``.
+
+    >>> cps, _ = parse_revisions(["main"] + [f"step{s}" for s in (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000, 2000)])
+    >>> picked, planned = select_log(cps, 6)
+    >>> [c.revision for c in picked], planned
+    (['step0', 'step1', 'step8', 'step32', 'step256', 'step2000', 'main'], 6)
+    >>> select_log(cps, 0)
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: log:K needs K >= 2 (the first and the last checkpoint are always kept), got 0
+    """
+    if k < 2:
+        raise EffdepthError(f"log:K needs K >= 2 (the first and the last checkpoint are always kept), got {k}")
+    track = [c for c in checkpoints if not c.final and c.track in FIRST_TRACKS]
+    finals = [c for c in checkpoints if c.final]
+    if len(track) <= k:
+        return track + finals, len(track)
+    key = "tokens_seen" if all(c.tokens_seen is not None for c in track) else "step"
+    picks = log_spaced_picks([getattr(c, key) or 0 for c in track], k)
+    return [track[i] for i in picks] + finals, k
+
+
+def log_spaced_picks(positions: list, k: int) -> list[int]:
+    """Indices of ``positions`` (ascending, >= 0) nearest in log to ``k`` points spaced evenly in log
+    from the first to the last; a first position of 0 (step 0) is kept as the first point and the log
+    grid runs from the smallest positive one. Both ends are always picked; no index twice.
+
+    >>> log_spaced_picks([0, 1, 10, 100, 1000], 3)
+    [0, 1, 4]
+    >>> log_spaced_picks([1, 2, 3, 4, 100, 10000], 3)
+    [0, 4, 5]
+    """
+    n = len(positions)
+    if n <= k:
+        return list(range(n))
+    starts_at_zero = positions[0] <= 0
+    positive = [i for i, p in enumerate(positions) if p > 0]
+    if len(positive) < 2:
+        return sorted({0, n - 1})
+    lo, hi = math.log(positions[positive[0]]), math.log(positions[-1])
+    count = k - 1 if starts_at_zero else k
+    grid = [hi] if count == 1 else [lo + (hi - lo) * j / (count - 1) for j in range(count)]
+    picks = [0] if starts_at_zero else []
+    for target in grid:
+        # Ties go to the earlier checkpoint: the choice never depends on set iteration order.
+        nearest = min(positive, key=lambda i: (abs(math.log(positions[i]) - target), i))
+        if nearest not in picks:
+            picks.append(nearest)
+    return picks
+
+
+def parse_selection(text: str) -> tuple[str, object]:
+    """``--revisions`` as ``("auto", None)``, ``("every", K)``, ``("log", K)`` or ``("list", [names])``.
+
+    >>> parse_selection("every:10"), parse_selection("log:35"), parse_selection("step0,main")
+    (('every', 10), ('log', 35), ('list', ['step0', 'main']))
     >>> parse_selection("step0,step0")
     Traceback (most recent call last):
     ...
@@ -161,9 +223,15 @@ def parse_selection(text: str) -> tuple[str, object]:
         if not raw.isdigit() or int(raw) < 1:
             raise EffdepthError(f"--revisions every:K needs a whole number K >= 1, got {text!r}")
         return "every", int(raw)
+    if text.startswith("log:"):
+        raw = text[len("log:"):]
+        if not raw.isdigit() or int(raw) < 2:
+            raise EffdepthError(f"--revisions log:K needs a whole number K >= 2 (the first and the last checkpoint are "
+                                f"always kept), got {text!r}")
+        return "log", int(raw)
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
-        raise EffdepthError("--revisions needs auto, every:K or a comma-separated list of branch names")
+        raise EffdepthError("--revisions needs auto, every:K, log:K or a comma-separated list of branch names")
     for n in names:
         check_revision(n)
     repeated = sorted({n for n in names if names.count(n) > 1})

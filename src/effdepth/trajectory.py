@@ -3,7 +3,9 @@
 Checkpoints come from the hub repository's branches (Pythia ``step1000``,
 OLMo-2 ``stage1-step1000-tokens5B``, ...; see :mod:`effdepth.revisions`) or
 from a local folder with one ``save_pretrained`` subfolder per checkpoint
-(``step-100``, ``step100``, ``checkpoint-100``).
+(``step-100``, ``step100``, ``checkpoint-100``). A preset
+(:mod:`effdepth.suites.trajectories`: ``paper-olmo2``, ``paper-pythia``) names
+the model and its selection; ``trajectory.json`` records it.
 
 Upstream repositories sometimes serve the same weights under several
 branches (docs/capture.md). Before measuring, every selected checkpoint gets a
@@ -44,8 +46,9 @@ from .options import Options, RunOptions, at_least
 from .files import file_sha256, write_json_atomic
 from .loading import TRAJECTORY_SCHEMA
 from .executors import make_executor
-from .revisions import Checkpoint, parse_revision, parse_revisions, parse_selection, select_every, tokens_per_step_for
+from .revisions import FIRST_TRACKS, Checkpoint, parse_revision, parse_revisions, parse_selection, select_every, select_log, tokens_per_step_for
 from .suites import SuiteModel, check_model_id, guess_family
+from .suites.trajectories import TrajectoryPreset, not_a_trajectory_source, preset_selection
 from .sweep import COLUMNS, Job, count_statuses, job_options, run_jobs, summary_rows, write_table
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -87,31 +90,39 @@ class TrajectoryOutcome:
     counts: dict
     files: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    preset: TrajectoryPreset | None = None
 
     def table(self) -> str:
-        from .report.tables import suite_summary_text
+        """One line per checkpoint: D_eff, D_eff/L and the updates' D_eff/L (the update diagnostic), as ``effdepth show`` prints it."""
+        from .report.plain import table_text
+        from .report.studies import trajectory_content
 
-        return suite_summary_text(self.rows)
+        return table_text(trajectory_content(self.rows, self.duplicates, None if self.preset is None else self.preset.to_dict()))
 
 
-def trajectory(model, out, options: Options | None = None, *, revisions: str = "auto", tokens_per_step: int | None = None,
+def trajectory(model, out, options: Options | None = None, *, revisions: str | None = None, tokens_per_step: int | None = None,
                executor="local", figures: bool = True, run: RunOptions | None = None, log=None, **measure_options) -> TrajectoryOutcome:
     """Measure ``model`` at each selected checkpoint and write the trajectory into ``out``.
 
-    ``model``: a hub id (its branches) or a local folder of checkpoints.
-    ``revisions``: ``"auto"`` (every checkpoint), ``"every:K"`` (every K-th
-    and the last) or a comma-separated list. ``tokens_per_step`` converts
-    steps to tokens when the names do not say (Pythia's is known).
-    ``options``/``measure_options`` and ``executor`` are as for
-    :func:`~effdepth.sweep.sweep`; see the module example.
+    ``model``: a hub id (its branches), a local folder of checkpoints, or a
+    preset (:mod:`effdepth.suites.trajectories`: ``paper-olmo2``,
+    ``paper-pythia``), which fixes the model and its checkpoints.
+    ``revisions`` (default ``"auto"``; not with a preset): ``"auto"`` (every
+    checkpoint), ``"every:K"`` (every K-th and the last), ``"log:K"`` (K spaced
+    evenly in log tokens over the first training track, plus ``main``) or a
+    comma-separated list. ``tokens_per_step`` converts steps to tokens when the
+    names do not say (Pythia's is known). ``options``/``measure_options`` and
+    ``executor`` are as for :func:`~effdepth.sweep.sweep`; see the module example.
     """
     log = log or (lambda line: None)
+    preset, revisions = preset_selection(model, revisions)
+    model = preset.model if preset is not None else model
     parse_selection(revisions)  # bad input fails before the hub is asked anything
     if tokens_per_step is not None:
         at_least(1, "--tokens-per-step must be a whole number of tokens >= 1, got {v!r}")(tokens_per_step)
         tokens_per_step = int(tokens_per_step)
     if measure_options.get("revision") is not None or (options is not None and options.load.revision is not None):
-        raise EffdepthError("trajectory takes --revisions (auto, every:K or a list), not --revision")
+        raise EffdepthError("trajectory takes --revisions (auto, every:K, log:K or a list), not --revision")
     opts = job_options(Options.build(**measure_options) if options is None else options.replace(**measure_options))
     ex = make_executor(executor) if isinstance(executor, str) else executor
     found = discover(model, tokens_per_step=tokens_per_step, revisions=revisions)
@@ -128,8 +139,9 @@ def trajectory(model, out, options: Options | None = None, *, revisions: str = "
     jobs = {c.revision: _job(found, c, opts, fingerprints[c.revision]) for c in checkpoints if c.revision not in duplicates}
     statuses = run_jobs(list(jobs.values()), out, ex, run=run, log=log)
     rows = trajectory_rows(out, checkpoints, jobs, duplicates, fingerprints)
-    outcome = TrajectoryOutcome(Path(out), rows, checkpoints, duplicates, found.skipped, count_statuses(statuses), notes=notes)
-    outcome.files = _write_outputs(outcome, found, figures=figures, log=log)
+    outcome = TrajectoryOutcome(Path(out), rows, checkpoints, duplicates, found.skipped, count_statuses(statuses), notes=notes,
+                                preset=preset)
+    outcome.files = _write_outputs(outcome, found, revisions, figures=figures, log=log)
     return outcome
 
 
@@ -147,6 +159,8 @@ def discover(model, *, tokens_per_step: int | None = None, revisions: str = "aut
     path = Path(text).expanduser()
     if path.is_dir():
         return _discover_local(path, tokens_per_step)
+    if "/" not in text and ":" not in text:  # not an owner/name, not tiny:TYPE: a misspelt preset or folder
+        raise EffdepthError(not_a_trajectory_source(text))
     return _discover_hub(check_model_id(text), tokens_per_step, revisions)
 
 
@@ -230,6 +244,16 @@ def select(found: Discovered, revisions: str) -> tuple[list[Checkpoint], list[st
         return list(found.checkpoints), notes
     if kind == "every":
         return select_every(found.checkpoints, arg), notes
+    if kind == "log":
+        chosen, planned = select_log(found.checkpoints, arg)
+        steps = sum(not c.final for c in chosen)
+        if steps < planned:
+            notes.append(f"log:{arg}: {steps} of {planned} planned checkpoints exist (a checkpoint nearest to two planned "
+                         "positions is measured once)")
+        later = list(dict.fromkeys(c.track for c in found.checkpoints if not c.final and c.track not in FIRST_TRACKS))
+        if later:
+            notes.append(f"log:{arg} spaces the first training track only; the checkpoints of {', '.join(later)} are not selected")
+        return chosen, notes
     return _listed(found, arg, notes), notes
 
 
@@ -422,12 +446,13 @@ def _checkpoint_columns(c: Checkpoint, fingerprints: dict) -> dict:
             "weights": fp, "weights_source": how}
 
 
-def _write_outputs(outcome: TrajectoryOutcome, found: Discovered, *, figures: bool, log) -> list[Path]:
+def _write_outputs(outcome: TrajectoryOutcome, found: Discovered, revisions: str, *, figures: bool, log) -> list[Path]:
     out = outcome.out
     files = write_table(out, "trajectory", outcome.rows, TRAJECTORY_COLUMNS, log=log)
     summary = {
         "schema": TRAJECTORY_SCHEMA,  # effdepth.load and effdepth show recognise the file by it
-        "model": found.model, "source": found.kind,
+        "model": found.model, "source": found.kind, "revisions": revisions,
+        "preset": None if outcome.preset is None else outcome.preset.to_dict(),
         "checkpoints": [asdict(c) for c in outcome.checkpoints],
         "duplicates": outcome.duplicates, "skipped": outcome.skipped, "notes": outcome.notes,
     }
@@ -438,5 +463,7 @@ def _write_outputs(outcome: TrajectoryOutcome, found: Discovered, *, figures: bo
         from .report.style import save_figure
 
         title = found.model if found.kind == "hub" else Path(found.model).name
+        if outcome.preset is not None:
+            title = f"{outcome.preset.name} ({title})"
         files += save_figure(trajectory_figure(outcome.rows, title=title), out / "trajectory")
     return files

@@ -198,3 +198,44 @@ def test_fetch_refuses_offline_mode(monkeypatch, capsys):
 def test_fetch_needs_something_to_fetch(capsys):
     assert main(["fetch"]) == 2
     assert "effdepth fetch paper16" in capsys.readouterr().err
+
+
+def test_a_preset_fetches_its_checkpoints_and_branch_list_for_an_offline_trajectory(
+        fake_hub, hf_cache, saved_checkpoints, effdepth_cache, corpus_file, tmp_path, monkeypatch, capsys):
+    import torch
+
+    import effdepth
+    import effdepth.sweep as sweep_module
+    from effdepth.trajectory import trajectory
+
+    repo = "EleutherAI/pythia-1.4b"
+    fake_hub.branches = ["main", "step0"] + [f"step{2 ** i}" for i in range(10)] + [f"step{k * 1000}" for k in range(1, 144)]
+    for branch in fake_hub.branches:
+        fake_hub.sources[(repo, branch)] = saved_checkpoints["final"]
+    monkeypatch.setattr("effdepth.data.assets.shakespeare_dir", lambda: effdepth_cache)
+    assert main(["fetch", "paper-pythia", "--no-progress"]) == 0
+    fetched = [rev for r, rev, _ in fake_hub.downloads if r == repo]
+    assert len(fetched) == 26 and fetched[0] == "step0" and fetched[-2:] == ["step143000", "main"]
+    branches, complete = hub.cached_branches(repo)
+    assert complete and set(branches) == set(fake_hub.branches)  # the full list: the offline selection is the same
+
+    # Offline, without the hub: the same checkpoints, from the recorded branch list and the cache.
+    monkeypatch.setattr(huggingface_hub, "list_repo_refs", lambda *a, **k: pytest.fail("listed the hub offline"))
+    monkeypatch.setattr(huggingface_hub, "HfApi", lambda *a, **k: pytest.fail("asked the hub offline"))
+    measured = []
+
+    def measure_job(payload):
+        measured.append(payload["revision"])
+        return effdepth.from_states(torch.randn(4, 2, 8, 16, generator=torch.Generator().manual_seed(0)).cumsum(0), bootstrap=0)
+
+    monkeypatch.setattr(sweep_module, "measure_job", measure_job)
+    with hub.offline(True):
+        t = trajectory("paper-pythia", tmp_path / "t", corpus=corpus_file, seq_len=16, num_seqs=4, bootstrap=0,
+                       pooling="none", figures=False)
+    assert [c.revision for c in t.checkpoints] == fetched
+    assert measured == ["step0"]  # one saved folder behind every branch: the others are flagged as its duplicates
+    # A preset fixes its checkpoints: --revision or --revisions with it is a one-line error.
+    capsys.readouterr()
+    assert main(["fetch", "paper-pythia", "--revisions", "every:2", "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "preset paper-pythia fixes its checkpoints" in err and "\n" not in err

@@ -197,6 +197,49 @@ def test_olmo2_branches_on_the_token_axis(fake_hub, tmp_path):
     assert t.duplicates == {} and len(fake_hub.measured) == 6
 
 
+PYTHIA_ALL = ["main", "step0"] + [f"step{2 ** i}" for i in range(10)] + [f"step{k * 1000}" for k in range(1, 144)]
+
+
+def test_a_preset_measures_its_log_spaced_checkpoints_and_records_itself(fake_hub, tmp_path, capsys):
+    fake_hub.branches = list(PYTHIA_ALL)
+    fake_hub.sha = {b: f"{i:064x}" for i, b in enumerate(PYTHIA_ALL)}
+    fake_hub.sha["main"] = fake_hub.sha["step143000"]
+    out = tmp_path / "paper-pythia"
+    assert main(["trajectory", "paper-pythia", "--pooling", "none", "--out", str(out), "--bootstrap", "20", "--no-progress",
+                 "--no-figures"]) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((out / "trajectory.json").read_text())
+    revisions = [c["revision"] for c in summary["checkpoints"]]
+    # Pythia-1.4B's 35 planned log-spaced checkpoints are 25 distinct branches (the paper: "25 of 35"), plus main.
+    assert len(revisions) == 26 and revisions[0] == "step0" and revisions[-2:] == ["step143000", "main"]
+    assert {"step1", "step512", "step1000"} <= set(revisions) and "step142000" not in revisions
+    assert summary["model"] == "EleutherAI/pythia-1.4b" and summary["revisions"] == "log:35"
+    assert summary["preset"]["name"] == "paper-pythia" and "Figure 3" in summary["preset"]["source"]
+    assert any("25 of 35 planned" in n for n in summary["notes"])
+    assert fake_hub.measured == revisions[:-1]  # main repeats step143000's weights: flagged, not measured
+    assert "preset paper-pythia: EleutherAI/pythia-1.4b, log:35" in printed
+    assert effdepth.load(out).preset["name"] == "paper-pythia"
+    assert main(["show", str(out)]) == 0 and "preset paper-pythia" in capsys.readouterr().out
+
+
+def test_the_olmo2_preset_spaces_stage1_only(fake_hub):
+    from effdepth.suites.trajectories import trajectory_preset
+    from effdepth.trajectory import discover, select
+
+    steps = [0, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000, 400000, 596057]
+    stage1 = [f"stage1-step{s}-tokens{round(s * 8.39 / 1000)}B" for s in steps]
+    fake_hub.branches = stage1 + [f"stage2-ingredient{k}-step11931-tokens100B" for k in (1, 2, 3)] + ["main"]
+    preset = trajectory_preset("paper-olmo2")
+    assert preset.model == "allenai/OLMo-2-1124-13B" and "5T" in preset.source
+    chosen, notes = select(discover(preset.model, revisions=preset.revisions), preset.revisions)
+    assert [c.revision for c in chosen] == stage1 + ["main"]  # fewer branches than 35: all of stage 1, none of stage 2
+    assert any("stage2-ingredient1, stage2-ingredient2, stage2-ingredient3 are not selected" in n for n in notes)
+    fake_hub.branches = [f"stage1-step{s * 1000}-tokens{s * 8}B" for s in range(0, 600)] + ["main"]
+    chosen, _ = select(discover(preset.model, revisions=preset.revisions), preset.revisions)
+    assert len(chosen) <= 36 and chosen[0].revision == "stage1-step0-tokens0B"
+    assert chosen[-2].revision == "stage1-step599000-tokens4792B" and chosen[-1].final
+
+
 def test_hub_errors_are_one_line(fake_hub, tmp_path, capsys):
     fake_hub.refs_error = OSError("Repository Not Found\nfor url ...")
     assert main(["trajectory", "--pooling", "none", "EleutherAI/pythia-12b", "--out", str(tmp_path)]) == 2
@@ -215,6 +258,9 @@ def test_hub_errors_are_one_line(fake_hub, tmp_path, capsys):
         (["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--out", "{out}", "--executor", "spark"], "invalid choice"),
         (["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--revisions", "step1,step1", "--out", "{out}"], "step1 more than once"),
         (["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--tokens-per-step", "-5", "--out", "{out}"], "--tokens-per-step must be"),
+        (["trajectory", "EleutherAI/pythia-70m", "--revisions", "log:0", "--out", "{out}"], "log:K needs a whole number K >= 2"),
+        (["trajectory", "paper-pythia", "--revisions", "every:2", "--out", "{out}"], "preset paper-pythia fixes its checkpoints"),
+        (["trajectory", "paper-olmo", "--out", "{out}"], "'paper-olmo' is not a trajectory preset (paper-olmo2, paper-pythia)"),
     ],
 )
 def test_cli_bad_input_exits_2(fake_hub, tmp_path, capsys, argv, message):
@@ -254,13 +300,35 @@ def test_show_refuses_a_trajectory_table_cut_short(local_run, tmp_path, capsys):
     assert "trajectory.csv has 0 rows for the" in err and "damaged" in err and "\n" not in err
 
 
-def test_a_passage_mode_trajectory_has_the_update_diagnostic_per_checkpoint(checkpoints, corpus, tmp_path):
+def test_a_passage_mode_trajectory_has_the_update_diagnostic_per_checkpoint(checkpoints, corpus, tmp_path, capsys):
     out = tmp_path / "passages"
     assert main(["trajectory", str(checkpoints), "--out", str(out), "--corpus", corpus, "--tokens-per-step", "1000",
                  "--seq-len", "16", "--num-seqs", "16", "--bootstrap", "20", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
     table = pd.read_csv(out / "trajectory.csv")
     ok = table[(table.status == "ok") & (table.similarity == "cka") & (table.view == "default")]
     assert len(ok) >= 2  # a checkpoint with the weights of an earlier one is a duplicate, not measured again
     for row in ok.itertuples():
         assert row.updates_D_eff_lo <= row.updates_D_eff <= row.updates_D_eff_hi
         assert effdepth.load(out / row.key).default.update_deff == pytest.approx(row.updates_D_eff)
+    # The update diagnostic is shown: the command's table and effdepth show (D_eff/L of the updates with its interval)...
+    first = ok.iloc[0]
+    per_layer = f"{first.updates_D_eff / first.L:.3f} [{first.updates_D_eff_lo / first.L:.3f}, {first.updates_D_eff_hi / first.L:.3f}]"
+    assert main(["show", str(out)]) == 0
+    shown = capsys.readouterr().out
+    for text in (printed, shown):
+        header = next(line for line in text.splitlines() if line.startswith("checkpoint"))
+        assert "updates D_eff/L" in header and "D_eff/L" in header
+        assert per_layer in next(line for line in text.splitlines() if line.startswith(f"{first.revision} "))
+    # ...the figure's second panel (D_eff/L of the updates beside the states', with bands)...
+    fig = trajectory_figure(effdepth.load(out).rows)
+    assert len(fig.axes) == 2 and fig.axes[1].get_ylabel() == "D_eff / L"
+    labels = [line.get_label() for line in fig.axes[1].get_lines()]
+    assert any("update diagnostic" in label for label in labels) and len(fig.axes[1].collections) >= 2
+    # ...and effdepth report of the trajectory: its table (the same numbers) and its figure.
+    from effdepth.report.build import write_report
+
+    page = write_report([out / "trajectory.json"], tmp_path / "report.md")[0].read_text(encoding="utf-8")
+    assert page.startswith(f"# Trajectory of {checkpoints}") and "updates D\\_eff/L" not in page
+    assert "| updates D_eff/L |" in page and per_layer in page
+    assert (tmp_path / "report_files" / "study-1-trajectory.png").is_file()

@@ -5,7 +5,8 @@ from hypothesis import given, strategies as st
 
 from effdepth.errors import EffdepthError
 from effdepth.revisions import (
-    PYTHIA_TOKENS_PER_STEP, check_revision, parse_revision, parse_revisions, parse_selection, select_every, tokens_per_step_for,
+    PYTHIA_TOKENS_PER_STEP, check_revision, log_spaced_picks, parse_revision, parse_revisions, parse_selection, select_every,
+    select_log, tokens_per_step_for,
 )
 
 # Pythia's branches: log-spaced early steps, then every 1000 steps, and main.
@@ -89,13 +90,51 @@ def test_every_k_property(steps, k):
     assert set(ordered[::k]) <= set(kept) and len(kept) <= len(ordered[::k]) + 1
 
 
-@pytest.mark.parametrize("text, expected", [("auto", ("auto", None)), ("every:10", ("every", 10)),
+def test_log_k_on_pythia_plans_35_and_finds_25_distinct_checkpoints():
+    """The paper's Figure 3 plots 25 of 35 planned Pythia checkpoints: log spacing over Pythia's branches gives exactly that."""
+    cps, _ = parse_revisions(PYTHIA, tokens_per_step=PYTHIA_TOKENS_PER_STEP)
+    kept, planned = select_log(cps, 35)
+    steps = [c.step for c in kept if not c.final]
+    assert planned == 35 and len(steps) == 25 and kept[-1].final
+    assert steps[0] == 0 and steps[-1] == 143000 and steps == sorted(set(steps))
+    assert steps[:11] == [0] + [2 ** i for i in range(10)]  # the dense early branches, one each
+    # Spaced in log: consecutive later picks grow by a roughly constant factor (143000^(1/33) ~ 1.43).
+    late = [s for s in steps if s >= 4000]
+    assert all(1.2 < b / a < 1.8 for a, b in zip(late, late[1:]))
+
+
+def test_log_k_spaces_the_first_track_only_and_keeps_its_ends():
+    names = [f"stage1-step{s}-tokens{s // 1000}B" for s in (1000, 2000, 5000, 10000, 50000, 100000, 400000, 900000)]
+    names += ["stage2-ingredient1-step500-tokens3B", "stage2-ingredient2-step500-tokens3B", "main"]
+    cps, _ = parse_revisions(names)
+    kept, planned = select_log(cps, 4)
+    assert [c.revision for c in kept] == ["stage1-step1000-tokens1B", "stage1-step10000-tokens10B",
+                                          "stage1-step100000-tokens100B", "stage1-step900000-tokens900B", "main"]
+    assert planned == 4
+    kept, planned = select_log(cps, 20)  # more asked than exist: every checkpoint of the track, once
+    assert len(kept) == 9 and planned == 8 and all(c.track == "stage1" for c in kept[:-1])
+
+
+def test_log_k_uses_steps_when_tokens_are_unknown():
+    cps, _ = parse_revisions([f"step-{s}" for s in (10, 20, 40, 80, 160, 320, 640)])
+    assert [c.step for c in select_log(cps, 3)[0]] == [10, 80, 640]
+
+
+@given(st.lists(st.integers(0, 10**9), min_size=2, max_size=40, unique=True), st.integers(2, 12))
+def test_log_spaced_picks_property(positions, k):
+    positions = sorted(positions)
+    picks = log_spaced_picks(positions, k)
+    assert picks[0] == 0 and picks[-1] == len(positions) - 1
+    assert len(picks) == len(set(picks)) <= k and picks == sorted(picks)
+
+
+@pytest.mark.parametrize("text, expected", [("auto", ("auto", None)), ("every:10", ("every", 10)), ("log:35", ("log", 35)),
                                             ("step0, step1000,main", ("list", ["step0", "step1000", "main"]))])
 def test_selection(text, expected):
     assert parse_selection(text) == expected
 
 
-@pytest.mark.parametrize("text", ["every:0", "every:x", "every:", ",", "../step1", "step1,/abs"])
+@pytest.mark.parametrize("text", ["every:0", "every:x", "every:", "log:0", "log:1", "log:x", "log:", ",", "../step1", "step1,/abs"])
 def test_bad_selection(text):
     with pytest.raises(EffdepthError):
         parse_selection(text)

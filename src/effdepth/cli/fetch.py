@@ -22,9 +22,11 @@ def register(sub) -> dict:
         "(about 50 MB, not the whole dataset). Then measure on a machine without internet with --offline. "
         "See docs/scale.md.",
     )
-    f.add_argument("models", nargs="*", metavar="SUITE_OR_MODEL", help="suite name (effdepth suite list), suite file or model id")
+    f.add_argument("models", nargs="*", metavar="SUITE_OR_MODEL",
+                   help="suite name (effdepth suite list), suite file, model id, or trajectory preset (paper-olmo2, "
+                   "paper-pythia: its checkpoints and the branch list, for an offline trajectory)")
     f.add_argument("--revision", action="append", default=[], help="revision to fetch (repeatable; default main; a suite's own revision wins)")
-    f.add_argument("--revisions", default=None, help="checkpoints as for trajectory: auto, every:K or a comma-separated list")
+    f.add_argument("--revisions", default=None, help="checkpoints as for trajectory: auto, every:K, log:K or a comma-separated list")
     f.add_argument("--corpus", action="append", default=[], help="hf:NAME[:CONFIG[:SPLIT]] or shakespeare (repeatable; default shakespeare)")
     f.add_argument("--documents", type=_documents, default=None, metavar="N",
                    help="stream only the first N documents of each hf: corpus into effdepth's cache (what passage mode "

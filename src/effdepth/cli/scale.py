@@ -30,15 +30,21 @@ def register(sub) -> dict:
     w.add_argument("--no-figures", dest="figures", action="store_false", help="do not write DIR/suite.{png,pdf}")
     w.add_argument("--no-report", dest="report", action="store_false", help="do not write DIR/report.html")
 
+    from ..suites.trajectories import preset_names
+
     t = sub.add_parser(
         "trajectory", help="measure a model across its training checkpoints",
         description="Measure a model at its training checkpoints: the hub repository's branches (Pythia step1000, OLMo-2 "
         "stage1-step1000-tokens5B, ...) or a local folder with one save_pretrained subfolder per checkpoint (step-100, "
-        "checkpoint-100). Checkpoints with the same weights as an earlier one are flagged, not measured again. Writes "
-        "DIR/trajectory.{csv,parquet,json} and DIR/trajectory.{png,pdf}. See docs/scale.md.",
+        "checkpoint-100). Presets name the paper's trajectories: paper-olmo2 (OLMo-2 13B through 5T tokens) and "
+        "paper-pythia (Pythia-1.4B), 35 checkpoints spaced in log tokens each. Checkpoints with the same weights as an "
+        "earlier one are flagged, not measured again. Writes DIR/trajectory.{csv,parquet,json} and "
+        "DIR/trajectory.{png,pdf}, D_eff/L and the updates' D_eff/L per checkpoint. See docs/scale.md.",
     )
-    t.add_argument("model", help="Hugging Face id or a local folder of checkpoints")
-    t.add_argument("--revisions", default="auto", help="auto (every checkpoint), every:K (every K-th and the last) or a comma-separated list (default auto)")
+    t.add_argument("model", help=f"Hugging Face id, a local folder of checkpoints, or a preset ({', '.join(preset_names())})")
+    t.add_argument("--revisions", default=None,
+                   help="auto (every checkpoint), every:K (every K-th and the last), log:K (K spaced evenly in log tokens over "
+                   "the first training track, plus main) or a comma-separated list (default auto; a preset fixes its own)")
     t.add_argument("--tokens-per-step", type=int_arg, default=None, help="training tokens per step, when the names do not say (Pythia's is known)")
     t.add_argument("--out", "-o", required=True, help="output folder")
     add_measure_arguments(t)
@@ -77,18 +83,17 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_trajectory(args) -> int:
-    from ..report.tables import suite_summary_text
     from ..trajectory import trajectory
 
     if args.revision is not None:
-        raise EffdepthError("trajectory takes --revisions (auto, every:K or a list), not --revision")
+        raise EffdepthError("trajectory takes --revisions (auto, every:K, log:K or a list), not --revision")
     options = Options.from_args(args)
     executor = executor_from_args(args)
     with output_folder(Path(args.out)) as out:
         outcome = trajectory(args.model, out, options, revisions=args.revisions, tokens_per_step=args.tokens_per_step,
                              executor=executor, figures=args.figures, run=run_options_from_args(args), log=log_line)
     print()
-    print(suite_summary_text(outcome.rows))
+    print(outcome.table())
     print(f"\n{len(outcome.checkpoints)} checkpoints ({counts_text(outcome.counts)}), {len(outcome.duplicates)} duplicates flagged; "
           f"wrote {', '.join(p.name for p in outcome.files)} in {out}/")
     return 1 if outcome.counts.get("error") else 0
