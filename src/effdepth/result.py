@@ -128,7 +128,7 @@ class Result:
     @property
     def primary_similarity(self) -> str:
         """The similarity of :attr:`views`: the first one asked for."""
-        return self.config.get("similarity") or "frobenius"
+        return self.config["similarity"]
 
     @property
     def similarities(self) -> dict:
@@ -178,9 +178,6 @@ class Result:
             raise EffdepthError(f"not an effdepth result (schema {schema!r}, expected {SCHEMA!r})")
         try:
             config = dict(data["config"])
-            # Results written before similarities were a choice: their one similarity is in the config.
-            config.setdefault("similarity", "frobenius")
-            config.setdefault("similarities", [config["similarity"]])
             primary = config["similarity"]
             if not isinstance(data["views"], dict) or not data["views"]:
                 raise ValueError("the result has no views")

@@ -153,8 +153,8 @@ def gather_accumulator(acc, device: torch.device):
 
     rank, world = dist.get_rank(), dist.get_world_size()
     arrays, meta = acc.state_dict()
-    # Nothing is held for calibration after accumulate(); a partner left waiting stays unpaired.
-    kept = {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items() if not k.startswith(("fit|", "held|", "partner|"))}
+    # A partner left waiting stays unpaired.
+    kept = {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items() if not k.startswith(("fit|", "partner|"))}
     # A rank without a unit of some kind (e.g. no surrogate pair) has no array for it: agree on every key first.
     layouts: list = [None] * world
     dist.all_gather_object(layouts, {k: (len(v), v.shape[1:]) for k, v in kept.items()})

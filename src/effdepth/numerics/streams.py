@@ -313,10 +313,10 @@ class ViewAccumulator:
         out.update(sums_in_chunks(seq, sums, transforms, self.chunk_tokens or chunk_tokens_for(seq)))
         return out
 
-    def unit_statistics(self, view: str | ViewSpec, similarity: str | None = None) -> UnitStatistics:
+    def unit_statistics(self, view: str | ViewSpec, similarity: str = "frobenius") -> UnitStatistics:
         """The units of one view, with what ``similarity`` needs.
 
-        ``None``, "frobenius" and "token": the additive statistics (parts
+        "frobenius" (the default) and "token": the additive statistics (parts
         added), one unit per sequence with a token in the view. "cka": one
         unit per pair that entered the view, its cka keys and its two
         sequences' additive statistics added. What is left out (no token in
@@ -327,27 +327,26 @@ class ViewAccumulator:
         value under that similarity (no sequence entered it).
         """
         spec = self._spec(view)
-        name = similarity or "frobenius"
-        unit = get_similarity(name).unit
+        unit = get_similarity(similarity).unit
         if spec.stream in self._fits.unfitted:
-            raise ViewUnavailable(spec.name, name, self._fits.unfitted[spec.stream])
+            raise ViewUnavailable(spec.name, similarity, self._fits.unfitted[spec.stream])
         total = self._additive(spec)
         if total is None:
-            raise ViewUnavailable(spec.name, name, "no sequence with a real token was measured")
+            raise ViewUnavailable(spec.name, similarity, "no sequence with a real token was measured")
         if unit == "sequence":
-            if get_similarity(name).needs_token_keys and "cos2_sum" not in self.statistics:
+            if get_similarity(similarity).needs_token_keys and "cos2_sum" not in self.statistics:
                 raise EffdepthError(
                     f"token statistics were not accumulated (similarities {list(self.similarities)}); "
                     "accumulate with similarities including 'token'"
                 )
             if self._stream_keys[spec.stream] != self.statistics:  # a transformed stream under kernel similarities
                 raise EffdepthError(
-                    f"{name} statistics of view {spec.name!r} were not accumulated (similarities "
+                    f"{similarity} statistics of view {spec.name!r} were not accumulated (similarities "
                     f"{list(self.similarities)}): {NO_COSINE_SUMMARIES}"
                 )
             keep = total.arrays["n"] > 0
             if not keep.any():
-                raise ViewUnavailable(spec.name, name, f"no sequence has a token in this view{_selection_hint(spec)}")
+                raise ViewUnavailable(spec.name, similarity, f"no sequence has a token in this view{_selection_hint(spec)}")
             return total if keep.all() else total.subset(keep)
         key = self._kernel_key(spec, similarity)
         if unit == "pair":

@@ -93,7 +93,7 @@ def view_summaries(accumulator, *, similarity: str, include_embedding: bool, boo
             label=f"view {spec.name!r} ({similarity})",
         )
         summary["left_out"] = accumulator.left_out(spec, similarity)
-        kind = get_similarity(similarity or "frobenius")
+        kind = get_similarity(similarity)
         if kind.sequences_per_unit:  # a cka unit is a pair of sequences
             summary["sequences"] = kind.sequences_per_unit * stats.units
         else:  # pooled into one unit: the count that matters is the real one

@@ -293,7 +293,7 @@ class CalibratedReferences:
         """
         return self.accumulators["matched"].sequences
 
-    def unit_statistics(self, view, similarity: str | None = None, kind: str = "matched"):
+    def unit_statistics(self, view, similarity: str = "frobenius", kind: str = "matched"):
         """Per-sequence statistics of one view of one surrogate kind (see ``ViewAccumulator``)."""
         if kind not in KINDS:
             raise EffdepthError(f"unknown surrogate kind {kind!r}; choose from {', '.join(KINDS)}")

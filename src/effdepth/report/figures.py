@@ -496,7 +496,7 @@ def _caption(fig: Figure, text: str) -> None:
 
 
 def _similarity_label(ctx: dict) -> str:
-    name = ctx.get("similarity") or "frobenius"
+    name = ctx["similarity"]
     spec = (passage_analysis.SIMILARITIES if ctx.get("passages") else SIMILARITIES).get(name)
     return f"similarity: {spec.axis_label} ({name})" if spec else f"similarity: {name}"
 

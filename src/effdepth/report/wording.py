@@ -47,13 +47,12 @@ PAPER_NOTE = ("The paper (arXiv 2609.31098, its abstract): 15 of 16 models 23-44
 CALIBRATED = {"structural_cal": "R_structural_cal", "matched_cal": "R_matched_cal"}
 
 
-def similarity_name(similarity: str | None, passages: bool = False) -> str:
+def similarity_name(similarity: str, passages: bool = False) -> str:
     """The similarity's name with what it is, for headlines and captions (``passages``: passage mode's meaning).
 
     >>> similarity_name("token"), similarity_name("cka", passages=True)
     ('token (mean per-token squared cosine)', "cka (linear CKA across passages, biased HSIC: the paper's)")
     """
-    similarity = similarity or "frobenius"
     spec = (passage_analysis.SIMILARITIES if passages else SIMILARITIES).get(similarity)
     return f"{similarity} ({spec.label})" if spec else similarity
 
