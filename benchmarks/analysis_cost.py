@@ -3,18 +3,26 @@
 The analysis (numerics/passage_analysis.py) computes, per view, the HSIC
 stacks of the states (M = L + 1 matrices of N passages x d), of the updates
 (M - 1) and of the matched surrogate (M), and once per distinct top-PC count
-the structural surrogate (M - 1: the analysed layers). Each stack (numerics/sample_hsic.py) costs, in
-float64 flops:
+the structural surrogate (M - 1: the analysed layers). Each stack
+(numerics/sample_hsic.py) takes the route of fewer flops (``hsic_route``),
+with P = M (M + 1) / 2 pairs, R resamples and G bootstrap units (128):
 
-- the Gram tiles ``Yc_m Yc_m^T``:                      2 M N^2 d
-- the unit-block inner products of every pair:        2 M^2 N^2
-- the row sums under R resamples, ``u = K c``:         2 R G M N
-- ``sum_a w_a u_i,a u_j,a`` and its diagonal-weighted kin (five of them) per pair:  10 R M^2 N
-- the quadratic forms of the pair blocks:             4 R P G^2      (P = M (M + 1) / 2)
+- Gram route: the Gram tiles ``Yc_m Yc_m^T`` 2 M N^2 d, the unit-block inner
+  products of every pair 2 M^2 N^2;
+- feature route: every unit's cross-products ``Yc_i[g]^T Yc_j[g]`` 2 P N d^2,
+  their inner products 2 P G^2 d^2, the unit row sums 2 M N d G;
+- on both, the resamples: ``u = K c`` 2 R G M N, ``sum_a w_a u_i,a u_j,a`` and
+  its diagonal-weighted kin (five of them) per pair 10 R M^2 N, the quadratic
+  forms of the pair blocks 4 R P G^2.
 
-with R resamples and G bootstrap units (128). The forward pass it comes
-with costs about 2 T P_blocks + 2 L T s d flops (T tokens, s tokens per
-passage, P_blocks the parameters of the decoder blocks; no LM head).
+The forward pass it comes with costs about 2 T P_blocks + 2 L T s d flops
+(T tokens, s tokens per passage, P_blocks the parameters of the decoder
+blocks; no LM head).
+
+Memory: what the analysis holds within ``--max-memory`` (the least budget it
+works in, its peak, how often it passes over the stored vectors) is
+``passage_analysis.analysis_memory``, the function the analysis sizes itself
+with; the projection prints it at paper16 shapes.
 
 The check: the float64 rate of a batched matrix product is measured here,
 the model predicts the analysis time of a few sizes from it, and the
@@ -34,8 +42,9 @@ import time
 import numpy as np
 import torch
 
-from effdepth.numerics.passage_analysis import DEFAULT_BOOTSTRAP_UNITS, AnalysisPlan, analyse_pooled
+from effdepth.numerics.passage_analysis import DEFAULT_BOOTSTRAP_UNITS, AnalysisPlan, analyse_pooled, analysis_memory, one_pass_bytes
 from effdepth.numerics.passage_views import PAPER_VIEWS, parse_views
+from effdepth.numerics.sample_hsic import DEFAULT_BUDGET_BYTES, hsic_route
 
 #: H200 SXM peak dense throughput (NVIDIA's data sheet): float64 tensor cores, bfloat16 tensor cores.
 H200_FP64_FLOPS = 67e12
@@ -53,16 +62,24 @@ PAPER16_SHAPES = {
 }
 
 
-def stack_flops(samples: int, matrices: int, width: int, resamples: int, units: int = DEFAULT_BOOTSTRAP_UNITS) -> dict:
-    """Float64 flops of one HSIC stack, by term (see the module docstring).
+def stack_flops(samples: int, matrices: int, width: int, resamples: int, units: int = DEFAULT_BOOTSTRAP_UNITS,
+                budget: int = DEFAULT_BUDGET_BYTES) -> dict:
+    """Float64 flops of one HSIC stack, by term, on the route the analysis takes (see the module docstring).
 
     >>> sorted(stack_flops(100, 3, 8, 10, 4))
     ['grams', 'pair_blocks', 'quadratic_forms', 'row_sums', 'weighted_products']
+    >>> sorted(stack_flops(10_000, 7, 512, 10))[:3]
+    ['cross_products', 'quadratic_forms', 'row_sums']
     """
-    n, m, d, r, g = samples, matrices, width, resamples + 1, min(units, samples)
+    n, m, d, r, g = samples, matrices, width, resamples + 1, min(units, samples) if resamples else 1
     pairs = m * (m + 1) // 2
-    return {"grams": 2 * m * n * n * d, "pair_blocks": 2 * m * m * n * n, "row_sums": 2 * r * g * m * n,
-            "weighted_products": 10 * r * m * m * n, "quadratic_forms": 4 * r * pairs * g * g}
+    if hsic_route(m, n, d, g, budget) == "gram":
+        terms = {"grams": 2 * m * n * n * d, "pair_blocks": 2 * m * m * n * n}
+    else:
+        terms = {"cross_products": 2 * pairs * n * d * d, "unit_products": 2 * pairs * g * g * d * d,
+                 "unit_rows": 2 * m * n * d * g}
+    return {**terms, "row_sums": 2 * r * g * m * n, "weighted_products": 10 * r * m * m * n,
+            "quadratic_forms": 4 * r * pairs * g * g}
 
 
 def analysis_flops(samples: int, layers: int, width: int, resamples: int, views: str = "default") -> float:
@@ -133,12 +150,28 @@ def project_paper16() -> None:
         print(f"{name:<13} {layers:>3} {width:>5} {analysis / 1e12:>14.0f} {forward / 1e12:>13.0f} {share:>21.2f}")
 
 
+def project_memory(budget: int = DEFAULT_BUDGET_BYTES) -> None:
+    gib = float(1 << 30)
+    print(f"\nmemory of the analysis at paper16 shapes (N = {PAPER_PASSAGES:,}, paper views, --max-memory "
+          f"{budget / gib:.0f} GiB): the least budget, the peak, passes over the stored vectors per stack, and the "
+          "budget that holds a stack's centred layers in memory (one pass)")
+    print(f"{'model':<13} {'L':>3} {'d':>5} {'route':>7} {'least GiB':>9} {'peak GiB':>8} {'passes':>6} {'one pass GiB':>12}")
+    for name, (layers, width, _) in PAPER16_SHAPES.items():
+        plan = AnalysisPlan(views=PAPER_VIEWS, max_memory=budget)
+        memory = analysis_memory(PAPER_PASSAGES, layers, width, plan)
+        stack = memory["stack"]
+        one_pass = one_pass_bytes(PAPER_PASSAGES, layers, width, plan)
+        print(f"{name:<13} {layers:>3} {width:>5} {stack['route']:>7} {memory['least_bytes'] / gib:>9.2f} "
+              f"{memory['peak_bytes'] / gib:>8.2f} {stack['passes']:>6} {one_pass / gib:>12.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     check_against_measured(args.repeats)
     project_paper16()
+    project_memory()
 
 
 if __name__ == "__main__":

@@ -106,8 +106,10 @@ def test_the_flop_model_examples_hold():
     assert doctest.testmod(benchmark_module("costs")).failed == 0
 
 
-def test_the_analysis_cost_model_counts_the_stacks_the_analysis_computes(monkeypatch):
-    """benchmarks/analysis_cost.py's flops are those of the HSIC stacks analyse_pooled really forms."""
+@pytest.mark.parametrize("samples, width", [(64, 16), (1000, 4)], ids=["gram route", "feature route"])
+def test_the_analysis_cost_model_counts_the_stacks_the_analysis_computes(monkeypatch, samples, width):
+    """benchmarks/analysis_cost.py's flops are those of the HSIC stacks analyse_pooled really forms, on the
+    route each really takes."""
     import numpy as np
 
     from effdepth.numerics import passage_analysis, sample_hsic
@@ -122,13 +124,15 @@ def test_the_analysis_cost_model_counts_the_stacks_the_analysis_computes(monkeyp
     real = sample_hsic.stack_sums
 
     def counted(matrices, units, **kwargs):
-        shapes.append((len(matrices), *matrices[0].shape))
+        stack = sample_hsic.as_stack(matrices)
+        shapes.append((stack.count, stack.samples, stack.width, kwargs["route"]))
         return real(matrices, units, **kwargs)
 
     monkeypatch.setattr(passage_analysis, "stack_sums", counted)
-    samples, layers, width, resamples = 64, 3, 16, 20
+    layers, resamples = 3, 20
     pooled = np.cumsum(np.random.default_rng(0).standard_normal((layers + 1, samples, width)), axis=0)
     passage_analysis.analyse_pooled({v: pooled for v in ("default", "drop-bos", "token-norm")},
                                     passage_analysis.AnalysisPlan(views=PAPER_VIEWS, bootstrap=resamples))
-    counted_flops = sum(sum(analysis_cost.stack_flops(n, m, d, resamples).values()) for m, n, d in shapes)
-    assert counted_flops == analysis_cost.analysis_flops(samples, layers, width, resamples, PAPER_VIEWS)
+    flops = [analysis_cost.stack_flops(n, m, d, resamples) for m, n, d, _ in shapes]
+    assert [("grams" in f) for f in flops] == [route == "gram" for *_, route in shapes]
+    assert sum(sum(f.values()) for f in flops) == analysis_cost.analysis_flops(samples, layers, width, resamples, PAPER_VIEWS)

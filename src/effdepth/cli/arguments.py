@@ -112,7 +112,9 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
                    help="the first K sequences of the corpus feed the surrogate streams of the calibrated references "
                         "(default all; 0 to skip)")
     p.add_argument("--max-memory", default="4GiB", metavar="SIZE",
-                   help="memory cka-full may hold for its cross-products, e.g. 4GiB (default 4GiB)")
+                   help="memory the analysis may hold, e.g. 64GiB (default 4GiB): passage mode's Gram tiles, unit sums "
+                        "and the layers it keeps (more memory, fewer passes over the pooled vectors; the same numbers); "
+                        "token mode's cka-full cross-products")
     p.add_argument("--include-embedding", action="store_true", help="analyse S_0..S_L (N = L+1) instead of S_1..S_L")
     p.add_argument("--views", default="default",
                    help="comma-separated views, or 'paper'; passage mode: default, drop-bos, token-norm, top{k}pc and "

@@ -38,7 +38,8 @@ def register(sub) -> dict:
     a.add_argument("--seed", type=int_arg, default=None, help="seed of the resamples and surrogates (default: the result's)")
     a.add_argument("--include-embedding", action="store_true", default=None, help="analyse S_0..S_L (N = L+1)")
     a.add_argument("--surrogate-seqs", default=None, metavar="0|all", help="0 skips the calibrated references")
-    a.add_argument("--max-memory", default=None, metavar="SIZE", help="memory the Gram tiles may hold (default: the result's)")
+    a.add_argument("--max-memory", default=None, metavar="SIZE",
+                   help="memory the analysis may hold: Gram tiles, unit sums, kept layers (default: the result's)")
     a.add_argument("--out", "-o", default=None, help="write the new result here (default: in place of the old one)")
     a.add_argument("--no-figures", dest="figures", action="store_false", help="do not write the figures")
     a.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")

@@ -22,8 +22,9 @@ their intervals are paired.
 
 from __future__ import annotations
 
+import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -33,7 +34,10 @@ from .passage_metrics import REFERENCE_NAMES, analysed, cka, kernel_numbers, pla
 from .passage_views import PassageView, check_top_pcs, parse_views
 from .references import reference_fl
 from .sensitivity import sensitivity_numbers
-from .sample_hsic import DEFAULT_BUDGET_BYTES, MIN_SAMPLES, Units, centred, resample_weights, resampled_hsic, stack_sums
+from .cka_full import binary_size
+from .passage_stacks import IsotropicSurrogate, Kept, MatchedSurrogate, PooledStates, TopRemoved, Updates
+from .sample_hsic import (DEFAULT_BUDGET_BYTES, F64, MIN_SAMPLES, LayerStack, Units, hsic_route, layer_pairs,
+                          least_stack_bytes, resample_weights, resampled_hsic, stack_plan, stack_sums)
 from .pooling import TOKEN_SUMS
 from .similarity import deff
 
@@ -125,6 +129,83 @@ def check_samples(samples: int, width: int, num_layers: int, plan: AnalysisPlan)
     check_top_pcs(plan.specs, samples, width)
 
 
+def bootstrap_unit_count(samples: int, plan: AnalysisPlan) -> int:
+    """The resampling units of a plan: blocks of consecutive passages, one block without resamples."""
+    return Units.blocks(samples, plan.bootstrap_units if plan.bootstrap > 0 else 1).count
+
+
+def analysis_memory(samples: int, num_layers: int, width: int, plan: AnalysisPlan) -> dict:
+    """How the analysis of N = ``samples`` pooled vectors of L+1 states (width d) uses ``plan.max_memory``:
+
+    - ``kept``: a view's L+1 float64 matrices stay in memory when they fit a quarter of the budget (else
+      every use reads them again from the stored float32 vectors);
+    - ``stack``: the largest HSIC stack's plan within the rest (:func:`~.sample_hsic.stack_plan`: its
+      route, resident layers or passes, tiles, resample chunk and peak);
+    - ``eigen``: a top-k view's eigendecomposition, ``min(N, d)^2`` float64 (three copies);
+    - ``least_bytes``: the least budget the analysis works in; ``peak_bytes``: what it holds at most.
+
+    >>> m = analysis_memory(10_000, 64, 5120, AnalysisPlan(views="paper", max_memory=4 << 30))
+    >>> m["kept"], m["stack"]["route"], m["peak_bytes"] <= 4 << 30, round(m["least_bytes"] / 2**30, 2)
+    (False, 'gram', True, 3.95)
+    """
+    units = bootstrap_unit_count(samples, plan)
+    count = num_layers + 1
+    budget = int(plan.max_memory)
+    view_bytes = F64 * count * samples * width
+    eigen = 3 * F64 * min(samples, width) ** 2 if any(v.top_pcs for v in plan.specs) else 0
+    least = max(least_stack_bytes(count, samples, width, units, "gram"), eigen + F64 * samples * width)
+    kept = view_bytes <= budget // 4 and budget - view_bytes >= least
+    stack = stack_plan(count, samples, width, units, budget - view_bytes * kept)
+    return {"budget_bytes": budget, "kept": kept, "stack": stack, "eigen_bytes": eigen, "least_bytes": int(least),
+            "peak_bytes": int(view_bytes * kept + max(stack["peak_bytes"], eigen))}
+
+
+def one_pass_bytes(samples: int, num_layers: int, width: int, plan: AnalysisPlan) -> int:
+    """The least budget (to 0.1 GiB) in which every stack reads its layers once.
+
+    >>> round(one_pass_bytes(10_000, 64, 5120, AnalysisPlan()) / 2**30, 1)
+    52.8
+    """
+    step = 2**30 // 10
+    low, high = 1, 1
+    while analysis_memory(samples, num_layers, width, replace(plan, max_memory=high * step))["stack"]["passes"] > 1:
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        passes = analysis_memory(samples, num_layers, width, replace(plan, max_memory=middle * step))["stack"]["passes"]
+        low, high = (low, middle) if passes == 1 else (middle, high)
+    return high * step
+
+
+def check_analysis_memory(samples: int, num_layers: int, width: int, plan: AnalysisPlan) -> None:
+    """A one-line error, before any forward pass, when ``--max-memory`` is below the analysis's least working set.
+
+    >>> check_analysis_memory(10_000, 64, 5120, AnalysisPlan(max_memory=1 << 30))
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: --max-memory 1.0 GiB is below the 4.0 GiB the analysis needs at least for 10,000 passages, 65 states of width 5120 and 128 bootstrap units; use --max-memory 4.0GiB or more, or fewer --bootstrap-units
+    """
+    memory = analysis_memory(samples, num_layers, width, plan)
+    if plan.max_memory < memory["least_bytes"]:
+        need = size_at_least(memory["least_bytes"])
+        raise EffdepthError(
+            f"--max-memory {binary_size(plan.max_memory)} is below the {need} the analysis needs at least for "
+            f"{samples:,} passages, {num_layers + 1} states of width {width} and {bootstrap_unit_count(samples, plan)} "
+            f"bootstrap units; use --max-memory {need.replace(' ', '')} or more, or fewer --bootstrap-units")
+
+
+def size_at_least(n: int) -> str:
+    """A size of at least ``n`` bytes in the largest binary unit, one decimal, rounded up (as --max-memory takes it).
+
+    >>> size_at_least(4242547840), size_at_least(1025), size_at_least(3)
+    ('4.0 GiB', '1.1 KiB', '3 B')
+    """
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{math.ceil(n / scale * 10) / 10:.1f} {unit}"
+    return f"{int(n)} B"
+
+
 def analyse_pooled(pooled: dict, plan: AnalysisPlan, *, token_sums: np.ndarray | None = None,
                    lengths: np.ndarray | None = None, progress=None) -> dict:
     """``{"similarities": {similarity: {view: summary}}, "analysis": facts}`` from pooled vectors.
@@ -144,19 +225,24 @@ def analyse_pooled(pooled: dict, plan: AnalysisPlan, *, token_sums: np.ndarray |
     count, samples, width = (int(x) for x in first.shape)
     num_layers = count - 1
     check_samples(samples, width, num_layers, plan)
+    check_analysis_memory(samples, num_layers, width, plan)
+    memory = analysis_memory(samples, num_layers, width, plan)
     device = torch.device(plan.device)
-    units = Units.blocks(samples, plan.bootstrap_units if plan.bootstrap > 0 else 1)
+    units = Units.blocks(samples, bootstrap_unit_count(samples, plan))
     weights = resample_weights(units.count, plan.bootstrap, plan.seed)
-    context = _Context(plan, units, weights, device, samples, width, num_layers, token_sums, lengths)
+    budget = int(plan.max_memory) - (Kept.bytes(PooledStates(first, "cpu")) if memory["kept"] else 0)
+    context = _Context(plan, units, weights, device, samples, width, num_layers, token_sums, lengths, budget)
     by_sim: dict = {s: {} for s in plan.similarities}
     fits: dict = {}
     for spec in plan.specs:
         if progress is not None:
             progress(spec.name)
-        # a float64 copy: the saved vectors may be a read-only memory map
-        states = [torch.from_numpy(np.array(pooled[spec.variant][l], dtype=np.float64)).to(device) for l in range(count)]
+        states = PooledStates(pooled[spec.variant], device)
         if spec.top_pcs:
-            states, fits[spec.name] = remove_top_directions(states, spec.top_pcs)
+            states = TopRemoved(states, spec.top_pcs)
+            fits[spec.name] = states.fit
+        if memory["kept"]:
+            states = Kept(states)
         for sim, summary in context.view(spec, states).items():
             by_sim[sim][spec.name] = summary
         del states
@@ -171,6 +257,10 @@ def analyse_pooled(pooled: dict, plan: AnalysisPlan, *, token_sums: np.ndarray |
         "pc_fit_resampled": False,
         "calibrated": "structural_cal: isotropic Gaussian equal updates (N, d, L as measured); matched_cal: S_0 plus "
                       "the measured updates, passages permuted independently per layer" if plan.calibrated else None,
+        "hsic_routes": sorted(context.routes),
+        "memory": {"budget": binary_size(memory["budget_bytes"]), "peak": binary_size(memory["peak_bytes"]),
+                   "view_kept": memory["kept"], "resident_layers": memory["stack"]["resident"],
+                   "passes": memory["stack"]["passes"]},
     }
     return {"similarities": by_sim, "analysis": facts}
 
@@ -186,18 +276,20 @@ class _Context:
     num_layers: int
     token_sums: np.ndarray | None
     lengths: np.ndarray | None
+    budget: int  # bytes for the stacks, besides a view kept in memory
     _structural: dict = field(default_factory=dict)
+    routes: set = field(default_factory=set)
 
     @property
     def kernel(self) -> list:
         return [SIMILARITIES[s] for s in self.plan.similarities if SIMILARITIES[s].estimator]
 
-    def view(self, spec: PassageView, states: list) -> dict:
-        """Every similarity's summary of one view."""
+    def view(self, spec: PassageView, states: LayerStack) -> dict:
+        """Every similarity's summary of one view (``states``: its S_0..S_L, the view applied)."""
         draws: dict = {}
         if self.kernel:
             hs = self._hsic(states)
-            hf = self._hsic([b - a for a, b in zip(states[:-1], states[1:])])
+            hf = self._hsic(Updates(states))
             for sim in self.kernel:
                 draws[sim.name] = kernel_numbers(hs[sim.estimator], hf[sim.estimator], self.plan.include_embedding)
         if "cosine" in self.plan.similarities:
@@ -213,61 +305,71 @@ class _Context:
         related = self._related() if spec.variant == "default" else {}
         return {sim: self._summary(sim, d, related) for sim, d in draws.items()}
 
-    def _hsic(self, matrices: list) -> dict:
-        sums = stack_sums(matrices, self.units, budget_bytes=self.plan.max_memory)
-        return resampled_hsic(sums, self.weights)
+    def _hsic(self, stack: LayerStack) -> dict:
+        """Both HSIC estimators of every pair of the stack, under the estimate and every resample."""
+        plan = stack_plan(stack.count, self.samples, self.width, self.units.count, self.budget,
+                          hsic_route(stack.count, self.samples, self.width, self.units.count, self.budget))
+        self.routes.add(plan["route"])
+        sums = stack_sums(stack, self.units, budget_bytes=self.budget, route=plan["route"])
+        return resampled_hsic(sums, self.weights, chunk=plan["chunk"])
 
-    def _cosine(self, states: list) -> np.ndarray:
-        """(R, M, M) mean over passages of the cosine of (uncentred) pooled vectors, under every resample."""
-        stack = torch.stack(states)  # (M, N, d)
-        unit = stack / torch.linalg.vector_norm(stack, dim=-1, keepdim=True).clamp_min(1e-300)
+    def _cosine(self, stack: LayerStack) -> np.ndarray:
+        """(R, M, M) mean over passages of the cosine of (uncentred) pooled vectors, under every resample:
+        per pair of layers, each unit's sum of its passages' cosines."""
         index = self.units.index(self.device)
-        sums = torch.zeros(self.units.count, len(states), len(states), dtype=torch.float64, device=self.device)
-        for lo in range(0, self.samples, 256):
-            chunk = unit[:, lo:lo + 256].transpose(0, 1)  # (n, M, d)
-            sums.index_add_(0, index[lo:lo + 256], torch.bmm(chunk, chunk.transpose(1, 2)))
+        count = stack.count
+        sums = torch.zeros(self.units.count, count, count, dtype=torch.float64, device=self.device)
+
+        def unit(m, y):
+            return y / torch.linalg.vector_norm(y, dim=-1, keepdim=True).clamp_min(1e-300)
+
+        held = max(1, (self.budget // 2) // (F64 * self.samples * self.width))
+        for i, ui, j, uj in layer_pairs(stack, held, unit):
+            per_unit = torch.zeros(self.units.count, dtype=torch.float64, device=self.device).index_add_(0, index, (ui * uj).sum(-1))
+            sums[:, i, j] = per_unit
+            sums[:, j, i] = per_unit
         w = torch.as_tensor(self.weights, dtype=torch.float64, device=self.device)
         counts = w @ torch.as_tensor(self.units.sizes, dtype=torch.float64, device=self.device)
         return (torch.einsum("rg,gij->rij", w, sums) / counts[:, None, None]).cpu().numpy()
 
-    def _norm_ratio(self, states: list) -> np.ndarray:
+    def _norm_ratio(self, stack: LayerStack) -> np.ndarray:
         """(R, L) ``mean_b |f_l^b| / mean_b |h_{l-1}^b|`` over the passages of every resample: how large each
-        update is against the state it is added to (pooled vectors, uncentred)."""
-        stack = torch.stack(states)  # (L+1, N, d)
-        norms = torch.linalg.vector_norm(stack, dim=-1)  # (L+1, N)
-        updates = torch.linalg.vector_norm(stack[1:] - stack[:-1], dim=-1)  # (L, N)
+        update is against the state it is added to (pooled vectors, uncentred); one pass over the stack."""
+        norms, updates, previous = [], [], None
+        for y in stack.layers():
+            norms.append(torch.linalg.vector_norm(y, dim=-1))
+            if previous is not None:
+                updates.append(torch.linalg.vector_norm(y - previous, dim=-1))
+            previous = y
         index = self.units.index(self.device)
-        per_unit = torch.zeros(2, updates.shape[0], self.units.count, dtype=torch.float64, device=self.device)
-        per_unit[0].index_add_(1, index, updates)
-        per_unit[1].index_add_(1, index, norms[:-1])
+        per_unit = torch.zeros(2, len(updates), self.units.count, dtype=torch.float64, device=self.device)
+        per_unit[0].index_add_(1, index, torch.stack(updates))
+        per_unit[1].index_add_(1, index, torch.stack(norms[:-1]))
         sums = torch.einsum("rg,klg->krl", torch.as_tensor(self.weights, dtype=torch.float64, device=self.device), per_unit)
         with np.errstate(invalid="ignore", divide="ignore"):
             return (sums[0] / sums[1]).cpu().numpy()
 
-    def _calibrated(self, spec: PassageView, states: list) -> dict:
+    def _calibrated(self, spec: PassageView, states: LayerStack) -> dict:
         """``{"structural_cal": {sim: D_eff draws}, "matched_cal": ...}`` of the view's surrogates."""
-        out = {}
         key = spec.top_pcs  # the isotropic surrogate differs between views only by their pooled stage
         if key not in self._structural:
-            self._structural[key] = self._surrogate_deff(structural_surrogate(
-                self.samples, self.width, self.num_layers + self.plan.include_embedding, self.plan.seed, self.device), spec,
-                analysed_all=True)
-        out["structural_cal"] = self._structural[key]
-        out["matched_cal"] = self._surrogate_deff(matched_surrogate(states, self.plan.seed), spec, analysed_all=False,
-                                                  transformed=True)
-        return out
+            surrogate = IsotropicSurrogate(self.samples, self.width, self.num_layers + self.plan.include_embedding,
+                                           self.plan.seed, self.device)
+            if spec.top_pcs:
+                surrogate = TopRemoved(surrogate, spec.top_pcs)
+            self._structural[key] = self._surrogate_deff(surrogate, slice(0, None))
+        # the matched surrogate is made of the view's own states: already through its pooled stage
+        matched = self._surrogate_deff(MatchedSurrogate(states, self.plan.seed), analysed(self.plan.include_embedding))
+        return {"structural_cal": self._structural[key], "matched_cal": matched}
 
-    def _surrogate_deff(self, states: list, spec: PassageView, *, analysed_all: bool, transformed: bool = False) -> dict:
-        if spec.top_pcs and not transformed:
-            states, _ = remove_top_directions(states, spec.top_pcs)
-        view = slice(0, None) if analysed_all else analysed(self.plan.include_embedding)
+    def _surrogate_deff(self, stack: LayerStack, view: slice) -> dict:
         out = {}
         if self.kernel:
-            h = self._hsic(states)
+            h = self._hsic(stack)
             for sim in self.kernel:
                 out[sim.name] = deff(cka(h[sim.estimator])[:, view, view])
         if "cosine" in self.plan.similarities:
-            out["cosine"] = deff(self._cosine(states)[:, view, view])
+            out["cosine"] = deff(self._cosine(stack)[:, view, view])
         return out
 
     def _related(self) -> dict:
@@ -381,64 +483,4 @@ def _unflatten(flat: dict) -> dict:
             out.setdefault(head, {}).setdefault(variant, {})[quantity] = v
         else:
             out[k] = v
-    return out
-
-
-def remove_top_directions(states: list, k: int) -> tuple:
-    """Each matrix with its top-k principal directions (of the column-centred matrix) removed:
-    ``P (I - V V^T)``; and per layer the relative eigen-gap after the k-th eigenvalue.
-
-    >>> y = [torch.tensor([[3.0, 0.0], [-3.0, 0.0], [0.0, 1.0], [0.0, -1.0]], dtype=torch.float64)]
-    >>> out, fit = remove_top_directions(y, 1)
-    >>> out[0][:, 0].abs().max().item(), fit["eigengap"]
-    (0.0, [0.888889])
-    """
-    out, gaps = [], []
-    for y in states:
-        v, values = top_directions(centred(y), k)
-        out.append(y - (y @ v) @ v.T)
-        top, nxt = float(values[k - 1]), float(values[k]) if len(values) > k else 0.0
-        gaps.append(round((top - nxt) / top, 6) if top > 0 else 0.0)
-    return out, {"k": k, "eigengap": gaps, "how": "exact: eigendecomposition of the smaller of Yc^T Yc and Yc Yc^T"}
-
-
-def top_directions(yc: torch.Tensor, k: int) -> tuple:
-    """The top-k right singular vectors ``(d, k)`` of a centred matrix, and its top k+1 squared singular values."""
-    n, d = yc.shape
-    if d <= n:
-        values, vectors = torch.linalg.eigh(yc.T @ yc)
-        order = torch.argsort(values, descending=True)
-        return vectors[:, order[:k]], values[order[: k + 1]].clamp_min(0.0)
-    values, left = torch.linalg.eigh(yc @ yc.T)
-    order = torch.argsort(values, descending=True)
-    top = values[order[:k]].clamp_min(1e-300)
-    v = yc.T @ left[:, order[:k]] / torch.sqrt(top)
-    return v, values[order[: k + 1]].clamp_min(0.0)
-
-
-def structural_surrogate(samples: int, width: int, count: int, seed: int, device) -> list:
-    """``count`` cumulative sums of isotropic Gaussian updates (samples x width): F_N's process at this size.
-
-    >>> [tuple(s.shape) for s in structural_surrogate(5, 3, 2, 0, "cpu")]
-    [(5, 3), (5, 3)]
-    """
-    generator = torch.Generator(device="cpu").manual_seed(int(seed) * 1_000_003 + 17)
-    updates = torch.randn(count, samples, width, generator=generator, dtype=torch.float64)
-    return list(torch.cumsum(updates, dim=0).to(device))
-
-
-def matched_surrogate(states: list, seed: int) -> list:
-    """S_0 plus the measured updates with their passages permuted independently per layer: the measured
-    covariances exactly, zero cross-covariance between layers.
-
-    >>> s = [torch.zeros(4, 2, dtype=torch.float64), torch.ones(4, 2, dtype=torch.float64)]
-    >>> [t.sum().item() for t in matched_surrogate(s, 0)]
-    [0.0, 8.0]
-    """
-    generator = torch.Generator(device="cpu").manual_seed(int(seed) * 1_000_003 + 29)
-    n = int(states[0].shape[0])
-    out = [states[0]]
-    for a, b in zip(states[:-1], states[1:]):
-        order = torch.randperm(n, generator=generator).to(b.device)
-        out.append(out[-1] + (b - a)[order])
     return out

@@ -1,23 +1,50 @@
 """HSIC between layers across samples (passages), with every bootstrap resample (docs/method.md#passage-mode).
 
 A *stack* is M matrices ``Y_1..Y_M`` (N samples x d features each: one
-pooled vector per passage and layer). For every pair of matrices this module
-gives the two HSIC estimators of linear kernels:
+pooled vector per passage and layer), given as a list or as a
+:class:`LayerStack` that produces them one at a time, in order, so that the
+M matrices need never be in memory together. For every pair of matrices
+this module gives the two HSIC estimators of linear kernels:
 
 - ``biased``: ``|Yc_i^T Yc_j|_F^2 / n^2`` with ``Yc`` column-centred (the
   V-statistic; the paper's CKA is built from it);
 - ``debiased``: the unbiased estimator of Song et al. (2012),
   ``S2/(n)_2 - 2 S3/(n)_3 + S4/(n)_4`` over distinct samples.
 
-**The Gram route.** ``K_m = Yc_m Yc_m^T`` (N x N) is formed in column tiles
-that fit a memory budget, and reduced at once to sums over *units*:
-contiguous blocks of samples, the bootstrap's resampling units (each sample
-its own unit when N is at most the number of units asked for). What is kept
-(:class:`StackSums`) is small and independent of the resamples:
+**Unit sums.** Samples fall into *units*: contiguous blocks of samples, the
+bootstrap's resampling units (each sample its own unit when N is at most the
+number of units asked for; one unit when there are no resamples). What both
+estimators need under any resample is small and resample-free
+(:class:`StackSums`), with ``K_m = Yc_m Yc_m^T``:
 
 - per pair (i, j): ``M_gh = sum_{a in g, b in h} K_i[a,b] K_j[a,b]`` (G x G)
   and ``diag_g = sum_{a in g} K_i[a,a] K_j[a,a]`` (G);
 - per matrix: ``R_m[a, h] = sum_{b in h} K_m[a, b]`` (N x G) and ``K_m[a, a]``.
+
+**Two routes to the same sums** (:func:`hsic_route` picks one per stack):
+
+- the *Gram route* forms ``K_m`` (N x N) in column tiles of whole units and
+  reduces each tile at once: 2 M N^2 d flops for the Grams, then N^2 per pair;
+- the *feature route* forms, per pair and unit, ``C_g = Yc_i[g]^T Yc_j[g]``
+  (d x d): ``M_gh = <C_g, C_h>_F`` and ``R_m[a, h] = Yc_m[a] . sum_{b in h}
+  Yc_m[b]``: 2 N d^2 + 2 G^2 d^2 flops per pair. With one unit (no
+  resamples) ``M_11 = |Yc_i^T Yc_j|_F^2``, the textbook feature route.
+
+The route of fewer flops is taken among those whose least working set fits
+the memory budget. The Gram route shares its M Grams among the M (M+1)/2
+pairs, so it wins unless N is large against d: without resamples the
+feature route is cheaper from about N > M d / 2, with G = 128 units from
+about N > M d / 2 + G^2 d / N (Pythia-70M's shape at N = 10,000: feature;
+every wider model of Table 2: Gram). The resamples stay on unit sums on both
+routes: on the feature side each pair of units costs a d x d inner product,
+cheap exactly when d is small, which is when that route is chosen.
+
+**Memory.** ``budget_bytes`` bounds what a stack holds: the unit sums, a few
+layers in flight, the Gram tiles (or the units' cross-products), and the
+centred layers kept resident when they fit in half of what is left (else
+they are produced again for every tile or block of layers: more passes over
+the stored vectors, the same numbers). :func:`least_stack_bytes` is the
+least budget a stack can work in.
 
 **Resamples.** A resample draws units with replacement: weights ``c`` (R x G,
 row 0 all ones = the estimate itself). Every term of both estimators under
@@ -40,10 +67,20 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-#: Bytes of Gram tiles a stack may hold at once unless told otherwise.
-DEFAULT_BUDGET_BYTES = 1 << 30
+#: Bytes a stack may hold unless told otherwise (``--max-memory``'s default).
+DEFAULT_BUDGET_BYTES = 4 << 30
 #: The debiased estimator needs four distinct samples.
 MIN_SAMPLES = 4
+#: Bytes of one float64 value.
+F64 = 8
+#: N x d float64 layers a stack may have in flight besides what it keeps, at worst the matched surrogate's:
+#: its running sum, the previous and the current state, their difference and its permutation, and the
+#: centred copy the sums are made of.
+LAYERS_IN_FLIGHT = 6
+#: (R, M, N) arrays the resampling holds at once per chunk of resamples.
+RESAMPLE_ARRAYS = 6
+#: Resamples computed together at most.
+RESAMPLE_CHUNK = 128
 
 
 @dataclass(frozen=True)
@@ -97,6 +134,51 @@ def resample_weights(units: int, resamples: int, seed: int) -> np.ndarray:
     return np.concatenate([np.ones((1, units)), draws]).astype(np.float64)
 
 
+class LayerStack:
+    """M matrices of N samples x d features produced one at a time, in order (see the module docstring).
+
+    Subclasses set ``count``, ``samples``, ``width`` and ``device`` and implement :meth:`layers`; a
+    second call of :meth:`layers` produces the same matrices again.
+    """
+
+    count: int
+    samples: int
+    width: int
+    device: torch.device
+
+    def layers(self, start: int = 0):
+        """The matrices ``start..M-1``: float64 (N, d) tensors on ``device``."""
+        raise NotImplementedError
+
+
+class TensorStack(LayerStack):
+    """A stack of matrices already in memory (any dtype; each converted to float64 when produced).
+
+    >>> s = TensorStack([torch.ones(3, 2), torch.zeros(3, 2)])
+    >>> s.count, s.samples, s.width, [float(y.sum()) for y in s.layers(1)]
+    (2, 3, 2, [0.0])
+    """
+
+    def __init__(self, matrices):
+        self.matrices = [m if isinstance(m, torch.Tensor) else torch.from_numpy(np.asarray(m)) for m in matrices]
+        if not self.matrices:
+            raise ValueError("a stack needs at least one matrix")
+        self.count = len(self.matrices)
+        self.samples, self.width = (int(x) for x in self.matrices[0].shape)
+        if any(tuple(m.shape) != (self.samples, self.width) for m in self.matrices):
+            raise ValueError("every matrix of a stack needs the same samples and features")
+        self.device = self.matrices[0].device
+
+    def layers(self, start: int = 0):
+        for m in self.matrices[start:]:
+            yield m.to(torch.float64)
+
+
+def as_stack(matrices) -> LayerStack:
+    """A :class:`LayerStack` as it is, anything else (a list of matrices) as a :class:`TensorStack`."""
+    return matrices if isinstance(matrices, LayerStack) else TensorStack(matrices)
+
+
 @dataclass
 class StackSums:
     """Unit-level sums of one stack's Gram matrices (see the module docstring); resample-free."""
@@ -107,6 +189,7 @@ class StackSums:
     diag: torch.Tensor  # (M, N)
     pairs: list  # (i, j), i <= j
     units: Units
+    route: str = "gram"
 
     @property
     def size(self) -> int:
@@ -123,44 +206,269 @@ def centred(matrix: torch.Tensor) -> torch.Tensor:
     return y - y.mean(dim=0, keepdim=True)
 
 
-def stack_sums(matrices, units: Units, *, budget_bytes: int = DEFAULT_BUDGET_BYTES, dtype=torch.float64) -> StackSums:
-    """The unit-level Gram sums of ``matrices`` (each N x d, any dtype; centred here in float64).
+# --------------------------------------------------------------------------- costs and memory
 
-    Every unit is padded with zero samples to the size of the largest, so unit
-    sums are reshapes (a zero sample adds nothing to any sum). Column tiles of
-    whole units are sized so the products of one matrix with the rest of the
-    stack (M x N x width) stay within ``budget_bytes``; at least one unit per tile.
+
+def route_flops(count: int, samples: int, width: int, units: int) -> dict:
+    """Float64 flops of one stack's unit sums by route (the resamples cost the same on both).
+
+    >>> f = route_flops(7, 10_000, 512, 128); f["feature"] < f["gram"]
+    True
+    >>> f = route_flops(65, 10_000, 5120, 128); f["feature"] < f["gram"]
+    False
     """
-    ys = [centred(m) for m in matrices]
-    count, n = len(ys), int(ys[0].shape[0])
-    if any(int(y.shape[0]) != n for y in ys):
-        raise ValueError("every matrix of a stack needs the same samples")
-    if units.samples != n:
-        raise ValueError(f"units cover {units.samples} samples, the matrices {n}")
-    device = ys[0].device
-    g, size = units.count, int(units.sizes.max())
-    slots = units.index(device) * size + _offsets_in_units(units, device)  # each sample's padded position
-    padded = torch.zeros(count, g * size, ys[0].shape[1], dtype=dtype, device=device)
-    padded[:, slots] = torch.stack(ys).to(dtype)
+    m, n, d, g = count, samples, width, units
+    pairs = m * (m + 1) // 2
+    return {"gram": 2 * m * n * n * d + 2 * m * m * n * n,
+            "feature": 2 * pairs * n * d * d + 2 * pairs * g * g * d * d + 2 * m * n * d * g}
+
+
+def _unit_size(samples: int, units: int) -> int:
+    return -(-int(samples) // int(units))  # the largest unit: sizes differ by at most one
+
+
+def persisted_bytes(count: int, samples: int, units: int) -> int:
+    """The unit sums a stack keeps: rows, pair blocks and diagonals (:class:`StackSums`)."""
+    g, pairs = units, count * (count + 1) // 2
+    return F64 * (count * samples * g + pairs * g * g + pairs * g + count * samples)
+
+
+def fixed_bytes(count: int, samples: int, width: int, units: int) -> int:
+    """What a stack holds on either route besides its tiles or cross-products and resident layers."""
+    return persisted_bytes(count, samples, units) + LAYERS_IN_FLIGHT * F64 * samples * width
+
+
+def gram_tile_bytes(count: int, samples: int, units: int, tile_units: int) -> int:
+    """A tile of ``tile_units`` units of every Gram matrix and its reordered copy (unit-padded)."""
+    size = _unit_size(samples, units)
+    return 2 * F64 * count * units * size * tile_units * size
+
+
+def feature_pair_bytes(samples: int, width: int, units: int) -> int:
+    """One pair's cross-products of every unit (and their flattened copy) and the two padded layers."""
+    size = _unit_size(samples, units)
+    return F64 * (2 * units * width * width + 2 * units * size * width)
+
+
+def resample_bytes(count: int, samples: int, units: int, chunk: int) -> int:
+    """The resampling of a stack: its sums and the (R, M, N) arrays of ``chunk`` resamples."""
+    return persisted_bytes(count, samples, units) + RESAMPLE_ARRAYS * F64 * chunk * count * samples
+
+
+def least_stack_bytes(count: int, samples: int, width: int, units: int, route: str | None = None) -> int:
+    """The least budget a stack can be computed in: one unit per Gram tile (or one resident layer on
+    the feature route), one resample at a time.
+
+    >>> round(least_stack_bytes(65, 10_000, 5120, 128) / 2**30, 2)  # Qwen3.5-27B's stack at N = 10,000
+    3.95
+    """
+    route = route or "gram"
+    build = fixed_bytes(count, samples, width, units) + (
+        gram_tile_bytes(count, samples, units, 1) if route == "gram" else
+        feature_pair_bytes(samples, width, units) + F64 * _unit_size(samples, units) * units * width)
+    return max(build, resample_bytes(count, samples, units, 1))
+
+
+def hsic_route(count: int, samples: int, width: int, units: int, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> str:
+    """``"gram"`` or ``"feature"``: the route of fewer flops whose least working set fits the budget.
+
+    >>> hsic_route(7, 10_000, 512, 128), hsic_route(65, 10_000, 5120, 128), hsic_route(3, 12, 64, 12)
+    ('feature', 'gram', 'gram')
+    """
+    flops = route_flops(count, samples, width, units)
+    fits = least_stack_bytes(count, samples, width, units, "feature") <= budget_bytes
+    return "feature" if fits and flops["feature"] < flops["gram"] else "gram"
+
+
+def resample_chunk(count: int, samples: int, units: int, budget_bytes: int) -> int:
+    """Resamples computed at once: as many as the budget holds, 1 to :data:`RESAMPLE_CHUNK`.
+
+    >>> resample_chunk(65, 10_000, 128, 4 << 30), resample_chunk(65, 10_000, 128, 1 << 30)
+    (107, 3)
+    """
+    free = budget_bytes - persisted_bytes(count, samples, units)
+    return int(max(1, min(RESAMPLE_CHUNK, free // (RESAMPLE_ARRAYS * F64 * count * samples))))
+
+
+def stack_plan(count: int, samples: int, width: int, units: int, budget_bytes: int = DEFAULT_BUDGET_BYTES,
+               route: str | None = None) -> dict:
+    """How a stack is computed within ``budget_bytes``, and what it holds at its peak: the route, whether
+    its centred layers stay resident (Gram) or how many are held per block (feature), the units per
+    Gram tile, the passes over the stack's layers, the resamples per chunk and the peak in bytes.
+
+    >>> p = stack_plan(65, 10_000, 5120, 128, 4 << 30); p["route"], p["resident"], p["passes"], p["peak_bytes"] <= 4 << 30
+    ('gram', False, 128, True)
+    >>> p = stack_plan(65, 10_000, 5120, 128, 64 << 30); p["resident"], p["passes"], p["tile_units"]
+    (True, 1, 46)
+    """
+    route = route or hsic_route(count, samples, width, units, budget_bytes)
+    fixed = fixed_bytes(count, samples, width, units)
+    layer = F64 * samples * width
+    plan = {"route": route, "resident": False, "held": 0, "tile_units": 0}
+    if route == "gram":
+        free = budget_bytes - fixed
+        plan["resident"] = count * layer <= free // 2
+        tile_budget = free - (count * layer if plan["resident"] else 0)
+        plan["tile_units"] = int(max(1, min(units, tile_budget // gram_tile_bytes(count, samples, units, 1))))
+        tiles = -(-units // plan["tile_units"])
+        plan["passes"] = 1 if plan["resident"] else tiles
+        build = fixed + gram_tile_bytes(count, samples, units, plan["tile_units"]) + count * layer * plan["resident"]
+    else:
+        padded = F64 * _unit_size(samples, units) * units * width
+        free = budget_bytes - fixed - feature_pair_bytes(samples, width, units)
+        plan["held"] = int(max(1, min(count, free // padded)))
+        plan["passes"] = -(-count // plan["held"])
+        build = fixed + feature_pair_bytes(samples, width, units) + plan["held"] * padded
+    plan["chunk"] = resample_chunk(count, samples, units, budget_bytes)
+    plan["peak_bytes"] = int(max(build, resample_bytes(count, samples, units, plan["chunk"])))
+    return plan
+
+
+# --------------------------------------------------------------------------- the unit sums
+
+
+def stack_sums(matrices, units: Units, *, budget_bytes: int = DEFAULT_BUDGET_BYTES, dtype=torch.float64,
+               route: str | None = None) -> StackSums:
+    """The unit-level sums of a stack (a :class:`LayerStack` or a list of N x d matrices of any dtype;
+    centred here in float64) by ``route`` (``None``: :func:`hsic_route`). Both routes give the same
+    sums; ``dtype`` applies to the Gram route's tiles. A budget below :func:`least_stack_bytes` still
+    works, one unit per tile.
+
+    >>> y = [torch.randn(40, 3, dtype=torch.float64) for _ in range(3)]
+    >>> a, b = (stack_sums(y, Units.blocks(40, 8), route=r) for r in ("gram", "feature"))
+    >>> bool(torch.allclose(a.pair_blocks, b.pair_blocks)), bool(torch.allclose(a.rows, b.rows))
+    (True, True)
+    """
+    stack = as_stack(matrices)
+    if units.samples != stack.samples:
+        raise ValueError(f"units cover {units.samples} samples, the matrices {stack.samples}")
+    route = route or hsic_route(stack.count, stack.samples, stack.width, units.count, budget_bytes)
+    if route == "feature":
+        return _feature_sums(stack, units, int(budget_bytes))
+    if route != "gram":
+        raise ValueError(f"route must be gram or feature, got {route!r}")
+    return _gram_sums(stack, units, int(budget_bytes), dtype)
+
+
+class _CentredLayers:
+    """A stack's centred layers, kept after the first pass when they fit the budget, else produced again
+    on every pass."""
+
+    def __init__(self, stack: LayerStack, keep: bool):
+        self.stack, self.keep, self.kept = stack, keep, None
+
+    def __iter__(self):
+        if self.kept is not None:
+            yield from self.kept
+            return
+        kept = [] if self.keep else None
+        for y in self.stack.layers():
+            y = centred(y)
+            if kept is not None:
+                kept.append(y)
+            yield y
+        self.kept = kept
+
+
+def _pairs(count: int, device) -> tuple:
     pairs = [(i, j) for i in range(count) for j in range(i, count)]
     ii, jj = (torch.tensor(ix, device=device) for ix in zip(*pairs))
+    return pairs, ii, jj
+
+
+def _gram_sums(stack: LayerStack, units: Units, budget: int, dtype) -> StackSums:
+    """The Gram route: column tiles of whole units of every K_m, each reduced at once.
+
+    Every unit is padded with zero samples to the size of the largest, so unit sums are reshapes (a zero
+    sample adds nothing to any sum). Tiles hold at least one unit.
+    """
+    count, n, d = stack.count, stack.samples, stack.width
+    device = stack.device
+    g, size = units.count, int(units.sizes.max())
+    plan = stack_plan(count, n, d, g, budget, "gram")
+    per_unit = plan["tile_units"]
+    layers = _CentredLayers(stack, keep=plan["resident"])
+    slots = units.index(device) * size + _offsets_in_units(units, device)  # each sample's padded position
+    pairs, ii, jj = _pairs(count, device)
     pair_blocks = torch.zeros(len(pairs), g, g, dtype=torch.float64, device=device)
-    rows = torch.zeros(count, g * size, g, dtype=torch.float64, device=device)
-    per_unit = max(1, int(budget_bytes) // max(1, 3 * count * g * size * size * 8))  # a tile, its reordered copy
+    rows = torch.zeros(count, n, g, dtype=torch.float64, device=device)
+    diag = torch.zeros(count, n, dtype=torch.float64, device=device)
     for lo in range(0, g, per_unit):
         hi = min(g, lo + per_unit)
-        tiles = torch.bmm(padded, padded[:, lo * size:hi * size].transpose(1, 2)).to(torch.float64)  # (M, gN, width)
-        rows[:, :, lo:hi] = tiles.reshape(count, g * size, hi - lo, size).sum(-1)
+        cols = slice(int(units.bounds[lo]), int(units.bounds[hi]))
+        col_slots = slots[cols] - lo * size
+        tiles = torch.zeros(count, g * size, (hi - lo) * size, dtype=torch.float64, device=device)
+        for m, y in enumerate(layers):
+            if lo == 0:
+                diag[m] = (y * y).sum(dim=1)
+            tile = (y.to(dtype) @ y[cols].to(dtype).T).to(torch.float64)  # (N, samples of the tile's units)
+            tiles[m][slots[:, None], col_slots[None, :]] = tile
+            del tile
+        rows[:, :, lo:hi] = tiles.reshape(count, g * size, hi - lo, size).sum(-1)[:, slots]
         # sum_{a in g, b in h} K_i[a,b] K_j[a,b] for every (g, h) and every (i, j): one batched product
         # of the stack's (g, h) blocks with themselves.
         blocks = tiles.reshape(count, g, size, hi - lo, size).permute(1, 3, 0, 2, 4).reshape(g * (hi - lo), count, size * size)
+        del tiles
         inner = torch.bmm(blocks, blocks.transpose(1, 2)).reshape(g, hi - lo, count, count)
         pair_blocks[:, :, lo:hi] = inner[:, :, ii, jj].permute(2, 0, 1)
-        del tiles, blocks, inner
-    diag = torch.stack([(y * y).sum(dim=1) for y in ys])
+        del blocks, inner
     index = units.index(device)
     pair_diag = torch.zeros(len(pairs), g, dtype=torch.float64, device=device).index_add_(1, index, diag[ii] * diag[jj])
-    return StackSums(pair_blocks, pair_diag, rows[:, slots], diag, pairs, units)
+    return StackSums(pair_blocks, pair_diag, rows, diag, pairs, units, "gram")
+
+
+def _feature_sums(stack: LayerStack, units: Units, budget: int) -> StackSums:
+    """The feature route: per pair, every unit's d x d cross-product; per matrix, its unit sums."""
+    count, n, d = stack.count, stack.samples, stack.width
+    device = stack.device
+    g, size = units.count, int(units.sizes.max())
+    slots = units.index(device) * size + _offsets_in_units(units, device)
+    index = units.index(device)
+    pairs, ii, jj = _pairs(count, device)
+    where = {pair: p for p, pair in enumerate(pairs)}
+    pair_blocks = torch.zeros(len(pairs), g, g, dtype=torch.float64, device=device)
+    rows = torch.zeros(count, n, g, dtype=torch.float64, device=device)
+    diag = torch.zeros(count, n, dtype=torch.float64, device=device)
+
+    def padded(m: int, y: torch.Tensor) -> torch.Tensor:
+        """The centred layer as (G, size, d), each unit padded with zero samples; its rows and diagonal on the way."""
+        y = centred(y)
+        diag[m] = (y * y).sum(dim=1)
+        unit_sums = torch.zeros(g, d, dtype=torch.float64, device=device).index_add_(0, index, y)
+        rows[m] = y @ unit_sums.T
+        out = torch.zeros(g * size, d, dtype=torch.float64, device=device)
+        out[slots] = y
+        return out.reshape(g, size, d)
+
+    for i, yi, j, yj in layer_pairs(stack, stack_plan(count, n, d, g, budget, "feature")["held"], padded):
+        cross = torch.bmm(yi.transpose(1, 2), yj).reshape(g, d * d)  # C_g = Yc_i[g]^T Yc_j[g]
+        pair_blocks[where[(i, j)]] = cross @ cross.T
+        del cross
+    pair_diag = torch.zeros(len(pairs), g, dtype=torch.float64, device=device).index_add_(1, index, diag[ii] * diag[jj])
+    return StackSums(pair_blocks, pair_diag, rows, diag, pairs, units, "feature")
+
+
+def layer_pairs(stack: LayerStack, held: int, transform=None):
+    """Every pair ``(i, x_i, j, x_j)``, i <= j, of a stack's transformed layers (``transform(m, y)``;
+    the layer itself without one), each pair once: a block of ``held`` layers is kept and the rest of
+    the stack streams past it, so the stack is produced ceil(M / held) times.
+
+    >>> s = TensorStack([torch.full((2, 1), float(v)) for v in range(3)])
+    >>> [(i, j) for i, _, j, _ in layer_pairs(s, 1)]
+    [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]
+    """
+    transform = transform or (lambda m, y: y)
+    held = max(1, int(held))
+    for first in range(0, stack.count, held):
+        block: list = []
+        for m, y in enumerate(stack.layers(first), start=first):
+            x = transform(m, y)
+            for i, xi in block:
+                yield i, xi, m, x
+            if m < first + held:
+                block.append((m, x))
+                yield m, x, m, x
+            del x
 
 
 def _offsets_in_units(units: Units, device) -> torch.Tensor:
@@ -169,9 +477,10 @@ def _offsets_in_units(units: Units, device) -> torch.Tensor:
     return torch.arange(units.samples, device=device) - torch.repeat_interleave(starts, torch.as_tensor(units.sizes, device=device))
 
 
-def resampled_hsic(sums: StackSums, weights, *, chunk: int = 128) -> dict:
+def resampled_hsic(sums: StackSums, weights, *, chunk: int = RESAMPLE_CHUNK) -> dict:
     """``{"biased": (R, M, M), "debiased": (R, M, M)}`` HSIC of every pair under every row of
-    ``weights`` (R x G unit counts; row 0 all ones gives the estimates themselves).
+    ``weights`` (R x G unit counts; row 0 all ones gives the estimates themselves), ``chunk`` rows at
+    a time (:func:`resample_chunk` sizes it to a budget).
 
     The debiased value needs at least :data:`MIN_SAMPLES` distinct samples with weight;
     otherwise it is NaN.
@@ -297,30 +606,13 @@ def _symmetric(values: torch.Tensor, sums: StackSums) -> torch.Tensor:
 
 
 def feature_hsic(matrices) -> dict:
-    """The estimates alone (no resample) through the feature route, ``Yc_i^T Yc_j`` (d x d):
-    cheaper than the Gram route when N exceeds about M d / 2. ``{"biased", "debiased"}``, (M, M) each.
-
-    With centred data ``K 1 = 0``, so the row sums without the diagonal are
-    ``-K[a, a]`` and ``1^T K~ 1 = -trace K``: every term of the unbiased
-    estimator follows from ``|Yc_i^T Yc_j|_F^2`` and the per-sample norms.
+    """The estimates alone (no resample) through the feature route: ``{"biased", "debiased"}``, (M, M) each.
 
     >>> y = [torch.randn(50, 3, dtype=torch.float64) for _ in range(2)]
-    >>> gram = resampled_hsic(stack_sums(y, Units.blocks(50, 1)), resample_weights(1, 0, 0))
-    >>> bool(np.allclose(feature_hsic(y)["debiased"], gram["debiased"][0]))
+    >>> gram = resampled_hsic(stack_sums(y, Units.blocks(50, 1), route="gram"), resample_weights(1, 0, 0))
+    >>> bool(np.allclose(feature_hsic(y)["debiased"], gram["debiased"][0], rtol=1e-12))
     True
     """
-    ys = [centred(m) for m in matrices]
-    n = float(ys[0].shape[0])
-    count = len(ys)
-    norms = torch.stack([(y * y).sum(1) for y in ys])  # (M, N): K_m[a, a]
-    traces = norms.sum(1)
-    frob = torch.empty(count, count, dtype=torch.float64, device=ys[0].device)
-    for i in range(count):
-        for j in range(i, count):
-            frob[i, j] = frob[j, i] = ((ys[i].T @ ys[j]) ** 2).sum()
-    dd = norms @ norms.T  # sum_a K_i[a,a] K_j[a,a]
-    s2 = frob - dd
-    s3 = dd - s2
-    s4 = traces[:, None] * traces[None, :] - 4.0 * s3 - 2.0 * s2
-    debiased = s2 / (n * (n - 1)) - 2.0 * s3 / (n * (n - 1) * (n - 2)) + s4 / (n * (n - 1) * (n - 2) * (n - 3))
-    return {"biased": (frob / n ** 2).cpu().numpy(), "debiased": debiased.cpu().numpy()}
+    stack = as_stack(matrices)
+    sums = stack_sums(stack, Units.blocks(stack.samples, 1), route="feature")
+    return {key: value[0] for key, value in resampled_hsic(sums, resample_weights(1, 0, 0)).items()}

@@ -16,7 +16,8 @@ from effdepth.numerics.passage_metrics import (
     kernel_numbers,
 )
 from effdepth.numerics.references import reference_fl
-from effdepth.numerics.sample_hsic import Units, feature_hsic, resample_weights, resampled_hsic, stack_sums
+from effdepth.numerics import passage_analysis
+from effdepth.numerics.sample_hsic import Units, feature_hsic, hsic_route, resample_weights, resampled_hsic, stack_sums
 from effdepth.numerics.similarity import deff
 
 from naive_hsic import naive_biased, naive_copy_aware_biased, naive_debiased
@@ -74,6 +75,45 @@ def test_intervals_cover_where_a_fresh_sample_lands_when_d_exceeds_n(similarity,
     mean = np.mean(estimates)
     assert all(lo <= e <= hi for e, (lo, hi) in zip(estimates, intervals))
     assert np.mean([lo <= mean <= hi for lo, hi in intervals]) >= 0.8
+
+
+@pytest.mark.parametrize("units", [23, 7, 1])
+def test_the_feature_and_gram_routes_give_the_same_sums_and_resamples(units):
+    """Per unit the feature route's d x d cross-products give the Gram route's unit-pair sums exactly."""
+    mats = [torch.from_numpy(m) for m in stack(3)]
+    blocks = Units.blocks(23, units)
+    gram, feature = (stack_sums(mats, blocks, route=r) for r in ("gram", "feature"))
+    assert (gram.route, feature.route) == ("gram", "feature")
+    kernel = float(gram.diag.abs().max()) * 23  # the size of a sum over a row of K
+    for name, scale in (("pair_blocks", kernel ** 2), ("pair_diag", kernel ** 2), ("rows", kernel), ("diag", kernel)):
+        a, b = getattr(gram, name).numpy(), getattr(feature, name).numpy()
+        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12 * scale, err_msg=name)
+    weights = resample_weights(blocks.count, 30, seed=4)
+    for key, value in resampled_hsic(gram, weights).items():
+        np.testing.assert_allclose(resampled_hsic(feature, weights)[key], value, rtol=1e-10, atol=1e-12, err_msg=key)
+
+
+def test_the_route_follows_the_shapes_and_both_give_the_same_numbers(monkeypatch):
+    """Many passages of few features take the feature route, few of many the Gram route; forcing the
+    other route changes no number."""
+    assert hsic_route(4, 1000, 6, 128) == "feature" and hsic_route(4, 40, 64, 40) == "gram"
+    assert hsic_route(4, 1000, 6, 128, budget_bytes=1 << 16) == "gram"  # its d x d per unit would not fit
+    states = isotropic_updates(1000, 6, 3, seed=3)
+    plan = AnalysisPlan(views=("default", "top1pc"), bootstrap=30)
+    feature = analyse_pooled({"default": states}, plan)
+    monkeypatch.setattr(passage_analysis, "hsic_route", lambda *args, **kwargs: "gram")
+    gram = analyse_pooled({"default": states}, plan)
+    assert feature["analysis"]["hsic_routes"] == ["feature"] and gram["analysis"]["hsic_routes"] == ["gram"]
+    for sim in ("cka", "cka-debiased"):
+        for view in ("default", "top1pc"):
+            a, b = feature["similarities"][sim][view], gram["similarities"][sim][view]
+            assert a["deff"] == pytest.approx(b["deff"], rel=1e-10), (sim, view)
+            assert a["ci"]["deff"] == pytest.approx(b["ci"]["deff"], rel=1e-10), (sim, view)
+            for name, value in a["references"].items():
+                assert value == pytest.approx(b["references"][name], rel=1e-10), (sim, view, name)
+    monkeypatch.undo()
+    narrow = analyse_pooled({"default": isotropic_updates(40, 64, 3, seed=1)}, AnalysisPlan(bootstrap=0))
+    assert narrow["analysis"]["hsic_routes"] == ["gram"]
 
 
 def test_gram_tiles_under_a_small_memory_budget_give_the_same_sums():
@@ -221,11 +261,31 @@ def test_ar1_lands_on_its_closed_form_and_the_bootstrap_interval_covers_it():
     assert covered / trials >= 0.8  # 95% nominal; 30 trials: below 80% would be a broken interval
 
 
-def test_results_do_not_depend_on_the_order_of_variants_or_the_memory_budget():
+@pytest.mark.parametrize("view", ["default", "top1pc"])
+def test_results_do_not_depend_on_the_memory_budget(view):
+    """At the least budget every stack streams its layers through one-unit Gram tiles, a resample at a
+    time; with plenty the view and its centred layers stay in memory: the same numbers."""
+    from effdepth.numerics.passage_analysis import analysis_memory
+
     states = isotropic_updates(64, 8, 4, seed=2)
-    plan = AnalysisPlan(bootstrap=50, calibrated=False)
+    plan = AnalysisPlan(views=(view,), bootstrap=50, similarities=("cka", "cosine"))
+    least = analysis_memory(64, 4, 8, plan)["least_bytes"]
+    tight = AnalysisPlan(views=(view,), bootstrap=50, similarities=("cka", "cosine"), max_memory=least)
+    streamed = analysis_memory(64, 4, 8, tight)
+    assert not streamed["kept"] and not streamed["stack"]["resident"] and streamed["stack"]["tile_units"] == 1
     a = analyse_pooled({"default": states}, plan)
-    b = analyse_pooled({"default": states}, AnalysisPlan(bootstrap=50, calibrated=False, max_memory=2048))
-    for sim in ("cka", "cka-debiased"):
-        assert a["similarities"][sim]["default"]["deff"] == pytest.approx(b["similarities"][sim]["default"]["deff"], rel=1e-12)
-        assert a["similarities"][sim]["default"]["ci"]["deff"] == pytest.approx(b["similarities"][sim]["default"]["ci"]["deff"], rel=1e-12)
+    b = analyse_pooled({"default": states}, tight)
+    assert a["analysis"]["memory"]["view_kept"] and b["analysis"]["memory"]["passes"] > 1
+    for sim in ("cka", "cka-debiased", "cosine"):
+        x, y = a["similarities"][sim][view], b["similarities"][sim][view]
+        assert x["deff"] == pytest.approx(y["deff"], rel=1e-12), sim
+        assert x["ci"]["deff"] == pytest.approx(y["ci"]["deff"], rel=1e-12), sim
+        for name, value in x["references"].items():
+            assert value == pytest.approx(y["references"][name], rel=1e-12), (sim, name)
+
+
+def test_a_budget_below_the_least_working_set_is_one_line_naming_the_least():
+    from effdepth.errors import EffdepthError
+
+    with pytest.raises(EffdepthError, match=r"^--max-memory 2\.0 KiB is below the .* use --max-memory [0-9.]+KiB or more"):
+        analyse_pooled({"default": isotropic_updates(64, 8, 4, seed=2)}, AnalysisPlan(bootstrap=0, max_memory=2048))

@@ -1,0 +1,192 @@
+"""The layer stacks passage mode's analysis reads (docs/method.md#passage-mode).
+
+Each is a :class:`~effdepth.numerics.sample_hsic.LayerStack`: it produces its
+N x d float64 matrices one at a time, in order, and the same ones on every
+pass, so the analysis holds a view's L+1 matrices together only when they
+fit its memory budget (:class:`Kept`):
+
+- :class:`PooledStates`: a stored variant's pooled vectors (float32 on disk,
+  memory-mapped), each layer converted to float64 as it is produced;
+- :class:`TopRemoved`: a stack with each layer's top-k principal directions
+  removed, fitted exactly on all N pooled vectors in one pass;
+- :class:`Updates`: the differences ``S_l - S_{l-1}`` of a stack;
+- :class:`MatchedSurrogate`: ``S_0`` plus the updates with their passages
+  permuted independently per layer (docs/method.md#calibrated-references);
+- :class:`IsotropicSurrogate`: cumulative sums of isotropic Gaussian equal
+  updates (F_N's process at the run's N and d).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .sample_hsic import F64, LayerStack, centred
+
+
+class PooledStates(LayerStack):
+    """The pooled vectors ``(L+1, N, d)`` of one stored variant (an array or a memory map, any dtype).
+
+    >>> s = PooledStates(np.ones((3, 4, 2), dtype=np.float32), "cpu")
+    >>> s.count, s.samples, s.width, next(s.layers(2)).dtype
+    (3, 4, 2, torch.float64)
+    """
+
+    def __init__(self, array, device):
+        self.array = array
+        self.count, self.samples, self.width = (int(x) for x in array.shape)
+        self.device = torch.device(device)
+
+    def layers(self, start: int = 0):
+        for m in range(start, self.count):
+            # a float64 copy: the stored vectors may be a read-only memory map
+            yield torch.from_numpy(np.array(self.array[m], dtype=np.float64)).to(self.device)
+
+
+class Kept(LayerStack):
+    """A stack held in memory once a first pass has produced it whole (for a stack read many times).
+
+    >>> base = PooledStates(np.zeros((2, 3, 1)), "cpu"); k = Kept(base)
+    >>> _ = list(k.layers()); base.array = None; len(list(k.layers(1)))
+    1
+    """
+
+    def __init__(self, base: LayerStack):
+        self.base, self.kept = base, None
+        self.count, self.samples, self.width, self.device = base.count, base.samples, base.width, base.device
+
+    def layers(self, start: int = 0):
+        if self.kept is not None:
+            yield from self.kept[start:]
+            return
+        if start:
+            yield from self.base.layers(start)
+            return
+        kept = []
+        for y in self.base.layers():
+            kept.append(y)
+            yield y
+        self.kept = kept
+
+    @staticmethod
+    def bytes(stack: LayerStack) -> int:
+        return F64 * stack.count * stack.samples * stack.width
+
+
+class TopRemoved(LayerStack):
+    """Each layer ``P`` as ``P (I - V V^T)``, V its top-k principal directions (of the column-centred
+    matrix), fitted in one pass over ``base``; ``fit`` holds k and each layer's relative eigen-gap
+    after the k-th eigenvalue.
+
+    >>> y = torch.tensor([[3.0, 0.0], [-3.0, 0.0], [0.0, 1.0], [0.0, -1.0]], dtype=torch.float64)
+    >>> from effdepth.numerics.sample_hsic import TensorStack
+    >>> t = TopRemoved(TensorStack([y]), 1)
+    >>> next(t.layers())[:, 0].abs().max().item(), t.fit["eigengap"]
+    (0.0, [0.888889])
+    """
+
+    def __init__(self, base: LayerStack, k: int):
+        self.base, self.k = base, int(k)
+        self.count, self.samples, self.width, self.device = base.count, base.samples, base.width, base.device
+        self.directions, gaps = [], []
+        for y in base.layers():
+            v, values = top_directions(centred(y), self.k)
+            self.directions.append(v)
+            top, nxt = float(values[self.k - 1]), float(values[self.k]) if len(values) > self.k else 0.0
+            gaps.append(round((top - nxt) / top, 6) if top > 0 else 0.0)
+        self.fit = {"k": self.k, "eigengap": gaps,
+                    "how": "exact: eigendecomposition of the smaller of Yc^T Yc and Yc Yc^T"}
+
+    def layers(self, start: int = 0):
+        for m, y in enumerate(self.base.layers(start), start=start):
+            v = self.directions[m]
+            out = torch.addmm(y, y @ v, v.T, alpha=-1.0)  # y - (y V) V^T without an N x d product in between
+            del y
+            yield out
+
+
+def top_directions(yc: torch.Tensor, k: int) -> tuple:
+    """The top-k right singular vectors ``(d, k)`` of a centred matrix, and its top k+1 squared singular values.
+
+    >>> v, values = top_directions(torch.tensor([[2.0, 0.0], [-2.0, 0.0], [0.0, 1.0], [0.0, -1.0]], dtype=torch.float64), 1)
+    >>> v[:, 0].abs().tolist(), values.tolist()
+    ([1.0, 0.0], [8.0, 2.0])
+    """
+    n, d = yc.shape
+    if d <= n:
+        values, vectors = torch.linalg.eigh(yc.T @ yc)
+        order = torch.argsort(values, descending=True)
+        return vectors[:, order[:k]], values[order[: k + 1]].clamp_min(0.0)
+    values, left = torch.linalg.eigh(yc @ yc.T)
+    order = torch.argsort(values, descending=True)
+    top = values[order[:k]].clamp_min(1e-300)
+    v = yc.T @ left[:, order[:k]] / torch.sqrt(top)
+    return v, values[order[: k + 1]].clamp_min(0.0)
+
+
+class Updates(LayerStack):
+    """The updates ``S_l - S_{l-1}`` (l = 1..M-1) of a stack, each an explicit difference.
+
+    >>> from effdepth.numerics.sample_hsic import TensorStack
+    >>> [float(u.sum()) for u in Updates(TensorStack([torch.zeros(2, 1), torch.ones(2, 1), 3 * torch.ones(2, 1)])).layers()]
+    [2.0, 4.0]
+    """
+
+    def __init__(self, base: LayerStack):
+        self.base = base
+        self.count, self.samples, self.width, self.device = base.count - 1, base.samples, base.width, base.device
+
+    def layers(self, start: int = 0):
+        previous = None
+        for y in self.base.layers(start):
+            if previous is not None:
+                yield y - previous
+            previous = y
+
+
+class MatchedSurrogate(LayerStack):
+    """S_0 plus the measured updates with their passages permuted independently per layer: the measured
+    covariances exactly, zero cross-covariance between layers. The permutations are drawn once, so every
+    pass produces the same surrogate.
+
+    >>> from effdepth.numerics.sample_hsic import TensorStack
+    >>> s = MatchedSurrogate(TensorStack([torch.zeros(4, 2, dtype=torch.float64), torch.ones(4, 2, dtype=torch.float64)]), 0)
+    >>> [t.sum().item() for t in s.layers()]
+    [0.0, 8.0]
+    """
+
+    def __init__(self, base: LayerStack, seed: int):
+        self.base = base
+        self.count, self.samples, self.width, self.device = base.count, base.samples, base.width, base.device
+        generator = torch.Generator(device="cpu").manual_seed(int(seed) * 1_000_003 + 29)
+        self.orders = [torch.randperm(self.samples, generator=generator).to(self.device) for _ in range(self.count - 1)]
+
+    def layers(self, start: int = 0):
+        running = previous = None
+        for m, y in enumerate(self.base.layers()):
+            running = y if m == 0 else running + (y - previous)[self.orders[m - 1]]
+            previous = y
+            if m >= start:
+                yield running
+
+
+class IsotropicSurrogate(LayerStack):
+    """``count`` cumulative sums of isotropic Gaussian updates (samples x width): F_N's process at this size.
+
+    >>> s = IsotropicSurrogate(5, 3, 2, seed=0, device="cpu")
+    >>> [tuple(t.shape) for t in s.layers()], bool(torch.equal(next(s.layers(1)), list(s.layers())[1]))
+    ([(5, 3), (5, 3)], True)
+    """
+
+    def __init__(self, samples: int, width: int, count: int, seed: int, device):
+        self.count, self.samples, self.width = int(count), int(samples), int(width)
+        self.device = torch.device(device)
+        self.seed = int(seed) * 1_000_003 + 17
+
+    def layers(self, start: int = 0):
+        generator = torch.Generator(device="cpu").manual_seed(self.seed)  # the same draws on every pass
+        running = torch.zeros(self.samples, self.width, dtype=torch.float64)
+        for m in range(self.count):
+            running = running + torch.randn(self.samples, self.width, generator=generator, dtype=torch.float64)
+            if m >= start:
+                yield running.to(self.device)
