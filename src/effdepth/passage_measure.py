@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 import signal
 import time
+import warnings
 import weakref
 from pathlib import Path
 
@@ -24,8 +25,10 @@ from .version import __version__
 from .capture.pooling import PassageForward, pooled_batches
 from .checkpoint import CheckpointMismatch, MeasurementInterrupted, graceful_interrupts, remove_checkpoint, save_checkpoint
 from .errors import EffdepthError
-from .numerics.passage_analysis import SIMILARITIES, analyse_pooled
-from .numerics.passage_views import check_top_pcs, variants_for
+from .numerics.cka_full import binary_size
+from .numerics.passage_analysis import (SIMILARITIES, analyse_pooled, analysis_memory, check_analysis_memory, check_samples,
+                                        one_pass_bytes, size_at_least)
+from .numerics.passage_views import variants_for
 from .numerics.pooling import PassagePooler
 from .options import AnalysisOptions
 from .pooled import POOLED_DIR, PooledStore, mark_movable, temporary_folder
@@ -33,6 +36,9 @@ from .provenance import code_version, library_versions, machine, now
 from .result import Result, view_results
 
 __all__ = ["measure_passages", "analyse_store", "analyse_saved", "passage_config"]
+
+#: More passes than this over the pooled vectors per stack, and a run says how much memory reads them once.
+MANY_PASSES = 16
 
 
 def measure_passages(prepared, analysis: AnalysisOptions, *, run, started: float | None = None) -> Result:
@@ -44,12 +50,66 @@ def measure_passages(prepared, analysis: AnalysisOptions, *, run, started: float
     """
     started = time.perf_counter() if started is None else started
     lm, arch, passages = prepared.lm, prepared.arch, prepared.tokens
-    plan_views = analysis.view_specs
-    variants = variants_for(plan_views)
+    variants = variants_for(analysis.view_specs)
     width = _hidden_size(lm)
-    check_top_pcs(plan_views, passages.num_passages, width)
+    check_before_forward(passages, arch.num_layers, width, analysis)
     fingerprint = passage_fingerprint(prepared, analysis, variants)
     folder, temporary = _store_folder(run)
+    try:
+        return _measure_into(folder, temporary, prepared, analysis, run, fingerprint, variants, width, started)
+    except BaseException:
+        _discard_unsaved(folder, temporary, run)
+        raise
+
+
+def check_before_forward(passages, num_layers: int, width: int, analysis: AnalysisOptions) -> None:
+    """Everything the analysis will refuse, refused before the first forward pass and the first file:
+    too few passages, a model with one analysed state, a top-k view beyond the rank, a memory budget
+    below the analysis's least working set, and a drop-bos view of a passage that is BOS alone.
+
+    >>> from effdepth.data.passages import Passages
+    >>> p = Passages.from_rows([[1, 2]] * 4)
+    >>> check_before_forward(p, 1, 8, AnalysisOptions(bootstrap=0))
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: the model has one layer: D_eff compares at least two states; add --include-embedding to compare S_0 with S_1, or measure a deeper model
+    """
+    plan = analysis.analysis_plan()
+    check_samples(passages.num_passages, width, num_layers, plan)
+    check_analysis_memory(passages.num_passages, num_layers, width, plan)
+    passes = analysis_memory(passages.num_passages, num_layers, width, plan)["stack"]["passes"]
+    if passes > MANY_PASSES:
+        need = size_at_least(one_pass_bytes(passages.num_passages, num_layers, width, plan))
+        warnings.warn(f"within --max-memory {binary_size(plan.max_memory)} the analysis reads each stack of pooled "
+                      f"vectors {passes} times (the same numbers, more time); --max-memory {need.replace(' ', '')} reads "
+                      "it once", UserWarning, stacklevel=3)
+    if any(v.drop_bos for v in plan.specs):
+        alone = np.flatnonzero(passages.starts_with_bos & (passages.lengths < 2))
+        if len(alone):
+            raise EffdepthError(f"drop-bos pools from the token after BOS, but passage(s) {', '.join(map(str, alone[:8]))} "
+                                "hold BOS alone and would pool to zero vectors; drop them or leave out drop-bos views")
+
+
+def _discard_unsaved(folder: Path, temporary: bool, run) -> None:
+    """After a failure: pooled vectors that no checkpoint names cannot be resumed, so they go (and the
+    folder made for them, when that leaves it empty). A checkpoint that was saved (an interrupted or
+    long run, or any --resume) stays for ``--resume``."""
+    if temporary:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    if run.resume or (folder / "state.json").is_file():
+        return
+    shutil.rmtree(folder / POOLED_DIR, ignore_errors=True)
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+def _measure_into(folder: Path, temporary: bool, prepared, analysis: AnalysisOptions, run, fingerprint: dict, variants,
+                  width: int, started: float) -> Result:
+    """The forward passes into the store in ``folder``, then the analysis (see :func:`measure_passages`)."""
+    lm, arch, passages = prepared.lm, prepared.arch, prepared.tokens
     order = np.argsort(-passages.lengths, kind="stable")  # longest first: memory trouble shows at once
     store, facts = _open_store(folder, run, fingerprint, passages, variants, arch.num_layers + 1, width)
     facts["batch_size_used"] = analysis.batch_size
@@ -81,7 +141,10 @@ def measure_passages(prepared, analysis: AnalysisOptions, *, run, started: float
             where = f"; pooled vectors saved in {run.checkpoint}, continue with: {command}"
         raise MeasurementInterrupted(f"interrupted by {signal.Signals(interrupted.signal).name} after {written} of "
                                      f"{passages.num_passages} passages{where}", interrupted.signal)
-    store.commit(written)
+    if run.checkpoint is not None:  # every passage pooled: a failed analysis resumes without a forward pass
+        _save_progress(store, written, run, fingerprint)
+    else:
+        store.commit(written)
     result = analyse_store(store, analysis, progress=run.progress)
     result.config.update(passage_config(prepared, analysis))
     result.provenance.update(_provenance(prepared, started, facts))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -232,13 +234,24 @@ def test_bad_options_fail_in_one_line_before_the_model_loads(extra, message, tmp
     assert not out.exists() or not any(out.iterdir())
 
 
-def test_a_one_layer_model_and_a_corpus_of_nothing_fail_in_one_line(one_layer_dir, model_dir, tmp_path, capsys):
+def no_forward_pass(monkeypatch):
+    """Make any forward pass over passages fail the test: what is refused must be refused before one."""
+    def forward(*args, **kwargs):
+        raise AssertionError("a forward pass ran")
+        yield
+
+    monkeypatch.setattr(passage_measure, "pooled_batches", forward)
+
+
+def test_a_one_layer_model_and_a_corpus_of_nothing_fail_in_one_line(one_layer_dir, model_dir, tmp_path, capsys, monkeypatch):
     text = corpus(tmp_path, "\n\n".join("a paragraph of text, long enough " * 3 for _ in range(10)))
-    code = main(["measure", str(one_layer_dir), "--corpus", text, "--num-seqs", "8", "--seq-len", "32",
-                 "--out", str(tmp_path / "o1"), "--no-progress", "--no-figures"])
+    with monkeypatch.context() as m:
+        no_forward_pass(m)
+        code = main(["measure", str(one_layer_dir), "--corpus", text, "--num-seqs", "8", "--seq-len", "32",
+                     "--out", str(tmp_path / "o1"), "--no-progress", "--no-figures"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "one layer" in err and len(err.splitlines()) == 1, err
-    assert not (tmp_path / "o1" / "result.json").exists()
+    assert not (tmp_path / "o1").exists()  # no checkpoint, no pooled vectors, no folder
     empty = corpus(tmp_path, "\n\n\n   \n\n")
     code = main(["measure", str(model_dir), "--corpus", empty, "--num-seqs", "8",
                  "--out", str(tmp_path / "o2"), "--no-progress", "--no-figures"])
@@ -251,6 +264,66 @@ def test_a_one_layer_model_and_a_corpus_of_nothing_fail_in_one_line(one_layer_di
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "passages" in err, err
     assert not (tmp_path / "o3" / "result.json").exists()
+
+
+@pytest.mark.parametrize("corpus_, message", [
+    (ids(3, 8), "3 row(s) of token ids given: similarity across passages needs at least 4"),
+    ({"input_ids": ids(6, 8), "attention_mask": torch.tensor([[1] * 8] * 4 + [[0] * 8] * 2)},
+     "row 4 of the token ids has 0 real token(s)"),
+])
+def test_token_ids_from_python_are_checked_before_the_forward_pass(corpus_, message, tmp_path, monkeypatch):
+    no_forward_pass(monkeypatch)
+    with pytest.raises(EffdepthError, match=message.replace("(", r"\(").replace(")", r"\)")) as caught:
+        effdepth.measure(tiny_model("llama"), corpus_, checkpoint=tmp_path / "checkpoint", bootstrap=0, progress=False)
+    assert len(str(caught.value).splitlines()) == 1
+    assert not (tmp_path / "checkpoint").exists()
+
+
+def test_a_passage_that_is_bos_alone_is_refused_under_drop_bos():
+    from effdepth.data.passages import Passages
+    from effdepth.options import AnalysisOptions
+    from effdepth.passage_measure import check_before_forward
+
+    passages = Passages.from_rows([[5, 6, 7]] * 4 + [[5]], bos_token_id=5)
+    check_before_forward(passages, 3, 16, AnalysisOptions(views="default", bootstrap=0))
+    with pytest.raises(EffdepthError, match=r"passage\(s\) 4 hold BOS alone"):
+        check_before_forward(passages, 3, 16, AnalysisOptions(views="drop-bos", bootstrap=0))
+
+
+def failing_forward(monkeypatch, after: int = 1):
+    """The forward passes fail after ``after`` batches, as a damaged model or a full disk would."""
+    real = passage_measure.pooled_batches
+
+    def forward(*args, **kwargs):
+        for i, item in enumerate(real(*args, **kwargs)):
+            if i == after:
+                raise EffdepthError("the forward pass failed")
+            yield item
+
+    monkeypatch.setattr(passage_measure, "pooled_batches", forward)
+
+
+def test_a_run_that_fails_leaves_no_pooled_vectors_but_a_saved_checkpoint_stays(model_dir, tmp_path, capsys, monkeypatch):
+    failing_forward(monkeypatch)
+    text = corpus(tmp_path, "\n\n".join(f"paragraph {i}: " + "some words of text " * 3 for i in range(30)))
+    argv = ["measure", str(model_dir), "--corpus", text, "--num-seqs", "12", "--seq-len", "32", "--batch-size", "4",
+            "--bootstrap", "0", "--no-progress", "--no-figures"]
+    code = main([*argv, "--out", str(tmp_path / "failed")])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and err.endswith("the forward pass failed") and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "failed").exists()
+    # without a checkpoint the pooled vectors lived in a temporary folder: gone as well
+    before = set(Path(tempfile.gettempdir()).glob("effdepth-pooled-*"))
+    with pytest.raises(EffdepthError, match="the forward pass failed"):
+        effdepth.measure(tiny_model("llama"), ids(12, 8), batch_size=4, bootstrap=0, progress=False)
+    assert set(Path(tempfile.gettempdir()).glob("effdepth-pooled-*")) == before
+    # a checkpoint saved before the failure is a run to resume: it stays, and resuming finishes it
+    code = main([*argv, "--checkpoint-every", "0", "--out", str(tmp_path / "saved")])
+    assert code != 0 and (tmp_path / "saved" / "checkpoint" / "state.json").is_file()
+    assert (tmp_path / "saved" / "checkpoint" / "pooled" / "default.npy").is_file()
+    monkeypatch.undo()
+    assert main(["measure", "--resume", str(tmp_path / "saved"), "--no-progress", "--no-figures"]) == 0
+    assert effdepth.load(tmp_path / "saved").config["num_passages"] == 12
 
 
 def test_top_k_at_least_the_width_is_refused_before_any_forward_pass():

@@ -138,6 +138,22 @@ def check_passage_options(max_len, num_passages, bos, split) -> None:
         raise EffdepthError(f"--passage-split must be one of {', '.join(SPLITS)}, got {split!r}")
 
 
+def check_given_rows(mask: np.ndarray) -> None:
+    """Token ids given as such, one passage per row: at least 4 rows, refused before the forward pass
+    would fail on them (a row without real tokens is refused by ``load_corpus`` already).
+
+    >>> check_given_rows(np.ones((4, 3), dtype=bool))
+    >>> check_given_rows(np.ones((3, 3), dtype=bool))
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: 3 row(s) of token ids given: similarity across passages needs at least 4 passages (one per row); give 4 or more rows
+    """
+    rows = int(mask.shape[0])
+    if rows < 4:
+        raise EffdepthError(f"{rows} row(s) of token ids given: similarity across passages needs at least 4 passages "
+                            "(one per row); give 4 or more rows")
+
+
 def special_tokens(tokenizer: Any, bos: str) -> tuple:
     """``(prefix, suffix)`` token ids put around every passage: what the tokenizer adds by default
     (``auto``), that with BOS first (``always``), or nothing (``never``).
@@ -222,6 +238,7 @@ def _given_passages(spec: Any, tokenizer: Any) -> Passages:
     corpus = load_corpus(spec, tokenizer)
     ids = corpus.input_ids.numpy()
     mask = np.ones_like(ids, dtype=bool) if corpus.attention_mask is None else corpus.attention_mask.numpy().astype(bool)
+    check_given_rows(mask)
     rows = [row[keep] for row, keep in zip(ids, mask)]
     bos_id = special_id(tokenizer, "bos_token_id") if tokenizer is not None else None
     info = {**corpus.info, "split": "given", "bos": "as given", "sampling": "used exactly as given: one passage per row"}
