@@ -187,3 +187,13 @@ def test_a_joined_file_with_another_sha256_is_refused_in_one_line(tmp_path, monk
         message = str(error.value)
         assert "\n" not in message and "damaged" in message and assets.GEMMA3_FILE in message
         assert assets.GEMMA3_SHA256[:8] in message and "delete it" in message
+
+
+def test_the_papers_sublayer_carry_on_gemma(gemma):
+    """The sandwich norms' branches: gamma = 1 with the hooks registered is the plain model bit for bit, and
+    gamma = 0.6 gives lam^2 h + lam attn + mlp."""
+    from test_sublayer_carry import check_carried_block_formula, check_carry_one_is_exactly_the_plain_model
+
+    tokens = gemma.tokens.input_ids[:2, :16]
+    check_carry_one_is_exactly_the_plain_model(gemma.lm.model, tokens)
+    check_carried_block_formula(gemma.lm.model, tokens, 0.6, 8)

@@ -118,3 +118,61 @@ def test_cka_per_sequence_tracks_exact_pooled_cka_and_the_paper_regime(smol_256)
     frobenius = r.view("default", "frobenius").ratio
     assert abs(cka - full) < 0.02, (cka, full)
     assert cka < 0.9 and full < 0.9 and frobenius > 1.0, (cka, full, frobenius)
+
+
+# -- studies on the real model: sensitivity, the update diagnostic, the paper's per-sublayer carry --------------
+
+
+@pytest.fixture(scope="module")
+def smol_passages(smol_256):
+    """The same loaded model in passage mode (the default protocol's estimators), 16 passages of up to 48 tokens."""
+    from effdepth.passage_measure import measure_passages
+
+    load = LoadOptions(model=smol_256.lm.model, tokenizer=smol_256.lm.tokenizer, corpus="shakespeare", seq_len=48, num_seqs=16)
+    prepared = prepare(load, progress=False, passages=True)
+    return measure_passages(prepared, AnalysisOptions(views="default", bootstrap=50, batch_size=8), run=RunOptions(progress=False))
+
+
+def naive_cka(stack: np.ndarray) -> np.ndarray:
+    """Biased linear CKA between every pair of (passages x d) matrices of ``stack``, centred over passages."""
+    centred = [x - x.mean(0) for x in stack]
+    hsic = np.array([[np.linalg.norm(a.T @ b) ** 2 for b in centred] for a in centred])
+    return hsic / np.sqrt(np.outer(np.diag(hsic), np.diag(hsic)))
+
+
+def test_sensitivity_and_the_update_diagnostic_on_the_real_model(smol_passages, tmp_path, capsys):
+    """From the pooled vectors of a real passage-mode run: D_eff of the states and of the updates f_l (the
+    update diagnostic), and D_eff under a maximum lag and as a participation ratio (the sensitivity study),
+    each equal to a naive numpy computation; effdepth sensitivity of the saved result prints the same."""
+    from effdepth.cli import main
+    from effdepth.pooled import PooledStore
+
+    r = smol_passages
+    v = r.default
+    pooled = np.asarray(PooledStore.open(r.pooled).arrays()["default"], dtype=np.float64)
+    layers = pooled.shape[0] - 1
+    assert layers == 30 and v.num_states == 30 and pooled.shape[1] == 16
+    states, updates = naive_cka(pooled[1:]), naive_cka(np.diff(pooled, axis=0))
+    assert v.deff == pytest.approx(layers ** 2 / states.sum(), rel=1e-6)
+    assert v.update_deff == pytest.approx(layers ** 2 / updates.sum(), rel=1e-6)
+    lo, hi = v.ci["update_deff"]
+    assert 1.0 <= lo <= hi <= layers
+    sensitivity = v.sensitivity
+    assert sensitivity["bartlett"]["deff"] == pytest.approx(v.deff, rel=1e-12)
+    assert sensitivity["bartlett"]["reference"] == pytest.approx(2 * layers / (layers + 1), rel=1e-12)
+    lag1 = layers / (1 + 2 * (1 - 1 / layers) * np.diagonal(states, 1).mean())
+    assert sensitivity["bartlett-max-lag-1"]["deff"] == pytest.approx(lag1, rel=1e-6)
+    ratio = np.trace(states) ** 2 / np.trace(states @ states)
+    assert sensitivity["participation-ratio"]["deff"] == pytest.approx(ratio, rel=1e-6)
+    assert main(["sensitivity", str(r.save(tmp_path / "smol"))]) == 0
+    printed = capsys.readouterr().out
+    assert f"{ratio:.3f}" in printed and f"{lag1:.3f}" in printed
+
+
+def test_the_papers_sublayer_carry_on_the_real_model(smol):
+    """gamma = 1 with the hooks registered is the plain model bit for bit; gamma = 0.6 follows the formula."""
+    from test_sublayer_carry import check_carried_block_formula, check_carry_one_is_exactly_the_plain_model
+
+    tokens = smol.tokens.input_ids[:2, :16]
+    check_carry_one_is_exactly_the_plain_model(smol.lm.model, tokens)
+    check_carried_block_formula(smol.lm.model, tokens, 0.6, 14)

@@ -18,26 +18,34 @@ def ids():
     return torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(0))
 
 
-@pytest.mark.parametrize("family", TINY_MODEL_TYPES)
-def test_carry_one_is_exactly_the_plain_model(family):
-    model = tiny_model(family)
+def hook_count(arch) -> int:
+    """Forward hooks and pre-hooks on the blocks and their children: what a carry registers."""
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for block in arch.blocks for m in block.modules())
+
+
+def check_carry_one_is_exactly_the_plain_model(model, tokens) -> None:
+    """lam = 1 with the per-sublayer hooks registered (they subtract 0 * h) gives the plain model's logits bit
+    for bit, and the default lam = 1 registers no hook at all."""
     arch = resolve_architecture(model)
+    before = hook_count(arch)
     with torch.no_grad():
-        plain = model(ids()).logits
-        with SublayerCarry(arch, 1.0, "all") as carry:
-            assert carry._handles == []
-            assert torch.equal(model(ids()).logits, plain)
+        plain = model(tokens).logits
+        with SublayerCarry(arch, 1.0, "all", hooks_at_one=True):
+            assert hook_count(arch) >= before + 2 * arch.num_layers  # a block hook and a branch hook per block at least
+            hooked = model(tokens).logits
+        with SublayerCarry(arch, 1.0, "all"):
+            assert hook_count(arch) == before
+    assert hook_count(arch) == before and torch.equal(hooked, plain)
 
 
-@pytest.mark.parametrize("family", TINY_MODEL_TYPES)
-def test_a_carried_block_outputs_lam_squared_h_plus_lam_attn_plus_mlp(family):
-    lam = 0.6
-    model = tiny_model(family)
+def check_carried_block_formula(model, tokens, lam: float, block_index: int, rtol: float = 1e-5) -> None:
+    """With lam != 1, block ``block_index`` (0-based) outputs lam^2 h + lam attn + mlp (lam h + attn + mlp for a
+    parallel residual), with h its input and attn, mlp the branches as the model computed them."""
     arch = resolve_architecture(model)
-    block = arch.blocks[1]
+    block = arch.blocks[block_index]
     attention, mlp, parallel = sublayer_branches(block)
     seen, handles = {}, []
-    with torch.no_grad(), SublayerCarry(arch, lam, [2]):
+    with torch.no_grad(), SublayerCarry(arch, lam, [block_index + 1]):
         # Prepended after the carry's hooks, these run before them: the branches as the model computed them.
         handles.append(block.register_forward_pre_hook(
             lambda m, a, k: seen.__setitem__("h", hidden_from_input(a, k).clone()), with_kwargs=True))
@@ -48,13 +56,30 @@ def test_a_carried_block_outputs_lam_squared_h_plus_lam_attn_plus_mlp(family):
         handles.append(block.register_forward_hook(
             lambda m, a, o: seen.__setitem__("out", hidden_from_output(o, seen["h"]).clone())))
         try:
-            model(ids())
+            model(tokens)
         finally:
             for h in handles:
                 h.remove()
     h, a, f = seen["h"], seen["attn"], seen["mlp"]
     expected = lam * h + a + f if parallel else lam * (lam * h + a) + f
-    torch.testing.assert_close(seen["out"], expected, rtol=1e-5, atol=1e-5)
+    scale = float(expected.abs().max())
+    torch.testing.assert_close(seen["out"], expected, rtol=rtol, atol=rtol * scale)
+
+
+@pytest.mark.parametrize("family", TINY_MODEL_TYPES)
+def test_carry_one_is_exactly_the_plain_model(family):
+    check_carry_one_is_exactly_the_plain_model(tiny_model(family), ids())
+
+
+@pytest.mark.parametrize("family", TINY_MODEL_TYPES)
+def test_a_carried_block_outputs_lam_squared_h_plus_lam_attn_plus_mlp(family):
+    check_carried_block_formula(tiny_model(family), ids(), 0.6, 1)
+
+
+def test_every_registered_family_has_a_tiny_model():
+    from effdepth.capture.registry import ARCHITECTURES
+
+    assert set(ARCHITECTURES) <= set(TINY_MODEL_TYPES)
 
 
 def test_sublayer_and_block_carries_differ_and_cannot_nest():

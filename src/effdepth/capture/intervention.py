@@ -127,13 +127,15 @@ def _layer_items(spec, option: str) -> list:
 
 class _CarryHooks:
     """What both carries share: hooks on the chosen blocks (``_hooks``), registered on entering and removed
-    in ``finally`` even when a forward pass fails; ``lam = 1`` registers nothing; a second carry on a
+    in ``finally`` even when a forward pass fails; ``lam = 1`` registers nothing unless ``hooks_at_one``
+    (there the hooks subtract ``0 * h``: a check that they change nothing themselves); a second carry on a
     block is refused (it would apply twice)."""
 
-    def __init__(self, arch: ResolvedArchitecture, lam: float, layers="all"):
+    def __init__(self, arch: ResolvedArchitecture, lam: float, layers="all", *, hooks_at_one: bool = False):
         self.arch = arch
         self.lam = check_carry(lam)
         self.layers = parse_layers(layers, arch.num_layers)
+        self.hooks_at_one = bool(hooks_at_one)
         self._handles: list = []
         self._blocks: list = []
 
@@ -141,7 +143,7 @@ class _CarryHooks:
         raise NotImplementedError
 
     def __enter__(self):
-        if self.lam == 1.0:
+        if self.lam == 1.0 and not self.hooks_at_one:
             return self
         try:
             for layer in self.layers:
@@ -175,7 +177,8 @@ class ResidualCarry(_CarryHooks):
 
     Hooks are prepended, so downstream blocks and any capture see the
     modified stream; they are removed in ``finally`` even when a forward pass
-    fails. ``lam = 1`` registers nothing, so it is exactly the unmodified model.
+    fails. ``lam = 1`` registers nothing, so it is exactly the unmodified model
+    (``hooks_at_one=True`` registers them anyway, to check that they are the identity there).
     Nesting two carries on the same block is refused (it would apply twice).
 
     >>> import torch
@@ -237,7 +240,8 @@ class SublayerCarry(_CarryHooks):
     attention branch, that plus the attention branch for the MLP's). A parallel-residual block
     (GPT-NeoX) adds both branches to the same h, so the carry applies once there:
     ``h <- lam h + attn(LN1 h) + mlp(LN2 h)``. ``lam = 1`` registers nothing, so it is exactly
-    the unmodified model; no detach, so gradients flow.
+    the unmodified model (``hooks_at_one=True`` registers them anyway, to check that they are the
+    identity there); no detach, so gradients flow.
 
     >>> import torch
     >>> from effdepth.tiny import tiny_model
@@ -249,8 +253,8 @@ class SublayerCarry(_CarryHooks):
     True
     """
 
-    def __init__(self, arch: ResolvedArchitecture, lam: float, layers="all"):
-        super().__init__(arch, lam, layers)
+    def __init__(self, arch: ResolvedArchitecture, lam: float, layers="all", *, hooks_at_one: bool = False):
+        super().__init__(arch, lam, layers, hooks_at_one=hooks_at_one)
         self._stream: dict = {}  # block -> the stream its next branch is added to, during a forward pass
 
     def _hooks(self, block: torch.nn.Module) -> list:
