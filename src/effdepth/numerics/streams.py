@@ -198,10 +198,6 @@ class ViewAccumulator:
         for note in notes if warn else ():
             warnings.warn(note, stacklevel=3)
 
-    def copy_fits(self, other: "ViewAccumulator") -> None:
-        """Use the means / principal directions ``other`` fitted (same views)."""
-        self._fits.fits, self._fits.info, self._fits.unfitted = dict(other.fits), other.fit_info, dict(other._fits.unfitted)
-
     # -- main pass ------------------------------------------------------------------
 
     def update(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:

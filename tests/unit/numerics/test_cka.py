@@ -18,6 +18,7 @@ from effdepth.numerics.metrics import full_metrics, scalar_metrics, similarity_m
 from effdepth.numerics.references import reference_fl, reference_from_energies
 from effdepth.numerics.similarity import deff
 from effdepth.numerics.streams import ViewAccumulator
+from effdepth.numerics.views import parse_views
 
 TIGHT = 1e-9
 BOTH = ("cka", "cka-full")
@@ -41,6 +42,14 @@ def accumulate(states, views=("default",), similarities=BOTH, mask=None, **kw):
         acc.fit_batch(s, mask)
         acc.finalize_fit("test")
     acc.update(s, mask)
+    return acc
+
+
+def fitted_on(states, views, similarities=BOTH):
+    """An accumulator whose views are fitted on ``states``, the same fit an update of them alone makes."""
+    acc = ViewAccumulator(list(views), similarities=similarities)
+    acc.fit_batch(torch.as_tensor(states))
+    acc.finalize_fit("the same states")
     return acc
 
 
@@ -242,7 +251,7 @@ VIEWS = ["default", "drop-pos0", "token-norm", "token-norm+drop-pos0", "center",
 
 
 def view_pcs(acc, view):
-    spec = acc._spec(view)
+    spec = parse_views([view])[0]
     fit = acc.fits.get(spec.stream)
     return None if not spec.top_pcs else fit["pcs"].numpy()
 
@@ -334,8 +343,7 @@ def test_float32_states_agree_with_float64_even_with_a_1e4_norm_token(view):
     s[:, :, 0] *= 1e4 / s[:, :, 0].norm(dim=-1, keepdim=True)  # a massive first token, norm 1e4
     single = s.float()
     exact = accumulate(single.double(), [view], similarities=("cka",))  # the same inputs, products in float64
-    fast = ViewAccumulator([view], similarities=("cka",))  # the same fitted directions (a fit's rounding apart)
-    fast.copy_fits(exact)
+    fast = fitted_on(single.double(), [view], similarities=("cka",))  # the same fitted directions
     fast.update(single)
     a, b = metrics(fast, view, "cka"), metrics(exact, view, "cka")
     np.testing.assert_allclose(a["similarity"], b["similarity"], rtol=0, atol=2e-5)
@@ -481,8 +489,7 @@ def test_a_state_saved_with_a_partner_held_resumes_to_the_same_numbers():
     resumed = ViewAccumulator(views, similarities=BOTH)
     resumed.load_state_dict({k: np.array(v) for k, v in arrays.items()}, meta)
     resumed.update(s[:, 3:])
-    whole = ViewAccumulator(views, similarities=BOTH)
-    whole.copy_fits(first)
+    whole = fitted_on(s[:, :3], views, similarities=BOTH)  # fitted as the first was
     whole.update(s)
     for view in views:
         for sim in BOTH:
@@ -498,11 +505,9 @@ def test_extend_appends_the_other_pairs_after_this_ones_sequences():
     views = ["default", "top1pc"]
     first = ViewAccumulator(views, similarities=("cka",))
     first.update(s[:, :4])
-    rest = ViewAccumulator(views, similarities=("cka",))
-    rest.copy_fits(first)
+    rest = fitted_on(s[:, :4], views, similarities=("cka",))  # fitted as the first was
     rest.update(s[:, 4:])
-    whole = ViewAccumulator(views, similarities=("cka",))
-    whole.copy_fits(first)
+    whole = fitted_on(s[:, :4], views, similarities=("cka",))
     whole.update(s)
     first.merge(rest)
     for view in views:

@@ -142,7 +142,7 @@ def test_removing_every_direction_is_refused_naming_the_width(view, estimate):
     acc = ViewAccumulator(["default", view], pc_estimate=estimate)
     with pytest.raises(EffdepthError, match="width d = 16"):
         acc.update(s) if estimate == "calibration" else acc.fit_batch(s)
-    assert acc.sequences == 0 and not any(acc._units.values())
+    assert acc.sequences == 0 and acc.unit_arrays() == {}
 
 
 def test_k_just_below_the_width_runs_and_nothing_clamps_the_eigenvectors():
@@ -223,8 +223,9 @@ def test_calibration_on_one_sequence_batches_lands_close_to_the_exact_fit():
     first = ViewAccumulator(views.split(","), similarities=())
     first.update(s[:, :1])
     assert "the first batch (1 sequences)" in first.fit_info["how"]
-    old = ViewAccumulator(views.split(","), similarities=())
-    old.copy_fits(first)
+    old = ViewAccumulator(views.split(","), similarities=())  # fitted the same way, then measuring every sequence
+    old.fit_batch(s[:, :1])
+    old.finalize_fit("the first sequence")
     old.update(s)
     for view in views.split(","):
         want = exact.views[view].deff
