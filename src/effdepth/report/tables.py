@@ -96,6 +96,14 @@ def suite_summary_text(rows: list[dict]) -> str:
     model  revision  similarity  view     N  D_eff [95% CI]    F_N  ratio  status
     -----  --------  ----------  -------  -  --------------  -----  -----  ------
     m      main      cka         default  3           1.200  1.500  0.800      ok
+
+    Passage-mode rows add the update diagnostic: D_eff of the updates f_l, and over L.
+
+    >>> row = {"model": "m", "revision": "main", "similarity": "cka", "view": "default", "status": "ok", "N": 4, "L": 4,
+    ...        "D_eff": 1.2, "D_eff_lo": None, "F_N": 1.6, "ratio": 0.75, "updates_D_eff": 2.0, "updates_D_eff_lo": 1.8,
+    ...        "updates_D_eff_hi": 2.2}
+    >>> suite_summary_text([row]).splitlines()[2].split()[-5:]
+    ['2.000', '[1.800,', '2.200]', '0.500', 'ok']
     """
     leads = lead_rows(rows, lambda r: (r["model"], r["revision"], r.get("similarity")))
     # The update diagnostic (passage mode): D_eff of the updates f_l, whole and over L, when measured.
