@@ -200,7 +200,10 @@ def test_olmo2_branches_on_the_token_axis(fake_hub, tmp_path):
 PYTHIA_ALL = ["main", "step0"] + [f"step{2 ** i}" for i in range(10)] + [f"step{k * 1000}" for k in range(1, 144)]
 
 
-def test_a_preset_measures_its_log_spaced_checkpoints_and_records_itself(fake_hub, tmp_path, capsys):
+def test_a_preset_measures_its_log_spaced_checkpoints_and_records_itself(fake_hub, tmp_path, capsys, monkeypatch):
+    states = torch.randn(4, 2, 8, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64).cumsum(0)
+    monkeypatch.setattr(sweep_module, "measure_job",  # 25 checkpoints: a result without resamples each
+                        lambda p: fake_hub.measured.append(p["revision"]) or effdepth.from_states(states, bootstrap=0))
     fake_hub.branches = list(PYTHIA_ALL)
     fake_hub.sha = {b: f"{i:064x}" for i, b in enumerate(PYTHIA_ALL)}
     fake_hub.sha["main"] = fake_hub.sha["step143000"]
