@@ -24,7 +24,7 @@ from effdepth.tiny import tiny_model
 
 from naive_hsic import naive_biased, naive_debiased
 
-VIEWS = "default,drop-bos,token-norm,top1pc,top3pc"
+VIEWS = "default,drop-bos,token-norm,top1pc,top3pc,drop-bos+token-norm,token-norm+top1pc"
 
 
 # --------------------------------------------------------------------------- naive computation
@@ -32,7 +32,7 @@ VIEWS = "default,drop-bos,token-norm,top1pc,top3pc"
 
 def naive_pooled(model, passages, *, states: str, bos: bool) -> dict:
     """{variant: (L+1, N, d)} float64, each passage run alone (no padding) through output_hidden_states."""
-    out = {"default": [], "drop-bos": [], "token-norm": []}
+    out = {"default": [], "drop-bos": [], "token-norm": [], "drop-bos+token-norm": []}
     with torch.no_grad():
         for i in range(passages.num_passages):
             ids = torch.as_tensor(passages.passage(i), dtype=torch.long)[None]
@@ -45,6 +45,8 @@ def naive_pooled(model, passages, *, states: str, bos: bool) -> dict:
             out["default"].append([h.mean(0) for h in stack])
             out["drop-bos"].append([h[first:].mean(0) for h in stack])
             out["token-norm"].append([(h / np.linalg.norm(h, axis=1, keepdims=True)).mean(0) for h in stack])
+            out["drop-bos+token-norm"].append([(h[first:] / np.linalg.norm(h[first:], axis=1, keepdims=True)).mean(0)
+                                               for h in stack])
     return {k: np.transpose(np.asarray(v), (1, 0, 2)) for k, v in out.items()}
 
 
@@ -67,9 +69,11 @@ def naive_deff(stack: np.ndarray, debiased: bool) -> float:
 
 
 def naive_view(pooled: dict, view: str) -> np.ndarray:
-    if view.startswith("top"):
-        k = int(view[3:-2])
-        return np.stack([remove_top_pcs(layer, k) for layer in pooled["default"]])
+    """A view's pooled stack: its pooled variant, then the top-k removal when it ends with top{k}pc."""
+    variant, _, last = view.rpartition("+") if "pc" in view else (view, "", "")
+    if last.startswith("top") or view.startswith("top"):
+        k = int((last or view)[3:-2])
+        return np.stack([remove_top_pcs(layer, k) for layer in pooled[variant or "default"]])
     return pooled[view]
 
 

@@ -221,6 +221,81 @@ def test_r_corr_is_the_d_eff_of_a_gaussian_process_with_exactly_that_covariance(
     assert v["deff"] < v["references"]["matched"] - 0.1  # positively correlated updates lower D_eff
 
 
+def debiased_default(states: np.ndarray, calibrated: bool = False) -> dict:
+    plan = AnalysisPlan(bootstrap=0, calibrated=calibrated, similarities=("cka-debiased",))
+    return analyse_pooled({"default": states}, plan)["similarities"]["cka-debiased"]["default"]
+
+
+UNEVEN = np.array([1.0, 2.0, 0.5, 1.5, 1.0, 3.0, 0.8, 1.2])
+
+
+def test_r_size_is_the_d_eff_of_the_same_updates_without_an_initial_state():
+    """R_size (F_norm) keeps the measured update sizes and drops S_0: a process built that way lands on it."""
+    measured = debiased_default(correlated_process(4000, 48, UNEVEN, 4.0, 0.0, seed=11))
+    built = debiased_default(correlated_process(4000, 48, UNEVEN, 0.0, 0.0, seed=12))
+    assert measured["references"]["size"] > measured["references"]["matched"] + 0.3  # S_0 of size 4: far apart
+    assert built["deff"] == pytest.approx(measured["references"]["size"], rel=0.01)
+
+
+def test_r_init_is_the_d_eff_of_equal_updates_of_the_mean_size_after_the_same_initial_state():
+    """R_init keeps S_0 and gives every update the mean size: a process built that way lands on it."""
+    shrinking = np.array([4.0, 2.0, 1.0, 0.5, 0.3, 0.2, 0.1, 0.1])  # most of the movement in the first layers
+    measured = debiased_default(correlated_process(4000, 48, shrinking, 1.0, 0.0, seed=13))
+    built = debiased_default(correlated_process(4000, 48, np.full(8, shrinking.mean()), 1.0, 0.0, seed=14))
+    assert measured["references"]["init"] > measured["references"]["matched"] + 0.3  # the sizes matter here
+    assert built["deff"] == pytest.approx(measured["references"]["init"], rel=0.01)
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.6])
+def test_matched_cal_lands_on_r_matched_whatever_the_correlation_of_the_updates(rho):
+    """METHOD 5.3: matched_cal keeps S_0 and the measured updates, passages permuted per layer (zero
+    cross-covariance). Under the unbiased estimator it is R_matched's finite-sample value: near R_matched
+    (not R_size, which leaves S_0 out, nor D_eff, which keeps the correlation); with uncorrelated updates
+    all three coincide."""
+    v = debiased_default(correlated_process(4000, 48, UNEVEN, 1.0, rho, seed=15), calibrated=True)
+    refs = v["references"]
+    assert refs["matched_cal"] == pytest.approx(refs["matched"], rel=0.01)
+    assert refs["matched_cal"] < refs["size"] - 0.1
+    if rho:
+        assert v["deff"] < refs["matched_cal"] - 0.15
+    else:
+        assert v["deff"] == pytest.approx(refs["matched_cal"], rel=0.01)
+
+
+def naive_cosine_deff(states: np.ndarray, counts: np.ndarray) -> float:
+    """D_eff of the passage-weighted mean cosine of uncentred pooled vectors, over S_1..S_L."""
+    layers = states[1:] / np.linalg.norm(states[1:], axis=-1, keepdims=True)
+    sim = np.einsum("ind,jnd,n->ij", layers, layers, counts) / counts.sum()
+    return float(len(layers) ** 2 / sim.sum())
+
+
+@pytest.mark.parametrize("view", ["default", "top1pc"])
+def test_cosine_equals_a_naive_numpy_computation_with_its_resamples(view):
+    from effdepth.numerics.passage_analysis import LEVEL
+
+    rng = np.random.default_rng(6)
+    states = np.cumsum(rng.normal(size=(5, 40, 6)) + np.array([2.0, 0, 0, 0, 0, 0]), axis=0)
+    if view == "top1pc":
+        naive_states = np.stack([layer - naive_centred_top(layer, 1) for layer in states])
+    else:
+        naive_states = states
+    v = analyse_pooled({"default": states}, AnalysisPlan(views=(view,), bootstrap=30, seed=4, bootstrap_units=8,
+                                                         calibrated=False, similarities=("cosine",)))
+    v = v["similarities"]["cosine"][view]
+    units = Units.blocks(40, 8)
+    weights = resample_weights(units.count, 30, 4)
+    draws = [naive_cosine_deff(naive_states, w[units.index().numpy()]) for w in weights]
+    assert v["deff"] == pytest.approx(draws[0], rel=1e-12)
+    lo, hi = np.percentile(draws[1:], [100 * (1 - LEVEL) / 2, 100 * (1 + LEVEL) / 2])
+    assert v["ci"]["deff"] == pytest.approx([lo, hi], rel=1e-12)
+
+
+def naive_centred_top(layer: np.ndarray, k: int) -> np.ndarray:
+    """The part of a layer along its top-k principal directions (of the centred matrix), to subtract."""
+    _, _, vt = np.linalg.svd(layer - layer.mean(0), full_matrices=False)
+    return layer @ vt[:k].T @ vt[:k]
+
+
 def test_kernel_numbers_split_the_gap_without_remainder():
     rng = np.random.default_rng(0)
     built = correlated_process(300, 16, rng.uniform(0.5, 2.0, 6), 1.0, 0.4, seed=1)
