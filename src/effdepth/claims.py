@@ -61,7 +61,8 @@ class ClaimsOutcome:
     failed: list = field(default_factory=list)
 
     def text(self) -> str:
-        """What ``effdepth claims`` prints: the full check of one result, or the per-model table of several.
+        """What ``effdepth claims`` prints: the full check of one result, or the per-model table of several;
+        passage-mode results first beside the paper's Table 2 (a row each: D_eff, D_eff/L, gap, the difference).
 
         >>> import effdepth, torch
         >>> r = effdepth.from_states(torch.randn(4, 3, 8, 16), bootstrap=20)
@@ -73,8 +74,9 @@ class ClaimsOutcome:
 
         if len(self.checked) == 1 and not self.failed:
             c = self.checked[0]
-            return claims_text(c.result, c.label)
-        verdicts = claims_sweep_text([(c.label, c.result) for c in self.checked], self.failed)
+            verdicts = claims_text(c.result, c.label)
+        else:
+            verdicts = claims_sweep_text([(c.label, c.result) for c in self.checked], self.failed)
         passages = [(c.label, c.result) for c in self.checked if c.result.passages]
         if not passages:
             return verdicts

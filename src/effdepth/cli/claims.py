@@ -10,7 +10,8 @@ def register(sub) -> dict:
         "update sizes, not a BOS artefact, survives the controls, below the calibrated reference) on saved results, for "
         "every similarity they hold: holds, fails or not measured, with the numbers and intervals behind each verdict. "
         "One result: a table of claims x similarities and the evidence. Several (a sweep's folder): one row per model "
-        "and similarity, and a tally next to what the abstract reports. Exits 0 whatever the verdicts. Measure with "
+        "and similarity, and a tally next to what the abstract reports. Passage-mode results come first beside the "
+        "paper's Table 2 (D_eff, D_eff/L, gap and the difference). Exits 0 whatever the verdicts. Measure with "
         "--views paper --similarity all to check every claim under every similarity.",
     )
     c.add_argument("results", nargs="+", metavar="RESULT_OR_DIR",

@@ -269,10 +269,10 @@ def comparison_table(entries: list) -> Table:
 
     ``entries`` are ``(label, Result)``. Columns: L; D_eff, D_eff/L and gap under cka; the debiased
     D_eff / F_L; the biased estimator's null / F_L; R_matched and R_corr; token-norm and top1pc
-    D_eff / F_L; the paper's D_eff and gap, and the difference.
+    D_eff / F_L; the paper's D_eff, D_eff/L and gap, and the difference in D_eff.
     """
     header = ["model", "L", "N", "D_eff", "D_eff/L", "gap %", "debiased/F_L", "null/F_L", "R_matched", "R_corr",
-              "token-norm/F_L", "top1pc/F_L", "paper D_eff", "paper gap %", "diff"]
+              "token-norm/F_L", "top1pc/F_L", "paper D_eff", "paper D_eff/L", "paper gap %", "diff"]
     rows = [_comparison_row(label, result) for label, result in entries]
     note = ("paper columns: the paper's Table 2 (" + table2_source() + ")") if any(_paper_row(r) for _, r in entries) \
         else "paper columns: '-' where the model is not one of the paper's sixteen (Table 2)"
@@ -289,7 +289,8 @@ def _comparison_row(label: str, result: Result) -> list:
         Cell(fmt(v.deff), sort=sortable(v.deff)), _per_layer(v), Cell(fmt(v.gap_pct, 1, signed=True), sort=sortable(v.gap_pct)),
         _ratio(deb), _null_ratio(v), number_cell(v, v.references.get("matched")), number_cell(v, v.references.get("corr")),
         _ratio(views.get("token-norm")), _ratio(views.get("top1pc")),
-        _value(paper.deff if paper else None, 2), _value(paper.gap_pct if paper else None, 1, signed=True),
+        _value(paper.deff if paper else None, 2), _value(paper.deff_per_layer if paper else None),
+        _value(paper.gap_pct if paper else None, 1, signed=True),
         _value(v.deff - paper.deff if paper else None, 3, signed=True),
     ]
 

@@ -116,6 +116,22 @@ def test_a_report_of_two_passage_results_has_the_table_2_comparison(paper_result
         assert fmt(deff, 2) in section
 
 
+def test_claims_on_one_passage_result_print_its_table_2_row_with_the_difference(paper_results, capsys):
+    from effdepth.data.paper import table2_row
+
+    terminal = run(["claims", paper_results["pythia-70m"]], capsys)
+    comparison, verdicts = terminal.split("Beside the paper's Table 2", 1)[1].split("\n\n", 1)
+    assert "sub-reference" in verdicts  # the claims follow the row
+    header, row = comparison.splitlines()[1], next(line for line in comparison.splitlines() if "pythia-70m" in line)
+    cells = dict(zip(re.split(r"\s{2,}", header.strip()), re.split(r"\s{2,}", row.strip())))
+    ours = effdepth.load(paper_results["pythia-70m"]).similarities["cka"]["default"]
+    paper = table2_row("EleutherAI/pythia-70m", None)
+    assert cells["paper D_eff"] == fmt(paper.deff, 2) and cells["paper D_eff/L"] == fmt(paper.deff_per_layer)
+    assert cells["paper gap %"] == fmt(paper.gap_pct, 1, signed=True)
+    assert cells["D_eff"] == fmt(ours.deff) and cells["D_eff/L"] == fmt(ours.deff / ours.num_states)
+    assert cells["diff"] == fmt(ours.deff - paper.deff, 3, signed=True)
+
+
 def test_passage_figures_say_f_l_token_figures_f_n(tiny_result, tiny_token_result):
     assert figures.views_figure(tiny_result).axes[0].get_xlabel().endswith("$F_L$")
     assert figures.views_figure(tiny_token_result).axes[0].get_xlabel().endswith("$F_N$")
