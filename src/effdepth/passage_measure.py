@@ -162,10 +162,7 @@ def analyse_store(store: PooledStore, analysis: AnalysisOptions, *, progress: bo
     hold only the analysis; the caller adds what was measured)."""
     plan = analysis.analysis_plan(device=device or _analysis_device())
     arrays = store.arrays()
-    missing = [v.name for v in plan.specs if v.variant not in arrays]
-    if missing:
-        raise EffdepthError(f"view(s) {', '.join(missing)} pool differently from what was measured ({', '.join(arrays)}); "
-                            "measure again with those views to have them")
+    check_stored_variants(analysis, list(arrays), list(arrays))
     with tqdm(total=len(plan.specs), desc="analysing views", unit="view", disable=not progress, leave=False) as bar:
         out = analyse_pooled(arrays, plan, token_sums=np.asarray(store.token_sums), lengths=store.lengths,
                              progress=lambda name: (bar.set_postfix_str(name), bar.update(0)))
@@ -216,6 +213,7 @@ def analyse_saved(path, *, progress: bool = True, device: str | None = None, **c
                                batch_size=c.get("batch_size", 8), **{k: tuple(v) if isinstance(v, list) else v
                                                                      for k, v in options.items()})
     store = PooledStore.open(saved.pooled)
+    check_stored_variants(analysis, store.meta["variants"], c.get("views") or ["default"])
     result = analyse_store(store, analysis, progress=progress, device=device)
     measured = {k: v for k, v in c.items() if k not in result.config}
     result.config = {**measured, **result.config}
@@ -224,6 +222,28 @@ def analyse_saved(path, *, progress: bool = True, device: str | None = None, **c
     result.extras = dict(saved.extras)
     result.pooled = saved.pooled
     return result
+
+
+def check_stored_variants(analysis: AnalysisOptions, stored, measured_views) -> None:
+    """Views whose tokens pool otherwise than the stored variants need a forward pass: one line that
+    says what was stored and the --views that store it.
+
+    >>> check_stored_variants(AnalysisOptions(views="top5pc,drop-bos"), ["default"], ["default", "top1pc"])
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: view drop-bos pools tokens as drop-bos, but the forward pass stored only default; measure again with --views default,top1pc,drop-bos to store it (effdepth analyse recomputes top{k}pc views, similarities, intervals, the embedding state and the calibrated references, not what was pooled)
+    """
+    missing = [v for v in analysis.view_specs if v.variant not in stored]
+    if not missing:
+        return
+    names = ", ".join(v.name for v in missing)
+    variants = ", ".join(dict.fromkeys(v.variant for v in missing))
+    views = ",".join(dict.fromkeys([*measured_views, *(v.name for v in missing)]))
+    plural = len(missing) > 1
+    raise EffdepthError(f"view{'s' if plural else ''} {names} pool{'' if plural else 's'} tokens as {variants}, but the "
+                        f"forward pass stored only {', '.join(stored)}; measure again with --views {views} to store "
+                        f"{'them' if plural else 'it'} (effdepth analyse recomputes top{{k}}pc views, similarities, "
+                        "intervals, the embedding state and the calibrated references, not what was pooled)")
 
 
 def _plain(value):

@@ -165,6 +165,14 @@ def test_re_analysis_gives_the_saved_numbers_and_applies_new_options(tmp_path, c
                  "--no-figures"]) == 0
     again = effdepth.load(tmp_path / "again")
     assert list(again.views) == ["top3pc"] and again.passages
+    capsys.readouterr()
+    # token-norm pools differently: that needs a forward pass, and the error says which --views store it
+    assert main(["analyse", str(folder), "--views", "token-norm+top1pc", "--out", str(tmp_path / "never"),
+                 "--no-progress", "--no-figures"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "stored only default, drop-bos" in err, err
+    assert "--views default,drop-bos,top1pc,token-norm+top1pc to store it" in err, err
+    assert not (tmp_path / "never").exists()
 
 
 def test_old_token_mode_results_still_load_and_show(tmp_path, capsys):
