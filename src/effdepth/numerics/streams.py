@@ -47,7 +47,6 @@ from .cka import (
 from .cka_full import FULL_BUDGET_BYTES, PooledCka, check_cka_full_memory
 from .metrics import NO_COSINE_SUMMARIES
 from .fits import PC_ESTIMATES, ViewFits, fit_description
-from .fits import calibration_prefix as calibration_prefix  # measure.py reads it here
 from .sequences import check_finite, check_finite_states, real_counts, real_sequences
 from .similarities import KERNEL_SIMILARITIES, get_similarity, keeps_cosine_sums, validate_similarities
 from .statistics import UnitStatistics
