@@ -18,6 +18,12 @@ file. For each view:
 
 Every view, stack and surrogate is resampled with the same unit weights, so
 their intervals are paired.
+
+The states of a view, its updates and its surrogates are layer stacks
+(:mod:`~effdepth.numerics.passage_stacks`) produced one layer at a time from
+the stored float32 vectors; :func:`analysis_memory` says what is kept within
+``plan.max_memory`` and :func:`check_analysis_memory` refuses a budget below
+the least working set.
 """
 
 from __future__ import annotations

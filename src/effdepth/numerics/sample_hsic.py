@@ -32,10 +32,10 @@ estimators need under any resample is small and resample-free
 
 The route of fewer flops is taken among those whose least working set fits
 the memory budget. The Gram route shares its M Grams among the M (M+1)/2
-pairs, so it wins unless N is large against d: without resamples the
-feature route is cheaper from about N > M d / 2, with G = 128 units from
-about N > M d / 2 + G^2 d / N (Pythia-70M's shape at N = 10,000: feature;
-every wider model of Table 2: Gram). The resamples stay on unit sums on both
+pairs, so it wins unless N is large against d: the feature route is
+cheaper from about N > M d (1 + G^2 / N) / 2 (G = 1 without resamples;
+Pythia-70M's shape at N = 10,000 and G = 128: feature; every wider model of
+Table 2: Gram). The resamples stay on unit sums on both
 routes: on the feature side each pair of units costs a d x d inner product,
 cheap exactly when d is small, which is when that route is chosen.
 
