@@ -109,9 +109,9 @@ def load_trajectory(path) -> SavedTrajectory:
     >>> d = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (d / "trajectory.json").write_text(json.dumps({"schema": TRAJECTORY_SCHEMA, "model": "m", "checkpoints": [],
     ...                                                      "duplicates": {}}))
-    >>> _ = (d / "trajectory.csv").write_text("model,revision,step,final,D_eff\\nm,step1,1,False,1.25\\n")
+    >>> _ = (d / "trajectory.csv").write_text("model,revision,step,final,similarity,D_eff\\nm,step1,1,False,cka,1.25\\n")
     >>> load_trajectory(d).rows
-    [{'model': 'm', 'revision': 'step1', 'step': 1, 'final': False, 'D_eff': 1.25, 'similarity': 'frobenius'}]
+    [{'model': 'm', 'revision': 'step1', 'step': 1, 'final': False, 'similarity': 'cka', 'D_eff': 1.25}]
     """
     path = Path(path)
     if path.is_dir():
@@ -131,8 +131,6 @@ def trajectory_from_dict(data: dict, path: Path) -> SavedTrajectory:
     if not table.is_file():
         raise EffdepthError(f"{path} has no trajectory.csv beside it; rerun effdepth trajectory with the same --out to write it")
     rows, checkpoints = read_rows(table), list(data.get("checkpoints") or [])
-    for row in rows:  # tables written before similarities were a choice measured frobenius
-        row.setdefault("similarity", "frobenius")
     if len(rows) < len(checkpoints):  # one row per checkpoint measured or flagged
         raise EffdepthError(f"{table} has {len(rows)} rows for the {len(checkpoints)} checkpoints of {path.name}: it is damaged; "
                             "rerun effdepth trajectory with the same --out to write it again (finished checkpoints are not measured again)")

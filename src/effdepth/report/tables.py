@@ -14,8 +14,6 @@ All of them are laid out by :func:`~effdepth.report.plain.render_table` and writ
 
 from __future__ import annotations
 
-import re
-
 from ..result import Result
 from . import content
 from .numbers import fmt, fmt_interval
@@ -214,27 +212,15 @@ def experiment_headline(result) -> str:
     """One line about a carry experiment: the model trained, the training, what was measured.
 
     >>> from effdepth.results_carry import ExperimentResult
-    >>> cfg = {"layers": 4, "d_model": 96, "steps": 300, "batch_size": 16, "seq_len": 128, "seed_list": [0], "eval_seqs": 32}
+    >>> cfg = {"layers": 4, "d_model": 96, "steps": 300, "batch_size": 16, "seq_len": 128, "seed_list": [0], "eval_seqs": 32,
+    ...        "similarity": "cka"}
     >>> experiment_headline(ExperimentResult(cfg, [])).split(",")[0]
     'carry experiment: 4-layer Llama'
     """
     c = result.config
     return (f"carry experiment: {c['layers']}-layer Llama, d_model {c['d_model']}, {c['steps']} steps of {c['batch_size']} x "
             f"{c['seq_len']} tokens, seeds {', '.join(map(str, c['seed_list']))}; measured on {c['eval_seqs']} held-out "
-            f"sequences with the carry applied ({experiment_similarity(c)}, N = {c['layers']})")
-
-
-def experiment_similarity(config: dict) -> str:
-    """The similarity a carry experiment's numbers are under: recorded, else named in its
-    ``measured_with`` line, else frobenius (the default before either was recorded).
-
-    >>> experiment_similarity({"measured_with": "the checkpoint's own carry, cka similarity, default view"})
-    'cka'
-    """
-    if config.get("similarity"):
-        return config["similarity"]
-    named = re.search(r"(\S+) similarity", config.get("measured_with") or "")
-    return named.group(1) if named else "frobenius"
+            f"sequences with the carry applied ({c['similarity']}, N = {c['layers']})")
 
 
 # --------------------------------------------------------------------------- effdepth show
@@ -259,7 +245,8 @@ def experiment_text(result) -> str:
     """A carry experiment as ``effdepth show`` prints it: headline, the last step, the steps.
 
     >>> from effdepth.results_carry import ExperimentResult
-    >>> cfg = {"layers": 2, "d_model": 8, "steps": 3, "batch_size": 2, "seq_len": 8, "seed_list": [0], "eval_seqs": 2}
+    >>> cfg = {"layers": 2, "d_model": 8, "steps": 3, "batch_size": 2, "seq_len": 8, "seed_list": [0], "eval_seqs": 2,
+    ...        "similarity": "cka"}
     >>> rec = {"lam": 1.0, "seed": 0, "step": 3, "deff": 1.2, "deff_ci": None, "reference": 1.33, "ratio": 0.9, "loss": 2.0,
     ...        "reference_init": 1.3, "reference_size": 1.3, "reference_matched": 1.2, "train_loss": 2.1}
     >>> experiment_text(ExperimentResult(cfg, [rec])).splitlines()[0].split(",")[0]

@@ -197,7 +197,8 @@ def test_load_and_show_an_intervention(carried, capsys):
 
 
 def test_load_and_show_an_experiment(tmp_path, capsys):
-    cfg = {"layers": 2, "d_model": 8, "steps": 3, "batch_size": 2, "seq_len": 8, "seed_list": [0], "eval_seqs": 2}
+    cfg = {"layers": 2, "d_model": 8, "steps": 3, "batch_size": 2, "seq_len": 8, "seed_list": [0], "eval_seqs": 2,
+           "similarity": "cka"}
     rec = {"lam": 0.5, "seed": 0, "step": 3, "deff": 1.2, "deff_ci": [1.1, 1.3], "reference": 1.333, "ratio": 0.9, "loss": 2.0,
            "reference_init": 1.3, "reference_size": 1.3, "reference_matched": 1.2, "train_loss": 2.1}
     path = ExperimentResult(cfg, [rec]).save(tmp_path)
@@ -206,7 +207,7 @@ def test_load_and_show_an_experiment(tmp_path, capsys):
     code, shown, err = run(["show", tmp_path], capsys)
     assert code == 0, err
     assert "carry experiment: 2-layer Llama" in shown and "[1.100, 1.300]" in shown and "D_eff lam=0.5" in shown
-    assert "(frobenius, N = 2)" in shown  # recorded before the similarity was: the default of then
+    assert "(cka, N = 2)" in shown
 
 
 def test_load_and_show_a_trajectory(trajectory_folder, capsys):
