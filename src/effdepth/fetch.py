@@ -478,7 +478,7 @@ def _fetch_one(huggingface_hub, item: FetchItem, cache_dir: Path) -> None:
 def _stream_prefix(item: FetchItem) -> None:
     from tqdm.auto import tqdm
 
-    from .data.corpus import stream_hf_prefix
+    from .data.text_sources import stream_hf_prefix
     from huggingface_hub.utils import are_progress_bars_disabled
 
     with tqdm(total=item.documents, desc=f"streaming {item.name}", unit="doc", disable=are_progress_bars_disabled()) as bar:

@@ -39,7 +39,6 @@ from .packing import (
     tokenizer_name,
 )
 from .text_sources import ACCEPTED_FORMS, TextSource, resolve_text_source
-from .text_sources import stream_hf_prefix as stream_hf_prefix  # effdepth fetch reads it here
 
 
 @dataclass(frozen=True, eq=False)
