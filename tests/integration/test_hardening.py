@@ -47,12 +47,13 @@ def corpus(tmp_path_factory):
 
 
 #: Forward passes of the fit phase in :func:`argv`'s runs: top1pc fits on the calibration set,
-#: here all 12 sequences (fewer than 2,048 tokens), one per batch, before any is measured.
-FIT_PASSES = 12
+#: here the first 8 sequences (2,048 tokens), one per batch; they are measured from the fit
+#: phase's copies, and the forward passes of the other 6 follow.
+FIT_PASSES = 8
 
 
 def argv(model_dir, corpus, out, *extra):
-    return ["measure", "--pooling", "none", str(model_dir), "--corpus", str(corpus), "--seq-len", "16", "--num-seqs", "12",
+    return ["measure", "--pooling", "none", str(model_dir), "--corpus", str(corpus), "--seq-len", "256", "--num-seqs", "14",
             "--batch-size", "1", "--bootstrap", "100", "--views", "default,top1pc", "--out", str(out),
             "--no-progress", "--no-figures", *extra]
 
@@ -137,21 +138,21 @@ def test_resume_dir_alone_or_the_printed_command_continues_the_run(model_dir, co
     import shlex
 
     out = tmp_path / "run"
-    proc = start_slow(tmp_path, argv(model_dir, corpus, out, "--seq-len", "12"))
+    proc = start_slow(tmp_path, argv(model_dir, corpus, out, "--seq-len", "300"))
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     command = err.strip().splitlines()[-1].split("continue with: ", 1)[1]
-    assert command.startswith("effdepth measure ") and "--seq-len 12" in command and f"--resume {out}" in command
+    assert command.startswith("effdepth measure ") and "--seq-len 300" in command and f"--resume {out}" in command
 
     started = time.monotonic()
     assert main(["measure", "--resume", str(out), "--seq-len", "16", "--no-progress"]) == 2
     assert time.monotonic() - started < 10, "a mismatch must be found before the model loads"
 
     saved = json.loads((out / "checkpoint" / "state.json").read_text())["run"]
-    assert saved["flags"]["seq_len"] == 12 and saved["flags"]["model"] == str(model_dir)
+    assert saved["flags"]["seq_len"] == 300 and saved["flags"]["model"] == str(model_dir)
     assert main(["measure", "--resume", str(out), "--no-progress", "--no-figures"]) == 0
     resumed = json.loads((out / "result.json").read_text())
-    assert resumed["config"]["seq_len"] == 12 and resumed["provenance"]["run"]["resumed_from"] > 0
+    assert resumed["config"]["seq_len"] == 300 and resumed["provenance"]["run"]["resumed_from"] > 0
 
     fresh = tmp_path / "fresh"
     assert main([*shlex.split(command)[1:-2], "--out", str(fresh), "--no-progress", "--no-figures"]) == 0

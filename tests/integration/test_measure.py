@@ -105,6 +105,22 @@ def test_the_fit_phase_and_every_number_do_not_depend_on_the_batch_size(llama):
     assert a.references["matched_cal"] == pytest.approx(b.references["matched_cal"], rel=1e-5)
 
 
+def test_the_calibration_set_passes_through_the_model_once(llama, monkeypatch):
+    # The fit phase's batches are measured from its copies: one forward pass per batch in all
+    # (the exact estimate passes every sequence twice, by definition).
+    from effdepth.capture import batches
+
+    real, passes = batches.decoder_forward, []
+    monkeypatch.setattr(batches, "decoder_forward", lambda *a, **k: passes.append(1) or real(*a, **k))
+    x = ids(num=24, seq=128)
+    r = effdepth.measure(llama, x, views=["default", "top1pc"], batch_size=4, bootstrap=0, progress=False, pooling="none")
+    assert len(passes) == 24 // 4
+    assert r.config["pc_estimate"]["calibration"] == {"sequences": 16, "tokens": 2048}
+    passes.clear()
+    exact = effdepth.measure(llama, x, views=["top1pc"], batch_size=4, pc_estimate="exact", bootstrap=0, progress=False, pooling="none")
+    assert len(passes) == 2 * 24 // 4 and exact.views["top1pc"].deff == pytest.approx(r.views["top1pc"].deff, rel=0.05)
+
+
 def test_calibration_pcs_match_exact_on_a_small_model(llama):
     # Calibration vs exact (every sequence) top-1 PC estimates. 16 x 32 tokens is less than a
     # calibration set (8 sequences and 2,048 tokens), so calibration fits on all of them too.

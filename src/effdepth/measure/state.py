@@ -11,6 +11,7 @@ one.
 
 from __future__ import annotations
 
+import itertools
 import signal
 import time
 from dataclasses import dataclass
@@ -167,22 +168,39 @@ def fitted_rows(tokens, pc_estimate: str) -> int:
 
 
 def fit_views(prepared: Prepared, state: MeasurementState, batch_size: int, *, progress: bool = True,
-              facts: dict | None = None, stop=None) -> None:
+              facts: dict | None = None, stop=None) -> list:
     """The fit phase: forward passes over the fitted sequences (:func:`fitted_rows`), fed to the
     fits of the views that need one; nothing when none does or the fits exist (a resumed run).
-    ``stop()`` true between batches ends it early (an interrupted run), with no fit."""
+    ``stop()`` true between batches ends it early (an interrupted run), with no fit.
+
+    Returns copies of the fitted batches, for the caller to measure once the fits exist, so the
+    calibration set is not passed through the model twice. It holds at most the calibration set
+    (a few thousand tokens, whatever the run's size). Nothing is returned for the exact estimate
+    (every sequence: the second pass is what it costs) or when the loss is measured too (the
+    copies would have to keep the logits).
+    """
     if state.fitted:
-        return
+        return []
     tokens = prepared.tokens.rows(0, fitted_rows(prepared.tokens, state.views.pc_estimate))
-    sequences = real = 0
+    keep = state.views.pc_estimate == "calibration" and state.loss is None
+    held, sequences, real = [], 0, 0
     for batch in state_batches(prepared.lm.model, prepared.arch, tokens, batch_size, label="fitting views",
                                progress=progress, facts=facts):
         state.fit_batch(batch.states, batch.mask)
+        if keep:  # the capture buffer is reused by the next forward pass
+            held.append(batch._replace(states=batch.states.clone()))
         counts = real_counts(batch.states, batch.mask)
         sequences, real = sequences + counts[0], real + counts[1]
         if stop is not None and stop():
-            return
+            return []
     state.finalize_fit(sequences=sequences, tokens=real)
+    return held
+
+
+def _drained(batches: list):
+    """Yield and forget each batch in turn, so a measured copy is freed at once."""
+    while batches:
+        yield batches.pop(0)
 
 
 def update_statistics(state: MeasurementState, batch) -> None:
@@ -222,11 +240,13 @@ def accumulate(prepared: Prepared, state: MeasurementState, batch_size: int, *, 
     last_save = time.monotonic()
     with graceful_interrupts() as interrupted:
         try:
-            fit_views(prepared, state, batch_size, progress=run.progress, facts=facts, stop=lambda: bool(interrupted))
+            fitted = fit_views(prepared, state, batch_size, progress=run.progress, facts=facts, stop=lambda: bool(interrupted))
             if interrupted:
                 raise KeyboardInterrupt
-            for batch in state_batches(lm.model, arch, tokens, batch_size, progress=run.progress,
-                                       full_model=state.loss is not None, start=acc.rows, facts=facts):
+            passes = state_batches(lm.model, arch, tokens, batch_size, progress=run.progress,
+                                   full_model=state.loss is not None, start=acc.rows + sum(b.input_ids.shape[0] for b in fitted),
+                                   facts=facts)
+            for batch in itertools.chain(_drained(fitted), passes):
                 with interrupted.deferred():
                     update_statistics(state, batch)
                 if folder is not None and (interrupted or time.monotonic() - last_save > run.checkpoint_every_s):
