@@ -479,7 +479,7 @@ def _numeric(values: list) -> bool:
 
 
 def comparison_png(sources: list) -> bytes:
-    from .figures import comparison_figure
+    from .figures_ratios import comparison_figure
     from .style import figure_png
 
     return figure_png(comparison_figure([s.result for s in sources], [s.label for s in sources]))

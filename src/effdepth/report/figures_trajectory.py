@@ -7,7 +7,7 @@ Takes the trajectory's rows (plain dicts, as in ``trajectory.csv``);
 
 from __future__ import annotations
 
-from .figures import REFERENCE_STYLES
+from .figures_common import REFERENCE_STYLES
 from .rows import lead_rows
 from .style import OKABE_ITO, new_figure, style
 

@@ -10,8 +10,9 @@ import pytest
 from PIL import Image
 
 import effdepth
-from effdepth.report import figures
-from effdepth.report.figures import layer_ticks, write_figures
+from effdepth.report import figures, figures_layers, figures_ratios
+from effdepth.report.figures import write_figures
+from effdepth.report.figures_common import layer_ticks
 from effdepth.report.style import save_figure
 
 STEMS = ["similarity", "profile", "attribution", "views", "layers"]
@@ -71,7 +72,7 @@ def test_thirty_layers_keep_few_ticks(synthetic_result):
 def test_missing_values_are_gaps(gappy_result, tmp_path):
     for stem, fig in figures.standard_figures(gappy_result):
         assert_real_png(save_figure(fig, tmp_path / stem, formats=("png",))[0])
-    fig = figures.layers_figure(gappy_result)
+    fig = figures_layers.layers_figure(gappy_result)
     energy = fig.axes[0].lines[0].get_ydata()
     assert np.isnan(energy[3]) and np.isnan(energy[4]) and np.isfinite(energy[5])
     assert np.isnan(fig.axes[2].lines[0].get_ydata()[6])
@@ -90,7 +91,7 @@ def test_attribution_waterfall_ends_at_deff(tiny_result):
 
 
 def test_views_figure_has_a_row_per_view_and_the_line_at_one(tiny_result):
-    ax = figures.views_figure(tiny_result).axes[0]
+    ax = figures_ratios.views_figure(tiny_result).axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == list(tiny_result.views)
     assert any(list(line.get_xdata()) == [1.0, 1.0] for line in ax.lines)
 
@@ -146,7 +147,7 @@ def test_a_view_without_update_summaries_gets_every_figure_but_the_per_layer_one
     assert written == {"similarity", "profile", "attribution", "views"}
     assert not (tmp_path / "layers.png").exists()  # a stale one describes another view
     with pytest.raises(EffdepthError, match=r"view 'top1pc' has no per-layer update summary.*--similarity cka,frobenius"):
-        figures.layers_figure(r, "top1pc")
+        figures_layers.layers_figure(r, "top1pc")
     # The similarity axes still start at layer 1 (read from the kernel totals, not the empty summary).
     assert first_layer_on_the_axes(r, "top1pc") == first_layer_on_the_axes(r, "default") == 1
     with_s0 = effdepth.from_states(states, views="default,top1pc", similarity="cka", include_embedding=True)

@@ -9,7 +9,7 @@ import pytest
 
 import effdepth
 from effdepth.cli import main
-from effdepth.report import figures
+from effdepth.report import figures, figures_ratios
 from effdepth.report.build import write_report
 from effdepth.report.numbers import fmt
 
@@ -133,8 +133,8 @@ def test_claims_on_one_passage_result_print_its_table_2_row_with_the_difference(
 
 
 def test_passage_figures_say_f_l_token_figures_f_n(tiny_result, tiny_token_result):
-    assert figures.views_figure(tiny_result).axes[0].get_xlabel().endswith("$F_L$")
-    assert figures.views_figure(tiny_token_result).axes[0].get_xlabel().endswith("$F_N$")
+    assert figures_ratios.views_figure(tiny_result).axes[0].get_xlabel().endswith("$F_L$")
+    assert figures_ratios.views_figure(tiny_token_result).axes[0].get_xlabel().endswith("$F_N$")
     names = [t.get_text() for t in figures.attribution_figure(tiny_result).axes[0].get_xticklabels()]
     assert names[0] == "$F_L$"
     assert "across passages" in figures.similarity_figure(tiny_result).axes[1].get_ylabel()

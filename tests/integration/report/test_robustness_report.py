@@ -11,7 +11,7 @@ import effdepth
 from effdepth.cli import main
 from effdepth.numerics.sensitivity import LABELS, sensitivity_numbers
 from effdepth.pooled import PooledStore
-from effdepth.report import figures
+from effdepth.report import figures, figures_layers, figures_ratios
 from effdepth.report.numbers import fmt
 
 
@@ -94,14 +94,14 @@ def test_the_update_norm_ratio_is_the_pooled_norms_ratio_and_is_drawn(saved):
     norms = np.linalg.norm(pooled, axis=-1)
     updates = np.linalg.norm(pooled[1:] - pooled[:-1], axis=-1)
     np.testing.assert_allclose(v.update_norm_ratio, updates.mean(1) / norms[:-1].mean(1), rtol=1e-5)
-    ax = figures.layers_figure(r).axes[1]
+    ax = figures_layers.layers_figure(r).axes[1]
     assert "pooled vectors" in [line.get_label() for line in ax.get_lines()]
 
 
 def test_a_passage_result_writes_the_sensitivity_figure_with_intervals(saved, tmp_path):
     r = effdepth.load(saved["tiny"])
     assert "sensitivity" in {p.stem for p in figures.write_figures(r, tmp_path)}
-    ax = figures.sensitivity_figure(r).axes[0]
+    ax = figures_ratios.sensitivity_figure(r).axes[0]
     assert len(ax.get_yticklabels()) == len(LABELS)
     assert any("bootstrap interval" in line.get_label() for line in ax.get_lines())
 

@@ -1,0 +1,114 @@
+"""The per-layer figure of a view: token mode's update and state energies, the update-state cosine and
+block influence; passage mode's update sizes across passages, the update-to-state norm ratio (pooled
+vectors and tokens) and block influence, with their intervals.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from ..errors import EffdepthError
+from ..numerics.metrics import NO_COSINE_SUMMARIES
+from ..result import Result, ViewResult
+from .figures_common import array, chosen_view, figure_title, layer_ticks, matrix, positive
+from .style import OKABE_ITO, new_figure, style
+
+
+def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figure:
+    """Per-layer panels: update energy (log), cos(U_l, S_{l-1}) and block influence.
+
+    Missing values (``None``/non-finite in the JSON) are drawn as gaps.
+
+    >>> import effdepth, torch
+    >>> fig = layers_figure(effdepth.from_states(torch.randn(5, 2, 8, 16).cumsum(0)))
+    >>> len(fig.axes)
+    3
+    """
+    v, ctx = chosen_view(result, view)
+    if not v.update_energy and v.update_sizes:
+        return passage_layers_figure(v, ctx)
+    if not v.update_energy:
+        raise EffdepthError(f"view {v.name!r} has no per-layer update summary: {NO_COSINE_SUMMARIES}")
+    energy = array(v.update_energy)
+    layers = np.arange(1, len(energy) + 1)
+    tokens = max(1, int(v.tokens or 1))
+    with style():
+        fig = new_figure(5.6, 6.4)
+        axes = fig.subplots(3, 1, sharex=True)
+        ax = axes[0]
+        ax.plot(layers, positive(energy / tokens), color=OKABE_ITO["vermillion"], marker="o", markersize=4,
+                label=r"update $\|u_l\|^2$")
+        states = _state_energy(v)
+        if states is not None and len(states) == len(layers) + 1:
+            ax.plot(layers, positive(states[:-1] / tokens), color=OKABE_ITO["blue"], linestyle="--", marker="s", markersize=3.5,
+                    label=r"state entering the block $\|s_{l-1}\|^2$")
+        ax.set_yscale("log")
+        ax.set_ylabel("squared norm\n(mean per token)")
+        # Above the panel: energies grow with depth and would hide under any legend inside it.
+        ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, frameon=False, borderaxespad=0.2)
+
+        ax = axes[1]
+        ax.axhline(0.0, color="#888888", linewidth=0.8)
+        ax.plot(layers, array(v.update_state_cosine), color=OKABE_ITO["bluish_green"], linestyle="-.", marker="D", markersize=3.5)
+        ax.set_ylabel(r"$\cos(U_l, S_{l-1})$")
+
+        ax = axes[2]
+        influence = array((v.related or {}).get("block_influence", [None] * len(layers)))
+        ax.plot(layers, influence, color=OKABE_ITO["reddish_purple"], linestyle=":", marker="^", markersize=4)
+        ax.set_ylabel("block influence\n" r"$1 - \overline{\cos}(s_{l-1}, s_l)$")
+        ax.set_xlabel("layer $l$ (block)")
+        ax.set_xticks(layer_ticks(1, len(layers)))
+        ax.set_xlim(0.5, len(layers) + 0.5)
+        # Pooled (Frobenius) quantities whatever the similarity (docs/method.md#update-correlation): no similarity named.
+        fig.suptitle(figure_title("Per-layer updates", v, {**ctx, "similarity": None}, similarity=False), fontsize=10)
+    return fig
+
+
+def passage_layers_figure(v: ViewResult, ctx: dict) -> Figure:
+    """Passage mode's per-layer panels: each update's covariance norm across passages (log), the update-to-state
+    norm ratio (of the pooled vectors, and over tokens) and block influence, with their intervals where the
+    result has them."""
+    sizes = array(v.update_sizes)
+    layers = np.arange(1, len(sizes) + 1)
+    related = v.related or {}
+    ci = (v.ci or {})
+    panels = [
+        (sizes, ci.get("update_sizes"), r"update size $n_l$" "\n(covariance norm)", OKABE_ITO["vermillion"], "o", True),
+        (array(related.get("relative_contribution", [None] * len(layers))), ci.get("relative_contribution"),
+         r"$\|u_l\| / \|s_{l-1}\|$" "\n(update / state norm)", OKABE_ITO["bluish_green"], "D", False),
+        (array(related.get("block_influence", [None] * len(layers))), ci.get("block_influence"),
+         "block influence\n" r"$1 - \overline{\cos}(s_{l-1}, s_l)$", OKABE_ITO["reddish_purple"], "^", False),
+    ]
+    with style():
+        fig = new_figure(5.6, 6.4)
+        axes = fig.subplots(3, 1, sharex=True)
+        for ax, (values, band, label, colour, marker, log) in zip(axes, panels):
+            if band and len(band) == 2 and len(band[0]) == len(layers):
+                ax.fill_between(layers, array(band[0]), array(band[1]), color=colour, alpha=0.2, linewidth=0)
+            ax.plot(layers, positive(values) if log else values, color=colour, marker=marker, markersize=4,
+                    label="over tokens" if marker == "D" and v.update_norm_ratio else None)
+            if marker == "D" and len(v.update_norm_ratio) == len(layers):
+                pooled_band = ci.get("update_norm_ratio")
+                if pooled_band and len(pooled_band) == 2:
+                    ax.fill_between(layers, array(pooled_band[0]), array(pooled_band[1]), color=OKABE_ITO["blue"],
+                                    alpha=0.2, linewidth=0)
+                ax.plot(layers, array(v.update_norm_ratio), color=OKABE_ITO["blue"], linestyle="--", marker="s",
+                        markersize=3.5, label="pooled vectors")
+                ax.set_yscale("log")
+                ax.legend(frameon=False, fontsize=8)
+            if log:
+                ax.set_yscale("log")
+            ax.set_ylabel(label)
+        axes[-1].set_xlabel("layer $l$ (block)")
+        axes[-1].set_xticks(layer_ticks(1, len(layers)))
+        axes[-1].set_xlim(0.5, len(layers) + 0.5)
+        fig.suptitle(figure_title("Per-layer updates", v, ctx), fontsize=10)
+    return fig
+
+
+def _state_energy(v: ViewResult):
+    gram = (v.statistics or {}).get("gram_states")
+    if not gram:
+        return None
+    return np.diagonal(matrix(gram)).copy()
