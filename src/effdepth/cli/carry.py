@@ -45,7 +45,7 @@ def register(sub) -> dict:
         "held-out sequences WITH its carry (stored as effdepth_carry in the config; a plain 'effdepth measure' of such a "
         "checkpoint measures the lam = 1 model). Writes DIR/experiment.json and DIR/experiment.{png,pdf}.",
     )
-    from ..experiment.carry import CarryExperiment
+    from ..experiment import CarryExperiment
 
     d = CarryExperiment()
     c.add_argument("--carry", default=",".join(f"{x:g}" for x in d.carries), help=f"carry values in [0, 1] (default {','.join(f'{x:g}' for x in d.carries)})")
@@ -120,7 +120,7 @@ def cmd_recompose(args) -> int:
 
 
 def cmd_experiment(args) -> int:
-    from ..experiment.carry import CarryExperiment, carry_experiment
+    from ..experiment import CarryExperiment, carry_experiment
     from ..report.tables import experiment_final_table, experiment_headline, experiment_paper_table, experiment_step_table
 
     given = dict(

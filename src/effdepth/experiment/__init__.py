@@ -5,16 +5,11 @@
 [0, 75, 150, 225, 300]
 """
 
-from .carry import (
-    CarryExperiment,
-    ExperimentResult,
-    carry_experiment,
-    checkpoint_carry,
-    load_experiment,
-    measure_checkpoint,
-    save_experiment,
-    split_corpus,
-)
+from ..results_carry import ExperimentResult, load_experiment
+from .carry import carry_experiment, save_experiment
+from .checkpoints import checkpoint_carry, measure_checkpoint
+from .setting import CarryExperiment
+from .training import split_corpus
 
 __all__ = [
     "CarryExperiment",
