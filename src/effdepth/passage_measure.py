@@ -83,7 +83,7 @@ def check_before_forward(passages, num_layers: int, width: int, analysis: Analys
         warnings.warn(f"within --max-memory {binary_size(plan.max_memory)} the analysis reads each stack of pooled "
                       f"vectors {passes} times (the same numbers, more time); --max-memory {need.replace(' ', '')} reads "
                       "it once", UserWarning, stacklevel=3)
-    if any(v.drop_bos for v in plan.specs):
+    if any(v.has("drop-bos") for v in plan.specs):
         alone = np.flatnonzero(passages.starts_with_bos & (passages.lengths < 2))
         if len(alone):
             raise EffdepthError(f"drop-bos pools from the token after BOS, but passage(s) {', '.join(map(str, alone[:8]))} "

@@ -19,13 +19,14 @@ Precision: the centred states are multiplied in float32 (float64 when the
 states are float64), never an uncentred Gram centred afterwards, and the
 inner products of the cross Grams are summed in float64.
 
-A view keeps, per sequence, every position or all but the first
-(drop-pos0); token-norm divides each token by its norm; top-k PC removal
-subtracts the fitted directions; ``center`` is a no-op (the per-sequence
-centring removes any constant shift). A pair where either sequence has
+Each sequence goes through the view's one transform
+(:meth:`~effdepth.numerics.views.ViewSpec.view_states`: the positions it
+keeps, token-norm, the fitted directions removed), less the steps that only
+shift a layer's tokens alike (``centred_away``: ``center``), which the
+per-sequence centring removes anyway. A pair where either sequence has
 fewer than :data:`MIN_TOKENS` tokens in a view is left out of that view
-(``cka_pairs`` 0) and its sequences counted; pos0-only never has a value
-(:class:`ViewUnavailable`).
+(``cka_pairs`` 0) and its sequences counted; a view that keeps fewer than
+that of any sequence (pos0-only) never has a value (:class:`ViewUnavailable`).
 
 Keys of a pair unit: ``hsic`` (M, M) and ``update_hsic`` (M, M) above,
 ``cka_pairs`` () 1 when the pair entered the view, ``cka_tokens`` () its
@@ -34,14 +35,12 @@ T_p + T_q.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
 from ..errors import EffdepthError
 from .statistics import UnitStatistics
-from .views import ViewSpec, parse_views, remove_directions
+from .views import ViewSpec, parse_views
 
 # Below this a sequence's centred states have too few degrees of freedom to compare layers.
 MIN_TOKENS = 4
@@ -67,43 +66,28 @@ class ViewUnavailable(EffdepthError):
         return (type(self), (self.view, self.similarity, self.reason))
 
 
-@dataclass(frozen=True, eq=False)
-class GramView:
-    """What cka needs of a view: the first position kept, token-norm, fitted PCs.
+def require_cka_view(spec: ViewSpec, similarity: str = "cka") -> None:
+    """Raise :class:`ViewUnavailable` for a view that can never have a cka value: one that keeps
+    fewer than :data:`MIN_TOKENS` tokens of any sequence (pos0-only).
 
-    ``pcs`` is ``(M or 1, d, k)`` (the view's fitted directions) or ``None``.
-
-    >>> gram_view(parse_views(["token-norm+drop-pos0"])[0]).first
-    1
-    """
-
-    first: int = 0
-    token_norm: bool = False
-    pcs: torch.Tensor | None = None
-
-
-def gram_view(spec: ViewSpec, fit: dict | None = None, similarity: str = "cka") -> GramView:
-    """The :class:`GramView` of a parsed view (raises :class:`ViewUnavailable` for pos0-only).
-
-    >>> gram_view(parse_views(["pos0-only"])[0])
+    >>> require_cka_view(parse_views(["drop-pos0"])[0])
+    >>> require_cka_view(parse_views(["pos0-only"])[0])
     Traceback (most recent call last):
     ...
     effdepth.numerics.cka.ViewUnavailable: view 'pos0-only' has no cka value: pos0-only keeps one token per sequence; cka needs at least 4
     """
-    require_cka_view(spec, similarity)
-    pcs = fit["pcs"] if (spec.top_pcs and fit is not None) else None
-    if spec.top_pcs and pcs is None:
-        raise ValueError(f"view {spec.name!r} needs its fitted principal directions first")
-    return GramView(first=1 if spec.selection == "drop-pos0" else 0, token_norm=spec.token_norm, pcs=pcs)
+    if not has_cka_value(spec):
+        kept = "one token" if spec.max_tokens == 1 else f"{spec.max_tokens} tokens"
+        raise ViewUnavailable(spec.name, similarity, f"{spec.selection} keeps {kept} per sequence; cka needs at least {MIN_TOKENS}")
 
 
-def require_cka_view(spec: ViewSpec, similarity: str = "cka") -> None:
-    """Raise :class:`ViewUnavailable` for a view that can never have a cka value (pos0-only).
+def has_cka_value(spec: ViewSpec) -> bool:
+    """Whether a view can have a cka value: it keeps :data:`MIN_TOKENS` or more tokens of a long enough sequence.
 
-    >>> require_cka_view(parse_views(["drop-pos0"])[0])
+    >>> [has_cka_value(v) for v in parse_views("default,pos0-only")]
+    [True, False]
     """
-    if spec.selection == "pos0-only":
-        raise ViewUnavailable(spec.name, similarity, f"pos0-only keeps one token per sequence; cka needs at least {MIN_TOKENS}")
+    return spec.max_tokens is None or spec.max_tokens >= MIN_TOKENS
 
 
 def cka_token_sets(views) -> dict:
@@ -117,7 +101,7 @@ def cka_token_sets(views) -> dict:
     """
     out: dict = {}
     for v in parse_views(views):
-        if v.selection != "pos0-only":
+        if has_cka_value(v):
             out.setdefault(cka_set_key(v), v)
     return out
 
@@ -132,29 +116,6 @@ def cka_set_key(spec: ViewSpec) -> tuple:
     return (spec.stream, spec.selection)
 
 
-def view_token_states(states: torch.Tensor, view: GramView, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """The view's states over its kept positions, ``(M, n, d)`` in ``dtype``, uncentred.
-
-    ``center`` is omitted: the per-sequence or pooled centring removes it anyway.
-
-    >>> x = torch.tensor([[[6.0, 8.0], [0.0, 2.0]]], dtype=torch.float64)
-    >>> view_token_states(x, GramView(first=0, token_norm=True)).tolist()
-    [[[0.6, 0.8], [0.0, 1.0]]]
-    """
-    z = states[:, view.first :].to(dtype)
-    if view.token_norm:
-        z = z / _safe_norms(z)[..., None]
-    if view.pcs is not None:
-        z = remove_directions(z, view.pcs.to(z))
-    return z
-
-
-def _safe_norms(z: torch.Tensor) -> torch.Tensor:
-    """|x| per token, 1 for a zero token (which token-norm leaves at zero)."""
-    norms = torch.linalg.vector_norm(z, dim=-1)
-    return torch.where(norms > 0, norms, torch.ones_like(norms))
-
-
 def work_dtype(dtype: torch.dtype) -> torch.dtype:
     """The precision of the products: float64 for float64 states, float32 for anything else.
 
@@ -164,19 +125,20 @@ def work_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def centred_view_states(states: torch.Tensor, view: GramView) -> torch.Tensor | None:
-    """One sequence's view states ``(M, n, d)`` centred over its own tokens, in :func:`work_dtype`;
-    ``None`` when the view keeps fewer than :data:`MIN_TOKENS` of its tokens.
+def centred_view_states(states: torch.Tensor, spec: ViewSpec, fit: dict | None = None) -> torch.Tensor | None:
+    """One sequence's view states ``(M, n, d)`` (``fit``: the view's, when it has one) centred over
+    its own tokens, in :func:`work_dtype`; ``None`` when the view keeps fewer than
+    :data:`MIN_TOKENS` of its tokens.
 
     The mean is summed in float64 before it is subtracted, so a massive token does not round the others away.
 
-    >>> y = centred_view_states(torch.randn(3, 6, 4), GramView(first=1))
+    >>> y = centred_view_states(torch.randn(3, 6, 4), parse_views("drop-pos0")[0])
     >>> tuple(y.shape), y.dtype, bool(y.sum(dim=1).abs().max() < 1e-5)
     ((3, 5, 4), torch.float32, True)
     """
-    if states.shape[1] - view.first < MIN_TOKENS:
+    if spec.select(states).shape[1] < MIN_TOKENS:
         return None
-    z = view_token_states(states, view, work_dtype(states.dtype))
+    z = spec.view_states(states, fit, dtype=work_dtype(states.dtype), centred=True)
     mean = z.sum(dim=1, dtype=torch.float64) / z.shape[1]
     return z - mean.to(z.dtype)[:, None, :]
 
@@ -259,9 +221,9 @@ class CkaPairs:
     A batch's pairs are built apart (:meth:`pending`) and added at once
     (:meth:`commit`), so a batch that fails part-way adds nothing.
 
-    >>> pairs = CkaPairs({(None, None): "default|cka"})
-    >>> views = {(None, None): gram_view(parse_views("default")[0])}
-    >>> batch = pairs.pending(views)
+    >>> spec = parse_views("default")[0]
+    >>> pairs = CkaPairs({cka_set_key(spec): "default|cka"})
+    >>> batch = pairs.pending({cka_set_key(spec): (spec, None)})
     >>> for index in range(3):
     ...     batch.add(index, torch.randn(2, 5, 4))
     >>> pairs.commit(batch)
@@ -276,10 +238,11 @@ class CkaPairs:
         self.firsts: list = []
         self.partner: tuple | None = None
 
-    def pending(self, gram_views: dict) -> "PendingPairs":
-        """An empty batch of pairs, continuing from the sequence held now; ``gram_views`` is what
-        cka needs of each token set (a set without one, whose view is unavailable, gets empty units)."""
-        return PendingPairs(self, gram_views)
+    def pending(self, views: dict) -> "PendingPairs":
+        """An empty batch of pairs, continuing from the sequence held now; ``views`` maps each token
+        set to its view and the view's fit, ``(spec, fit)`` (a set without one, whose view is
+        unavailable, gets empty units)."""
+        return PendingPairs(self, views)
 
     def commit(self, batch: "PendingPairs") -> None:
         """Add a batch's pairs, and hold its unpaired sequence (copied: the caller may reuse the
@@ -346,8 +309,8 @@ class CkaPairs:
 class PendingPairs:
     """The pairs one batch completes, kept apart from :class:`CkaPairs` until :meth:`CkaPairs.commit`."""
 
-    def __init__(self, pairs: CkaPairs, gram_views: dict):
-        self.gram_views = gram_views
+    def __init__(self, pairs: CkaPairs, views: dict):
+        self.views = views
         self.gram_budget_bytes = pairs.gram_budget_bytes
         self.units: dict = {key: [] for key in pairs.units}
         self.firsts: list = []
@@ -361,15 +324,15 @@ class PendingPairs:
             self.partner = (index, states)
             return
         for key, units in self.units.items():
-            units.append(self._pair_unit(self.partner[1], states, self.gram_views.get(key)))
+            units.append(self._pair_unit(self.partner[1], states, self.views.get(key)))
         self.firsts.append(self.partner[0])
         self.partner = None
 
-    def _pair_unit(self, first: torch.Tensor, second: torch.Tensor, view: GramView | None) -> dict:
-        """The cka unit of one pair in one token set (empty where either sequence has too few
-        tokens in it, or the set's view is unavailable)."""
-        yp = None if view is None else centred_view_states(first, view)
-        yq = None if yp is None else centred_view_states(second, view)
+    def _pair_unit(self, first: torch.Tensor, second: torch.Tensor, view: tuple | None) -> dict:
+        """The cka unit of one pair in one token set, ``view`` its ``(spec, fit)`` (empty where either
+        sequence has too few tokens in it, or the set's view is unavailable)."""
+        yp = None if view is None else centred_view_states(first, *view)
+        yq = None if yp is None else centred_view_states(second, *view)
         return empty_cka_unit(first.shape[0]) if yq is None else pair_cka(yp, yq, self.gram_budget_bytes)
 
 

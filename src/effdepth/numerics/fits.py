@@ -3,11 +3,12 @@
 The ``center`` and ``top{k}pc`` views subtract a mean or remove directions
 fitted on the view's own token set. A fit is its own phase, before the
 states it applies to are measured: :class:`FitAccumulator` takes batches of
-states (``update``), or other accumulators (``merge``), and :meth:`fit`
-turns them into the mean and the leading eigenvectors of the covariance,
-solved densely (``torch.linalg.eigh`` in float64). :class:`ViewFits` is the
-fit phase of a run's view streams: one estimate per token set, then each
-stream's fit, or the reason it has none.
+states (``update``), or other accumulators (``merge``), and ``compute``
+turns them into each of its views' fits: the mean, and what the view's
+fitted components make of the covariance (:mod:`~effdepth.numerics.view_components`:
+the leading eigenvectors, solved densely by ``torch.linalg.eigh`` in
+float64). :class:`ViewFits` is the fit phase of a run's view streams: one
+estimate per token set, then each stream's fit, or the reason it has none.
 
 Which sequences a fit is estimated on: every one (``exact``), or the
 calibration set (``calibration``: the first sequences, at least
@@ -24,7 +25,6 @@ import torch
 
 from ..errors import EffdepthError
 from .sequences import raise_nonfinite, real_sequences
-from .views import ViewSpec, check_width, token_transform
 
 PC_ESTIMATES = ("calibration", "exact")
 #: The calibration set: the fewest first sequences holding at least this many (non-empty)
@@ -61,16 +61,20 @@ class FitAccumulator:
     centred product: float64 for an exact fit, float32 for a calibration
     estimate (whose own sampling error is far above float32 rounding).
     Non-finite states raise :class:`NonFiniteFit` naming the layer.
+    ``views`` are the views fitted on this token set, whose fits
+    :meth:`compute` gives (:meth:`fit` gives any one view's).
 
-    >>> acc = FitAccumulator()
+    >>> from effdepth.numerics.views import parse_view
+    >>> acc = FitAccumulator(views=[parse_view("center")])
     >>> acc.update(torch.tensor([[[1.0, 0.0], [3.0, 0.0]]]))
-    >>> acc.fit(ViewSpec("center", center=True))["mean"].tolist()
+    >>> acc.compute()["center"]["mean"].tolist()
     [[2.0, 0.0]]
     """
 
-    def __init__(self, precision: torch.dtype = torch.float64, scatter: bool = True):
+    def __init__(self, precision: torch.dtype = torch.float64, scatter: bool = True, views=()):
         self.precision = precision
         self.want_scatter = scatter
+        self.views = tuple(views)
         self.count = 0
         self.mean = None
         self.scatter = None
@@ -139,19 +143,18 @@ class FitAccumulator:
                         "scatter": self.want_scatter}
 
     def load_state_dict(self, arrays: dict, meta: dict) -> None:
-        self.__init__(getattr(torch, meta["precision"]), meta["scatter"])
+        self.__init__(getattr(torch, meta["precision"]), meta["scatter"], self.views)
         self.count = int(meta["count"])
         if "mean" in arrays:
             self.mean = torch.from_numpy(np.array(arrays["mean"], dtype=np.float64))
         if "scatter" in arrays:
             self.scatter = torch.from_numpy(np.array(arrays["scatter"], dtype=np.float64))
 
-    def fit(self, spec: ViewSpec) -> dict:
-        """Mean and top-k principal directions per layer (or shared) for ``spec``.
-
-        With principal directions, ``eigengap`` holds each layer's relative
-        eigen-gap after the k-th component (one value when shared), see
-        :func:`relative_eigengap`.
+    def fit(self, spec) -> dict:
+        """The fit of one view (a :class:`~effdepth.numerics.views.ViewSpec`): the mean per layer, the
+        tokens it was fitted on, and what each fitted component of the view makes of the covariance
+        (e.g. ``pcs`` and ``eigengap``, each layer's relative eigen-gap after the k-th component, one
+        value when shared: :func:`relative_eigengap`).
         """
         if self.count == 0:
             raise EffdepthError(
@@ -159,15 +162,15 @@ class FitAccumulator:
                 "use more or longer sequences"
             )
         fit = {"mean": self.mean, "tokens": self.count}
-        if spec.top_pcs:
-            check_width([spec], self.scatter.shape[-1])
-            cov = self.scatter / self.count
-            if spec.shared_pcs:
-                # Pool every layer's mean-centred states: the average covariance.
-                cov = cov.mean(0, keepdim=True)
-            fit["pcs"], values = top_eigenpairs(cov, spec.top_pcs)
-            fit["eigengap"] = relative_eigengap(values, spec.top_pcs)
+        for step in spec.steps:
+            if step.component.fit:
+                spec.check_width(self.scatter.shape[-1])
+                fit.update(step.component.fit(self.scatter / self.count, step.k))
         return fit
+
+    def compute(self) -> dict:
+        """Each view's fit (:meth:`fit`), by its canonical name."""
+        return {spec.canonical: self.fit(spec) for spec in self.views}
 
 
 class ViewFits:
@@ -179,7 +182,8 @@ class ViewFits:
     eigen-gaps, the warnings); a stream whose token set had no token to fit on
     is in ``unfitted``, with the reason its view is unavailable.
 
-    >>> fits = ViewFits({"c": ViewSpec("center", center=True)})
+    >>> from effdepth.numerics.views import parse_view
+    >>> fits = ViewFits({"c": parse_view("center")})
     >>> fits.update(torch.tensor([[[[1.0, 0.0], [3.0, 0.0]]]]))
     >>> fits.finalize("on one batch", sequences=1, tokens=2)
     []
@@ -212,33 +216,36 @@ class ViewFits:
                 calibration = self.pc_estimate == "calibration"
                 self._accumulators[key] = FitAccumulator(
                     precision=torch.float32 if calibration else torch.float64,
-                    scatter=any(v.top_pcs for v in same),
+                    scatter=any(v.needs_covariance for v in same),
+                    views=same,
                 )
         pending: dict = {key: [] for key in token_sets}
         for seq in real_sequences(states, mask):
             for key, spec in token_sets.items():
-                pending[key].append(_selected(seq, spec))
+                pending[key].append(spec.select(seq))
         # One update per batch: a single large matrix product per layer.
         self._dtype = states.dtype
         for key, parts in pending.items():
-            spec = token_sets[key]
-            transform = (lambda z, spec=spec: token_transform(z, spec)) if spec.token_norm else None
             with nonfinite_fit(states.dtype):
-                self._accumulators[key].update(parts, transform)
+                self._accumulators[key].update(parts, token_sets[key].before_fit)
 
     def finalize(self, how: str, *, sequences: int | None = None, tokens: int | None = None) -> list:
         """Turn the estimates into fits, ``how`` and the fitted set's size recorded in ``info``;
         returns the eigen-gap warnings (:func:`eigengap_notes`), recorded too."""
         fitted_tokens, gaps, notes, unfitted = {}, {}, [], {}
         fits: dict = {}
+        computed: dict = {}
+        for acc in self._accumulators.values():
+            if acc.count:
+                with nonfinite_fit(self._dtype):
+                    computed.update(acc.compute())
         for key, spec in self.specs.items():
-            acc = self._accumulators.get(spec.fit_key, FitAccumulator())
-            fitted_tokens[spec.canonical] = int(acc.count)
-            if acc.count == 0:
+            acc = self._accumulators.get(spec.fit_key)
+            fitted_tokens[spec.canonical] = 0 if acc is None else int(acc.count)
+            if spec.canonical not in computed:
                 unfitted[key] = "no token of this view in the fitted sequences to fit its mean / principal directions on"
                 continue
-            with nonfinite_fit(self._dtype):
-                fits[key] = acc.fit(spec)
+            fits[key] = computed[spec.canonical]
             if "eigengap" in fits[key]:
                 gaps[spec.canonical] = fits[key].pop("eigengap")
                 notes += eigengap_notes(spec, gaps[spec.canonical])
@@ -283,15 +290,6 @@ class ViewFits:
         self.unfitted = {by_name[name]: reason for name, reason in unavailable.items() if name in by_name}
 
 
-def _selected(z: torch.Tensor, spec: ViewSpec) -> torch.Tensor:
-    """The positions of a sequence ``(M, T, d)`` the view's fit is estimated on."""
-    if spec.selection == "drop-pos0":
-        return z[:, 1:]
-    if spec.selection == "pos0-only":
-        return z[:, :1]
-    return z
-
-
 @contextlib.contextmanager
 def nonfinite_fit(dtype: torch.dtype):
     """A fit fed non-finite states fails with the same one-line error as a measurement."""
@@ -314,6 +312,16 @@ def _finite_mean(y: torch.Tensor, layer: int) -> torch.Tensor:
     if not bool(torch.isfinite(mean).all()):
         raise NonFiniteFit(layer)
     return mean
+
+
+def remove_directions(states: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
+    """``states - (states V) V^T``: ``states`` ``(..., T, d)`` without the span of the orthonormal
+    ``directions`` ``(..., d, k)``.
+
+    >>> remove_directions(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([[1.0], [0.0]])).tolist()
+    [[0.0, 2.0], [0.0, 4.0]]
+    """
+    return states - (states @ directions) @ directions.transpose(-1, -2)
 
 
 def top_eigenpairs(cov: torch.Tensor, k: int) -> tuple:
@@ -394,17 +402,20 @@ def fit_description(estimate: str, *, sequences: int, tokens: int, whole_run: bo
             f"{CALIBRATION_SEQUENCES} sequences and {CALIBRATION_TOKENS} tokens")
 
 
-def eigengap_notes(spec: ViewSpec, gaps: list) -> list:
-    """One-line warnings for the layers whose eigen-gap after the k-th component is too small.
+def eigengap_notes(spec, gaps: list) -> list:
+    """One-line warnings for the layers whose eigen-gap after the k-th component is too small
+    (``gaps``: one per layer, or a single one for directions shared by every layer).
 
-    >>> spec = ViewSpec("top1pc", top_pcs=1)
+    >>> from effdepth.numerics.views import parse_view
+    >>> spec = parse_view("top1pc")
     >>> eigengap_notes(spec, [0.5, 0.5]), len(eigengap_notes(spec, [0.5, 1e-6]))
     ([], 1)
     """
     small = [i for i, g in enumerate(gaps) if g < EIGENGAP_WARNING]
     if not small:
         return []
-    where = "the pooled layers" if spec.shared_pcs else "layer(s) " + ", ".join(f"S_{i}" for i in small)
+    # Every view has at least two states (S_0 and S_1): a single gap is that of shared directions.
+    where = "the pooled layers" if len(gaps) == 1 else "layer(s) " + ", ".join(f"S_{i}" for i in small)
     worst = min(gaps[i] for i in small)
     return [
         f"view {spec.name!r}: the relative eigen-gap after principal component {spec.top_pcs} is {worst:.2g} "

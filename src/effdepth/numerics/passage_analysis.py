@@ -41,7 +41,7 @@ from .passage_views import PassageView, check_top_pcs, parse_views
 from .references import reference_fl
 from .sensitivity import sensitivity_numbers
 from .cka_full import binary_size
-from .passage_stacks import IsotropicSurrogate, Kept, MatchedSurrogate, PooledStates, TopRemoved, Updates
+from .passage_stacks import IsotropicSurrogate, Kept, MatchedSurrogate, PooledStates, Updates
 from .sample_hsic import (DEFAULT_BUDGET_BYTES, F64, MIN_SAMPLES, LayerStack, Units, hsic_route, layer_pairs,
                           least_stack_bytes, resample_weights, resampled_hsic, stack_plan, stack_sums)
 from .pooling import TOKEN_SUMS
@@ -243,9 +243,9 @@ def analyse_pooled(pooled: dict, plan: AnalysisPlan, *, token_sums: np.ndarray |
     for spec in plan.specs:
         if progress is not None:
             progress(spec.name)
-        states = PooledStates(pooled[spec.variant], device)
-        if spec.top_pcs:
-            states = TopRemoved(states, spec.top_pcs)
+        base = PooledStates(pooled[spec.variant], device)
+        states = spec.after_pooling(base)
+        if states is not base:
             fits[spec.name] = states.fit
         if memory["kept"]:
             states = Kept(states)
@@ -357,13 +357,11 @@ class _Context:
 
     def _calibrated(self, spec: PassageView, states: LayerStack) -> dict:
         """``{"structural_cal": {sim: D_eff draws}, "matched_cal": ...}`` of the view's surrogates."""
-        key = spec.top_pcs  # the isotropic surrogate differs between views only by their pooled stage
+        key = spec.pooled_stage  # the isotropic surrogate differs between views only by their pooled stage
         if key not in self._structural:
             surrogate = IsotropicSurrogate(self.samples, self.width, self.num_layers + self.plan.include_embedding,
                                            self.plan.seed, self.device)
-            if spec.top_pcs:
-                surrogate = TopRemoved(surrogate, spec.top_pcs)
-            self._structural[key] = self._surrogate_deff(surrogate, slice(0, None))
+            self._structural[key] = self._surrogate_deff(spec.after_pooling(surrogate), slice(0, None))
         # the matched surrogate is made of the view's own states: already through its pooled stage
         matched = self._surrogate_deff(MatchedSurrogate(states, self.plan.seed), analysed(self.plan.include_embedding))
         return {"structural_cal": self._structural[key], "matched_cal": matched}

@@ -1,56 +1,39 @@
 """Views of passage mode: what is pooled, and what is removed from the pooled matrices (docs/method.md#passage-mode).
 
-A view is components joined with ``+``. Each component is a small
-registered spec (:data:`COMPONENTS`) acting at one of two stages:
+A view is components joined with ``+``, registered specs
+(:mod:`effdepth.numerics.view_components`) acting at one of two stages:
 
-- ``tokens``, before pooling: ``drop-bos`` (pool from the first non-BOS
-  token: the paper's first-non-BOS pooling) and ``token-norm`` (each token
-  state divided by its norm);
-- ``pooled``, on the N x d pooled matrix of each layer: ``top{k}pc`` (remove
-  the top-k principal directions of the column-centred matrix, fitted
-  exactly on all N pooled vectors).
+- before pooling: ``drop-bos`` (pool from the first non-BOS token: the
+  paper's first-non-BOS pooling) and ``token-norm`` (each token state divided
+  by its norm), both as pooling weights (:meth:`PassageView.pooling_weights`);
+- after pooling, on the N x d pooled matrix of each layer: ``top{k}pc``
+  (remove the top-k principal directions of the column-centred matrix,
+  fitted exactly on all N pooled vectors).
 
 Views that pool alike share one stored *variant* of pooled vectors
-(``default``, ``drop-bos``, ``token-norm``, ``drop-bos+token-norm``); the
-pooled stage is applied at analysis time, so ``effdepth analyse`` can add
-any top-k view to a saved result without a forward pass.
+(:data:`VARIANTS`); the pooled stage is applied at analysis time
+(:meth:`PassageView.after_pooling`), so ``effdepth analyse`` can add any
+top-k view to a saved result without a forward pass.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+import torch
+
 from ..errors import EffdepthError
+from .view_components import parse_steps, pooled_variants
 
 #: ``--views paper`` in passage mode: the paper's controls (PAPER-PROTOCOL section 4).
 PAPER_VIEWS = ("default", "drop-bos", "token-norm", "top1pc", "top3pc")
-
-
-@dataclass(frozen=True)
-class Component:
-    """One view component: its name (a pattern for families such as top{k}pc), its stage, what it does."""
-
-    name: str
-    stage: str  # "tokens" or "pooled"
-    description: str
-    pattern: str | None = None
-
-    def matches(self, text: str):
-        return re.fullmatch(self.pattern, text) if self.pattern else (text == self.name or None)
-
-
-COMPONENTS = (
-    Component("drop-bos", "tokens", "pool from the first non-BOS token"),
-    Component("token-norm", "tokens", "each token state divided by its norm before pooling"),
-    Component("top{k}pc", "pooled", "remove the top-k principal directions of each layer's centred pooled matrix",
-              pattern=r"top([1-9][0-9]*)pc"),
-)
+#: Every stored variant, in a fixed order.
+VARIANTS = pooled_variants()
 
 
 @dataclass(frozen=True)
 class PassageView:
-    """A parsed passage view. ``name`` is canonical (components in stage order).
+    """A parsed passage view. ``name`` is canonical (components in slot order); ``steps`` its components.
 
     >>> v = parse_view("top1pc+token-norm")
     >>> v.name, v.variant, v.top_pcs
@@ -58,60 +41,80 @@ class PassageView:
     """
 
     name: str
-    drop_bos: bool = False
-    token_norm: bool = False
-    top_pcs: int = 0
+    steps: tuple = ()
 
     @property
     def variant(self) -> str:
-        """The stored pooled vectors this view starts from."""
-        return variant_name(self.drop_bos, self.token_norm)
+        """The stored pooled vectors this view starts from: its steps before pooling."""
+        return "+".join(s.text for s in self.steps if _before_pooling(s)) or "default"
+
+    @property
+    def top_pcs(self) -> int:
+        """How many principal directions the view removes from the pooled matrices (0: none)."""
+        return next((s.k for s in self.steps if s.component.slot == "principal directions"), 0)
+
+    @property
+    def pooled_stage(self) -> tuple:
+        """Its steps after pooling (views of one variant differ by these alone)."""
+        return tuple(s for s in self.steps if s.component.pooled)
+
+    @property
+    def weighs_by_norm(self) -> bool:
+        """Whether its pooling weights need the token norms."""
+        return any(s.component.weigh for s in self.steps)
+
+    def has(self, component: str) -> bool:
+        """Whether the view holds the component of that name (``top{k}pc`` for any k).
+
+        >>> parse_view("drop-bos+top2pc").has("drop-bos"), parse_view("top2pc").has("top{k}pc")
+        (True, True)
+        """
+        return any(s.component.name == component for s in self.steps)
+
+    def pooling_weights(self, mask: torch.Tensor, first_is_bos: torch.Tensor, norms: torch.Tensor | None) -> torch.Tensor:
+        """``(B, T)`` float64 weights whose product with a layer's states ``(B, T, d)`` gives the view's
+        pooled vectors: the tokens it keeps (``mask`` marks real tokens, ``first_is_bos`` the passages
+        whose first real token is a BOS) divided by their number, then weighed (``norms``: the token
+        norms, for token-norm).
+
+        >>> parse_view("drop-bos").pooling_weights(torch.tensor([[1, 1, 1, 0]]), torch.tensor([True]), None).tolist()
+        [[0.0, 0.5, 0.5, 0.0]]
+        """
+        keep = mask.to(torch.float64)
+        for step in self.steps:
+            if step.component.keep:
+                keep = step.component.keep(keep, first_is_bos)
+        weights = keep / keep.sum(dim=1, keepdim=True).clamp_min(1.0)
+        for step in self.steps:
+            if step.component.weigh:
+                weights = step.component.weigh(weights, norms)
+        return weights
+
+    def after_pooling(self, stack):
+        """The view's stage after pooling applied to a layer stack of pooled matrices (the stack itself
+        when it has none); a fitted stage keeps what it fitted in ``.fit``."""
+        for step in self.steps:
+            if step.component.pooled:
+                stack = step.component.pooled(stack, step.k)
+        return stack
 
 
-def variant_name(drop_bos: bool, token_norm: bool) -> str:
-    """``default``, ``drop-bos``, ``token-norm`` or ``drop-bos+token-norm``.
-
-    >>> variant_name(True, True)
-    'drop-bos+token-norm'
-    """
-    parts = [n for n, on in (("drop-bos", drop_bos), ("token-norm", token_norm)) if on]
-    return "+".join(parts) or "default"
-
-
-#: Every stored variant, in a fixed order.
-VARIANTS = ("default", "drop-bos", "token-norm", "drop-bos+token-norm")
+def _before_pooling(step) -> bool:
+    return bool(step.component.keep or step.component.weigh)
 
 
 def parse_view(text: str) -> PassageView:
     """One view from its text; a one-line error names what is not a passage-mode component.
 
     >>> parse_view("default"), parse_view("drop-bos+top3pc").top_pcs
-    (PassageView(name='default', drop_bos=False, token_norm=False, top_pcs=0), 3)
+    (PassageView(name='default', steps=()), 3)
     >>> parse_view("drop-pos0")
     Traceback (most recent call last):
     ...
-    effdepth.errors.EffdepthError: view 'drop-pos0' is not a passage-mode view (drop-pos0 is token mode's, for --pooling none); passage views combine drop-bos, token-norm, top{k}pc with '+', or use 'paper'
+    effdepth.errors.EffdepthError: view 'drop-pos0' is not a passage-mode view (drop-pos0 is token mode's, for --pooling none); passage-mode views combine drop-bos, token-norm, top{k}pc with '+', or use 'paper'
     """
-    name = str(text).strip()
-    if name == "default":
-        return PassageView("default")
-    found: dict = {}
-    for part in name.split("+"):
-        part = part.strip()
-        component = next((c for c in COMPONENTS if c.matches(part)), None)
-        if component is None:
-            token_mode = " is token mode's, for --pooling none" if part in ("drop-pos0", "pos0-only", "center") or \
-                part.endswith("-shared") else " is not a component"
-            raise EffdepthError(f"view {name!r} is not a passage-mode view ({part}{token_mode}); passage views combine "
-                                "drop-bos, token-norm, top{k}pc with '+', or use 'paper'")
-        if component.name in found:
-            raise EffdepthError(f"view {name!r} names {component.name} twice; give each component once")
-        match = component.matches(part)
-        found[component.name] = int(match.group(1)) if component.pattern else True
-    top = found.get("top{k}pc", 0)
-    view = PassageView("", drop_bos="drop-bos" in found, token_norm="token-norm" in found, top_pcs=top)
-    parts = [n for n in ("drop-bos", "token-norm") if found.get(n)] + ([f"top{top}pc"] if top else [])
-    return PassageView("+".join(parts), view.drop_bos, view.token_norm, view.top_pcs)
+    steps = parse_steps(text, "passage")
+    return PassageView("+".join(s.text for s in steps) or "default", steps)
 
 
 def parse_views(views) -> list:

@@ -3,8 +3,10 @@
 Called once per layer as the states come out of a block, so the states of
 a batch are never held for all layers at once. Every variant of a layer is
 one weighted sum over the passage's tokens: ``weights (B, V, T) @ states
-(B, T, d)``, the weights being the mask (padding never enters), divided by
-the number of tokens kept, and for token-norm by each token's norm.
+(B, T, d)``, each variant's weights made by its view components
+(:meth:`~effdepth.numerics.passage_views.PassageView.pooling_weights`: the
+tokens kept, padding never among them, divided by their number, and for
+token-norm by each token's norm).
 
 Besides the pooled vectors, three per-token sums per passage and layer feed
 the update diagnostic and block influence (docs/method.md, section 9):
@@ -14,6 +16,8 @@ the update diagnostic and block influence (docs/method.md, section 9):
 from __future__ import annotations
 
 import torch
+
+from .passage_views import parse_view
 
 #: The per-token sums kept per passage and layer l = 1..L.
 TOKEN_SUMS = ("cos_prev", "update_norm", "prev_norm")
@@ -29,23 +33,7 @@ def pooling_weights(mask: torch.Tensor, first_is_bos: torch.Tensor, variants, no
     >>> w[0].tolist()
     [[0.3333333333333333, 0.3333333333333333, 0.3333333333333333, 0.0], [0.0, 0.5, 0.5, 0.0]]
     """
-    real = mask.to(torch.float64)
-    first = _first_real(mask)
-    dropped = real.clone()
-    dropped[torch.arange(real.shape[0], device=real.device)[first_is_bos], first[first_is_bos]] = 0.0
-    rows = []
-    for variant in variants:
-        keep = dropped if "drop-bos" in variant else real
-        w = keep / keep.sum(dim=1, keepdim=True).clamp_min(1.0)
-        if "token-norm" in variant:
-            w = w / torch.where(norms > 0, norms, 1.0)  # a zero state stays zero
-        rows.append(w)
-    return torch.stack(rows, dim=1)
-
-
-def _first_real(mask: torch.Tensor) -> torch.Tensor:
-    """The position of each passage's first real token (right or left padding)."""
-    return mask.to(torch.int64).argmax(dim=1)
+    return torch.stack([parse_view(v).pooling_weights(mask, first_is_bos, norms) for v in variants], dim=1)
 
 
 def pool_layer(states: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -96,7 +84,7 @@ class PassagePooler:
     def __init__(self, variants, num_layers: int):
         self.variants = tuple(variants)
         self.num_layers = int(num_layers)
-        self.norm_variants = any("token-norm" in v for v in self.variants)
+        self.norm_variants = any(parse_view(v).weighs_by_norm for v in self.variants)
         self.pooled: torch.Tensor | None = None
         self.sums: torch.Tensor | None = None
         self._mask = self._first_is_bos = self._plain_weights = None

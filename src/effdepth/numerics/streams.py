@@ -33,24 +33,14 @@ import torch
 
 from ..errors import EffdepthError
 from .accumulate import STAT_KEYS, SequenceSums, chunk_tokens_for, sums_in_chunks
-from .cka import (
-    GRAM_BUDGET_BYTES,
-    MIN_TOKENS,
-    CkaPairs,
-    ViewUnavailable,
-    cka_set_key,
-    cka_token_sets,
-    gram_view,
-    require_cka_view,
-    view_token_states,
-)
+from .cka import GRAM_BUDGET_BYTES, MIN_TOKENS, CkaPairs, ViewUnavailable, cka_set_key, cka_token_sets, require_cka_view
 from .cka_full import FULL_BUDGET_BYTES, PooledCka, check_cka_full_memory
 from .metrics import NO_COSINE_SUMMARIES
 from .fits import PC_ESTIMATES, ViewFits, fit_description
 from .sequences import check_finite, check_finite_states, real_counts, real_sequences
 from .similarities import KERNEL_SIMILARITIES, get_similarity, keeps_cosine_sums, validate_similarities
 from .statistics import UnitStatistics
-from .views import ViewSpec, check_width, fitted_transform, parse_views, token_transform
+from .views import ViewSpec, check_width, parse_views
 
 def stream_statistics(spec: ViewSpec, similarities, statistics: tuple = STAT_KEYS) -> tuple:
     """The additive statistics a view's stream keeps: ``statistics``, or only the token counts
@@ -69,8 +59,7 @@ def stream_statistics(spec: ViewSpec, similarities, statistics: tuple = STAT_KEY
     >>> len(stream_statistics(parse_views("top1pc")[0], ("cka", "frobenius")))
     10
     """
-    transformed = spec.token_norm or spec.needs_fit
-    return ("n",) if transformed and not keeps_cosine_sums(similarities) else tuple(statistics)
+    return ("n",) if spec.transforms and not keeps_cosine_sums(similarities) else tuple(statistics)
 
 
 class ViewAccumulator:
@@ -253,8 +242,8 @@ class ViewAccumulator:
         # a checkpoint then saves is every whole batch.
         new_units: dict = {k: [] for k in self._units}
         pooled_states: dict = {k: [] for k in self._pooled}
-        gram_views = self._gram_views()
-        pairs = self._cka.pending(gram_views)
+        kernel_views = self._kernel_views()
+        pairs = self._cka.pending(kernel_views)
         streams = {key: info for key, info in self.streams.items() if key not in self._fits.unfitted}
         sequences = tokens = 0
         for seq in real_sequences(states, mask):
@@ -272,8 +261,9 @@ class ViewAccumulator:
                 check_finite_states(seq, states.dtype)
             pairs.add(index, seq)
             for key in pooled_states:
-                if key in gram_views:
-                    pooled_states[key].append(view_token_states(seq, gram_views[key]))
+                if key in kernel_views:
+                    spec, fit = kernel_views[key]
+                    pooled_states[key].append(spec.view_states(seq, fit, centred=True))
         pooled = {k: self._pooled[k].prepare(torch.cat(parts, dim=1)) for k, parts in pooled_states.items() if parts}
         # The pairs first: holding this batch's unpaired sequence copies it, the last allocation.
         self._cka.commit(pairs)
@@ -286,9 +276,9 @@ class ViewAccumulator:
         self.tokens += tokens
         self.padding_rows += states.shape[1] - sequences
 
-    def _gram_views(self) -> dict:
-        """What cka needs of each token set, with the fitted PCs of its stream."""
-        return {key: gram_view(spec, self._fits.fits.get(spec.stream)) for key, spec in self.cka_sets.items()
+    def _kernel_views(self) -> dict:
+        """Each kernel token set's view and its stream's fit, ``(spec, fit)`` (not for an unfitted stream)."""
+        return {key: (spec, self._fits.fits.get(spec.stream)) for key, spec in self.cka_sets.items()
                 if spec.stream not in self._fits.unfitted}
 
     def _sequence_statistics(self, seq: torch.Tensor, streams: dict) -> dict:
@@ -304,7 +294,8 @@ class ViewAccumulator:
         sums = {key: SequenceSums(self.include_embedding, self._stream_keys[key]) for key in streams if key not in out}
         if not sums:
             return out
-        transforms = {key: partial(_stream_transform, spec=streams[key]["spec"], fit=self._fits.fits.get(key)) for key in sums}
+        # Each stream's one per-token transform; its positions are its parts.
+        transforms = {key: partial(streams[key]["spec"].transform, fit=self._fits.fits.get(key)) for key in sums}
         out.update(sums_in_chunks(seq, sums, transforms, self.chunk_tokens or chunk_tokens_for(seq)))
         return out
 
@@ -530,12 +521,8 @@ class ViewAccumulator:
 
 
 def _selection_hint(spec: ViewSpec) -> str:
-    return " (every sequence has a single token, and drop-pos0 removes it)" if spec.selection == "drop-pos0" else ""
-
-
-def _stream_transform(chunk: torch.Tensor, spec: ViewSpec, fit: dict | None) -> torch.Tensor:
-    """A stream's per-token transform of a float64 chunk of states (token-norm, then its fit)."""
-    return fitted_transform(token_transform(chunk, spec), spec, fit)
+    """Why a view that keeps all but position 0 has no token at all."""
+    return f" (every sequence has a single token, and {spec.selection} removes it)" if spec.parts == ("rest",) else ""
 
 
 def _empty_like(stats: dict) -> dict:

@@ -1,6 +1,6 @@
-"""Views: transforms applied identically to every layer's states (docs/method.md#views).
+"""Token mode's views: components joined with ``+``, applied identically to every layer (docs/method.md#views).
 
-A view is written as components joined with ``+``:
+The components are registered specs (:mod:`effdepth.numerics.view_components`):
 
 - selections ``drop-pos0`` / ``pos0-only`` (position 0 is each sequence's
   first real token);
@@ -15,50 +15,83 @@ order: **selection, then token-norm, then center, then top-k PC**. So
 commute anyway), and ``center+drop-pos0`` centres on the tokens that remain
 after dropping position 0. Means and principal directions are fitted on the
 view's own token set after the transforms before them.
+
+:meth:`ViewSpec.transform` is the one per-token transform of a view: the
+additive streams apply it to chunks of a sequence, cka and cka-full to the
+kept positions (:meth:`ViewSpec.view_states`), skipping what their own
+centring removes.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import torch
 
 from ..errors import EffdepthError
+from .view_components import PARTS, parse_steps
 
 PAPER_VIEWS = ("default", "drop-pos0", "pos0-only", "token-norm", "top1pc", "token-norm+drop-pos0")
-SELECTIONS = ("drop-pos0", "pos0-only")
-_TOPK = re.compile(r"^top(\d+)pc(-shared)?$")
-PARTS = ("pos0", "rest")
 
 
 @dataclass(frozen=True)
 class ViewSpec:
-    """One parsed view. ``name`` is kept as the user wrote it.
+    """One parsed view: ``name`` as the user wrote it, ``steps`` its components in the order they apply.
 
     >>> v = parse_view("token-norm+drop-pos0")
-    >>> v.selection, v.token_norm, v.parts
-    ('drop-pos0', True, ('rest',))
+    >>> v.selection, v.canonical, v.parts
+    ('drop-pos0', 'drop-pos0+token-norm', ('rest',))
     """
 
     name: str
-    selection: str | None = None
-    token_norm: bool = False
-    center: bool = False
-    top_pcs: int = 0
-    shared_pcs: bool = False
+    steps: tuple = ()
+
+    def _step(self, slot: str):
+        return next((s for s in self.steps if s.component.slot == slot), None)
 
     @property
-    def needs_fit(self) -> bool:
-        return self.center or self.top_pcs > 0
+    def canonical(self) -> str:
+        """The view's components in the order they apply: the name its saved statistics go by."""
+        return "+".join(s.text for s in self.steps) or "default"
+
+    @property
+    def selection(self) -> str | None:
+        """The component that picks positions (``drop-pos0``, ``pos0-only``), if any."""
+        step = self._step("selection")
+        return None if step is None else step.text
+
+    @property
+    def top_pcs(self) -> int:
+        """How many principal directions the view removes (0: none)."""
+        step = self._step("principal directions")
+        return 0 if step is None else step.k
 
     @property
     def parts(self) -> tuple:
-        if self.selection == "drop-pos0":
-            return ("rest",)
-        if self.selection == "pos0-only":
-            return ("pos0",)
-        return PARTS
+        """Which of position 0 and the rest of each sequence the view keeps."""
+        step = self._step("selection")
+        return PARTS if step is None else step.component.parts
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The most tokens of a sequence the view keeps (``None``: no limit)."""
+        step = self._step("selection")
+        return None if step is None else step.component.max_tokens
+
+    @property
+    def needs_fit(self) -> bool:
+        """Whether a step acts with a fit (a mean, principal directions) estimated first."""
+        return any(s.component.apply for s in self.steps)
+
+    @property
+    def needs_covariance(self) -> bool:
+        """Whether its fit needs each layer's covariance, not only its mean."""
+        return any(s.component.fit for s in self.steps)
+
+    @property
+    def transforms(self) -> bool:
+        """Whether the view changes the states it keeps (not a selection alone)."""
+        return any(s.component.tokens or s.component.apply for s in self.steps)
 
     @property
     def stream(self) -> tuple:
@@ -66,29 +99,64 @@ class ViewSpec:
 
         Selections only pick parts, unless a fit depends on the token set.
         """
-        return (
-            self.token_norm,
-            self.center,
-            self.top_pcs,
-            self.shared_pcs,
-            self.selection if self.needs_fit else None,
-        )
+        return (tuple(s.text for s in self.steps if not s.component.select), self.selection if self.needs_fit else None)
 
     @property
     def fit_key(self) -> tuple:
-        """Views with the same fit key fit their means / PCs on the same data."""
-        return (self.token_norm, self.selection)
+        """Views with the same fit key fit their means / PCs on the same data: the steps before the fitted ones."""
+        return tuple(s.text for s in self.steps if not s.component.apply)
 
-    @property
-    def canonical(self) -> str:
-        parts = [self.selection] if self.selection else []
-        if self.token_norm:
-            parts.append("token-norm")
-        if self.center:
-            parts.append("center")
-        if self.top_pcs:
-            parts.append(f"top{self.top_pcs}pc" + ("-shared" if self.shared_pcs else ""))
-        return "+".join(parts) or "default"
+    def select(self, states: torch.Tensor) -> torch.Tensor:
+        """The positions of one sequence ``(M, T, d)`` the view keeps (a slice, not a copy)."""
+        step = self._step("selection")
+        return states if step is None else step.component.select(states)
+
+    def before_fit(self, states: torch.Tensor) -> torch.Tensor:
+        """The per-token steps that come before any fitted one: what a fit is estimated on."""
+        for step in self.steps:
+            if step.component.tokens:
+                states = step.component.tokens(states)
+        return states
+
+    def transform(self, states: torch.Tensor, fit: dict | None = None, *, centred: bool = False) -> torch.Tensor:
+        """Every per-token step, in order, of float states ``(M, T, d)`` (any positions; the selection
+        is :meth:`select`'s): token-norm, then the fitted steps with ``fit``. ``centred``: the caller
+        centres each layer over the tokens itself, so the steps that centring removes anyway
+        (``centred_away``: center) are skipped.
+
+        >>> v = parse_view("token-norm+center")
+        >>> x = torch.tensor([[[3.0, 0.0], [0.0, 2.0]]], dtype=torch.float64)
+        >>> v.transform(x, centred=True).tolist()
+        [[[1.0, 0.0], [0.0, 1.0]]]
+        >>> v.transform(x, {"mean": torch.tensor([[0.5, 0.5]], dtype=torch.float64)}).tolist()
+        [[[0.5, -0.5], [-0.5, 0.5]]]
+        """
+        for step in self.steps:
+            component = step.component
+            if component.tokens:
+                states = component.tokens(states)
+            elif component.apply and not (centred and component.centred_away):
+                if fit is None:
+                    raise ValueError(f"view {self.name!r} needs its fit first")
+                states = component.apply(states, fit, step.k)
+        return states
+
+    def view_states(self, states: torch.Tensor, fit: dict | None = None, *, dtype: torch.dtype = torch.float64,
+                    centred: bool = False) -> torch.Tensor:
+        """One sequence's kept positions ``(M, n, d)``, in ``dtype``, through :meth:`transform`.
+
+        >>> parse_view("drop-pos0").view_states(torch.arange(3.0).reshape(1, 3, 1)).flatten().tolist()
+        [1.0, 2.0]
+        """
+        return self.transform(self.select(states).to(dtype), fit, centred=centred)
+
+    def check_width(self, width: int) -> None:
+        """One-line error when the view would remove k >= d principal directions (everything)."""
+        if self.top_pcs >= width:
+            raise EffdepthError(
+                f"view {self.name!r} removes {self.top_pcs} principal directions, but the states have width d = {width}: "
+                f"with k >= d nothing but rounding noise is left; use top{{k}}pc with k < {width}"
+            )
 
 
 def parse_view(text: str) -> ViewSpec:
@@ -96,36 +164,13 @@ def parse_view(text: str) -> ViewSpec:
 
     >>> parse_view("top2pc").top_pcs
     2
+    >>> parse_view("bogus")
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: unknown view component 'bogus' in 'bogus'; token-mode views combine drop-pos0, pos0-only, token-norm, center, top{k}pc, top{k}pc-shared with '+', or use 'paper'
     """
-    name = text.strip()
-    if not name:
-        raise EffdepthError("empty view name; use e.g. --views default,drop-pos0,token-norm,top1pc")
-    fields: dict = {}
-    for comp in name.split("+"):
-        comp = comp.strip()
-        if comp == "default":
-            continue
-        if comp in SELECTIONS:
-            key, value = "selection", comp
-        elif comp == "token-norm":
-            key, value = "token_norm", True
-        elif comp == "center":
-            key, value = "center", True
-        elif m := _TOPK.match(comp):
-            k = int(m.group(1))
-            if k < 1:
-                raise EffdepthError(f"view {name!r}: top-k PC removal needs k >= 1, got {k}")
-            key, value = "top_pcs", (k, bool(m.group(2)))
-        else:
-            raise EffdepthError(
-                f"unknown view component {comp!r} in {name!r}; known: default, drop-pos0, pos0-only, "
-                "token-norm, center, top{k}pc, top{k}pc-shared, joined with '+', or 'paper'"
-            )
-        if key in fields:
-            raise EffdepthError(f"view {name!r} has two {key.replace('_', '-')} components; use one")
-        fields[key] = value
-    top = fields.pop("top_pcs", (0, False))
-    return ViewSpec(name=name, top_pcs=top[0], shared_pcs=top[1], **fields)
+    name = str(text).strip()
+    return ViewSpec(name=name, steps=parse_steps(name, "token"))
 
 
 def parse_views(views) -> list:
@@ -161,37 +206,4 @@ def check_width(views, width: int) -> None:
     effdepth.errors.EffdepthError: view 'top16pc' removes 16 principal directions, but the states have width d = 16: with k >= d nothing but rounding noise is left; use top{k}pc with k < 16
     """
     for spec in parse_views(views):
-        if spec.top_pcs >= width:
-            raise EffdepthError(
-                f"view {spec.name!r} removes {spec.top_pcs} principal directions, but the states have width d = {width}: "
-                f"with k >= d nothing but rounding noise is left; use top{{k}}pc with k < {width}"
-            )
-
-
-def token_transform(states: torch.Tensor, spec: ViewSpec) -> torch.Tensor:
-    """The per-token part of a view (token-norm), before any fitted step."""
-    if spec.token_norm:
-        norms = states.norm(dim=-1, keepdim=True)
-        states = states / torch.where(norms > 0, norms, torch.ones_like(norms))
-    return states
-
-
-def fitted_transform(states: torch.Tensor, spec: ViewSpec, fit: dict | None) -> torch.Tensor:
-    """The fitted part of a view (center, top-k PC removal) on ``(M, T, d)`` float64 states."""
-    if not spec.needs_fit:
-        return states
-    if spec.center:
-        states = states - fit["mean"][:, None, :].to(states)
-    if spec.top_pcs:
-        states = remove_directions(states, fit["pcs"].to(states))  # pcs (M or 1, d, k)
-    return states
-
-
-def remove_directions(states: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
-    """``states - (states V) V^T``: ``states`` ``(..., T, d)`` without the span of the orthonormal
-    ``directions`` ``(..., d, k)``.
-
-    >>> remove_directions(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([[1.0], [0.0]])).tolist()
-    [[0.0, 2.0], [0.0, 4.0]]
-    """
-    return states - (states @ directions) @ directions.transpose(-1, -2)
+        spec.check_width(width)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from effdepth.errors import EffdepthError
 from effdepth.numerics import cka as cka_module
 from effdepth.numerics.bootstrap import bootstrap_intervals
-from effdepth.numerics.cka import CKA_KEYS, GramView, ViewUnavailable, centred_view_states, cross_hsic, pair_cka
+from effdepth.numerics.cka import CKA_KEYS, ViewUnavailable, centred_view_states, cross_hsic, pair_cka
 from effdepth.numerics.cka_full import PooledCka, check_cka_full_memory
 from effdepth.numerics.metrics import full_metrics, scalar_metrics, similarity_matrix
 from effdepth.numerics.references import reference_fl, reference_from_energies
@@ -355,7 +355,7 @@ def test_centring_sums_the_mean_in_float64():
     # A float32 sum of 4096 values of 1e4 and 1 would lose the ones; the mean is summed in float64.
     z = torch.ones(1, 4096, 2)
     z[0, 0] = 1e4
-    y = centred_view_states(z, GramView())
+    y = centred_view_states(z, parse_views("default")[0])
     assert y.dtype == torch.float32
     want = z.double() - z.double().mean(dim=1, keepdim=True)
     torch.testing.assert_close(y.double(), want, rtol=0, atol=1e-3)

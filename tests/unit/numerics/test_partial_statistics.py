@@ -14,7 +14,7 @@ from effdepth.numerics.similarity import deff
 from effdepth.numerics.streams import ViewAccumulator
 from effdepth.numerics.surrogate import _Source, update_energies
 from effdepth.numerics.fits import FitAccumulator
-from effdepth.numerics.views import parse_view, token_transform
+from effdepth.numerics.views import parse_view
 
 
 def states(L=4, B=3, T=11, d=7, seed=0):
@@ -90,12 +90,11 @@ def test_the_fit_fed_parts_layer_by_layer_equals_one_concatenated_update(view):
     spec = parse_view(view)
     s = states(B=3, T=9)
     parts = [s[:, b] for b in range(3)]
-    transform = (lambda z: token_transform(z, spec)) if spec.token_norm else None
     by_parts, joined, streamed = FitAccumulator(), FitAccumulator(), FitAccumulator()
-    by_parts.update(parts, transform)
-    joined.update(token_transform(torch.cat(parts, dim=1), spec))
+    by_parts.update(parts, spec.before_fit)
+    joined.update(spec.before_fit(torch.cat(parts, dim=1)))
     for p in parts:  # Chan's merge, one sequence at a time
-        streamed.update(token_transform(p, spec))
+        streamed.update(spec.before_fit(p))
     for other in (joined, streamed):
         np.testing.assert_allclose(by_parts.mean.numpy(), other.mean.numpy(), rtol=1e-12)
         np.testing.assert_allclose(by_parts.scatter.numpy(), other.scatter.numpy(), rtol=1e-10, atol=1e-9)

@@ -233,22 +233,20 @@ def correlated_layers(L=5, n=400, d=48, seed=5):
 
 @pytest.mark.parametrize("views", [("top1pc",), ("top2pc", "top1pc-shared", "center"), ("token-norm+top2pc",)])
 def test_a_fit_streamed_in_parts_equals_the_naive_fit_of_all_states(views):
-    from effdepth.numerics.views import token_transform
-
     s = correlated_layers()
     specs = [parse_view(v) for v in views]
-    transform = (lambda z: token_transform(z, specs[0])) if specs[0].token_norm else None
+    token_norm = "token-norm" in views[0]
     acc = FitAccumulator()
     for part in (s[:, :150], [s[:, 150:170], s[:, 170:]]):
-        acc.update(part, transform)
-    y = s.double() / (s.double().norm(dim=-1, keepdim=True) if specs[0].token_norm else 1.0)
+        acc.update(part, specs[0].before_fit)
+    y = s.double() / (s.double().norm(dim=-1, keepdim=True) if token_norm else 1.0)
     mean = y.mean(1)
     cov = (y - mean[:, None]).transpose(1, 2) @ (y - mean[:, None]) / y.shape[1]
     for spec in specs:
         fit = acc.fit(spec)
         torch.testing.assert_close(fit["mean"], mean, rtol=1e-12, atol=1e-12)
         if spec.top_pcs:
-            c = cov.mean(0, keepdim=True) if spec.shared_pcs else cov
+            c = cov.mean(0, keepdim=True) if spec.name.endswith("-shared") else cov
             want = np.linalg.eigh(c.numpy())[1][..., -spec.top_pcs :]
             got = fit["pcs"].numpy()
             np.testing.assert_allclose(got @ got.transpose(0, 2, 1), want @ want.transpose(0, 2, 1), atol=1e-9)
@@ -320,7 +318,7 @@ def test_a_fit_fed_from_a_reused_buffer_takes_each_batch_as_it_was_fed():
 @pytest.mark.parametrize("k", [1, 2, 5])
 @pytest.mark.parametrize("batched", [False, True])
 def test_removing_directions_equals_the_naive_projection(k, batched):
-    from effdepth.numerics.views import remove_directions
+    from effdepth.numerics.fits import remove_directions
 
     g = torch.Generator().manual_seed(k)
     shape = (3, 7, 11) if batched else (7, 11)
