@@ -41,10 +41,9 @@ test-integration: setup
 test-acceptance: setup
 	$(PY) -m pytest -q -m acceptance
 
+# The CPU benchmarks, their output written into docs/benchmarks.md (benchmarks/document.py).
 bench: setup
-	$(PY) benchmarks/overhead.py
-	$(PY) benchmarks/passages.py
-	$(PY) benchmarks/analysis_cost.py
+	$(PY) benchmarks/document.py
 
 clean:
 	rm -rf runs .pytest_cache .hypothesis

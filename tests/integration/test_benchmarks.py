@@ -1,4 +1,4 @@
-"""The benchmark scripts stay runnable (their numbers live in the README, not in tests)."""
+"""The benchmark scripts stay runnable (their numbers live in docs/benchmarks.md, written by make bench, never in tests)."""
 
 import subprocess
 import sys
@@ -136,3 +136,25 @@ def test_the_analysis_cost_model_counts_the_stacks_the_analysis_computes(monkeyp
     flops = [analysis_cost.stack_flops(n, m, d, resamples) for m, n, d, _ in shapes]
     assert [("grams" in f) for f in flops] == [route == "gram" for *_, route in shapes]
     assert sum(sum(f.values()) for f in flops) == analysis_cost.analysis_flops(samples, layers, width, resamples, PAPER_VIEWS)
+
+def test_make_bench_writes_each_benchmark_output_into_the_page(tmp_path, monkeypatch):
+    document = benchmark_module("document")
+    (tmp_path / "ok.py").write_text("import sys; print('ratio 1.01', sys.argv[1:])")
+    (tmp_path / "broken.py").write_text("raise SystemExit('no model here')")
+    monkeypatch.setattr(document, "HERE", tmp_path)
+    page = tmp_path / "benchmarks.md"
+    monkeypatch.setattr(document, "SECTIONS", (document.Section("One", "What it measures.", "ok.py", ("--full",), ("--small",)),))
+    document.main(["--out", str(page), "--quick"])
+    text = page.read_text()
+    assert "## One" in text and "What it measures." in text and "ratio 1.01 ['--small']" in text
+    assert "python benchmarks/ok.py --small" in text and "## On a GPU" in text and "Not measured" in text
+
+    gpu = tmp_path / "gpu.txt"
+    gpu.write_text("device: H200")
+    document.main(["--out", str(page), "--gpu-output", str(gpu)])
+    assert "ratio 1.01 ['--full']" in page.read_text() and "device: H200" in page.read_text()
+
+    monkeypatch.setattr(document, "SECTIONS", (document.Section("Two", "x", "broken.py"),))
+    with pytest.raises(SystemExit, match="broken.py failed"):
+        document.main(["--out", str(page)])
+    assert "device: H200" in page.read_text()  # a failed run leaves the page as it was

@@ -1,0 +1,149 @@
+"""Run the CPU benchmarks and write their output into docs/benchmarks.md (``make bench``).
+
+Each benchmark runs in its own process, one after the other, and its
+printed figures go into the page verbatim under a fixed explanation of what
+is measured and against what; nothing in the page is typed by hand, so it
+holds the current numbers only. A GPU's figures come from
+``benchmarks/gpu.py`` run on that machine; ``--gpu-output FILE`` puts its
+saved output into the page too.
+
+    python benchmarks/document.py [--out docs/benchmarks.md] [--gpu-output gpu.txt] [--quick]
+
+``--quick`` runs every benchmark at its smallest size (a check that the
+page can be made, not figures to publish).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Section:
+    """One benchmark in the page: its title, what it measures, and how it is run."""
+
+    title: str
+    explanation: str
+    script: str
+    args: tuple = ()
+    quick_args: tuple = ()
+
+    def command(self, quick: bool) -> list:
+        return [sys.executable, str(HERE / self.script), *(self.quick_args if quick else self.args)]
+
+
+SECTIONS = (
+    Section(
+        "Passage mode (the default): the forward against a bare decoder forward",
+        "Over the same passages, batches and order, rounds alternate a bare forward of the decoder\n"
+        "stack (no LM head, no hooks) and the same loop with effdepth's pooling hooks (every paper-view\n"
+        "variant pooled in float64). Target: at most 1.05. The analysis of the same pooled vectors\n"
+        "(paper views, both CKA estimators, 1,000 resamples, calibrated references) is timed beside it.",
+        "passages.py", ("--num-seqs", "64", "--repeats", "3"), ("--num-seqs", "16", "--repeats", "1"),
+    ),
+    Section(
+        "The analysis at paper16 sizes: a cost model",
+        "`analysis_cost.py` counts the float64 flops of every HSIC stack the analysis forms (a test\n"
+        "checks the count against the stacks the analysis computes), checks the count against measured\n"
+        "time here, projects the analysis against the bfloat16 forward at Table 2's sizes on one H200\n"
+        "(N = 10,000 passages of 512 tokens, 1,000 resamples, paper views), and sizes its memory under\n"
+        "the default `--max-memory`.",
+        "analysis_cost.py", ("--repeats", "2"), ("--repeats", "1"),
+    ),
+    Section(
+        "Token mode (`--pooling none`)",
+        "On SmolLM2-135M (float32), each ratio within interleaved rounds against what a user would\n"
+        "otherwise run: a plain forward of the whole model, the default view, frobenius, the run\n"
+        "without calibrated references, and a naive `output_hidden_states` baseline; peak memory\n"
+        "in fresh processes at 1x, 4x and 8x the tokens.",
+        "overhead.py", ("--repeats", "3"), ("--repeats", "1", "--num-seqs", "2", "--seq-len", "64"),
+    ),
+)
+
+INTRO = """# Benchmarks
+
+The current figures, written by `make bench` (`benchmarks/document.py`) from
+the benchmarks' own output; nothing here is typed by hand. Speed claims are
+ratios taken in one run on one machine; seconds are for orientation. On a
+shared machine a ratio's rounds can spread by tens of percent: a median
+within that spread of its target is neither met nor missed there.
+
+Machine: {machine}.
+"""
+
+GPU_MISSING = """## On a GPU
+
+Not measured on this page's machine. On a CUDA machine,
+`python benchmarks/gpu.py --json gpu.json | tee gpu.txt` times passage mode
+(the pooled forward against a bare bfloat16 forward, target at least 0.95 of
+its tokens/s; the analysis on the GPU against the cost model at the GPU's
+measured float64 rate) and token mode (default cka against a bare bfloat16
+forward, target at least 0.8); `python benchmarks/document.py --gpu-output
+gpu.txt` then puts its figures here.
+"""
+
+
+def machine() -> str:
+    """The machine in words: processor, threads, torch.
+
+    >>> "threads" in machine()
+    True
+    """
+    return (f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+            f"Python {platform.python_version()}, torch {torch.__version__}")
+
+
+def run_section(section: Section, quick: bool) -> str:
+    """The section's markdown: its explanation and the benchmark's printed output."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    done = subprocess.run(section.command(quick), capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        tail = " ".join(done.stderr.split()[-40:])
+        raise SystemExit(f"benchmarks/{section.script} failed (exit {done.returncode}): {tail}")
+    command = " ".join(["python", f"benchmarks/{section.script}", *(section.quick_args if quick else section.args)])
+    return f"## {section.title}\n\n{section.explanation}\n\n`{command}`:\n\n```\n{done.stdout.strip()}\n```\n"
+
+
+def gpu_section(path: Path | None) -> str:
+    if path is None:
+        return GPU_MISSING
+    return ("## On a GPU\n\n`python benchmarks/gpu.py` on the GPU named in its first line:\n\n"
+            f"```\n{path.read_text().strip()}\n```\n")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a stopped run leaves the old page whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as fh:
+        fh.write(text)
+    os.replace(fh.name, path)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=HERE.parent / "docs" / "benchmarks.md")
+    parser.add_argument("--gpu-output", type=Path, help="the saved output of benchmarks/gpu.py on a GPU")
+    parser.add_argument("--quick", action="store_true", help="smallest sizes: checks the page can be made")
+    args = parser.parse_args(argv)
+    parts = [INTRO.format(machine=machine())]
+    for section in SECTIONS:
+        print(f"running benchmarks/{section.script} ...", file=sys.stderr, flush=True)
+        parts.append(run_section(section, args.quick))
+    parts.append(gpu_section(args.gpu_output))
+    write_atomic(args.out, "\n".join(parts))
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
