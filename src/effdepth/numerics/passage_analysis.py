@@ -42,8 +42,9 @@ from .references import reference_fl
 from .sensitivity import sensitivity_numbers
 from .cka_full import binary_size
 from .passage_stacks import IsotropicSurrogate, Kept, MatchedSurrogate, PooledStates, Updates
-from .sample_hsic import (DEFAULT_BUDGET_BYTES, F64, MIN_SAMPLES, LayerStack, Units, hsic_route, layer_pairs,
-                          least_stack_bytes, resample_weights, resampled_hsic, stack_plan, stack_sums)
+from .hsic_plan import DEFAULT_BUDGET_BYTES, F64, hsic_route, least_stack_bytes, stack_plan
+from .hsic_resample import MIN_SAMPLES, Units, resample_weights, resampled_hsic
+from .sample_hsic import LayerStack, layer_pairs, stack_sums
 from .pooling import TOKEN_SUMS
 from .similarity import deff
 
@@ -145,7 +146,7 @@ def analysis_memory(samples: int, num_layers: int, width: int, plan: AnalysisPla
 
     - ``kept``: a view's L+1 float64 matrices stay in memory when they fit a quarter of the budget (else
       every use reads them again from the stored float32 vectors);
-    - ``stack``: the largest HSIC stack's plan within the rest (:func:`~.sample_hsic.stack_plan`: its
+    - ``stack``: the largest HSIC stack's plan within the rest (:func:`~.hsic_plan.stack_plan`: its
       route, resident layers or passes, tiles, resample chunk and peak);
     - ``eigen``: a top-k view's eigendecomposition, ``min(N, d)^2`` float64 (three copies);
     - ``least_bytes``: the least budget the analysis works in; ``peak_bytes``: what it holds at most.

@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .sample_hsic import F64, LayerStack, centred
+from .hsic_plan import F64
+from .sample_hsic import LayerStack, centred
 
 
 class PooledStates(LayerStack):

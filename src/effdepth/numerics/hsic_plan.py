@@ -1,0 +1,158 @@
+"""How a stack's HSIC sums are computed within a memory budget: the route, the tiles, the passes.
+
+Pure arithmetic on shapes (M matrices of N samples x d features, G units;
+:mod:`~effdepth.numerics.sample_hsic` computes what it plans).
+
+**Two routes to the same sums** (:func:`hsic_route` picks one per stack):
+
+- the *Gram route* forms ``K_m`` (N x N) in column tiles of whole units and
+  reduces each tile at once: 2 M N^2 d flops for the Grams, then N^2 per pair;
+- the *feature route* forms, per pair and unit, ``C_g = Yc_i[g]^T Yc_j[g]``
+  (d x d): 2 N d^2 + 2 G^2 d^2 flops per pair.
+
+The route of fewer flops is taken among those whose least working set fits
+the memory budget. The Gram route shares its M Grams among the M (M+1)/2
+pairs, so it wins unless N is large against d: the feature route is
+cheaper from about N > M d (1 + G^2 / N) / 2 (G = 1 without resamples;
+Pythia-70M's shape at N = 10,000 and G = 128: feature; every wider model of
+Table 2: Gram). The resamples stay on unit sums on both
+routes: on the feature side each pair of units costs a d x d inner product,
+cheap exactly when d is small, which is when that route is chosen.
+
+**Memory.** ``budget_bytes`` bounds what a stack holds: the unit sums, a few
+layers in flight, the Gram tiles (or the units' cross-products), and the
+centred layers kept resident when they fit in half of what is left (else
+they are produced again for every tile or block of layers: more passes over
+the stored vectors, the same numbers). :func:`least_stack_bytes` is the
+least budget a stack can work in.
+"""
+
+from __future__ import annotations
+
+#: Bytes a stack may hold unless told otherwise (``--max-memory``'s default).
+DEFAULT_BUDGET_BYTES = 4 << 30
+#: Bytes of one float64 value.
+F64 = 8
+#: N x d float64 layers a stack may have in flight besides what it keeps, at worst the matched surrogate's:
+#: its running sum, the previous and the current state, their difference and its permutation, and the
+#: centred copy the sums are made of.
+LAYERS_IN_FLIGHT = 6
+#: (R, M, N) arrays the resampling holds at once per chunk of resamples.
+RESAMPLE_ARRAYS = 6
+#: Resamples computed together at most.
+RESAMPLE_CHUNK = 128
+
+
+def route_flops(count: int, samples: int, width: int, units: int) -> dict:
+    """Float64 flops of one stack's unit sums by route (the resamples cost the same on both).
+
+    >>> f = route_flops(7, 10_000, 512, 128); f["feature"] < f["gram"]
+    True
+    >>> f = route_flops(65, 10_000, 5120, 128); f["feature"] < f["gram"]
+    False
+    """
+    m, n, d, g = count, samples, width, units
+    pairs = m * (m + 1) // 2
+    return {"gram": 2 * m * n * n * d + 2 * m * m * n * n,
+            "feature": 2 * pairs * n * d * d + 2 * pairs * g * g * d * d + 2 * m * n * d * g}
+
+
+def _unit_size(samples: int, units: int) -> int:
+    return -(-int(samples) // int(units))  # the largest unit: sizes differ by at most one
+
+
+def persisted_bytes(count: int, samples: int, units: int) -> int:
+    """The unit sums a stack keeps: rows, pair blocks and diagonals (:class:`~effdepth.numerics.hsic_resample.StackSums`)."""
+    g, pairs = units, count * (count + 1) // 2
+    return F64 * (count * samples * g + pairs * g * g + pairs * g + count * samples)
+
+
+def fixed_bytes(count: int, samples: int, width: int, units: int) -> int:
+    """What a stack holds on either route besides its tiles or cross-products and resident layers."""
+    return persisted_bytes(count, samples, units) + LAYERS_IN_FLIGHT * F64 * samples * width
+
+
+def gram_tile_bytes(count: int, samples: int, units: int, tile_units: int) -> int:
+    """A tile of ``tile_units`` units of every Gram matrix and its reordered copy (unit-padded)."""
+    size = _unit_size(samples, units)
+    return 2 * F64 * count * units * size * tile_units * size
+
+
+def feature_pair_bytes(samples: int, width: int, units: int) -> int:
+    """One pair's cross-products of every unit (and their flattened copy) and the two padded layers."""
+    size = _unit_size(samples, units)
+    return F64 * (2 * units * width * width + 2 * units * size * width)
+
+
+def resample_bytes(count: int, samples: int, units: int, chunk: int) -> int:
+    """The resampling of a stack: its sums and the (R, M, N) arrays of ``chunk`` resamples."""
+    return persisted_bytes(count, samples, units) + RESAMPLE_ARRAYS * F64 * chunk * count * samples
+
+
+def least_stack_bytes(count: int, samples: int, width: int, units: int, route: str | None = None) -> int:
+    """The least budget a stack can be computed in: one unit per Gram tile (or one resident layer on
+    the feature route), one resample at a time.
+
+    >>> round(least_stack_bytes(65, 10_000, 5120, 128) / 2**30, 2)  # Qwen3.5-27B's stack at N = 10,000
+    3.95
+    """
+    route = route or "gram"
+    build = fixed_bytes(count, samples, width, units) + (
+        gram_tile_bytes(count, samples, units, 1) if route == "gram" else
+        feature_pair_bytes(samples, width, units) + F64 * _unit_size(samples, units) * units * width)
+    return max(build, resample_bytes(count, samples, units, 1))
+
+
+def hsic_route(count: int, samples: int, width: int, units: int, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> str:
+    """``"gram"`` or ``"feature"``: the route of fewer flops whose least working set fits the budget.
+
+    >>> hsic_route(7, 10_000, 512, 128), hsic_route(65, 10_000, 5120, 128), hsic_route(3, 12, 64, 12)
+    ('feature', 'gram', 'gram')
+    """
+    flops = route_flops(count, samples, width, units)
+    fits = least_stack_bytes(count, samples, width, units, "feature") <= budget_bytes
+    return "feature" if fits and flops["feature"] < flops["gram"] else "gram"
+
+
+def resample_chunk(count: int, samples: int, units: int, budget_bytes: int) -> int:
+    """Resamples computed at once: as many as the budget holds, 1 to :data:`RESAMPLE_CHUNK`.
+
+    >>> resample_chunk(65, 10_000, 128, 4 << 30), resample_chunk(65, 10_000, 128, 1 << 30)
+    (107, 3)
+    """
+    free = budget_bytes - persisted_bytes(count, samples, units)
+    return int(max(1, min(RESAMPLE_CHUNK, free // (RESAMPLE_ARRAYS * F64 * count * samples))))
+
+
+def stack_plan(count: int, samples: int, width: int, units: int, budget_bytes: int = DEFAULT_BUDGET_BYTES,
+               route: str | None = None) -> dict:
+    """How a stack is computed within ``budget_bytes``, and what it holds at its peak: the route, whether
+    its centred layers stay resident (Gram) or how many are held per block (feature), the units per
+    Gram tile, the passes over the stack's layers, the resamples per chunk and the peak in bytes.
+
+    >>> p = stack_plan(65, 10_000, 5120, 128, 4 << 30); p["route"], p["resident"], p["passes"], p["peak_bytes"] <= 4 << 30
+    ('gram', False, 128, True)
+    >>> p = stack_plan(65, 10_000, 5120, 128, 64 << 30); p["resident"], p["passes"], p["tile_units"]
+    (True, 1, 46)
+    """
+    route = route or hsic_route(count, samples, width, units, budget_bytes)
+    fixed = fixed_bytes(count, samples, width, units)
+    layer = F64 * samples * width
+    plan = {"route": route, "resident": False, "held": 0, "tile_units": 0}
+    if route == "gram":
+        free = budget_bytes - fixed
+        plan["resident"] = count * layer <= free // 2
+        tile_budget = free - (count * layer if plan["resident"] else 0)
+        plan["tile_units"] = int(max(1, min(units, tile_budget // gram_tile_bytes(count, samples, units, 1))))
+        tiles = -(-units // plan["tile_units"])
+        plan["passes"] = 1 if plan["resident"] else tiles
+        build = fixed + gram_tile_bytes(count, samples, units, plan["tile_units"]) + count * layer * plan["resident"]
+    else:
+        padded = F64 * _unit_size(samples, units) * units * width
+        free = budget_bytes - fixed - feature_pair_bytes(samples, width, units)
+        plan["held"] = int(max(1, min(count, free // padded)))
+        plan["passes"] = -(-count // plan["held"])
+        build = fixed + feature_pair_bytes(samples, width, units) + plan["held"] * padded
+    plan["chunk"] = resample_chunk(count, samples, units, budget_bytes)
+    plan["peak_bytes"] = int(max(build, resample_bytes(count, samples, units, plan["chunk"])))
+    return plan
