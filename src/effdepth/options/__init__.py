@@ -13,245 +13,31 @@ Three frozen dataclasses, validated once when built (one-line errors):
 description of a measurement that the saved config, the resume fingerprint
 and the sweep key are made from; :meth:`Options.from_args` reads the command
 line, :meth:`Options.build` the keyword arguments of :func:`effdepth.measure`.
+
+Each option's default and the named protocols are in :mod:`.defaults`; the
+checks of single options and of their combinations in :mod:`.checks`.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from .data.corpus import check_corpus_spec, is_token_ids
-from .data.passages import BOS_CHOICES, SPLITS, check_passage_options
-from .data.paper import PAPER_CORPUS
-from .errors import EffdepthError, UnknownOption
-from .numerics import passage_analysis, passage_views
-from .numerics.cka import MIN_TOKENS, ViewUnavailable, require_cka_view
-from .numerics.fits import PC_ESTIMATES
-from .numerics.similarities import NAMES as SIMILARITIES, get_similarity
-from .numerics.views import parse_views
+from ..data.corpus import check_corpus_spec, is_token_ids
+from ..data.passages import check_passage_options
+from ..errors import EffdepthError, UnknownOption
+from ..numerics import passage_analysis, passage_views
+from ..numerics.views import parse_views
+from .checks import (MIN_BOOTSTRAP, at_least, check_device, check_dtype, check_kernel_length, check_revision_target,
+                     check_tokenizer_spec, check_views_have_values, is_whole, parse_bytes, parse_similarities,
+                     validate_options)
+from .defaults import (ALL_SIMILARITIES, DEFAULT_MAX_MEMORY, DEFAULT_SIMILARITY, DEFAULTS, MAX_BOOTSTRAP, PASSAGE_DEFAULTS,
+                       POOLINGS, PROTOCOLS, STATES, Protocol, check_protocol, resolve_defaults, token_mode)
 
-MAX_BOOTSTRAP = 100_000
-#: Defaults shared by both modes, and token mode's sequence sizes (``--pooling none``).
-DEFAULTS = {"seq_len": 256, "num_seqs": 32, "batch_size": 8, "bootstrap": 1000, "seed": 0}
-#: Passage mode's sizes (the default mode): passages of at most 512 tokens, as the paper's.
-PASSAGE_DEFAULTS = {"seq_len": 512, "num_seqs": 1024}
-POOLINGS = ("mean", "none")
-STATES = ("blocks", "hidden")
-
-
-@dataclass(frozen=True)
-class Protocol:
-    """A named set of measurement settings (``--protocol NAME``); flags given beside it win and are recorded."""
-
-    name: str
-    description: str
-    settings: dict
-
-
-PROTOCOLS = {
-    "paper": Protocol("paper", "the paper's settings (PAPER-PROTOCOL section 1): 10,000 FineWeb-Edu passages of at most "
-                      "512 tokens (each document's first tokens), bfloat16 weights, transformers' hidden_states, linear CKA",
-                      {"corpus": PAPER_CORPUS, "num_seqs": 10_000, "seq_len": 512, "dtype": "bfloat16", "states": "hidden",
-                       "pooling": "mean", "passage_split": "document", "similarity": "cka", "bos": "auto"}),
-}
-
-
-def check_protocol(name) -> None:
-    """An unknown protocol fails at once.
-
-    >>> check_protocol("papr")
-    Traceback (most recent call last):
-    ...
-    effdepth.errors.EffdepthError: unknown --protocol 'papr'; known: paper
-    """
-    if name is not None and name not in PROTOCOLS:
-        raise EffdepthError(f"unknown --protocol {name!r}; known: {', '.join(PROTOCOLS)}")
-
-
-def at_least(minimum: int, message: str):
-    """A check that raises ``message`` (``{v}``: the value) unless the value is a whole number >= ``minimum``.
-
-    >>> at_least(1, "--k must be >= 1, got {v}")(0)
-    Traceback (most recent call last):
-    ...
-    effdepth.errors.EffdepthError: --k must be >= 1, got 0
-    """
-
-    def check(value):
-        if not _is_int(value) or int(value) < minimum:
-            raise EffdepthError(message.format(v=value))
-
-    return check
-
-
-def _is_int(value) -> bool:
-    if isinstance(value, bool):
-        return False
-    try:
-        return int(value) == value
-    except (TypeError, ValueError, OverflowError):
-        return False
-
-
-#: Fewer resamples cannot bound a 95% percentile interval: the point estimate falls outside the
-#: range of B resamples about 2 * 0.5^B of the time (always for one).
-MIN_BOOTSTRAP = 10
-
-
-def _check_bootstrap(value) -> None:
-    if not _is_int(value) or not (int(value) == 0 or MIN_BOOTSTRAP <= int(value) <= MAX_BOOTSTRAP):
-        raise EffdepthError(f"--bootstrap must be 0 (off) or a number of resamples from {MIN_BOOTSTRAP} to {MAX_BOOTSTRAP:,} "
-                            f"(default {DEFAULTS['bootstrap']:,}), got {value}: fewer cannot bound a 95% interval")
-
-
-def _check_choice(flag: str, choices):
-    def check(value):
-        if value not in choices:
-            raise EffdepthError(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
-
-    return check
-
-
-#: The similarity of a measurement unless told otherwise (docs/method.md#why-cka).
-DEFAULT_SIMILARITY = "cka"
-#: What ``--similarity all`` means: the three families, the default first (cka-full only when named).
-ALL_SIMILARITIES = ("cka", "frobenius", "token")
-DEFAULT_MAX_MEMORY = 4 * 2**30
-
-
-def parse_similarities(value) -> tuple:
-    """One name, a comma list, ``all`` or a sequence -> the similarities, the primary (first) first.
-
-    >>> parse_similarities("all"), parse_similarities("token,cka")
-    (('cka', 'frobenius', 'token'), ('token', 'cka'))
-    """
-    names = value.split(",") if isinstance(value, str) else list(value or ())
-    out: list = []
-    for name in names:
-        name = str(name).strip()
-        for n in ALL_SIMILARITIES if name == "all" else (name,):
-            if n not in SIMILARITIES:
-                raise EffdepthError(f"--similarity must be one of {', '.join(SIMILARITIES)}, a comma list of them, or all; got {n!r}")
-            if n not in out:
-                out.append(n)
-    if not out:
-        raise EffdepthError("--similarity is empty; use e.g. --similarity cka or --similarity all")
-    return tuple(out)
-
-
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
-          "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
-
-
-def parse_bytes(value) -> int:
-    """``4GiB``, ``500MB``, ``1e9`` or a number of bytes -> bytes.
-
-    >>> parse_bytes("4GiB"), parse_bytes("500MB"), parse_bytes(1024)
-    (4294967296, 500000000, 1024)
-    """
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        number, unit = float(value), ""
-    else:
-        m = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
-        if not m or m.group(2).lower() not in _UNITS:
-            raise EffdepthError(f"--max-memory must be a size such as 4GiB, 500MB or a number of bytes, got {value!r}")
-        number, unit = float(m.group(1)), m.group(2).lower()
-    size = int(number * _UNITS[unit])
-    if size <= 0:
-        raise EffdepthError(f"--max-memory must be positive, got {value!r}")
-    return size
-
-
-_CHECKS = {
-    "seq_len": at_least(2, "--seq-len must be at least 2 (D_eff needs a token after BOS), got {v}"),
-    "num_seqs": at_least(1, "--num-seqs must be at least 1, got {v}"),
-    "batch_size": at_least(1, "--batch-size must be at least 1, got {v}"),
-    "seed": at_least(0, "--seed must be a non-negative integer, got {v}"),
-    "bootstrap": _check_bootstrap,
-    "similarity": parse_similarities,
-    "pc_estimate": _check_choice("--pc-estimate", PC_ESTIMATES),
-    "pooling": _check_choice("--pooling", POOLINGS),
-    "states": _check_choice("--states", STATES),
-    "bos": _check_choice("--bos", BOS_CHOICES),
-    "passage_split": _check_choice("--passage-split", SPLITS),
-    "bootstrap_units": at_least(2, "--bootstrap-units must be at least 2, got {v}"),
-}
-
-
-def validate_options(**values) -> None:
-    """One-line errors for measurement options, before anything is loaded.
-
-    >>> validate_options(seq_len=256, bootstrap=1000)
-    >>> validate_options(seq_len=1)
-    Traceback (most recent call last):
-    ...
-    effdepth.errors.EffdepthError: --seq-len must be at least 2 (D_eff needs a token after BOS), got 1
-    """
-    for name, value in values.items():
-        _CHECKS[name](value)
-
-
-def check_revision_target(model, revision) -> None:
-    """Revisions belong to hub models: refuse one for a local folder, a ``.gguf`` file or a loaded model.
-
-    >>> check_revision_target("EleutherAI/pythia-70m", "step1000")
-    >>> check_revision_target("model.gguf", "main")
-    Traceback (most recent call last):
-    ...
-    effdepth.errors.EffdepthError: --revision main applies to Hugging Face hub models, not to model.gguf; drop --revision (a local folder or .gguf file is one fixed set of weights)
-    """
-    if revision is None:
-        return
-    if model is None:
-        what = "the embedded SmolLM2 model"
-    elif not isinstance(model, (str, Path)):
-        what = f"an already loaded {type(model).__name__}"
-    elif str(model).endswith(".gguf") or Path(str(model)).expanduser().exists():
-        what = str(model)
-    else:
-        return
-    raise EffdepthError(
-        f"--revision {revision} applies to Hugging Face hub models, not to {what}; "
-        "drop --revision (a local folder or .gguf file is one fixed set of weights)"
-    )
-
-
-def check_tokenizer_spec(tokenizer) -> None:
-    """A ``tokenizer`` given as a path that is not there fails now, before the model loads
-    (a string is a folder, a Hugging Face id or a ``.gguf`` file; an object is used as it is).
-
-    >>> check_tokenizer_spec("EleutherAI/pythia-70m")
-    """
-    if isinstance(tokenizer, str):
-        from .models import check_tokenizer_path
-
-        check_tokenizer_path(tokenizer)
-
-
-def check_device(device) -> None:
-    """A device that is not there fails now, not after the model has loaded.
-
-    >>> check_device("cpu")
-    """
-    if device in (None, "auto", "cpu"):
-        return
-    from .models import resolve_device
-
-    resolve_device(device)
-
-
-def check_dtype(dtype) -> None:
-    """An unknown dtype fails now, not after the model has loaded.
-
-    >>> check_dtype("bfloat16")
-    """
-    if dtype is None or dtype == "auto" or not isinstance(dtype, str):
-        return
-    from .models import DTYPES
-
-    if dtype.lower() not in DTYPES:
-        raise EffdepthError(f"unknown dtype {dtype!r}; choose from float32, bfloat16, float16")
+__all__ = ["ALL_SIMILARITIES", "AnalysisOptions", "DEFAULTS", "DEFAULT_MAX_MEMORY", "DEFAULT_SIMILARITY", "LoadOptions",
+           "MAX_BOOTSTRAP", "MIN_BOOTSTRAP", "Options", "PASSAGE_DEFAULTS", "POOLINGS", "PROTOCOLS", "Protocol", "RunOptions",
+           "STATES", "UNHASHED_OPTIONS", "at_least", "check_device", "check_dtype", "check_protocol", "check_revision_target",
+           "check_tokenizer_spec", "parse_bytes", "parse_similarities", "resolve_defaults", "token_mode", "validate_options"]
 
 
 @dataclass(frozen=True)
@@ -349,12 +135,12 @@ class AnalysisOptions:
         if self.surrogate_seqs is not None:
             if str(self.surrogate_seqs) == "all":
                 object.__setattr__(self, "surrogate_seqs", None)
-            elif not _is_int(self.surrogate_seqs) or int(self.surrogate_seqs) < 0:
+            elif not is_whole(self.surrogate_seqs) or int(self.surrogate_seqs) < 0:
                 raise EffdepthError(f"--surrogate-seqs must be 0 (none), a number of sequences or all, got {self.surrogate_seqs}")
             else:
                 object.__setattr__(self, "surrogate_seqs", int(self.surrogate_seqs))
         if not self.passages:
-            _check_views_have_values(self.view_specs, self.similarity[0])
+            check_views_have_values(self.view_specs, self.similarity[0])
 
     #: The options that shape the accumulated statistics: a resumed run must match them (batch
     #: size, intervals and the memory budget do not change what is accumulated).
@@ -402,33 +188,6 @@ class AnalysisOptions:
             max_memory=self.max_memory, device=device)
 
 
-def _check_kernel_length(load: "LoadOptions", analysis: "AnalysisOptions") -> None:
-    """cka needs 4 tokens per sequence in a view: refuse sequences too short for every view before anything loads."""
-    primary = analysis.primary_similarity
-    if analysis.passages or get_similarity(primary).additive or not isinstance(load.corpus, (str, type(None))):
-        return
-    shortest_loss = min(1 if spec.selection == "drop-pos0" else 0 for spec in analysis.view_specs)
-    if load.seq_len - shortest_loss < MIN_TOKENS:
-        raise EffdepthError(f"--seq-len {load.seq_len} leaves fewer than {MIN_TOKENS} tokens per sequence in every view, "
-                            f"and {primary} needs {MIN_TOKENS}; use --seq-len {MIN_TOKENS + shortest_loss} or more, "
-                            "or put frobenius or token first in --similarity")
-
-
-def _check_views_have_values(specs, similarity: str) -> None:
-    """Refuse, before anything runs, a run whose every view has no value under its primary similarity."""
-    if get_similarity(similarity).additive:
-        return
-    reasons = []
-    for spec in specs:
-        try:
-            require_cka_view(spec, similarity)
-            return
-        except ViewUnavailable as exc:
-            reasons.append(exc.reason)
-    raise EffdepthError(f"no view has a {similarity} value ({'; '.join(reasons)}); add a view such as default, "
-                        "or put frobenius or token first in --similarity")
-
-
 @dataclass(frozen=True)
 class RunOptions:
     """How to run: progress bars and checkpoints. Never changes a number.
@@ -444,41 +203,6 @@ class RunOptions:
     #: What a checkpoint records about the run (its options and the command that continues it).
     record: dict | None = None
 
-
-def resolve_defaults(values: dict) -> dict:
-    """Options as given, with the protocol's settings and each mode's sizes where none is given.
-
-    >>> resolve_defaults({"pooling": "none"})["seq_len"], resolve_defaults({})["seq_len"]
-    (256, 512)
-    """
-    given = {k: v for k, v in values.items() if v is not None}
-    check_protocol(given.get("protocol"))
-    if given.get("protocol"):
-        given = {**PROTOCOLS[given["protocol"]].settings, **given}
-    passages = given.get("pooling", "mean") == "mean"
-    for name, value in (PASSAGE_DEFAULTS if passages else DEFAULTS).items():
-        if name in ("seq_len", "num_seqs"):
-            given.setdefault(name, value)
-    if passages and given.get("add_bos") is False:  # --no-bos in passage mode: no special token at all
-        given.setdefault("bos", "never")
-    return given
-
-
-def token_mode(values: dict, what: str) -> dict:
-    """``values`` with ``pooling="none"`` where no pooling is given: for the entry points that measure
-    per-token statistics only (the residual-carry intervention, torchrun); passage mode there fails at once.
-
-    >>> token_mode({"seq_len": 16}, "intervene")["pooling"]
-    'none'
-    >>> token_mode({"pooling": "mean"}, "intervene")
-    Traceback (most recent call last):
-    ...
-    effdepth.errors.EffdepthError: intervene measures in token mode (--pooling none) only; drop --pooling mean, or measure passage mode with effdepth measure
-    """
-    if values.get("pooling") in (None, "none"):
-        return {**values, "pooling": "none"}
-    raise EffdepthError(f"{what} measures in token mode (--pooling none) only; drop --pooling {values['pooling']}, "
-                        "or measure passage mode with effdepth measure")
 
 
 _LOAD = tuple(f.name for f in fields(LoadOptions))
@@ -525,7 +249,7 @@ class Options:
         values = resolve_defaults(values)
         load = LoadOptions(**{k: v for k, v in values.items() if k in _LOAD})
         analysis = AnalysisOptions(**{k: v for k, v in values.items() if k in _ANALYSIS})
-        _check_kernel_length(load, analysis)
+        check_kernel_length(load, analysis)
         if analysis.passages and not is_token_ids(load.corpus):
             check_passage_options(load.seq_len, load.num_seqs, load.bos, load.passage_split)
             passage_views.check_top_pcs(analysis.view_specs, load.num_seqs, 1 << 62)

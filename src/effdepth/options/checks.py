@@ -1,0 +1,232 @@
+"""The checks of single options and of their combinations: one-line errors before anything loads."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..data.passages import BOS_CHOICES, SPLITS
+from ..errors import EffdepthError
+from ..numerics.cka import MIN_TOKENS, ViewUnavailable, require_cka_view
+from ..numerics.fits import PC_ESTIMATES
+from ..numerics.similarities import NAMES as SIMILARITIES, get_similarity
+from .defaults import ALL_SIMILARITIES, DEFAULTS, MAX_BOOTSTRAP, POOLINGS, STATES
+
+
+def at_least(minimum: int, message: str):
+    """A check that raises ``message`` (``{v}``: the value) unless the value is a whole number >= ``minimum``.
+
+    >>> at_least(1, "--k must be >= 1, got {v}")(0)
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: --k must be >= 1, got 0
+    """
+
+    def check(value):
+        if not is_whole(value) or int(value) < minimum:
+            raise EffdepthError(message.format(v=value))
+
+    return check
+
+
+def is_whole(value) -> bool:
+    """A whole number, not a bool.
+
+    >>> is_whole(3), is_whole(3.0), is_whole(3.5), is_whole(True)
+    (True, True, False, False)
+    """
+    if isinstance(value, bool):
+        return False
+    try:
+        return int(value) == value
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+#: Fewer resamples cannot bound a 95% percentile interval: the point estimate falls outside the
+#: range of B resamples about 2 * 0.5^B of the time (always for one).
+MIN_BOOTSTRAP = 10
+
+
+def _check_bootstrap(value) -> None:
+    if not is_whole(value) or not (int(value) == 0 or MIN_BOOTSTRAP <= int(value) <= MAX_BOOTSTRAP):
+        raise EffdepthError(f"--bootstrap must be 0 (off) or a number of resamples from {MIN_BOOTSTRAP} to {MAX_BOOTSTRAP:,} "
+                            f"(default {DEFAULTS['bootstrap']:,}), got {value}: fewer cannot bound a 95% interval")
+
+
+def _check_choice(flag: str, choices):
+    def check(value):
+        if value not in choices:
+            raise EffdepthError(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
+
+    return check
+
+
+
+def parse_similarities(value) -> tuple:
+    """One name, a comma list, ``all`` or a sequence -> the similarities, the primary (first) first.
+
+    >>> parse_similarities("all"), parse_similarities("token,cka")
+    (('cka', 'frobenius', 'token'), ('token', 'cka'))
+    """
+    names = value.split(",") if isinstance(value, str) else list(value or ())
+    out: list = []
+    for name in names:
+        name = str(name).strip()
+        for n in ALL_SIMILARITIES if name == "all" else (name,):
+            if n not in SIMILARITIES:
+                raise EffdepthError(f"--similarity must be one of {', '.join(SIMILARITIES)}, a comma list of them, or all; got {n!r}")
+            if n not in out:
+                out.append(n)
+    if not out:
+        raise EffdepthError("--similarity is empty; use e.g. --similarity cka or --similarity all")
+    return tuple(out)
+
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
+          "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
+
+
+def parse_bytes(value) -> int:
+    """``4GiB``, ``500MB``, ``1e9`` or a number of bytes -> bytes.
+
+    >>> parse_bytes("4GiB"), parse_bytes("500MB"), parse_bytes(1024)
+    (4294967296, 500000000, 1024)
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number, unit = float(value), ""
+    else:
+        m = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
+        if not m or m.group(2).lower() not in _UNITS:
+            raise EffdepthError(f"--max-memory must be a size such as 4GiB, 500MB or a number of bytes, got {value!r}")
+        number, unit = float(m.group(1)), m.group(2).lower()
+    size = int(number * _UNITS[unit])
+    if size <= 0:
+        raise EffdepthError(f"--max-memory must be positive, got {value!r}")
+    return size
+
+
+_CHECKS = {
+    "seq_len": at_least(2, "--seq-len must be at least 2 (D_eff needs a token after BOS), got {v}"),
+    "num_seqs": at_least(1, "--num-seqs must be at least 1, got {v}"),
+    "batch_size": at_least(1, "--batch-size must be at least 1, got {v}"),
+    "seed": at_least(0, "--seed must be a non-negative integer, got {v}"),
+    "bootstrap": _check_bootstrap,
+    "similarity": parse_similarities,
+    "pc_estimate": _check_choice("--pc-estimate", PC_ESTIMATES),
+    "pooling": _check_choice("--pooling", POOLINGS),
+    "states": _check_choice("--states", STATES),
+    "bos": _check_choice("--bos", BOS_CHOICES),
+    "passage_split": _check_choice("--passage-split", SPLITS),
+    "bootstrap_units": at_least(2, "--bootstrap-units must be at least 2, got {v}"),
+}
+
+
+def validate_options(**values) -> None:
+    """One-line errors for measurement options, before anything is loaded.
+
+    >>> validate_options(seq_len=256, bootstrap=1000)
+    >>> validate_options(seq_len=1)
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: --seq-len must be at least 2 (D_eff needs a token after BOS), got 1
+    """
+    for name, value in values.items():
+        _CHECKS[name](value)
+
+
+def check_revision_target(model, revision) -> None:
+    """Revisions belong to hub models: refuse one for a local folder, a ``.gguf`` file or a loaded model.
+
+    >>> check_revision_target("EleutherAI/pythia-70m", "step1000")
+    >>> check_revision_target("model.gguf", "main")
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: --revision main applies to Hugging Face hub models, not to model.gguf; drop --revision (a local folder or .gguf file is one fixed set of weights)
+    """
+    if revision is None:
+        return
+    if model is None:
+        what = "the embedded SmolLM2 model"
+    elif not isinstance(model, (str, Path)):
+        what = f"an already loaded {type(model).__name__}"
+    elif str(model).endswith(".gguf") or Path(str(model)).expanduser().exists():
+        what = str(model)
+    else:
+        return
+    raise EffdepthError(
+        f"--revision {revision} applies to Hugging Face hub models, not to {what}; "
+        "drop --revision (a local folder or .gguf file is one fixed set of weights)"
+    )
+
+
+def check_tokenizer_spec(tokenizer) -> None:
+    """A ``tokenizer`` given as a path that is not there fails now, before the model loads
+    (a string is a folder, a Hugging Face id or a ``.gguf`` file; an object is used as it is).
+
+    >>> check_tokenizer_spec("EleutherAI/pythia-70m")
+    """
+    if isinstance(tokenizer, str):
+        from ..models import check_tokenizer_path
+
+        check_tokenizer_path(tokenizer)
+
+
+def check_device(device) -> None:
+    """A device that is not there fails now, not after the model has loaded.
+
+    >>> check_device("cpu")
+    """
+    if device in (None, "auto", "cpu"):
+        return
+    from ..models import resolve_device
+
+    resolve_device(device)
+
+
+def check_dtype(dtype) -> None:
+    """An unknown dtype fails now, not after the model has loaded.
+
+    >>> check_dtype("bfloat16")
+    """
+    if dtype is None or dtype == "auto" or not isinstance(dtype, str):
+        return
+    from ..models import DTYPES
+
+    if dtype.lower() not in DTYPES:
+        raise EffdepthError(f"unknown dtype {dtype!r}; choose from float32, bfloat16, float16")
+
+
+def check_kernel_length(load, analysis) -> None:
+    """cka needs 4 tokens per sequence in a view: refuse sequences too short for every view before anything loads
+    (``load``, ``analysis``: the :class:`~effdepth.options.LoadOptions` and :class:`~effdepth.options.AnalysisOptions`)."""
+    primary = analysis.primary_similarity
+    if analysis.passages or get_similarity(primary).additive or not isinstance(load.corpus, (str, type(None))):
+        return
+    shortest_loss = min(1 if spec.selection == "drop-pos0" else 0 for spec in analysis.view_specs)
+    if load.seq_len - shortest_loss < MIN_TOKENS:
+        raise EffdepthError(f"--seq-len {load.seq_len} leaves fewer than {MIN_TOKENS} tokens per sequence in every view, "
+                            f"and {primary} needs {MIN_TOKENS}; use --seq-len {MIN_TOKENS + shortest_loss} or more, "
+                            "or put frobenius or token first in --similarity")
+
+
+def check_views_have_values(specs, similarity: str) -> None:
+    """Refuse, before anything runs, a token-mode run whose every view has no value under its primary similarity.
+
+    >>> from effdepth.numerics.views import parse_views
+    >>> check_views_have_values(parse_views("pos0-only"), "cka")
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: no view has a cka value (pos0-only keeps one token per sequence; cka needs at least 4); add a view such as default, or put frobenius or token first in --similarity
+    """
+    if get_similarity(similarity).additive:
+        return
+    reasons = []
+    for spec in specs:
+        try:
+            require_cka_view(spec, similarity)
+            return
+        except ViewUnavailable as exc:
+            reasons.append(exc.reason)
+    raise EffdepthError(f"no view has a {similarity} value ({'; '.join(reasons)}); add a view such as default, "
+                        "or put frobenius or token first in --similarity")

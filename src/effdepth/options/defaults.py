@@ -1,0 +1,88 @@
+"""The defaults of every measurement option, the named protocols, and how each mode fills them in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..data.paper import PAPER_CORPUS
+from ..errors import EffdepthError
+
+MAX_BOOTSTRAP = 100_000
+#: Defaults shared by both modes, and token mode's sequence sizes (``--pooling none``).
+DEFAULTS = {"seq_len": 256, "num_seqs": 32, "batch_size": 8, "bootstrap": 1000, "seed": 0}
+#: Passage mode's sizes (the default mode): passages of at most 512 tokens, as the paper's.
+PASSAGE_DEFAULTS = {"seq_len": 512, "num_seqs": 1024}
+POOLINGS = ("mean", "none")
+STATES = ("blocks", "hidden")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A named set of measurement settings (``--protocol NAME``); flags given beside it win and are recorded."""
+
+    name: str
+    description: str
+    settings: dict
+
+
+PROTOCOLS = {
+    "paper": Protocol("paper", "the paper's settings (PAPER-PROTOCOL section 1): 10,000 FineWeb-Edu passages of at most "
+                      "512 tokens (each document's first tokens), bfloat16 weights, transformers' hidden_states, linear CKA",
+                      {"corpus": PAPER_CORPUS, "num_seqs": 10_000, "seq_len": 512, "dtype": "bfloat16", "states": "hidden",
+                       "pooling": "mean", "passage_split": "document", "similarity": "cka", "bos": "auto"}),
+}
+
+
+def check_protocol(name) -> None:
+    """An unknown protocol fails at once.
+
+    >>> check_protocol("papr")
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: unknown --protocol 'papr'; known: paper
+    """
+    if name is not None and name not in PROTOCOLS:
+        raise EffdepthError(f"unknown --protocol {name!r}; known: {', '.join(PROTOCOLS)}")
+
+
+#: The similarity of a measurement unless told otherwise (docs/method.md#why-cka).
+DEFAULT_SIMILARITY = "cka"
+#: What ``--similarity all`` means: the three families, the default first (cka-full only when named).
+ALL_SIMILARITIES = ("cka", "frobenius", "token")
+DEFAULT_MAX_MEMORY = 4 * 2**30
+
+
+def resolve_defaults(values: dict) -> dict:
+    """Options as given, with the protocol's settings and each mode's sizes where none is given.
+
+    >>> resolve_defaults({"pooling": "none"})["seq_len"], resolve_defaults({})["seq_len"]
+    (256, 512)
+    """
+    given = {k: v for k, v in values.items() if v is not None}
+    check_protocol(given.get("protocol"))
+    if given.get("protocol"):
+        given = {**PROTOCOLS[given["protocol"]].settings, **given}
+    passages = given.get("pooling", "mean") == "mean"
+    for name, value in (PASSAGE_DEFAULTS if passages else DEFAULTS).items():
+        if name in ("seq_len", "num_seqs"):
+            given.setdefault(name, value)
+    if passages and given.get("add_bos") is False:  # --no-bos in passage mode: no special token at all
+        given.setdefault("bos", "never")
+    return given
+
+
+def token_mode(values: dict, what: str) -> dict:
+    """``values`` with ``pooling="none"`` where no pooling is given: for the entry points that measure
+    per-token statistics only (the residual-carry intervention, torchrun); passage mode there fails at once.
+
+    >>> token_mode({"seq_len": 16}, "intervene")["pooling"]
+    'none'
+    >>> token_mode({"pooling": "mean"}, "intervene")
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: intervene measures in token mode (--pooling none) only; drop --pooling mean, or measure passage mode with effdepth measure
+    """
+    if values.get("pooling") in (None, "none"):
+        return {**values, "pooling": "none"}
+    raise EffdepthError(f"{what} measures in token mode (--pooling none) only; drop --pooling {values['pooling']}, "
+                        "or measure passage mode with effdepth measure")
