@@ -28,6 +28,7 @@ from .capture.registry import resolve_architecture
 from .errors import EffdepthError
 from .measure import MeasurementState, states_result
 from .numerics.sequences import real_counts
+from .numerics.similarities import names_where
 from .numerics.views import parse_views
 from .options import DEFAULT_SIMILARITY, AnalysisOptions
 from .result import Result
@@ -219,8 +220,8 @@ class Accumulator:
             state = MeasurementState(acc, self._state.calibrated, None)
             changes["views"] = tuple(wanted)
         analysis = replace(self.analysis, **changes)
-        # frobenius's statistics are always kept; token's and the kernel ones only when asked for.
-        kept = set(self.analysis.similarity) | {"frobenius"}
+        # The additive statistics are always kept; the per-token sums and the kernel ones only when asked for.
+        kept = set(self.analysis.similarity) | set(names_where(lambda s: s.additive and not s.needs_token_keys))
         extra = [s for s in analysis.similarity if s not in kept]
         if extra:
             raise EffdepthError(f"{extra[0]} statistics were not accumulated; create the Accumulator with similarity including {extra[0]!r}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import EffdepthError
-from .numerics.similarities import SIMILARITIES
+from .numerics.similarities import PASSAGE, SIMILARITIES, find_similarity, specs
 
 HOLDS, FAILS, NOT_MEASURED = "holds", "fails", "not measured"
 
@@ -111,7 +111,7 @@ def check_claims(result) -> list:
     """
     out = []
     bos_view = "drop-bos" if getattr(result, "passages", False) else "drop-pos0"
-    debiased = result.similarities.get("cka-debiased", {}).get("default") if getattr(result, "passages", False) else None
+    debiased = _companion_default(result)
     reference = structural_name(result)
     for sim, views in result.similarities.items():
         unavailable = (result.unavailable or {}).get(sim, {})
@@ -121,9 +121,24 @@ def check_claims(result) -> list:
             _correlated_updates(sim, default, unavailable),
             _below_reference("not-bos", sim, bos_view, views.get(bos_view), unavailable, reference),
             _controls(sim, views, unavailable, reference),
-            _calibrated(sim, default, unavailable, debiased if sim != "cosine" else None, reference),
+            _calibrated(sim, default, unavailable, debiased if _is_passage_kernel(sim, result) else None, reference),
         ]
     return out
+
+
+def _companion_default(result):
+    """Passage mode: the default view under the similarity measured as a companion (the debiased estimator),
+    which the calibrated claim of a CKA estimator must agree with (docs/method.md#claims)."""
+    if not getattr(result, "passages", False):
+        return None
+    companion = next((s.name for s in specs(PASSAGE) if s.companion_of), None)
+    return result.similarities.get(companion, {}).get("default")
+
+
+def _is_passage_kernel(sim: str, result) -> bool:
+    """A passage-mode CKA estimator (the debiased check applies to it)."""
+    spec = find_similarity(sim, PASSAGE) if getattr(result, "passages", False) else None
+    return spec is not None and spec.kernel
 
 
 def verdict_grid(verdicts: list) -> dict:

@@ -13,7 +13,7 @@ from ..errors import EffdepthError
 from ..data.passages import BOS_CHOICES, SPLITS
 from ..options import DEFAULTS, PASSAGE_DEFAULTS, POOLINGS, PROTOCOLS, STATES, RunOptions
 from ..numerics.fits import PC_ESTIMATES
-from ..numerics.similarities import NAMES as SIMILARITIES
+from ..numerics.similarities import PASSAGE, TOKEN, all_similarities, specs
 
 
 class Parser(argparse.ArgumentParser):
@@ -70,6 +70,19 @@ MODEL_HELP = ("Hugging Face id, local folder, .gguf file, or an embedded model b
               "(SmolLM2-135M-Instruct, the default) or gemma-3-270m (Gemma-3-270m base)")
 
 
+def similarity_choices(mode: str) -> str:
+    """A mode's similarities as ``--similarity``'s help lists them: its default and companions said.
+
+    >>> similarity_choices("passage")
+    'cka (default, always with cka-debiased beside it), cka-debiased, cosine'
+    """
+    def choice(spec) -> str:
+        notes = (["default"] if spec.default else []) + [f"always with {c} beside it" for c in spec.companions]
+        return f"{spec.name} ({', '.join(notes)})" if notes else spec.name
+
+    return ", ".join(choice(spec) for spec in specs(mode))
+
+
 def add_model_argument(p: argparse.ArgumentParser) -> None:
     """The optional positional MODEL of every command that loads one model."""
     p.add_argument("model", nargs="?", default=None, help=MODEL_HELP)
@@ -102,9 +115,9 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
                    help="paragraphs (default): documents cut at blank lines, packed into passages; document: each "
                         "document's first tokens are one passage")
     p.add_argument("--similarity", default=None, metavar="NAME[,NAME...]|all",
-                   help="passage mode: cka (default, always with cka-debiased beside it), cka-debiased, cosine, or all; "
-                        f"token mode: {', '.join(SIMILARITIES)}, a comma list (the first is the primary), or all "
-                        "(cka, frobenius, token). Every one comes from the same forward passes")
+                   help=f"passage mode: {similarity_choices(PASSAGE)}, or all; token mode: {similarity_choices(TOKEN)}, a "
+                        f"comma list (the first is the primary), or all ({', '.join(all_similarities(TOKEN))}). Every one "
+                        "comes from the same forward passes")
     p.add_argument("--bootstrap-units", type=int_arg, default=None, metavar="G",
                    help="passage mode: passages are resampled in G blocks of consecutive passages, so each resample "
                         "costs G^2 per layer pair whatever N (default 128; one passage per block when N <= G)")

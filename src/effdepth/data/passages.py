@@ -36,6 +36,7 @@ import torch
 
 from effdepth.errors import EffdepthError
 
+from ..numerics.similarities import PASSAGE, fewest_samples
 from .corpus import check_tokenizer, is_token_ids, load_corpus
 from .packing import HF_POOL_FACTOR, special_id, tokenizer_len, tokenizer_name
 from .text_sources import resolve_text_source
@@ -130,8 +131,10 @@ def check_passage_options(max_len, num_passages, bos, split) -> None:
     """
     if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 2:
         raise EffdepthError(f"--seq-len must be an integer >= 2 (the longest passage, in tokens), got {max_len!r}")
-    if not isinstance(num_passages, int) or isinstance(num_passages, bool) or num_passages < 4:
-        raise EffdepthError(f"--num-seqs {num_passages} is below 4: similarity across passages needs at least 4 passages")
+    least = fewest_samples(PASSAGE).min_samples
+    if not isinstance(num_passages, int) or isinstance(num_passages, bool) or num_passages < least:
+        raise EffdepthError(f"--num-seqs {num_passages} is below {least}: similarity across passages needs at least "
+                            f"{least} passages")
     if bos not in BOS_CHOICES:
         raise EffdepthError(f"--bos must be one of {', '.join(BOS_CHOICES)}, got {bos!r}")
     if split not in SPLITS:
@@ -148,10 +151,10 @@ def check_given_rows(mask: np.ndarray) -> None:
     ...
     effdepth.errors.EffdepthError: 3 row(s) of token ids given: similarity across passages needs at least 4 passages (one per row); give 4 or more rows
     """
-    rows = int(mask.shape[0])
-    if rows < 4:
-        raise EffdepthError(f"{rows} row(s) of token ids given: similarity across passages needs at least 4 passages "
-                            "(one per row); give 4 or more rows")
+    rows, least = int(mask.shape[0]), fewest_samples(PASSAGE).min_samples
+    if rows < least:
+        raise EffdepthError(f"{rows} row(s) of token ids given: similarity across passages needs at least {least} "
+                            f"passages (one per row); give {least} or more rows")
 
 
 def special_tokens(tokenizer: Any, bos: str) -> tuple:

@@ -33,7 +33,8 @@ import numpy as np
 import torch
 
 from ..errors import EffdepthError
-from ..options import Options, RunOptions
+from ..numerics.similarities import get_similarity
+from ..options import DEFAULT_SIMILARITY, Options, RunOptions
 
 UNDER_TORCHRUN = "run it under torchrun, e.g. torchrun --nproc-per-node 2 -m effdepth.distributed measure MODEL --out DIR"
 
@@ -84,9 +85,11 @@ def measure_distributed(options: Options, *, progress: bool = True):
         raise EffdepthError("--device-map does not combine with a distributed measurement: every rank holds the whole model")
     if analysis.pc_estimate == "exact" and any(v.needs_fit for v in view_specs):
         raise EffdepthError("--pc-estimate exact is not supported in a distributed measurement; use the default calibration estimate")
-    if "cka-full" in analysis.similarity:
-        raise EffdepthError("cka-full is not supported in a distributed measurement (its pooled cross-products are not per "
-                            "sequence); use --similarity cka, or measure cka-full in one process")
+    single_process = [spec for spec in map(get_similarity, analysis.similarity) if not spec.distributable]
+    if single_process:
+        spec = single_process[0]
+        raise EffdepthError(f"{spec.name} is not supported in a distributed measurement ({spec.not_distributed}); use "
+                            f"--similarity {DEFAULT_SIMILARITY}, or measure {spec.name} in one process")
     rank, world = dist.get_rank(), dist.get_world_size()
     comm = comm_device()
     started = time.perf_counter()

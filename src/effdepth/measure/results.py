@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from ..errors import EffdepthError
-from ..numerics.similarities import get_similarity, keeps_cosine_sums
+from ..numerics.similarities import COSINE_SIMILARITIES, get_similarity, keeps_cosine_sums
 from ..numerics.streams import ViewAccumulator
 from ..numerics.summary import view_summaries
 from ..options import AnalysisOptions
@@ -91,10 +91,11 @@ def summarise(state: MeasurementState, analysis: AnalysisOptions) -> tuple:
             unavailable[sim] = missing
     primary, *rest = analysis.similarity
     if not by_similarity[primary]:
-        other = "" if get_similarity(primary).additive else ", or put frobenius or token first in --similarity"
-        if primary == "cka" and state.views.bootstrap_units("cka") == 0:  # no pair at all: every view says so
-            raise EffdepthError("token-mode cka compares the sequences of a pair, and fewer than two sequences were "
-                                f"measured; measure at least two sequences{other}")
+        spec = get_similarity(primary)
+        other = "" if spec.additive else f", or put {' or '.join(COSINE_SIMILARITIES)} first in --similarity"
+        if spec.unit == "pair" and state.views.bootstrap_units(primary) == 0:  # no pair at all: every view says so
+            raise EffdepthError(f"token-mode {primary} compares the sequences of a pair, and fewer than two sequences "
+                                f"were measured; measure at least two sequences{other}")
         reasons = "; ".join(f"{v}: {r}" for v, r in unavailable.get(primary, {}).items())
         raise EffdepthError(f"no view has a {primary} value ({reasons}); use longer sequences (--seq-len) "
                             f"or a view that keeps position 0{other}")
@@ -113,8 +114,8 @@ def analysis_config(analysis: AnalysisOptions, acc: ViewAccumulator) -> dict:
         "bootstrap_fits": "fixed: means and principal directions are not refitted per resample (fit uncertainty is not in the view intervals)",
         "pc_estimate": acc.fit_info,
         "size_reference_embedding": SIZE_REFERENCE_EMBEDDING if analysis.include_embedding else None,
-        "cka": CKA_CHOICES if {"cka", "cka-full"} & set(analysis.similarity) else None,
-        "max_memory": analysis.max_memory if "cka-full" in analysis.similarity else None,
+        "cka": CKA_CHOICES if any(not get_similarity(s).additive for s in analysis.similarity) else None,
+        "max_memory": analysis.max_memory if any(get_similarity(s).memory_check for s in analysis.similarity) else None,
         "zero_states": "a zero state is orthogonal to every other state (similarity 0) and identical to itself",
         "cosine_summaries": cosine_summaries(analysis.similarity),
     }

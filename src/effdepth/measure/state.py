@@ -137,7 +137,7 @@ class MeasurementState:
 
 def check_kernel_memory(prepared: Prepared, analysis: AnalysisOptions) -> None:
     """cka-full needs (L+1)(L+2)/2 d x d float64 cross-products per view token set: refuse before the first batch."""
-    if "cka-full" not in analysis.similarity:
+    if not any(get_similarity(s).memory_check for s in analysis.similarity):
         return
     embedding = prepared.lm.model.get_input_embeddings() if hasattr(prepared.lm.model, "get_input_embeddings") else None
     hidden = getattr(embedding, "embedding_dim", None) or getattr(getattr(prepared.lm.model, "config", None), "hidden_size", None)

@@ -39,11 +39,10 @@ import numpy as np
 import torch
 
 from ..errors import EffdepthError
+from .similarities.token import MIN_TOKENS  # the kernel similarities' fewest tokens, kept with their specs
 from .statistics import UnitStatistics
 from .views import ViewSpec, parse_views
 
-# Below this a sequence's centred states have too few degrees of freedom to compare layers.
-MIN_TOKENS = 4
 #: Bytes of cross-Gram rows held at once (float32 rows and their float64 copy).
 GRAM_BUDGET_BYTES = 1 << 30
 CKA_KEYS = ("hsic", "update_hsic", "cka_pairs", "cka_tokens")

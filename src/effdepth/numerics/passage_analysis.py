@@ -43,65 +43,18 @@ from .sensitivity import sensitivity_numbers
 from .cka_full import binary_size
 from .passage_stacks import IsotropicSurrogate, Kept, MatchedSurrogate, PooledStates, Updates
 from .hsic_plan import DEFAULT_BUDGET_BYTES, F64, hsic_route, least_stack_bytes, stack_plan
-from .hsic_resample import MIN_SAMPLES, Units, resample_weights, resampled_hsic
-from .sample_hsic import LayerStack, layer_pairs, stack_sums
+from .hsic_resample import Units, resample_weights, resampled_hsic
+from .sample_hsic import LayerStack, stack_sums
+from .similarities import PASSAGE, PASSAGE_SIMILARITIES, fewest_samples, parse_similarities
 from .pooling import TOKEN_SUMS
 from .similarity import deff
 
 
-@dataclass(frozen=True)
-class SampleSimilarity:
-    """A similarity across passages: its name, what it says, and which HSIC estimator (if any) it is made of."""
-
-    name: str
-    label: str  # what it is, in words (headlines, captions)
-    axis_label: str  # on a figure
-    estimator: str | None = None  # "biased" / "debiased" (resampled_hsic's keys); None for cosine
-    references: bool = True  # the matched references (covariance norms) are defined
-
-
-SIMILARITIES = {
-    s.name: s
-    for s in (
-        SampleSimilarity("cka", "linear CKA across passages, biased HSIC: the paper's", "linear CKA across passages",
-                         "biased"),
-        SampleSimilarity("cka-debiased", "linear CKA across passages, unbiased HSIC (Song et al. 2012)",
-                         "debiased linear CKA across passages", "debiased"),
-        SampleSimilarity("cosine", "mean over passages of the cosine of pooled vectors", "mean cosine of pooled vectors",
-                         None, references=False),
-    )
-}
-#: What passage mode reports unless told otherwise: the paper's estimator and, always beside it, the debiased one.
-DEFAULT_SIMILARITIES = ("cka", "cka-debiased")
-ALL_SIMILARITIES = ("cka", "cka-debiased", "cosine")
+#: Passage mode's similarity specs by name (:mod:`~effdepth.numerics.similarities.passage`).
+SIMILARITIES = PASSAGE_SIMILARITIES
 #: Resampling units unless told otherwise: each a block of consecutive passages (one passage each when N is smaller).
 DEFAULT_BOOTSTRAP_UNITS = 128
 LEVEL = 0.95
-
-
-def parse_similarities(value) -> tuple:
-    """Passage-mode similarities from a comma list, ``all`` or a sequence; ``cka`` always brings
-    ``cka-debiased`` beside it.
-
-    >>> parse_similarities("cka"), parse_similarities("cosine"), parse_similarities("all")
-    (('cka', 'cka-debiased'), ('cosine',), ('cka', 'cka-debiased', 'cosine'))
-    """
-    names = value.split(",") if isinstance(value, str) else list(value or DEFAULT_SIMILARITIES)
-    out: list = []
-    for name in names:
-        name = str(name).strip()
-        for n in ALL_SIMILARITIES if name == "all" else (name,):
-            if n not in SIMILARITIES:
-                token = " is token mode's (--pooling none)" if n in ("frobenius", "token", "cka-full") else ""
-                raise EffdepthError(f"--similarity {n!r}{token}: passage mode measures {', '.join(SIMILARITIES)}, "
-                                    "a comma list of them, or all")
-            if n not in out:
-                out.append(n)
-            if n == "cka" and "cka-debiased" not in out:
-                out.append("cka-debiased")
-    if not out:
-        raise EffdepthError("--similarity is empty; use e.g. --similarity cka or --similarity all")
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -109,7 +62,7 @@ class AnalysisPlan:
     """How the pooled vectors are analysed: views, similarities, the embedding state, intervals, memory."""
 
     views: tuple = ("default",)
-    similarities: tuple = DEFAULT_SIMILARITIES
+    similarities: tuple | None = None  # None: the default (cka, with cka-debiased beside it)
     include_embedding: bool = False
     bootstrap: int = 1000
     bootstrap_units: int = DEFAULT_BOOTSTRAP_UNITS
@@ -122,14 +75,15 @@ class AnalysisPlan:
     def __post_init__(self):
         object.__setattr__(self, "specs", tuple(parse_views(self.views)))
         object.__setattr__(self, "views", tuple(v.name for v in self.specs))
-        object.__setattr__(self, "similarities", parse_similarities(self.similarities))
+        object.__setattr__(self, "similarities", parse_similarities(self.similarities, PASSAGE))
 
 
 def check_samples(samples: int, width: int, num_layers: int, plan: AnalysisPlan) -> None:
     """One-line errors for pooled data too small for the plan (before anything is computed)."""
-    if samples < MIN_SAMPLES:
-        raise EffdepthError(f"{samples} passage(s) measured: similarity across passages needs at least {MIN_SAMPLES} "
-                            "(the debiased estimator pairs four distinct passages); use more passages (--num-seqs)")
+    least = fewest_samples(PASSAGE)  # any passage-mode similarity: effdepth analyse may ask for another
+    if samples < least.min_samples:
+        raise EffdepthError(f"{samples} passage(s) measured: similarity across passages needs at least {least.min_samples} "
+                            f"({least.min_reason}); use more passages (--num-seqs)")
     if num_layers + plan.include_embedding < 2:
         raise EffdepthError("the model has one layer: D_eff compares at least two states; add --include-embedding "
                             "to compare S_0 with S_1, or measure a deeper model")
@@ -289,7 +243,17 @@ class _Context:
 
     @property
     def kernel(self) -> list:
-        return [SIMILARITIES[s] for s in self.plan.similarities if SIMILARITIES[s].estimator]
+        """The similarities made of an HSIC estimator."""
+        return [SIMILARITIES[s] for s in self.plan.similarities if SIMILARITIES[s].kernel]
+
+    @property
+    def direct(self) -> list:
+        """The similarities computed from the pooled vectors directly."""
+        return [SIMILARITIES[s] for s in self.plan.similarities if not SIMILARITIES[s].kernel]
+
+    def _matrix(self, sim, stack: LayerStack) -> np.ndarray:
+        """(R, M, M) a direct similarity's matrix of a stack under every resample."""
+        return sim.matrix(stack, self.units, self.weights, self.budget, self.device)
 
     def view(self, spec: PassageView, states: LayerStack) -> dict:
         """Every similarity's summary of one view (``states``: its S_0..S_L, the view applied)."""
@@ -299,8 +263,9 @@ class _Context:
             hf = self._hsic(Updates(states))
             for sim in self.kernel:
                 draws[sim.name] = kernel_numbers(hs[sim.estimator], hf[sim.estimator], self.plan.include_embedding)
-        if "cosine" in self.plan.similarities:
-            draws["cosine"] = plain_numbers(self._cosine(states)[:, analysed(self.plan.include_embedding), analysed(self.plan.include_embedding)])
+        kept = analysed(self.plan.include_embedding)
+        for sim in self.direct:
+            draws[sim.name] = plain_numbers(self._matrix(sim, states)[:, kept, kept])
         ratio = self._norm_ratio(states)
         for d in draws.values():
             d["sensitivity"] = sensitivity_numbers(d["similarity"])
@@ -319,25 +284,6 @@ class _Context:
         self.routes.add(plan["route"])
         sums = stack_sums(stack, self.units, budget_bytes=self.budget, route=plan["route"])
         return resampled_hsic(sums, self.weights, chunk=plan["chunk"])
-
-    def _cosine(self, stack: LayerStack) -> np.ndarray:
-        """(R, M, M) mean over passages of the cosine of (uncentred) pooled vectors, under every resample:
-        per pair of layers, each unit's sum of its passages' cosines."""
-        index = self.units.index(self.device)
-        count = stack.count
-        sums = torch.zeros(self.units.count, count, count, dtype=torch.float64, device=self.device)
-
-        def unit(m, y):
-            return y / torch.linalg.vector_norm(y, dim=-1, keepdim=True).clamp_min(1e-300)
-
-        held = max(1, (self.budget // 2) // (F64 * self.samples * self.width))
-        for i, ui, j, uj in layer_pairs(stack, held, unit):
-            per_unit = torch.zeros(self.units.count, dtype=torch.float64, device=self.device).index_add_(0, index, (ui * uj).sum(-1))
-            sums[:, i, j] = per_unit
-            sums[:, j, i] = per_unit
-        w = torch.as_tensor(self.weights, dtype=torch.float64, device=self.device)
-        counts = w @ torch.as_tensor(self.units.sizes, dtype=torch.float64, device=self.device)
-        return (torch.einsum("rg,gij->rij", w, sums) / counts[:, None, None]).cpu().numpy()
 
     def _norm_ratio(self, stack: LayerStack) -> np.ndarray:
         """(R, L) ``mean_b |f_l^b| / mean_b |h_{l-1}^b|`` over the passages of every resample: how large each
@@ -373,8 +319,8 @@ class _Context:
             h = self._hsic(stack)
             for sim in self.kernel:
                 out[sim.name] = deff(cka(h[sim.estimator])[:, view, view])
-        if "cosine" in self.plan.similarities:
-            out["cosine"] = deff(self._cosine(stack)[:, view, view])
+        for sim in self.direct:
+            out[sim.name] = deff(self._matrix(sim, stack)[:, view, view])
         return out
 
     def _related(self) -> dict:
@@ -423,7 +369,7 @@ class _Context:
             "ci": ci,
             "definition": similarity,
         }
-        if spec.estimator:
+        if spec.kernel:
             summary.update({
                 "update_similarity": point["update_similarity"].tolist(),
                 "update_deff": float(point["update_deff"]),

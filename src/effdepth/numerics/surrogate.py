@@ -31,7 +31,7 @@ from .accumulate import deff_statistics
 from .cka import GRAM_BUDGET_BYTES
 from .fits import fit_description
 from .sequences import real_counts
-from .similarities import validate_similarities
+from .similarities import COSINE_SIMILARITIES, validate_similarities
 from .streams import ViewAccumulator
 
 KINDS = ("structural", "matched")
@@ -216,7 +216,7 @@ class CalibratedReferences:
         self._fitted_size = [0, 0]
         # D_eff of the surrogates is all the references need: no related measures, no update summaries.
         # (No similarity named: frobenius and token, which a ViewAccumulator always has.)
-        statistics = deff_statistics(validate_similarities(similarities) or ("frobenius", "token"))
+        statistics = deff_statistics(validate_similarities(similarities) or COSINE_SIMILARITIES)
         self.accumulators = {
             kind: ViewAccumulator(
                 views,

@@ -27,17 +27,17 @@ from ..data.corpus import check_corpus_spec, is_token_ids
 from ..data.passages import check_passage_options
 from ..errors import EffdepthError, UnknownOption
 from ..numerics import passage_analysis, passage_views
+from ..numerics.similarities import PASSAGE, TOKEN, parse_similarities
 from ..numerics.views import parse_views
 from .checks import (MIN_BOOTSTRAP, at_least, check_device, check_dtype, check_kernel_length, check_revision_target,
-                     check_tokenizer_spec, check_views_have_values, is_whole, parse_bytes, parse_similarities,
-                     validate_options)
-from .defaults import (ALL_SIMILARITIES, DEFAULT_MAX_MEMORY, DEFAULT_SIMILARITY, DEFAULTS, MAX_BOOTSTRAP, PASSAGE_DEFAULTS,
-                       POOLINGS, PROTOCOLS, STATES, Protocol, check_protocol, resolve_defaults, token_mode)
+                     check_tokenizer_spec, check_views_have_values, is_whole, parse_bytes, validate_options)
+from .defaults import (DEFAULT_MAX_MEMORY, DEFAULT_SIMILARITY, DEFAULTS, MAX_BOOTSTRAP, PASSAGE_DEFAULTS, POOLINGS,
+                       PROTOCOLS, STATES, Protocol, check_protocol, resolve_defaults, token_mode)
 
-__all__ = ["ALL_SIMILARITIES", "AnalysisOptions", "DEFAULTS", "DEFAULT_MAX_MEMORY", "DEFAULT_SIMILARITY", "LoadOptions",
-           "MAX_BOOTSTRAP", "MIN_BOOTSTRAP", "Options", "PASSAGE_DEFAULTS", "POOLINGS", "PROTOCOLS", "Protocol", "RunOptions",
-           "STATES", "UNHASHED_OPTIONS", "at_least", "check_device", "check_dtype", "check_protocol", "check_revision_target",
-           "check_tokenizer_spec", "parse_bytes", "parse_similarities", "resolve_defaults", "token_mode", "validate_options"]
+__all__ = ["AnalysisOptions", "DEFAULTS", "DEFAULT_MAX_MEMORY", "DEFAULT_SIMILARITY", "LoadOptions", "MAX_BOOTSTRAP",
+           "MIN_BOOTSTRAP", "Options", "PASSAGE_DEFAULTS", "POOLINGS", "PROTOCOLS", "Protocol", "RunOptions", "STATES",
+           "UNHASHED_OPTIONS", "at_least", "check_device", "check_dtype", "check_protocol", "check_revision_target",
+           "check_tokenizer_spec", "parse_bytes", "resolve_defaults", "token_mode", "validate_options"]
 
 
 @dataclass(frozen=True)
@@ -119,13 +119,13 @@ class AnalysisOptions:
                          pooling=self.pooling, states=self.states, bootstrap_units=self.bootstrap_units)
         check_protocol(self.protocol)
         if self.passages:
-            object.__setattr__(self, "similarity", passage_analysis.parse_similarities(self.similarity or "cka"))
+            object.__setattr__(self, "similarity", parse_similarities(self.similarity, PASSAGE))
             object.__setattr__(self, "views", tuple(v.name for v in passage_views.parse_views(self.views)))
         else:
             if self.states != "blocks":
                 raise EffdepthError("--states hidden is passage mode's (the paper's convention); token mode (--pooling none) "
                                     "reads the blocks")
-            object.__setattr__(self, "similarity", parse_similarities(self.similarity or DEFAULT_SIMILARITY))
+            object.__setattr__(self, "similarity", parse_similarities(self.similarity, TOKEN))
             object.__setattr__(self, "views", tuple(v.name for v in parse_views(self.views)))
         object.__setattr__(self, "bootstrap", int(self.bootstrap))
         object.__setattr__(self, "batch_size", int(self.batch_size))

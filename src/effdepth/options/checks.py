@@ -7,10 +7,10 @@ from pathlib import Path
 
 from ..data.passages import BOS_CHOICES, SPLITS
 from ..errors import EffdepthError
-from ..numerics.cka import MIN_TOKENS, ViewUnavailable, require_cka_view
+from ..numerics.cka import ViewUnavailable, require_cka_view
 from ..numerics.fits import PC_ESTIMATES
-from ..numerics.similarities import NAMES as SIMILARITIES, get_similarity
-from .defaults import ALL_SIMILARITIES, DEFAULTS, MAX_BOOTSTRAP, POOLINGS, STATES
+from ..numerics.similarities import COSINE_SIMILARITIES, TOKEN, get_similarity, parse_similarities
+from .defaults import DEFAULTS, MAX_BOOTSTRAP, POOLINGS, STATES
 
 
 def at_least(minimum: int, message: str):
@@ -63,26 +63,6 @@ def _check_choice(flag: str, choices):
 
 
 
-def parse_similarities(value) -> tuple:
-    """One name, a comma list, ``all`` or a sequence -> the similarities, the primary (first) first.
-
-    >>> parse_similarities("all"), parse_similarities("token,cka")
-    (('cka', 'frobenius', 'token'), ('token', 'cka'))
-    """
-    names = value.split(",") if isinstance(value, str) else list(value or ())
-    out: list = []
-    for name in names:
-        name = str(name).strip()
-        for n in ALL_SIMILARITIES if name == "all" else (name,):
-            if n not in SIMILARITIES:
-                raise EffdepthError(f"--similarity must be one of {', '.join(SIMILARITIES)}, a comma list of them, or all; got {n!r}")
-            if n not in out:
-                out.append(n)
-    if not out:
-        raise EffdepthError("--similarity is empty; use e.g. --similarity cka or --similarity all")
-    return tuple(out)
-
-
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
           "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
 
@@ -112,7 +92,7 @@ _CHECKS = {
     "batch_size": at_least(1, "--batch-size must be at least 1, got {v}"),
     "seed": at_least(0, "--seed must be a non-negative integer, got {v}"),
     "bootstrap": _check_bootstrap,
-    "similarity": parse_similarities,
+    "similarity": lambda value: parse_similarities(value, TOKEN),
     "pc_estimate": _check_choice("--pc-estimate", PC_ESTIMATES),
     "pooling": _check_choice("--pooling", POOLINGS),
     "states": _check_choice("--states", STATES),
@@ -198,16 +178,18 @@ def check_dtype(dtype) -> None:
 
 
 def check_kernel_length(load, analysis) -> None:
-    """cka needs 4 tokens per sequence in a view: refuse sequences too short for every view before anything loads
-    (``load``, ``analysis``: the :class:`~effdepth.options.LoadOptions` and :class:`~effdepth.options.AnalysisOptions`)."""
-    primary = analysis.primary_similarity
-    if analysis.passages or get_similarity(primary).additive or not isinstance(load.corpus, (str, type(None))):
+    """A token-mode kernel similarity first in ``--similarity`` needs its fewest tokens per sequence in some
+    view: refuse sequences too short for every view before anything loads (``load``, ``analysis``: the
+    :class:`~effdepth.options.LoadOptions` and :class:`~effdepth.options.AnalysisOptions`)."""
+    spec = get_similarity(analysis.primary_similarity)
+    if analysis.passages or spec.additive or not isinstance(load.corpus, (str, type(None))):
         return
-    shortest_loss = min(1 if spec.selection == "drop-pos0" else 0 for spec in analysis.view_specs)
-    if load.seq_len - shortest_loss < MIN_TOKENS:
-        raise EffdepthError(f"--seq-len {load.seq_len} leaves fewer than {MIN_TOKENS} tokens per sequence in every view, "
-                            f"and {primary} needs {MIN_TOKENS}; use --seq-len {MIN_TOKENS + shortest_loss} or more, "
-                            "or put frobenius or token first in --similarity")
+    least = spec.min_samples
+    shortest_loss = min(1 if view.selection == "drop-pos0" else 0 for view in analysis.view_specs)
+    if load.seq_len - shortest_loss < least:
+        raise EffdepthError(f"--seq-len {load.seq_len} leaves fewer than {least} tokens per sequence in every view, "
+                            f"and {spec.name} needs {least} ({spec.min_reason}); use --seq-len {least + shortest_loss} "
+                            f"or more, or {_cosine_first()}")
 
 
 def check_views_have_values(specs, similarity: str) -> None:
@@ -229,4 +211,8 @@ def check_views_have_values(specs, similarity: str) -> None:
         except ViewUnavailable as exc:
             reasons.append(exc.reason)
     raise EffdepthError(f"no view has a {similarity} value ({'; '.join(reasons)}); add a view such as default, "
-                        "or put frobenius or token first in --similarity")
+                        f"or {_cosine_first()}")
+
+
+def _cosine_first() -> str:
+    return f"put {' or '.join(COSINE_SIMILARITIES)} first in --similarity"

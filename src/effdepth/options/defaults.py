@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..data.paper import PAPER_CORPUS
 from ..errors import EffdepthError
+from ..numerics.similarities import TOKEN, default_similarity
 
 MAX_BOOTSTRAP = 100_000
 #: Defaults shared by both modes, and token mode's sequence sizes (``--pooling none``).
@@ -45,10 +46,8 @@ def check_protocol(name) -> None:
         raise EffdepthError(f"unknown --protocol {name!r}; known: {', '.join(PROTOCOLS)}")
 
 
-#: The similarity of a measurement unless told otherwise (docs/method.md#why-cka).
-DEFAULT_SIMILARITY = "cka"
-#: What ``--similarity all`` means: the three families, the default first (cka-full only when named).
-ALL_SIMILARITIES = ("cka", "frobenius", "token")
+#: The similarity of a token-mode measurement unless told otherwise (docs/method.md#why-cka).
+DEFAULT_SIMILARITY = default_similarity(TOKEN)
 DEFAULT_MAX_MEMORY = 4 * 2**30
 
 

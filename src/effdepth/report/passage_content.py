@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..data.paper import table2_row, table2_source
+from ..numerics.similarities import PASSAGE, default_similarity, names_where, specs
 from ..result import Result, ViewResult
 from . import robustness
 from .content import Cell, Table, interval, level, model_rows, number_cell, sortable, sub_reference
@@ -24,7 +25,9 @@ from .sources import Source
 from .wording import ATTRIBUTION, passage_wording, similarity_name
 
 #: The similarities that are CKA estimators (they have references and a finite-sample null).
-KERNELS = ("cka", "cka-debiased")
+KERNELS = names_where(lambda s: s.kernel, PASSAGE)
+#: The debiased estimator, always measured beside the paper's similarity.
+DEBIASED = next(s.name for s in specs(PASSAGE) if s.companion_of == default_similarity(PASSAGE))
 #: The references of a CKA estimator, with the paper's names.
 REFERENCE_COLUMNS = (("init", "R_init"), ("size", "R_size=F_norm"), ("matched", "R_matched=F_h0+norm"),
                      ("corr", "R_corr=F_h0+corr"), ("structural_cal", "structural_cal"), ("matched_cal", "matched_cal"))
@@ -238,7 +241,7 @@ def table2_section(result: Result) -> Section | None:
     rows = [[Cell("paper (Table 2)"), Cell(str(paper.layers)), Cell(fmt(paper.deff, 2)), Cell(fmt(paper.deff_per_layer)),
              Cell(fmt(paper.gap_pct, 1, signed=True)), Cell("")]]
     for sim, w in _default_views(result):
-        if sim == result.primary_similarity or sim == "cka-debiased":
+        if sim == result.primary_similarity or sim == DEBIASED:
             rows.append([Cell(f"effdepth ({sim})"), Cell(str(w.num_states)), Cell(fmt(w.deff)), _per_layer(w),
                          Cell(fmt(w.gap_pct, 1, signed=True)), Cell(fmt(w.deff - paper.deff, 3, signed=True))])
     table = Table(["", "L", "D_eff", "D_eff/L", "gap %", "diff"], rows, [False] + [True] * 5,
@@ -281,7 +284,7 @@ def comparison_table(entries: list) -> Table:
 
 def _comparison_row(label: str, result: Result) -> list:
     v = result.similarities.get("cka", {}).get("default") or result.default
-    deb = result.similarities.get("cka-debiased", {}).get("default")
+    deb = result.similarities.get(DEBIASED, {}).get("default")
     views = result.similarities.get("cka", result.views)
     paper = _paper_row(result)
     return [
