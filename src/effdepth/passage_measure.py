@@ -355,7 +355,7 @@ def passage_loss(prepared, passages, batch_size: int) -> dict:
             ids, mask = passages.batch(order[start:start + step], pad_id=pad)
             ids, mask = ids.to(device), mask.to(device)
             loss.update(model(input_ids=ids, attention_mask=mask).logits, ids, mask)
-    return loss.result()
+    return loss.compute()
 
 
 def _pad_id(lm) -> int:

@@ -40,7 +40,7 @@ def token_result(state: MeasurementState, analysis: AnalysisOptions, *, provenan
     """
     views, others, unavailable = summarise(state, analysis)
     config = {**(sequences or {}), **analysis_config(analysis, state.views), **stack}
-    extras = {"loss": state.loss.result()} if state.loss is not None else {}
+    extras = {"loss": state.loss.compute()} if state.loss is not None else {}
     return Result(views=views, config=config, provenance=provenance, extras=extras, others=others, unavailable=unavailable)
 
 

@@ -117,6 +117,13 @@ class MeasurementState:
         if self.loss is not None:
             self.loss.merge(other.loss)
 
+    def compute(self) -> dict:
+        """What every stream gives: ``views`` (their units, ``ViewAccumulator.compute``), ``calibrated``
+        (the surrogates', by kind) and ``loss`` (``None`` where not measured)."""
+        return {"views": self.views.compute(),
+                "calibrated": None if self.calibrated is None else self.calibrated.compute(),
+                "loss": None if self.loss is None else self.loss.compute()}
+
     def state_dict(self) -> tuple:
         """``(arrays, meta)`` of every stream, for a checkpoint."""
         arrays, meta = self.views.state_dict()

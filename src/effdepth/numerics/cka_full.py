@@ -94,7 +94,7 @@ class PooledCka:
 
     >>> acc = PooledCka()
     >>> acc.update(torch.randn(3, 10, 4, dtype=torch.float64))
-    >>> st = acc.statistics(); st["hsic_full"].shape, float(st["cka_full_tokens"])
+    >>> st = acc.compute(); st["hsic_full"].shape, float(st["cka_full_tokens"])
     ((3, 3), 10.0)
     """
 
@@ -178,7 +178,7 @@ class PooledCka:
         self.sums += sums_b + nb * delta
         self.count += other.count
 
-    def statistics(self) -> dict:
+    def compute(self) -> dict:
         """``hsic_full``, ``cka_full_energy`` and ``cka_full_tokens`` (see the module docstring)."""
         n = self.count
         if n < 2:

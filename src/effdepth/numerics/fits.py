@@ -161,7 +161,7 @@ class FitAccumulator:
                 f"view {spec.name!r} has no tokens to fit its mean / principal directions on; "
                 "use more or longer sequences"
             )
-        fit = {"mean": self.mean, "tokens": self.count}
+        fit = {"mean": self.mean.clone(), "tokens": self.count}  # a copy: later updates change the mean in place
         for step in spec.steps:
             if step.component.fit:
                 spec.check_width(self.scatter.shape[-1])

@@ -12,7 +12,7 @@ class LossAccumulator:
 
     >>> acc = LossAccumulator()
     >>> acc.update(torch.zeros(1, 3, 4), torch.tensor([[0, 1, 2]]), None)
-    >>> round(acc.result()["mean"], 6) == round(math.log(4), 6)
+    >>> round(acc.compute()["mean"], 6) == round(math.log(4), 6)
     True
     """
 
@@ -41,6 +41,7 @@ class LossAccumulator:
     def load_state_dict(self, arrays: dict, meta: dict) -> None:
         self.total, self.count = float(meta["total"]), int(meta["count"])
 
-    def result(self) -> dict:
+    def compute(self) -> dict:
+        """The mean loss, its perplexity and the tokens it is over (NaN before any)."""
         mean = self.total / self.count if self.count else float("nan")
         return {"mean": mean, "perplexity": math.exp(mean) if self.count else float("nan"), "tokens": self.count}

@@ -349,7 +349,7 @@ class ViewAccumulator:
         pooled = self._pooled[key]
         if pooled.count < MIN_TOKENS:
             raise ViewUnavailable(spec.name, "cka-full", f"fewer than {MIN_TOKENS} tokens in this view")
-        return total.pooled().joined(UnitStatistics.from_units([pooled.statistics()]))
+        return total.pooled().joined(UnitStatistics.from_units([pooled.compute()]))
 
     def _additive(self, spec: ViewSpec) -> UnitStatistics | None:
         """The view's additive statistics, one unit per measured sequence (``None`` before any)."""
@@ -409,6 +409,25 @@ class ViewAccumulator:
                 f"accumulate with similarities including {similarity!r}"
             )
         return cka_set_key(spec)
+
+    def compute(self) -> dict:
+        """Every view's units under each of its similarities, ``{view name: {similarity: UnitStatistics}}``
+        (:meth:`unit_statistics`); a similarity a view has no value under is left out of it, and
+        :meth:`unit_statistics` says why.
+
+        >>> acc = ViewAccumulator(["default", "pos0-only"], similarities=("cka", "frobenius"))
+        >>> acc.update(torch.randn(3, 4, 5, 4))
+        >>> {view: {s: u.units for s, u in by.items()} for view, by in acc.compute().items()}
+        {'default': {'cka': 2, 'frobenius': 4}, 'pos0-only': {'frobenius': 4}}
+        """
+        out: dict = {}
+        for spec in self.views:
+            for similarity in self.similarities:
+                try:
+                    out.setdefault(spec.name, {})[similarity] = self.unit_statistics(spec, similarity)
+                except ViewUnavailable:
+                    continue
+        return out
 
     def _spec(self, view) -> ViewSpec:
         name = view.name if isinstance(view, ViewSpec) else view

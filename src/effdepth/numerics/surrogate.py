@@ -299,6 +299,10 @@ class CalibratedReferences:
             raise EffdepthError(f"unknown surrogate kind {kind!r}; choose from {', '.join(KINDS)}")
         return self.accumulators[kind].unit_statistics(view, similarity)
 
+    def compute(self) -> dict:
+        """Each kind's units, ``{kind: {view name: {similarity: UnitStatistics}}}`` (see ``ViewAccumulator.compute``)."""
+        return {kind: acc.compute() for kind, acc in self.accumulators.items()}
+
     def state_dict(self) -> tuple:
         """``(arrays, meta)`` for resume: each kind's accumulator state, keys prefixed ``"<kind>/"``."""
         arrays, kinds = {}, {}

@@ -526,11 +526,11 @@ def test_pooled_merge_with_a_different_shift_equals_one_pass():
     a.update(y[:, :7])
     b.update(y[:, 7:] * 1.0)
     a.merge(b)
-    for k, v in whole.statistics().items():
-        np.testing.assert_allclose(a.statistics()[k], v, rtol=1e-9)
+    for k, v in whole.compute().items():
+        np.testing.assert_allclose(a.compute()[k], v, rtol=1e-9)
     yc = (y - y.mean(1, keepdim=True)).numpy()
     exact = np.einsum("itd,jte->ijde", yc, yc)
-    np.testing.assert_allclose(whole.statistics()["hsic_full"], (exact**2).sum((2, 3)) / 29**2, rtol=1e-9)
+    np.testing.assert_allclose(whole.compute()["hsic_full"], (exact**2).sum((2, 3)) / 29**2, rtol=1e-9)
 
 
 def test_cka_full_memory_refusal():

@@ -1,8 +1,8 @@
-"""Every stateful statistic follows one protocol: update, merge, state_dict / load_state_dict.
+"""Every stateful statistic follows one protocol: update, merge, state_dict / load_state_dict, compute.
 
 For each, fed in two halves, (a) saving after the first half (through np.savez and JSON, as a
-checkpoint does) and continuing gives what one statistic fed everything gives, and (b) merging
-a second statistic fed the second half gives it too.
+checkpoint does) and continuing computes what one statistic fed everything computes, and (b)
+merging a second statistic fed the second half computes it too; computing changes nothing.
 """
 
 import io
@@ -17,6 +17,7 @@ from effdepth.numerics.cka_full import PooledCka
 from effdepth.numerics.fits import FitAccumulator
 from effdepth.numerics.loss import LossAccumulator
 from effdepth.numerics.protocol import Statistic
+from effdepth.numerics.statistics import UnitStatistics
 from effdepth.numerics.streams import ViewAccumulator
 from effdepth.numerics.surrogate import CalibratedReferences
 from effdepth.numerics.views import parse_view
@@ -30,10 +31,6 @@ def batch(seed, B=4, L=3, T=7, d=6):
     return torch.randn(L + 1, B, T, d, generator=g, dtype=torch.float64).cumsum(0)
 
 
-def view_numbers(acc):
-    return {(v, s): acc.unit_statistics(v, s).total() for v in VIEWS for s in ("cka", "frobenius")}
-
-
 def analysis():
     return AnalysisOptions(views=",".join(VIEWS), similarity="cka,frobenius", surrogate_seqs="all", pooling="none")
 
@@ -42,22 +39,32 @@ def logits_for(states):
     return states[-1, :, :, :5], torch.randint(0, 5, states.shape[1:3], generator=torch.Generator().manual_seed(1))
 
 
-# name: (make(first_sequence), update(statistic, states), what it gives)
+# name: (make(first_sequence), update(statistic, states))
 CASES = {
-    "FitAccumulator": (lambda first: FitAccumulator(), lambda acc, s: acc.update(s.flatten(1, 2)),
-                       lambda acc: acc.fit(parse_view("top1pc"))["mean"]),
-    "PooledCka": (lambda first: PooledCka(), lambda acc, s: acc.update(s.flatten(1, 2)), lambda acc: acc.statistics()),
-    "LossAccumulator": (lambda first: LossAccumulator(), lambda acc, s: acc.update(*logits_for(s), None),
-                        lambda acc: acc.result()),
+    "FitAccumulator": (lambda first: FitAccumulator(views=[parse_view("top1pc"), parse_view("center")]),
+                       lambda acc, s: acc.update(s.flatten(1, 2))),
+    "PooledCka": (lambda first: PooledCka(), lambda acc, s: acc.update(s.flatten(1, 2))),
+    "LossAccumulator": (lambda first: LossAccumulator(), lambda acc, s: acc.update(*logits_for(s), None)),
     "ViewAccumulator": (lambda first: ViewAccumulator(VIEWS, similarities=("cka", "frobenius")),
-                        lambda acc, s: acc.update(s), view_numbers),
+                        lambda acc, s: acc.update(s)),
     "CalibratedReferences": (lambda first: CalibratedReferences(VIEWS, similarities=("cka",), seed=3, first_sequence=first),
-                             lambda acc, s: acc.update(s),
-                             lambda acc: {k: acc.unit_statistics(v, "cka", kind=k).total() for v in VIEWS
-                                          for k in ("structural", "matched")}),
-    "MeasurementState": (lambda first: MeasurementState.new(analysis(), first_sequence=first),
-                         lambda acc, s: acc.update(s, None), lambda acc: view_numbers(acc.views)),
+                             lambda acc, s: acc.update(s)),
+    "MeasurementState": (lambda first: MeasurementState.new(analysis(), with_loss=True, first_sequence=first),
+                         lambda acc, s: acc.update(s, None, *logits_for(s))),
 }
+
+
+def computed(statistic):
+    """What ``compute`` gives, as plain numbers: the per-unit statistics as their totals and unit counts."""
+    return numbers(statistic.compute())
+
+
+def numbers(value):
+    if isinstance(value, dict):
+        return {k: numbers(v) for k, v in value.items()}
+    if isinstance(value, UnitStatistics):
+        return {"units": value.units, **value.total()}
+    return value
 
 
 def saved_and_loaded(statistic):
@@ -70,7 +77,9 @@ def saved_and_loaded(statistic):
 
 
 def assert_same(got, want):
-    if isinstance(want, dict):
+    if want is None:
+        assert got is None
+    elif isinstance(want, dict):
         assert set(got) == set(want)
         for k in want:
             assert_same(got[k], want[k])
@@ -82,7 +91,7 @@ def assert_same(got, want):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_saving_and_continuing_gives_what_one_pass_gives(name):
-    make, update, gives = CASES[name]
+    make, update = CASES[name]
     whole = make(0)
     for seed in (0, 1):
         update(whole, batch(seed))
@@ -92,12 +101,12 @@ def test_saving_and_continuing_gives_what_one_pass_gives(name):
     resumed = make(0)
     resumed.load_state_dict(*saved_and_loaded(first))
     update(resumed, batch(1))
-    assert_same(gives(resumed), gives(whole))
+    assert_same(computed(resumed), computed(whole))
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_merging_the_second_half_gives_what_one_pass_gives(name):
-    make, update, gives = CASES[name]
+    make, update = CASES[name]
     whole = make(0)
     for seed in (0, 1):
         update(whole, batch(seed))
@@ -105,4 +114,39 @@ def test_merging_the_second_half_gives_what_one_pass_gives(name):
     update(first, batch(0))
     update(second, batch(1))
     first.merge(second)
-    assert_same(gives(first), gives(whole))
+    assert_same(computed(first), computed(whole))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_computing_changes_nothing_and_a_result_outlives_later_updates(name):
+    make, update = CASES[name]
+    once, twice = make(0), make(0)
+    update(once, batch(0))
+    update(twice, batch(0))
+    early = computed(twice)
+    assert_same(computed(twice), early)
+    for statistic in (once, twice):
+        update(statistic, batch(1))
+    assert_same(computed(twice), computed(once))
+    assert_same(early, computed(make_fed(make, update, 0)))
+
+
+def make_fed(make, update, *seeds):
+    statistic = make(0)
+    for seed in seeds:
+        update(statistic, batch(seed))
+    return statistic
+
+
+def test_what_each_statistic_computes():
+    s = batch(0)
+    fits = FitAccumulator(views=[parse_view("top1pc"), parse_view("center")])
+    fits.update(s.flatten(1, 2))
+    assert set(fits.compute()) == {"top1pc", "center"} and set(fits.compute()["top1pc"]) >= {"mean", "pcs", "eigengap"}
+    views = make_fed(*CASES["ViewAccumulator"], 0, 1).compute()
+    assert {v: set(by) for v, by in views.items()} == {v: {"cka", "frobenius"} for v in VIEWS}
+    assert views["default"]["frobenius"].units == 8 and views["default"]["cka"].units == 4  # sequences; pairs
+    loss = make_fed(*CASES["LossAccumulator"], 0).compute()
+    assert loss["tokens"] == 4 * 6 and loss["perplexity"] == pytest.approx(np.exp(loss["mean"]))
+    state = make_fed(*CASES["MeasurementState"], 0).compute()
+    assert set(state) == {"views", "calibrated", "loss"} and set(state["calibrated"]) == {"structural", "matched"}
