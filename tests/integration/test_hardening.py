@@ -227,7 +227,7 @@ def test_out_of_memory_halves_the_batch_and_keeps_the_numbers(monkeypatch):
 
 
 def test_out_of_memory_inside_the_statistics_is_a_one_line_error_not_a_retry(monkeypatch):
-    from effdepth.numerics import streams
+    from effdepth.numerics.accumulate import SequenceSums
 
     model = tiny_model("llama")
     ids = torch.randint(0, 256, (4, 12), generator=torch.Generator().manual_seed(1))
@@ -235,7 +235,7 @@ def test_out_of_memory_inside_the_statistics_is_a_one_line_error_not_a_retry(mon
     def no_memory(self, *a, **k):
         raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1073741824 bytes")
 
-    monkeypatch.setattr(streams.SequenceSums, "add", no_memory)
+    monkeypatch.setattr(SequenceSums, "add", no_memory)
     with pytest.raises(EffdepthError, match="out of memory while adding the statistics of a batch of 4 sequences") as e:
         effdepth.measure(model, ids, batch_size=4, bootstrap=0, progress=False, pooling="none")
     assert "\n" not in str(e.value) and "--batch-size" in str(e.value)

@@ -145,7 +145,7 @@ NO_COSINE_SUMMARIES = ("a transformed view measured under kernel similarities al
 def has_cosine_summaries(totals: dict) -> bool:
     """Whether totals carry what :func:`update_summary` and :func:`related_measures` read (a
     transformed view measured under kernel similarities alone does not, see
-    :func:`effdepth.numerics.streams.stream_statistics`).
+    :func:`effdepth.numerics.sequence_units.stream_statistics`).
 
     >>> has_cosine_summaries({"n": 3.0}), has_cosine_summaries({"n": 3.0, "gram_increments": 0, "cos_sum": 0})
     (False, True)

@@ -6,8 +6,8 @@ rank's, another share's) with ``merge``, saves and restores itself with
 float32 states, numpy arrays saved with ``np.savez``, never pickle, and a
 JSON-serialisable dict), and gives its result with ``compute``: the fits of
 its views (``FitAccumulator``), the per-unit statistics of every view under
-every similarity (``ViewAccumulator``, and per surrogate kind
-``CalibratedReferences``), the pooled sums (``PooledCka``), the mean
+every similarity (``SequenceUnits``, ``ViewAccumulator``, and per surrogate
+kind ``CalibratedReferences``), the pooled sums (``PooledCka``), the mean
 loss (``LossAccumulator``), or all of a measurement's
 (``MeasurementState``). ``compute`` reads the state and changes nothing, so
 a statistic can be computed, updated and computed again. Checkpoints

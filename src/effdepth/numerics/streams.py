@@ -1,14 +1,15 @@
 """From batches of states to per-sequence statistics of every view, in one pass.
 
-Views that differ only in which tokens they keep (default, drop-pos0,
-pos0-only) share one stream: position 0 and the rest are accumulated apart
-and added back together. token-norm is a per-token transform of the batch.
-center and top-k PC need a per-layer fit first, a phase of its own before
-any sequence is measured: the caller feeds :meth:`ViewAccumulator.fit_batch`
-either the calibration set ("calibration",
-:func:`~effdepth.numerics.fits.calibration_prefix`) or every sequence
-("exact"), then calls :meth:`ViewAccumulator.finalize_fit`. Nothing is held
-inside the accumulator while it waits for a fit.
+The additive statistics are kept per sequence and view stream
+(:class:`~effdepth.numerics.sequence_units.SequenceUnits`: views that differ
+only in which tokens they keep share one stream, position 0 and the rest
+accumulated apart and added back together). token-norm is a per-token
+transform of the batch. center and top-k PC need a per-layer fit first, a
+phase of its own before any sequence is measured: the caller feeds
+:meth:`ViewAccumulator.fit_batch` either the calibration set
+("calibration", :func:`~effdepth.numerics.fits.calibration_prefix`) or
+every sequence ("exact"), then calls :meth:`ViewAccumulator.finalize_fit`.
+Nothing is held inside the accumulator while it waits for a fit.
 
 A sequence with no token in a view (drop-pos0 of a one-token sequence) is
 left out of that view and counted; a view without any token is unavailable
@@ -26,41 +27,20 @@ statistics of a pair's two sequences are added to it.
 from __future__ import annotations
 
 import warnings
-from functools import partial
 
-import numpy as np
 import torch
 
 from ..errors import EffdepthError
-from .accumulate import STAT_KEYS, SequenceSums, chunk_tokens_for, sums_in_chunks
+from .accumulate import STAT_KEYS
 from .cka import GRAM_BUDGET_BYTES, MIN_TOKENS, CkaPairs, ViewUnavailable, cka_set_key, cka_token_sets, require_cka_view
 from .cka_full import FULL_BUDGET_BYTES, PooledCka, check_cka_full_memory
 from .metrics import NO_COSINE_SUMMARIES
 from .fits import PC_ESTIMATES, ViewFits, fit_description
-from .sequences import check_finite, check_finite_states, real_counts, real_sequences
-from .similarities import KERNEL_SIMILARITIES, get_similarity, keeps_cosine_sums, validate_similarities
+from .sequence_units import SequenceUnits
+from .sequences import real_counts, real_sequences
+from .similarities import KERNEL_SIMILARITIES, get_similarity, validate_similarities
 from .statistics import UnitStatistics
 from .views import ViewSpec, check_width, parse_views
-
-def stream_statistics(spec: ViewSpec, similarities, statistics: tuple = STAT_KEYS) -> tuple:
-    """The additive statistics a view's stream keeps: ``statistics``, or only the token counts
-    for a stream that transforms the states (token-norm, center, top-k PC) when only kernel
-    similarities are asked (not :func:`keeps_cosine_sums`).
-
-    A kernel similarity's numbers (D_eff, references, attribution) need none of
-    the additive sums. What the sums feed besides is the cosine summaries of
-    the states (update cosines, cos(U_l, S_{l-1}), the related measures), kept
-    for the untransformed stream (default, drop-pos0, pos0-only) whatever the
-    similarity; for the transformed streams they were a third of a cka run's
-    statistics under ``--views paper`` (docs/method.md#no-cosine-summaries).
-
-    >>> [len(stream_statistics(v, ("cka",))) for v in parse_views("default,token-norm,top1pc")]
-    [10, 1, 1]
-    >>> len(stream_statistics(parse_views("top1pc")[0], ("cka", "frobenius")))
-    10
-    """
-    return ("n",) if spec.transforms and not keeps_cosine_sums(similarities) else tuple(statistics)
-
 
 class ViewAccumulator:
     """Accumulates per-sequence statistics for a list of views.
@@ -70,7 +50,7 @@ class ViewAccumulator:
     :func:`~effdepth.numerics.accumulate.statistics_for` and
     :func:`~effdepth.numerics.accumulate.deff_statistics`), and for a
     transformed stream under kernel similarities alone only the token counts
-    (:func:`stream_statistics`); ``similarities``
+    (:func:`~effdepth.numerics.sequence_units.stream_statistics`); ``similarities``
     adds those of "cka" (per pair of sequences) and "cka-full" (pooled, memory-checked
     against ``cka_full_budget_bytes`` at the first update). The cka cross
     Grams are formed in blocks of rows within ``gram_budget_bytes``.
@@ -117,17 +97,8 @@ class ViewAccumulator:
         if unknown:
             raise ValueError(f"unknown statistics {sorted(unknown)}; choose from {', '.join(STAT_KEYS)}")
         self.statistics = tuple(k for k in STAT_KEYS if k in statistics or k == "n")
-        self.streams: dict = {}
-        for v in self.views:
-            parts = self.streams.setdefault(v.stream, {"spec": v, "parts": set()})["parts"]
-            parts.update(v.parts)
-        # Per stream, the additive statistics it keeps (see stream_statistics).
-        self._stream_keys = {key: stream_statistics(info["spec"], self.similarities, self.statistics)
-                             for key, info in self.streams.items()}
-        # Without a stream that sums state energies, non-finite states are caught another way (not for
-        # an accumulator asked for token counts alone: surrogate streams, finite by construction).
-        self._check_states = self.statistics != ("n",) and not any("gram_states" in k for k in self._stream_keys.values())
-        self._units: dict = {(s, p): [] for s, info in self.streams.items() for p in info["parts"]}
+        self._additive = SequenceUnits(self.views, similarities=self.similarities, statistics=self.statistics,
+                                       include_embedding=include_embedding, chunk_tokens=chunk_tokens)
         self.gram_budget_bytes = gram_budget_bytes
         self.cka_full_budget_bytes = cka_full_budget_bytes
         units = {get_similarity(s).unit for s in self.similarities}
@@ -135,11 +106,15 @@ class ViewAccumulator:
         pair_sets = self.cka_sets if "pair" in units else {}
         self._cka = CkaPairs({key: self._set_label(key) for key in pair_sets}, gram_budget_bytes)
         self._pooled: dict = {k: PooledCka() for k in self.cka_sets} if "run" in units else {}
-        self._fit_accumulators: dict = {}
         self._fits = ViewFits({key: info["spec"] for key, info in self.streams.items()}, pc_estimate)
         self.sequences = 0
         self.tokens = 0
         self.padding_rows = 0
+
+    @property
+    def streams(self) -> dict:
+        """Each view stream's first view and the parts its views keep (see :class:`SequenceUnits`)."""
+        return self._additive.streams
 
     # -- fitting (center, top-k PC) -------------------------------------------------
 
@@ -240,25 +215,16 @@ class ViewAccumulator:
         # Build the batch's units first and commit at the end, so a failure
         # part-way (e.g. out of memory) leaves the accumulator as it was: what
         # a checkpoint then saves is every whole batch.
-        new_units: dict = {k: [] for k in self._units}
+        measured: list = []
         pooled_states: dict = {k: [] for k in self._pooled}
         kernel_views = self._kernel_views()
         pairs = self._cka.pending(kernel_views)
-        streams = {key: info for key, info in self.streams.items() if key not in self._fits.unfitted}
         sequences = tokens = 0
         for seq in real_sequences(states, mask):
             index = self.sequences + sequences
             sequences += 1
             tokens += seq.shape[1]
-            totals = self._sequence_statistics(seq, streams)
-            for key, info in streams.items():
-                pos0, rest = totals[key]
-                check_finite(pos0, rest, states.dtype)
-                parts = {"pos0": pos0, "rest": rest if rest is not None else _empty_like(pos0)}
-                for p in info["parts"]:
-                    new_units[(key, p)].append(parts[p])
-            if self._check_states:
-                check_finite_states(seq, states.dtype)
+            measured.append(self._additive.measure(seq, self._fits.fits, skip=self._fits.unfitted))
             pairs.add(index, seq)
             for key in pooled_states:
                 if key in kernel_views:
@@ -267,8 +233,7 @@ class ViewAccumulator:
         pooled = {k: self._pooled[k].prepare(torch.cat(parts, dim=1)) for k, parts in pooled_states.items() if parts}
         # The pairs first: holding this batch's unpaired sequence copies it, the last allocation.
         self._cka.commit(pairs)
-        for k, units in new_units.items():
-            self._units[k].extend(units)
+        self._additive.commit(measured)
         # Last: the pooled cross-products are added in place (no allocation, so no failure half-way).
         for k, prepared in pooled.items():
             self._pooled[k].commit(prepared)
@@ -280,24 +245,6 @@ class ViewAccumulator:
         """Each kernel token set's view and its stream's fit, ``(spec, fit)`` (not for an unfitted stream)."""
         return {key: (spec, self._fits.fits.get(spec.stream)) for key, spec in self.cka_sets.items()
                 if spec.stream not in self._fits.unfitted}
-
-    def _sequence_statistics(self, seq: torch.Tensor, streams: dict) -> dict:
-        """(pos0, rest) statistics of each of ``streams`` for one sequence ``(M, T, d)``, T >= 1.
-
-        Chunks of tokens are converted to float64 once and shared by the
-        streams; every transform is per token once fitted, so chunking is exact.
-        """
-        t = seq.shape[1]
-        # Token counts only (a transformed stream under kernel similarities, a surrogate stream): no pass over the states.
-        out = {key: ({"n": np.asarray(1.0)}, {"n": np.asarray(float(t - 1))} if t > 1 else None)
-               for key in streams if self._stream_keys[key] == ("n",)}
-        sums = {key: SequenceSums(self.include_embedding, self._stream_keys[key]) for key in streams if key not in out}
-        if not sums:
-            return out
-        # Each stream's one per-token transform; its positions are its parts.
-        transforms = {key: partial(streams[key]["spec"].transform, fit=self._fits.fits.get(key)) for key in sums}
-        out.update(sums_in_chunks(seq, sums, transforms, self.chunk_tokens or chunk_tokens_for(seq)))
-        return out
 
     def unit_statistics(self, view: str | ViewSpec, similarity: str = "frobenius") -> UnitStatistics:
         """The units of one view, with what ``similarity`` needs.
@@ -316,7 +263,7 @@ class ViewAccumulator:
         unit = get_similarity(similarity).unit
         if spec.stream in self._fits.unfitted:
             raise ViewUnavailable(spec.name, similarity, self._fits.unfitted[spec.stream])
-        total = self._additive(spec)
+        total = self._additive.view(spec)
         if total is None:
             raise ViewUnavailable(spec.name, similarity, "no sequence with a real token was measured")
         if unit == "sequence":
@@ -325,7 +272,7 @@ class ViewAccumulator:
                     f"token statistics were not accumulated (similarities {list(self.similarities)}); "
                     "accumulate with similarities including 'token'"
                 )
-            if self._stream_keys[spec.stream] != self.statistics:  # a transformed stream under kernel similarities
+            if self._additive.keys[spec.stream] != self.statistics:  # a transformed stream under kernel similarities
                 raise EffdepthError(
                     f"{similarity} statistics of view {spec.name!r} were not accumulated (similarities "
                     f"{list(self.similarities)}): {NO_COSINE_SUMMARIES}"
@@ -351,17 +298,6 @@ class ViewAccumulator:
             raise ViewUnavailable(spec.name, "cka-full", f"fewer than {MIN_TOKENS} tokens in this view")
         return total.pooled().joined(UnitStatistics.from_units([pooled.compute()]))
 
-    def _additive(self, spec: ViewSpec) -> UnitStatistics | None:
-        """The view's additive statistics, one unit per measured sequence (``None`` before any)."""
-        total = None
-        for p in spec.parts:
-            units = self._units[(spec.stream, p)]
-            if not units:
-                return None
-            stats = UnitStatistics.from_units(units)
-            total = stats if total is None else total + stats
-        return total
-
     def left_out(self, view: str | ViewSpec, similarity: str | None = None) -> int:
         """Sequences measured but left out of a view under ``similarity``: no token in the view
         (every similarity), or for cka both sequences of a pair where either has fewer than 4,
@@ -378,7 +314,7 @@ class ViewAccumulator:
             return self.sequences
         if similarity is not None and get_similarity(similarity).unit == "pair":
             return self.cka_left_out(spec)
-        total = self._additive(spec)
+        total = self._additive.view(spec)
         return 0 if total is None else int((total.arrays["n"] <= 0).sum())
 
     def cka_left_out(self, view: str | ViewSpec) -> int:
@@ -444,20 +380,12 @@ class ViewAccumulator:
         cka units (one per pair) use the part ``cka`` (all positions) or ``cka-drop-pos0``; the
         index of each pair's first sequence is ``pairs|first``.
         """
-        return {**self._additive_arrays(), **self._cka.unit_arrays()}
-
-    def _additive_arrays(self) -> dict:
-        out = {}
-        for (key, part), units in self._units.items():
-            if units:
-                for name, arr in UnitStatistics.from_units(units).arrays.items():
-                    out[f"{self.streams[key]['spec'].canonical}|{part}|{name}"] = arr
-        return out
+        return {**self._additive.state_dict()[0], **self._cka.unit_arrays()}
 
     def _set_label(self, key: tuple) -> str:
         """``"<stream>|cka"`` or ``"<stream>|cka-drop-pos0"`` for a cka token set."""
         stream, selection = key
-        return f"{self.streams[stream]['spec'].canonical}|cka" + (f"-{selection}" if selection else "")
+        return f"{self._additive.label(stream)}|cka" + (f"-{selection}" if selection else "")
 
     def state_dict(self) -> tuple:
         """``(arrays, meta)``: everything needed to continue later (units, fits, the sequence
@@ -465,7 +393,7 @@ class ViewAccumulator:
         meta is JSON-serialisable.
         """
         pair_arrays, pair_meta = self._cka.state_dict()
-        arrays = {**self._additive_arrays(), **pair_arrays}
+        arrays = {**self._additive.state_dict()[0], **pair_arrays}
         # Pooled cka-full sums are not per unit: merge them with merge(), never by concatenation.
         for key, pooled in self._pooled.items():
             for name, arr in pooled.state_dict()[0].items():
@@ -499,19 +427,7 @@ class ViewAccumulator:
                 f"saved statistics were accumulated for kernel similarities {saved or 'none'}, this run needs {wanted or 'none'}; "
                 "resume with the same similarities or start afresh without resuming"
             )
-        for (key, part) in self._units:
-            prefix = f"{self.streams[key]['spec'].canonical}|{part}|"
-            keep = self._stream_keys[key]
-            # Only the statistics this accumulator keeps (a saved state may carry more).
-            cols = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix) and k[len(prefix):] in keep}
-            n = len(cols["n"]) if cols else 0
-            if n and set(cols) != set(keep):
-                raise EffdepthError(
-                    f"saved statistics of view stream {self.streams[key]['spec'].canonical!r} lack "
-                    f"{', '.join(sorted(set(keep) - set(cols)))} (measured for other similarities); "
-                    "resume with the same similarities or start afresh without resuming"
-                )
-            self._units[(key, part)] = [{k: v[i] for k, v in cols.items()} for i in range(n)]
+        self._additive.load_state_dict(arrays, {})
         self._cka.load_state_dict(arrays, meta)
         for key in self._pooled:
             prefix = f"full|{self._set_label(key)}|"
@@ -529,8 +445,7 @@ class ViewAccumulator:
                 f"cannot merge statistics of views {[v.name for v in other.views]} / similarities {list(other.similarities)} "
                 f"into views {[v.name for v in self.views]} / similarities {list(self.similarities)}"
             )
-        for key in self._units:
-            self._units[key].extend(other._units[key])
+        self._additive.merge(other._additive)
         self._cka.merge(other._cka, offset=self.sequences, other_sequences=other.sequences)
         for key in self._pooled:
             self._pooled[key].merge(other._pooled[key])
@@ -543,6 +458,3 @@ def _selection_hint(spec: ViewSpec) -> str:
     """Why a view that keeps all but position 0 has no token at all."""
     return f" (every sequence has a single token, and {spec.selection} removes it)" if spec.parts == ("rest",) else ""
 
-
-def _empty_like(stats: dict) -> dict:
-    return {k: np.zeros_like(v) for k, v in stats.items()}

@@ -17,6 +17,7 @@ from effdepth.numerics.cka_full import PooledCka
 from effdepth.numerics.fits import FitAccumulator
 from effdepth.numerics.loss import LossAccumulator
 from effdepth.numerics.protocol import Statistic
+from effdepth.numerics.sequence_units import SequenceUnits
 from effdepth.numerics.statistics import UnitStatistics
 from effdepth.numerics.streams import ViewAccumulator
 from effdepth.numerics.surrogate import CalibratedReferences
@@ -45,6 +46,7 @@ CASES = {
                        lambda acc, s: acc.update(s.flatten(1, 2))),
     "PooledCka": (lambda first: PooledCka(), lambda acc, s: acc.update(s.flatten(1, 2))),
     "LossAccumulator": (lambda first: LossAccumulator(), lambda acc, s: acc.update(*logits_for(s), None)),
+    "SequenceUnits": (lambda first: SequenceUnits(VIEWS), lambda acc, s: acc.update(s)),
     "ViewAccumulator": (lambda first: ViewAccumulator(VIEWS, similarities=("cka", "frobenius")),
                         lambda acc, s: acc.update(s)),
     "CalibratedReferences": (lambda first: CalibratedReferences(VIEWS, similarities=("cka",), seed=3, first_sequence=first),
