@@ -69,18 +69,15 @@ class ClaimsOutcome:
         >>> ClaimsOutcome([Checked(Path("a"), "a", r, []), Checked(Path("b"), "b", r, [])]).text().split()[:2]
         ['model', 'similarity']
         """
-        from .report.passage_tables import comparison_table
-        from .report.tables import claims_sweep_text, claims_text
+        from .report.tables import claims_sweep_text, claims_text, passage_comparison_text
 
         if len(self.checked) == 1 and not self.failed:
             c = self.checked[0]
             verdicts = claims_text(c.result, c.label)
         else:
             verdicts = claims_sweep_text([(c.label, c.result) for c in self.checked], self.failed)
-        passages = [(c.label, c.result) for c in self.checked if c.result.passages]
-        if not passages:
-            return verdicts
-        return f"Beside the paper's Table 2 (similarity cka across passages):\n{comparison_table(passages)}\n\n{verdicts}"
+        beside = passage_comparison_text([(c.label, c.result) for c in self.checked])
+        return f"{beside}\n\n{verdicts}" if beside else verdicts
 
 
 def check_paths(paths) -> ClaimsOutcome:

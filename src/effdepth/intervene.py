@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .capture.intervention import carry_hooks, check_carry_on, check_layer_spec, format_carry, parse_carry, parse_layers
+from .capture.intervention import carry_hooks, check_carry_on, check_layer_spec, parse_carry, parse_layers
 from .errors import EffdepthError
 from .measure import measure_prepared, prepare
 from .options import AnalysisOptions, Options, RunOptions, token_mode
@@ -133,7 +133,8 @@ def recompose_report(result: Result, carries=DEFAULT_CARRY, view: str | None = N
     """
     from .numerics.recompose import recompose_carry, recompose_decorrelated
     from .report.numbers import fmt
-    from .report.plain import render_table
+    from .report.plain import table_text
+    from .report.studies import recompose_table
 
     name = view or result.default.name
     if name not in result.views and name not in result.similarities.get("frobenius", {}):
@@ -155,8 +156,6 @@ def recompose_report(result: Result, carries=DEFAULT_CARRY, view: str | None = N
         "rows": rows,
         "model": result.provenance.get("model", {}),
     }
-    header = ["lam", "D_eff recomposed", "D_eff decorrelated", "F_N", "ratio"]
-    body = [[format_carry(r["lam"]), fmt(r["deff"]), fmt(r["deff_decorrelated"]), fmt(r["reference"]), fmt(r["ratio"])] for r in rows]
     if measured_with == "frobenius":
         comparison = (f"measured D_eff {fmt(v.deff)} (= recomposed at lam 1), "
                       f"R_matched {fmt(v.references.get('matched'))} = decorrelated at lam 1 ({fmt(decorrelated['deff'])})")
@@ -166,4 +165,4 @@ def recompose_report(result: Result, carries=DEFAULT_CARRY, view: str | None = N
                       "recomposition; measure with --similarity frobenius (or all) to check lam 1 = measured and "
                       "decorrelated = R_matched")
     note = f"offline recomposition of view {v.name} (frobenius, N = {v.num_states}): {comparison}"
-    return data, note + "\n\n" + render_table(header, body)
+    return data, note + "\n\n" + table_text(recompose_table(rows))

@@ -22,7 +22,7 @@ def register(sub) -> dict:
 def sensitivity_text(sources, view: str = "default", similarity: str | None = None) -> str:
     """Every result's table, then the ordering table when there are three or more."""
     from ..errors import EffdepthError
-    from ..report import robustness
+    from ..report.content import robustness
     from ..report.plain import table_text
 
     parts = []

@@ -42,7 +42,7 @@ def sensitivity_figure(result: Result) -> Figure:
     >>> len(sensitivity_figure(r).axes[0].get_yticklabels())
     9
     """
-    from .robustness import label, variant_numbers
+    from .content.robustness import label, variant_numbers
 
     v = result.default
     numbers, with_intervals = variant_numbers(v)

@@ -14,8 +14,11 @@ from datetime import datetime, timezone
 from html import escape
 
 from ..version import __version__
-from . import content, passage_content
-from .content import Cell, Folded, Table
+from .content import Cell, Folded, Section, Table, result_content
+from .content.captions import comparison_png, figure_text, render_figures
+from .content.claims import claims_evidence, claims_table
+from .content.compare import comparison_table, passage_sections
+from .content.facts import extras_rows, provenance_groups, title as result_title
 from .sources import Source
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
@@ -114,7 +117,7 @@ def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> s
     if sort:
         sources = sort_by_ratio(sources)
     several = len(sources) > 1
-    title = ("Effective depth: comparison of %d results" % len(sources) if several else content.title(sources[0]) if sources
+    title = ("Effective depth: comparison of %d results" % len(sources) if several else result_title(sources[0]) if sources
              else _study_heading(studies[0]))
     body = [f"<header><h1>{escape(title)}</h1>", _meta_line(len(sources)), "</header>"]
     if failed:
@@ -127,7 +130,7 @@ def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> s
         from .style import figure_png
 
         heading = _study_heading(study)
-        tables = "".join((f"<h3>{esc(sub[:1].upper() + sub[1:])}</h3>" if sub else "") + _table(t) for sub, t in study.tables())
+        tables = "".join(_section(s) for s in study.sections())
         body.append(f'<section id="study-{k}"><h2>{esc(heading)}</h2>' + tables
                     + f'<div class="figures">{_figure(f"study-{k}", heading, study.caption, figure_png(study.figure()), wide=True)}</div></section>')
     for i, s in enumerate(sources, start=1):
@@ -162,14 +165,12 @@ def _meta_line(count: int) -> str:
 def _comparison_section(sources: list) -> str:
     nav = "".join(f'<li><a href="#result-{i}">{escape(s.label)}</a></li>' for i, s in enumerate(sources, start=1))
     passages = all(s.result.passages for s in sources)
-    fig = _figure("comparison", *content.figure_text("comparison", passages), content.comparison_png(sources), wide=True)
-    table = content.comparison_table(sources)
-    sections = passage_content.comparison_sections([(s.label, s.result) for s in sources])
-    anchors = ["table2", "ordering"]
+    fig = _figure("comparison", *figure_text("comparison", passages), comparison_png(sources), wide=True)
+    sections = passage_sections([(s.label, s.result) for s in sources])
     return (
         '<section id="comparison"><h2>Comparison</h2>'
-        + _table(table, sortable=True)
-        + "".join(f'<h3 id="{a}">{esc(x.heading)}</h3>' + _table(x.table, sortable=True) for a, x in zip(anchors, sections))
+        + _table(comparison_table(sources), sortable=True)
+        + "".join(_section(x, sortable=True) for x in sections)
         + f'<div class="figures">{fig}</div>'
         + f"<h3>Results</h3><nav><ul>{nav}</ul></nav></section>"
     )
@@ -179,40 +180,23 @@ def _result_section(source: Source, index: int, several: bool) -> str:
     r = source.result
     heading = f"<h2>{index}. {escape(source.label)}</h2>" if several else ""
     parts = [f'<section id="result-{index}">', heading]
-    parts += _passage_tables(source) if r.passages else _token_tables(source, index)
-    evidence = "".join(f"<li>{esc(line)}</li>" for line in content.claims_evidence(r))
-    parts.append('<h3 id="claims-%d">Does it reproduce the paper?</h3>' % index + _table(content.claims_table(r))
+    said = result_content(r)
+    lines = "<br>".join(esc(line) for line in said.headline)
+    parts += [f'<p class="headline">{lines}</p>', "<h3>Summary</h3>" + _kv(said.summary, symbols=True)]
+    parts += [_section(s, index) for s in said.sections]
+    evidence = "".join(f"<li>{esc(line)}</li>" for line in claims_evidence(r))
+    parts.append('<h3 id="claims-%d">Does it reproduce the paper?</h3>' % index + _table(claims_table(r))
                  + f'<details><summary>The numbers behind each verdict</summary><ul class="evidence">{evidence}</ul></details>')
-    extras = content.extras_rows(r)
+    extras = extras_rows(r)
     if extras:
         parts.append("<h3>Extra measurements</h3>" + _kv(extras))
-    figures = "".join(_figure(f.stem, f.title, f.caption, f.png) for f in content.render_figures(r))
+    figures = "".join(_figure(f.stem, f.title, f.caption, f.png) for f in render_figures(r))
     view = r.default.name
     parts.append(f"<h3>Figures (view {escape(view)})</h3><div class=\"figures\">{figures}</div>")
-    prov = "".join(f"<div><h4>{escape(name)}</h4>{_kv(rows)}</div>" for name, rows in content.provenance_groups(source))
+    prov = "".join(f"<div><h4>{escape(name)}</h4>{_kv(rows)}</div>" for name, rows in provenance_groups(source))
     parts.append(f'<h3>Provenance</h3><p class="note">Everything needed to trace and reproduce the numbers above.</p><div class="prov">{prov}</div>')
     parts.append("</section>")
     return "\n".join(p for p in parts if p)
-
-
-def _token_tables(source: Source, index: int) -> list:
-    r = source.result
-    parts = [f'<p class="headline">{esc(content.headline(r))}</p>',
-             "<h3>Summary</h3>" + _kv(content.summary_rows(source), symbols=True),
-             "<h3>Views</h3>" + _table(content.views_table(r)),
-             "<h3>References</h3>" + _table(content.references_table(r))]
-    sensitivity = content.sensitivity_table(r)
-    if sensitivity is not None:
-        parts.append('<h3 id="sensitivity-%d">Definition sensitivity</h3>' % index + _table(sensitivity))
-    return parts
-
-
-def _passage_tables(source: Source) -> list:
-    # The tables the terminal prints (passage_content), so both say the same numbers.
-    r = source.result
-    lines = "<br>".join(esc(line) for line in passage_content.headline_lines(r))
-    parts = [f'<p class="headline">{lines}</p>', "<h3>Summary</h3>" + _kv(passage_content.summary_rows(source), symbols=True)]
-    return parts + [f"<h3>{esc(s.heading)}</h3>" + _table(s.table) for s in passage_content.sections(r)]
 
 
 # --------------------------------------------------------------------------- elements
@@ -237,6 +221,14 @@ def _figure(stem: str, title: str, caption: str, png: bytes, wide: bool = False)
         f'<figure id="fig-{escape(stem)}"{cls}><img alt="{escape(title)}" src="data:image/png;base64,{data}">'
         f"<figcaption><b>{esc(title)}.</b> {esc(caption)}</figcaption></figure>"
     )
+
+
+def _section(section: Section, index: int | None = None, sortable: bool = False) -> str:
+    # A section of a result gets its result's number in the anchor, so that several results' anchors differ.
+    anchor = (f"{section.anchor}-{index}" if index is not None else section.anchor) if section.anchor else ""
+    ident = f' id="{escape(anchor)}"' if anchor else ""
+    heading = f"<h3{ident}>{esc(section.heading)}</h3>" if section.title else ""
+    return heading + _table(section.table, sortable)
 
 
 def _table(table: Table, sortable: bool = False) -> str:

@@ -10,8 +10,11 @@ import re
 from datetime import datetime, timezone
 
 from ..version import __version__
-from . import content, passage_content
-from .content import Folded, Table
+from .content import Folded, Section, Table, result_content
+from .content.captions import comparison_png, figure_text, render_figures
+from .content.claims import claims_evidence, claims_table
+from .content.compare import comparison_table, passage_sections
+from .content.facts import extras_rows, provenance_groups, title as result_title
 from .sources import Source
 
 # Intraword "_" (D_eff) and brackets not followed by "(", "[" or ":" never form Markdown syntax;
@@ -37,7 +40,7 @@ def render_markdown(sources: list, files_dir: str = "report_files", *, sort: boo
         sources = sort_by_ratio(sources)
     several = len(sources) > 1
     images: dict = {}
-    title = (f"Effective depth: comparison of {len(sources)} results" if several else content.title(sources[0]) if sources
+    title = (f"Effective depth: comparison of {len(sources)} results" if several else result_title(sources[0]) if sources
              else studies[0].title[:1].upper() + studies[0].title[1:])
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     out = [f"# {esc(title)}", "", f"_Written by effdepth {esc(__version__)} on {esc(when)} from {len(sources)} result(s)._", ""]
@@ -46,11 +49,11 @@ def render_markdown(sources: list, files_dir: str = "report_files", *, sort: boo
         out += [f"- {esc(model)}: {esc(error)}" for model, error in failed] + [""]
     if several:
         name = f"{files_dir}/comparison.png"
-        images[name] = content.comparison_png(sources)
-        out += ["## Comparison", "", table(content.comparison_table(sources)), ""]
-        for section in passage_content.comparison_sections([(s.label, s.result) for s in sources]):
-            out += [f"### {esc(section.heading)}", "", table(section.table), ""]
-        figure, caption = content.figure_text("comparison", all(s.result.passages for s in sources))
+        images[name] = comparison_png(sources)
+        out += ["## Comparison", "", table(comparison_table(sources)), ""]
+        for section in passage_sections([(s.label, s.result) for s in sources]):
+            out += _section(section)
+        figure, caption = figure_text("comparison", all(s.result.passages for s in sources))
         out += [_image(name, "comparison"), "", f"_{esc(figure)}._ {esc(caption)}", ""]
     for k, study in enumerate(studies, start=1):
         from .style import figure_png
@@ -58,8 +61,8 @@ def render_markdown(sources: list, files_dir: str = "report_files", *, sort: boo
         name = f"{files_dir}/study-{k}-{study.kind}.png"
         images[name] = figure_png(study.figure())
         out += [f"## {esc(study.title[:1].upper() + study.title[1:])}", ""]
-        for sub, t in study.tables():
-            out += ([f"### {esc(sub[:1].upper() + sub[1:])}", ""] if sub else []) + [table(t), ""]
+        for section in study.sections():
+            out += _section(section)
         out += [_image(name, study.kind), "", f"_{esc(study.caption)}_", ""]
     for i, s in enumerate(sources, start=1):
         prefix = f"{i:02d}-{_slug(s.label)}-" if several else ""
@@ -92,42 +95,29 @@ def table(t: Table) -> str:
 def _result(s: Source, index: int, several: bool, files_dir: str, prefix: str, images: dict) -> list:
     r = s.result
     out = [f"## {index}. {esc(s.label)}", ""] if several else []
-    out += _passage_tables(s) if r.passages else _token_tables(s)
-    out += ["### Does it reproduce the paper?", "", table(content.claims_table(r)), ""]
-    out += [f"- {esc(line)}" for line in content.claims_evidence(r)] + [""]
-    extras = content.extras_rows(r)
+    said = result_content(r)
+    out += ["\n>\n".join(f"> {esc(line)}" for line in said.headline), "", "### Summary", "", _kv(said.summary), ""]
+    for section in said.sections:
+        out += _section(section)
+    out += ["### Does it reproduce the paper?", "", table(claims_table(r)), ""]
+    out += [f"- {esc(line)}" for line in claims_evidence(r)] + [""]
+    extras = extras_rows(r)
     if extras:
         out += ["### Extra measurements", "", _kv(extras), ""]
     out += [f"### Figures (view {esc(r.default.name)})", ""]
-    for f in content.render_figures(r):
+    for f in render_figures(r):
         name = f"{files_dir}/{prefix}{f.stem}.png"
         images[name] = f.png
         out += [_image(name, f.title), "", f"_{esc(f.title)}._ {esc(f.caption)}", ""]
     out += ["### Provenance", ""]
-    for group, rows in content.provenance_groups(s):
+    for group, rows in provenance_groups(s):
         out += [f"**{esc(group)}**", "", _kv(rows, path=str(s.path)), ""]
     return out
 
 
-def _token_tables(s: Source) -> list:
-    r = s.result
-    out = [f"> {esc(content.headline(r))}", "", "### Summary", "", _kv(content.summary_rows(s)), ""]
-    out += ["### Views", "", table(content.views_table(r)), ""]
-    out += ["### References", "", table(content.references_table(r)), ""]
-    sensitivity = content.sensitivity_table(r)
-    if sensitivity is not None:
-        out += ["### Definition sensitivity", "", table(sensitivity), ""]
-    return out
-
-
-def _passage_tables(s: Source) -> list:
-    # The tables the terminal prints (passage_content), so both say the same numbers.
-    r = s.result
-    out = ["\n>\n".join(f"> {esc(line)}" for line in passage_content.headline_lines(r)), ""]
-    out += ["### Summary", "", _kv(passage_content.summary_rows(s)), ""]
-    for section in passage_content.sections(r):
-        out += [f"### {esc(section.heading)}", "", table(section.table), ""]
-    return out
+def _section(section: Section) -> list:
+    """A section's lines: its heading (none without a title), its table, a blank line."""
+    return ([f"### {esc(section.heading)}", ""] if section.title else []) + [table(section.table), ""]
 
 
 def _kv(rows: list, path: str = "result.json") -> str:

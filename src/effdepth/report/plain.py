@@ -1,13 +1,14 @@
-"""Plain text for the terminal: :func:`render_table` lays out rows of strings, :func:`table_text`
-renders a report :class:`~effdepth.report.content.Table`.
+"""The terminal writer: report content (:mod:`.content`) as plain text.
 
-The third writer beside :mod:`.html` and :mod:`.markdown`: the same table objects, so the terminal,
-HTML and Markdown carry the same numbers.
+The third writer beside :mod:`.html` and :mod:`.markdown`: the same :class:`~.content.model.Table`
+and :class:`~.content.model.Section` objects, so the terminal, HTML and Markdown carry the same
+numbers. :func:`table_text` writes a table, :func:`section_text` a titled one, :func:`content_text`
+everything a report says about one result.
 """
 
 from __future__ import annotations
 
-from .content import Table
+from .content.model import ResultContent, Section, Table
 
 
 def render_table(header: list, rows: list, left: int = 1, numeric: list | None = None) -> str:
@@ -52,3 +53,26 @@ def table_text(table: Table, note: bool = True) -> str:
     if note and table.note:
         lines.append(table.note)
     return "\n".join(lines)
+
+
+def section_text(section: Section) -> str:
+    """A section: its title and context, then its table (the table alone without a title).
+
+    >>> from effdepth.report.content import Cell
+    >>> print(section_text(Section("views", Table(["view"], [[Cell("default")]]), context="similarity cka")))
+    views, similarity cka:
+    view
+    -------
+    default
+    """
+    table = table_text(section.table)
+    return f"{section.label}:\n{table}" if section.label else table
+
+
+def content_text(content: ResultContent, extras: Table | None = None) -> str:
+    """Everything the terminal shows of one result: the headline lines, each section, then the extra
+    measurements (``extras``) when there are any."""
+    parts = ["\n".join(content.headline)] + [section_text(s) for s in content.sections]
+    if extras is not None:
+        parts.append(table_text(extras))
+    return "\n\n".join(parts)

@@ -1,8 +1,8 @@
 """What the tables of every format are made of: which views and similarities a result has, which
 values are unavailable and why, what tells several results apart, which summary row stands for a job.
 
-The terminal tables (:mod:`.tables`) and the HTML/Markdown content (:mod:`.content`) both build
-on these, so a view that is unavailable under a similarity is said so, with its reason, everywhere.
+The report content (:mod:`.content`, which every format renders) and the sweep tables build on
+these, so a view that is unavailable under a similarity is said so, with its reason, everywhere.
 """
 
 from __future__ import annotations

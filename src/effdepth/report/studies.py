@@ -7,8 +7,10 @@ each, with its tables and figure.
   Table S14 for a ``--paper`` run, and how the run differs from the paper's;
 - ``trajectory.json`` (``effdepth trajectory``): one row per checkpoint with the update diagnostic.
 
-The terminal (the commands themselves, ``effdepth show``), the HTML and the Markdown reports render the
-same tables.
+Beside them, the summary of a sweep's or trajectory's rows (:func:`suite_table`) and the offline
+recomposition of a result (:func:`recompose_table`). All are :mod:`.content` tables and sections: the
+terminal (the commands themselves, ``effdepth show``), the HTML and the Markdown reports render the
+same objects.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .content import Cell, Table
+from .content.model import Cell, Section, Table
 from .numbers import fmt, fmt_interval, format_params
 from .rows import lead_rows
 
@@ -56,22 +58,21 @@ class Study:
     def caption(self) -> str:
         return CAPTIONS[self.kind]
 
-    def table(self) -> Table:
-        """The study's first table."""
-        return self.tables()[0][1]
+    def sections(self) -> list:
+        """The study's :class:`~.content.model.Section` objects in order (a title may be empty).
 
-    def tables(self) -> list:
-        """``[(heading, Table)]``: the study's tables in order (a heading may be empty)."""
+        >>> Study("null", {"summary": {}, "seeds": [0], "config_sha256": "0" * 64}, Path("null.json")).sections()[0].title
+        ''
+        """
         if self.kind == "null":
-            return [("", null_table(self.record))]
+            return [Section("", null_table(self.record))]
         if self.kind == "prune":
-            return [("", prune_table(self.record))]
+            return [Section("", prune_table(self.record))]
         if self.kind == "intervention":
-            first = self.record.results[self.record.carries[0]]
-            return [(f"view {name}", intervention_content(self.record, name)) for name in first.views]
+            return intervention_sections(self.record)
         if self.kind == "experiment":
-            return experiment_tables(self.record)
-        return [("", trajectory_content(self.record.rows, self.record.duplicates, self.record.preset))]
+            return experiment_sections(self.record)
+        return [Section("", trajectory_content(self.record.rows, self.record.duplicates, self.record.preset))]
 
     def figure(self):
         if self.kind == "null":
@@ -197,21 +198,27 @@ def intervention_content(ir, view: str | None = None) -> Table:
     return Table(list(INTERVENTION_COLUMNS), rows, [False] + [True] * (len(INTERVENTION_COLUMNS) - 1))
 
 
-def experiment_tables(result) -> list:
-    """``[(heading, Table)]`` of a carry experiment: the last step, the paper's Table S14 beside ours
-    for a ``--paper`` run, and D_eff and loss per step; the last note says how the run differs from
-    the paper's S17 (as ``experiment.json`` records it)."""
+def intervention_sections(ir) -> list:
+    """One section per view of an :class:`~effdepth.results_carry.InterventionResult`: its table against the carry."""
+    first = ir.results[ir.carries[0]]
+    return [Section(f"view {name}", intervention_content(ir, name)) for name in first.views]
+
+
+def experiment_sections(result) -> list:
+    """The sections of a carry experiment: the last step, the paper's Table S14 beside ours for a
+    ``--paper`` run, and D_eff and loss per step; the last note says how the run differs from the
+    paper's S17 (as ``experiment.json`` records it)."""
     if not result.records:
-        return [("", Table(["carry experiment"], [[Cell("no checkpoint was measured")]], [False]))]
+        return [Section("", Table(["carry experiment"], [[Cell("no checkpoint was measured")]], [False]))]
     last = max(r["step"] for r in result.records)
-    tables = [(f"after {last} steps", experiment_final_content(result))]
+    sections = [Section(f"after {last} steps", experiment_final_content(result))]
     if result.config.get("paper"):
-        tables.append(("beside the paper's Table S14", experiment_paper_content(result)))
+        sections.append(Section("beside the paper's Table S14", experiment_paper_content(result)))
     steps = experiment_step_content(result)
     differences = result.config.get("paper_differences")
     if differences:
         steps.note = "differs from the paper's S17 run: " + "; ".join(differences)
-    return tables + [("per training step", steps)]
+    return sections + [Section("per training step", steps)]
 
 
 def experiment_final_content(result) -> Table:
@@ -293,7 +300,56 @@ def experiment_step_content(result) -> Table:
     return Table(header, body, [False] + [True] * (len(header) - 1))
 
 
-# --------------------------------------------------------------------------- trajectories
+# --------------------------------------------------------------------------- sweeps and trajectories
+
+
+def suite_table(rows: list[dict]) -> Table:
+    """One row per job of a sweep or trajectory and similarity: its first view with a value (the
+    summary rows come one per view and similarity), N, D_eff with its interval, F_N = 2N/(N+1) and the
+    ratio; passage-mode rows add the update diagnostic (D_eff of the updates f_l, whole and over L).
+    A job without a value says its status and error in the last column.
+
+    >>> t = suite_table([{"model": "m", "revision": "main", "similarity": "cka", "view": "default", "status": "ok",
+    ...                   "N": 3, "D_eff": 1.2, "D_eff_lo": 1.1, "D_eff_hi": 1.3, "F_N": 1.5, "ratio": 0.8}])
+    >>> t.header[-1], [f"{c.text} {c.ci}".strip() for c in t.rows[0]][5]
+    ('status', '1.200 [1.100, 1.300]')
+    """
+    leads = lead_rows(rows, lambda r: (r["model"], r["revision"], r.get("similarity")))
+    # The update diagnostic (passage mode): D_eff of the updates f_l, whole and over L, when measured.
+    updates = any(r.get("updates_D_eff") is not None for r in leads)
+    header = ["model", "revision", "similarity", "view", "N", "D_eff [95% CI]", "F_N", "ratio"]
+    header += ["updates D_eff [95% CI]", "updates/L"] if updates else []
+    body = []
+    for r in leads:
+        who = [Cell(str(r["model"])), Cell(str(r["revision"])), Cell(str(r.get("similarity") or "-"))]
+        if r.get("D_eff") is None:
+            failed = Cell(f"{r['status']}: {r.get('error') or ''}".strip(": "))
+            body.append(who + [Cell("-") for _ in header[3:]] + [failed])
+            continue
+        extra = []
+        if updates:
+            u, layers = r.get("updates_D_eff"), r.get("L")
+            extra = [_value(r, "updates_D_eff"), Cell(fmt(u / layers if u is not None and layers else None))]
+        body.append(who + [Cell(str(r.get("view") or "-")), Cell(str(r.get("N") or "-")), _value(r, "D_eff"),
+                           Cell(fmt(r["F_N"])), Cell(fmt(r["ratio"]))] + extra + [Cell(r.get("note") or r["status"])])
+    return Table(header + ["status"], body, [False] * 4 + [True] * (len(header) - 3))
+
+
+def recompose_table(rows: list[dict]) -> Table:
+    """The offline recomposition of a view (:func:`effdepth.numerics.recompose.recompose_carry`'s rows):
+    D_eff recomposed and decorrelated, F_N and the ratio per carry.
+
+    >>> recompose_table([{"lam": 1.0, "deff": 1.2, "deff_decorrelated": 1.3, "reference": 1.5, "ratio": 0.8}]).rows[0][0].text
+    '1'
+    """
+    from ..capture.intervention import format_carry
+
+    header = ["lam", "D_eff recomposed", "D_eff decorrelated", "F_N", "ratio"]
+    body = [[Cell(format_carry(r["lam"])), Cell(fmt(r["deff"])), Cell(fmt(r["deff_decorrelated"])), Cell(fmt(r["reference"])),
+             Cell(fmt(r["ratio"]))] for r in rows]
+    return Table(header, body, [False] + [True] * 4)
+
+
 
 
 def trajectory_content(rows: list, duplicates: dict | None = None, preset: dict | None = None) -> Table:

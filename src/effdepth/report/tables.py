@@ -1,93 +1,44 @@
-"""What the terminal prints (no plotting imports).
+"""What the terminal prints (no plotting imports): report content (:mod:`.content`, :mod:`.studies`)
+written by :mod:`.plain`, so the terminal, HTML and Markdown carry the same numbers.
 
-- a result (``effdepth measure``, ``effdepth show``): :func:`result_summary_text`, the tables of
-  :mod:`.content` (token mode) or :mod:`.passage_content` (passage mode) as plain text, so the
-  terminal, HTML and Markdown carry the same numbers;
+- a result (``effdepth measure``, ``effdepth show``): :func:`result_summary_text`;
 - the rows of a sweep or a trajectory: :func:`suite_summary_text`;
 - an intervention: :func:`intervention_headline`, :func:`intervention_table`;
 - a carry experiment: :func:`experiment_headline`, :func:`experiment_final_table`,
-  :func:`experiment_step_table`.
-
-All of them are laid out by :func:`~effdepth.report.plain.render_table` and write numbers with
-:func:`~effdepth.report.numbers.fmt`.
+  :func:`experiment_step_table`;
+- the paper's claims (``effdepth claims``): :func:`claims_text`, :func:`claims_sweep_text`.
 """
 
 from __future__ import annotations
 
 from ..result import Result
-from . import content
-from .numbers import fmt, fmt_interval
-from .plain import render_table, table_text
-from .rows import lead_rows
-from .wording import carry_text, context, similarity_name
-
+from .content import result_content
+from .content.facts import extras_table
+from .plain import content_text, section_text, table_text
+from .wording import carry_text
 
 
 # --------------------------------------------------------------------------- one result
 
 
-def headline(result: Result) -> str:
-    """What was measured, on what, with which similarity (and carry); then the main number, in the
-    words of the report (:func:`~effdepth.report.content.headline`).
-
-    >>> import effdepth, torch
-    >>> headline(effdepth.from_states(torch.randn(3, 2, 4, 8))).splitlines()[1].startswith("D_eff = ")
-    True
-    """
-    p = result.provenance
-    model = p.get("model", {})
-    corpus = p.get("corpus", {})
-    c = result.config
-    v = result.default
-    what = f"{model.get('id', 'states')}"
-    if model.get("revision") not in (None, "main"):
-        what += f"@{model['revision']}"
-    others = [s for s in result.similarities if s != result.primary_similarity]
-    lines = [
-        f"model {what} ({c.get('num_layers')} layers), "
-        + (f"corpus {corpus.get('name')} ({v.sequences} x {c.get('seq_len')} tokens), " if corpus else "")
-        + f"similarity {similarity_name(result.primary_similarity)}"
-        + (f", also {' and '.join(others)}" if others else "")
-        + f", N = {v.num_states} states"
-        + (" incl. embedding" if c.get("include_embedding") else ""),
-        content.headline(result),
-    ]
-    carry = carry_text(result.extras)
-    if carry:
-        lines.append(f"intervened model: {carry} (not the plain model; docs/method.md#carry-in-model)")
-    return "\n".join(lines)
-
-
 def result_summary_text(result: Result) -> str:
-    """Everything the terminal shows for a result: headline, views, references, the similarities side
-    by side (when several), extras. Each table says its similarity (and carry).
+    """Everything the terminal shows for a result, in either mode: headline, its mode's sections (token
+    mode: views, references, the similarities side by side when several), extras. Each table says its
+    similarity (and carry).
 
     >>> import effdepth, torch
     >>> "R_matched" in result_summary_text(effdepth.from_states(torch.randn(3, 2, 4, 8)))
     True
     """
-    if result.passages:
-        from .passage_tables import passage_summary_text
-
-        return passage_summary_text(result)
-    where = context(result)
-    parts = [headline(result), f"views, {where}:\n{table_text(content.views_table(result))}",
-             f"references, {where}:\n{table_text(content.references_table(result))}"]
-    sensitivity = content.sensitivity_table(result)
-    if sensitivity is not None:
-        parts.append(f"definition sensitivity, D_eff / F_N and D_eff per view and similarity:\n{table_text(sensitivity)}")
-    extras = content.extras_table(result)
-    if extras is not None:
-        parts.append(table_text(extras))
-    return "\n\n".join(parts)
+    return content_text(result_content(result), extras_table(result))
 
 
 # --------------------------------------------------------------------------- sweeps and trajectories
 
 
 def suite_summary_text(rows: list[dict]) -> str:
-    """One line per job of a sweep or trajectory and similarity: its first view with a value
-    (the summary rows come one per view and similarity), N and F_N = 2N/(N+1).
+    """One line per job of a sweep or trajectory and similarity (:func:`~effdepth.report.studies.suite_table`):
+    its first view with a value (the summary rows come one per view and similarity), N and F_N = 2N/(N+1).
 
     >>> print(suite_summary_text([{"model": "m", "revision": "main", "similarity": "cka", "view": "default", "status": "ok",
     ...                            "N": 3, "D_eff": 1.2, "D_eff_lo": None, "F_N": 1.5, "ratio": 0.8}]))
@@ -103,26 +54,9 @@ def suite_summary_text(rows: list[dict]) -> str:
     >>> suite_summary_text([row]).splitlines()[2].split()[-5:]
     ['2.000', '[1.800,', '2.200]', '0.500', 'ok']
     """
-    leads = lead_rows(rows, lambda r: (r["model"], r["revision"], r.get("similarity")))
-    # The update diagnostic (passage mode): D_eff of the updates f_l, whole and over L, when measured.
-    updates = any(r.get("updates_D_eff") is not None for r in leads)
-    header = ["model", "revision", "similarity", "view", "N", "D_eff [95% CI]", "F_N", "ratio"]
-    header += ["updates D_eff [95% CI]", "updates/L"] if updates else []
-    body = []
-    for r in leads:
-        who = [str(r["model"]), str(r["revision"]), str(r.get("similarity") or "-")]
-        if r.get("D_eff") is None:
-            body.append(who + ["-"] * (len(header) - 3) + [f"{r['status']}: {r.get('error') or ''}".strip(": ")])
-            continue
-        ci = fmt_interval([r["D_eff_lo"], r["D_eff_hi"]]) if r.get("D_eff_lo") is not None else ""
-        extra = []
-        if updates:
-            u, layers = r.get("updates_D_eff"), r.get("L")
-            u_ci = fmt_interval([r["updates_D_eff_lo"], r["updates_D_eff_hi"]]) if r.get("updates_D_eff_lo") is not None else ""
-            extra = [f"{fmt(u)} {u_ci}".strip(), fmt(u / layers if u is not None and layers else None)]
-        body.append(who + [str(r.get("view") or "-"), str(r.get("N") or "-"), f"{fmt(r['D_eff'])} {ci}".strip(),
-                           fmt(r["F_N"]), fmt(r["ratio"])] + extra + [r.get("note") or r["status"]])
-    return render_table(header + ["status"], body, left=4)
+    from .studies import suite_table
+
+    return table_text(suite_table(rows))
 
 
 # --------------------------------------------------------------------------- residual carry
@@ -235,10 +169,9 @@ def intervention_text(ir) -> str:
     >>> intervention_text(ir).splitlines()[2]
     'view default:'
     """
-    first = ir.results[ir.carries[0]]
-    parts = [intervention_headline(ir)]
-    parts += [f"view {name}:\n{intervention_table(ir, name)}" for name in first.views]
-    return "\n\n".join(parts)
+    from .studies import intervention_sections
+
+    return "\n\n".join([intervention_headline(ir)] + [section_text(s) for s in intervention_sections(ir)])
 
 
 def experiment_text(result) -> str:
@@ -252,11 +185,11 @@ def experiment_text(result) -> str:
     >>> experiment_text(ExperimentResult(cfg, [rec])).splitlines()[0].split(",")[0]
     'carry experiment: 2-layer Llama'
     """
-    from .studies import experiment_tables
+    from .studies import experiment_sections
 
     if not result.records:
         return experiment_headline(result) + "\n\nno checkpoint was measured"
-    return "\n\n".join([experiment_headline(result)] + [f"{heading}:\n{table_text(t)}" for heading, t in experiment_tables(result)])
+    return "\n\n".join([experiment_headline(result)] + [section_text(s) for s in experiment_sections(result)])
 
 
 def trajectory_text(saved) -> str:
@@ -278,7 +211,6 @@ def trajectory_text(saved) -> str:
 
 def study_text(kind: str, record: dict) -> str:
     """The table of a saved study (``null`` or ``prune``: what its JSON holds), as terminal text."""
-    from .plain import table_text
     from .studies import null_table, prune_table
 
     return table_text(null_table(record) if kind == "null" else prune_table(record))
@@ -318,7 +250,7 @@ def claims_text(result: Result, label: str | None = None) -> str:
     'Does states reproduce the pape'
     """
     from ..verdicts import claim_tests
-    from .content import claims_evidence
+    from .content.claims import claims_evidence, claims_table
     from .sources import result_label
     from .wording import PAPER_NOTE
 
@@ -330,7 +262,7 @@ def claims_text(result: Result, label: str | None = None) -> str:
     if carry:
         what.append(carry)
     lines = [f"Does {label or result_label(result)} reproduce the paper? ({'; '.join(what)}; docs/method.md#claims)", "",
-             table_text(content.claims_table(result), note=False), "", "what each claim checks:"]
+             table_text(claims_table(result), note=False), "", "what each claim checks:"]
     lines += [f"({i}) {name}: {test}" for i, (name, test) in enumerate(claim_tests(result), start=1)]
     lines += ["", "the numbers behind each verdict (an inequality holds when the whole interval is on its side):"]
     lines += claims_evidence(result)
@@ -349,34 +281,25 @@ def claims_sweep_text(entries: list, failed: list = ()) -> str:
     >>> claims_sweep_text([("a", r), ("b", r)]).splitlines()[0].split()[:4]
     ['model', 'similarity', '(1)', '(2)']
     """
-    from ..verdicts import CLAIM_NAMES as names, CLAIMS, HOLDS, NOT_MEASURED, check_claims, verdict_grid
-    from .wording import PAPER_ABSTRACT, PAPER_NOTE
+    from ..verdicts import CLAIMS
+    from .content.claims import tally_table, verdicts_table
+    from .wording import PAPER_NOTE
 
-    grids = [(label, result, verdict_grid(check_claims(result))) for label, result in entries]
-    rows = [[label, sim] + [grid[n][sim].status for n in names]
-            for label, result, grid in grids for sim in result.similarities]
-    header = ["model", "similarity"] + [f"({i})" for i in range(1, len(names) + 1)]
-    sims = list(dict.fromkeys(sim for _, result, _ in grids for sim in result.similarities))
-    tally = []
-    for i, (name, claim, _) in enumerate(CLAIMS, start=1):
-        cells = []
-        for sim in sims:
-            verdicts = [(result, grid[name][sim]) for _, result, grid in grids if sim in result.similarities]
-            held = [(result, v) for result, v in verdicts if v.status == HOLDS]
-            unmeasured = sum(v.status == NOT_MEASURED for _, v in verdicts)
-            cell = f"{len(held)} of {len(verdicts)}" + (f" ({unmeasured} n.m.)" if unmeasured else "")
-            if name == "sub-reference" and held:
-                gaps = [result.similarities[sim]["default"].gap_pct for result, _ in held]
-                low, high = fmt(min(gaps), 0), fmt(max(gaps), 0)
-                cell += f", {low}% below" if low == high else f", {low}-{high}% below"
-            cells.append(cell)
-        tally.append([f"({i}) {claim}"] + cells + [PAPER_ABSTRACT[name]])
-    lines = [render_table(header, rows, left=len(header)), "",
+    lines = [table_text(verdicts_table(entries)), "",
              "claims: " + "; ".join(f"({i}) {claim}" for i, (_, claim, _) in enumerate(CLAIMS, start=1)), "",
              f"models for which each claim holds ({len(entries)} result{'' if len(entries) == 1 else 's'}; n.m. = not measured):",
-             render_table(["claim"] + sims + ["paper's abstract (16 models)"], tally, left=len(sims) + 2), "", PAPER_NOTE]
+             table_text(tally_table(entries)), "", PAPER_NOTE]
     if failed:
         lines += ["", f"not checked: {len(failed)} model(s) the sweep could not measure:"]
         lines += [f"  {model}: {error}" for model, error in failed]
     lines += ["", "effdepth claims RESULT (one result.json) prints the numbers behind each verdict."]
     return "\n".join(lines)
+
+
+def passage_comparison_text(entries: list) -> str:
+    """The passage-mode results among ``entries`` (``(label, Result)``) in the layout of the paper's Table 2,
+    the paper's row beside ours, under its heading; ``""`` when none is in passage mode."""
+    from .content.compare import passage_sections
+
+    sections = passage_sections(entries)
+    return f"{sections[0].heading}:\n{table_text(sections[0].table)}" if sections else ""

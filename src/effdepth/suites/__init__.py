@@ -86,13 +86,18 @@ class Suite:
         return list(dict.fromkeys(m.family or "other" for m in self.models))
 
     def table(self) -> str:
-        """A plain-text table of the models, for ``effdepth suite show``."""
-        rows = [("id", "family", "revision", "params")]
-        rows += [(m.id, m.family or "-", m.revision or "main", format_params(m.params)) for m in self.models]
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-        lines.insert(1, "  ".join("-" * w for w in widths))
-        return "\n".join(lines)
+        """A plain-text table of the models, for ``effdepth suite show``.
+
+        >>> print(Suite("s", models=(SuiteModel("acme/m", family="m", params=70_000_000),)).table())
+        id      family  revision  params
+        ------  ------  --------  ------
+        acme/m  m       main      70M
+        """
+        from ..report.content import Cell, Table
+        from ..report.plain import table_text
+
+        rows = [[Cell(m.id), Cell(m.family or "-"), Cell(m.revision or "main"), Cell(format_params(m.params))] for m in self.models]
+        return table_text(Table(["id", "family", "revision", "params"], rows, [False] * 4))
 
 
 def suite_names() -> list[str]:

@@ -12,7 +12,8 @@ import effdepth
 from effdepth.cli import main
 from effdepth.cli.measure import write_result
 from effdepth.intervene import save_intervention
-from effdepth.report import content, figures
+from effdepth.report import figures
+from effdepth.report.content import captions, compare, tokens
 from effdepth.report.build import write_report
 from effdepth.report.numbers import fmt
 from effdepth.report.sources import load_sources
@@ -94,7 +95,7 @@ def test_comparison_shows_what_differs_and_always_tokens_per_sequence(bare_resul
 
     same = _variant(bare_result, seq_len=16).save(tmp_path / "same")
     again = _variant(bare_result, seq_len=16).save(tmp_path / "again")
-    columns = content.comparison_table(load_sources([same, again])).header
+    columns = compare.comparison_table(load_sources([same, again])).header
     assert "tokens/seq" in columns and "seed" not in columns
 
 
@@ -143,8 +144,8 @@ def test_attribution_has_one_sign_in_table_figure_caption_and_note(tiny_token_re
     assert "positive (hatched red) pushes" in fig.get_supxlabel()
 
     assert ATTRIBUTION in text
-    assert ATTRIBUTION in content.views_table(tiny_result).note
-    assert ATTRIBUTION in content.FIGURES["attribution"][1]
+    assert ATTRIBUTION in tokens.views_table(tiny_result).note
+    assert ATTRIBUTION in captions.FIGURES["attribution"][1]
     assert "positive term pushes D_eff below F_N" in ATTRIBUTION and "docs/method.md#attribution" in ATTRIBUTION
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..numerics.sensitivity import LABELS, sensitivity_numbers, spearman
-from ..result import Result, ViewResult
-from .content import Cell, Table, interval, level
-from .numbers import fmt
+from ...numerics.sensitivity import LABELS, sensitivity_numbers, spearman
+from ...result import Result, ViewResult
+from ..numbers import fmt
+from .model import Cell, Table, interval, level
 
 
 def label(key: str, states: int | None = None) -> str:

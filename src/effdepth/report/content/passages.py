@@ -1,28 +1,20 @@
-"""What a report of passage-mode results says, independent of its format (docs/method.md#passage-mode).
-
-The paper's estimator beside the debiased one, each estimator's finite-sample null, the references with
-the paper's names, the attribution and the paper's Table 2 row, built once as :class:`~.content.Table`
-objects: the terminal (:mod:`.passage_tables`, through :mod:`.plain`), the HTML and the Markdown
-writers render the same tables, so the three formats carry the same numbers.
-
-- one result: :func:`headline_lines`, :func:`summary_rows` and :func:`sections`;
-- several: :func:`comparison_table`, one row per model in the layout of the paper's Table 2.
+"""What a report says about a passage-mode result (docs/method.md#passage-mode): the paper's estimator
+beside the debiased one, each estimator's finite-sample null, the references with the paper's names,
+the attribution, the update diagnostic, the lags and tapers, and the paper's Table 2 row beside ours.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from ..data.paper import table2_row, table2_source
-from ..numerics.similarities import PASSAGE, default_similarity, names_where, specs
-from ..result import Result, ViewResult
+from ...data.paper import table2_row, table2_source
+from ...numerics.similarities import PASSAGE, default_similarity, names_where, specs
+from ...result import Result, ViewResult
+from ..numbers import fmt
+from ..wording import ATTRIBUTION, passage_wording, similarity_name
 from . import robustness
-from .content import Cell, Table, interval, level, model_rows, number_cell, sortable, sub_reference
-from .numbers import fmt
-from .sources import Source
-from .wording import ATTRIBUTION, passage_wording, similarity_name
+from .facts import device_rows, model_name, model_rows
+from .model import TERMS, Cell, ResultContent, Section, Table, interval, level, number_cell, sortable, sub_reference, value_cell
 
 #: The similarities that are CKA estimators (they have references and a finite-sample null).
 KERNELS = names_where(lambda s: s.kernel, PASSAGE)
@@ -31,30 +23,19 @@ DEBIASED = next(s.name for s in specs(PASSAGE) if s.companion_of == default_simi
 #: The references of a CKA estimator, with the paper's names.
 REFERENCE_COLUMNS = (("init", "R_init"), ("size", "R_size=F_norm"), ("matched", "R_matched=F_h0+norm"),
                      ("corr", "R_corr=F_h0+corr"), ("structural_cal", "structural_cal"), ("matched_cal", "matched_cal"))
-TERMS = ("initial_state", "size_imbalance", "correlated_updates")
 
 
-@dataclass
-class Section:
-    """A titled table of a report: ``title`` heads it (lower case; writers capitalise as their format wants)."""
+def passage_content(result: Result) -> ResultContent:
+    """The headline, summary and sections of a passage-mode result.
 
-    title: str
-    table: Table
-
-    @property
-    def heading(self) -> str:
-        """The title as a heading: its first letter capitalised."""
-        return self.title[:1].upper() + self.title[1:]
-
-
-# --------------------------------------------------------------------------- one result
-
-
-def model_name(result: Result) -> str:
-    """The model's id, with its revision unless it is ``main``."""
-    model = result.provenance.get("model", {})
-    name = str(model.get("id") or "states")
-    return name + (f"@{model['revision']}" if model.get("revision") not in (None, "main") else "")
+    >>> import effdepth, torch
+    >>> from effdepth.tiny import tiny_model
+    >>> r = effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (8, 12)), bootstrap=0, progress=False)
+    >>> c = passage_content(r)
+    >>> c.headline[2].startswith("D_eff = "), [s.title for s in c.sections][:3]
+    (True, ['views', 'references', 'attribution, similarity cka'])
+    """
+    return ResultContent(headline_lines(result), summary_rows(result), sections(result))
 
 
 def headline_lines(result: Result) -> list:
@@ -78,7 +59,7 @@ def headline_lines(result: Result) -> list:
 def null_lines(result: Result) -> list:
     """How far each estimator alone sits from F_L at this N, d and L (the structural_cal null), one line each."""
     out = []
-    for sim, v in _default_views(result):
+    for sim, v in default_views(result):
         null = v.references.get("structural_cal")
         if null is not None:
             out.append(f"estimator null ({sim}, isotropic equal updates at this N, d, L): {fmt(null)} = "
@@ -86,15 +67,13 @@ def null_lines(result: Result) -> list:
     return out
 
 
-def summary_rows(source: Source) -> list:
+def summary_rows(result: Result) -> list:
     """``(label, value)`` pairs: the model, the passages, the bootstrap and the main numbers, in F_L."""
-    r = source.result
-    c, v, corpus = r.config, r.default, r.provenance.get("corpus") or {}
-    model = r.provenance.get("model") or {}
+    c, v, corpus = result.config, result.default, result.provenance.get("corpus") or {}
     boot = (c.get("passage_analysis") or {}).get("bootstrap") or {}  # how the analysis drew its resamples
-    rows = model_rows(r) + [
+    rows = model_rows(result) + [
         ("states analysed N", f"{v.num_states}: S_1..S_L, {c.get('states_meaning') or c.get('states') or 'block outputs'}"),
-        ("similarity", "; ".join(similarity_name(s, passages=True) for s in r.similarities)),
+        ("similarity", "; ".join(similarity_name(s, passages=True) for s in result.similarities)),
         ("corpus", f"{corpus.get('name', 'n/a')} (sha256 {str(corpus.get('sha256'))[:16]}…)"),
         ("passages", f"{v.sequences:,} of at most {c.get('seq_len', 'n/a')} tokens (mean {c.get('mean_passage_tokens', 'n/a')}), "
                      f"split by {c.get('passage_split', 'n/a')}" + (f", protocol {c['protocol']}" if c.get("protocol") else "")),
@@ -106,9 +85,7 @@ def summary_rows(source: Source) -> list:
         ("gap %", f"{fmt(v.gap_pct, 1, signed=True)} {interval(v, 'gap_pct', 1)}".strip()),
         ("sub-reference", sub_reference(v)),
     ]
-    if model.get("dtype") or model.get("device"):
-        rows.append(("dtype / device", f"{model.get('dtype', 'n/a')} / {model.get('device', 'n/a')}"))
-    return rows
+    return rows + device_rows(result)
 
 
 def _units(boot: dict) -> str:
@@ -148,12 +125,12 @@ def views_table(result: Result) -> Table:
         header += [f"{sim} /F_L", f"{sim} null/F_L"] if sim in KERNELS else [f"{sim} /F_L"]
     rows = []
     for name, v in result.views.items():
-        row = [Cell(name), number_cell(v, v.deff, "deff"), _per_layer(v), number_cell(v, v.gap_pct, signed=True, digits=1)]
+        row = [Cell(name), number_cell(v, v.deff, "deff"), per_layer_cell(v), number_cell(v, v.gap_pct, signed=True, digits=1)]
         for sim in sims:
             w = result.similarities[sim].get(name)
             row.append(Cell("-") if w is None else number_cell(w, w.ratio, "ratio"))
             if sim in KERNELS:
-                row.append(_null_ratio(w))
+                row.append(null_ratio_cell(w))
         rows.append(row)
     return Table(header, rows, [False] + [True] * (len(header) - 1),
                  note=f"D_eff, D_eff/L and gap under {result.primary_similarity}; /F_L: D_eff / F_L [{level(result.default)}% "
@@ -180,8 +157,8 @@ def references_table(result: Result) -> Table:
 
 def attribution_table(result: Result, similarity: str) -> Table:
     """The three terms of F_L - D_eff per view, with intervals."""
-    header = ["view", "initial state", "size imbalance", "correlated updates"]
-    rows = [[Cell(name)] + [number_cell(v, (v.attribution or {}).get(k), k, signed=True) for k in TERMS]
+    header = ["view"] + [label for _, label in TERMS]
+    rows = [[Cell(name)] + [number_cell(v, (v.attribution or {}).get(k), k, signed=True) for k, _ in TERMS]
             for name, v in result.similarities[similarity].items()]
     return Table(header, rows, [False, True, True, True], note=passage_wording(ATTRIBUTION))
 
@@ -199,7 +176,7 @@ def updates_table(result: Result, similarity: str) -> Table:
         rows.append([Cell(name), number_cell(v, v.update_deff, "update_deff"),
                      number_cell(v, v.update_deff / count if count and v.update_deff is not None else None,
                                  "update_deff_per_layer"),
-                     _per_layer(v)]
+                     per_layer_cell(v)]
                     + ([_layer_cell(ratio, band, 0), Cell(fmt(float(np.nanmedian(np.asarray(ratio, dtype=float))))),
                         _layer_cell(ratio, band, -1)]
                        if ratio else [Cell("-")] * 3))
@@ -234,15 +211,15 @@ def _layer_cell(values, band, index: int) -> Cell:
 
 def table2_section(result: Result) -> Section | None:
     """The paper's Table 2 row beside ours, with the difference in D_eff, when the model is one of its sixteen."""
-    paper = _paper_row(result)
+    paper = paper_row(result)
     v = result.views.get("default")
     if paper is None or v is None:
         return None
     rows = [[Cell("paper (Table 2)"), Cell(str(paper.layers)), Cell(fmt(paper.deff, 2)), Cell(fmt(paper.deff_per_layer)),
              Cell(fmt(paper.gap_pct, 1, signed=True)), Cell("")]]
-    for sim, w in _default_views(result):
+    for sim, w in default_views(result):
         if sim == result.primary_similarity or sim == DEBIASED:
-            rows.append([Cell(f"effdepth ({sim})"), Cell(str(w.num_states)), Cell(fmt(w.deff)), _per_layer(w),
+            rows.append([Cell(f"effdepth ({sim})"), Cell(str(w.num_states)), Cell(fmt(w.deff)), per_layer_cell(w),
                          Cell(fmt(w.gap_pct, 1, signed=True)), Cell(fmt(w.deff - paper.deff, 3, signed=True))])
     table = Table(["", "L", "D_eff", "D_eff/L", "gap %", "diff"], rows, [False] + [True] * 5,
                   note=f"diff: our D_eff minus the paper's. source: {table2_source()}")
@@ -250,58 +227,10 @@ def table2_section(result: Result) -> Section | None:
                    f"{fmt(v.deff - paper.deff, 3, signed=True)} in D_eff)", table)
 
 
-# --------------------------------------------------------------------------- several results
-
-
-def comparison_sections(entries: list) -> list:
-    """The sections comparing the passage-mode results among ``entries`` (``(label, Result)``): the
-    Table-2-style comparison, and with three or more the model ordering under every lag, taper and
-    aggregation; none when no result is in passage mode."""
-    passages = [(label, r) for label, r in entries if r.passages]
-    if not passages:
-        return []
-    out = [Section("beside the paper's Table 2 (similarity cka across passages)", comparison_table(passages))]
-    ordering = robustness.ordering_table(passages)
-    if ordering is not None:
-        out.append(Section("model ordering under other lags, tapers and aggregations", ordering))
-    return out
-
-
-def comparison_table(entries: list) -> Table:
-    """Several passage-mode results in the layout of the paper's Table 2, the paper's row beside ours.
-
-    ``entries`` are ``(label, Result)``. Columns: L; D_eff, D_eff/L and gap under cka; the debiased
-    D_eff / F_L; the biased estimator's null / F_L; R_matched and R_corr; token-norm and top1pc
-    D_eff / F_L; the paper's D_eff, D_eff/L and gap, and the difference in D_eff.
-    """
-    header = ["model", "L", "N", "D_eff", "D_eff/L", "gap %", "debiased/F_L", "null/F_L", "R_matched", "R_corr",
-              "token-norm/F_L", "top1pc/F_L", "paper D_eff", "paper D_eff/L", "paper gap %", "diff"]
-    rows = [_comparison_row(label, result) for label, result in entries]
-    note = ("paper columns: the paper's Table 2 (" + table2_source() + ")") if any(_paper_row(r) for _, r in entries) \
-        else "paper columns: '-' where the model is not one of the paper's sixteen (Table 2)"
-    return Table(header, rows, [False] + [True] * (len(header) - 1), note=note)
-
-
-def _comparison_row(label: str, result: Result) -> list:
-    v = result.similarities.get("cka", {}).get("default") or result.default
-    deb = result.similarities.get(DEBIASED, {}).get("default")
-    views = result.similarities.get("cka", result.views)
-    paper = _paper_row(result)
-    return [
-        Cell(label), Cell(str(v.num_states), sort=v.num_states), Cell(f"{v.sequences:,}", sort=v.sequences),
-        Cell(fmt(v.deff), sort=sortable(v.deff)), _per_layer(v), Cell(fmt(v.gap_pct, 1, signed=True), sort=sortable(v.gap_pct)),
-        _ratio(deb), _null_ratio(v), number_cell(v, v.references.get("matched")), number_cell(v, v.references.get("corr")),
-        _ratio(views.get("token-norm")), _ratio(views.get("top1pc")),
-        _value(paper.deff if paper else None, 2), _value(paper.deff_per_layer if paper else None),
-        _value(paper.gap_pct if paper else None, 1, signed=True),
-        _value(v.deff - paper.deff if paper else None, 3, signed=True),
-    ]
-
-
 # --------------------------------------------------------------------------- cells
 
 
-def _default_views(result: Result):
+def default_views(result: Result):
     """``(similarity, its default view)`` (its first view when it has no default), primary first."""
     for sim, views in result.similarities.items():
         v = views.get("default") or next(iter(views.values()), None)
@@ -309,24 +238,24 @@ def _default_views(result: Result):
             yield sim, v
 
 
-def _paper_row(result: Result):
+def paper_row(result: Result):
+    """The paper's Table 2 row of the model measured, or None when it is not one of the sixteen."""
     model = result.provenance.get("model", {})
     return table2_row(model.get("id"), model.get("paper"))
 
 
-def _per_layer(v: ViewResult) -> Cell:
+def per_layer_cell(v: ViewResult) -> Cell:
+    """D_eff / L: D_eff over the number of states (the L block outputs)."""
     x = v.deff / v.num_states
     return Cell(fmt(x), sort=sortable(x))
 
 
-def _ratio(v: ViewResult | None) -> Cell:
+def ratio_cell(v: ViewResult | None) -> Cell:
+    """D_eff / F_L of ``v``, ``-`` without the view."""
     return Cell("-") if v is None else Cell(fmt(v.ratio), sort=sortable(v.ratio))
 
 
-def _null_ratio(v: ViewResult | None) -> Cell:
+def null_ratio_cell(v: ViewResult | None) -> Cell:
+    """The estimator's finite-sample null (structural_cal) over F_L, ``-`` without it."""
     null = None if v is None else v.references.get("structural_cal")
-    return Cell("-") if null is None else _value(null / v.reference)
-
-
-def _value(x, digits: int = 3, signed: bool = False) -> Cell:
-    return Cell("-") if x is None else Cell(fmt(x, digits, signed), sort=sortable(x))
+    return Cell("-") if null is None else value_cell(null / v.reference)

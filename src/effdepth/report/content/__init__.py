@@ -1,0 +1,37 @@
+"""What a report says, independent of its format: the one content model of effdepth's reports.
+
+:func:`result_content` turns a :class:`~effdepth.Result` of either mode into a
+:class:`~.model.ResultContent`: headline lines, summary rows and :class:`~.model.Section` objects
+(titled :class:`~.model.Table` objects whose unavailable cells carry their reason). The terminal
+(:mod:`..plain`, through :mod:`..tables`), the HTML (:mod:`..html`) and the Markdown (:mod:`..markdown`)
+writers render the same objects, so the three formats carry the same numbers.
+
+- :mod:`.model`: Cell, Table, Section, ResultContent and the cells every table writes numbers with;
+- :mod:`.tokens` and :mod:`.passages`: the headline, summary and sections of each mode;
+- :mod:`.facts`: what every result has (title, model, extra measurements, provenance);
+- :mod:`.robustness`: lags, tapers and aggregations, and the model ordering under them;
+- :mod:`.claims`: the paper's claims judged on one result or several;
+- :mod:`.compare`: several results side by side;
+- :mod:`.captions`: the figures a report shows, with their titles and captions.
+"""
+
+from __future__ import annotations
+
+from ...result import Result
+from .model import Cell, Folded, ResultContent, Section, Table
+from .passages import passage_content
+from .tokens import token_content
+
+
+def result_content(result: Result) -> ResultContent:
+    """What every format shows of ``result``: its mode's headline, summary and sections.
+
+    >>> import effdepth, torch
+    >>> c = result_content(effdepth.from_states(torch.randn(3, 2, 4, 8)))
+    >>> c.headline[0].startswith("model states"), [s.heading for s in c.sections]
+    (True, ['Views', 'References'])
+    """
+    return passage_content(result) if result.passages else token_content(result)
+
+
+__all__ = ["Cell", "Folded", "ResultContent", "Section", "Table", "result_content"]

@@ -1,0 +1,130 @@
+"""Does a result reproduce the paper (docs/method.md#claims)? The verdict of every claim of the
+abstract per similarity, the numbers behind each, and, over several results, the verdicts per model
+and how many models each claim holds for.
+"""
+
+from __future__ import annotations
+
+from ...result import Result
+from ...verdicts import CLAIM_NAMES, CLAIMS, HOLDS, NOT_MEASURED, Comparison, check_claims, claim_tests, verdict_grid
+from ..numbers import fmt, fmt_interval
+from ..wording import PAPER_ABSTRACT, PAPER_NOTE, carry_text
+from .model import TERMS, Cell, Table
+
+
+def claims_table(result: Result) -> Table:
+    """Does it reproduce the paper? One row per claim of the abstract, one column per similarity
+    (holds / fails / not measured), the abstract's own statement last (docs/method.md#claims).
+
+    >>> import effdepth, torch
+    >>> t = claims_table(effdepth.from_states(torch.randn(4, 3, 8, 16), bootstrap=20))
+    >>> t.header, len(t.rows)
+    (['#', 'claim', 'cka', "paper's abstract"], 5)
+    """
+    sims = list(result.similarities)
+    grid = verdict_grid(check_claims(result))
+    rows = []
+    for i, (name, claim, _) in enumerate(CLAIMS, start=1):
+        rows.append([Cell(str(i), sort=i), Cell(claim)] + [Cell(grid[name][s].status) for s in sims] + [Cell(PAPER_ABSTRACT[name])])
+    tests = " ".join(f"({i}) {test}." for i, (_, test) in enumerate(claim_tests(result), start=1))
+    carry = carry_text(result.extras)
+    return Table(["#", "claim"] + sims + ["paper's abstract"], rows, [True, False] + [False] * len(sims) + [False],
+                 note=f"{tests} A claim holds when the whole interval lies on the stated side; without an interval it is "
+                 "not measured. " + (f"Measured with {carry}. " if carry else "") + PAPER_NOTE)
+
+
+def claims_evidence(result: Result) -> list:
+    """The numbers behind every verdict of :func:`claims_table`, one line each.
+
+    >>> import effdepth, torch
+    >>> same = torch.randn(1, 3, 8, 16).repeat(4, 1, 1, 1)       # every layer alike: D_eff = 1 < F_N
+    >>> claims_evidence(effdepth.from_states(same, similarity="frobenius", bootstrap=20))[0].split(": ")[:3]
+    ['(1) frobenius', 'holds', 'default']
+    """
+    number = {name: i for i, (name, _, _) in enumerate(CLAIMS, start=1)}
+    sims = list(result.similarities)
+    # Claim by claim, as the table reads; similarities in the table's order within each.
+    verdicts = sorted(check_claims(result), key=lambda v: (number[v.claim], sims.index(v.similarity)))
+    return [f"({number[v.claim]}) {v.similarity}: {verdict_evidence(v)}" for v in verdicts]
+
+
+def verdict_evidence(v) -> str:
+    """A verdict's comparisons, terms and reason in words.
+
+    >>> from effdepth.verdicts import Verdict
+    >>> verdict_evidence(Verdict("not-bos", "cka", "not measured", reason="no drop-pos0 view"))
+    'not measured: no drop-pos0 view'
+    """
+    parts = [comparison_text(c) for c in v.comparisons]
+    if v.terms:
+        parts.append("terms " + ", ".join(f"{label} {fmt(v.terms.get(k), signed=True)}" for k, label in TERMS))
+    if v.reason:
+        parts.append(v.reason)
+    return f"{v.status}: " + "; ".join(parts)
+
+
+def comparison_text(c: Comparison) -> str:
+    """``"view: left value [interval] below right limit [interval]"``.
+
+    >>> comparison_text(Comparison("default", "D_eff", 1.2, [1.1, 1.3], "below", "F_N", 1.5, None, True))
+    'default: D_eff 1.200 [1.100, 1.300] below F_N 1.500: yes'
+    """
+    def side(value, lo_hi):
+        return f"{fmt(value, signed=c.left.startswith('correlated'))} {fmt_interval(lo_hi)}".strip()
+
+    verdict = {True: "yes", False: "no", None: "undecided"}[c.holds]
+    limit = "" if c.right == "0" else f" {side(c.limit, c.limit_interval)}"  # a constant needs no second spelling
+    return f"{c.view}: {c.left} {side(c.value, c.interval)} {c.relation} {c.right}{limit}: {verdict}"
+
+
+# --------------------------------------------------------------------------- several results
+
+
+def verdicts_table(entries: list) -> Table:
+    """One row per result (``(label, Result)``) and similarity, one column per claim, numbered as
+    :data:`~effdepth.verdicts.CLAIMS`.
+
+    >>> import effdepth, torch
+    >>> same = torch.randn(1, 3, 8, 16).repeat(4, 1, 1, 1)       # every layer alike: D_eff = 1 < F_N
+    >>> r = effdepth.from_states(same, similarity="frobenius", bootstrap=20)
+    >>> [c.text for c in verdicts_table([("a", r)]).rows[0][:3]]
+    ['a', 'frobenius', 'holds']
+    """
+    rows = []
+    for label, result in entries:
+        grid = verdict_grid(check_claims(result))
+        rows += [[Cell(label), Cell(sim)] + [Cell(grid[n][sim].status) for n in CLAIM_NAMES] for sim in result.similarities]
+    header = ["model", "similarity"] + [f"({i})" for i in range(1, len(CLAIM_NAMES) + 1)]
+    return Table(header, rows, [False] * len(header))
+
+
+def tally_table(entries: list) -> Table:
+    """Per claim and similarity, for how many of the results (``(label, Result)``) it holds (n.m.: not
+    measured), with the range of the gaps where the sub-reference claim holds, beside the paper's abstract.
+
+    >>> import effdepth, torch
+    >>> r = effdepth.from_states(torch.randn(4, 3, 8, 16), similarity="frobenius", bootstrap=20)
+    >>> tally_table([("a", r), ("b", r)]).header
+    ['claim', 'frobenius', "paper's abstract (16 models)"]
+    """
+    grids = [(result, verdict_grid(check_claims(result))) for _, result in entries]
+    sims = list(dict.fromkeys(sim for result, _ in grids for sim in result.similarities))
+    rows = []
+    for i, (name, claim, _) in enumerate(CLAIMS, start=1):
+        cells = [Cell(_tally(name, sim, grids)) for sim in sims]
+        rows.append([Cell(f"({i}) {claim}")] + cells + [Cell(PAPER_ABSTRACT[name])])
+    header = ["claim"] + sims + ["paper's abstract (16 models)"]
+    return Table(header, rows, [False] * len(header))
+
+
+def _tally(name: str, sim: str, grids: list) -> str:
+    verdicts = [(result, grid[name][sim]) for result, grid in grids if sim in result.similarities]
+    held = [(result, v) for result, v in verdicts if v.status == HOLDS]
+    unmeasured = sum(v.status == NOT_MEASURED for _, v in verdicts)
+    cell = f"{len(held)} of {len(verdicts)}" + (f" ({unmeasured} n.m.)" if unmeasured else "")
+    if name == "sub-reference" and held:
+        gaps = [result.similarities[sim]["default"].gap_pct for result, _ in held]
+        low, high = fmt(min(gaps), 0), fmt(max(gaps), 0)
+        cell += f", {low}% below" if low == high else f", {low}-{high}% below"
+    return cell
+

@@ -1,0 +1,137 @@
+"""What a report says about several results side by side: one row per result (its first view under its
+primary similarity) with what tells the results apart; for passage-mode results, the layout of the
+paper's Table 2 with its row beside ours, and with three or more the model ordering under every lag,
+taper and aggregation.
+"""
+
+from __future__ import annotations
+
+from ...data.paper import table2_source
+from ...result import Result
+from ..numbers import fmt
+from ..rows import differing
+from ..wording import ATTRIBUTION
+from . import robustness
+from .facts import plain
+from .model import TERMS, Cell, Section, Table, number_cell, sortable, sub_reference, value_cell
+from .passages import DEBIASED, null_ratio_cell, paper_row, per_layer_cell, ratio_cell
+
+
+def comparison_table(sources: list) -> Table:
+    """One row per result (its first view under its primary similarity), in the order given, with a
+    column for everything that tells the results apart (folder, tokens per sequence - always -,
+    sequences, BOS, seed, dtype, similarity, views, carry).
+
+    >>> import effdepth, torch, pathlib
+    >>> from effdepth.report.sources import Source
+    >>> r = effdepth.from_states(torch.randn(3, 2, 4, 8))
+    >>> t = comparison_table([Source(pathlib.Path(f"{x}/result.json"), r, "", x) for x in "ab"])
+    >>> t.header[:8]
+    ['#', 'model', 'revision', 'L', 'N', 'corpus', 'folder', 'tokens/seq']
+    """
+    show_view = any(s.result.default.name != "default" for s in sources)
+    facts = differing(sources)
+    rows = []
+    for i, s in enumerate(sources, start=1):
+        r, v = s.result, s.result.default
+        model = (r.provenance.get("model") or {})
+        corpus = (r.provenance.get("corpus") or {})
+        a, refs = v.attribution or {}, v.references or {}
+        row = [
+            Cell(str(i), sort=i),
+            Cell(str(model.get("id") or model.get("source") or s.label), href=f"#result-{i}"),
+            Cell(str(model.get("revision") or "n/a")),
+            Cell(plain(r.config.get("num_layers")), sort=sortable(r.config.get("num_layers"))),
+            Cell(str(v.num_states), sort=v.num_states),
+            Cell(str(corpus.get("name", "n/a"))),
+        ]
+        row += [_fact(values[i - 1]) for _, values in facts]
+        if show_view:
+            row.append(Cell(v.name))
+        row += [
+            number_cell(v, v.deff, "deff"),
+            number_cell(v, v.reference),
+            number_cell(v, v.ratio, "ratio"),
+            number_cell(v, v.gap_pct, "gap_pct", signed=True, digits=1),
+            Cell(sub_reference(v)),
+            number_cell(v, refs.get("init")),
+            number_cell(v, refs.get("size")),
+            number_cell(v, refs.get("matched")),
+            *(number_cell(v, a.get(k), signed=True) for k, _ in TERMS),
+        ]
+        rows.append(row)
+    header = ["#", "model", "revision", "L", "N", "corpus"] + [c for c, _ in facts] + (["view"] if show_view else []) + [
+        "D_eff", "F_N", "D_eff / F_N", "gap %", "sub-ref.", "R_init", "R_size", "R_matched", "init. state", "size imbal.", "corr. upd."]
+    numeric = ([True, False, False, True, True, False] + [_numeric(values) for _, values in facts]
+               + ([False] if show_view else []) + [True] * 4 + [False] + [True] * 6)
+    shown = ", ".join(c for c, _ in facts)
+    return Table(header, rows, numeric, note="Sorted by D_eff / F_N, lowest first (click a header to re-sort). Each row is "
+                 "the result's first view under its primary similarity. Columns between corpus and D_eff are what tells the "
+                 f"results apart ({shown}; tokens per sequence always, since the default view's D_eff moves with it). "
+                 "N = L (block outputs) or L + 1 (embedding included); F_N = 2N/(N+1). " + ATTRIBUTION)
+
+
+def _fact(value) -> Cell:
+    text = "n/a" if value is None else ("yes" if value is True else "no" if value is False else str(value))
+    return Cell(text, sort=sortable(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None)
+
+
+def _numeric(values: list) -> bool:
+    return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in values if x is not None)
+
+
+# --------------------------------------------------------------------------- passage mode
+
+
+def passage_sections(entries: list) -> list:
+    """The sections comparing the passage-mode results among ``entries`` (``(label, Result)``): the
+    Table-2-style comparison, and with three or more the model ordering under every lag, taper and
+    aggregation; none when no result is in passage mode.
+
+    >>> import effdepth, torch
+    >>> from effdepth.tiny import tiny_model
+    >>> r = effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (8, 12)), bootstrap=0, progress=False)
+    >>> [s.anchor for s in passage_sections([("a", r), ("b", r), ("c", r)])]
+    ['table2', 'ordering']
+    >>> passage_sections([("t", effdepth.from_states(torch.randn(3, 2, 4, 8)))])
+    []
+    """
+    passages = [(label, r) for label, r in entries if r.passages]
+    if not passages:
+        return []
+    out = [Section("beside the paper's Table 2 (similarity cka across passages)", table2_comparison(passages), anchor="table2")]
+    ordering = robustness.ordering_table(passages)
+    if ordering is not None:
+        out.append(Section("model ordering under other lags, tapers and aggregations", ordering, anchor="ordering"))
+    return out
+
+
+def table2_comparison(entries: list) -> Table:
+    """Several passage-mode results in the layout of the paper's Table 2, the paper's row beside ours.
+
+    ``entries`` are ``(label, Result)``. Columns: L; D_eff, D_eff/L and gap under cka; the debiased
+    D_eff / F_L; the biased estimator's null / F_L; R_matched and R_corr; token-norm and top1pc
+    D_eff / F_L; the paper's D_eff, D_eff/L and gap, and the difference in D_eff.
+    """
+    header = ["model", "L", "N", "D_eff", "D_eff/L", "gap %", "debiased/F_L", "null/F_L", "R_matched", "R_corr",
+              "token-norm/F_L", "top1pc/F_L", "paper D_eff", "paper D_eff/L", "paper gap %", "diff"]
+    rows = [_table2_row(label, result) for label, result in entries]
+    note = ("paper columns: the paper's Table 2 (" + table2_source() + ")") if any(paper_row(r) for _, r in entries) \
+        else "paper columns: '-' where the model is not one of the paper's sixteen (Table 2)"
+    return Table(header, rows, [False] + [True] * (len(header) - 1), note=note)
+
+
+def _table2_row(label: str, result: Result) -> list:
+    v = result.similarities.get("cka", {}).get("default") or result.default
+    deb = result.similarities.get(DEBIASED, {}).get("default")
+    views = result.similarities.get("cka", result.views)
+    paper = paper_row(result)
+    return [
+        Cell(label), Cell(str(v.num_states), sort=v.num_states), Cell(f"{v.sequences:,}", sort=v.sequences),
+        Cell(fmt(v.deff), sort=sortable(v.deff)), per_layer_cell(v), Cell(fmt(v.gap_pct, 1, signed=True), sort=sortable(v.gap_pct)),
+        ratio_cell(deb), null_ratio_cell(v), number_cell(v, v.references.get("matched")), number_cell(v, v.references.get("corr")),
+        ratio_cell(views.get("token-norm")), ratio_cell(views.get("top1pc")),
+        value_cell(paper.deff if paper else None, 2), value_cell(paper.deff_per_layer if paper else None),
+        value_cell(paper.gap_pct if paper else None, 1, signed=True),
+        value_cell(v.deff - paper.deff if paper else None, 3, signed=True),
+    ]
