@@ -165,14 +165,27 @@ def analyse_store(store: PooledStore, analysis: AnalysisOptions, *, progress: bo
     check_stored_variants(analysis, list(arrays), list(arrays))
     with tqdm(total=len(plan.specs), desc="analysing views", unit="view", disable=not progress, leave=False) as bar:
         out = analyse_pooled(arrays, plan, token_sums=np.asarray(store.token_sums), lengths=store.lengths,
-                             progress=lambda name: (bar.set_postfix_str(name), bar.update(0)))
-        bar.update(len(plan.specs))
+                             progress=_view_started(bar))
+        bar.update(bar.total - bar.n)
     by_sim = {sim: view_results(views) for sim, views in out["similarities"].items()}
     primary, *rest = plan.similarities
     config = {**analysis.to_dict(), "similarity": primary, "similarities": list(plan.similarities), "pooling": "mean",
               "passage_analysis": out["analysis"],
               "similarity_labels": {s: SIMILARITIES[s].label for s in plan.similarities}}
     return Result(views=by_sim[primary], config=config, provenance={}, others={s: by_sim[s] for s in rest})
+
+
+def _view_started(bar):
+    """The analysis's progress callback: a view starting means the one before it is done."""
+    started = []
+
+    def view_started(name: str) -> None:
+        if started:
+            bar.update(1)
+        started.append(name)
+        bar.set_postfix_str(name)
+
+    return view_started
 
 
 #: The analysis options ``analyse_saved`` may change: what applies after the forward pass.

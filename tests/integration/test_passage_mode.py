@@ -175,6 +175,15 @@ def test_re_analysis_gives_the_saved_numbers_and_applies_new_options(tmp_path, c
     assert not (tmp_path / "never").exists()
 
 
+def test_the_analysis_progress_bar_counts_each_view_as_it_finishes(tmp_path, capsys):
+    r = effdepth.measure(tiny_model("gpt2"), ids(), bootstrap=0, views="default,drop-bos,top1pc", progress=False)
+    folder = r.save(tmp_path / "run").parent
+    capsys.readouterr()
+    analyse_saved(folder, progress=True)
+    shown = capsys.readouterr().err.replace("\r", "\n")
+    assert "1/3" in shown and "drop-bos" in shown and "2/3" in shown and "top1pc" in shown, shown
+
+
 def test_old_token_mode_results_still_load_and_show(tmp_path, capsys):
     r = effdepth.measure(tiny_model("llama"), ids(4, 16), bootstrap=0, pooling="none", progress=False)
     path = r.save(tmp_path / "token")
