@@ -58,7 +58,18 @@ SECTIONS = (
         "checks the count against the stacks the analysis computes), checks the count against measured\n"
         "time here, projects the analysis against the bfloat16 forward at Table 2's sizes on one H200\n"
         "(N = 10,000 passages of 512 tokens, 1,000 resamples, paper views), and sizes its memory under\n"
-        "the default `--max-memory`.",
+        "the default `--max-memory`.\n\n"
+        "Per stack of M matrices of N passages x d (P = M (M+1) / 2 pairs) and G bootstrap units: the\n"
+        "Gram route forms 2 M N^2 d flops of Gram tiles and 2 M^2 N^2 of unit-block products, the feature\n"
+        "route 2 P N d^2 of cross-products and 2 P G^2 d^2 of their inner products; each stack takes the\n"
+        "cheaper. The R resamples then cost O(R (G M N + M^2 N + P G^2)), independent of the Gram tiles,\n"
+        "so the analysis grows as N^2 d while the forward grows as N: its share of the forward is\n"
+        "largest for the small models, whose forward costs least per passage.\n"
+        "Measured time exceeds the counted flops at small sizes (centring, PC removal, the surrogates'\n"
+        "generation and reading the store are not counted). The memory table is what\n"
+        "`passage_analysis.analysis_memory` plans with (a test checks a run's resident memory against\n"
+        "it); a stack whose centred layers exceed the budget reads its layers again for every tile:\n"
+        "time, not numbers.",
         "analysis_cost.py", ("--repeats", "2"), ("--repeats", "1"),
     ),
     Section(
@@ -66,7 +77,11 @@ SECTIONS = (
         "On SmolLM2-135M (float32), each ratio within interleaved rounds against what a user would\n"
         "otherwise run: a plain forward of the whole model, the default view, frobenius, the run\n"
         "without calibrated references, and a naive `output_hidden_states` baseline; peak memory\n"
-        "in fresh processes at 1x, 4x and 8x the tokens.",
+        "in fresh processes at 1x, 4x and 8x the tokens.\n\n"
+        "Each view forms its own centred cross Grams (no product shared between views), and the top-k\n"
+        "PC views add one exact float64 eigendecomposition per layer, a fixed cost that does not grow\n"
+        "with the number of sequences; the calibrated references run two surrogate streams through\n"
+        "every view.",
         "overhead.py", ("--repeats", "3"), ("--repeats", "1", "--num-seqs", "2", "--seq-len", "64"),
     ),
 )
