@@ -222,13 +222,12 @@ class HookPointCapture(ResidualCapture):
     so the forward pass is unchanged, and are removed on exit.
     """
 
-    def __enter__(self) -> "HookPointCapture":
+    def register(self):
         first, *rest = self.arch.hook_names
         hooks = [(first, lambda x, hook: self._on_input(None, (x,), {}))]
         for layer, name in enumerate(rest, start=1):
             hooks.append((name, self._hook_output(layer)))
-        self._handles.append(_HooksContext(self.arch.model.hooks(fwd_hooks=hooks)))
-        return self
+        yield _HooksContext(self.arch.model.hooks(fwd_hooks=hooks))
 
     def _hook_output(self, layer: int):
         store = self._make_output_hook(layer)

@@ -39,7 +39,65 @@ def hidden_from_output(output, like: torch.Tensor) -> torch.Tensor:
     raise RuntimeError(f"could not find the hidden state in a block output of type {type(output).__name__}")
 
 
-class ResidualCapture:
+class HookSet:
+    """Hooks registered on entering a ``with`` block and removed on leaving it, also when the forward
+    pass fails; when registering one fails, those already registered are removed at once, so a model
+    never keeps half a set.
+
+    Subclasses yield handles (anything with ``remove()``) from :meth:`register`, and undo anything
+    else they set up in :meth:`released`, which runs after the handles are removed.
+
+    >>> calls, layer = [], torch.nn.Linear(1, 1)
+    >>> class Counted(HookSet):
+    ...     def register(self):
+    ...         yield layer.register_forward_hook(lambda *a: calls.append("in"))
+    >>> with Counted():
+    ...     _ = layer(torch.ones(1))
+    >>> _ = layer(torch.ones(1)); calls
+    ['in']
+    >>> class HalfRegistered(HookSet):
+    ...     def register(self):
+    ...         yield layer.register_forward_hook(lambda *a: calls.append("half"))
+    ...         raise RuntimeError("the second hook fails")
+    >>> with HalfRegistered():
+    ...     pass
+    Traceback (most recent call last):
+    RuntimeError: the second hook fails
+    >>> _ = layer(torch.ones(1)); calls
+    ['in']
+    """
+
+    _handles = ()  # each entry gets its own list
+
+    def register(self):
+        return iter(())
+
+    def released(self) -> None:
+        """What to undo besides the handles (nothing here)."""
+
+    def __enter__(self):
+        self._handles = []
+        try:
+            for handle in self.register():
+                self._handles.append(handle)
+        except BaseException:
+            self.remove()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+    def remove(self) -> None:
+        try:
+            for handle in self._handles:
+                handle.remove()
+        finally:
+            self._handles = []
+            self.released()
+
+
+class ResidualCapture(HookSet):
     """Context manager that captures S_0..S_L of each forward pass into one buffer.
 
     The hooks are removed in ``finally``, even when the forward pass fails.
@@ -60,27 +118,12 @@ class ResidualCapture:
     def __init__(self, arch: ResolvedArchitecture):
         self.arch = arch
         self.states: torch.Tensor | None = None
-        self._handles: list = []
         self._input: torch.Tensor | None = None
 
-    def __enter__(self) -> "ResidualCapture":
-        try:
-            first = self.arch.blocks[0]
-            self._handles.append(first.register_forward_pre_hook(self._on_input, with_kwargs=True))
-            for layer, block in enumerate(self.arch.blocks, start=1):
-                self._handles.append(block.register_forward_hook(self._make_output_hook(layer)))
-        except BaseException:
-            self.remove()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.remove()
-
-    def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
+    def register(self):
+        yield self.arch.blocks[0].register_forward_pre_hook(self._on_input, with_kwargs=True)
+        for layer, block in enumerate(self.arch.blocks, start=1):
+            yield block.register_forward_hook(self._make_output_hook(layer))
 
     def _on_input(self, module, args, kwargs):
         h = hidden_from_input(args, kwargs)

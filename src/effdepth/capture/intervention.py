@@ -21,7 +21,7 @@ from dataclasses import fields, is_dataclass
 import torch
 
 from ..errors import EffdepthError
-from .hooks import hidden_from_input, hidden_from_output
+from .hooks import HookSet, hidden_from_input, hidden_from_output
 from .registry import ResolvedArchitecture
 
 # Blocks that carry a ResidualCarry right now: nesting two would apply the
@@ -125,9 +125,9 @@ def _layer_items(spec, option: str) -> list:
     return out
 
 
-class _CarryHooks:
-    """What both carries share: hooks on the chosen blocks (``_hooks``), registered on entering and removed
-    in ``finally`` even when a forward pass fails; ``lam = 1`` registers nothing unless ``hooks_at_one``
+class _CarryHooks(HookSet):
+    """What both carries share: hooks on the chosen blocks (``_hooks``), a :class:`HookSet` (removed even
+    when a forward pass fails); ``lam = 1`` registers nothing unless ``hooks_at_one``
     (there the hooks subtract ``0 * h``: a check that they change nothing themselves); a second carry on a
     block is refused (it would apply twice)."""
 
@@ -136,40 +136,26 @@ class _CarryHooks:
         self.lam = check_carry(lam)
         self.layers = parse_layers(layers, arch.num_layers)
         self.hooks_at_one = bool(hooks_at_one)
-        self._handles: list = []
         self._blocks: list = []
 
     def _hooks(self, block: torch.nn.Module) -> list:
         raise NotImplementedError
 
-    def __enter__(self):
+    def register(self):
         if self.lam == 1.0 and not self.hooks_at_one:
-            return self
-        try:
-            for layer in self.layers:
-                block = self.arch.blocks[layer - 1]
-                if block in _ACTIVE:
-                    raise EffdepthError(f"block {layer} already has a residual carry applied; nesting would apply it twice")
-                _ACTIVE.add(block)
-                self._blocks.append(block)
-                self._handles.extend(self._hooks(block))
-        except BaseException:
-            self.remove()
-            raise
-        return self
+            return
+        for layer in self.layers:
+            block = self.arch.blocks[layer - 1]
+            if block in _ACTIVE:
+                raise EffdepthError(f"block {layer} already has a residual carry applied; nesting would apply it twice")
+            _ACTIVE.add(block)
+            self._blocks.append(block)
+            yield from self._hooks(block)
 
-    def __exit__(self, *exc) -> None:
-        self.remove()
-
-    def remove(self) -> None:
-        try:
-            for handle in self._handles:
-                handle.remove()
-        finally:
-            for block in self._blocks:
-                _ACTIVE.discard(block)
-            self._handles.clear()
-            self._blocks.clear()
+    def released(self) -> None:
+        for block in self._blocks:
+            _ACTIVE.discard(block)
+        self._blocks.clear()
 
 
 class ResidualCarry(_CarryHooks):
@@ -300,7 +286,7 @@ def check_carry_on(on: str) -> str:
     return on
 
 
-class BlockSkip:
+class BlockSkip(HookSet):
     """Context manager: blocks ``layers`` (1-based) output their input, ``s_l = s_{l-1}`` (the block removed
     from the stream, its update dropped). No layer registers nothing: exactly the unmodified model.
 
@@ -317,25 +303,10 @@ class BlockSkip:
     def __init__(self, arch: ResolvedArchitecture, layers):
         self.arch = arch
         self.layers = parse_layers(list(layers), arch.num_layers, "--skip") if list(layers) else ()
-        self._handles: list = []
 
-    def __enter__(self) -> "BlockSkip":
-        try:
-            for layer in self.layers:
-                self._handles.append(self.arch.blocks[layer - 1].register_forward_hook(
-                    self._hook, prepend=True, with_kwargs=True))
-        except BaseException:
-            self.remove()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.remove()
-
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+    def register(self):
+        for layer in self.layers:
+            yield self.arch.blocks[layer - 1].register_forward_hook(self._hook, prepend=True, with_kwargs=True)
 
     @staticmethod
     def _hook(module, args, kwargs, output):

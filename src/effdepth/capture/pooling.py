@@ -19,12 +19,12 @@ from ..errors import EffdepthError
 from ..numerics.pooling import PassagePooler
 from .batches import forward_error, input_device, is_out_of_memory
 from .forward import decoder_forward
-from .hooks import hidden_from_input, hidden_from_output
+from .hooks import HookSet, hidden_from_input, hidden_from_output
 
 STATES = ("blocks", "hidden")
 
 
-class PoolingCapture:
+class PoolingCapture(HookSet):
     """Context manager: hooks that pool S_0 (the input of block 1) and every block's output.
 
     >>> from effdepth.tiny import tiny_model
@@ -45,23 +45,14 @@ class PoolingCapture:
             raise EffdepthError("--states hidden applies the model's final norm to the last state, and this "
                                 "architecture names none; use --states blocks")
         self.arch, self.pooler, self.states = arch, pooler, states
-        self._handles: list = []
         self._input = None
 
-    def __enter__(self) -> "PoolingCapture":
-        try:
-            self._handles.append(self.arch.blocks[0].register_forward_pre_hook(self._on_input, with_kwargs=True))
-            for layer, block in enumerate(self.arch.blocks, start=1):
-                self._handles.append(block.register_forward_hook(self._output_hook(layer)))
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
+    def register(self):
+        yield self.arch.blocks[0].register_forward_pre_hook(self._on_input, with_kwargs=True)
+        for layer, block in enumerate(self.arch.blocks, start=1):
+            yield block.register_forward_hook(self._output_hook(layer))
 
-    def __exit__(self, *exc) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
+    def released(self) -> None:
         self.pooler.finish()
 
     def _on_input(self, module, args, kwargs):
