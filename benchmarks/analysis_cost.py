@@ -8,7 +8,8 @@ the structural surrogate (M - 1: the analysed layers). Each stack
 with P = M (M + 1) / 2 pairs, R resamples and G bootstrap units (128):
 
 - Gram route: the Gram tiles ``Yc_m Yc_m^T`` 2 M N^2 d, the unit-block inner
-  products of every pair 2 M^2 N^2;
+  products of every pair 2 M^2 N^2, both times the share of unit blocks the
+  tiles form (``gram_fraction``: the lower triangle, about half);
 - feature route: every unit's cross-products ``Yc_i[g]^T Yc_j[g]`` 2 P N d^2,
   their inner products 2 P G^2 d^2, the unit row sums 2 M N d G;
 - on both, the resamples: ``u = K c`` 2 R G M N, ``sum_a w_a u_i,a u_j,a`` and
@@ -44,6 +45,7 @@ import torch
 
 from effdepth.numerics.passage_analysis import DEFAULT_BOOTSTRAP_UNITS, AnalysisPlan, analyse_pooled, analysis_memory, one_pass_bytes
 from effdepth.numerics.passage_views import PAPER_VIEWS, parse_views
+from effdepth.numerics.hsic_plan import gram_fraction, stack_plan
 from effdepth.numerics.sample_hsic import DEFAULT_BUDGET_BYTES, hsic_route
 
 #: H200 SXM peak dense throughput (NVIDIA's data sheet): float64 tensor cores, bfloat16 tensor cores.
@@ -66,7 +68,7 @@ def stack_flops(samples: int, matrices: int, width: int, resamples: int, units: 
                 budget: int = DEFAULT_BUDGET_BYTES) -> dict:
     """Float64 flops of one HSIC stack, by term, on the route the analysis takes (see the module docstring).
 
-    >>> sorted(stack_flops(100, 3, 8, 10, 4))
+    >>> sorted(stack_flops(100, 3, 64, 10, 4))
     ['grams', 'pair_blocks', 'quadratic_forms', 'row_sums', 'weighted_products']
     >>> sorted(stack_flops(10_000, 7, 512, 10))[:3]
     ['cross_products', 'quadratic_forms', 'row_sums']
@@ -74,7 +76,8 @@ def stack_flops(samples: int, matrices: int, width: int, resamples: int, units: 
     n, m, d, r, g = samples, matrices, width, resamples + 1, min(units, samples) if resamples else 1
     pairs = m * (m + 1) // 2
     if hsic_route(m, n, d, g, budget) == "gram":
-        terms = {"grams": 2 * m * n * n * d, "pair_blocks": 2 * m * m * n * n}
+        formed = gram_fraction(g, stack_plan(m, n, d, g, budget, "gram")["tile_units"])
+        terms = {"grams": 2 * m * n * n * d * formed, "pair_blocks": 2 * m * m * n * n * formed}
     else:
         terms = {"cross_products": 2 * pairs * n * d * d, "unit_products": 2 * pairs * g * g * d * d,
                  "unit_rows": 2 * m * n * d * g}

@@ -6,14 +6,17 @@ Pure arithmetic on shapes (M matrices of N samples x d features, G units;
 **Two routes to the same sums** (:func:`hsic_route` picks one per stack):
 
 - the *Gram route* forms ``K_m`` (N x N) in column tiles of whole units and
-  reduces each tile at once: 2 M N^2 d flops for the Grams, then N^2 per pair;
+  reduces each tile at once: 2 M N^2 d flops for the Grams, then N^2 per pair,
+  on the lower triangle of unit blocks only (K_m is symmetric): about half of
+  that with narrow tiles (:func:`gram_fraction`);
 - the *feature route* forms, per pair and unit, ``C_g = Yc_i[g]^T Yc_j[g]``
   (d x d): 2 N d^2 + 2 G^2 d^2 flops per pair.
 
 The route of fewer flops is taken among those whose least working set fits
 the memory budget. The Gram route shares its M Grams among the M (M+1)/2
 pairs, so it wins unless N is large against d: the feature route is
-cheaper from about N > M d (1 + G^2 / N) / 2 (G = 1 without resamples;
+cheaper from about N > M d (1 + G^2 / N) / 2 with whole Grams, N > M d (1 + G^2 / N)
+with the lower triangle (G = 1 without resamples;
 Pythia-70M's shape at N = 10,000 and G = 128: feature; every wider model of
 Table 2: Gram). The resamples stay on unit sums on both
 routes: on the feature side each pair of units costs a d x d inner product,
@@ -43,17 +46,30 @@ RESAMPLE_ARRAYS = 6
 RESAMPLE_CHUNK = 128
 
 
-def route_flops(count: int, samples: int, width: int, units: int) -> dict:
-    """Float64 flops of one stack's unit sums by route (the resamples cost the same on both).
+def gram_fraction(units: int, tile_units: int) -> float:
+    """The share of a Gram matrix's unit blocks the Gram route forms with tiles of ``tile_units``
+    column units: a tile forms the rows of its own units and of the units after them (the rest is
+    its transpose).
 
-    >>> f = route_flops(7, 10_000, 512, 128); f["feature"] < f["gram"]
+    >>> gram_fraction(128, 1), gram_fraction(128, 128), round(gram_fraction(128, 10), 3)
+    (0.50390625, 1.0, 0.539)
+    """
+    g, w = int(units), int(tile_units)
+    return sum((g - lo) * (min(g, lo + w) - lo) for lo in range(0, g, w)) / (g * g)
+
+
+def route_flops(count: int, samples: int, width: int, units: int, tile_units: int = 1) -> dict:
+    """Float64 flops of one stack's unit sums by route (the resamples cost the same on both); the Gram
+    route's with tiles of ``tile_units`` units (:func:`gram_fraction`).
+
+    >>> f = route_flops(7, 10_000, 512, 128, tile_units=41); f["feature"] < f["gram"]
     True
-    >>> f = route_flops(65, 10_000, 5120, 128); f["feature"] < f["gram"]
+    >>> f = route_flops(65, 10_000, 5120, 128, tile_units=46); f["feature"] < f["gram"]
     False
     """
     m, n, d, g = count, samples, width, units
     pairs = m * (m + 1) // 2
-    return {"gram": 2 * m * n * n * d + 2 * m * m * n * n,
+    return {"gram": (2 * m * n * n * d + 2 * m * m * n * n) * gram_fraction(g, tile_units),
             "feature": 2 * pairs * n * d * d + 2 * pairs * g * g * d * d + 2 * m * n * d * g}
 
 
@@ -109,7 +125,8 @@ def hsic_route(count: int, samples: int, width: int, units: int, budget_bytes: i
     >>> hsic_route(7, 10_000, 512, 128), hsic_route(65, 10_000, 5120, 128), hsic_route(3, 12, 64, 12)
     ('feature', 'gram', 'gram')
     """
-    flops = route_flops(count, samples, width, units)
+    tile_units = stack_plan(count, samples, width, units, budget_bytes, "gram")["tile_units"]
+    flops = route_flops(count, samples, width, units, tile_units)
     fits = least_stack_bytes(count, samples, width, units, "feature") <= budget_bytes
     return "feature" if fits and flops["feature"] < flops["gram"] else "gram"
 

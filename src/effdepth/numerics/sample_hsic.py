@@ -145,8 +145,11 @@ def _pairs(count: int, device) -> tuple:
 def _gram_sums(stack: LayerStack, units: Units, budget: int, dtype) -> StackSums:
     """The Gram route: column tiles of whole units of every K_m, each reduced at once.
 
-    Every unit is padded with zero samples to the size of the largest, so unit sums are reshapes (a zero
-    sample adds nothing to any sum). Tiles hold at least one unit.
+    K_m is symmetric, so a tile of column units ``lo..hi`` forms only the rows of units ``lo`` and on
+    (about half of every K_m over all tiles); what lies above it is the transpose of what an earlier
+    tile formed: its pair blocks are mirrored at the end, and its row sums are the column sums of that
+    earlier tile. Every unit is padded with zero samples to the size of the largest, so unit sums are
+    reshapes (a zero sample adds nothing to any sum). Tiles hold at least one unit.
     """
     count, n, d = stack.count, stack.samples, stack.width
     device = stack.device
@@ -157,27 +160,35 @@ def _gram_sums(stack: LayerStack, units: Units, budget: int, dtype) -> StackSums
     slots = units.index(device) * size + _offsets_in_units(units, device)  # each sample's padded position
     pairs, ii, jj = _pairs(count, device)
     pair_blocks = torch.zeros(len(pairs), g, g, dtype=torch.float64, device=device)
+    formed = torch.zeros(g, g, dtype=torch.bool, device=device)  # (row unit, column unit) formed by a tile
     rows = torch.zeros(count, n, g, dtype=torch.float64, device=device)
     diag = torch.zeros(count, n, dtype=torch.float64, device=device)
     for lo in range(0, g, per_unit):
         hi = min(g, lo + per_unit)
+        below = slice(int(units.bounds[lo]), n)  # the samples of units lo..g-1: the tile's rows
         cols = slice(int(units.bounds[lo]), int(units.bounds[hi]))
-        col_slots = slots[cols] - lo * size
-        tiles = torch.zeros(count, g * size, (hi - lo) * size, dtype=torch.float64, device=device)
+        row_slots, col_slots = slots[below] - lo * size, slots[cols] - lo * size
+        tiles = torch.zeros(count, (g - lo) * size, (hi - lo) * size, dtype=torch.float64, device=device)
         for m, y in enumerate(layers):
             if lo == 0:
                 diag[m] = (y * y).sum(dim=1)
-            tile = (y.to(dtype) @ y[cols].to(dtype).T).to(torch.float64)  # (N, samples of the tile's units)
-            tiles[m][slots[:, None], col_slots[None, :]] = tile
+            tile = (y[below].to(dtype) @ y[cols].to(dtype).T).to(torch.float64)  # (rows, samples of the tile's units)
+            tiles[m][row_slots[:, None], col_slots[None, :]] = tile
             del tile
-        rows[:, :, lo:hi] = tiles.reshape(count, g * size, hi - lo, size).sum(-1)[:, slots]
+        rows[:, below, lo:hi] = tiles.reshape(count, (g - lo) * size, hi - lo, size).sum(-1)[:, row_slots]
+        # the row sums of the tile's own samples over the units below it: K is symmetric
+        if hi < g:
+            below_tile = tiles[:, (hi - lo) * size :].reshape(count, g - hi, size, (hi - lo) * size).sum(2)
+            rows[:, cols, hi:] = below_tile[:, :, col_slots].transpose(1, 2)
         # sum_{a in g, b in h} K_i[a,b] K_j[a,b] for every (g, h) and every (i, j): one batched product
         # of the stack's (g, h) blocks with themselves.
-        blocks = tiles.reshape(count, g, size, hi - lo, size).permute(1, 3, 0, 2, 4).reshape(g * (hi - lo), count, size * size)
+        blocks = tiles.reshape(count, g - lo, size, hi - lo, size).permute(1, 3, 0, 2, 4).reshape((g - lo) * (hi - lo), count, size * size)
         del tiles
-        inner = torch.bmm(blocks, blocks.transpose(1, 2)).reshape(g, hi - lo, count, count)
-        pair_blocks[:, :, lo:hi] = inner[:, :, ii, jj].permute(2, 0, 1)
+        inner = torch.bmm(blocks, blocks.transpose(1, 2)).reshape(g - lo, hi - lo, count, count)
+        pair_blocks[:, lo:, lo:hi] = inner[:, :, ii, jj].permute(2, 0, 1)
+        formed[lo:, lo:hi] = True
         del blocks, inner
+    pair_blocks = torch.where(formed, pair_blocks, pair_blocks.transpose(1, 2))
     index = units.index(device)
     pair_diag = torch.zeros(len(pairs), g, dtype=torch.float64, device=device).index_add_(1, index, diag[ii] * diag[jj])
     return StackSums(pair_blocks, pair_diag, rows, diag, pairs, units, "gram")

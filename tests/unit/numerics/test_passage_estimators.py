@@ -126,6 +126,28 @@ def test_gram_tiles_under_a_small_memory_budget_give_the_same_sums():
         np.testing.assert_allclose(tiled[key], whole[key], rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("budget,tile_units", [(4096, 1), (26_368, 2), (31_744, 3), (None, 7)])
+def test_the_gram_routes_unit_sums_equal_those_of_the_whole_grams_whatever_the_tiles(budget, tile_units):
+    """Tiles form only the lower triangle of unit blocks; mirrored, the sums are those of the whole K_m
+    (23 samples in 7 units of 3 and 4: padded units; the budgets give tiles of 1, 2, 3 and all 7 units)."""
+    from effdepth.numerics.hsic_plan import stack_plan
+
+    mats = stack(4, n=23, d=5, m=3)
+    units = Units.blocks(23, 7)
+    kwargs = {} if budget is None else {"budget_bytes": budget}
+    sums = stack_sums([torch.from_numpy(m) for m in mats], units, **kwargs)
+    assert sums.route == "gram"
+    grams = [(m - m.mean(0)) @ (m - m.mean(0)).T for m in mats]
+    member = [units.index().numpy() == u for u in range(units.count)]
+    for p, (i, j) in enumerate(sums.pairs):
+        naive = [[(grams[i] * grams[j])[np.ix_(a, b)].sum() for b in member] for a in member]
+        np.testing.assert_allclose(sums.pair_blocks[p].numpy(), naive, rtol=1e-12, atol=1e-12)
+    for m, k in enumerate(grams):
+        naive_rows = np.stack([k[:, b].sum(1) for b in member], axis=1)
+        np.testing.assert_allclose(sums.rows[m].numpy(), naive_rows, rtol=1e-12, atol=1e-12)
+    assert stack_plan(3, 23, 5, 7, budget or 4 << 30, "gram")["tile_units"] == tile_units
+
+
 def test_float32_gram_tiles_of_centred_data_stay_close_to_float64_even_with_a_huge_offset():
     rng = np.random.default_rng(3)
     mats = [torch.from_numpy(rng.normal(size=(60, 16)) + 1e4 * (i == 0)) for i in range(3)]
