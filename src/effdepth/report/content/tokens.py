@@ -113,6 +113,13 @@ def sections(result: Result) -> list:
     return out
 
 
+def view_rows(result: Result, similarity: str | None, width: int, row) -> list:
+    """One row per view under ``similarity``: ``row(name, view_result)``, or, for a view without a
+    value, the unavailable row of ``width`` cells with its reason."""
+    return [unavailable_row(name, reason, width) if v is None else row(name, v)
+            for name, v, reason in view_entries(result, similarity)]
+
+
 def views_table(result: Result, similarity: str | None = None) -> Table:
     """One row per view under ``similarity`` (default: the primary): D_eff, F_N, ratio, gap,
     sub-reference, the attribution terms; ``unavailable`` (with the reason) where there is no value.
@@ -124,13 +131,10 @@ def views_table(result: Result, similarity: str | None = None) -> Table:
     """
     lv = level(result.default)
     header = ["view", "D_eff", "F_N", "D_eff / F_N", "gap %", "sub-ref.", *(label for _, label in TERMS)]
-    rows = []
-    for name, v, reason in view_entries(result, similarity):
-        if v is None:
-            rows.append(unavailable_row(name, reason, len(header)))
-            continue
+
+    def row(name: str, v) -> list:
         a = v.attribution or {}
-        rows.append([
+        return [
             Cell(name),
             number_cell(v, v.deff, "deff"),
             number_cell(v, v.reference),
@@ -138,9 +142,10 @@ def views_table(result: Result, similarity: str | None = None) -> Table:
             number_cell(v, v.gap_pct, "gap_pct", signed=True, digits=1),
             Cell(sub_reference(v)),
             *(number_cell(v, a.get(k), k, signed=True) for k, _ in TERMS),
-        ])
+        ]
+
     return Table(
-        header, rows, [False, True, True, True, True, False, True, True, True],
+        header, view_rows(result, similarity, len(header), row), [False, True, True, True, True, False, True, True, True],
         note=f"{context(result, similarity).capitalize()}. Brackets: {lv}% bootstrap intervals over sequences. gap % = "
         "100 (1 - D_eff/F_N), positive = below the reference. sub-ref.: the whole D_eff interval lies below F_N. "
         + ATTRIBUTION,
@@ -157,17 +162,14 @@ def references_table(result: Result, similarity: str | None = None) -> Table:
     """
     calibrated = has_calibrated(result, similarity)
     header = ["view", "F_N", "R_init", "R_size", "R_matched"] + (list(CALIBRATED.values()) if calibrated else []) + ["D_eff"]
-    rows = []
-    for name, v, reason in view_entries(result, similarity):
-        if v is None:
-            rows.append(unavailable_row(name, reason, len(header)))
-            continue
+    kinds = ("init", "size", "matched") + (tuple(CALIBRATED) if calibrated else ())
+
+    def row(name: str, v) -> list:
         r = v.references or {}
-        row = [Cell(name), number_cell(v, v.reference)]
-        row += [number_cell(v, r.get(k), f"reference_{k}") for k in ("init", "size", "matched")]
-        if calibrated:
-            row += [number_cell(v, r.get(k), f"reference_{k}") for k in CALIBRATED]
-        rows.append(row + [number_cell(v, v.deff, "deff")])
+        return [Cell(name), number_cell(v, v.reference), *(number_cell(v, r.get(k), f"reference_{k}") for k in kinds),
+                number_cell(v, v.deff, "deff")]
+
+    rows = view_rows(result, similarity, len(header), row)
     note = (f"{context(result, similarity).capitalize()}. F_N: orthogonal equal updates, no initial state. R_init matches the "
             "initial state, R_size the update sizes, R_matched both; D_eff equals R_matched when all updates are mutually "
             "orthogonal and orthogonal to S_0.")
