@@ -181,8 +181,10 @@ def check_kernel_length(load, analysis) -> None:
     """A token-mode kernel similarity first in ``--similarity`` needs its fewest tokens per sequence in some
     view: refuse sequences too short for every view before anything loads (``load``, ``analysis``: the
     :class:`~effdepth.options.LoadOptions` and :class:`~effdepth.options.AnalysisOptions`)."""
+    if analysis.passages or not isinstance(load.corpus, (str, type(None))):
+        return
     spec = get_similarity(analysis.primary_similarity)
-    if analysis.passages or spec.additive or not isinstance(load.corpus, (str, type(None))):
+    if spec.additive:
         return
     least = spec.min_samples
     shortest_loss = min(1 if view.selection == "drop-pos0" else 0 for view in analysis.view_specs)

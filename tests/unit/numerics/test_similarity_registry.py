@@ -147,6 +147,12 @@ def test_the_token_kernel_minimum_refuses_short_sequences_before_loading():
     Options.build(pooling="none", corpus="shakespeare", seq_len=spec.min_samples - 1, similarity="frobenius")
 
 
+@pytest.mark.parametrize("similarity", ["cosine", "cka-debiased", "cosine,cka"])
+def test_a_passage_similarity_on_a_named_corpus_is_not_checked_against_token_mode(similarity):
+    """The token kernels' length check runs before loading only in token mode: passage mode's names pass."""
+    assert Options.build(similarity=similarity, corpus="shakespeare").analysis.similarity[0] == similarity.split(",")[0]
+
+
 @pytest.mark.parametrize("name", list(SIMILARITIES))
 def test_each_matrix_is_one_on_the_diagonal_and_symmetric(name):
     acc = ViewAccumulator(["default"], similarities=(name,))
