@@ -23,17 +23,19 @@ from .passage_views import parse_view
 TOKEN_SUMS = ("cos_prev", "update_norm", "prev_norm")
 
 
-def pooling_weights(mask: torch.Tensor, first_is_bos: torch.Tensor, variants, norms: torch.Tensor | None) -> torch.Tensor:
-    """``(B, V, T)`` float64 weights whose product with a layer's states gives each variant's mean.
+def pooling_weights(mask: torch.Tensor, first_is_bos: torch.Tensor, views, norms: torch.Tensor | None) -> torch.Tensor:
+    """``(B, V, T)`` float64 weights whose product with a layer's states gives each view's mean.
 
-    ``mask`` (B, T) marks real tokens, ``first_is_bos`` (B,) the passages whose
-    first real token is a BOS, ``norms`` (B, T) the token norms (for token-norm).
+    ``views`` are parsed variants (:func:`parse_view`), ``mask`` (B, T) marks real tokens,
+    ``first_is_bos`` (B,) the passages whose first real token is a BOS, ``norms`` (B, T) the token
+    norms (for token-norm).
 
-    >>> m = torch.tensor([[1, 1, 1, 0]]); w = pooling_weights(m, torch.tensor([True]), ["default", "drop-bos"], None)
+    >>> views = [parse_view("default"), parse_view("drop-bos")]
+    >>> m = torch.tensor([[1, 1, 1, 0]]); w = pooling_weights(m, torch.tensor([True]), views, None)
     >>> w[0].tolist()
     [[0.3333333333333333, 0.3333333333333333, 0.3333333333333333, 0.0], [0.0, 0.5, 0.5, 0.0]]
     """
-    return torch.stack([parse_view(v).pooling_weights(mask, first_is_bos, norms) for v in variants], dim=1)
+    return torch.stack([v.pooling_weights(mask, first_is_bos, norms) for v in views], dim=1)
 
 
 def pool_layer(states: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -83,8 +85,9 @@ class PassagePooler:
 
     def __init__(self, variants, num_layers: int):
         self.variants = tuple(variants)
+        self._views = tuple(parse_view(v) for v in self.variants)  # parsed once: the hooks run per layer
         self.num_layers = int(num_layers)
-        self.norm_variants = any(parse_view(v).weighs_by_norm for v in self.variants)
+        self.norm_variants = any(v.weighs_by_norm for v in self._views)
         self.pooled: torch.Tensor | None = None
         self.sums: torch.Tensor | None = None
         self._mask = self._first_is_bos = self._plain_weights = None
@@ -93,7 +96,7 @@ class PassagePooler:
     def start(self, mask: torch.Tensor, first_is_bos: torch.Tensor) -> None:
         """A new batch: its mask (B, T) and which passages start with BOS."""
         self._mask, self._first_is_bos = mask, first_is_bos.to(mask.device)
-        self._plain_weights = None if self.norm_variants else pooling_weights(mask, self._first_is_bos, self.variants, None)
+        self._plain_weights = None if self.norm_variants else pooling_weights(mask, self._first_is_bos, self._views, None)
         self.pooled = None
         self.sums = torch.zeros(self.num_layers, mask.shape[0], len(TOKEN_SUMS), dtype=torch.float64, device=mask.device)
         self._previous = self._previous_norms = None
@@ -105,7 +108,7 @@ class PassagePooler:
         norms = torch.linalg.vector_norm(s64, dim=-1)
         weights = self._plain_weights
         if weights is None:
-            weights = pooling_weights(mask, self._first_is_bos.to(states.device), self.variants, norms)
+            weights = pooling_weights(mask, self._first_is_bos.to(states.device), self._views, norms)
         pooled = torch.bmm(weights.to(states.device), s64)  # (B, V, d)
         if self.pooled is None:
             shape = (len(self.variants), self.num_layers + 1, states.shape[0], states.shape[-1])

@@ -146,10 +146,10 @@ def _gram_sums(stack: LayerStack, units: Units, budget: int, dtype) -> StackSums
     """The Gram route: column tiles of whole units of every K_m, each reduced at once.
 
     K_m is symmetric, so a tile of column units ``lo..hi`` forms only the rows of units ``lo`` and on
-    (about half of every K_m over all tiles); what lies above it is the transpose of what an earlier
-    tile formed: its pair blocks are mirrored at the end, and its row sums are the column sums of that
-    earlier tile. Every unit is padded with zero samples to the size of the largest, so unit sums are
-    reshapes (a zero sample adds nothing to any sum). Tiles hold at least one unit.
+    (about half of every K_m over all tiles); what lies above it is the transpose of what the tile
+    formed: its pair blocks are mirrored from the tile's, and its row sums are the tile's column sums.
+    Every unit is padded with zero samples to the size of the largest, so unit sums are reshapes (a
+    zero sample adds nothing to any sum). Tiles hold at least one unit.
     """
     count, n, d = stack.count, stack.samples, stack.width
     device = stack.device
@@ -160,7 +160,6 @@ def _gram_sums(stack: LayerStack, units: Units, budget: int, dtype) -> StackSums
     slots = units.index(device) * size + _offsets_in_units(units, device)  # each sample's padded position
     pairs, ii, jj = _pairs(count, device)
     pair_blocks = torch.zeros(len(pairs), g, g, dtype=torch.float64, device=device)
-    formed = torch.zeros(g, g, dtype=torch.bool, device=device)  # (row unit, column unit) formed by a tile
     rows = torch.zeros(count, n, g, dtype=torch.float64, device=device)
     diag = torch.zeros(count, n, dtype=torch.float64, device=device)
     for lo in range(0, g, per_unit):
@@ -186,9 +185,8 @@ def _gram_sums(stack: LayerStack, units: Units, budget: int, dtype) -> StackSums
         del tiles
         inner = torch.bmm(blocks, blocks.transpose(1, 2)).reshape(g - lo, hi - lo, count, count)
         pair_blocks[:, lo:, lo:hi] = inner[:, :, ii, jj].permute(2, 0, 1)
-        formed[lo:, lo:hi] = True
+        pair_blocks[:, lo:hi, hi:] = pair_blocks[:, hi:, lo:hi].transpose(1, 2)  # the blocks above the tile's
         del blocks, inner
-    pair_blocks = torch.where(formed, pair_blocks, pair_blocks.transpose(1, 2))
     index = units.index(device)
     pair_diag = torch.zeros(len(pairs), g, dtype=torch.float64, device=device).index_add_(1, index, diag[ii] * diag[jj])
     return StackSums(pair_blocks, pair_diag, rows, diag, pairs, units, "gram")
