@@ -177,12 +177,13 @@ def analyse_store(store: PooledStore, analysis: AnalysisOptions, *, progress: bo
 
 def _view_started(bar):
     """The analysis's progress callback: a view starting means the one before it is done."""
-    started = []
+    started = False
 
     def view_started(name: str) -> None:
+        nonlocal started
         if started:
             bar.update(1)
-        started.append(name)
+        started = True
         bar.set_postfix_str(name)
 
     return view_started

@@ -254,11 +254,9 @@ class SublayerCarry(_CarryHooks):
                                                    prepend=True))
         return hooks
 
-    def remove(self) -> None:
-        try:
-            super().remove()
-        finally:
-            self._stream.clear()
+    def released(self) -> None:
+        super().released()
+        self._stream.clear()
 
     def _enter_block(self, block, args, kwargs) -> None:
         self._stream[block] = hidden_from_input(args, kwargs)

@@ -175,13 +175,13 @@ def fitted_rows(tokens, pc_estimate: str) -> int:
 
 
 def fit_views(prepared: Prepared, state: MeasurementState, batch_size: int, *, progress: bool = True,
-              facts: dict | None = None, stop=None) -> list:
+              facts: dict | None = None, stop=None, keep: bool = False) -> list:
     """The fit phase: forward passes over the fitted sequences (:func:`fitted_rows`), fed to the
     fits of the views that need one; nothing when none does or the fits exist (a resumed run).
     ``stop()`` true between batches ends it early (an interrupted run), with no fit.
 
-    Returns copies of the fitted batches, for the caller to measure once the fits exist, so the
-    calibration set is not passed through the model twice. It holds at most the calibration set
+    With ``keep``, returns copies of the fitted batches, for the caller to measure once the fits
+    exist, so the calibration set is not passed through the model twice. It holds at most the calibration set
     (a few thousand tokens, whatever the run's size). Nothing is returned for the exact estimate
     (every sequence: the second pass is what it costs) or when the loss is measured too (the
     copies would have to keep the logits).
@@ -189,7 +189,7 @@ def fit_views(prepared: Prepared, state: MeasurementState, batch_size: int, *, p
     if state.fitted:
         return []
     tokens = prepared.tokens.rows(0, fitted_rows(prepared.tokens, state.views.pc_estimate))
-    keep = state.views.pc_estimate == "calibration" and state.loss is None
+    keep = keep and state.views.pc_estimate == "calibration" and state.loss is None
     held, sequences, real = [], 0, 0
     for batch in state_batches(prepared.lm.model, prepared.arch, tokens, batch_size, label="fitting views",
                                progress=progress, facts=facts):
@@ -247,7 +247,8 @@ def accumulate(prepared: Prepared, state: MeasurementState, batch_size: int, *, 
     last_save = time.monotonic()
     with graceful_interrupts() as interrupted:
         try:
-            fitted = fit_views(prepared, state, batch_size, progress=run.progress, facts=facts, stop=lambda: bool(interrupted))
+            fitted = fit_views(prepared, state, batch_size, progress=run.progress, facts=facts,
+                               stop=lambda: bool(interrupted), keep=True)
             if interrupted:
                 raise KeyboardInterrupt
             passes = state_batches(lm.model, arch, tokens, batch_size, progress=run.progress,

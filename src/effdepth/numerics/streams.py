@@ -90,7 +90,6 @@ class ViewAccumulator:
         self.pc_estimate = pc_estimate
         if chunk_tokens is not None and (isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1):
             raise ValueError(f"chunk_tokens must be a whole number >= 1 or None (by device), got {chunk_tokens!r}")
-        self.chunk_tokens = chunk_tokens
         self._width_checked = None
         self.similarities = validate_similarities(similarities)
         unknown = set(statistics) - set(STAT_KEYS)

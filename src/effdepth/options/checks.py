@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -79,7 +80,12 @@ def parse_bytes(value) -> int:
         m = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
         if not m or m.group(2).lower() not in _UNITS:
             raise EffdepthError(f"--max-memory must be a size such as 4GiB, 500MB or a number of bytes, got {value!r}")
-        number, unit = float(m.group(1)), m.group(2).lower()
+        try:
+            number, unit = float(m.group(1)), m.group(2).lower()
+        except ValueError:  # "1.2.3GB", "."
+            raise EffdepthError(f"--max-memory must be a size such as 4GiB, 500MB or a number of bytes, got {value!r}") from None
+    if not math.isfinite(number * _UNITS[unit]):
+        raise EffdepthError(f"--max-memory must be a finite size, got {value!r}")
     size = int(number * _UNITS[unit])
     if size <= 0:
         raise EffdepthError(f"--max-memory must be positive, got {value!r}")
