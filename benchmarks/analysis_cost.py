@@ -46,7 +46,7 @@ import torch
 from effdepth.numerics.passage_analysis import DEFAULT_BOOTSTRAP_UNITS, AnalysisPlan, analyse_pooled, analysis_memory, one_pass_bytes
 from effdepth.numerics.passage_views import PAPER_VIEWS, parse_views
 from effdepth.numerics.hsic_plan import gram_fraction, stack_plan
-from effdepth.numerics.sample_hsic import DEFAULT_BUDGET_BYTES, hsic_route
+from effdepth.numerics.sample_hsic import DEFAULT_BUDGET_BYTES
 
 #: H200 SXM peak dense throughput (NVIDIA's data sheet): float64 tensor cores, bfloat16 tensor cores.
 H200_FP64_FLOPS = 67e12
@@ -75,8 +75,9 @@ def stack_flops(samples: int, matrices: int, width: int, resamples: int, units: 
     """
     n, m, d, r, g = samples, matrices, width, resamples + 1, min(units, samples) if resamples else 1
     pairs = m * (m + 1) // 2
-    if hsic_route(m, n, d, g, budget) == "gram":
-        formed = gram_fraction(g, stack_plan(m, n, d, g, budget, "gram")["tile_units"])
+    plan = stack_plan(m, n, d, g, budget)
+    if plan["route"] == "gram":
+        formed = gram_fraction(g, plan["tile_units"])
         terms = {"grams": 2 * m * n * n * d * formed, "pair_blocks": 2 * m * m * n * n * formed}
     else:
         terms = {"cross_products": 2 * pairs * n * d * d, "unit_products": 2 * pairs * g * g * d * d,

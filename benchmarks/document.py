@@ -20,11 +20,12 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from effdepth.files import write_atomic
 
 HERE = Path(__file__).resolve().parent
 
@@ -127,7 +128,7 @@ def run_section(section: Section, quick: bool) -> str:
     if done.returncode != 0:
         tail = " ".join(done.stderr.split()[-40:])
         raise SystemExit(f"benchmarks/{section.script} failed (exit {done.returncode}): {tail}")
-    command = " ".join(["python", f"benchmarks/{section.script}", *(section.quick_args if quick else section.args)])
+    command = " ".join(["python", f"benchmarks/{section.script}", *section.command(quick)[2:]])
     return f"## {section.title}\n\n{section.explanation}\n\n`{command}`:\n\n```\n{done.stdout.strip()}\n```\n"
 
 
@@ -138,26 +139,20 @@ def gpu_section(path: Path | None) -> str:
             f"```\n{path.read_text().strip()}\n```\n")
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a stopped run leaves the old page whole."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as fh:
-        fh.write(text)
-    os.replace(fh.name, path)
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=HERE.parent / "docs" / "benchmarks.md")
     parser.add_argument("--gpu-output", type=Path, help="the saved output of benchmarks/gpu.py on a GPU")
     parser.add_argument("--quick", action="store_true", help="smallest sizes: checks the page can be made")
     args = parser.parse_args(argv)
+    if args.gpu_output is not None and not args.gpu_output.is_file():
+        parser.error(f"--gpu-output {args.gpu_output}: no such file; save benchmarks/gpu.py's output there first")
     parts = [INTRO.format(machine=machine())]
     for section in SECTIONS:
         print(f"running benchmarks/{section.script} ...", file=sys.stderr, flush=True)
         parts.append(run_section(section, args.quick))
     parts.append(gpu_section(args.gpu_output))
-    write_atomic(args.out, "\n".join(parts))
+    write_atomic(args.out, "\n".join(parts).encode())  # a stopped run leaves the old page whole
     print(f"wrote {args.out}", file=sys.stderr)
 
 
