@@ -33,7 +33,8 @@ from matplotlib.ticker import MaxNLocator
 from ..numerics import passage_analysis
 from ..numerics.similarities import SIMILARITIES
 from ..result import Result, ViewResult
-from .figures_common import (DEFF, F_N, R_INIT, R_MATCHED, REFERENCE_STYLES, array, caption, chosen_view, ci_level, ci_text,
+from .content.model import interval, level as ci_level
+from .figures_common import (DEFF, F_N, R_INIT, R_MATCHED, REFERENCE_STYLES, array, caption, chosen_view,
                              figure_title, layer_ticks, matrix, num, pair)
 from .figures_layers import layers_figure
 from .figures_ratios import sensitivity_figure, views_figure
@@ -81,7 +82,7 @@ def similarity_figure(result: Result | ViewResult, view: str | None = None) -> F
         bar = fig.colorbar(im, ax=ax, fraction=0.05, pad=0.03)
         bar.set_label(_similarity_label(ctx))
         ax.set_title(figure_title("Layer similarity", v, ctx))
-        caption(fig, f"{DEFF} = {fmt(v.deff)}{ci_text(v, 'deff')},   {ctx['reference']} = {fmt(v.reference)},   N = {n} states")
+        caption(fig, f"{DEFF} = {' '.join(filter(None, (fmt(v.deff), interval(v, 'deff'))))},   {ctx['reference']} = {fmt(v.reference)},   N = {n} states")
     return fig
 
 

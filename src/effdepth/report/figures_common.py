@@ -15,7 +15,6 @@ from matplotlib.figure import Figure
 
 from ..errors import EffdepthError
 from ..result import Result, ViewResult
-from .numbers import fmt
 from .sources import result_label
 from .style import OKABE_ITO
 
@@ -83,18 +82,6 @@ def figure_title(what: str, v: ViewResult | None, ctx: dict, similarity: bool = 
 def caption(fig: Figure, text: str) -> None:
     """A small grey line under the figure."""
     fig.supxlabel(text, fontsize=7.5, color="#444444")
-
-
-def ci_level(v: ViewResult) -> int:
-    """The bootstrap intervals' level in percent (95 without intervals)."""
-    level = (v.ci or {}).get("level") or 0.95
-    return int(round(100 * level))
-
-
-def ci_text(v: ViewResult, key: str) -> str:
-    """``" [lo, hi]"`` of ``v.ci[key]``, or ``""``."""
-    ci = (v.ci or {}).get(key)
-    return f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else ""
 
 
 def pair(ci):

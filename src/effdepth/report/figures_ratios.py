@@ -10,7 +10,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..result import Result
-from .figures_common import DEFF, F_L, F_N, ci_level, context, figure_title, num, pair
+from .content.model import level as ci_level
+from .figures_common import DEFF, F_L, F_N, context, figure_title, num, pair
 from .numbers import fmt
 from .sources import result_label
 from .style import OKABE_ITO, new_figure, style

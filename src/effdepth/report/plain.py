@@ -11,9 +11,9 @@ from __future__ import annotations
 from .content.model import ResultContent, Section, Table
 
 
-def render_table(header: list, rows: list, left: int = 1, numeric: list | None = None) -> str:
-    """A plain-text table: the first ``left`` columns (names) left-aligned, the others (numbers) right-aligned;
-    ``numeric`` (one flag per column), when given, right-aligns exactly the flagged columns instead.
+def render_table(header: list, rows: list, numeric: list | None = None) -> str:
+    """A plain-text table: the columns flagged in ``numeric`` right-aligned, the others left-aligned
+    (default: the first column, the names, left-aligned, the numbers after it right-aligned).
 
     >>> print(render_table(["a", "b"], [["x", "1.0"]]))
     a    b
@@ -21,10 +21,10 @@ def render_table(header: list, rows: list, left: int = 1, numeric: list | None =
     x  1.0
     """
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    flush_left = [not n for n in numeric] if numeric else [i < left for i in range(len(widths))]
+    numeric = numeric or [i > 0 for i in range(len(widths))]
 
     def line(row):
-        return "  ".join(str(x).ljust(w) if flush_left[i] else str(x).rjust(w)
+        return "  ".join(str(x).rjust(w) if numeric[i] else str(x).ljust(w)
                          for i, (x, w) in enumerate(zip(row, widths))).rstrip()
 
     return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
@@ -45,9 +45,8 @@ def table_text(table: Table, note: bool = True) -> str:
     pos0-only: unavailable: one token
     note
     """
-    numeric = table.numeric or [i > 0 for i in range(len(table.header))]
     rows = [[f"{c.text} {c.ci}".strip() for c in row] for row in table.rows]
-    lines = [render_table(table.header, rows, numeric=numeric)]
+    lines = [render_table(table.header, rows, numeric=table.numeric)]
     reasons = {f"{row[0].text}: {c.text}: {c.reason}": None for row in table.rows for c in row if c.reason}
     lines += list(reasons)
     if note and table.note:

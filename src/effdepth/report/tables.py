@@ -299,7 +299,7 @@ def claims_sweep_text(entries: list, failed: list = ()) -> str:
 def passage_comparison_text(entries: list) -> str:
     """The passage-mode results among ``entries`` (``(label, Result)``) in the layout of the paper's Table 2,
     the paper's row beside ours, under its heading; ``""`` when none is in passage mode."""
-    from .content.compare import passage_sections
+    from .content.compare import table2_section
 
-    sections = passage_sections(entries)
-    return f"{sections[0].heading}:\n{table_text(sections[0].table)}" if sections else ""
+    section = table2_section(entries)
+    return f"{section.heading}:\n{table_text(section.table)}" if section else ""

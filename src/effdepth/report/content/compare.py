@@ -96,14 +96,23 @@ def passage_sections(entries: list) -> list:
     >>> passage_sections([("t", effdepth.from_states(torch.randn(3, 2, 4, 8)))])
     []
     """
-    passages = [(label, r) for label, r in entries if r.passages]
-    if not passages:
+    table2 = table2_section(entries)
+    if table2 is None:
         return []
-    out = [Section("beside the paper's Table 2 (similarity cka across passages)", table2_comparison(passages), anchor="table2")]
-    ordering = robustness.ordering_table(passages)
+    out = [table2]
+    ordering = robustness.ordering_table([(label, r) for label, r in entries if r.passages])
     if ordering is not None:
         out.append(Section("model ordering under other lags, tapers and aggregations", ordering, anchor="ordering"))
     return out
+
+
+def table2_section(entries: list) -> Section | None:
+    """The passage-mode results among ``entries`` (``(label, Result)``) beside the paper's Table 2
+    (:func:`table2_comparison`), as a section; ``None`` when none is in passage mode."""
+    passages = [(label, r) for label, r in entries if r.passages]
+    if not passages:
+        return None
+    return Section("beside the paper's Table 2 (similarity cka across passages)", table2_comparison(passages), anchor="table2")
 
 
 def table2_comparison(entries: list) -> Table:
