@@ -10,7 +10,7 @@ from ..data.passages import BOS_CHOICES, SPLITS
 from ..errors import EffdepthError
 from ..numerics.cka import ViewUnavailable, require_cka_view
 from ..numerics.fits import PC_ESTIMATES
-from ..numerics.similarities import COSINE_SIMILARITIES, TOKEN, get_similarity, parse_similarities
+from ..numerics.similarities import COSINE_SIMILARITIES, get_similarity
 from .defaults import DEFAULTS, MAX_BOOTSTRAP, POOLINGS, STATES
 
 
@@ -98,7 +98,6 @@ _CHECKS = {
     "batch_size": at_least(1, "--batch-size must be at least 1, got {v}"),
     "seed": at_least(0, "--seed must be a non-negative integer, got {v}"),
     "bootstrap": _check_bootstrap,
-    "similarity": lambda value: parse_similarities(value, TOKEN),
     "pc_estimate": _check_choice("--pc-estimate", PC_ESTIMATES),
     "pooling": _check_choice("--pooling", POOLINGS),
     "states": _check_choice("--states", STATES),
