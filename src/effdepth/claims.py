@@ -1,16 +1,19 @@
 """``effdepth claims``: does a model reproduce the paper? (docs/method.md#claims)
 
-The abstract's five claims, judged on saved results for every similarity
+The abstract's five claims and a sixth of ours, judged on saved results for every similarity
 they hold (the verdicts themselves are :mod:`effdepth.verdicts`, shared with
 the report):
 
 1. ``sub-reference``: D_eff < F_N in the default view (the whole interval below).
 2. ``correlated-updates``: D_eff < R_matched (the correlated-updates term's
    interval above 0) and that term the largest of the three.
-3. ``not-bos``: sub-reference under ``drop-bos`` (passage mode) or ``drop-pos0`` (token mode).
+3. ``not-pos0``: sub-reference under ``drop-pos0`` (position 0 left out, whatever token it
+   holds; passage mode reads it from the confounds table when it is not a view).
 4. ``controls``: sub-reference under ``token-norm`` or under ``top1pc``.
 5. ``calibrated``: D_eff < R_matched_cal, the calibrated reference (the whole
    D_eff interval below the calibrated value's interval).
+6. ``not-length``: sub-reference under the ``length`` control (passage mode:
+   each passage's token count regressed out of every layer).
 
 Each is ``holds``, ``fails`` or ``not measured`` (no such view, no interval,
 no calibrated reference, or no value under that similarity). One result gets
@@ -24,7 +27,7 @@ succeeds; only input it cannot read is an error.
 >>> _ = effdepth.from_states(torch.randn(4, 3, 8, 16), bootstrap=20).save(d / "run")
 >>> outcome = check_paths([d / "run"])
 >>> [c.label for c in outcome.checked], len(outcome.checked[0].verdicts)
-(['states'], 5)
+(['states'], 6)
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from .capture.pooling import PassageForward, pooled_batches
 from .checkpoint import CheckpointMismatch, MeasurementInterrupted, graceful_interrupts, remove_checkpoint, save_checkpoint
 from .errors import EffdepthError
 from .numerics.cka_full import binary_size
+from .numerics.confounds import length_distribution
 from .numerics.passage_analysis import (SIMILARITIES, analyse_pooled, analysis_memory, check_analysis_memory, check_samples,
                                         one_pass_bytes, size_at_least)
 from .numerics.passage_views import variants_for
@@ -65,7 +66,8 @@ def measure_passages(prepared, analysis: AnalysisOptions, *, run, started: float
 def check_before_forward(passages, num_layers: int, width: int, analysis: AnalysisOptions) -> None:
     """Everything the analysis will refuse, refused before the first forward pass and the first file:
     too few passages, a model with one analysed state, a top-k view beyond the rank, a memory budget
-    below the analysis's least working set, and a drop-bos view of a passage that is BOS alone.
+    below the analysis's least working set, a drop-bos view of a passage that is BOS alone, and a drop-pos0
+    view of a passage of one token.
 
     >>> from effdepth.data.passages import Passages
     >>> p = Passages.from_rows([[1, 2]] * 4)
@@ -88,6 +90,12 @@ def check_before_forward(passages, num_layers: int, width: int, analysis: Analys
         if len(alone):
             raise EffdepthError(f"drop-bos pools from the token after BOS, but passage(s) {', '.join(map(str, alone[:8]))} "
                                 "hold BOS alone and would pool to zero vectors; drop them or leave out drop-bos views")
+    if any(v.has("drop-pos0") for v in plan.specs):
+        single = np.flatnonzero(passages.lengths < 2)
+        if len(single):
+            raise EffdepthError(f"drop-pos0 pools from the second token, but passage(s) {', '.join(map(str, single[:8]))} "
+                                "hold one token and would pool to zero vectors; give passages of 2+ tokens (--seq-len 2 "
+                                "or more) or leave out drop-pos0 views")
 
 
 def _discard_unsaved(folder: Path, temporary: bool, run) -> None:
@@ -145,7 +153,7 @@ def _measure_into(folder: Path, temporary: bool, prepared, analysis: AnalysisOpt
         _save_progress(store, written, run, fingerprint)
     else:
         store.commit(written)
-    result = analyse_store(store, analysis, progress=run.progress)
+    result = analyse_store(store, analysis, progress=run.progress, seq_len=prepared.load.seq_len)
     result.config.update(passage_config(prepared, analysis))
     result.provenance.update(_provenance(prepared, started, facts))
     result.pooled = store.folder
@@ -157,9 +165,11 @@ def _measure_into(folder: Path, temporary: bool, prepared, analysis: AnalysisOpt
     return result
 
 
-def analyse_store(store: PooledStore, analysis: AnalysisOptions, *, progress: bool = True, device: str | None = None) -> Result:
+def analyse_store(store: PooledStore, analysis: AnalysisOptions, *, progress: bool = True, device: str | None = None,
+                  seq_len: int | None = None) -> Result:
     """The :class:`Result` of the pooled vectors in ``store`` under ``analysis`` (config and provenance
-    hold only the analysis; the caller adds what was measured)."""
+    hold only the analysis; the caller adds what was measured). ``extras`` holds the passage lengths
+    (``seq_len``: the longest a passage could be), the confounds table and the sample-size curve."""
     plan = analysis.analysis_plan(device=device or _analysis_device())
     arrays = store.arrays()
     check_stored_variants(analysis, list(arrays), list(arrays))
@@ -172,7 +182,9 @@ def analyse_store(store: PooledStore, analysis: AnalysisOptions, *, progress: bo
     config = {**analysis.to_dict(), "similarity": primary, "similarities": list(plan.similarities), "pooling": "mean",
               "passage_analysis": out["analysis"],
               "similarity_labels": {s: SIMILARITIES[s].label for s in plan.similarities}}
-    return Result(views=by_sim[primary], config=config, provenance={}, others={s: by_sim[s] for s in rest})
+    extras = {"passage_lengths": length_distribution(store.lengths, seq_len), "confounds": out["confounds"],
+              "sample_size": out["sample_size"]}
+    return Result(views=by_sim[primary], config=config, provenance={}, others={s: by_sim[s] for s in rest}, extras=extras)
 
 
 def _view_started(bar):
@@ -228,12 +240,12 @@ def analyse_saved(path, *, progress: bool = True, device: str | None = None, **c
                                                                      for k, v in options.items()})
     store = PooledStore.open(saved.pooled)
     check_stored_variants(analysis, store.meta["variants"], c.get("views") or ["default"])
-    result = analyse_store(store, analysis, progress=progress, device=device)
+    result = analyse_store(store, analysis, progress=progress, device=device, seq_len=c.get("seq_len"))
     measured = {k: v for k, v in c.items() if k not in result.config}
     result.config = {**measured, **result.config}
     result.provenance = dict(saved.provenance)
     result.provenance["analysed"] = {"created": now(), "code": code_version(), "changes": {k: _plain(v) for k, v in changes.items()}}
-    result.extras = dict(saved.extras)
+    result.extras = {**saved.extras, **result.extras}
     result.pooled = saved.pooled
     return result
 

@@ -1,6 +1,7 @@
 """The paper's claims judged on one saved result, as data (docs/method.md#claims).
 
-For each similarity a result holds, each of the abstract's five claims is
+For each similarity a result holds, each of the abstract's five claims, and
+a sixth of ours (not a passage-length artefact), is
 ``holds``, ``fails`` or ``not measured``, with the comparisons behind the
 verdict (values and intervals, never pre-formatted text: the report writes
 them). An inequality holds when the whole bootstrap interval lies on the
@@ -14,12 +15,13 @@ This module only reads a :class:`~effdepth.result.Result`, so the report
 >>> same = torch.randn(1, 4, 8, 16).repeat(5, 1, 1, 1)      # every layer alike: D_eff = 1, far below F_N
 >>> r = effdepth.from_states(same, views="default,drop-pos0", similarity="frobenius", bootstrap=50)
 >>> {v.claim: v.status for v in check_claims(r) if v.claim != "correlated-updates"}
-{'sub-reference': 'holds', 'not-bos': 'holds', 'controls': 'not measured', 'calibrated': 'not measured'}
+{'sub-reference': 'holds', 'not-pos0': 'holds', 'controls': 'not measured', 'calibrated': 'not measured', 'not-length': 'not measured'}
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from .errors import EffdepthError
 from .numerics.similarities import PASSAGE, SIMILARITIES, find_similarity, specs
@@ -31,10 +33,13 @@ CLAIMS = (
     ("sub-reference", "sub-reference by default", "default view: the D_eff interval lies entirely below F_N"),
     ("correlated-updates", "not the initial state or update sizes",
      "default view: D_eff below R_matched (the correlated-updates interval above 0) and correlated updates the largest term"),
-    ("not-bos", "not a BOS artefact", "drop-bos (passage mode) / drop-pos0 (token mode): the D_eff interval lies entirely below F_N"),
+    ("not-pos0", "not a position-0 artefact",
+     "drop-pos0 (position 0 left out, whatever token it holds): the D_eff interval lies entirely below F_N"),
     ("controls", "survives the controls", "token-norm or top1pc: the D_eff interval lies entirely below F_N"),
     ("calibrated", "below the calibrated reference",
      "default view: the D_eff interval lies entirely below R_matched_cal's (passage mode: and the debiased D_eff's below F_N)"),
+    ("not-length", "not a passage-length artefact",
+     "length control (passage mode: each passage's token count regressed out): the D_eff interval lies entirely below F_N"),
 )
 CLAIM_NAMES = tuple(name for name, _, _ in CLAIMS)
 
@@ -56,7 +61,7 @@ def claim_tests(result) -> list:
     return [(name, test.replace("F_N", reference)) for name, _, test in CLAIMS]
 
 #: Views the claims read; a result with none of them cannot be checked at all.
-CLAIM_VIEWS = ("default", "drop-bos", "drop-pos0", "token-norm", "top1pc")
+CLAIM_VIEWS = ("default", "drop-pos0", "token-norm", "top1pc", "length")
 
 TERMS = ("initial_state", "size_imbalance", "correlated_updates")
 
@@ -110,20 +115,55 @@ def check_claims(result) -> list:
     {'not measured'}
     """
     out = []
-    bos_view = "drop-bos" if getattr(result, "passages", False) else "drop-pos0"
     debiased = _companion_default(result)
     reference = structural_name(result)
     for sim, views in result.similarities.items():
-        unavailable = (result.unavailable or {}).get(sim, {})
+        unavailable = {**control_notes(result), **(result.unavailable or {}).get(sim, {})}
         default = views.get("default")
         out += [
             _below_reference("sub-reference", sim, "default", default, unavailable, reference),
             _correlated_updates(sim, default, unavailable),
-            _below_reference("not-bos", sim, bos_view, views.get(bos_view), unavailable, reference),
+            _below_reference("not-pos0", sim, "drop-pos0", control_view(result, sim, "drop-pos0"), unavailable, reference),
             _controls(sim, views, unavailable, reference),
             _calibrated(sim, default, unavailable, debiased if _is_passage_kernel(sim, result) else None, reference),
+            _below_reference("not-length", sim, "length", control_view(result, sim, "length"), unavailable, reference),
         ]
     return out
+
+
+def control_view(result, sim: str, name: str):
+    """A control's numbers under ``sim``: its view when the result holds one, else its row of the
+    confounds table every passage-mode result holds (D_eff, interval, F_L), else None.
+
+    >>> import effdepth, torch
+    >>> control_view(effdepth.from_states(torch.randn(4, 3, 6, 8), bootstrap=0), "cka", "length") is None
+    True
+    """
+    view = result.similarities.get(sim, {}).get(name)
+    if view is not None:
+        return view
+    row = ((result.extras or {}).get("confounds") or {}).get(sim, {}).get(name)
+    default = result.similarities.get(sim, {}).get("default")
+    if row is None or default is None:
+        return None
+    return SimpleNamespace(name=name, deff=row["deff"], reference=default.reference,
+                           ci=None if row.get("ci") is None else {"deff": row["ci"]})
+
+
+def control_notes(result) -> dict:
+    """Why a confound control has no value (passage mode), by control; token mode has no length control.
+
+    >>> import effdepth, torch
+    >>> control_notes(effdepth.from_states(torch.randn(4, 3, 6, 8), bootstrap=0))["length"]
+    'token mode has no length control: every sequence has the same length'
+    """
+    if not getattr(result, "passages", False):
+        return {"length": "token mode has no length control: every sequence has the same length"}
+    confounds = (result.extras or {}).get("confounds")
+    if confounds is None:
+        return {c: "measured before effdepth measured the confound controls; run effdepth analyse DIR to add them"
+                for c in ("drop-pos0", "length")}
+    return dict(confounds.get("notes") or {})
 
 
 def _companion_default(result):
@@ -144,9 +184,9 @@ def _is_passage_kernel(sim: str, result) -> bool:
 def verdict_grid(verdicts: list) -> dict:
     """``{claim: {similarity: Verdict}}``, claims in the method's order.
 
-    >>> g = verdict_grid([Verdict("not-bos", "cka", HOLDS)])
-    >>> list(g), g["not-bos"]["cka"].status
-    (['sub-reference', 'correlated-updates', 'not-bos', 'controls', 'calibrated'], 'holds')
+    >>> g = verdict_grid([Verdict("not-pos0", "cka", HOLDS)])
+    >>> list(g), g["not-pos0"]["cka"].status
+    (['sub-reference', 'correlated-updates', 'not-pos0', 'controls', 'calibrated', 'not-length'], 'holds')
     """
     grid = {name: {} for name in CLAIM_NAMES}
     for v in verdicts:
@@ -161,7 +201,7 @@ def require_claim_views(result, where: str = "this result") -> None:
     >>> require_claim_views(effdepth.from_states(torch.randn(4, 3, 6, 8), views="center"))
     Traceback (most recent call last):
     ...
-    effdepth.errors.EffdepthError: this result has none of the views the claims need (default, drop-bos, drop-pos0, token-norm, top1pc); it has center; rerun effdepth measure with --views paper
+    effdepth.errors.EffdepthError: this result has none of the views the claims need (default, drop-pos0, token-norm, top1pc, length); it has center; rerun effdepth measure with --views paper
     """
     have = {name for views in result.similarities.values() for name in views}
     have |= {name for views in (result.unavailable or {}).values() for name in views}
@@ -170,7 +210,7 @@ def require_claim_views(result, where: str = "this result") -> None:
                             f"it has {', '.join(sorted(have)) or 'no views'}; {RERUN}")
 
 
-# --------------------------------------------------------------------------- the five checks
+# --------------------------------------------------------------------------- the checks
 
 
 def _interval(view, key: str) -> list | None:

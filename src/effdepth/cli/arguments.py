@@ -112,8 +112,10 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bos", default=None, choices=BOS_CHOICES,
                    help="passage mode: special tokens as the tokenizer adds them (auto, default), BOS always first, or none")
     p.add_argument("--passage-split", default=None, choices=SPLITS,
-                   help="paragraphs (default): documents cut at blank lines, packed into passages; document: each "
-                        "document's first tokens are one passage")
+                   help="windows (default): each document cut into consecutive windows of exactly --seq-len tokens "
+                        "(equal lengths: no first-token x length confound); paragraphs: documents cut at blank lines, "
+                        "packed into passages of at most --seq-len; document: each document's first tokens (--protocol "
+                        "paper)")
     p.add_argument("--similarity", default=None, metavar="NAME[,NAME...]|all",
                    help=f"passage mode: {similarity_choices(PASSAGE)}, or all; token mode: {similarity_choices(TOKEN)}, a "
                         f"comma list (the first is the primary), or all ({', '.join(all_similarities(TOKEN))}). Every one "

@@ -7,15 +7,23 @@ with BOS forced (``always``) or left out (``never``).
 
 How text becomes passages (``split``):
 
-- ``paragraphs`` (default): each document is tokenized whole, cut at its
-  paragraph boundaries (blank lines), and consecutive paragraphs are packed
-  greedily into passages of at most ``max_len`` tokens (a longer paragraph
-  is cut at ``max_len``). Cutting a document's own token sequence, rather
-  than tokenizing pieces, keeps every token what the whole text gives.
+- ``windows`` (default): each document is tokenized whole and its token
+  stream cut into consecutive windows of exactly ``max_len`` tokens, the
+  tokenizer's special tokens at each window's start (and end, where it adds
+  some there), none inside, the short remainder dropped. Every passage has
+  the same length, so the first position's state weighs the same in every
+  passage's mean (docs/method.md#the-first-token-x-length-confound).
+- ``paragraphs``: each document is tokenized whole, cut at its paragraph
+  boundaries (blank lines), and consecutive paragraphs are packed greedily
+  into passages of at most ``max_len`` tokens (a longer paragraph is cut at
+  ``max_len``).
 - ``document``: each document is one passage, its first ``max_len`` tokens
   (the paper's "passages of at most 512 tokens" read as truncation).
 
-Passages shorter than :data:`MIN_PASSAGE_TOKENS` text tokens are left out.
+Cutting a document's own token sequence, rather than tokenizing pieces,
+keeps every token what the whole text gives. Under ``paragraphs`` and
+``document``, passages shorter than :data:`MIN_PASSAGE_TOKENS` text tokens
+are left out.
 ``num_passages`` are drawn uniformly at random under ``seed``
 (``numpy.random.default_rng(seed).permutation``) and kept in corpus order,
 except from a streamed Hugging Face dataset under ``document`` split, where
@@ -42,7 +50,7 @@ from .packing import HF_POOL_FACTOR, special_id, tokenizer_len, tokenizer_name
 from .text_sources import resolve_text_source
 
 BOS_CHOICES = ("auto", "always", "never")
-SPLITS = ("paragraphs", "document")
+SPLITS = ("windows", "paragraphs", "document")
 #: Passages with fewer text tokens than this (special tokens not counted) are left out.
 MIN_PASSAGE_TOKENS = 8
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
@@ -124,13 +132,14 @@ def passages_sha256(ids: np.ndarray, offsets: np.ndarray) -> str:
 def check_passage_options(max_len, num_passages, bos, split) -> None:
     """One-line errors for passage options, before anything loads.
 
-    >>> check_passage_options(512, 3, "auto", "paragraphs")
+    >>> check_passage_options(512, 3, "auto", "windows")
     Traceback (most recent call last):
     ...
     effdepth.errors.EffdepthError: --num-seqs 3 is below 4: similarity across passages needs at least 4 passages
     """
     if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 2:
-        raise EffdepthError(f"--seq-len must be an integer >= 2 (the longest passage, in tokens), got {max_len!r}")
+        raise EffdepthError(f"--seq-len must be an integer >= 2 (the longest passage, in tokens: the drop-pos0 control "
+                            f"pools from the second token), got {max_len!r}")
     least = fewest_samples(PASSAGE).min_samples
     if not isinstance(num_passages, int) or isinstance(num_passages, bool) or num_passages < least:
         raise EffdepthError(f"--num-seqs {num_passages} is below {least}: similarity across passages needs at least "
@@ -182,14 +191,16 @@ def special_tokens(tokenizer: Any, bos: str) -> tuple:
 
 
 def load_passages(spec: Any = None, tokenizer: Any = None, *, max_len: int = 512, num_passages: int = 1024, seed: int = 0,
-                  bos: str = "auto", split: str = "paragraphs") -> Passages:
+                  bos: str = "auto", split: str = "windows") -> Passages:
     """``num_passages`` passages of at most ``max_len`` tokens from a corpus (see the module docstring).
 
     >>> from effdepth.data.tokenizers import byte_tokenizer
     >>> text = "\\n\\n".join(f"paragraph {i} " + "x" * 20 for i in range(12))
     >>> p = load_passages([text], byte_tokenizer(), max_len=40, num_passages=4, bos="always")
-    >>> p.num_passages, int(p.lengths.max()) <= 40, bool(p.starts_with_bos.all())
-    (4, True, True)
+    >>> p.num_passages, p.lengths.tolist(), bool(p.starts_with_bos.all())
+    (4, [40, 40, 40, 40], True)
+    >>> int(load_passages([text], byte_tokenizer(), max_len=40, num_passages=4, split="paragraphs").lengths.max()) <= 40
+    True
     """
     if is_token_ids(spec):
         return _given_passages(spec, tokenizer)
@@ -202,12 +213,10 @@ def load_passages(spec: Any = None, tokenizer: Any = None, *, max_len: int = 512
         raise EffdepthError(f"--seq-len {max_len} leaves no room for text after the {len(prefix) + len(suffix)} special "
                             "token(s) the tokenizer adds; use a larger --seq-len")
     stream_in_order = source.lazy and split == "document"
-    bodies, documents, complete = _bodies(source, tokenizer, budget, split,
-                                          want=num_passages if stream_in_order else num_passages * HF_POOL_FACTOR)
+    bodies, documents, complete, longest = _bodies(source, tokenizer, budget, split,
+                                                   want=num_passages if stream_in_order else num_passages * HF_POOL_FACTOR)
     if len(bodies) < num_passages:
-        raise EffdepthError(
-            f"corpus '{source.name}' gives {len(bodies):,} passages of {MIN_PASSAGE_TOKENS} to {max_len} tokens "
-            f"({split} split), but {num_passages:,} were requested; lower --num-seqs or use a bigger corpus")
+        raise EffdepthError(_too_few(source.name, len(bodies), num_passages, max_len, split, longest, budget))
     chosen = np.arange(num_passages) if stream_in_order else \
         np.sort(np.random.default_rng(seed).permutation(len(bodies))[:num_passages])
     rows = [prefix + list(bodies[i]) + suffix for i in chosen]
@@ -248,20 +257,43 @@ def _given_passages(spec: Any, tokenizer: Any) -> Passages:
     return Passages.from_rows(rows, bos_token_id=bos_id, name=corpus.name, info=info)
 
 
+def _too_few(name: str, found: int, wanted: int, max_len: int, split: str, longest: int, budget: int) -> str:
+    """The one-line error for a corpus that gives fewer passages than were asked for."""
+    if split == "windows":
+        return (f"corpus '{name}' gives {found:,} windows of exactly {max_len} tokens (its longest document has "
+                f"{longest:,} text tokens, a window {budget}), but {wanted:,} were requested; lower --seq-len or "
+                "--num-seqs, use a bigger corpus, or --passage-split paragraphs (passages of varying length)")
+    return (f"corpus '{name}' gives {found:,} passages of {MIN_PASSAGE_TOKENS} to {max_len} tokens ({split} split), "
+            f"but {wanted:,} were requested; lower --num-seqs or use a bigger corpus")
+
+
 def _bodies(source, tokenizer: Any, budget: int, split: str, want: int) -> tuple:
-    """``(passage token lists, documents read, whether every document was read)``."""
+    """``(passage token lists, documents read, whether every document was read, the longest document's tokens)``."""
     bodies: list = []
-    documents = 0
+    documents = longest = 0
     for text in source.documents:
         documents += 1
         tokens, starts = _document_tokens(tokenizer, text)
-        pieces = [tokens[:budget]] if split == "document" else _pack(tokens, starts, budget)
-        bodies += [p for p in pieces if len(p) >= MIN_PASSAGE_TOKENS]
+        longest = max(longest, len(tokens))
+        if split == "windows":
+            bodies += windows(tokens, budget)
+        else:
+            pieces = [tokens[:budget]] if split == "document" else _pack(tokens, starts, budget)
+            bodies += [p for p in pieces if len(p) >= MIN_PASSAGE_TOKENS]
         if source.lazy and len(bodies) >= want:
-            return bodies, documents, False
+            return bodies, documents, False, longest
     if documents == 0:
         raise EffdepthError(f"corpus '{source.name}' has no non-empty documents; give a corpus with text in it")
-    return bodies, documents, True
+    return bodies, documents, True, longest
+
+
+def windows(tokens: list, size: int) -> list:
+    """A document's tokens cut into consecutive windows of exactly ``size``, the short remainder dropped.
+
+    >>> windows(list(range(7)), 3)
+    [[0, 1, 2], [3, 4, 5]]
+    """
+    return [tokens[i:i + size] for i in range(0, len(tokens) - size + 1, size)]
 
 
 def _document_tokens(tokenizer: Any, text: str) -> tuple:
@@ -315,9 +347,12 @@ def _pack(tokens: list, starts: list, budget: int) -> list:
 
 
 def _sampling_text(split: str, in_order: bool, complete: bool) -> str:
-    how = ("each document is one passage, its first tokens" if split == "document" else
-           "documents tokenized whole and cut at paragraph boundaries; consecutive paragraphs packed greedily")
+    how = {"document": "each document is one passage, its first tokens",
+           "paragraphs": "documents tokenized whole and cut at paragraph boundaries; consecutive paragraphs packed "
+                         f"greedily; passages of {MIN_PASSAGE_TOKENS}+ text tokens",
+           "windows": "documents tokenized whole and cut into consecutive windows of exactly --seq-len tokens, the "
+                      "remainder dropped"}[split]
     pool = "the whole corpus" if complete else "the first documents of the split"
     draw = "the first passages, in order" if in_order else \
         "drawn by numpy default_rng(seed).permutation, kept in corpus order"
-    return f"{how}; passages of {MIN_PASSAGE_TOKENS}+ text tokens from {pool}, {draw}; special tokens as --bos says"
+    return f"{how}; from {pool}, {draw}; special tokens as --bos says"

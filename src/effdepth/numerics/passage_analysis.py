@@ -17,7 +17,12 @@ file. For each view:
    estimate from row 0 and percentile intervals from the resamples.
 
 Every view, stack and surrogate is resampled with the same unit weights, so
-their intervals are paired.
+their intervals are paired. Beside the views asked for, every analysis gives
+(:mod:`~effdepth.numerics.confounds`) the confound controls (D_eff under
+``drop-pos0`` and ``length`` with its paired difference to ``default``; a
+control that is not among the views costs the HSIC of its states alone) and
+the sample-size curve (D_eff on nested subsets of the units, extra weight
+rows of the default view's states stack).
 
 The states of a view, its updates and its surrogates are layer stacks
 (:mod:`~effdepth.numerics.passage_stacks`) produced one layer at a time from
@@ -37,7 +42,8 @@ import torch
 
 from ..errors import EffdepthError
 from .passage_metrics import REFERENCE_NAMES, analysed, cka, kernel_numbers, plain_numbers
-from .passage_views import PassageView, check_top_pcs, parse_views
+from .confounds import Subsamples, confound_table, subsample_curve
+from .passage_views import CONTROLS, PassageView, check_top_pcs, parse_view, parse_views
 from .references import reference_fl
 from .sensitivity import sensitivity_numbers
 from .cka_full import binary_size
@@ -91,8 +97,9 @@ def check_samples(samples: int, width: int, num_layers: int, plan: AnalysisPlan)
 
 
 def bootstrap_unit_count(samples: int, plan: AnalysisPlan) -> int:
-    """The resampling units of a plan: blocks of consecutive passages, one block without resamples."""
-    return Units.blocks(samples, plan.bootstrap_units if plan.bootstrap > 0 else 1).count
+    """The resampling units of a plan: blocks of consecutive passages (also without resamples: the
+    sample-size curve draws subsets of them)."""
+    return Units.blocks(samples, plan.bootstrap_units).count
 
 
 def analysis_memory(samples: int, num_layers: int, width: int, plan: AnalysisPlan) -> dict:
@@ -172,34 +179,44 @@ def analyse_pooled(pooled: dict, plan: AnalysisPlan, *, token_sums: np.ndarray |
     """``{"similarities": {similarity: {view: summary}}, "analysis": facts}`` from pooled vectors.
 
     ``pooled`` maps each stored variant to an array ``(L+1, N, d)`` (S_0..S_L
-    of every passage); ``token_sums`` ``(N, L, 3)`` and ``lengths`` ``(N,)``
-    add block influence and the token-level update ratio to the untransformed
-    views. ``progress(label)`` is called before each view.
+    of every passage); ``lengths`` ``(N,)`` (each passage's token count) is
+    what the ``length`` view regresses out, and with ``token_sums`` ``(N, L, 3)``
+    adds block influence and the token-level update ratio to the untransformed
+    views. ``progress(label)`` is called before each view. Besides the
+    similarities: ``confounds`` (per similarity, D_eff under default and each
+    control, paired differences; ``notes`` for a control that could not be
+    measured) and ``sample_size`` (per CKA estimator, the subsample curve).
 
     >>> rng = np.random.default_rng(0)
     >>> states = np.cumsum(rng.normal(size=(4, 64, 8)), axis=0)   # S_0..S_3 of 64 passages
     >>> out = analyse_pooled({"default": states}, AnalysisPlan(bootstrap=20, calibrated=False))
     >>> v = out["similarities"]["cka"]["default"]; v["num_states"], v["sequences"], sorted(v["ci"])[:2]
     (3, 64, ['correlated_updates', 'deff'])
+    >>> sorted(out["confounds"]["cka"]), out["confounds"]["notes"]["length"]
+    (['default'], 'no passage lengths given')
     """
     first = next(iter(pooled.values()))
     count, samples, width = (int(x) for x in first.shape)
     num_layers = count - 1
     check_samples(samples, width, num_layers, plan)
     check_analysis_memory(samples, num_layers, width, plan)
+    if lengths is None and any(v.has("length") for v in plan.specs):
+        raise EffdepthError("the length view regresses each passage's token count out, and no lengths were given; "
+                            "give lengths=, or leave out length views")
     memory = analysis_memory(samples, num_layers, width, plan)
     device = torch.device(plan.device)
     units = Units.blocks(samples, bootstrap_unit_count(samples, plan))
     weights = resample_weights(units.count, plan.bootstrap, plan.seed)
     budget = int(plan.max_memory) - (Kept.bytes(PooledStates(first, "cpu")) if memory["kept"] else 0)
-    context = _Context(plan, units, weights, device, samples, width, num_layers, token_sums, lengths, budget)
+    subsamples = Subsamples.draw(units, plan.seed)
+    context = _Context(plan, units, weights, device, samples, width, num_layers, token_sums, lengths, budget, subsamples)
     by_sim: dict = {s: {} for s in plan.similarities}
     fits: dict = {}
     for spec in plan.specs:
         if progress is not None:
             progress(spec.name)
         base = PooledStates(pooled[spec.variant], device)
-        states = spec.after_pooling(base)
+        states = spec.after_pooling(base, lengths)
         if states is not base:
             fits[spec.name] = states.fit
         if memory["kept"]:
@@ -207,6 +224,7 @@ def analyse_pooled(pooled: dict, plan: AnalysisPlan, *, token_sums: np.ndarray |
         for sim, summary in context.view(spec, states).items():
             by_sim[sim][spec.name] = summary
         del states
+    notes = context.controls(pooled)
     facts = {
         "bootstrap": {"resamples": int(plan.bootstrap), "level": LEVEL, **units.describe(),
                       "how": "units (blocks of consecutive passages) drawn with replacement; every view, stack and "
@@ -223,7 +241,14 @@ def analyse_pooled(pooled: dict, plan: AnalysisPlan, *, token_sums: np.ndarray |
                    "view_kept": memory["kept"], "resident_layers": memory["stack"]["resident"],
                    "passes": memory["stack"]["passes"]},
     }
-    return {"similarities": by_sim, "analysis": facts}
+    reference = reference_fl(num_layers + plan.include_embedding)
+    confounds: dict = {sim: confound_table(views, reference, LEVEL) for sim, views in context.deff_draws.items()}
+    confounds["notes"] = notes
+    if context.equal_lengths:
+        confounds["length_is_default"] = (f"every passage has {int(lengths[0])} tokens: nothing to regress out, the "
+                                          "length view is the default view")
+    return {"similarities": by_sim, "analysis": facts, "confounds": confounds,
+            "sample_size": context.sample_size(by_sim)}
 
 
 @dataclass
@@ -238,8 +263,13 @@ class _Context:
     token_sums: np.ndarray | None
     lengths: np.ndarray | None
     budget: int  # bytes for the stacks, besides a view kept in memory
+    subsamples: Subsamples
     _structural: dict = field(default_factory=dict)
     routes: set = field(default_factory=set)
+    #: ``{similarity: {view: (R,) D_eff draws}}`` of default and the controls (the confounds table).
+    deff_draws: dict = field(default_factory=dict)
+    #: ``{similarity: (S,) D_eff on the subsamples}`` of the default view (CKA estimators).
+    subsample_deff: dict = field(default_factory=dict)
 
     @property
     def kernel(self) -> list:
@@ -259,13 +289,16 @@ class _Context:
         """Every similarity's summary of one view (``states``: its S_0..S_L, the view applied)."""
         draws: dict = {}
         if self.kernel:
-            hs = self._hsic(states)
+            hs = self._state_hsic(spec, states)
             hf = self._hsic(Updates(states))
             for sim in self.kernel:
                 draws[sim.name] = kernel_numbers(hs[sim.estimator], hf[sim.estimator], self.plan.include_embedding)
         kept = analysed(self.plan.include_embedding)
         for sim in self.direct:
             draws[sim.name] = plain_numbers(self._matrix(sim, states)[:, kept, kept])
+        if spec.name in ("default", *CONTROLS):
+            for sim, d in draws.items():
+                self.deff_draws.setdefault(sim, {})[spec.name] = d["deff"]
         ratio = self._norm_ratio(states)
         for d in draws.values():
             d["sensitivity"] = sensitivity_numbers(d["similarity"])
@@ -277,13 +310,81 @@ class _Context:
         related = self._related() if spec.variant == "default" else {}
         return {sim: self._summary(sim, d, related) for sim, d in draws.items()}
 
-    def _hsic(self, stack: LayerStack) -> dict:
-        """Both HSIC estimators of every pair of the stack, under the estimate and every resample."""
+    def _hsic(self, stack: LayerStack, weights: np.ndarray | None = None) -> dict:
+        """Both HSIC estimators of every pair of the stack, under the estimate and every resample (or
+        under ``weights``)."""
         plan = stack_plan(stack.count, self.samples, self.width, self.units.count, self.budget,
                           hsic_route(stack.count, self.samples, self.width, self.units.count, self.budget))
         self.routes.add(plan["route"])
         sums = stack_sums(stack, self.units, budget_bytes=self.budget, route=plan["route"])
-        return resampled_hsic(sums, self.weights, chunk=plan["chunk"])
+        return resampled_hsic(sums, self.weights if weights is None else weights, chunk=plan["chunk"])
+
+    def _state_hsic(self, spec: PassageView, states: LayerStack) -> dict:
+        """The states' HSIC under the estimate and every resample; for the default view, also under the
+        subsamples' weights, whose D_eff goes to :attr:`subsample_deff`."""
+        if spec.name != "default" or not len(self.subsamples.weights):
+            return self._hsic(states)
+        rows = len(self.weights)
+        both = self._hsic(states, np.concatenate([self.weights, self.subsamples.weights]))
+        kept = analysed(self.plan.include_embedding)
+        for sim in self.kernel:
+            self.subsample_deff[sim.name] = deff(cka(both[sim.estimator][rows:])[:, kept, kept])
+        return {key: value[:rows] for key, value in both.items()}
+
+    def controls(self, pooled: dict) -> dict:
+        """D_eff draws of default and each control the views did not hold (its states' HSIC alone; the
+        default view's with the subsamples; with equal lengths, length's are default's); ``{control: why}``
+        for those that cannot be measured."""
+        notes = {}
+        for name in ("default", *CONTROLS):
+            if all(name in self.deff_draws.get(s, {}) for s in self.plan.similarities):
+                continue
+            spec = parse_view(name)
+            why = self._unmeasurable(spec, pooled)
+            if why:
+                notes[name] = why
+                continue
+            if self.equal_lengths:
+                for sim in self.plan.similarities:  # nothing to regress out: the length view is default itself
+                    self.deff_draws[sim][name] = self.deff_draws[sim]["default"]
+                continue
+            states = spec.after_pooling(PooledStates(pooled[spec.variant], self.device), self.lengths)
+            kept = analysed(self.plan.include_embedding)
+            if self.kernel:
+                hs = self._state_hsic(spec, states)
+                for sim in self.kernel:
+                    self.deff_draws.setdefault(sim.name, {})[name] = deff(cka(hs[sim.estimator])[:, kept, kept])
+            for sim in self.direct:
+                self.deff_draws.setdefault(sim.name, {})[name] = deff(self._matrix(sim, states)[:, kept, kept])
+        return notes
+
+    @property
+    def equal_lengths(self) -> bool:
+        """Every passage of one length: the length view regresses nothing out (it is the default view)."""
+        return self.lengths is not None and len(np.unique(np.asarray(self.lengths))) == 1
+
+    def _unmeasurable(self, spec: PassageView, pooled: dict) -> str:
+        """Why a control cannot be measured on these pooled vectors ('' when it can)."""
+        if spec.variant not in pooled:
+            return (f"the pooled vectors hold no {spec.variant} variant (pooled before effdepth measured this control); "
+                    "measure again to have it")
+        if spec.has("length") and self.lengths is None:
+            return "no passage lengths given"
+        if spec.has("drop-pos0") and self.lengths is not None and (np.asarray(self.lengths) < 2).any():
+            return "passage(s) of one token have nothing to pool without position 0"
+        return ""
+
+    def sample_size(self, by_sim: dict) -> dict:
+        """Per CKA estimator, D_eff on the subsamples beside the full estimate (:func:`subsample_curve`)."""
+        out: dict = {"draws": self.subsamples.draws, "seed": int(self.plan.seed), "notes": list(self.subsamples.notes),
+                     "how": "nested random subsets of the bootstrap's units (N/8 within N/4 within N/2, draw by draw), "
+                            "each estimated as on its passages alone"}
+        for sim, rows in self.subsample_deff.items():
+            full = self.deff_draws[sim]["default"]
+            ci = split_draws({"deff": full})[1]
+            out[sim] = subsample_curve(self.subsamples, rows, float(full[0]), None if ci is None else ci["deff"],
+                                       self.samples)
+        return out
 
     def _norm_ratio(self, stack: LayerStack) -> np.ndarray:
         """(R, L) ``mean_b |f_l^b| / mean_b |h_{l-1}^b|`` over the passages of every resample: how large each
@@ -308,7 +409,7 @@ class _Context:
         if key not in self._structural:
             surrogate = IsotropicSurrogate(self.samples, self.width, self.num_layers + self.plan.include_embedding,
                                            self.plan.seed, self.device)
-            self._structural[key] = self._surrogate_deff(spec.after_pooling(surrogate), slice(0, None))
+            self._structural[key] = self._surrogate_deff(spec.after_pooling(surrogate, self.lengths), slice(0, None))
         # the matched surrogate is made of the view's own states: already through its pooled stage
         matched = self._surrogate_deff(MatchedSurrogate(states, self.plan.seed), analysed(self.plan.include_embedding))
         return {"structural_cal": self._structural[key], "matched_cal": matched}

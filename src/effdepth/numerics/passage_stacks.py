@@ -9,6 +9,8 @@ fit its memory budget (:class:`Kept`):
   memory-mapped), each layer converted to float64 as it is produced;
 - :class:`TopRemoved`: a stack with each layer's top-k principal directions
   removed, fitted exactly on all N pooled vectors in one pass;
+- :class:`LengthRegressed`: a stack with each passage's token count regressed
+  out of every layer (the ``length`` control, docs/method.md#the-first-token-x-length-confound);
 - :class:`Updates`: the differences ``S_l - S_{l-1}`` of a stack;
 - :class:`MatchedSurrogate`: ``S_0`` plus the updates with their passages
   permuted independently per layer (docs/method.md#calibrated-references);
@@ -86,7 +88,7 @@ class TopRemoved(LayerStack):
     (0.0, [0.888889])
     """
 
-    def __init__(self, base: LayerStack, k: int):
+    def __init__(self, base: LayerStack, k: int, lengths=None):
         self.base, self.k = base, int(k)
         self.count, self.samples, self.width, self.device = base.count, base.samples, base.width, base.device
         self.directions, gaps = [], []
@@ -104,6 +106,72 @@ class TopRemoved(LayerStack):
             out = torch.addmm(y, y @ v, v.T, alpha=-1.0)  # y - (y V) V^T without an N x d product in between
             del y
             yield out
+
+
+#: The functions of a passage's token count n that the ``length`` view regresses out, beside the mean: 1/n
+#: is how the first position's state enters a mean over n tokens; log n takes a slow drift of the other
+#: positions' states with position (docs/method.md#the-first-token-x-length-confound).
+LENGTH_BASIS = ("1/n", "log n")
+
+
+def length_basis(lengths) -> np.ndarray:
+    """``(N, r)`` orthonormal columns spanning the centred :data:`LENGTH_BASIS` of the passages' token counts
+    (r = 0 when every passage has the same length, 1 when there are two lengths).
+
+    >>> length_basis([5, 5, 5]).shape, length_basis([4, 8, 4, 8]).shape, length_basis([4, 8, 16, 32]).shape
+    ((3, 0), (4, 1), (4, 2))
+    >>> bool(np.allclose(length_basis([4, 8, 16, 32]).sum(0), 0))
+    True
+    """
+    n = np.asarray(lengths, dtype=np.float64)
+    if n.ndim != 1 or not len(n) or (n < 1).any():
+        raise ValueError("the length view needs each passage's token count, all >= 1")
+    x = np.stack([1.0 / n, np.log(n)], axis=1)
+    x = x - x.mean(0)
+    scale = np.linalg.norm(x, axis=0)
+    x = x[:, scale > 1e-12 * np.abs(np.stack([1.0 / n, np.log(n)], axis=1)).max(0).clip(min=1e-300)]
+    if not x.shape[1]:
+        return np.zeros((len(n), 0))
+    u, singular, _ = np.linalg.svd(x / np.linalg.norm(x, axis=0), full_matrices=False)
+    return u[:, singular > 1e-8 * singular[0]]
+
+
+class LengthRegressed(LayerStack):
+    """Each layer ``P`` as ``P - Q Q^T P``, Q the orthonormal basis of the centred :data:`LENGTH_BASIS` of
+    the passages' token counts (:func:`length_basis`): the least-squares residual of every pooled
+    vector on 1, 1/n and log n, with the column mean kept. The same basis for every layer; fitted once
+    on all N passages (docs/method.md says why refitting it in each resample changes nothing that shows).
+    When every passage has the same length there is nothing to regress: the stack is ``base`` itself.
+
+    >>> from effdepth.numerics.sample_hsic import TensorStack
+    >>> n = np.array([4, 8, 16, 32, 64])
+    >>> y = torch.from_numpy(np.stack([1.0 / n, np.ones(5)], axis=1))   # one column is 1/n, the other constant
+    >>> out = next(LengthRegressed(TensorStack([y]), None, n).layers())
+    >>> bool(torch.allclose(out[:, 0], y[:, 0].mean())), bool(torch.allclose(out[:, 1], y[:, 1]))   # only the mean is left
+    (True, True)
+    """
+
+    def __init__(self, base: LayerStack, k=None, lengths=None):
+        if lengths is None:
+            raise ValueError("the length view needs each passage's token count")
+        if len(lengths) != base.samples:
+            raise ValueError(f"{len(lengths)} passage lengths for {base.samples} pooled vectors")
+        self.base = base
+        self.count, self.samples, self.width, self.device = base.count, base.samples, base.width, base.device
+        basis = length_basis(lengths)
+        self.basis = torch.from_numpy(basis).to(self.device)
+        distinct = len(np.unique(np.asarray(lengths)))
+        self.fit = {"basis": ["1", *LENGTH_BASIS], "rank": int(basis.shape[1]), "distinct_lengths": distinct,
+                    "how": "least squares on all N passages, the same basis for every layer; the mean kept",
+                    "identity": not basis.shape[1]}
+
+    def layers(self, start: int = 0):
+        if not self.basis.shape[1]:
+            yield from self.base.layers(start)
+            return
+        q = self.basis
+        for y in self.base.layers(start):
+            yield torch.addmm(y, q, q.T @ y, alpha=-1.0)
 
 
 def top_directions(yc: torch.Tensor, k: int) -> tuple:

@@ -3,12 +3,19 @@
 A view is components joined with ``+``, registered specs
 (:mod:`effdepth.numerics.view_components`) acting at one of two stages:
 
-- before pooling: ``drop-bos`` (pool from the first non-BOS token: the
-  paper's first-non-BOS pooling) and ``token-norm`` (each token state divided
-  by its norm), both as pooling weights (:meth:`PassageView.pooling_weights`);
-- after pooling, on the N x d pooled matrix of each layer: ``top{k}pc``
-  (remove the top-k principal directions of the column-centred matrix,
-  fitted exactly on all N pooled vectors).
+- before pooling: ``drop-pos0`` (pool without the first position, whatever
+  token it holds: our reading of the paper's symmetric position-0 control),
+  ``drop-bos`` (pool from the first non-BOS token) and ``token-norm`` (each
+  token state divided by its norm), all as pooling weights
+  (:meth:`PassageView.pooling_weights`);
+- after pooling, on the N x d pooled matrix of each layer: ``length`` (each
+  passage's token count regressed out) and ``top{k}pc`` (remove the top-k
+  principal directions of the column-centred matrix, fitted exactly on all N
+  pooled vectors).
+
+:data:`CONTROLS` are measured in every result, asked for or not: the first
+position and the passage length confound every mean over a passage
+(docs/method.md#the-first-token-x-length-confound).
 
 Views that pool alike share one stored *variant* of pooled vectors
 (:data:`VARIANTS`); the pooled stage is applied at analysis time
@@ -25,8 +32,11 @@ import torch
 from ..errors import EffdepthError
 from .view_components import parse_steps, pooled_variants
 
-#: ``--views paper`` in passage mode: the paper's controls (PAPER-PROTOCOL section 4).
-PAPER_VIEWS = ("default", "drop-bos", "token-norm", "top1pc", "top3pc")
+#: ``--views paper`` in passage mode: the paper's controls (PAPER-PROTOCOL section 4), position 0 left out
+#: symmetrically for every model, BOS or not.
+PAPER_VIEWS = ("default", "drop-pos0", "token-norm", "top1pc", "top3pc")
+#: The confound controls every passage-mode result holds beside ``default`` (docs/method.md#the-first-token-x-length-confound).
+CONTROLS = ("drop-pos0", "length")
 #: Every stored variant, in a fixed order.
 VARIANTS = pooled_variants()
 
@@ -90,12 +100,13 @@ class PassageView:
                 weights = step.component.weigh(weights, norms)
         return weights
 
-    def after_pooling(self, stack):
+    def after_pooling(self, stack, lengths=None):
         """The view's stage after pooling applied to a layer stack of pooled matrices (the stack itself
-        when it has none); a fitted stage keeps what it fitted in ``.fit``."""
+        when it has none), ``lengths`` each passage's token count; a fitted stage keeps what it fitted in
+        ``.fit`` (the last step's)."""
         for step in self.steps:
             if step.component.pooled:
-                stack = step.component.pooled(stack, step.k)
+                stack = step.component.pooled(stack, step.k, lengths)
         return stack
 
 
@@ -108,10 +119,10 @@ def parse_view(text: str) -> PassageView:
 
     >>> parse_view("default"), parse_view("drop-bos+top3pc").top_pcs
     (PassageView(name='default', steps=()), 3)
-    >>> parse_view("drop-pos0")
+    >>> parse_view("center")
     Traceback (most recent call last):
     ...
-    effdepth.errors.EffdepthError: view 'drop-pos0' is not a passage-mode view (drop-pos0 is token mode's, for --pooling none); passage-mode views combine drop-bos, token-norm, top{k}pc with '+', or use 'paper'
+    effdepth.errors.EffdepthError: view 'center' is not a passage-mode view (center is token mode's, for --pooling none); passage-mode views combine drop-pos0, drop-bos, length, token-norm, top{k}pc with '+', or use 'paper'
     """
     steps = parse_steps(text, "passage")
     return PassageView("+".join(s.text for s in steps) or "default", steps)
@@ -121,7 +132,7 @@ def parse_views(views) -> list:
     """Views from a comma list, ``paper``, or a sequence; duplicates kept once, in order.
 
     >>> [v.name for v in parse_views("paper")]
-    ['default', 'drop-bos', 'token-norm', 'top1pc', 'top3pc']
+    ['default', 'drop-pos0', 'token-norm', 'top1pc', 'top3pc']
     """
     names = views.split(",") if isinstance(views, str) else list(views or ("default",))
     out: list = []
@@ -136,12 +147,12 @@ def parse_views(views) -> list:
 
 
 def variants_for(views) -> tuple:
-    """The stored variants the views need, in :data:`VARIANTS` order.
+    """The stored variants the views and the :data:`CONTROLS` need, in :data:`VARIANTS` order.
 
     >>> variants_for(parse_views("top1pc,drop-bos+token-norm"))
-    ('default', 'drop-bos+token-norm')
+    ('default', 'drop-pos0', 'drop-bos+token-norm')
     """
-    needed = {v.variant for v in views}
+    needed = {v.variant for v in views} | {parse_view(c).variant for c in CONTROLS}
     return tuple(v for v in VARIANTS if v in needed)
 
 

@@ -6,7 +6,7 @@ name (a pattern for a family such as ``top{k}pc``, k >= 1), its label, the
 modes it exists in, its slot, and what it does in each mode. Slots fix how
 components compose: at most one component per slot, and whatever order a
 view is written in, its components apply in the order of :data:`SLOTS`
-(selection, token-norm, center, principal directions).
+(selection, token-norm, center, length, principal directions).
 
 What a component does:
 
@@ -21,7 +21,8 @@ What a component does:
 - passage mode, before pooling: ``keep`` (which tokens are pooled) and
   ``weigh`` (each token's pooling weight, given the token norms); after
   pooling: ``pooled``, a transform of each layer's N x d pooled matrices (a
-  layer stack, :mod:`effdepth.numerics.passage_stacks`).
+  layer stack, :mod:`effdepth.numerics.passage_stacks`), called as
+  ``pooled(stack, k, lengths)`` with each passage's token count.
 
 :func:`parse_steps` reads a view's text in one mode from the registry; the
 modes' view specs are :class:`effdepth.numerics.views.ViewSpec` (token) and
@@ -39,12 +40,12 @@ import torch
 
 from ..errors import EffdepthError
 from .fits import relative_eigengap, remove_directions, top_eigenpairs
-from .passage_stacks import TopRemoved
+from .passage_stacks import LengthRegressed, TopRemoved
 
 #: The two modes: "token" (``--pooling none``) and "passage" (``--pooling mean``).
 MODES = ("token", "passage")
 #: A view holds at most one component per slot, and applies them in this order.
-SLOTS = ("selection", "token-norm", "center", "principal directions")
+SLOTS = ("selection", "token-norm", "center", "length", "principal directions")
 #: Position 0 and the rest of a sequence: the parts token mode accumulates apart.
 PARTS = ("pos0", "rest")
 _POOLING = {"token": "--pooling none", "passage": "--pooling mean"}
@@ -188,6 +189,17 @@ def without_bos(tokens: torch.Tensor, first_is_bos: torch.Tensor) -> torch.Tenso
     return kept
 
 
+def without_first(tokens: torch.Tensor, first_is_bos: torch.Tensor | None = None) -> torch.Tensor:
+    """Token weights ``(B, T)`` with each passage's first real token set to 0, whatever token it holds.
+
+    >>> without_first(torch.tensor([[0.0, 1.0, 1.0], [1.0, 1.0, 0.0]])).tolist()
+    [[0.0, 0.0, 1.0], [0.0, 1.0, 0.0]]
+    """
+    kept = tokens.clone()
+    kept[torch.arange(tokens.shape[0], device=tokens.device), tokens.argmax(dim=1)] = 0.0
+    return kept
+
+
 def divide_by_norms(weights: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
     """Pooling weights ``(B, T)`` of tokens divided by their norms ``(B, T)`` (a zero state stays zero).
 
@@ -201,11 +213,15 @@ def divide_by_norms(weights: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
 
 #: Every view component, in the order errors and help list them.
 COMPONENTS = (
-    Component("drop-pos0", "remove each sequence's position 0", ("token",), "selection",
-              select=drop_first, parts=("rest",)),
+    Component("drop-pos0", "remove each sequence's position 0, whatever token it holds (passage mode: pool from "
+              "the second token)", ("token", "passage"), "selection", select=drop_first, parts=("rest",),
+              keep=without_first),
     Component("pos0-only", "keep only each sequence's position 0 (the contrast)", ("token",), "selection",
               select=first_only, parts=("pos0",), max_tokens=1),
     Component("drop-bos", "pool from the first non-BOS token", ("passage",), "selection", keep=without_bos),
+    Component("length", "regress each passage's token count n out of each layer's pooled matrix (least squares on "
+              "1/n and log n beside the mean; the identity when every passage has the same length)", ("passage",),
+              "length", pooled=LengthRegressed),
     Component("token-norm", "each token state divided by its norm (a zero state stays zero)", ("token", "passage"),
               "token-norm", tokens=unit_tokens, weigh=divide_by_norms),
     Component("center", "subtract each layer's mean state, fitted on the view's token set", ("token",), "center",
@@ -234,7 +250,7 @@ def known(mode: str) -> str:
     """The components of a mode, as a list for messages and help.
 
     >>> known("passage")
-    'drop-bos, token-norm, top{k}pc'
+    'drop-pos0, drop-bos, length, token-norm, top{k}pc'
     """
     return ", ".join(c.name for c in COMPONENTS if mode in c.modes)
 
@@ -290,7 +306,7 @@ def pooled_variants() -> tuple:
     as canonical names: the variants of pooled vectors a passage-mode result may store.
 
     >>> pooled_variants()
-    ('default', 'drop-bos', 'token-norm', 'drop-bos+token-norm')
+    ('default', 'drop-pos0', 'drop-bos', 'token-norm', 'drop-pos0+token-norm', 'drop-bos+token-norm')
     """
     before = [c for c in COMPONENTS if "passage" in c.modes and (c.keep or c.weigh)]
     combos = [combo for r in range(len(before) + 1) for combo in itertools.combinations(before, r)

@@ -60,7 +60,7 @@ class LoadOptions:
     seed: int = DEFAULTS["seed"]
     add_bos: bool = True
     bos: str = "auto"
-    passage_split: str = "paragraphs"
+    passage_split: str = "windows"
     dtype: object = None
     device: str | None = None
     device_map: str | None = None
@@ -97,7 +97,7 @@ class AnalysisOptions:
     ``views`` is normalised to the tuple of view names (``"paper"`` expanded).
 
     >>> AnalysisOptions(views="paper").views[:2], AnalysisOptions(views="paper", pooling="none").views[:2]
-    (('default', 'drop-bos'), ('default', 'drop-pos0'))
+    (('default', 'drop-pos0'), ('default', 'drop-pos0'))
     """
 
     views: tuple = ("default",)

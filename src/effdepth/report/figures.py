@@ -9,7 +9,8 @@ Each figure has one small function that takes a :class:`~effdepth.Result`
 (or one :class:`~effdepth.ViewResult`) and returns a Figure:
 the similarity heatmap, the decay profile and the gap attribution here, the
 per-layer panels in :mod:`.figures_layers`, the ratio figures (views, lags and
-tapers, comparisons) in :mod:`.figures_ratios`; :func:`write_figures` writes
+tapers, comparisons) in :mod:`.figures_ratios`, the confounds and the sample
+size in :mod:`.figures_confounds`; :func:`write_figures` writes
 the standard set next to ``result.json``. The figures of other kinds of
 results live beside this module: :mod:`.figures_suite`,
 :mod:`.figures_trajectory`, :mod:`.figures_intervention`,
@@ -36,13 +37,14 @@ from ..result import Result, ViewResult
 from .content.model import interval, level as ci_level
 from .figures_common import (DEFF, F_N, R_INIT, R_MATCHED, REFERENCE_STYLES, array, caption, chosen_view,
                              figure_title, layer_ticks, matrix, num, pair)
+from .figures_confounds import confounds_figure, sample_size_figure
 from .figures_layers import layers_figure
 from .figures_ratios import sensitivity_figure, views_figure
 from .numbers import fmt
 from .style import OKABE_ITO, new_figure, save_figure, style
 
 #: The figure files :func:`write_figures` may write; a rewrite removes those the new result does not produce.
-STANDARD_STEMS = ("similarity", "profile", "attribution", "views", "layers", "sensitivity")
+STANDARD_STEMS = ("similarity", "profile", "attribution", "views", "layers", "sensitivity", "confounds", "sample_size")
 FORMATS = ("png", "pdf")
 
 ATTRIBUTION_TERMS = (
@@ -242,6 +244,10 @@ def standard_figures(result: Result, view: str | None = None):
         yield "layers", layers_figure(result, view)
     if result.passages and result.default.sensitivity:
         yield "sensitivity", sensitivity_figure(result)
+    for stem, draw in (("confounds", confounds_figure), ("sample_size", sample_size_figure)):
+        fig = draw(result)
+        if fig is not None:
+            yield stem, fig
 
 
 # --------------------------------------------------------------------------- helpers

@@ -300,6 +300,14 @@ def passage_comparison_text(entries: list) -> str:
     """The passage-mode results among ``entries`` (``(label, Result)``) in the layout of the paper's Table 2,
     the paper's row beside ours, under its heading; ``""`` when none is in passage mode."""
     from .content.compare import table2_section
+    from .content.confounds import confound_warnings, confounds_comparison_table
 
     section = table2_section(entries)
-    return f"{section.heading}:\n{table_text(section.table)}" if section else ""
+    if section is None:
+        return ""
+    parts = [f"{section.heading}:\n{table_text(section.table)}"]
+    controls = confounds_comparison_table(entries)
+    if controls is not None:
+        parts.append(f"Confounds, position 0 and passage length (D_eff / F_L):\n{table_text(controls)}")
+    warnings = [f"{label}: {line}" for label, result in entries for line in confound_warnings(result)]
+    return "\n\n".join(parts + (["\n".join(warnings)] if warnings else []))

@@ -36,9 +36,10 @@ def passage_wording(text: str) -> str:
 PAPER_ABSTRACT = {
     "sub-reference": "15 of 16 models, 23-44% below F_L",
     "correlated-updates": "claimed in the abstract; no numbers public",
-    "not-bos": "claimed in the abstract; no numbers public",
+    "not-pos0": "claimed in the abstract (a symmetric position-0 control); no numbers public",
     "controls": "all 16 models below F_L after token-norm or top-1-PC removal",
     "calibrated": "not in the paper (effdepth's calibrated reference, docs/method.md#calibrated-references)",
+    "not-length": "not in the paper (effdepth's length control, docs/method.md#the-first-token-x-length-confound)",
 }
 PAPER_NOTE = ("The paper (arXiv 2609.31098, its abstract): 15 of 16 models 23-44% below F_L, all 16 below it after "
               "token-norm or top-1-PC removal. Per-model values: its Table 2, as a public third-party reading of the "

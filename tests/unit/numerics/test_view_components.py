@@ -134,7 +134,7 @@ def test_every_passage_variant_pools_as_its_components_say():
     for i, variant in enumerate(passage_views.VARIANTS):
         for p in range(b):
             kept = [j for j in range(t) if mask[p, j]]
-            if "drop-bos" in variant and first_is_bos[p]:
+            if ("drop-bos" in variant and first_is_bos[p]) or "drop-pos0" in variant:
                 kept = kept[1:]
             tokens = x[:, p, kept].numpy()
             if "token-norm" in variant:
@@ -146,4 +146,5 @@ def test_passage_views_differ_after_pooling_by_their_pooled_stage_alone():
     a, b = passage_views.parse_view("token-norm+top2pc"), passage_views.parse_view("token-norm")
     assert a.variant == b.variant == "token-norm"
     assert [s.text for s in a.pooled_stage] == ["top2pc"] and b.pooled_stage == ()
-    assert passage_views.VARIANTS == ("default", "drop-bos", "token-norm", "drop-bos+token-norm")
+    assert passage_views.VARIANTS == ("default", "drop-pos0", "drop-bos", "token-norm", "drop-pos0+token-norm",
+                                      "drop-bos+token-norm")

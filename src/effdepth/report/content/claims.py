@@ -19,7 +19,7 @@ def claims_table(result: Result) -> Table:
     >>> import effdepth, torch
     >>> t = claims_table(effdepth.from_states(torch.randn(4, 3, 8, 16), bootstrap=20))
     >>> t.header, len(t.rows)
-    (['#', 'claim', 'cka', "paper's abstract"], 5)
+    (['#', 'claim', 'cka', "paper's abstract"], 6)
     """
     sims = list(result.similarities)
     grid = verdict_grid(check_claims(result))
@@ -52,7 +52,7 @@ def verdict_evidence(v) -> str:
     """A verdict's comparisons, terms and reason in words.
 
     >>> from effdepth.verdicts import Verdict
-    >>> verdict_evidence(Verdict("not-bos", "cka", "not measured", reason="no drop-pos0 view"))
+    >>> verdict_evidence(Verdict("not-pos0", "cka", "not measured", reason="no drop-pos0 view"))
     'not measured: no drop-pos0 view'
     """
     parts = [comparison_text(c) for c in v.comparisons]

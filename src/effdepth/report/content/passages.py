@@ -13,6 +13,7 @@ from ...result import Result, ViewResult
 from ..numbers import fmt
 from ..wording import ATTRIBUTION, passage_wording, similarity_name
 from . import robustness
+from .confounds import confound_warnings, confounds_section, lengths_text, sample_size_section
 from .facts import device_rows, model_name, model_rows
 from .model import TERMS, Cell, ResultContent, Section, Table, interval, level, number_cell, sortable, sub_reference, value_cell
 
@@ -33,7 +34,7 @@ def passage_content(result: Result) -> ResultContent:
     >>> r = effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (8, 12)), bootstrap=0, progress=False)
     >>> c = passage_content(r)
     >>> c.headline[2].startswith("D_eff = "), [s.title for s in c.sections][:3]
-    (True, ['views', 'references', 'attribution, similarity cka'])
+    (True, ['views', 'confounds: first position and passage length', 'sample size'])
     """
     return ResultContent(headline_lines(result), summary_rows(result), sections(result))
 
@@ -53,7 +54,7 @@ def headline_lines(result: Result) -> list:
         f"D_eff = {fmt(v.deff)} {interval(v, 'deff')}  vs  F_L = {fmt(v.reference)}: D_eff/L {fmt(v.deff / v.num_states)}, "
         f"ratio {fmt(v.ratio)}, gap {fmt(v.gap_pct, 1, signed=True)}%  [view {v.name}, {result.primary_similarity}, "
         f"N = {v.num_states} states]",
-    ] + null_lines(result)
+    ] + null_lines(result) + confound_warnings(result)
 
 
 def null_lines(result: Result) -> list:
@@ -77,6 +78,7 @@ def summary_rows(result: Result) -> list:
         ("corpus", f"{corpus.get('name', 'n/a')} (sha256 {str(corpus.get('sha256'))[:16]}…)"),
         ("passages", f"{v.sequences:,} of at most {c.get('seq_len', 'n/a')} tokens (mean {c.get('mean_passage_tokens', 'n/a')}), "
                      f"split by {c.get('passage_split', 'n/a')}" + (f", protocol {c['protocol']}" if c.get("protocol") else "")),
+        ("passage lengths", lengths_text(result) or "not recorded"),
         ("bootstrap", f"{v.ci['resamples']} resamples of {_units(boot)}, {level(v)}% percentile intervals" if v.ci else "none"),
         ("D_eff", f"{fmt(v.deff)} {interval(v, 'deff')}".strip()),
         ("F_L", fmt(v.reference)),
@@ -99,7 +101,9 @@ def _units(boot: dict) -> str:
 
 def sections(result: Result) -> list:
     """The tables of one result, in the order every format shows them."""
-    out = [Section("views", views_table(result)), Section("references", references_table(result))]
+    out = [Section("views", views_table(result))]
+    out += [s for s in (confounds_section(result), sample_size_section(result)) if s is not None]
+    out.append(Section("references", references_table(result)))
     primary = result.primary_similarity
     if primary in KERNELS:
         out.append(Section(f"attribution, similarity {primary}", attribution_table(result, primary)))
