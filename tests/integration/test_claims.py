@@ -27,7 +27,7 @@ def verdict_table(text: str, sims: list) -> dict:
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("#  claim"))
     grid = {}
-    for line in lines[start + 2:start + 7]:
+    for line in lines[start + 2:start + 2 + len(CLAIM_NAMES)]:
         cells = re.split(r"\s{2,}", line.strip())
         grid[int(cells[0])] = dict(zip(sims, cells[2:]))
     return grid
@@ -56,9 +56,9 @@ def test_claims_on_a_saved_result(measured, capsys):
     for i, name in enumerate(CLAIM_NAMES, start=1):
         assert grid[i] == {s: expected[name][s].status for s in ("cka", "frobenius", "token")}
         assert set(grid[i].values()) <= {HOLDS, FAILS, NOT_MEASURED}
-    # The numbers behind every verdict: 5 claims x 3 similarities, with intervals.
+    # The numbers behind every verdict: 6 claims x 3 similarities, with intervals.
     evidence = [line for line in out.splitlines() if re.match(r"\(\d\) (cka|frobenius|token): ", line)]
-    assert len(evidence) == 15
+    assert len(evidence) == 18
     v = result.default
     assert f"D_eff {v.deff:.3f} [{v.ci['deff'][0]:.3f}, {v.ci['deff'][1]:.3f}] below F_N {v.reference:.3f}" in out
     assert "R_matched_cal" in out and "its Table 2" in out
@@ -116,6 +116,7 @@ EXPECTED = {
     3: {"frobenius": FAILS, "cka": NOT_MEASURED},
     4: {"frobenius": NOT_MEASURED, "cka": HOLDS},
     5: {"frobenius": NOT_MEASURED, "cka": HOLDS},
+    6: {"frobenius": NOT_MEASURED, "cka": NOT_MEASURED},  # token mode: no passage lengths
 }
 
 
@@ -129,6 +130,7 @@ def test_claims_with_known_verdicts(known, capsys):
     assert "(4) cka: holds: token-norm: D_eff 1.600 [1.550, 1.650] below F_N 1.500: no; top1pc:" in out
     assert "(5) cka: holds: default: D_eff 1.450 [1.200, 1.520] below R_matched_cal 1.600 [1.550, 1.650]: yes" in out
     assert "no calibrated reference" in out
+    assert "(6) cka: not measured: length has no cka value: token mode has no length control" in out
 
 
 def test_the_report_has_the_claims_section(known, tmp_path, capsys):
@@ -137,7 +139,7 @@ def test_the_report_has_the_claims_section(known, tmp_path, capsys):
     text = (tmp_path / "r.md").read_text()
     section = text.split("### Does it reproduce the paper?", 1)[1].split("###", 1)[0]
     rows = [r for r in section.splitlines() if re.match(r"\| \d \|", r)]
-    assert [r.split(" | ")[2:4] for r in rows] == [[EXPECTED[i]["frobenius"], EXPECTED[i]["cka"]] for i in range(1, 6)]
+    assert [r.split(" | ")[2:4] for r in rows] == [[EXPECTED[i]["frobenius"], EXPECTED[i]["cka"]] for i in range(1, 7)]
     assert "15 of 16 models, 23-44% below F_L" in section and "its Table 2" in section
     code, _, err = run(["report", known, "-o", tmp_path / "r.html"], capsys)
     assert code == 0 and "Does it reproduce the paper?</h3>" in (tmp_path / "r.html").read_text()
@@ -165,7 +167,7 @@ def test_claims_on_a_sweep_folder(sweep_folder, capsys):
     rows = [re.split(r"\s{2,}", line.strip()) for line in out.splitlines() if line.startswith("tiny:")]
     assert [(r[0], r[1]) for r in rows] == [("tiny:gpt2", "cka"), ("tiny:gpt2", "frobenius"), ("tiny:llama", "cka"),
                                             ("tiny:llama", "frobenius")]
-    assert all(len(r) == 7 and set(r[2:]) <= {HOLDS, FAILS, NOT_MEASURED} for r in rows)
+    assert all(len(r) == 8 and set(r[2:]) <= {HOLDS, FAILS, NOT_MEASURED} for r in rows)
     outcome = check_paths([sweep_folder])
     for label, sim, *verdicts in rows:
         checked = next(c for c in outcome.checked if c.label == label)

@@ -24,7 +24,8 @@ from effdepth.tiny import tiny_model
 
 from naive_hsic import naive_biased, naive_debiased
 
-VIEWS = "default,drop-bos,token-norm,top1pc,top3pc,drop-bos+token-norm,token-norm+top1pc"
+VIEWS = ("default,drop-pos0,drop-bos,token-norm,top1pc,top3pc,length,drop-bos+token-norm,drop-pos0+token-norm,"
+         "token-norm+top1pc,drop-pos0+length,length+top1pc")
 
 
 # --------------------------------------------------------------------------- naive computation
@@ -32,7 +33,8 @@ VIEWS = "default,drop-bos,token-norm,top1pc,top3pc,drop-bos+token-norm,token-nor
 
 def naive_pooled(model, passages, *, states: str, bos: bool) -> dict:
     """{variant: (L+1, N, d)} float64, each passage run alone (no padding) through output_hidden_states."""
-    out = {"default": [], "drop-bos": [], "token-norm": [], "drop-bos+token-norm": []}
+    out = {"default": [], "drop-bos": [], "drop-pos0": [], "token-norm": [], "drop-bos+token-norm": [],
+           "drop-pos0+token-norm": []}
     with torch.no_grad():
         for i in range(passages.num_passages):
             ids = torch.as_tensor(passages.passage(i), dtype=torch.long)[None]
@@ -44,6 +46,8 @@ def naive_pooled(model, passages, *, states: str, bos: bool) -> dict:
             first = 1 if bos and passages.starts_with_bos[i] else 0
             out["default"].append([h.mean(0) for h in stack])
             out["drop-bos"].append([h[first:].mean(0) for h in stack])
+            out["drop-pos0"].append([h[1:].mean(0) for h in stack])
+            out["drop-pos0+token-norm"].append([(h[1:] / np.linalg.norm(h[1:], axis=1, keepdims=True)).mean(0) for h in stack])
             out["token-norm"].append([(h / np.linalg.norm(h, axis=1, keepdims=True)).mean(0) for h in stack])
             out["drop-bos+token-norm"].append([(h[first:] / np.linalg.norm(h[first:], axis=1, keepdims=True)).mean(0)
                                                for h in stack])
@@ -68,20 +72,30 @@ def naive_deff(stack: np.ndarray, debiased: bool) -> float:
     return float(len(layers) ** 2 / sim.sum())
 
 
-def naive_view(pooled: dict, view: str) -> np.ndarray:
-    """A view's pooled stack: its pooled variant, then the top-k removal when it ends with top{k}pc."""
-    variant, _, last = view.rpartition("+") if "pc" in view else (view, "", "")
-    if last.startswith("top") or view.startswith("top"):
-        k = int((last or view)[3:-2])
-        return np.stack([remove_top_pcs(layer, k) for layer in pooled[variant or "default"]])
-    return pooled[view]
+def regress_length(layer: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The least-squares residual on 1, 1/n and log n, the column mean kept (the length view)."""
+    x = np.stack([np.ones(len(lengths)), 1.0 / lengths, np.log(lengths)], axis=1)
+    return layer - x @ np.linalg.lstsq(x, layer, rcond=None)[0] + layer.mean(0)
+
+
+def naive_view(pooled: dict, view: str, lengths: np.ndarray) -> np.ndarray:
+    """A view's pooled stack: its pooled variant, then the length regression, then the top-k removal."""
+    parts = view.split("+")
+    pooling = [p for p in parts if p in ("drop-bos", "drop-pos0", "token-norm")]
+    stack = pooled["+".join(pooling) or "default"]
+    if "length" in parts and len(set(lengths.tolist())) > 1:
+        stack = np.stack([regress_length(layer, lengths) for layer in stack])
+    for part in parts:
+        if part.startswith("top"):
+            stack = np.stack([remove_top_pcs(layer, int(part[3:-2])) for layer in stack])
+    return stack
 
 
 def check_against_naive(prepared, result, states: str, tol: float) -> None:
     pooled = naive_pooled(prepared.lm.model, prepared.tokens, states=states, bos=True)
     for similarity, debiased in (("cka", False), ("cka-debiased", True)):
         for view in VIEWS.split(","):
-            expected = naive_deff(naive_view(pooled, view), debiased)
+            expected = naive_deff(naive_view(pooled, view, prepared.tokens.lengths.astype(np.float64)), debiased)
             got = result.similarities[similarity][view].deff
             assert got == pytest.approx(expected, rel=tol, abs=tol), (similarity, view)
 
@@ -102,7 +116,7 @@ def test_every_view_and_estimator_equals_a_naive_numpy_computation(family):
 
     model = tiny_model(family)
     prepared, result = measured(model, TEXT, tokenizer=byte_tokenizer(), seq_len=48, num_seqs=24, states="hidden",
-                                batch_size=5, bos="always")
+                                batch_size=5, bos="always", passage_split="paragraphs")
     assert result.passages and prepared.tokens.starts_with_bos.all() and len(set(prepared.tokens.lengths)) > 1
     check_against_naive(prepared, result, "hidden", tol=1e-6)
 
@@ -170,7 +184,7 @@ def test_re_analysis_gives_the_saved_numbers_and_applies_new_options(tmp_path, c
     assert main(["analyse", str(folder), "--views", "token-norm+top1pc", "--out", str(tmp_path / "never"),
                  "--no-progress", "--no-figures"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "stored only default, drop-bos" in err, err
+    assert len(err.splitlines()) == 1 and "stored only default, drop-pos0, drop-bos" in err, err
     assert "--views default,drop-bos,top1pc,token-norm+top1pc to store it" in err, err
     assert not (tmp_path / "never").exists()
 

@@ -344,7 +344,7 @@ class _Context:
             if why:
                 notes[name] = why
                 continue
-            if self.equal_lengths:
+            if spec.has("length") and self.equal_lengths:
                 for sim in self.plan.similarities:  # nothing to regress out: the length view is default itself
                     self.deff_draws[sim][name] = self.deff_draws[sim]["default"]
                 continue

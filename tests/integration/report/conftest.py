@@ -13,7 +13,7 @@ from effdepth.tiny import tiny_model
 def tiny_result():
     """A real (tiny, random) Llama: every paper view, with bootstrap intervals."""
     torch.manual_seed(0)
-    return effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (6, 16)), views="paper", bootstrap=100, progress=False)
+    return effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (16, 16)), views="paper", bootstrap=100, progress=False)
 
 
 @pytest.fixture(scope="session")

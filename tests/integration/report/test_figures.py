@@ -41,7 +41,8 @@ def assert_real_pdf(path: Path):
 def test_write_figures_makes_every_figure(which, request, tmp_path):
     result = request.getfixturevalue(which)
     paths = write_figures(result, tmp_path)
-    stems = STEMS + ["sensitivity"] * result.passages  # passage mode: the lags, tapers and aggregations too
+    # passage mode: the lags, tapers and aggregations, the confound controls and the sample size too
+    stems = STEMS + ["sensitivity", "confounds", "sample_size"] * result.passages
     assert sorted(p.name for p in paths) == sorted(f"{s}.{ext}" for s in stems for ext in ("png", "pdf"))
     for stem in stems:
         assert_real_png(tmp_path / f"{stem}.png")
@@ -97,7 +98,7 @@ def test_views_figure_has_a_row_per_view_and_the_line_at_one(tiny_result):
 
 
 def test_unknown_view_is_a_user_error(tiny_result):
-    with pytest.raises(effdepth.EffdepthError, match="no view 'nope'.*drop-bos"):
+    with pytest.raises(effdepth.EffdepthError, match="no view 'nope'.*drop-pos0"):
         figures.profile_figure(tiny_result, view="nope")
 
 

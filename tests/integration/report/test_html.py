@@ -68,7 +68,7 @@ def test_one_result_has_every_part(one_report, tiny_result):
     for value in (p["corpus"]["sha256"], p["code"]["git_commit"] or "git_commit", p["libraries"]["torch"],
                   p["created"], str(p["elapsed_s"]), p["model"]["dtype"], p["model"]["device"]):
         assert value in text, value
-    assert "figures" in text and len(Page(text).images) == 6  # the five standard figures and the sensitivity one
+    assert "figures" in text and len(Page(text).images) == 8  # five standard figures, sensitivity, confounds, sample size
 
 
 def test_every_provenance_and_config_entry_is_shown(one_report, tiny_result):

@@ -24,6 +24,13 @@ FIGURES = {
     "sensitivity": ("Lags, tapers, aggregations", "D_eff of the default view under the paper's maximum lags, tapers "
                     "and aggregations, each over the same form on orthogonal equal updates (the dashed line at 1); "
                     "filled dots: the whole interval lies below it."),
+    "confounds": ("Confounds: position 0 and passage length", "D_eff / F_L under the paper's pooling (default), "
+                  "without position 0 (drop-pos0) and with each passage's token count regressed out (length), under "
+                  "each estimator; a control far from default means the first position or the passage length moves "
+                  "the number. The dashed line at 1 is F_L."),
+    "sample_size": ("Sample size", "D_eff / F_L on nested random subsamples of the passages (N/8, N/4, N/2; mean and "
+                    "standard deviation over the draws) and on all N (with its bootstrap interval), per estimator. A "
+                    "curve still moving at N means more passages would move D_eff further."),
     "comparison": ("Comparison", "D_eff / F_N of each result's first view, with bootstrap intervals; the dashed line "
                    "at 1 is the structural reference."),
 }

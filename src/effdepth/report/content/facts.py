@@ -55,6 +55,10 @@ def device_rows(result: Result) -> list:
     return []
 
 
+#: Extras that have sections of their own (:mod:`.confounds`), not rows of the extras table.
+SECTIONED_EXTRAS = ("passage_lengths", "confounds", "sample_size")
+
+
 def extras_rows(result: Result) -> list:
     """Extra measurements (e.g. ``loss``), flattened to ``(key, value)``; numbers as every table writes them.
 
@@ -64,7 +68,8 @@ def extras_rows(result: Result) -> list:
     >>> extras_rows(r)
     [('loss.mean', '2.500'), ('loss.perplexity', '12.180'), ('loss.tokens', '90')]
     """
-    return [(k, _extra_value(x)) for k, x in _flatten(result.extras or {})]
+    shown = {k: v for k, v in (result.extras or {}).items() if k not in SECTIONED_EXTRAS}
+    return [(k, _extra_value(x)) for k, x in _flatten(shown)]
 
 
 def extras_table(result: Result) -> Table | None:
