@@ -16,8 +16,10 @@ $(STAMP): pyproject.toml requirements-cpu.txt
 	touch $(STAMP)
 
 # The paper's protocol (passage mode) on the two embedded real models (from PyPI) over Shakespeare
-# passages: every control view under both CKA estimators, then Table 2 beside ours and the claims.
-DEMO := --views paper --seq-len 128 --num-seqs 128
+# passages of equal length (windows of 128 tokens): every control view under both CKA estimators, the
+# confounds table (position 0 and passage length) and the sample-size curve, then Table 2 beside ours
+# and the claims.
+DEMO := --views paper --passage-split windows --seq-len 128 --num-seqs 128
 demo: setup
 	$(VENV)/bin/effdepth measure smollm2-135m $(DEMO) --out runs/demo/smollm2-135m
 	$(VENV)/bin/effdepth measure gemma-3-270m $(DEMO) --out runs/demo/gemma-3-270m

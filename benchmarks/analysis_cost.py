@@ -3,7 +3,9 @@
 The analysis (numerics/passage_analysis.py) computes, per view, the HSIC
 stacks of the states (M = L + 1 matrices of N passages x d), of the updates
 (M - 1) and of the matched surrogate (M), and once per distinct top-PC count
-the structural surrogate (M - 1: the analysed layers). Each stack
+the structural surrogate (M - 1: the analysed layers); the states of default
+and of each confound control (drop-pos0, length) that is not a view, and the
+sample-size curve's subsample rows on the default states. Each stack
 (numerics/sample_hsic.py) takes the route of fewer flops (``hsic_route``),
 with P = M (M + 1) / 2 pairs, R resamples and G bootstrap units (128):
 
@@ -44,7 +46,9 @@ import numpy as np
 import torch
 
 from effdepth.numerics.passage_analysis import DEFAULT_BOOTSTRAP_UNITS, AnalysisPlan, analyse_pooled, analysis_memory, one_pass_bytes
-from effdepth.numerics.passage_views import PAPER_VIEWS, parse_views
+from effdepth.numerics.confounds import Subsamples
+from effdepth.numerics.hsic_resample import Units
+from effdepth.numerics.passage_views import CONTROLS, PAPER_VIEWS, parse_views
 from effdepth.numerics.hsic_plan import gram_fraction, stack_plan
 from effdepth.numerics.sample_hsic import DEFAULT_BUDGET_BYTES
 
@@ -65,15 +69,16 @@ PAPER16_SHAPES = {
 
 
 def stack_flops(samples: int, matrices: int, width: int, resamples: int, units: int = DEFAULT_BOOTSTRAP_UNITS,
-                budget: int = DEFAULT_BUDGET_BYTES) -> dict:
-    """Float64 flops of one HSIC stack, by term, on the route the analysis takes (see the module docstring).
+                budget: int = DEFAULT_BUDGET_BYTES, extra_rows: int = 0) -> dict:
+    """Float64 flops of one HSIC stack, by term, on the route the analysis takes (see the module docstring);
+    ``extra_rows`` are weight rows beside the resamples (the sample-size curve's subsamples).
 
     >>> sorted(stack_flops(100, 3, 64, 10, 4))
     ['grams', 'pair_blocks', 'quadratic_forms', 'row_sums', 'weighted_products']
     >>> sorted(stack_flops(10_000, 7, 512, 10))[:3]
     ['cross_products', 'quadratic_forms', 'row_sums']
     """
-    n, m, d, r, g = samples, matrices, width, resamples + 1, min(units, samples) if resamples else 1
+    n, m, d, r, g = samples, matrices, width, resamples + 1 + extra_rows, min(units, samples)
     pairs = m * (m + 1) // 2
     plan = stack_plan(m, n, d, g, budget)
     if plan["route"] == "gram":
@@ -86,18 +91,27 @@ def stack_flops(samples: int, matrices: int, width: int, resamples: int, units: 
             "quadratic_forms": 4 * r * pairs * g * g}
 
 
-def analysis_flops(samples: int, layers: int, width: int, resamples: int, views: str = "default") -> float:
+def analysis_flops(samples: int, layers: int, width: int, resamples: int, views: str = "default",
+                   controls: bool = True) -> float:
     """Flops of the whole analysis: per view the states and the matched surrogate (L + 1 matrices each)
-    and the updates (L); per top-PC count the structural surrogate (its L analysed layers).
+    and the updates (L); per top-PC count the structural surrogate (its L analysed layers); with the
+    ``controls`` (passages of varying length), the states of default and each control that is not a view,
+    and the sample-size curve's subsample rows on the default states.
 
-    >>> analysis_flops(100, 2, 8, 10) == sum(2 * v for v in stack_flops(100, 3, 8, 10).values()) + sum(2 * v for v in stack_flops(100, 2, 8, 10).values())
+    >>> analysis_flops(100, 2, 8, 10, controls=False) == sum(2 * v for v in stack_flops(100, 3, 8, 10).values()) + sum(2 * v for v in stack_flops(100, 2, 8, 10).values())
     True
     """
     specs = parse_views(views)
+    units = min(DEFAULT_BOOTSTRAP_UNITS, samples)
+    subsample_rows = len(Subsamples.draw(Units.blocks(samples, units), 0).weights) if controls else 0
     states = sum(stack_flops(samples, layers + 1, width, resamples).values())
     updates = sum(stack_flops(samples, layers, width, resamples).values())
-    per_view = 2 * states + updates
-    return len(specs) * per_view + len({s.top_pcs for s in specs}) * updates  # the surrogate's L analysed layers
+    curve = sum(stack_flops(samples, layers + 1, width, resamples, extra_rows=subsample_rows).values()) - states
+    total = len(specs) * (2 * states + updates) + len({s.top_pcs for s in specs}) * updates  # surrogate: L layers
+    if controls:
+        names = {s.name for s in specs}
+        total += states * sum(name not in names for name in ("default", *CONTROLS)) + curve
+    return total
 
 
 def forward_flops(tokens: float, layers: int, width: int, block_params: float, tokens_per_passage: int) -> float:
@@ -122,9 +136,10 @@ def float64_rate(size: int = 512, batch: int = 8, device: str = "cpu") -> float:
 def timed_analysis(samples: int, layers: int, width: int, resamples: int, views: str) -> float:
     rng = np.random.default_rng(0)
     steps = rng.standard_normal((layers + 1, samples, width))
-    pooled = {v: np.cumsum(steps, axis=0) for v in {s.variant for s in parse_views(views)}}
+    pooled = {v: np.cumsum(steps, axis=0) for v in {s.variant for s in parse_views(views)} | {"drop-pos0"}}
+    lengths = rng.integers(64, 513, size=samples)  # varying: the length control is computed
     start = time.perf_counter()
-    analyse_pooled(pooled, AnalysisPlan(views=views, bootstrap=resamples))
+    analyse_pooled(pooled, AnalysisPlan(views=views, bootstrap=resamples), lengths=lengths)
     return time.perf_counter() - start
 
 

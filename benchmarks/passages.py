@@ -6,7 +6,8 @@ with effdepth's pooling hooks (every paper-view variant pooled in float64,
 plus the per-token sums), as ``effdepth measure`` runs it. The ratio of
 each round is printed with the median (target: at most 1.05 on CPU). The
 analysis (the similarity, views and 1,000 resamples) is timed once beside
-it, from the pooled vectors.
+it, from the pooled vectors, with and without the confound controls (drop-pos0, length) and the
+sample-size curve that every result carries.
 
     python benchmarks/passages.py [--model smollm2-135m] [--num-seqs 64] [--seq-len 128] [--repeats 3]
 """
@@ -87,11 +88,18 @@ def main() -> None:
     print(f"passage forward / bare decoder forward: median {statistics.median(ratios):.3f} "
           f"[{min(ratios):.3f}-{max(ratios):.3f}] (target <= 1.05)")
     arrays = pooled_arrays(chunks, variants, prepared.tokens.num_passages)
-    start = time.perf_counter()
-    analyse_pooled(arrays, AnalysisPlan(views=PAPER_VIEWS, bootstrap=1000))
-    analysis = time.perf_counter() - start
-    print(f"analysis (paper views, cka + cka-debiased, 1000 resamples, calibrated references): {analysis:.1f} s, "
-          f"{analysis / statistics.median([b for b, _ in rounds]):.2f}x the bare forward")
+    lengths = prepared.tokens.lengths
+    bare = statistics.median([b for b, _ in rounds])
+    for views in ("paper", "default"):
+        timed = {}
+        for controls in (False, True):
+            start = time.perf_counter()
+            analyse_pooled(arrays, AnalysisPlan(views=views, bootstrap=1000, controls=controls), lengths=lengths)
+            timed[controls] = time.perf_counter() - start
+        print(f"analysis ({views} views, cka + cka-debiased, 1000 resamples, calibrated references): "
+              f"{timed[True]:.1f} s, {timed[True] / bare:.2f}x the bare forward; the confound controls and the "
+              f"sample-size curve add {timed[True] / timed[False] - 1:+.0%} to the {timed[False]:.1f} s without them "
+              f"(target <= +25%)")
 
 
 if __name__ == "__main__":

@@ -120,22 +120,33 @@ def test_the_analysis_cost_model_counts_the_stacks_the_analysis_computes(monkeyp
         import analysis_cost
     finally:
         sys.path.pop(0)
-    shapes = []
-    real = sample_hsic.stack_sums
+    shapes, rows = [], []
+    real, real_resampled = sample_hsic.stack_sums, passage_analysis.resampled_hsic
 
     def counted(matrices, units, **kwargs):
         stack = sample_hsic.as_stack(matrices)
         shapes.append((stack.count, stack.samples, stack.width, kwargs["route"]))
         return real(matrices, units, **kwargs)
 
+    def counted_rows(sums, weights, **kwargs):
+        rows.append(len(weights))
+        return real_resampled(sums, weights, **kwargs)
+
     monkeypatch.setattr(passage_analysis, "stack_sums", counted)
+    monkeypatch.setattr(passage_analysis, "resampled_hsic", counted_rows)
     layers, resamples = 3, 20
     pooled = np.cumsum(np.random.default_rng(0).standard_normal((layers + 1, samples, width)), axis=0)
-    passage_analysis.analyse_pooled({v: pooled for v in ("default", "drop-bos", "token-norm")},
-                                    passage_analysis.AnalysisPlan(views=PAPER_VIEWS, bootstrap=resamples))
-    flops = [analysis_cost.stack_flops(n, m, d, resamples) for m, n, d, _ in shapes]
-    assert [("grams" in f) for f in flops] == [route == "gram" for *_, route in shapes]
-    assert sum(sum(f.values()) for f in flops) == analysis_cost.analysis_flops(samples, layers, width, resamples, PAPER_VIEWS)
+    lengths = np.random.default_rng(1).integers(8, 64, size=samples)  # varying: the length control is computed
+    for views in (PAPER_VIEWS, "top1pc"):  # the controls are views, or stacks of their own
+        shapes.clear(), rows.clear()
+        passage_analysis.analyse_pooled({v: pooled for v in ("default", "drop-pos0", "token-norm")},
+                                        passage_analysis.AnalysisPlan(views=views, bootstrap=resamples), lengths=lengths)
+        flops = [analysis_cost.stack_flops(n, m, d, resamples, extra_rows=r - resamples - 1)
+                 for (m, n, d, _), r in zip(shapes, rows)]
+        assert [("grams" in f) for f in flops] == [route == "gram" for *_, route in shapes]
+        assert sum(sum(f.values()) for f in flops) == analysis_cost.analysis_flops(samples, layers, width, resamples, views)
+    assert max(rows) > resamples + 1  # the sample-size curve's rows
+
 
 def test_make_bench_writes_each_benchmark_output_into_the_page(tmp_path, monkeypatch):
     document = benchmark_module("document")

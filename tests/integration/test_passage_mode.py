@@ -91,10 +91,10 @@ def naive_view(pooled: dict, view: str, lengths: np.ndarray) -> np.ndarray:
     return stack
 
 
-def check_against_naive(prepared, result, states: str, tol: float) -> None:
+def check_against_naive(prepared, result, states: str, tol: float, views: str = VIEWS) -> None:
     pooled = naive_pooled(prepared.lm.model, prepared.tokens, states=states, bos=True)
     for similarity, debiased in (("cka", False), ("cka-debiased", True)):
-        for view in VIEWS.split(","):
+        for view in views.split(","):
             expected = naive_deff(naive_view(pooled, view, prepared.tokens.lengths.astype(np.float64)), debiased)
             got = result.similarities[similarity][view].deff
             assert got == pytest.approx(expected, rel=tol, abs=tol), (similarity, view)
@@ -209,6 +209,36 @@ def test_old_token_mode_results_still_load_and_show(tmp_path, capsys):
     assert main(["show", str(path.parent)]) == 0
     with pytest.raises(EffdepthError, match="not a passage-mode result"):
         analyse_saved(path.parent, progress=False)
+
+
+def test_passage_results_from_before_the_confound_controls_load_show_and_gain_them_by_re_analysis(tmp_path, capsys):
+    from effdepth.claims import check_paths
+    from effdepth.report.tables import result_summary_text
+
+    r = effdepth.measure(tiny_model("llama"), ids(16, 12), bootstrap=20, views="default,top1pc", progress=False)
+    path = r.save(tmp_path / "old")
+    data = json.loads(path.read_text())
+    for key in ("passage_lengths", "confounds", "sample_size"):  # written before effdepth measured them
+        data["extras"].pop(key)
+    path.write_text(json.dumps(data))
+    store = path.parent / "pooled"
+    (store / "drop-pos0.npy").unlink()
+    meta = json.loads((store / "store.json").read_text())
+    meta["variants"].remove("drop-pos0")
+    (store / "store.json").write_text(json.dumps(meta))
+    old = effdepth.load(path)
+    assert old.default.deff == r.default.deff
+    text = result_summary_text(old)
+    assert "note: measured before the confound controls" in text and "confounds:" not in text
+    verdicts = {(v.claim, v.similarity): v for v in check_paths([path]).checked[0].verdicts}
+    assert verdicts[("not-pos0", "cka")].status == "not measured"
+    assert "measured before effdepth measured the confound controls" in verdicts[("not-pos0", "cka")].reason
+    again = analyse_saved(path.parent, progress=False)
+    assert again.default.deff == r.default.deff
+    confounds = again.extras["confounds"]
+    assert "no drop-pos0 variant" in confounds["notes"]["drop-pos0"] and "length" in confounds["cka"]
+    assert again.extras["sample_size"]["cka"]["points"][-1]["deff"] == pytest.approx(r.default.deff, abs=1e-6)
+    assert main(["show", str(path.parent)]) == 0 and "note: measured before" in capsys.readouterr().out
 
 
 def test_the_result_records_the_protocol_and_shows_table_2_for_a_paper_model(tmp_path):

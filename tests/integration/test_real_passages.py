@@ -1,8 +1,13 @@
 """Passage mode on the two embedded real models (SmolLM2-135M, Gemma-3-270m) against a naive numpy
-computation, every paper view and both estimators, to 1e-6."""
+computation, every paper view, the confound controls (drop-pos0, length and their compositions) and both
+estimators, to 1e-6; equal-length windows on their real tokenizers."""
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 
+from effdepth.data.passages import load_passages
 from effdepth.measure import prepare
 from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
 from effdepth.passage_measure import measure_passages
@@ -10,12 +15,46 @@ from test_passage_mode import VIEWS, check_against_naive
 
 pytestmark = pytest.mark.slow
 
+MODELS = ["smollm2-135m", "gemma-3-270m"]
 
-@pytest.mark.parametrize("name", ["smollm2-135m", "gemma-3-270m"])
-def test_a_real_model_in_passage_mode_equals_the_naive_computation(name):
-    prepared = prepare(LoadOptions(model=name, corpus="shakespeare", seq_len=48, num_seqs=16), progress=False,
-                       passages=True)
+
+@pytest.fixture(scope="module", params=MODELS)
+def real(request):
+    """The model and 16 Shakespeare passages of varying length (paragraphs packed up to 48 tokens)."""
+    return prepare(LoadOptions(model=request.param, corpus="shakespeare", seq_len=48, num_seqs=16,
+                               passage_split="paragraphs"), progress=False, passages=True)
+
+
+def test_a_real_model_in_passage_mode_equals_the_naive_computation(real):
+    assert len(set(real.tokens.lengths.tolist())) > 1  # the length view has something to regress out
     analysis = AnalysisOptions(views=VIEWS, states="hidden", bootstrap=0, batch_size=8)
-    result = measure_passages(prepared, analysis, run=RunOptions(progress=False))
+    result = measure_passages(real, analysis, run=RunOptions(progress=False))
     assert result.passages and result.default.sequences == 16
-    check_against_naive(prepared, result, "hidden", tol=1e-6)
+    check_against_naive(real, result, "hidden", tol=1e-6)
+    confounds = result.extras["confounds"]
+    for sim in ("cka", "cka-debiased"):
+        for control in ("drop-pos0", "length"):  # the table's row is the view's own number
+            assert confounds[sim][control]["deff"] == pytest.approx(result.similarities[sim][control].deff, abs=1e-6)
+
+
+def test_windows_on_a_real_tokenizer_have_equal_lengths_and_special_tokens_only_at_their_start(real):
+    tokenizer = real.lm.tokenizer
+    windows = load_passages("shakespeare", tokenizer, max_len=64, num_passages=32, split="windows")
+    assert set(windows.lengths.tolist()) == {64}
+    prefix, suffix = windows.info["prefix_ids"], windows.info["suffix_ids"]
+    assert prefix == [t for t in tokenizer("a")["input_ids"][:len(prefix)]]  # what the tokenizer adds itself
+    special = set(tokenizer.all_special_ids)
+    for i in range(windows.num_passages):
+        tokens = windows.passage(i).tolist()
+        assert tokens[:len(prefix)] == prefix and not special & set(tokens[len(prefix):len(tokens) - len(suffix)])
+
+
+def test_windows_on_a_real_model_equal_the_naive_computation_and_length_is_default(real):
+    windows = load_passages("shakespeare", real.lm.tokenizer, max_len=40, num_passages=12, split="windows")
+    prepared = replace(real, tokens=windows)
+    result = measure_passages(prepared, AnalysisOptions(views="default,drop-pos0,length", states="hidden",
+                                                        bootstrap=0, batch_size=6), run=RunOptions(progress=False))
+    check_against_naive(prepared, result, "hidden", tol=1e-6, views="default,drop-pos0,length")
+    assert result.extras["passage_lengths"]["equal"] and "length_is_default" in result.extras["confounds"]
+    assert result.views["length"].deff == result.views["default"].deff
+    assert np.isfinite(result.extras["confounds"]["cka"]["drop-pos0"]["difference"])

@@ -132,8 +132,9 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
                         "token mode's cka-full cross-products")
     p.add_argument("--include-embedding", action="store_true", help="analyse S_0..S_L (N = L+1) instead of S_1..S_L")
     p.add_argument("--views", default="default",
-                   help="comma-separated views, or 'paper'; passage mode: default, drop-bos, token-norm, top{k}pc and "
-                        "their '+' compositions (paper = default,drop-bos,token-norm,top1pc,top3pc); token mode: "
+                   help="comma-separated views, or 'paper'; passage mode: default, drop-pos0, drop-bos, length, "
+                        "token-norm, top{k}pc and their '+' compositions (paper = default,drop-pos0,token-norm,top1pc,"
+                        "top3pc; drop-pos0 and length are measured in every result, as controls); token mode: "
                         "default, drop-pos0, pos0-only, token-norm, center, top{k}pc[-shared]")
     p.add_argument("--pc-estimate", choices=PC_ESTIMATES, default="calibration", help="how center/top-k PC views fit, in a forward pass before measuring: calibration (default) on the first sequences holding >= 8 sequences and 2048 tokens, or exact on every sequence")
     p.add_argument("--bootstrap", type=int_arg, default=DEFAULTS["bootstrap"],

@@ -28,7 +28,8 @@ def register(sub) -> dict:
 
     a = sub.add_parser("analyse", help="recompute a passage-mode result from its pooled vectors (no forward pass)",
                        description="Recompute every number of a passage-mode result from the pooled vectors saved beside "
-                       "it (DIR/pooled): other views (any top{k}pc; drop-bos and token-norm if they were pooled), "
+                       "it (DIR/pooled): other views (any top{k}pc and length; drop-pos0, drop-bos and token-norm if they "
+                       "were pooled), the confound controls and the sample-size curve, "
                        "similarities, intervals, the embedding state. No model is loaded.")
     a.add_argument("result", help="the folder of a passage-mode result (holding result.json and pooled/)")
     a.add_argument("--views", default=None, help="views to compute (default: those of the result)")

@@ -66,6 +66,11 @@ class Subsamples:
     notes: list = field(default_factory=list)
 
     @classmethod
+    def none(cls, units) -> "Subsamples":
+        """No subsample at all."""
+        return cls(np.zeros((0, units.count)), [], 0)
+
+    @classmethod
     def draw(cls, units, seed: int, draws: int = SUBSAMPLE_DRAWS) -> "Subsamples":
         """``draws`` random orders of the units (under ``seed``); size N/f takes the first G/f units of each."""
         g = units.count

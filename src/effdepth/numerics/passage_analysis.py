@@ -76,6 +76,9 @@ class AnalysisPlan:
     calibrated: bool = True
     max_memory: int = DEFAULT_BUDGET_BYTES
     device: str = "cpu"
+    #: The confound controls and the sample-size curve (every measurement has them; False is the baseline
+    #: that benchmarks/passages.py times them against).
+    controls: bool = True
     specs: tuple = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -208,7 +211,7 @@ def analyse_pooled(pooled: dict, plan: AnalysisPlan, *, token_sums: np.ndarray |
     units = Units.blocks(samples, bootstrap_unit_count(samples, plan))
     weights = resample_weights(units.count, plan.bootstrap, plan.seed)
     budget = int(plan.max_memory) - (Kept.bytes(PooledStates(first, "cpu")) if memory["kept"] else 0)
-    subsamples = Subsamples.draw(units, plan.seed)
+    subsamples = Subsamples.draw(units, plan.seed) if plan.controls else Subsamples.none(units)
     context = _Context(plan, units, weights, device, samples, width, num_layers, token_sums, lengths, budget, subsamples)
     by_sim: dict = {s: {} for s in plan.similarities}
     fits: dict = {}
@@ -224,7 +227,7 @@ def analyse_pooled(pooled: dict, plan: AnalysisPlan, *, token_sums: np.ndarray |
         for sim, summary in context.view(spec, states).items():
             by_sim[sim][spec.name] = summary
         del states
-    notes = context.controls(pooled)
+    notes = context.controls(pooled) if plan.controls else {}
     facts = {
         "bootstrap": {"resamples": int(plan.bootstrap), "level": LEVEL, **units.describe(),
                       "how": "units (blocks of consecutive passages) drawn with replacement; every view, stack and "
