@@ -5,6 +5,7 @@ file, an embedded model by name (``smollm2-135m``, the default, or
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -458,36 +459,97 @@ def _from_pretrained(source, common, torch_dtype, dev, device_map, info, progres
 
         gguf = parse_once(progress)
     try:
-        with quiet_loading(), progress_bars(progress), gguf:
+        with quiet_loading(), progress_bars(progress), gguf, no_conversion_requests():
             m = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except EffdepthError:
         raise
     except Exception as exc:  # transformers raises OSError, ValueError, HF hub errors...
-        if common.get("use_safetensors") and _only_pickle_weights(source, exc):
-            raise EffdepthError(
-                f"model {info['id']!r} has only pickle weights (pytorch_model.bin), which can run arbitrary code when loaded; "
-                "pass --allow-pickle if you trust its source"
-            ) from None
+        if common.get("use_safetensors"):
+            problem = _weights_problem(source, exc, info)
+            if problem is not None:
+                raise EffdepthError(problem) from None
         raise EffdepthError(_load_error(info, exc)) from None
     if device_map is None:
         m = m.to(dev)
     return m
 
 
-def _only_pickle_weights(source: str, exc: Exception) -> bool:
+@contextlib.contextmanager
+def no_conversion_requests():
+    """No request to convert a repository's weights while loading.
+
+    Where a hub repository has pickle weights and no safetensors, transformers asks the hub's
+    conversion service (safetensors-convert.hf.space, which opens a pull request on the repository
+    with the user's token) to convert them, in a background thread; a safetensors file the hub did
+    not serve for a moment starts the same. Not on a measurement's behalf: off unless the user set
+    ``DISABLE_SAFETENSORS_CONVERSION`` themselves.
+
+    >>> with no_conversion_requests():
+    ...     os.environ["DISABLE_SAFETENSORS_CONVERSION"]
+    '1'
+    """
+    variable = "DISABLE_SAFETENSORS_CONVERSION"
+    mine = variable not in os.environ
+    if mine:
+        os.environ[variable] = "1"
+    try:
+        yield
+    finally:
+        if mine:
+            os.environ.pop(variable, None)
+
+
+def _weights_problem(source: str, exc: Exception, info: dict) -> str | None:
+    """Why safetensors weights did not load, when the reason is the weights themselves: only pickle
+    weights there, or (on the hub) safetensors it lists but did not serve. ``None`` for other failures."""
+    from .hub import pickle_refusal
+
+    what = f"model {info['id']!r}" + (f" at revision {info['revision']!r}" if info.get("revision") not in (None, "main") else "")
     folder = Path(source)
     if folder.is_dir():
-        return not any(folder.glob("*.safetensors")) and any(folder.glob("*.bin"))
-    return "safetensors" in str(exc).lower()
+        pickled = not any(folder.glob("*.safetensors")) and any(folder.glob("*.bin"))
+        return pickle_refusal(what) if pickled else None
+    if "safetensors" not in str(exc).lower():
+        return None
+    listed = _hub_weight_files(info)
+    if listed is None or not listed[0]:  # the hub cannot tell, or it lists no safetensors: pickle weights
+        return pickle_refusal(what) if listed is None or listed[1] else None
+    from .hub import hub_endpoint
+
+    return (f"the Hugging Face hub at {hub_endpoint()} lists {', '.join(listed[0])} for {what}, but did not serve "
+            f"{'it' if len(listed[0]) == 1 else 'them'} (it failed or dropped the connection, also on retrying); run the "
+            "command again in a while (what was downloaded is kept)")
+
+
+def _hub_weight_files(info: dict) -> tuple[list, bool] | None:
+    """``(safetensors files the hub lists, whether it lists only pickle weights)``; ``None`` when it cannot be asked."""
+    from .hub import is_offline, pickle_only, quiet_hub, weight_files
+
+    if info.get("source") != "hub" or is_offline():
+        return None
+    try:
+        import huggingface_hub
+
+        with quiet_hub():
+            siblings = huggingface_hub.HfApi().model_info(info["id"], revision=info.get("revision")).siblings or []
+    except Exception:  # noqa: BLE001 - the hub cannot tell: the caller keeps its own reading
+        return None
+    names = [s.rfilename for s in siblings]
+    return weight_files(names), pickle_only(names)
 
 
 def _load_error(info: dict, exc: Exception) -> str:
     reason = " ".join(str(exc).split())[:300] or type(exc).__name__
     what = f"model {info['id']!r}" + (f" at revision {info['revision']!r}" if info.get("revision") not in (None, "main") else "")
     if info["source"] == "hub":
+        from .hub import hub_error_message
+
         embedded = "" if "/" in info["id"] else f" (models measurable by name without the hub: {embedded_names()})"
+        said = hub_error_message(exc, info["id"], revision=info.get("revision"))  # the hub's answer, in one line
+        if said is not None:
+            return said + embedded
         return (
             f"could not load {what}: {reason}; check the id and --revision, your network or HF_HUB_OFFLINE, "
-            f"and `huggingface-cli login` for gated models{embedded}"
+            f"and `hf auth login` for gated models{embedded}"
         )
     return f"could not load {what}: {reason}"

@@ -11,14 +11,15 @@ missing fails in seconds with one line that names the fetch command.
 The pieces, in the order a command meets them:
 
 - :mod:`~effdepth.hub.network`: the offline switch (:func:`is_offline`,
-  :func:`set_offline`, :func:`offline`) and the reachability probe
-  (:func:`hub_problem`);
+  :func:`set_offline`, :func:`offline`), the reachability probe
+  (:func:`hub_problem`) and the hub's answers in one line (:func:`hub_error_message`);
 - :mod:`~effdepth.hub.cache`: what a model needs (:func:`needed_files`,
   :func:`weight_files`) and what the caches hold (:func:`cached_commit`,
   :func:`model_missing`, :func:`corpus_missing`, :func:`cached_branches`,
   :func:`cached_weight_shas`);
 - :mod:`~effdepth.hub.needs`: the check before the first forward pass
-  (:func:`check_available`) and the fetch command it names.
+  (:func:`check_available`; online, :func:`check_on_hub` before anything
+  downloads) and the fetch command it names.
 
 Fetching itself (what to download, and downloading it) is the workflow
 :mod:`effdepth.fetch`. Every name is importable from here (``hub.X``).
@@ -38,19 +39,25 @@ from .cache import (
     needed_files,
     parse_hf_corpus,
     pickle_only,
+    pickle_refusal,
     record_branches,
     repo_folder,
     weight_files,
 )
-from .needs import Need, check_available, check_measure_inputs, corpus_needs, fetch_command
+from .needs import Need, check_available, check_measure_inputs, check_on_hub, corpus_needs, fetch_command
 from .network import (
     OFFLINE_VARIABLES,
     PROBE_TIMEOUT_S,
+    branch_hint,
     forget_probe,
+    hub_answer,
     hub_endpoint,
+    hub_error_message,
+    hub_page,
     hub_problem,
     is_network_error,
     is_offline,
+    is_transient,
     offline,
     probe,
     probe_address,
@@ -66,9 +73,10 @@ from .cache import _shakespeare_path as _shakespeare_path
 
 __all__ = [
     "BRANCHES_FILE", "CHAT_TEMPLATES", "OFFLINE_VARIABLES", "PROBE_TIMEOUT_S", "SHAKESPEARE", "SMALL_FILE_SUFFIXES",
-    "Need", "cached_branches", "cached_commit", "cached_weight_shas",
-    "check_available", "check_measure_inputs", "corpus_missing", "corpus_needs", "fetch_command", "forget_probe",
-    "hub_cache", "hub_endpoint", "hub_problem", "is_network_error", "is_offline", "model_missing", "needed_files",
-    "offline", "parse_hf_corpus", "pickle_only", "probe", "probe_address", "quiet_hub", "record_branches",
-    "repo_folder", "set_offline", "unreachable_message", "weight_files",
+    "Need", "branch_hint", "cached_branches", "cached_commit", "cached_weight_shas", "check_available",
+    "check_measure_inputs", "check_on_hub", "corpus_missing", "corpus_needs", "fetch_command", "forget_probe",
+    "hub_answer", "hub_cache", "hub_endpoint", "hub_error_message", "hub_page", "hub_problem", "is_network_error",
+    "is_offline", "is_transient", "model_missing", "needed_files", "offline", "parse_hf_corpus", "pickle_only",
+    "pickle_refusal", "probe", "probe_address", "quiet_hub", "record_branches", "repo_folder", "set_offline",
+    "unreachable_message", "weight_files",
 ]

@@ -96,6 +96,16 @@ def needed_files(names, *, allow_pickle: bool = False, trust_remote_code: bool =
     return sorted(set(small) | set(weights))
 
 
+def pickle_refusal(what: str) -> str:
+    """Why a model with only pickle weights is not loaded, and what to do: one phrase.
+
+    >>> pickle_refusal("model o/m")
+    'model o/m has only pickle weights (pytorch_model.bin), which can run arbitrary code when loaded; pass --allow-pickle if you trust its source'
+    """
+    return (f"{what} has only pickle weights (pytorch_model.bin), which can run arbitrary code when loaded; "
+            "pass --allow-pickle if you trust its source")
+
+
 def pickle_only(names) -> bool:
     """Whether a repository has pickle weights and no safetensors.
 

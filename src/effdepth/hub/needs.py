@@ -2,8 +2,10 @@
 
 :func:`check_available` fails in one line when a model or corpus can come
 neither from the hub nor from the cache (and goes offline when the hub cannot
-be reached but the cache holds everything); :func:`fetch_command` is the
-``effdepth fetch`` line that fills the cache.
+be reached but the cache holds everything); online, :func:`check_on_hub` asks
+the hub about the model before anything is downloaded (no such repository or
+revision, gated, only pickle weights: one line each); :func:`fetch_command` is
+the ``effdepth fetch`` line that fills the cache.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from dataclasses import dataclass
 
 from effdepth.errors import EffdepthError
 
-from .cache import SHAKESPEARE, corpus_missing, hub_cache, model_missing, parse_hf_corpus
-from .network import hub_problem, is_offline, set_offline, unreachable_message
+from .cache import (SHAKESPEARE, corpus_missing, hub_cache, model_missing, parse_hf_corpus, pickle_only, pickle_refusal,
+                    weight_files)
+from .network import (forget_probe, hub_answer, hub_error_message, hub_problem, is_network_error, is_offline, is_transient,
+                      quiet_hub, set_offline, unreachable_message)
 
 
 # --------------------------------------------------------------------------- the check before measuring
@@ -180,3 +184,62 @@ def check_measure_inputs(model_id: str | None, revision: str | None, corpus, *, 
     else:
         fix = fetch_command(corpora=hub_corpus or [SHAKESPEARE])
     check_available(needs, fix=fix)
+    if model_id and not is_offline():
+        try:
+            check_on_hub(model_id, revision, allow_pickle=allow_pickle)
+        except _Gone:  # it answered the probe, then went away: as if it never answered
+            check_available(needs, fix=fix)
+
+
+class _Gone(Exception):
+    """The hub answered the probe but not the next connection."""
+
+
+def check_on_hub(repo: str, revision: str | None = None, *, allow_pickle: bool = False, api=None) -> str | None:
+    """Online, before anything is downloaded: the hub holds ``repo`` at ``revision``, this machine may read
+    it, and it has weights effdepth loads. Returns the commit; raises one line when not.
+
+    One call for the file list (and, for a gated repository, one ``HEAD`` of its config). A fault of
+    the hub or the network here (a 5xx, a dropped connection) is left to the download, which
+    retries it or falls back on the cache: ``None`` then. A hub that no longer takes connections
+    (probed again) raises :class:`_Gone`, for the caller to check the cache as for an unreachable hub.
+
+    >>> import types
+    >>> files = [types.SimpleNamespace(rfilename=n) for n in ("config.json", "pytorch_model.bin")]
+    >>> api = types.SimpleNamespace(model_info=lambda repo, revision=None: types.SimpleNamespace(sha="c" * 40, gated=False,
+    ...                                                                                         siblings=files))
+    >>> check_on_hub("o/m", api=api)
+    Traceback (most recent call last):
+    effdepth.errors.EffdepthError: model o/m has only pickle weights (pytorch_model.bin), which can run arbitrary code when loaded; pass --allow-pickle if you trust its source
+    >>> check_on_hub("o/m", api=api, allow_pickle=True) == "c" * 40
+    True
+    """
+    import huggingface_hub
+
+    api = api if api is not None else huggingface_hub.HfApi()
+    at = "" if revision in (None, "main") else f" at revision {revision}"
+    try:
+        with quiet_hub():
+            info = api.model_info(repo, revision=revision)
+    except Exception as exc:  # noqa: BLE001 - the hub's answer becomes one line; its faults are the download's
+        if is_network_error(exc) and hub_answer(exc) is None:
+            forget_probe()
+            if hub_problem() is not None:
+                raise _Gone() from None
+        message = None if is_transient(exc) else hub_error_message(exc, repo, revision=revision)
+        if message is None:
+            return None
+        raise EffdepthError(message) from None
+    names = [s.rfilename for s in getattr(info, "siblings", None) or []]
+    if names and not weight_files(names, allow_pickle=allow_pickle) and pickle_only(names):
+        raise EffdepthError(pickle_refusal(f"model {repo}{at}"))
+    commit = getattr(info, "sha", None)
+    if getattr(info, "gated", False) and "config.json" in names:
+        try:
+            with quiet_hub():
+                huggingface_hub.get_hf_file_metadata(huggingface_hub.hf_hub_url(repo, "config.json", revision=commit or revision))
+        except Exception as exc:  # noqa: BLE001
+            message = None if is_transient(exc) else hub_error_message(exc, repo, revision=revision)
+            if message is not None:
+                raise EffdepthError(message) from None
+    return commit

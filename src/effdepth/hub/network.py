@@ -18,6 +18,8 @@ import sys
 import threading
 from urllib.parse import urlsplit
 
+from effdepth.errors import spelled
+
 #: Seconds the reachability probe waits for name resolution and the TCP connect (each).
 PROBE_TIMEOUT_S = float(os.environ.get("EFFDEPTH_HUB_PROBE_TIMEOUT", "3"))
 #: The environment variables the offline switch sets (huggingface_hub, datasets).
@@ -241,6 +243,105 @@ def is_network_error(exc: BaseException) -> bool:
     names = {k.__name__ for k in type(exc).__mro__}
     return bool(names & {"ConnectError", "NetworkError", "TransportError", "TimeoutException", "ConnectionError",
                          "OfflineModeIsEnabled", "gaierror", "TimeoutError"})
+
+
+def _chain(exc: BaseException | None):
+    """``exc`` and what it was raised from (transformers and datasets wrap the hub's errors)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def hub_answer(exc: BaseException):
+    """The huggingface_hub error ``exc`` is, or was raised from; else ``None``.
+
+    >>> hub_answer(ValueError("no")) is None
+    True
+    """
+    from huggingface_hub.errors import HfHubHTTPError
+
+    return next((e for e in _chain(exc) if isinstance(e, HfHubHTTPError)), None)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure a later try may not meet: no connection, a dropped one, the hub's own fault (5xx) or its rate limit.
+
+    >>> is_transient(ConnectionResetError()), is_transient(ValueError("no"))
+    (True, False)
+    """
+    answer = hub_answer(exc)
+    status = getattr(getattr(answer, "response", None), "status_code", None)
+    if status is not None:
+        return status >= 500 or status in (408, 429)
+    return any(is_network_error(e) or any(k.__name__ in ("RemoteProtocolError", "ReadError", "ConnectionResetError")
+                                          for k in type(e).__mro__) for e in _chain(exc))
+
+
+def hub_page(repo: str, kind: str = "model") -> str:
+    """The hub's page of a repository (where its terms are accepted).
+
+    >>> hub_page("acme/data", "dataset").endswith("/datasets/acme/data")
+    True
+    """
+    return f"{hub_endpoint()}/{'datasets/' if kind == 'dataset' else ''}{repo}"
+
+
+def hub_error_message(exc: BaseException, repo: str, *, kind: str = "model", revision: str | None = None) -> str | None:
+    """One line for what the hub answered about ``repo`` (``kind``: model or dataset) at ``revision``: what, why,
+    what to do. ``None`` when ``exc`` is neither an answer of the hub nor a failure to reach it.
+
+    >>> hub_error_message(ValueError("no"), "o/m") is None
+    True
+    """
+    from huggingface_hub import errors
+
+    what = f"{kind} {repo}" + (f" at revision {revision}" if revision not in (None, "main") else "")
+    answer = hub_answer(exc)
+    if answer is None:
+        if is_transient(exc):
+            reason = " ".join(str(exc).split())[:160] or type(exc).__name__
+            return (f"the connection to the Hugging Face hub at {hub_endpoint()} failed while reading {what} ({reason}); "
+                    "check the network and run the command again (what was downloaded is kept)")
+        return None
+    response = getattr(answer, "response", None)
+    status = getattr(response, "status_code", None)
+    if isinstance(answer, errors.GatedRepoError):
+        return (f"{what} is gated: the Hugging Face hub lets only accounts that accepted its terms download it, and this "
+                f"machine is not logged in as one; accept them at {hub_page(repo, kind)}, then run `hf auth login` here "
+                "(or set HF_TOKEN) and try again")
+    if isinstance(answer, errors.RepositoryNotFoundError):
+        return (f"there is no {kind} {repo} on the Hugging Face hub at {hub_endpoint()} (or it is private and this machine "
+                f"is not logged in); check the name, or run `hf auth login` if it is private")
+    if isinstance(answer, errors.RevisionNotFoundError):
+        return (f"{kind} {repo} has no revision {revision or 'main'} (no such branch, tag or commit on the Hugging Face hub)"
+                f"{branch_hint(repo, kind)}; check {spelled('--revision', 'revision=') if kind == 'model' else 'the revision'}")
+    if isinstance(answer, errors.DisabledRepoError):
+        return f"{kind} {repo} is disabled on the Hugging Face hub (its owner or the hub turned it off); choose another"
+    if status is not None and (status >= 500 or status in (408, 429)):
+        reason = getattr(response, "reason_phrase", "") or ""
+        return (f"the Hugging Face hub at {hub_endpoint()} answered {status} {reason}".rstrip() + f" while reading {what} "
+                "(a fault or overload on its side); run the command again in a while (what was downloaded is kept)")
+    if status in (401, 403):
+        return (f"the Hugging Face hub refused access to {what} ({status}); check the token of `hf auth login` (or "
+                "HF_TOKEN) and that your account may read it")
+    return None
+
+
+def branch_hint(repo: str, kind: str = "model", shown: int = 8) -> str:
+    """``"; it has 3 branches: main, step1, step2"`` from the hub (best effort: empty when it cannot tell)."""
+    try:
+        import huggingface_hub
+
+        with quiet_hub():
+            names = sorted(b.name for b in huggingface_hub.list_repo_refs(repo, repo_type=kind).branches)
+    except Exception:  # noqa: BLE001 - a hint only
+        return ""
+    if not names:
+        return ""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"; it has {len(names)} branch{'es' if len(names) > 1 else ''}: {', '.join(names[:shown])}{more}"
 
 
 def unreachable_message(problem: str, what: str, fix: str) -> str:
