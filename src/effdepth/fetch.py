@@ -296,6 +296,10 @@ def plan_model(api, repo: str, revision: str, *, allow_pickle: bool = False, tru
         item.problem = ("only pickle weights (pytorch_model.bin); pass --allow-pickle if you trust this source"
                         if hub.pickle_only(siblings) else "no weights effdepth can load (safetensors) at this revision")
         return item
+    denied = _gated_problem(info, repo, revision)
+    if denied is not None:
+        item.status, item.problem = "error", denied
+        return item
     folder = hub.repo_folder(repo, cache_dir)
     seen = seen_blobs if seen_blobs is not None else set()
     missing_bytes = 0
@@ -317,6 +321,19 @@ def plan_model(api, repo: str, revision: str, *, allow_pickle: bool = False, tru
     return item
 
 
+def _gated_problem(info, repo: str, revision: str) -> str | None:
+    """For a gated repository (its file list is public), whether this machine may download: one ``HEAD``."""
+    if not getattr(info, "gated", False) or "config.json" not in {s.rfilename for s in info.siblings or []}:
+        return None
+    import huggingface_hub
+
+    try:
+        huggingface_hub.get_hf_file_metadata(huggingface_hub.hf_hub_url(repo, "config.json", revision=info.sha or revision))
+    except Exception as exc:  # noqa: BLE001 - every failure becomes this item's one-line problem
+        return hub_error_text(exc, revision)
+    return None
+
+
 def _size_and_blob(sibling) -> tuple[int | None, str | None]:
     lfs = getattr(sibling, "lfs", None)
     if lfs is not None:
@@ -330,18 +347,23 @@ def hub_error_text(exc: Exception, revision: str | None = None) -> str:
     """A short reason for a failed hub call, with what to do.
 
     >>> hub_error_text(ConnectionRefusedError("refused"))
-    'hub not reachable (refused)'
+    'hub not reachable or the connection dropped (refused); run the same fetch again: finished files are kept'
     """
-    kind = type(exc).__name__
+    answer = hub.hub_answer(exc) or exc  # what the hub said, also when a library wrapped it
+    kind = type(answer).__name__
     if kind == "GatedRepoError":
         return "gated: accept its terms on the hub page, then `hf auth login` here"
     if kind == "RepositoryNotFoundError":
         return "no such repository on the hub (or it is private: `hf auth login`)"
     if kind == "RevisionNotFoundError":
         return f"no revision {revision!r} in this repository"
-    if hub.is_network_error(exc):
-        return f"hub not reachable ({' '.join(str(exc).split())[:120]})"
-    return f"{kind}: {' '.join(str(exc).split())[:160]}"
+    status = getattr(getattr(answer, "response", None), "status_code", None)
+    if status is not None and hub.is_transient(answer):
+        return f"the hub answered {status} (a fault on its side); run the same fetch again later: finished files are kept"
+    if hub.is_transient(exc):
+        reason = " ".join(str(exc).split())[:120]
+        return f"hub not reachable or the connection dropped ({reason}); run the same fetch again: finished files are kept"
+    return f"{kind}: {' '.join(str(answer).split())[:160]}"
 
 
 def plan_corpus(api, spec: str, documents: int | None = None) -> FetchItem:
