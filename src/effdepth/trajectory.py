@@ -13,7 +13,9 @@ weights fingerprint: the LFS sha256 of its weight files from the hub's file
 metadata, or the sha256 of the local files (else the branch's commit). A
 checkpoint whose fingerprint repeats an earlier one is not measured again:
 the table and figure flag it as a duplicate instead of plotting it as
-progress.
+progress. The same file lists show checkpoints with only pickle weights:
+without ``--allow-pickle`` they are recorded as failed, with the reason, and
+never downloaded.
 
 Measuring goes through the sweep machinery (:mod:`effdepth.sweep`): keyed,
 atomic, resumable results under ``DIR/<model>/<revision>/effdepth-<v>-<hash>/``,
@@ -49,7 +51,8 @@ from .executors import make_executor
 from .revisions import FIRST_TRACKS, Checkpoint, parse_revision, parse_revisions, parse_selection, select_every, select_log, tokens_per_step_for
 from .suites import SuiteModel, check_model_id, guess_family
 from .suites.trajectories import TrajectoryPreset, not_a_trajectory_source, preset_selection
-from .sweep import COLUMNS, Job, count_statuses, job_options, run_jobs, summary_rows, write_table
+from .sweep import (COLUMNS, JOB, Job, count_statuses, job_folder, job_options, record, run_jobs, saved_result, summary_rows,
+                    write_table)
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
@@ -132,12 +135,18 @@ def trajectory(model, out, options: Options | None = None, *, revisions: str | N
     if not checkpoints:
         raise EffdepthError(f"no checkpoints to measure in {found.model}; names seen but skipped: {', '.join(found.skipped[:10]) or 'none'}")
     _check_cache(found, checkpoints, revisions, opts)
-    fingerprints = {c.revision: weights_fingerprint(found, c) for c in checkpoints}
+    listings: dict = {}
+    fingerprints = {c.revision: weights_fingerprint(found, c, listings) for c in checkpoints}
     duplicates = find_duplicates(checkpoints, fingerprints)
     for dup, original in duplicates.items():
         log(f"{dup}: same weights as {original} ({fingerprints[dup][1]}); flagged, not measured again")
     jobs = {c.revision: _job(found, c, opts, fingerprints[c.revision]) for c in checkpoints if c.revision not in duplicates}
-    statuses = run_jobs(list(jobs.values()), out, ex, run=run, log=log)
+    refused = refused_checkpoints(found.model, listings, allow_pickle=bool(opts.get("allow_pickle")))
+    refused = {rev: why for rev, why in refused.items() if rev in jobs}
+    for rev, why in refused.items():
+        log(f"{rev}: {why}; not downloaded, not measured")
+    statuses = run_jobs([job for rev, job in jobs.items() if rev not in refused], out, ex, run=run, log=log)
+    statuses.update(record_refused(out, {rev: jobs[rev] for rev in refused}, refused, log=log))
     rows = trajectory_rows(out, checkpoints, jobs, duplicates, fingerprints)
     outcome = TrajectoryOutcome(Path(out), rows, checkpoints, duplicates, found.skipped, count_statuses(statuses), notes=notes,
                                 preset=preset)
@@ -195,6 +204,9 @@ def _discover_hub(repo: str, tokens_per_step: int | None, revisions: str = "auto
         except Exception as exc:  # network, auth, unknown repo: all mean no branch list
             problem = hub.hub_problem() if hub.is_network_error(exc) else None
             if problem is None:
+                said = hub.hub_error_message(exc, repo)
+                if said is not None:
+                    raise EffdepthError(f"cannot list the branches of {repo}: {said}") from None
                 raise EffdepthError(
                     f"cannot list the branches of {repo}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}; "
                     "check the id, your network or HF_HUB_OFFLINE (or pass a local folder of checkpoints)"
@@ -298,8 +310,11 @@ def _check_cache(found: Discovered, checkpoints: list, revisions: str, opts: dic
 # --------------------------------------------------------------------------- identical weights
 
 
-def weights_fingerprint(found: Discovered, checkpoint: Checkpoint) -> tuple[str | None, str]:
-    """``(fingerprint, how it was obtained)``; equal fingerprints mean identical weights."""
+def weights_fingerprint(found: Discovered, checkpoint: Checkpoint, listings: dict | None = None) -> tuple[str | None, str]:
+    """``(fingerprint, how it was obtained)``; equal fingerprints mean identical weights.
+
+    ``listings`` receives the hub's file list of each revision it read (``{revision: [(name, sha256)]}``).
+    """
     if found.kind == "local":
         return local_fingerprint(Path(checkpoint.path))
     from .hub import cached_weight_shas, is_offline
@@ -310,23 +325,26 @@ def weights_fingerprint(found: Discovered, checkpoint: Checkpoint) -> tuple[str 
             return _digest(shas), "cached LFS sha256"  # the same digest as the hub's metadata gives
         commit = found.commits.get(checkpoint.revision)
         return (f"commit:{commit}", "branch commit") if commit else (None, "unknown")
-    fp = hub_fingerprint(found.model, checkpoint.revision)
+    fp = hub_fingerprint(found.model, checkpoint.revision, listings)
     if fp is not None:
         return fp, "hub LFS sha256"
     commit = found.commits.get(checkpoint.revision)
     return (f"commit:{commit}", "branch commit") if commit else (None, "unknown")
 
 
-def hub_fingerprint(repo: str, revision: str) -> str | None:
+def hub_fingerprint(repo: str, revision: str, listings: dict | None = None) -> str | None:
     """A digest of the LFS sha256 of the revision's weight files, from the hub's metadata.
 
     Safetensors files when there are any, else pickle weights (only hashed,
-    never loaded here). ``None`` when the hub does not say.
+    never loaded here). ``None`` when the hub does not say. ``listings``
+    receives the file list read (see :func:`weights_fingerprint`).
     """
     import huggingface_hub
 
     api = huggingface_hub.HfApi()
     files = _model_info_files(api, repo, revision)
+    if listings is not None and files:
+        listings[revision] = files
     weights = _weight_entries(files)
     if weights and all(sha for _, sha in weights):
         return _digest(weights)
@@ -382,6 +400,38 @@ def local_fingerprint(folder: Path) -> tuple[str | None, str]:
 
 def _digest(entries: list) -> str:
     return hashlib.sha256(json.dumps(sorted(entries)).encode()).hexdigest()
+
+
+def refused_checkpoints(repo: str, listings: dict, *, allow_pickle: bool = False) -> dict:
+    """``{revision: why}`` for the checkpoints whose hub file list (``listings``) effdepth will not
+    load: only pickle weights without ``allow_pickle``. Found while planning, before any download.
+
+    >>> refused_checkpoints("o/m", {"step1": [("pytorch_model.bin", "a")], "step2": [("model.safetensors", "b")]})
+    {'step1': 'checkpoint step1 of o/m has only pickle weights (pytorch_model.bin), which can run arbitrary code when loaded; pass --allow-pickle if you trust its source'}
+    """
+    from .hub import pickle_only, pickle_refusal, weight_files
+
+    refused = {}
+    for revision, files in listings.items():
+        names = [name for name, _ in files]
+        if not weight_files(names, allow_pickle=allow_pickle) and pickle_only(names):
+            refused[revision] = pickle_refusal(f"checkpoint {revision} of {repo}")
+    return refused
+
+
+def record_refused(out, jobs: dict, refused: dict, *, log=None) -> dict:
+    """Write each refused checkpoint's ``error.json`` (its reason) without running it; ``{key: status}``.
+    A checkpoint measured before (with ``--allow-pickle``) keeps its result."""
+    statuses = {}
+    for revision, job in jobs.items():
+        folder = job_folder(out, job)
+        if saved_result(folder) is not None:
+            statuses[job.key] = "done"
+            (log or (lambda line: None))(f"{job.label}: done already ({job.key})")
+            continue
+        write_json_atomic(folder / JOB, job.describe())
+        statuses[job.key] = record(out, job, {"status": "error", "error": refused[revision], "type": "EffdepthError"})
+    return statuses
 
 
 def find_duplicates(checkpoints: list[Checkpoint], fingerprints: dict) -> dict:

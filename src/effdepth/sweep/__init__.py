@@ -40,8 +40,8 @@ from .tables import COLUMNS, result_rows, summary_rows, write_outputs, write_tab
 
 __all__ = [
     "COLUMNS", "ERROR", "JOB", "MANAGED_OPTIONS", "RESULT", "Job", "SweepOutcome", "check_cache", "count_statuses",
-    "job_folder", "job_options", "make_jobs", "measure_job", "record", "result_rows", "run_job", "run_jobs", "slug",
-    "summary_rows", "sweep", "write_outputs", "write_table",
+    "job_folder", "job_options", "make_jobs", "measure_job", "record", "result_rows", "run_job", "run_jobs", "saved_result",
+    "slug", "summary_rows", "sweep", "write_outputs", "write_table",
 ]
 
 
