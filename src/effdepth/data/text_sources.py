@@ -284,18 +284,90 @@ def _hf_offline() -> bool:
 
 
 def _hf_error(spec: str, exc: Exception) -> EffdepthError:
+    """One line for a dataset that did not load or stream: what, why, what to do."""
+    said = _hf_answer(spec, exc)
+    if said is not None:
+        return EffdepthError(said)
     detail = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-    network = (
-        "offline mode is on (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE), so only a dataset already in the local "
-        f"Hugging Face cache can load (fill it with `effdepth fetch --corpus {spec}` where there is internet)"
-        if _hf_offline()
-        else "the Hugging Face hub must be reachable (or set HF_DATASETS_OFFLINE=1 to use a dataset already "
-        "in the local cache)"
-    )
+    if _hf_offline():
+        network = ("check the name, config and split; offline mode is on (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE), so only a "
+                   "dataset already in the local Hugging Face cache can load (fill it with `effdepth fetch --corpus "
+                   f"{spec}` where there is internet)")
+    elif _lost_connection(exc):
+        network = ("the Hugging Face hub could not be reached or dropped the connection: check the network and run the "
+                   f"command again, or copy the corpus where there is internet (`effdepth fetch --corpus {spec} "
+                   "--documents N`) and read it here with --offline (HF_DATASETS_OFFLINE=1)")
+    else:
+        network = ("check the name, config and split; the Hugging Face hub must be reachable (or set "
+                   "HF_DATASETS_OFFLINE=1 to use a dataset already in the local cache)")
     return EffdepthError(
-        f"cannot load Hugging Face dataset '{spec}' ({type(exc).__name__}: {detail}); check the name, config "
-        f"and split; {network}; or save the text to a file and pass its path"
+        f"cannot load Hugging Face dataset '{spec}' ({type(exc).__name__}: {detail}); {network}; or save the text to a "
+        "file and pass its path"
     )
+
+
+def _chain(exc: BaseException | None) -> list:
+    """``exc`` and what it was raised from (datasets wraps the hub's errors)."""
+    chain, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return chain
+
+
+def _lost_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it was raised from) says the connection failed, not what the hub answered."""
+    return any({k.__name__ for k in type(e).__mro__} & {"ConnectError", "ConnectionError", "RemoteProtocolError", "ReadError",
+                                                       "TimeoutException", "NetworkError", "TransportError"}
+               for e in _chain(exc))
+
+
+_NO_CONFIG = re.compile(r"BuilderConfig '(?P<config>[^']*)' not found\. Available: \[(?P<have>[^\]]*)\]")
+_NO_SPLIT = re.compile(r"Bad split: (?P<split>\S+?)\.? Available splits: \[(?P<have>[^\]]*)\]")
+
+
+def _listed(python_list: str) -> str:
+    """``"'a', 'b'"`` (a list as Python prints it) -> ``"a, b"``.
+
+    >>> _listed("'default', 'sample-10BT'")
+    'default, sample-10BT'
+    """
+    return ", ".join(x.strip().strip("'\"") for x in python_list.split(",") if x.strip()) or "none"
+
+
+def _hf_answer(spec: str, exc: Exception) -> str | None:
+    """What the hub or ``datasets`` said about ``spec``, in one line, when it is one of the answers a
+    person can act on (no such dataset, config or split; gated; the hub's own fault)."""
+    name, config, _ = _parse_hf_spec(spec)
+    text = " ".join(str(exc).split())
+    if (m := _NO_CONFIG.search(text)) is not None:
+        return (f"dataset {name} has no config {m['config']} (it has: {_listed(m['have'])}); name one as "
+                f"hf:{name}:CONFIG[:SPLIT] in corpus '{spec}'")
+    if (m := _NO_SPLIT.search(text)) is not None:
+        return (f"dataset {name} (config {config or 'default'}) has no split {m['split']} (it has: {_listed(m['have'])}); "
+                f"name one as hf:{name}:{config or ''}:SPLIT in corpus '{spec}'")
+    from huggingface_hub import constants, errors
+
+    endpoint = str(constants.ENDPOINT).rstrip("/")
+    chain = _chain(exc)
+    kinds = {k.__name__ for e in chain for k in type(e).__mro__}
+    if any(isinstance(e, errors.GatedRepoError) for e in chain) or "is a gated dataset" in text:
+        return (f"dataset {name} is gated: the Hugging Face hub lets only accounts that accepted its terms read it, and "
+                f"this machine is not logged in as one; accept them at {endpoint}/datasets/{name}, then run "
+                "`hf auth login` here (or set HF_TOKEN) and try again")
+    if "DatasetNotFoundError" in kinds or any(isinstance(e, errors.RepositoryNotFoundError) for e in chain):
+        if "Revision" in text and "doesn't exist" in text:
+            return (f"dataset {name} no longer has the revision asked for ({text[:160]}); its local copy came from it: "
+                    f"run `effdepth fetch --corpus {spec} --documents N` again")
+        return (f"there is no dataset {name} on the Hugging Face hub at {endpoint} (or it is private and this machine is "
+                f"not logged in); check the name in corpus '{spec}', or run `hf auth login` if it is private")
+    status = next((getattr(getattr(e, "response", None), "status_code", None) for e in chain
+                   if isinstance(e, errors.HfHubHTTPError)), None)
+    if status is not None and status >= 500:
+        return (f"the Hugging Face hub at {endpoint} answered {status} while reading dataset {name} (a fault on its side); "
+                "run the command again in a while")
+    return None
 
 
 def _no_text_column(spec: str, columns: Iterable[str]) -> EffdepthError:
