@@ -13,13 +13,13 @@ def test_measure_at_a_revision_through_a_500_and_a_dropped_connection(machine, c
     hub = machine.hub
     weights = r"GET /EleutherAI/pythia-160m/resolve/[0-9a-f]{40}/model\.safetensors"
     hub.fault(r"HEAD /EleutherAI/pythia-160m/resolve/[0-9a-f]{40}/model\.safetensors", status=500)  # retried
-    hub.fault(weights, drop_after=100_000)  # huggingface_hub asks again (with Range, past its first 10 MB chunk)
+    hub.fault(weights, drop_after=100_000)  # asked again (from the start: its first chunk of 10 MB never came whole)
     out = tmp_path / "step1000"
     ok(machine.run("measure", REPO, "--revision", "step1000", "--corpus", corpus_file, *SMALL, "--out", out))
     model = effdepth.load(out).provenance["model"]
     assert model["revision"] == "step1000" and model["commit"] == hub.commit(REPO, "step1000")
     downloads = [(r.status, r.fault) for r in hub.asked(r"/model\.safetensors$", "GET")]
-    assert downloads == [(200, "drop after 100000"), (200, None)]
+    assert downloads[0] == (200, "drop after 100000") and downloads[1:] in ([(200, None)], [(206, None)])
     assert [r.status for r in hub.asked(r"/model\.safetensors$", "HEAD")][:2] == [500, 200]
     assert not hub.asked(r"/api/models/EleutherAI/pythia-160m/revision/main")  # only the revision asked for
     assert_cache_sound(machine.hub_cache)
