@@ -20,6 +20,7 @@ from effdepth.errors import EffdepthError
 from effdepth.measure import prepare
 from effdepth.options import Options, RunOptions
 from effdepth.passage_measure import analyse_saved, measure_passages
+from effdepth.data.tokenizers import byte_tokenizer
 from effdepth.tiny import tiny_model
 
 from naive_hsic import naive_biased, naive_debiased
@@ -241,6 +242,25 @@ def test_passage_results_from_before_the_confound_controls_load_show_and_gain_th
     assert main(["show", str(path.parent)]) == 0 and "note: measured before" in capsys.readouterr().out
 
 
+def test_a_control_outside_defaults_interval_warns_in_measure_show_report_and_claims(tmp_path, capsys):
+    r = effdepth.measure(tiny_model("llama"), TEXT, tokenizer=byte_tokenizer(), seq_len=48, num_seqs=32, bootstrap=30,
+                         passage_split="paragraphs", progress=False)
+    table = r.extras["confounds"]
+    assert r.extras["passage_lengths"]["distinct"] > 1 and set(table["cka"]) == {"default", "drop-pos0", "length"}
+    for sim in ("cka", "cka-debiased"):  # made to move: the plumbing of the warning is what is tested
+        table[sim]["length"].update(deff=table[sim]["default"]["ci"][1] + 0.5, outside=True)
+    r.extras["sample_size"]["cka"]["last_doubling"] = {"moved": 0.2, "half_width": 0.1, "exceeds_half_width": True}
+    folder = r.save(tmp_path / "run").parent
+    warning = "warning: length moves D_eff (cka, cka-debiased)"
+    assert main(["show", str(folder)]) == 0
+    shown = capsys.readouterr().out
+    assert warning in shown and "warning: D_eff (cka) moved by 0.200 between N/2 and N passages" in shown
+    assert main(["claims", str(folder)]) == 0 and warning in capsys.readouterr().out
+    assert main(["report", str(folder), "-o", str(tmp_path / "r.md")]) == 0
+    report = (tmp_path / "r.md").read_text()
+    assert warning in report and "Confounds: first position and passage length" in report and "Sample size" in report
+
+
 def test_the_result_records_the_protocol_and_shows_table_2_for_a_paper_model(tmp_path):
     from effdepth.report.tables import result_summary_text
 
@@ -353,6 +373,20 @@ def test_a_passage_that_is_bos_alone_is_refused_under_drop_bos():
     check_before_forward(passages, 3, 16, AnalysisOptions(views="default", bootstrap=0))
     with pytest.raises(EffdepthError, match=r"passage\(s\) 4 hold BOS alone"):
         check_before_forward(passages, 3, 16, AnalysisOptions(views="drop-bos", bootstrap=0))
+
+
+def test_one_token_passages_and_seq_len_1_refuse_drop_pos0_in_one_line(tmp_path, capsys):
+    from effdepth.data.passages import Passages
+    from effdepth.options import AnalysisOptions
+    from effdepth.passage_measure import check_before_forward
+
+    passages = Passages.from_rows([[5, 6, 7]] * 4 + [[8]])
+    with pytest.raises(EffdepthError, match=r"passage\(s\) 4 hold one token") as caught:
+        check_before_forward(passages, 3, 16, AnalysisOptions(views="drop-pos0", bootstrap=0))
+    assert len(str(caught.value).splitlines()) == 1
+    assert main(["measure", "tiny:llama", "--seq-len", "1", "--out", str(tmp_path / "x"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "drop-pos0" in err and not (tmp_path / "x").exists(), err
 
 
 def failing_forward(monkeypatch, after: int = 1):

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .intervals import percentile_interval
+
 #: Subsample sizes as fractions of the units: N/8, N/4, N/2 (N itself is the full estimate).
 SUBSAMPLE_FRACTIONS = (8, 4, 2)
 #: Random nested draws per size.
@@ -140,24 +142,16 @@ def confound_table(draws: dict, reference: float, level: float) -> dict:
     (0.5, True, 0.75)
     """
     base = np.asarray(draws["default"], dtype=np.float64)
-    base_ci = _percentiles(base[1:], level)
+    base_ci = percentile_interval(base[1:], level)
     out = {}
     for view, values in draws.items():
         values = np.asarray(values, dtype=np.float64)
-        ci = _percentiles(values[1:], level)
+        ci = percentile_interval(values[1:], level)
         row = {"deff": _round(values[0]), "ci": ci, "ratio": _round(values[0] / reference),
                "ratio_ci": None if ci is None else [_round(x / reference) for x in ci]}
         if view != "default":
             difference = values - base
-            row.update({"difference": _round(difference[0]), "difference_ci": _percentiles(difference[1:], level),
+            row.update({"difference": _round(difference[0]), "difference_ci": percentile_interval(difference[1:], level),
                         "outside": None if base_ci is None else bool(not base_ci[0] <= values[0] <= base_ci[1])})
         out[view] = row
     return out
-
-
-def _percentiles(values: np.ndarray, level: float) -> list | None:
-    finite = values[np.isfinite(values)]
-    if len(finite) < 2:
-        return None
-    lo, hi = np.percentile(finite, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
-    return [_round(lo), _round(hi)]

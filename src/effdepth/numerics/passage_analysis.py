@@ -43,6 +43,7 @@ import torch
 from ..errors import EffdepthError
 from .passage_metrics import REFERENCE_NAMES, analysed, cka, kernel_numbers, plain_numbers
 from .confounds import Subsamples, confound_table, subsample_curve
+from .intervals import LEVEL, percentile_interval, split_draws
 from .passage_views import CONTROLS, PassageView, check_top_pcs, parse_view, parse_views
 from .references import reference_fl
 from .sensitivity import sensitivity_numbers
@@ -60,7 +61,6 @@ from .similarity import deff
 SIMILARITIES = PASSAGE_SIMILARITIES
 #: Resampling units unless told otherwise: each a block of consecutive passages (one passage each when N is smaller).
 DEFAULT_BOOTSTRAP_UNITS = 128
-LEVEL = 0.95
 
 
 @dataclass(frozen=True)
@@ -251,7 +251,7 @@ def analyse_pooled(pooled: dict, plan: AnalysisPlan, *, token_sums: np.ndarray |
         confounds["length_is_default"] = (f"every passage has {int(lengths[0])} tokens: nothing to regress out, the "
                                           "length view is the default view")
     return {"similarities": by_sim, "analysis": facts, "confounds": confounds,
-            "sample_size": context.sample_size(by_sim)}
+            "sample_size": context.sample_size()}
 
 
 @dataclass
@@ -377,16 +377,14 @@ class _Context:
             return "passage(s) of one token have nothing to pool without position 0"
         return ""
 
-    def sample_size(self, by_sim: dict) -> dict:
+    def sample_size(self) -> dict:
         """Per CKA estimator, D_eff on the subsamples beside the full estimate (:func:`subsample_curve`)."""
         out: dict = {"draws": self.subsamples.draws, "seed": int(self.plan.seed), "notes": list(self.subsamples.notes),
                      "how": "nested random subsets of the bootstrap's units (N/8 within N/4 within N/2, draw by draw), "
                             "each estimated as on its passages alone"}
         for sim, rows in self.subsample_deff.items():
             full = self.deff_draws[sim]["default"]
-            ci = split_draws({"deff": full})[1]
-            out[sim] = subsample_curve(self.subsamples, rows, float(full[0]), None if ci is None else ci["deff"],
-                                       self.samples)
+            out[sim] = subsample_curve(self.subsamples, rows, float(full[0]), percentile_interval(full[1:]), self.samples)
         return out
 
     def _norm_ratio(self, stack: LayerStack) -> np.ndarray:
@@ -480,62 +478,3 @@ class _Context:
                 "update_sizes": point["update_sizes"].tolist(),
             })
         return summary
-
-
-def split_draws(draws: dict) -> tuple:
-    """``(point, ci)``: row 0 of every array (nested dicts of arrays too), and percentile intervals over
-    the other rows (``None`` without resamples). Each quantity's interval leaves out the resamples where
-    it is not finite; ``nan_resamples`` counts those of D_eff (a warning says so).
-
-    >>> point, ci = split_draws({"deff": np.array([1.5, 1.4, 1.6, 1.5])})
-    >>> float(point["deff"]), ci["deff"], ci["nan_resamples"]
-    (1.5, [1.405, 1.595], 0)
-    """
-    flat = _flatten(draws)
-    point = _unflatten({k: v[0] for k, v in flat.items()})
-    rows = next(iter(flat.values())).shape[0] - 1
-    if rows < 2:
-        return point, None
-    q = [100 * (1 - LEVEL) / 2, 100 * (1 + LEVEL) / 2]
-    failed = int((~np.isfinite(flat["deff"][1:])).sum())
-    ci: dict = {"level": LEVEL, "resamples": rows, "nan_resamples": failed}
-    for name, value in flat.items():
-        if name.startswith("reference_profiles.") or name == "update_similarity" or (
-                name.startswith("sensitivity.") and name.endswith(".reference")):
-            continue
-        draws_ = value[1:]
-        finite = np.isfinite(draws_.reshape(rows, -1)).all(axis=1)
-        if finite.any():
-            lo, hi = np.percentile(draws_[finite], q, axis=0)
-        else:
-            lo = hi = np.full(value.shape[1:], np.nan)
-        ci[name.split(".", 1)[1] if name.startswith("related.") else name] = (
-            [lo.tolist(), hi.tolist()] if np.ndim(lo) else [float(lo), float(hi)])
-    if failed:
-        warnings.warn(f"{failed} of {rows} bootstrap resamples gave no D_eff (NaN) and were left out of its "
-                      "percentiles (counted in ci['nan_resamples'])", stacklevel=3)
-    return point, ci
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = np.asarray(v, dtype=np.float64)
-    return out
-
-
-def _unflatten(flat: dict) -> dict:
-    out: dict = {}
-    for k, v in flat.items():
-        head, _, tail = k.partition(".")
-        if tail and head == "reference_profiles":
-            out.setdefault(head, {})[tail] = v
-        elif tail and head == "sensitivity":
-            variant, _, quantity = tail.rpartition(".")
-            out.setdefault(head, {}).setdefault(variant, {})[quantity] = v
-        else:
-            out[k] = v
-    return out

@@ -93,7 +93,7 @@ def parse_bytes(value) -> int:
 
 
 _CHECKS = {
-    "seq_len": at_least(2, "--seq-len must be at least 2 (D_eff needs a token after BOS), got {v}"),
+    "seq_len": at_least(2, "--seq-len must be at least 2 (the drop-pos0 control and token mode need a token after position 0), got {v}"),
     "num_seqs": at_least(1, "--num-seqs must be at least 1, got {v}"),
     "batch_size": at_least(1, "--batch-size must be at least 1, got {v}"),
     "seed": at_least(0, "--seed must be a non-negative integer, got {v}"),
@@ -114,7 +114,7 @@ def validate_options(**values) -> None:
     >>> validate_options(seq_len=1)
     Traceback (most recent call last):
     ...
-    effdepth.errors.EffdepthError: --seq-len must be at least 2 (D_eff needs a token after BOS), got 1
+    effdepth.errors.EffdepthError: --seq-len must be at least 2 (the drop-pos0 control and token mode need a token after position 0), got 1
     """
     for name, value in values.items():
         _CHECKS[name](value)
