@@ -8,6 +8,9 @@ local server the way it would talk to the hub.
 
 from __future__ import annotations
 
+import importlib.util
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from hubrepos import build
 from hubtools import MODELS, PAPER, REPO, SMALL, Machine, ok
@@ -56,45 +59,56 @@ def machine(tmp_path, hub):
     return Machine(tmp_path / "machine", hub)
 
 
-@pytest.fixture(scope="session")
-def session_machine(tmp_path_factory, session_hub):
-    """One machine for the online runs several tests compare against."""
-    return Machine(tmp_path_factory.mktemp("online-machine"), session_hub)
 
 
 
 # --------------------------------------------------------------------------- online runs, once per session
-# The tests of each command check them; the offline test compares its numbers with them.
-
-
-def _online(machine, hub, *args, timeout: float = 120):
-    hub.start()
-    hub.clear()
-    proc = ok(machine.run(*args, timeout=timeout))
-    return proc, list(hub.requests)
+# The tests of each command check them; the offline test compares its numbers with them. They run side
+# by side (each on a machine of its own), so the request log they leave holds all three.
 
 
 @pytest.fixture(scope="session")
-def paper_run(session_machine, session_hub, tmp_path_factory):
-    """``measure REPO --protocol paper`` online (the dataset streamed): ``(folder, process, requests)``."""
-    out = tmp_path_factory.mktemp("paper-run") / "result"
-    return (out, *_online(session_machine, session_hub, "measure", REPO, *PAPER, "--out", out))
+def online_runs(session_hub, tmp_path_factory, corpus_file):
+    """``{name: (output folder, process, requests of all three, machine)}`` for ``paper`` (``measure REPO
+    --protocol paper``, the dataset streamed), ``pythia`` (``trajectory paper-pythia``) and ``ray``
+    (``sweep`` of MODELS with ``--executor ray``, a local Ray; only where Ray is installed)."""
+    root = tmp_path_factory.mktemp("online")
+    runs = {
+        "paper": ["measure", REPO, *PAPER, "--out", root / "paper"],
+        "pythia": ["trajectory", "paper-pythia", "--corpus", corpus_file, *SMALL, "--out", root / "pythia"],
+        "ray": ["sweep", *MODELS, "--executor", "ray", "--corpus", corpus_file, *SMALL, "--no-report", "--out", root / "ray"],
+    }
+    if importlib.util.find_spec("ray") is None:
+        del runs["ray"]
+    machines = {name: Machine(root / f"{name}-machine", session_hub) for name in runs}
+    session_hub.start()
+    session_hub.clear()
+    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        procs = dict(zip(runs, pool.map(lambda name: machines[name].run(*runs[name], timeout=300), runs)))
+    requests = list(session_hub.requests)
+    return {name: (root / name, procs[name], requests, machines[name]) for name in runs}
+
+
+def _online(online_runs, name: str):
+    if name not in online_runs:
+        pytest.skip(f"the {name} run needs what is not installed here")
+    out, proc, requests, machine = online_runs[name]
+    return out, ok(proc), requests, machine
 
 
 @pytest.fixture(scope="session")
-def pythia_run(session_machine, session_hub, tmp_path_factory, corpus_file):
-    """``trajectory paper-pythia`` online: ``(folder, process, requests)``."""
-    out = tmp_path_factory.mktemp("paper-pythia") / "out"
-    return (out, *_online(session_machine, session_hub, "trajectory", "paper-pythia", "--corpus", corpus_file, *SMALL,
-                          "--out", out))
+def paper_run(online_runs):
+    """``measure REPO --protocol paper`` online: ``(folder, process, requests, machine)``."""
+    return _online(online_runs, "paper")
 
 
 @pytest.fixture(scope="session")
-def ray_sweep(session_hub, tmp_path_factory, corpus_file):
-    """``sweep`` of MODELS with ``--executor ray`` (a local Ray) on a machine of its own (the Ray tasks download
-    every model): ``(folder, process, requests)``."""
-    pytest.importorskip("ray")
-    home = tmp_path_factory.mktemp("ray-machine")
-    out = home / "out"
-    return (out, *_online(Machine(home, session_hub), session_hub, "sweep", *MODELS, "--executor", "ray", "--corpus",
-                          corpus_file, *SMALL, "--no-report", "--out", out, timeout=300))
+def pythia_run(online_runs):
+    """``trajectory paper-pythia`` online: ``(folder, process, requests, machine)``."""
+    return _online(online_runs, "pythia")
+
+
+@pytest.fixture(scope="session")
+def ray_sweep(online_runs):
+    """``sweep`` of MODELS on a local Ray: ``(folder, process, requests, machine)``."""
+    return _online(online_runs, "ray")

@@ -328,7 +328,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(self._info(repo, self._commit(repo, revision), blobs=_true(query.get("blobs"))))
         elif rest == ["refs"] and method == "GET":
             branches = [{"name": b, "ref": f"refs/heads/{b}", "targetCommit": c} for b, c in sorted(repo.branches.items())]
-            self._json({"branches": branches, "tags": [], "converts": [], **({"pullRequests": []} if "include_prs" in query else {})})
+            prs = {"pullRequests": []} if "include_prs" in query else {}
+            self._json({"branches": branches, "tags": [], "converts": [], **prs})
         elif rest[0] == "tree" and len(rest) >= 2 and method == "GET":
             commit = self._commit(repo, rest[1])
             self._json(self._tree(repo, commit, "/".join(rest[2:]).strip("/"), _true(query.get("recursive"))))

@@ -27,7 +27,7 @@ def test_measure_at_a_revision_through_a_500_and_a_dropped_connection(machine, c
 
 
 def test_protocol_paper_streams_fineweb_edu(paper_run, documents, session_hub):
-    out, _, requests = paper_run
+    out, _, requests, _ = paper_run
     result = effdepth.load(out)
     corpus = result.provenance["corpus"]
     assert corpus["name"] == PAPER_CORPUS and corpus["num_passages"] == 8 and corpus["max_len"] == 32

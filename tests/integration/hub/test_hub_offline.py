@@ -4,17 +4,20 @@ same commands with ``--offline`` and the server stopped give the numbers the onl
 import json
 
 import pandas as pd
-from hubtools import MODELS, PAPER, REPO, SMALL, assert_cache_sound, numbers, ok, results
+from hubtools import MODELS, PAPER, REPO, SMALL, assert_cache_sound, fetch_table, numbers, ok, results
 
 
-def test_fetch_then_offline_with_the_server_stopped(machine, paper_run, pythia_run, ray_sweep, corpus_file, tmp_path):
+def test_fetch_then_offline_with_the_server_stopped(machine, paper_run, pythia_run, ray_sweep, documents, corpus_file,
+                                                    tmp_path):
     hub = machine.hub
-    # Login node: the models of the measure and the sweep with the paper's corpus, and the trajectory preset
-    # (side by side, into the same cache).
-    fetched, preset = machine.run_all([["fetch", *MODELS, "--protocol", "paper", "--no-progress"],
-                                       ["fetch", "paper-pythia", "--no-progress"]])
-    assert "hf:HuggingFaceFW/fineweb-edu:sample-10BT:train" in ok(fetched).stdout and "fetched" in fetched.stdout
-    assert "EleutherAI/pythia-1.4b" in ok(preset).stdout
+    # Login node: the models of the measure and the sweep, the trajectory preset, the paper's corpus.
+    fetched = ok(machine.run("fetch", "paper-pythia", *MODELS, "--protocol", "paper", "--no-progress"))
+    rows = {(r["name"], r["revision"]): r["status"] for r in fetch_table(fetched.stdout)}
+    assert rows.pop(("hf:HuggingFaceFW/fineweb-edu:sample-10BT:train", "first 10,500 documents")) == (
+        f"fetched: the split ended after {len(documents)} documents")
+    assert set(rows.values()) == {"fetched"}
+    assert sorted(rows) == sorted([(m, "main") for m in MODELS] + [("EleutherAI/pythia-1.4b", b) for b in
+                                                                   ("step0", "step1", "step2", "step1000", "main")])
     assert_cache_sound(machine.hub_cache)
     branches = json.loads((machine.hub_cache / "models--EleutherAI--pythia-1.4b" / "effdepth-branches.json").read_text())
     assert set(branches["branches"]) == {"main", "step0", "step1", "step2", "step1000", "v0"}

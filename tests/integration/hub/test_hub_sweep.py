@@ -10,7 +10,7 @@ import effdepth
 
 
 def test_sweep_of_two_hub_models_on_ray(ray_sweep, session_hub):
-    out, proc, requests = ray_sweep
+    out, proc, _, machine = ray_sweep
     found = results(out)
     assert len(found) == 2 and "2 measured" in proc.stdout
     for folder in found.values():
@@ -19,5 +19,6 @@ def test_sweep_of_two_hub_models_on_ray(ray_sweep, session_hub):
         assert json.loads((folder / "job.json").read_text())["model"] == model["id"]
     summary = pd.read_csv(out / "summary.csv")
     assert set(summary["model"]) == set(MODELS) and set(summary["status"]) == {"ok"}
-    downloaded = {r.path.split("/resolve/")[0].strip("/") for r in requests if r.path.endswith("/model.safetensors")}
-    assert downloaded == set(MODELS)
+    for model in MODELS:  # downloaded by the tasks, into the caches of the machine the sweep ran on
+        snapshot = machine.hub_cache / f"models--{model.replace('/', '--')}" / "snapshots" / session_hub.commit(model)
+        assert (snapshot / "model.safetensors").is_file()

@@ -10,7 +10,7 @@ PYTHIA = "EleutherAI/pythia-1.4b"
 
 
 def test_paper_pythia_discovers_steps_and_flags_repeated_weights(pythia_run, session_hub):
-    out, proc, requests = pythia_run
+    out, proc, requests, _ = pythia_run
     summary = json.loads((out / "trajectory.json").read_text())
     assert summary["preset"]["name"] == "paper-pythia" and summary["model"] == PYTHIA and summary["revisions"] == "log:35"
     assert [c["revision"] for c in summary["checkpoints"]] == ["step0", "step1", "step2", "step1000", "main"]
@@ -21,7 +21,7 @@ def test_paper_pythia_discovers_steps_and_flags_repeated_weights(pythia_run, ses
     # Branches from the refs API; the duplicates' weights were never downloaded.
     assert [r.path for r in requests if r.path.endswith("/refs")] == [f"/api/models/{PYTHIA}/refs"]
     weights = {r.path.split("/resolve/")[1].split("/")[0] for r in requests
-               if r.path.endswith("model.safetensors") and r.method == "GET"}
+               if r.path.startswith(f"/{PYTHIA}/resolve/") and r.path.endswith("/model.safetensors") and r.method == "GET"}
     assert weights == {session_hub.commit(PYTHIA, b) for b in ("step0", "step1", "step1000")}
     assert "2 duplicates flagged" in proc.stdout
 
