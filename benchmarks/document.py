@@ -50,7 +50,11 @@ SECTIONS = (
         "Over the same passages, batches and order, rounds alternate a bare forward of the decoder\n"
         "stack (no LM head, no hooks) and the same loop with effdepth's pooling hooks (every paper-view\n"
         "variant pooled in float64). Target: at most 1.05. The analysis of the same pooled vectors\n"
-        "(paper views, both CKA estimators, 1,000 resamples, calibrated references) is timed beside it.",
+        "(paper views, both CKA estimators, 1,000 resamples, calibrated references) is timed beside it,\n"
+        "with and without the confound controls and the sample-size curve every result carries (target:\n"
+        "at most +25%). Under --views paper drop-pos0 is a view already and only the length control's\n"
+        "states stack is new; under the default view drop-pos0 costs one states stack of its own, and on\n"
+        "passages of varying length (not these equal-length windows) length costs one more.",
         "passages.py", ("--num-seqs", "64", "--repeats", "3"), ("--num-seqs", "16", "--repeats", "1"),
     ),
     Section(
