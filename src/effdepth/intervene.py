@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from .capture.intervention import carry_hooks, check_carry_on, check_layer_spec, parse_carry, parse_layers
 from .errors import EffdepthError
 from .measure import measure_prepared, prepare
-from .options import AnalysisOptions, Options, RunOptions, token_mode
+from .options import AnalysisOptions, Options, RunOptions
 from .provenance import code_version, library_versions, machine, now
 from .result import Result
 # The result itself lives in the result layer; re-exported here for ``from effdepth.intervene import ...``.
@@ -69,8 +69,11 @@ def intervene(model=None, corpus=None, *, carry=DEFAULT_CARRY, layers="all", car
     paper's, in every attention and MLP sublayer: :class:`~effdepth.capture.intervention.SublayerCarry`).
     ``options`` are :func:`effdepth.measure`'s (``seq_len``, ``num_seqs``,
     ``batch_size``, ``bootstrap``, ``similarity``, ``include_embedding``,
-    ``views``, ``dtype``, ``device``...). The model and corpus are loaded
-    once; each lam gets a full :class:`~effdepth.Result` (all views).
+    ``views``, ``dtype``, ``device``, ``pooling``...), measured as
+    :func:`effdepth.measure` measures them: passage mode unless
+    ``pooling="none"``, so carry 1 gives measure's number exactly. The model
+    and corpus are loaded once; each lam gets a full :class:`~effdepth.Result`
+    (all views), with the next-token loss over the same passages.
 
     >>> import effdepth, torch
     >>> from effdepth.tiny import tiny_model
@@ -83,9 +86,9 @@ def intervene(model=None, corpus=None, *, carry=DEFAULT_CARRY, layers="all", car
     check_layer_spec(layers)
     check_carry_on(carry_on)
     # Every option fails here, before minutes of loading weights.
-    opts = Options.build(model=model, corpus=corpus, **token_mode(options, "the residual-carry intervention"))
+    opts = Options.build(model=model, corpus=corpus, **options)
     started = time.perf_counter()
-    prepared = prepare(opts.load, progress=progress)
+    prepared = prepare(opts.load, progress=progress, passages=opts.analysis.passages)
     blocks = parse_layers(layers, prepared.arch.num_layers)
     results = {}
     for lam in tqdm(carries, desc="carry", unit="value", disable=not progress or len(carries) < 2, leave=False):

@@ -56,6 +56,24 @@ def test_carry_one_reproduces_unmodified_result_exactly(llama):
     assert carried.extras["intervention"] == {"carry": 1.0, "layers": [1, 2, 3], "carry_on": "blocks", "all_layers": True}
 
 
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox", "gemma3"])
+@pytest.mark.parametrize("carry_on", ["blocks", "sublayers"])
+def test_intervene_at_carry_one_gives_measures_number_exactly(family, carry_on):
+    """One number per question: effdepth.intervene measures as effdepth.measure does (passage mode, the
+    paper's), so the unmodified model gives measure's every number, the confounds included."""
+    model = tiny_model(family, seed=1)
+    ids = torch.randint(0, 256, (8, 12), generator=torch.Generator().manual_seed(2))
+    plain = effdepth.measure(model, ids, views="default,drop-pos0,top1pc", bootstrap=20, progress=False)
+    ir = effdepth.intervene(model, ids, carry=(1, 0.5), carry_on=carry_on, views="default,drop-pos0,top1pc",
+                            bootstrap=20, progress=False)
+    carried = ir.results[1.0]
+    assert carried.passages and plain.passages
+    assert carried.to_dict()["views"] == plain.to_dict()["views"]
+    assert carried.to_dict()["similarities"] == plain.to_dict()["similarities"]
+    assert carried.extras["confounds"] == plain.extras["confounds"]
+    assert ir.results[0.5].default.deff != plain.default.deff and carried.extras["loss"]["tokens"] == 8 * 11  # next-token predictions
+
+
 def test_carry_zero_gives_the_block_functions_composed_without_skip(llama):
     arch = resolve_architecture(llama)
     calls = {}
@@ -228,7 +246,7 @@ def test_unknown_measurement_options_are_refused(llama):
 
 def test_intervene_checks_layers_against_the_model(llama):
     with pytest.raises(EffdepthError, match="numbered 1..3"):
-        effdepth.intervene(llama, IDS, carry=(1, 0.5), layers="2-4", bootstrap=0, progress=False)
+        effdepth.intervene(llama, IDS.repeat(2, 1), carry=(1, 0.5), layers="2-4", bootstrap=0, progress=False)
 
 
 # ---------------------------------------------------------------- results, files
@@ -285,7 +303,8 @@ def test_cli_intervene_and_recompose(model_dir, tmp_path, capsys):
     corpus = tmp_path / "text.txt"
     corpus.write_text("Now is the winter of our discontent made glorious summer. " * 100)
     code, out, err = run(["intervene", model_dir, "--corpus", corpus, "--carry", "1,0.75", "--layers", "1-2", "--seq-len", 16,
-                          "--num-seqs", 4, "--bootstrap", 20, "--similarity", "cka,frobenius", "--out", tmp_path / "iv", "--no-progress"], capsys)
+                          "--num-seqs", 4, "--bootstrap", 20, "--similarity", "cka,frobenius", "--pooling", "none", "--out", tmp_path / "iv",
+                          "--no-progress"], capsys)
     assert code == 0, err
     assert "R_matched" in out and "perplexity" in out and "0.75" in out
     data = json.loads((tmp_path / "iv" / "intervention.json").read_text())
@@ -306,7 +325,7 @@ def test_cli_intervene_and_recompose(model_dir, tmp_path, capsys):
         (["intervene", "--carry", "1.5"], "outside [0, 1]"),
         (["intervene", "--carry", ","], "at least one value"),
         (["intervene", "--layers", "2-x"], "not a block number"),
-        (["intervene", "MODEL", "--corpus", "CORPUS", "--layers", "7", "--seq-len", "8", "--num-seqs", "2"], "numbered 1..3"),
+        (["intervene", "MODEL", "--corpus", "CORPUS", "--layers", "7", "--seq-len", "8", "--num-seqs", "4"], "numbered 1..3"),
         (["recompose", "/no/such/result", "--carry", "1"], "no result at"),
         (["recompose", "RESULT", "--carry", "2"], "outside [0, 1]"),
         (["recompose", "RESULT", "--view", "bogus"], "no view 'bogus'"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..capture.intervention import CARRY_ON
-from ..options import Options, token_mode
+from ..options import Options
 from .arguments import Parser, add_measure_arguments, add_model_argument, default_out, ensure_writable, float_arg, int_arg
 
 
@@ -13,7 +13,8 @@ def register(sub) -> dict:
     i = sub.add_parser(
         "intervene", help="measure D_eff and loss with the residual carry scaled",
         description="For each carry lam, blocks output lam * s_{l-1} + (s_l - s_{l-1}) (lam = 1: the unmodified model); "
-        "D_eff, references and next-token loss are measured on the same tokens. Writes intervention.json, "
+        "D_eff, references and next-token loss are measured on the same passages, as effdepth measure measures them "
+        "(passage mode; --pooling none: token mode), so carry 1 gives measure's number. Writes intervention.json, "
         "carry-<lam>/result.json and intervention.{png,pdf}. For the offline version from a saved result see 'effdepth recompose'.",
     )
     add_model_argument(i)
@@ -81,7 +82,7 @@ def cmd_intervene(args) -> int:
     from ..intervene import intervene, save_intervention
     from ..report.tables import intervention_headline, intervention_table
 
-    options = Options.from_args(args, **token_mode({"pooling": getattr(args, "pooling", None)}, "effdepth intervene"))
+    options = Options.from_args(args)
     # Bad carry values or layers fail before the output folder and the weights.
     carries = parse_carry(args.carry)
     check_layer_spec(args.layers)

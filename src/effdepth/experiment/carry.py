@@ -50,7 +50,7 @@ def carry_experiment(spec: CarryExperiment | None = None, out="runs/carry-experi
 
     >>> import tempfile
     >>> r = carry_experiment(out=tempfile.mkdtemp(), carries=(1, 0.5), layers=2, d_model=16, heads=2, steps=2,
-    ...                      seq_len=16, batch_size=2, eval_seqs=2, bootstrap=0, progress=False)
+    ...                      seq_len=16, batch_size=2, eval_seqs=4, bootstrap=0, progress=False)
     >>> [(s["lam"], s["step"]) for s in r.summary()][-1]
     (0.5, 2)
     """

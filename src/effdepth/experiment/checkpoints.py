@@ -78,7 +78,7 @@ def measure_checkpoint(path, corpus=None, *, carry: float | None = None, layers=
     >>> from effdepth.experiment import CarryExperiment
     >>> from effdepth.experiment.training import new_model
     >>> d = save_checkpoint(new_model(CarryExperiment(layers=2, d_model=16, heads=2), 0.5, 0), Path(tempfile.mkdtemp()) / "m")
-    >>> r = measure_checkpoint(d, torch.randint(0, 256, (2, 8)), bootstrap=0, progress=False)
+    >>> r = measure_checkpoint(d, torch.randint(0, 256, (4, 8)), bootstrap=0, progress=False)
     >>> r.extras["intervention"]["carry"]
     0.5
     """
@@ -88,7 +88,7 @@ def measure_checkpoint(path, corpus=None, *, carry: float | None = None, layers=
 
     stored_lam, stored_layers = checkpoint_carry(path)
     lam = stored_lam if carry is None else carry
-    passages = options.get("pooling") == "mean"
+    passages = options.get("pooling", "mean") == "mean"  # as effdepth.measure: passage mode unless told otherwise
     opts = Options.build(model=str(path), corpus=corpus,
                          **(options if passages else token_mode(options, "the carry experiment")))
     prepared = prepare(opts.load, progress=progress, passages=passages)

@@ -46,7 +46,7 @@ class CarryExperiment:
     bootstrap: int = 200
     corpus: str = "shakespeare"
     device: str | None = None
-    pooling: str = "none"  # "mean": held-out sequences measured as passages (the paper's protocol)
+    pooling: str = "mean"  # held-out sequences measured as passages (the paper's protocol); "none": token mode
     paper: bool = False  # the paper's S17 setting (:meth:`paper_setting`), its Table S14 shown beside ours
 
     @classmethod
@@ -72,6 +72,9 @@ class CarryExperiment:
         for name in ("layers", "d_model", "heads", "steps", "batch_size", "seeds", "eval_seqs"):
             if not _positive_int(getattr(self, name)):
                 raise EffdepthError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)!r}")
+        if self.pooling == "mean" and self.eval_seqs < 4:
+            raise EffdepthError(f"--eval-seqs {self.eval_seqs} is below 4: the held-out sequences are measured as passages, "
+                                "and similarity across passages needs at least 4")
         if self.d_model % self.heads or (self.d_model // self.heads) % 2:
             raise EffdepthError(f"--d-model {self.d_model} must split into --heads {self.heads} heads of even size (rotary embeddings)")
         if not (isinstance(self.seq_len, int) and self.seq_len >= 3):
@@ -92,7 +95,9 @@ class CarryExperiment:
         even with ``--paper`` (:data:`PAPER_DIFFERENCES`).
 
         >>> CarryExperiment().paper_differences()[:2]
-        ['one carry per block (the paper: in every attention and MLP sublayer)', 'held-out sequences in token mode, cka per sequence (the paper: as passages, cka across passages)']
+        ['one carry per block (the paper: in every attention and MLP sublayer)', 'gamma 1, 0.75, 0.5 (the paper: 1, 0.75, 0.5, 0.25)']
+        >>> CarryExperiment(pooling="none").paper_differences()[1]
+        'held-out sequences in token mode, cka per sequence (the paper: as passages, cka across passages)'
         >>> len(CarryExperiment.paper_setting().paper_differences())
         2
         """

@@ -195,7 +195,9 @@ def intervention_content(ir, view: str | None = None) -> Table:
              Cell(fmt(r["ratio"])), Cell(fmt(r["reference_init"])), Cell(fmt(r["reference_size"])),
              Cell(fmt(r["reference_matched"])), Cell(fmt(r["loss"], 4)), Cell(fmt(r["perplexity"], 2))]
             for r in ir.rows(view)]
-    return Table(list(INTERVENTION_COLUMNS), rows, [False] + [True] * (len(INTERVENTION_COLUMNS) - 1))
+    passages = ir.results[ir.carries[0]].passages  # passage mode's reference is the paper's F_L
+    header = [("F_L" if passages and c == "F_N" else c) for c in INTERVENTION_COLUMNS]
+    return Table(header, rows, [False] + [True] * (len(INTERVENTION_COLUMNS) - 1))
 
 
 def intervention_sections(ir) -> list:

@@ -94,7 +94,10 @@ def intervention_headline(ir) -> str:
     return (
         f"residual-carry intervention on {model} ({first.config.get('num_layers')} layers; carry on blocks {which}"
         f"{sublayers}), "
-        f"{v.sequences} sequences x {first.config.get('seq_len')} tokens, similarity {first.config.get('similarity')}, "
+        + (f"{v.sequences} passages of at most {first.config.get('seq_len')} tokens (mean "
+           f"{first.config.get('mean_passage_tokens')}), " if first.passages else
+           f"{v.sequences} sequences x {first.config.get('seq_len')} tokens, ")
+        + f"similarity {first.config.get('similarity')}, "
         f"view {v.name}, N = {v.num_states}"
     )
 

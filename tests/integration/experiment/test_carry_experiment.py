@@ -17,7 +17,7 @@ from effdepth.report.tables import experiment_final_table, experiment_headline, 
 TEXT = ["Now is the winter of our discontent made glorious summer by this sun of York. " * 30,
         "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " * 30]
 TINY = dict(carries=(1.0, 0.5), carry_layers="all", layers=2, d_model=16, heads=2, steps=3, save_every=2, batch_size=2,
-            seq_len=16, eval_seqs=3, bootstrap=20, corpus=TEXT, device="cpu")
+            seq_len=16, eval_seqs=4, bootstrap=20, corpus=TEXT, device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_checkpoints_are_standard_and_remember_their_carry(runs):
     assert checkpoint_carry(ckpt) == (0.5, [1, 2])
     assert not list(a.rglob(".*partial*"))
 
-    held_out = split_corpus(TEXT, seq_len=16, eval_seqs=3).held_out
+    held_out = split_corpus(TEXT, seq_len=16, eval_seqs=4).held_out
     again = measure_checkpoint(ckpt, held_out, bootstrap=20, seed=0, batch_size=16, dtype="float32", progress=False)
     record = next(r for r in result.records if r["lam"] == 0.5 and r["step"] == 3)
     assert again.default.deff == record["deff"] and again.extras["loss"]["mean"] == record["loss"]
@@ -142,14 +142,14 @@ def test_cli_experiment(tmp_path, capsys):
     corpus = tmp_path / "text.txt"
     corpus.write_text("\n".join(TEXT))
     code = main(["experiment", "carry", "--corpus", str(corpus), "--carry", "1,0.5", "--layers", "2", "--d-model", "16", "--heads", "2", "--steps", "2",
-                 "--batch-size", "2", "--seq-len", "16", "--eval-seqs", "3", "--bootstrap", "10", "--device", "cpu",
+                 "--batch-size", "2", "--seq-len", "16", "--eval-seqs", "4", "--bootstrap", "10", "--device", "cpu",
                  "--out", str(tmp_path / "run"), "--no-progress"])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "R_matched" in out and "step" in out and (tmp_path / "run" / "experiment.json").is_file()
     # How this run differs from the paper's S17, difference by difference (and recorded in experiment.json).
     said = out.split("differs from the paper's S17 run")[1].splitlines()[0]
-    for phrase in ("one carry per block (the paper: in every attention and MLP sublayer)", "held-out sequences in token mode",
+    for phrase in ("one carry per block (the paper: in every attention and MLP sublayer)",
                    "gamma 1, 0.5 (the paper: 1, 0.75, 0.5, 0.25)", "1 seed per gamma (the paper: 3 for 1 and 0.75",
                    "2 layers, d_model 16, 2 heads (the paper: 12 layers, n_embd 384, 6 heads)",
                    "2 steps of 2 x 16 tokens at lr 0.003 (the paper: 5,000 iterations of 64 x 256 at lr 0.001)",
@@ -173,7 +173,7 @@ def test_a_sublayer_carry_experiment_trains_and_measures_with_the_papers_carry(t
     record = carry_experiment(out=tmp_path, progress=False, **{**TINY, "carries": (0.5,), "steps": 2, "carry_on": "sublayers"})
     checkpoint = tmp_path / "lam-0.5/seed-0/step-2"
     assert checkpoint_carry_on(checkpoint) == "sublayers" and record.config["carry_on"] == "sublayers"
-    measured = measure_checkpoint(checkpoint, torch.randint(0, 256, (2, 12)), bootstrap=0, progress=False)
+    measured = measure_checkpoint(checkpoint, torch.randint(0, 256, (4, 12)), bootstrap=0, progress=False)
     assert measured.extras["intervention"]["carry_on"] == "sublayers"
     blocks = carry_experiment(out=tmp_path / "blocks", progress=False, **{**TINY, "carries": (0.5,), "steps": 2})
     assert blocks.records[-1]["loss"] != record.records[-1]["loss"]
