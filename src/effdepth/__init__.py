@@ -14,9 +14,9 @@ from .result import Result, ViewResult
 from .loading import SavedTrajectory, load
 from .results_carry import ExperimentResult
 from .intervene import InterventionResult, intervene
-from .passage_measure import analyse_saved
+from .passage_measure import analyse_saved, from_pooled
 
-__all__ = ["measure", "analyse_saved", "from_states", "intervene", "InterventionResult", "ExperimentResult", "SavedTrajectory", "load", "Result",
+__all__ = ["measure", "analyse_saved", "from_pooled", "from_states", "intervene", "InterventionResult", "ExperimentResult", "SavedTrajectory", "load", "Result",
            "ViewResult", "EffdepthError", "__version__"]
 
 # The notebook API: your model object, your loop.

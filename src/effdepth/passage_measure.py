@@ -36,7 +36,7 @@ from .pooled import POOLED_DIR, PooledStore, mark_movable, temporary_folder
 from .provenance import code_version, library_versions, machine, now
 from .result import Result, view_results
 
-__all__ = ["measure_passages", "analyse_store", "analyse_saved", "passage_config"]
+__all__ = ["measure_passages", "analyse_store", "analyse_saved", "from_pooled", "passage_config"]
 
 #: More passes than this over the pooled vectors per stack, and a run says how much memory reads them once.
 MANY_PASSES = 16
@@ -185,6 +185,56 @@ def analyse_store(store: PooledStore, analysis: AnalysisOptions, *, progress: bo
     extras = {"passage_lengths": length_distribution(store.lengths, seq_len), "confounds": out["confounds"],
               "sample_size": out["sample_size"]}
     return Result(views=by_sim[primary], config=config, provenance={}, others={s: by_sim[s] for s in rest}, extras=extras)
+
+
+def from_pooled(pooled, *, lengths=None, views=("default",), similarity=None, include_embedding: bool = False,
+                bootstrap: int = 1000, seed: int = 0, bootstrap_units: int | None = None, progress: bool = False) -> Result:
+    """The paper's number from pooled vectors you already have: one vector per passage and state.
+
+    ``pooled`` is ``(L+1, N, d)`` (S_0..S_L of N passages) or a list of L+1 ``(N, d)`` matrices;
+    ``lengths`` each passage's token count (for the ``length`` control and the length distribution);
+    the analysis is :func:`effdepth.measure`'s passage mode (both CKA estimators, the references,
+    the confounds table without the drop-pos0 control, whose pooling needs the tokens, and the
+    sample-size curve), so the same pooled vectors give measure's numbers.
+
+    >>> import effdepth, numpy as np
+    >>> walk = np.cumsum(np.random.default_rng(0).normal(size=(4, 64, 16)), axis=0)   # S_0..S_3 of 64 passages
+    >>> r = effdepth.from_pooled(walk, bootstrap=0)
+    >>> r.passages, r.default.num_states, round(r.default.reference, 3)
+    (True, 3, 1.5)
+    >>> effdepth.from_pooled(walk[:, :3])
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: pooled vectors of 3 passage(s): similarity across passages needs at least 4 (the debiased estimator pairs four distinct passages); give 4 or more rows per state
+    """
+    from .numerics.pooled_input import checked_pooled
+
+    array = checked_pooled(pooled, lengths)
+    options = {"views": views, "include_embedding": include_embedding, "bootstrap": bootstrap, "seed": seed,
+               "similarity": similarity, "bootstrap_units": bootstrap_units}
+    analysis = AnalysisOptions(pooling="mean", **{k: v for k, v in options.items() if v is not None})
+    plan = analysis.analysis_plan(device="cpu")
+    missing = [v.name for v in plan.specs if v.variant != "default"]
+    if missing:
+        raise EffdepthError(f"view(s) {', '.join(missing)} pool tokens otherwise than the mean, and only the mean pooled "
+                            "vectors were given; use views made of default, length and top{k}pc")
+    check_samples(array.shape[1], array.shape[2], array.shape[0] - 1, plan)
+    given = None if lengths is None else np.asarray(lengths, dtype=np.int64)
+    with tqdm(total=len(plan.specs), desc="analysing views", unit="view", disable=not progress, leave=False) as bar:
+        out = analyse_pooled({"default": array}, plan, lengths=given, progress=_view_started(bar))
+    by_sim = {sim: view_results(v) for sim, v in out["similarities"].items()}
+    primary, *rest = plan.similarities
+    config = {**analysis.to_dict(), "similarity": primary, "similarities": list(plan.similarities), "pooling": "mean",
+              "passage_analysis": out["analysis"], "num_layers": array.shape[0] - 1, "num_passages": array.shape[1],
+              "given": "pooled vectors (effdepth.from_pooled)",
+              "similarity_labels": {s: SIMILARITIES[s].label for s in plan.similarities}}
+    extras = {"confounds": out["confounds"], "sample_size": out["sample_size"]}
+    if given is not None:
+        extras["passage_lengths"] = length_distribution(given)
+    provenance = {"code": code_version(), "libraries": library_versions(), "created": now(),
+                  "model": {"id": "pooled vectors", "source": "given"}}
+    return Result(views=by_sim[primary], config=config, provenance=provenance, others={s: by_sim[s] for s in rest},
+                  extras=extras)
 
 
 def _view_started(bar):
