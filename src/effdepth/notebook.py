@@ -6,10 +6,13 @@
   model.
 - :class:`Accumulator`: feed it those states batch by batch (a training loop
   can measure every N steps); ``.result()`` is the same :class:`Result` as
-  :func:`effdepth.measure`. Only per-sequence statistics (a few (L+1)x(L+1)
-  matrices) are kept, never the states.
+  :func:`effdepth.measure` over the same passages. Passage mode (the default)
+  keeps each passage's pooled vectors (float32, as measure's store), never
+  the token states; token mode (``pooling="none"``) keeps per-sequence
+  statistics.
 - :func:`from_hidden_states`: Hugging Face's ``output_hidden_states`` tuple,
-  whose last entry is the final norm's output, not a residual state.
+  whose last entry is the final norm's output: the paper's convention, so in
+  passage mode it gives ``effdepth.measure(..., states="hidden")``'s number.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 
+import numpy as np
 import torch
 
 from .capture.external import TRANSFORMER_LENS, adapt_external
@@ -27,10 +31,14 @@ from .capture.hooks import ResidualCapture
 from .capture.registry import resolve_architecture
 from .errors import EffdepthError
 from .measure import MeasurementState, states_result
+from .numerics.passage_analysis import check_samples
+from .numerics.passage_views import variants_for
+from .numerics.pooling import PassagePooler
 from .numerics.sequences import real_counts
 from .numerics.similarities import names_where
-from .numerics.views import parse_views
 from .options import DEFAULT_SIMILARITY, AnalysisOptions
+from .passage_measure import analysed_result
+from .provenance import code_version, library_versions, now
 from .result import Result
 
 #: The similarity of :class:`Accumulator` and :func:`from_hidden_states`;
@@ -112,79 +120,76 @@ class Accumulator:
 
     ``update(states, mask=None)`` takes what :func:`capture` yields, a
     ``(L+1, batch, seq, d)`` tensor, or a list of L+1 ``(batch, seq, d)``
-    (or ``(seq, d)``) tensors; ``mask`` ``(batch, seq)`` marks real tokens
-    (padding never enters a statistic). ``result()`` returns the same
-    :class:`~effdepth.result.Result` as :func:`effdepth.measure` over the
-    same batches. Views needing a fit (centring, top-k PC) fit on the states
-    given to ``fit(states, mask=None)`` (one or more batches) before the
-    first update, or else on the first batch. ``reset()`` starts over, e.g.
-    every N training steps.
+    (or ``(seq, d)``) tensors, each row a passage; ``mask`` ``(batch, seq)``
+    marks real tokens (padding never enters a statistic). ``result()``
+    returns the same :class:`~effdepth.result.Result` as
+    :func:`effdepth.measure` over the same passages (passage mode, the
+    default: each passage's states mean-pooled as measure pools them, then
+    measure's analysis, confounds and sample-size curve included; with
+    ``pooling="none"`` token mode's per-sequence statistics). ``reset()``
+    starts over, e.g. every N training steps.
 
     >>> import effdepth, torch
     >>> from effdepth.tiny import tiny_model
-    >>> model, acc = tiny_model("gpt2"), effdepth.Accumulator()
+    >>> model, acc = tiny_model("gpt2"), effdepth.Accumulator(bootstrap=0)
     >>> with effdepth.capture(model) as states, torch.no_grad():
-    ...     for _ in range(2):
+    ...     for _ in range(3):
     ...         _ = model(torch.randint(0, 256, (2, 8)))
     ...         acc.update(states)
     >>> r = acc.result()
-    >>> r.default.sequences, r.default.reference
-    (4, 1.5)
+    >>> r.passages, r.default.sequences, r.default.reference
+    (True, 6, 1.5)
     """
 
-    def __init__(self, views=("default",), similarity=DEFAULT_SIMILARITY, *, include_embedding: bool = False,
-                 bootstrap: int = 0, seed: int = 0, surrogate_seqs: int | None = 0):
-        self.analysis = AnalysisOptions(pooling="none", views=views, similarity=similarity, include_embedding=include_embedding,
-                                        bootstrap=bootstrap, seed=seed, surrogate_seqs=surrogate_seqs)
+    def __init__(self, views=("default",), similarity=None, *, pooling: str = "mean", include_embedding: bool = False,
+                 bootstrap: int | None = None, seed: int = 0, surrogate_seqs: int | None = 0):
+        passages = pooling == "mean"
+        options = {"views": views, "similarity": similarity or (None if passages else DEFAULT_SIMILARITY),
+                   "pooling": pooling, "include_embedding": include_embedding, "seed": seed,
+                   "bootstrap": (1000 if passages else 0) if bootstrap is None else bootstrap}
+        if not passages:
+            options["surrogate_seqs"] = surrogate_seqs
+        self.analysis = AnalysisOptions(**{k: v for k, v in options.items() if v is not None})
         self.views = self.analysis.view_specs
+        self._statistics = PooledBatches(self.analysis) if passages else TokenStatistics(self.analysis)
         self.reset()
 
     def reset(self) -> None:
         """Forget every batch (the views and options stay)."""
-        self._state = MeasurementState.new(self.analysis)
-        self._acc = self._state.views
+        self._statistics.reset()
         self.num_layers: int | None = None
         self._model: dict | None = None
-        self._fitted_size = [0, 0]  # sequences and real tokens given to fit()
 
     @property
     def sequences(self) -> int:
-        return self._acc.sequences
+        """Passages (sequences) fed so far."""
+        return self._statistics.sequences
 
     @property
     def tokens(self) -> int:
-        return self._acc.tokens
+        return self._statistics.tokens
 
     def fit(self, states, mask=None) -> None:
-        """Feed one batch of states to the fit of the views that need one (center, top-k PC), before
-        the first :meth:`update`; call it for each batch of the fitted set (e.g. the first sequences
+        """Token mode: feed one batch of states to the fit of the views that need one (center, top-k PC),
+        before the first :meth:`update`; call it for each batch of the fitted set (e.g. the first sequences
         up to 8 of them and 2,048 tokens, the calibration set of :func:`effdepth.measure`). These
-        states are not measured.
+        states are not measured. Passage mode fits its top-k PCs exactly, on every pooled vector.
 
         >>> import effdepth, torch
-        >>> acc = effdepth.Accumulator(views="default,top1pc")
+        >>> acc = effdepth.Accumulator(views="default,top1pc", pooling="none")
         >>> for _ in range(2):
         ...     acc.fit(torch.randn(4, 4, 32, 16))
         >>> acc.update(torch.randn(4, 2, 32, 16)); acc.result().config["pc_estimate"]["calibration"]
         {'sequences': 8, 'tokens': 256}
         """
-        s = self._checked(states)
-        if self.sequences or self._acc.padding_rows or self._state.views.fit_info is not None:
-            raise EffdepthError("fit() comes before the first update(); reset() to start over")
-        m = _mask(mask, s)
-        self._state.fit_batch(s, m)
-        counts = real_counts(s, m)
-        self._fitted_size = [self._fitted_size[0] + counts[0], self._fitted_size[1] + counts[1]]
+        self._statistics.fit(self._checked(states), mask)
 
     def update(self, states, mask=None) -> None:
-        """Add one batch of states; nothing of it is kept but its statistics."""
+        """Add one batch of states; nothing of it is kept but its statistics (passage mode: its pooled vectors)."""
         s = self._checked(states)
         if isinstance(states, CapturedStates) and self._model is None:
             self._model = states.info
-        if self._fitted_size[0] and not self._state.fitted:  # the batches given to fit() end here
-            sequences, tokens = self._fitted_size
-            self._state.finalize_fit(sequences=sequences, tokens=tokens)
-        self._state.update(s, _mask(mask, s))
+        self._statistics.update(s, _mask(mask, s))
 
     def _checked(self, states) -> torch.Tensor:
         """The states as ``(L+1, batch, seq, d)``, with as many states as the earlier batches."""
@@ -206,26 +211,121 @@ class Accumulator:
         if self.sequences == 0:
             raise EffdepthError("the Accumulator has no states yet; call update(states) with at least one batch first")
         changes = {k: v for k, v in {"similarity": similarity, "bootstrap": bootstrap, "seed": seed}.items() if v is not None}
-        state = self._state
         if views is not None:
-            wanted = [v.name for v in parse_views(views)]
+            wanted = [v.name for v in replace(self.analysis, views=views).view_specs]
             have = [v.name for v in self.views]
             missing = [w for w in wanted if w not in have]
             if missing:
                 raise EffdepthError(
                     f"view {missing[0]!r} was not accumulated (have {', '.join(have)}); name it when creating the Accumulator: Accumulator(views=...)"
                 )
-            acc = copy.copy(self._acc)  # shares the statistics, reports only the wanted views
-            acc.views = [v for v in self.views if v.name in wanted]
-            state = MeasurementState(acc, self._state.calibrated, None)
             changes["views"] = tuple(wanted)
-        analysis = replace(self.analysis, **changes)
+        return self._statistics.result(replace(self.analysis, **changes), self.num_layers,
+                                       self._model or {"source": "states"})
+
+
+class PooledBatches:
+    """Passage mode's :class:`Accumulator`: each passage's pooled vectors, pooled as :func:`effdepth.measure`
+    pools them (float64 sums, kept float32 as its store keeps them), and the passages' lengths."""
+
+    def __init__(self, analysis: AnalysisOptions):
+        bos = [v.name for v in analysis.view_specs if v.has("drop-bos")]
+        if bos:
+            raise EffdepthError(f"view {bos[0]} needs to know which passages start with BOS, and states do not say; use "
+                                "drop-pos0 (position 0 left out, whatever it holds) or effdepth.measure")
+        self.variants = variants_for(analysis.view_specs)
+
+    def reset(self) -> None:
+        self._pooled, self._sums, self._lengths = [], [], []
+
+    @property
+    def sequences(self) -> int:
+        return int(sum(len(n) for n in self._lengths))
+
+    @property
+    def tokens(self) -> int:
+        return int(sum(n.sum() for n in self._lengths))
+
+    def fit(self, states, mask) -> None:
+        raise EffdepthError("passage mode fits its top-k PCs exactly, on every pooled vector, at result(); fit() is "
+                            "token mode's (Accumulator(pooling='none'))")
+
+    def update(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
+        real = torch.ones(states.shape[1:3], dtype=torch.bool) if mask is None else mask
+        lengths = real.sum(dim=1)
+        if bool((lengths == 0).any()):
+            raise EffdepthError(f"passage {int(torch.nonzero(lengths == 0)[0])} of this batch has no real token by its "
+                                "mask; leave it out, or mark its tokens with True/1")
+        pooler = PassagePooler(self.variants, int(states.shape[0]) - 1)
+        pooler.start(real.to(states.device), torch.zeros(states.shape[1], dtype=torch.bool))
+        for layer in range(states.shape[0]):
+            pooler.layer(layer, states[layer])
+        pooler.finish()
+        self._pooled.append(pooler.pooled.cpu().numpy().astype(np.float32))  # (V, L+1, B, d), as the store keeps it
+        self._sums.append(pooler.sums.cpu().numpy())
+        self._lengths.append(lengths.cpu().numpy().astype(np.int64))
+
+    def result(self, analysis: AnalysisOptions, num_layers: int, model: dict) -> Result:
+        pooled = np.concatenate(self._pooled, axis=2)
+        arrays = {v: pooled[i] for i, v in enumerate(self.variants)}
+        lengths = np.concatenate(self._lengths)
+        check_samples(len(lengths), pooled.shape[-1], num_layers, analysis.analysis_plan())
+        result = analysed_result(arrays, analysis, token_sums=np.concatenate(self._sums, axis=1).transpose(1, 0, 2),
+                                 lengths=lengths, seq_len=int(lengths.max()), progress=False)
+        result.config.update({"num_layers": num_layers, "num_passages": len(lengths), "num_seqs": len(lengths),
+                              "seq_len": int(lengths.max()), "mean_passage_tokens": round(float(lengths.mean()), 2),
+                              "states": "blocks", "given": "states (effdepth.Accumulator)"})
+        result.provenance = {"model": model, "code": code_version(), "libraries": library_versions(), "created": now(),
+                             "tokens_measured": int(lengths.sum())}
+        return result
+
+
+class TokenStatistics:
+    """Token mode's :class:`Accumulator` (``pooling="none"``): per-sequence statistics, never the states."""
+
+    def __init__(self, analysis: AnalysisOptions):
+        self.analysis = analysis
+        self.views = analysis.view_specs
+
+    def reset(self) -> None:
+        self._state = MeasurementState.new(self.analysis)
+        self._acc = self._state.views
+        self._fitted_size = [0, 0]  # sequences and real tokens given to fit()
+
+    @property
+    def sequences(self) -> int:
+        return self._acc.sequences
+
+    @property
+    def tokens(self) -> int:
+        return self._acc.tokens
+
+    def fit(self, states: torch.Tensor, mask) -> None:
+        if self.sequences or self._acc.padding_rows or self._state.views.fit_info is not None:
+            raise EffdepthError("fit() comes before the first update(); reset() to start over")
+        m = _mask(mask, states)
+        self._state.fit_batch(states, m)
+        counts = real_counts(states, m)
+        self._fitted_size = [self._fitted_size[0] + counts[0], self._fitted_size[1] + counts[1]]
+
+    def update(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
+        if self._fitted_size[0] and not self._state.fitted:  # the batches given to fit() end here
+            sequences, tokens = self._fitted_size
+            self._state.finalize_fit(sequences=sequences, tokens=tokens)
+        self._state.update(states, mask)
+
+    def result(self, analysis: AnalysisOptions, num_layers: int, model: dict) -> Result:
+        state = self._state
+        if analysis.views != self.analysis.views:
+            acc = copy.copy(self._acc)  # shares the statistics, reports only the wanted views
+            acc.views = [v for v in self.views if v.name in analysis.views]
+            state = MeasurementState(acc, self._state.calibrated, None)
         # The additive statistics are always kept; the per-token sums and the kernel ones only when asked for.
         kept = set(self.analysis.similarity) | set(names_where(lambda s: s.additive and not s.needs_token_keys))
         extra = [s for s in analysis.similarity if s not in kept]
         if extra:
             raise EffdepthError(f"{extra[0]} statistics were not accumulated; create the Accumulator with similarity including {extra[0]!r}")
-        return states_result(state, analysis, num_layers=self.num_layers, model=self._model or {"source": "states"})
+        return states_result(state, analysis, num_layers=num_layers, model=model)
 
 
 def from_hidden_states(
@@ -234,30 +334,32 @@ def from_hidden_states(
     *,
     model=None,
     views=("default",),
-    similarity=DEFAULT_SIMILARITY,
+    similarity=None,
+    pooling: str = "mean",
     include_embedding: bool = False,
-    bootstrap: int = 0,
+    bootstrap: int | None = None,
     seed: int = 0,
 ) -> Result:
     """D_eff from the ``hidden_states`` tuple of ``model(..., output_hidden_states=True)``.
 
     Its last entry is the final norm's output, not S_L, in every supported
-    family; ``model=`` (the model that produced it: Hugging Face or nnsight)
-    tells effdepth the family, and D_eff is then measured on S_0..S_{L-1},
-    which the result records (``config["hidden_states"]``) and a warning
-    says. For all L blocks, capture S_L instead: ``with effdepth.capture(model)
-    as states: model(ids)``. ``attention_mask`` marks real tokens; padding never
-    enters a statistic. Without ``model=`` the tuple is refused.
+    family. Passage mode (the default) takes the tuple as the paper does
+    (``hidden_states[0..L]``, the last through the final norm), so it gives
+    ``effdepth.measure(..., states="hidden")``'s number over the same passages,
+    and the result says so (``config["hidden_states"]``); ``model=`` only
+    names the model in the record. Token mode (``pooling="none"``) measures
+    S_0..S_{L-1}, leaving the normed entry out, and needs ``model=`` (the model
+    that produced it) to know the family. ``attention_mask`` marks real tokens;
+    padding never enters a statistic. For the states before the final norm,
+    capture them: ``with effdepth.capture(model) as states: model(ids)``.
 
-    >>> import effdepth, torch, warnings
+    >>> import effdepth, torch
     >>> from effdepth.tiny import tiny_model
     >>> model = tiny_model("llama")
-    >>> out = model(torch.randint(0, 256, (2, 8)), output_hidden_states=True)
-    >>> with warnings.catch_warnings():
-    ...     warnings.simplefilter("ignore")
-    ...     r = effdepth.from_hidden_states(out.hidden_states, model=model)
-    >>> r.config["num_layers"], r.config["hidden_states"]["states"]
-    (2, 'S_0..S_2')
+    >>> out = model(torch.randint(0, 256, (6, 8)), output_hidden_states=True)
+    >>> r = effdepth.from_hidden_states(out.hidden_states, model=model, bootstrap=0)
+    >>> r.config["num_layers"], r.config["states"], r.config["hidden_states"]["same_as"]
+    (3, 'hidden', "effdepth.measure(..., states='hidden') over the same passages")
     """
     hidden = getattr(hidden_states, "hidden_states", hidden_states)
     if not isinstance(hidden, (tuple, list)) or not all(isinstance(h, torch.Tensor) for h in hidden) or len(hidden) < 2:
@@ -265,18 +367,14 @@ def from_hidden_states(
             "hidden_states must be the tuple of L+1 tensors from model(..., output_hidden_states=True); "
             "for a (L+1, batch, seq, d) tensor of residual states use effdepth.from_states"
         )
+    if pooling == "mean":
+        return _passage_hidden_states(hidden, attention_mask, model, views, similarity, include_embedding, bootstrap, seed)
     if model is None:
         raise EffdepthError(
             f"{HIDDEN_STATES_TRAP}; pass model= (the model that produced it) to measure S_0..S_(L-1), "
             f"or capture S_L too: {CAPTURE_HOW}"
         )
-    external = adapt_external(model, allow_processed=True)
-    if external is not None and external.library == TRANSFORMER_LENS:
-        raise EffdepthError(
-            f"TransformerLens models give no hidden_states tuple; use effdepth.measure(model, corpus) or {CAPTURE_HOW}"
-        )
-    module = external.model if external is not None else model
-    arch = resolve_architecture(module)
+    module, arch, external = _hidden_states_model(model)
     L = arch.num_layers
     if len(hidden) != L + 1:
         raise EffdepthError(
@@ -292,7 +390,7 @@ def from_hidden_states(
         UserWarning,
         stacklevel=2,
     )
-    acc = Accumulator(views, similarity, include_embedding=include_embedding, bootstrap=bootstrap, seed=seed)
+    acc = Accumulator(views, similarity, pooling="none", include_embedding=include_embedding, bootstrap=bootstrap, seed=seed)
     acc.update(list(hidden[:-1]), attention_mask)
     result = acc.result()
     result.config["hidden_states"] = {
@@ -302,14 +400,48 @@ def from_hidden_states(
         "measured_blocks": L - 1,
         "all_blocks": CAPTURE_HOW,
     }
-    result.provenance["model"] = {
-        "source": "hidden_states",
-        "class": type(module).__name__,
-        "model_type": arch.model_type,
-        "id": getattr(module, "name_or_path", None) or None,
-        **(external.info if external is not None else {}),
-    }
+    result.provenance["model"] = _model_record(module, arch, external)
     return result
+
+
+def _passage_hidden_states(hidden, mask, model, views, similarity, include_embedding, bootstrap, seed) -> Result:
+    """Passage mode's :func:`from_hidden_states`: every entry of the tuple, as ``measure(..., states="hidden")`` reads them."""
+    if model is not None:
+        module, arch, external = _hidden_states_model(model)
+        if len(hidden) != arch.num_layers + 1:
+            raise EffdepthError(f"got {len(hidden)} hidden states, but this {arch.model_type} model has {arch.num_layers} "
+                                f"blocks, so output_hidden_states=True gives {arch.num_layers + 1}; pass the whole tuple "
+                                "from the same model")
+    acc = Accumulator(views, similarity, pooling="mean", include_embedding=include_embedding, bootstrap=bootstrap, seed=seed)
+    acc.update(list(hidden), mask)
+    result = acc.result()
+    last = len(hidden) - 1
+    result.config.update({"states": "hidden", "states_meaning": "transformers' hidden_states[1:]: the blocks' outputs, "
+                          "the last through the final norm"})
+    result.config["hidden_states"] = {
+        "states": f"hidden_states[0..{last}], the last through the final norm: the paper's convention",
+        "same_as": "effdepth.measure(..., states='hidden') over the same passages",
+        "before_the_final_norm": CAPTURE_HOW,
+    }
+    if model is not None:
+        result.provenance["model"] = _model_record(module, arch, external)
+    return result
+
+
+def _hidden_states_model(model) -> tuple:
+    """``(module, architecture, external wrapper or None)`` of the model that produced a hidden_states tuple."""
+    external = adapt_external(model, allow_processed=True)
+    if external is not None and external.library == TRANSFORMER_LENS:
+        raise EffdepthError(
+            f"TransformerLens models give no hidden_states tuple; use effdepth.measure(model, corpus) or {CAPTURE_HOW}"
+        )
+    module = external.model if external is not None else model
+    return module, resolve_architecture(module), external
+
+
+def _model_record(module, arch, external) -> dict:
+    return {"source": "hidden_states", "class": type(module).__name__, "model_type": arch.model_type,
+            "id": getattr(module, "name_or_path", None) or None, **(external.info if external is not None else {})}
 
 
 def state_batch(states) -> torch.Tensor:

@@ -36,7 +36,7 @@ from .pooled import POOLED_DIR, PooledStore, mark_movable, temporary_folder
 from .provenance import code_version, library_versions, machine, now
 from .result import Result, view_results
 
-__all__ = ["measure_passages", "analyse_store", "analyse_saved", "from_pooled", "passage_config"]
+__all__ = ["measure_passages", "analyse_store", "analyse_saved", "analysed_result", "from_pooled", "passage_config"]
 
 #: More passes than this over the pooled vectors per stack, and a run says how much memory reads them once.
 MANY_PASSES = 16
@@ -170,20 +170,29 @@ def analyse_store(store: PooledStore, analysis: AnalysisOptions, *, progress: bo
     """The :class:`Result` of the pooled vectors in ``store`` under ``analysis`` (config and provenance
     hold only the analysis; the caller adds what was measured). ``extras`` holds the passage lengths
     (``seq_len``: the longest a passage could be), the confounds table and the sample-size curve."""
-    plan = analysis.analysis_plan(device=device or _analysis_device())
     arrays = store.arrays()
     check_stored_variants(analysis, list(arrays), list(arrays))
+    return analysed_result(arrays, analysis, token_sums=np.asarray(store.token_sums), lengths=store.lengths,
+                           seq_len=seq_len, progress=progress, device=device or _analysis_device())
+
+
+def analysed_result(pooled: dict, analysis: AnalysisOptions, *, token_sums=None, lengths=None, seq_len: int | None = None,
+                    progress: bool = True, device: str = "cpu") -> Result:
+    """The :class:`Result` of pooled vectors (``{variant: (L+1, N, d)}``) under ``analysis``: every view
+    under every similarity, and in ``extras`` the passage lengths, the confounds table and the sample-size
+    curve (docs/method.md#passage-mode); config and provenance hold only the analysis."""
+    plan = analysis.analysis_plan(device=device)
     with tqdm(total=len(plan.specs), desc="analysing views", unit="view", disable=not progress, leave=False) as bar:
-        out = analyse_pooled(arrays, plan, token_sums=np.asarray(store.token_sums), lengths=store.lengths,
-                             progress=_view_started(bar))
+        out = analyse_pooled(pooled, plan, token_sums=token_sums, lengths=lengths, progress=_view_started(bar))
         bar.update(bar.total - bar.n)
     by_sim = {sim: view_results(views) for sim, views in out["similarities"].items()}
     primary, *rest = plan.similarities
     config = {**analysis.to_dict(), "similarity": primary, "similarities": list(plan.similarities), "pooling": "mean",
               "passage_analysis": out["analysis"],
               "similarity_labels": {s: SIMILARITIES[s].label for s in plan.similarities}}
-    extras = {"passage_lengths": length_distribution(store.lengths, seq_len), "confounds": out["confounds"],
-              "sample_size": out["sample_size"]}
+    extras = {"confounds": out["confounds"], "sample_size": out["sample_size"]}
+    if lengths is not None:
+        extras = {"passage_lengths": length_distribution(lengths, seq_len), **extras}
     return Result(views=by_sim[primary], config=config, provenance={}, others={s: by_sim[s] for s in rest}, extras=extras)
 
 
@@ -213,28 +222,18 @@ def from_pooled(pooled, *, lengths=None, views=("default",), similarity=None, in
     options = {"views": views, "include_embedding": include_embedding, "bootstrap": bootstrap, "seed": seed,
                "similarity": similarity, "bootstrap_units": bootstrap_units}
     analysis = AnalysisOptions(pooling="mean", **{k: v for k, v in options.items() if v is not None})
-    plan = analysis.analysis_plan(device="cpu")
-    missing = [v.name for v in plan.specs if v.variant != "default"]
+    missing = [v.name for v in analysis.view_specs if v.variant != "default"]
     if missing:
         raise EffdepthError(f"view(s) {', '.join(missing)} pool tokens otherwise than the mean, and only the mean pooled "
                             "vectors were given; use views made of default, length and top{k}pc")
-    check_samples(array.shape[1], array.shape[2], array.shape[0] - 1, plan)
-    given = None if lengths is None else np.asarray(lengths, dtype=np.int64)
-    with tqdm(total=len(plan.specs), desc="analysing views", unit="view", disable=not progress, leave=False) as bar:
-        out = analyse_pooled({"default": array}, plan, lengths=given, progress=_view_started(bar))
-    by_sim = {sim: view_results(v) for sim, v in out["similarities"].items()}
-    primary, *rest = plan.similarities
-    config = {**analysis.to_dict(), "similarity": primary, "similarities": list(plan.similarities), "pooling": "mean",
-              "passage_analysis": out["analysis"], "num_layers": array.shape[0] - 1, "num_passages": array.shape[1],
-              "given": "pooled vectors (effdepth.from_pooled)",
-              "similarity_labels": {s: SIMILARITIES[s].label for s in plan.similarities}}
-    extras = {"confounds": out["confounds"], "sample_size": out["sample_size"]}
-    if given is not None:
-        extras["passage_lengths"] = length_distribution(given)
-    provenance = {"code": code_version(), "libraries": library_versions(), "created": now(),
-                  "model": {"id": "pooled vectors", "source": "given"}}
-    return Result(views=by_sim[primary], config=config, provenance=provenance, others={s: by_sim[s] for s in rest},
-                  extras=extras)
+    check_samples(array.shape[1], array.shape[2], array.shape[0] - 1, analysis.analysis_plan())
+    result = analysed_result({"default": array}, analysis, lengths=None if lengths is None else np.asarray(lengths),
+                             progress=progress)
+    result.config.update({"num_layers": array.shape[0] - 1, "num_passages": array.shape[1],
+                          "given": "pooled vectors (effdepth.from_pooled)"})
+    result.provenance = {"code": code_version(), "libraries": library_versions(), "created": now(),
+                         "model": {"id": "pooled vectors", "source": "given"}}
+    return result
 
 
 def _view_started(bar):

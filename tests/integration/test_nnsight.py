@@ -95,5 +95,5 @@ def test_capture_and_hidden_states_through_nnsight():
             pass
     torch.testing.assert_close(traced.tensor, direct.tensor, rtol=0, atol=0)
     with pytest.warns(UserWarning, match="S_0..S_2"):
-        r = effdepth.from_hidden_states(out.hidden_states, model=lm)
+        r = effdepth.from_hidden_states(out.hidden_states, model=lm, pooling="none")
     assert r.provenance["model"]["wrapper"] == "nnsight.TransformersModel"

@@ -38,7 +38,7 @@ def fit_rows(ids) -> int:
 
 
 def accumulated(model, ids, views=("default",), **options):
-    acc = effdepth.Accumulator(views, **options)
+    acc = effdepth.Accumulator(views, **{"pooling": "none", **options})
     with effdepth.capture(model) as states, torch.no_grad():
         if any(v.needs_fit for v in acc.views):  # the fit phase, on what measure() fits on
             for i in range(0, fit_rows(ids), BATCH):
@@ -91,7 +91,7 @@ def test_capture_yields_the_pre_norm_stream_one_tensor_per_state(family_model):
 def test_without_fit_the_first_batch_is_the_fitted_set_and_fit_comes_first():
     model = tiny_model("llama")
     ids = token_ids()
-    acc = effdepth.Accumulator(["top1pc"])
+    acc = effdepth.Accumulator(["top1pc"], pooling="none")
     with effdepth.capture(model) as states, torch.no_grad():
         model(ids[:BATCH])
         acc.update(states)
@@ -145,12 +145,12 @@ def test_accumulator_result_views_subset_reset_and_errors():
     with pytest.raises(EffdepthError, match="no states yet"):
         acc.result()
     with pytest.raises(EffdepthError, match="similarity"):
-        effdepth.Accumulator(similarity="nope")
+        effdepth.Accumulator(similarity="nope", pooling="none")
 
 
 def test_accumulator_takes_a_list_of_tensors_or_one_tensor():
     s = torch.randn(4, 2, 6, 8, dtype=torch.float64)
-    a, b, c = effdepth.Accumulator(), effdepth.Accumulator(), effdepth.Accumulator()
+    a, b, c = (effdepth.Accumulator(pooling="none") for _ in range(3))
     a.update(s)
     b.update(list(s))
     c.update(tuple(s[:, 0]))  # (seq, d) states: one sequence each
@@ -169,9 +169,9 @@ def test_padding_from_the_mask_never_enters_a_statistic():
     garbage = s.clone()
     garbage[:, 1, 6:] = 1e6
     garbage[:, 0, :2] = -1e6
-    padded = effdepth.Accumulator()
+    padded = effdepth.Accumulator(pooling="none")
     padded.update(garbage, mask=mask)
-    trimmed = effdepth.Accumulator()
+    trimmed = effdepth.Accumulator(pooling="none")
     trimmed.update(s[:, 0, 2:])
     trimmed.update(s[:, 1, :6])
     assert_same_numbers(padded.result(), trimmed.result(), tol=1e-12)
@@ -186,7 +186,7 @@ def test_a_training_loop_measures_every_n_steps_without_changing_training():
     def train(with_capture):
         model = tiny_model("llama", seed=1).train()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        acc, results = effdepth.Accumulator(), []
+        acc, results = effdepth.Accumulator(pooling="none"), []
         context = effdepth.capture(model) if with_capture else None
         states = context.__enter__() if context else None
         try:
@@ -219,7 +219,7 @@ def test_from_hidden_states_without_model_is_refused_with_the_trap():
     with torch.no_grad():
         out = model(token_ids(2, 8), output_hidden_states=True)
     with pytest.raises(EffdepthError) as info:
-        effdepth.from_hidden_states(out.hidden_states)
+        effdepth.from_hidden_states(out.hidden_states, pooling="none")
     message = str(info.value)
     assert "\n" not in message
     assert "final norm" in message and "model=" in message and "effdepth.capture(model)" in message
@@ -236,7 +236,8 @@ def test_from_hidden_states_with_model_uses_the_residual_entries(family):
     with torch.no_grad():
         out = model(ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp_min(0), output_hidden_states=True)
     with pytest.warns(UserWarning, match=r"S_0\.\.S_2 \(2 of 3 blocks\).*effdepth\.capture\(model\)"):
-        r = effdepth.from_hidden_states(out, attention_mask=mask, model=model, views=("default", "token-norm"))
+        r = effdepth.from_hidden_states(out, attention_mask=mask, model=model, views=("default", "token-norm"),
+                                        pooling="none")
     assert r.config["num_layers"] == TINY_LAYERS - 1 and r.config["hidden_states"]["states"] == "S_0..S_2"
     assert r.provenance["model"]["source"] == "hidden_states" and r.provenance["model"]["model_type"] == family
     expected = effdepth.from_states(torch.stack(out.hidden_states[:-1]), mask=mask, views=("default", "token-norm"))
@@ -248,7 +249,8 @@ def test_from_hidden_states_with_model_uses_the_residual_entries(family):
         h[0, :3] = 1e4
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        again = effdepth.from_hidden_states(tuple(garbage), attention_mask=mask, model=model, views=("default", "token-norm"))
+        again = effdepth.from_hidden_states(tuple(garbage), attention_mask=mask, model=model, views=("default", "token-norm"),
+                                            pooling="none")
     assert_same_numbers(again, r, tol=1e-12)
 
 
@@ -256,8 +258,9 @@ def test_from_hidden_states_checks_the_tuple_against_the_model():
     model = tiny_model("gpt2")
     with torch.no_grad():
         out = model(token_ids(2, 8), output_hidden_states=True)
-    with pytest.raises(EffdepthError, match="got 3 hidden states, but this gpt2 model has 3 blocks"):
-        effdepth.from_hidden_states(out.hidden_states[:3], model=model)
+    for pooling in ("mean", "none"):
+        with pytest.raises(EffdepthError, match="got 3 hidden states, but this gpt2 model has 3 blocks"):
+            effdepth.from_hidden_states(out.hidden_states[:3], model=model, pooling=pooling)
 
 
 def test_hugging_face_paths_never_import_transformer_lens_or_nnsight():
@@ -280,3 +283,77 @@ def test_accumulator_result_under_a_similarity_it_did_not_keep_says_how_to_keep_
     assert acc.result(similarity="frobenius", bootstrap=0).default.deff > 0  # always kept
     with pytest.raises(EffdepthError, match=r"token statistics were not accumulated.*similarity including 'token'"):
         acc.result(similarity="token")
+
+
+# ---------------------------------------------------------------- passage mode (the default): measure's numbers
+
+
+def passage_numbers(result) -> dict:
+    """Every view's D_eff, references and intervals under every similarity, and the confounds table."""
+    out = {sim: {name: (v.deff, v.ci["deff"] if v.ci else None, dict(v.references)) for name, v in views.items()}
+           for sim, views in result.similarities.items()}
+    return {"views": out, "confounds": {k: v for k, v in result.extras["confounds"].items() if k != "notes"}}
+
+
+def assert_close_numbers(a: dict, b: dict, tol: float) -> None:
+    if isinstance(a, dict):
+        assert set(a) == set(b)
+        for key in a:
+            assert_close_numbers(a[key], b[key], tol)
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_close_numbers(x, y, tol)
+    elif isinstance(a, float):
+        assert a == pytest.approx(b, rel=tol, abs=tol)
+    else:
+        assert a == b
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_capture_and_accumulator_in_your_own_loop_give_measures_number(family):
+    """One number per question: the notebook loop over measure's passages gives measure's numbers."""
+    model = tiny_model(family)
+    ids = token_ids(8, 12)
+    views = ("default", "drop-pos0", "token-norm", "top1pc")
+    one = effdepth.measure(model, ids, views=views, bootstrap=30, progress=False)
+    acc = effdepth.Accumulator(views, bootstrap=30)
+    with effdepth.capture(model) as states, torch.no_grad():
+        for i in range(0, ids.shape[0], BATCH):
+            model(ids[i : i + BATCH])
+            acc.update(states)
+    loop = acc.result()
+    assert loop.passages and loop.default.sequences == 8 and acc.tokens == 8 * 12
+    assert_close_numbers(passage_numbers(loop), passage_numbers(one), tol=1e-6)
+    with pytest.raises(EffdepthError, match="token mode's"):
+        acc.fit(states)
+    with pytest.raises(EffdepthError, match="which passages start with BOS"):
+        effdepth.Accumulator("drop-bos")
+
+
+def test_from_hidden_states_gives_measures_number_under_the_papers_convention():
+    model = tiny_model("llama")
+    ids = token_ids(8, 10)
+    one = effdepth.measure(model, ids, states="hidden", bootstrap=30, progress=False)
+    with torch.no_grad():
+        out = model(ids, output_hidden_states=True)
+    r = effdepth.from_hidden_states(out.hidden_states, bootstrap=30)
+    assert r.passages and r.config["states"] == "hidden" and "paper's convention" in r.config["hidden_states"]["states"]
+    assert_close_numbers(passage_numbers(r), passage_numbers(one), tol=1e-6)
+
+
+def test_padding_never_enters_a_pooled_vector():
+    g = torch.Generator().manual_seed(1)
+    s = torch.randn(4, 8, 9, 8, dtype=torch.float64, generator=g)
+    mask = torch.ones(8, 9, dtype=torch.long)
+    mask[1, 6:] = 0
+    garbage = s.clone()
+    garbage[:, 1, 6:] = 1e6
+    padded, clean = effdepth.Accumulator(bootstrap=0), effdepth.Accumulator(bootstrap=0)
+    padded.update(garbage, mask=mask)
+    clean.update(s, mask=mask)
+    assert passage_numbers(padded.result()) == passage_numbers(clean.result())
+    assert padded.result().extras["passage_lengths"]["min"] == 6
+    mask[2] = 0
+    with pytest.raises(EffdepthError, match="passage 2 of this batch has no real token"):
+        padded.update(s, mask=mask)

@@ -164,7 +164,7 @@ def test_processed_rms_bridge_keeps_the_stream_and_is_accepted(model_folder):
 def test_capture_and_accumulator_on_a_bridge_equal_measure(model_folder):
     b = bridge("llama", model_folder("llama"))
     ids = token_ids()
-    acc = effdepth.Accumulator(VIEWS)
+    acc = effdepth.Accumulator(VIEWS, pooling="none")
     with effdepth.capture(b) as states, torch.no_grad():
         for i in range(0, ids.shape[0], 3):
             b(ids[i : i + 3], return_type=None)
