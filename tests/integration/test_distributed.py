@@ -14,7 +14,8 @@ from effdepth.cli.torchrun import main
 from effdepth.distributed import measure_distributed, shares
 from effdepth.options import Options
 
-OPTIONS = ["--seq-len", "16", "--num-seqs", "7", "--batch-size", "2", "--bootstrap", "50", "--views", "default,drop-pos0,top1pc"]
+OPTIONS = ["--seq-len", "16", "--num-seqs", "7", "--batch-size", "2", "--bootstrap", "50", "--views", "default,drop-pos0,top1pc",
+           "--pooling", "none"]
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +76,45 @@ def test_torchrun_two_processes_match_one(model_dir, corpus, tmp_path):
     _same(single, distributed)
 
 
+def test_torchrun_passage_mode_gives_one_processs_numbers_exactly(model_dir, corpus, tmp_path):
+    """The default: each rank pools its batches of passages, rank 0 gathers and analyses."""
+    out = tmp_path / "passages"
+    options = ["--seq-len", "16", "--num-seqs", "9", "--batch-size", "2", "--bootstrap", "50", "--views",
+               "default,drop-pos0,top1pc"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "effdepth.distributed", "measure", str(model_dir), "--corpus", corpus, *options,
+         "--backend", "gloo", "--device", "cpu", "--out", str(out), "--no-progress", "--no-figures"],
+        capture_output=True, text=True, timeout=240, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    distributed = effdepth.load(out)
+    assert distributed.passages and distributed.provenance["run"]["distributed"]["batches"] == [3, 2]
+    assert (out / "pooled" / "default.npy").is_file() and not (out / ".effdepth-shards").exists()
+    single = effdepth.measure(str(model_dir), corpus, seq_len=16, num_seqs=9, batch_size=2, bootstrap=50,
+                              views="default,drop-pos0,top1pc", progress=False)
+    # The same batches as one process; only the thread count (OMP_NUM_THREADS=1 here) may move a last digit.
+    for key in ("views", "similarities"):
+        assert_close(distributed.to_dict()[key], single.to_dict()[key])
+    assert_close(distributed.extras["confounds"], single.extras["confounds"])
+
+
+def assert_close(a, b):
+    if isinstance(a, dict):
+        assert set(a) == set(b)
+        for key in a:
+            assert_close(a[key], b[key])
+    elif isinstance(a, list):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_close(x, y)
+    elif isinstance(a, float):
+        assert a == pytest.approx(b, rel=1e-12, abs=1e-15)
+    else:
+        assert a == b
+
+
 @pytest.fixture
 def one_process_group(tmp_path):
     import torch.distributed as dist
@@ -95,7 +135,7 @@ def test_in_process_group_of_one(one_process_group, model_dir, corpus):
 def test_without_torchrun_a_one_line_error(monkeypatch, capsys, model_dir):
     for name in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    assert main(["measure", "--pooling", "none", str(model_dir)]) == 2
+    assert main(["measure", str(model_dir)]) == 2
     err = capsys.readouterr().err.strip()
     assert "not started by torchrun" in err and "\n" not in err
     assert main(["measure", "--pooling", "none", str(model_dir), "--device-map", "auto"]) == 2

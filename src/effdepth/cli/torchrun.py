@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import EffdepthError
-from ..options import Options, token_mode
+from ..options import Options
 from .arguments import Parser, add_measure_arguments, add_model_argument, default_out, ensure_writable
 
 
@@ -57,13 +57,13 @@ def _measure_command(args) -> int:
     from ..distributed import agreed, comm_device, measure_distributed
     from .measure import write_result
 
-    options = Options.from_args(args, **token_mode({"pooling": getattr(args, "pooling", None)}, "a distributed measurement"))
+    options = Options.from_args(args)
     if options.load.device is None and torch.cuda.is_available():
         options = options.replace(device=f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}")
     out = default_out(args.model) if args.out is None else Path(args.out)
     # Rank 0 alone writes, but every rank must hear if it cannot: they would wait for it forever.
     agreed(lambda: ensure_writable(out) if dist.get_rank() == 0 else None, "checking the output folder", comm_device())
-    result = measure_distributed(options, progress=args.progress)
+    result = measure_distributed(options, progress=args.progress, folder=out)
     # Every rank waits until rank 0 has written: torchrun stops all ranks when one exits badly, so a
     # rank leaving early could take the result with it; and a failed write is every rank's error.
     agreed(lambda: None if result is None else write_result(result, out, figures=args.figures, note=f" ({dist.get_world_size()} processes)"),

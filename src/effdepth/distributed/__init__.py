@@ -4,13 +4,17 @@
 
     torchrun --nproc-per-node 4 -m effdepth.distributed measure EleutherAI/pythia-1b --num-seqs 512 --out runs/p1b
 
-Every rank loads the model and the same corpus, measures a contiguous share
-of the sequences (rank 0 the first), and sends its per-sequence statistics
-to rank 0 with ``torch.distributed``. The statistics are additive per
-sequence and arrive in rank order, so rank 0 holds exactly the units a
-single process would have, in the same order: the numbers, bootstrap
-intervals included, are those of ``effdepth measure`` on the same sequences.
-Rank 0 alone writes ``result.json`` (and the figures).
+Passage mode (the default): every rank loads the model and the same
+passages, pools its share of the batches one process would run, and writes
+them to a shard under the output folder; rank 0 gathers the shards into one
+store and analyses it (:mod:`.passages`). Token mode (``--pooling none``):
+every rank measures a contiguous share of the sequences (rank 0 the first)
+and sends its per-sequence statistics to rank 0 with ``torch.distributed``;
+they are additive per sequence and arrive in rank order, so rank 0 holds
+exactly the units a single process would have, in the same order. Either
+way the numbers, bootstrap intervals included, are those of ``effdepth
+measure`` on the same passages or sequences. Rank 0 alone writes
+``result.json`` (and the figures).
 
 Backends: ``gloo`` (CPU, the default without CUDA) or ``nccl`` (GPUs; each
 rank uses ``cuda:LOCAL_RANK``). Views that fit means or principal
@@ -61,14 +65,16 @@ def shares(total: int, world: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def measure_distributed(options: Options, *, progress: bool = True):
+def measure_distributed(options: Options, *, progress: bool = True, folder=None):
     """:func:`effdepth.measure` over the ranks of the initialised process group.
 
     Call it on every rank (same options); rank 0 gets the
     :class:`~effdepth.Result`, the others ``None``. Launch with ``torchrun``
     (see the module docstring), or initialise ``torch.distributed`` yourself
     (then ``import torch.distributed.nn.functional`` before
-    ``init_process_group``: see :func:`process_group`).
+    ``init_process_group``: see :func:`process_group`). Passage mode (the
+    default) needs ``folder``, where every rank writes its pooled vectors
+    (:mod:`.passages`: a folder every rank sees); token mode sends statistics.
     """
     import torch.distributed as dist
 
@@ -77,12 +83,16 @@ def measure_distributed(options: Options, *, progress: bool = True):
     if not dist.is_available() or not dist.is_initialized():
         raise EffdepthError(f"no torch.distributed process group; {UNDER_TORCHRUN}")
     analysis = options.analysis
-    if analysis.passages:
-        raise EffdepthError("a distributed measurement is token mode's (per-sequence statistics): build the options with "
-                            "pooling='none', or measure passage mode in one process")
-    view_specs = analysis.view_specs
     if options.load.device_map is not None:
         raise EffdepthError("--device-map does not combine with a distributed measurement: every rank holds the whole model")
+    if analysis.passages:
+        from .passages import measure_passages_distributed
+
+        if folder is None:
+            raise EffdepthError("a distributed passage-mode measurement writes each rank's pooled vectors to a folder "
+                                "every rank sees; pass folder= (the command line's --out)")
+        return measure_passages_distributed(options, folder, progress=progress)
+    view_specs = analysis.view_specs
     if analysis.pc_estimate == "exact" and any(v.needs_fit for v in view_specs):
         raise EffdepthError("--pc-estimate exact is not supported in a distributed measurement; use the default calibration estimate")
     single_process = [spec for spec in map(get_similarity, analysis.similarity) if not spec.distributable]

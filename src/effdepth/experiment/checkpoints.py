@@ -84,14 +84,12 @@ def measure_checkpoint(path, corpus=None, *, carry: float | None = None, layers=
     """
     from ..intervene import measure_with_carry
     from ..measure import prepare
-    from ..options import Options, token_mode
+    from ..options import Options
 
     stored_lam, stored_layers = checkpoint_carry(path)
     lam = stored_lam if carry is None else carry
-    passages = options.get("pooling", "mean") == "mean"  # as effdepth.measure: passage mode unless told otherwise
-    opts = Options.build(model=str(path), corpus=corpus,
-                         **(options if passages else token_mode(options, "the carry experiment")))
-    prepared = prepare(opts.load, progress=progress, passages=passages)
+    opts = Options.build(model=str(path), corpus=corpus, **options)  # as effdepth.measure: passage mode unless told
+    prepared = prepare(opts.load, progress=progress, passages=opts.analysis.passages)
     return measure_with_carry(prepared, lam, stored_layers if layers is None else layers, opts.analysis, progress=progress,
                               on=checkpoint_carry_on(path))
 

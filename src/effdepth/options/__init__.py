@@ -32,12 +32,12 @@ from ..numerics.views import parse_views
 from .checks import (MIN_BOOTSTRAP, at_least, check_device, check_dtype, check_kernel_length, check_revision_target,
                      check_tokenizer_spec, check_views_have_values, is_whole, parse_bytes, validate_options)
 from .defaults import (DEFAULT_MAX_MEMORY, DEFAULT_SIMILARITY, DEFAULTS, MAX_BOOTSTRAP, PASSAGE_DEFAULTS, POOLINGS,
-                       PROTOCOLS, STATES, Protocol, check_protocol, resolve_defaults, token_mode)
+                       PROTOCOLS, STATES, Protocol, check_protocol, resolve_defaults)
 
 __all__ = ["AnalysisOptions", "DEFAULTS", "DEFAULT_MAX_MEMORY", "DEFAULT_SIMILARITY", "LoadOptions", "MAX_BOOTSTRAP",
            "MIN_BOOTSTRAP", "Options", "PASSAGE_DEFAULTS", "POOLINGS", "PROTOCOLS", "Protocol", "RunOptions", "STATES",
            "UNHASHED_OPTIONS", "at_least", "check_device", "check_dtype", "check_protocol", "check_revision_target",
-           "check_tokenizer_spec", "parse_bytes", "resolve_defaults", "token_mode", "validate_options"]
+           "check_tokenizer_spec", "parse_bytes", "resolve_defaults", "validate_options"]
 
 
 @dataclass(frozen=True)

@@ -68,20 +68,3 @@ def resolve_defaults(values: dict) -> dict:
     if passages and given.get("add_bos") is False:  # --no-bos in passage mode: no special token at all
         given.setdefault("bos", "never")
     return given
-
-
-def token_mode(values: dict, what: str) -> dict:
-    """``values`` with ``pooling="none"`` where no pooling is given: for the entry points that measure
-    per-token statistics only (the residual-carry intervention, torchrun); passage mode there fails at once.
-
-    >>> token_mode({"seq_len": 16}, "intervene")["pooling"]
-    'none'
-    >>> token_mode({"pooling": "mean"}, "intervene")
-    Traceback (most recent call last):
-    ...
-    effdepth.errors.EffdepthError: intervene measures in token mode (--pooling none) only; drop --pooling mean, or measure passage mode with effdepth measure
-    """
-    if values.get("pooling") in (None, "none"):
-        return {**values, "pooling": "none"}
-    raise EffdepthError(f"{what} measures in token mode (--pooling none) only; drop --pooling {values['pooling']}, "
-                        "or measure passage mode with effdepth measure")
