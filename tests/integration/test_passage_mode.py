@@ -308,7 +308,7 @@ def corpus(tmp_path, text):
     (["--num-seqs", "3"], "below 4"),
     (["--views", "top9pc", "--num-seqs", "8"], "top9pc"),
     (["--protocol", "papr"], "invalid choice: 'papr'"),
-    (["--views", "drop-pos0"], "not a passage-mode view"),
+    (["--views", "center"], "not a passage-mode view"),
     (["--similarity", "frobenius"], "token mode's"),
 ])
 def test_bad_options_fail_in_one_line_before_the_model_loads(extra, message, tmp_path, capsys):
