@@ -167,5 +167,7 @@ def test_accumulator_default_similarity_follows_measure():
     from effdepth.options import AnalysisOptions
 
     assert (DEFAULT_SIMILARITY,) == AnalysisOptions(pooling="none").similarity
-    assert inspect.signature(effdepth.Accumulator).parameters["similarity"].default == DEFAULT_SIMILARITY
+    assert inspect.signature(effdepth.Accumulator).parameters["similarity"].default is None  # each mode's own default
+    for pooling in ("mean", "none"):
+        assert effdepth.Accumulator(pooling=pooling).analysis.similarity == AnalysisOptions(pooling=pooling).similarity
     assert all(p.default is not inspect.Parameter.empty for p in inspect.signature(effdepth.Accumulator).parameters.values())
