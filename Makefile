@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.effdepth-installed
 
-.PHONY: setup demo test test-fast test-integration test-acceptance bench clean
+.PHONY: setup demo test lint format test-fast test-integration test-acceptance bench clean
 
 setup: $(STAMP)
 
@@ -25,9 +25,19 @@ demo: setup
 	$(VENV)/bin/effdepth measure gemma-3-270m $(DEMO) --out runs/demo/gemma-3-270m
 	$(VENV)/bin/effdepth claims runs/demo
 
-# Everything: the unit, integration and acceptance tiers (what CI runs); gpu tests skip without CUDA.
-test: setup
+# Everything: ruff (lint and format), then the unit, integration and acceptance tiers (what CI runs);
+# gpu tests skip without CUDA.
+test: lint
 	$(PY) -m pytest -q
+
+# ruff as pyproject.toml configures it: the lint rules and the format, checked (make format fixes them).
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+format: setup
+	$(VENV)/bin/ruff check --fix src tests benchmarks
+	$(VENV)/bin/ruff format src tests benchmarks
 
 # One tier each (markers given by tests/conftest.py).
 # unit: tests/unit and the doctests, no model, under a minute (the two paths only spare

@@ -45,11 +45,17 @@ import time
 import numpy as np
 import torch
 
-from effdepth.numerics.passage_analysis import DEFAULT_BOOTSTRAP_UNITS, AnalysisPlan, analyse_pooled, analysis_memory, one_pass_bytes
 from effdepth.numerics.confounds import Subsamples
-from effdepth.numerics.hsic_resample import Units
-from effdepth.numerics.passage_views import CONTROLS, PAPER_VIEWS, parse_views
 from effdepth.numerics.hsic_plan import gram_fraction, stack_plan
+from effdepth.numerics.hsic_resample import Units
+from effdepth.numerics.passage_analysis import (
+    DEFAULT_BOOTSTRAP_UNITS,
+    AnalysisPlan,
+    analyse_pooled,
+    analysis_memory,
+    one_pass_bytes,
+)
+from effdepth.numerics.passage_views import CONTROLS, PAPER_VIEWS, parse_views
 from effdepth.numerics.sample_hsic import DEFAULT_BUDGET_BYTES
 
 #: H200 SXM peak dense throughput (NVIDIA's data sheet): float64 tensor cores, bfloat16 tensor cores.
@@ -59,17 +65,34 @@ H200_BF16_FLOPS = 989e12
 PAPER_PASSAGES, PAPER_RESAMPLES, PAPER_TOKENS_PER_PASSAGE = 10_000, 1_000, 500
 #: Table 2's models: (L, d, decoder-block parameters, approximate, from their configs; no embeddings).
 PAPER16_SHAPES = {
-    "Pythia-70M": (6, 512, 19e6), "Pythia-160M": (12, 768, 85e6), "Pythia-410M": (24, 1024, 302e6),
-    "Pythia-1B": (16, 2048, 805e6), "Pythia-1.4B": (24, 2048, 1.21e9), "OLMo-2-1B": (16, 2048, 1.07e9),
-    "OLMo-2-7B": (32, 4096, 6.6e9), "OLMo-2-13B": (40, 5120, 12.6e9), "Llama-3.1-8B": (32, 4096, 7.0e9),
-    "Mistral-7B": (32, 4096, 7.0e9), "Gemma-3-12b": (48, 3840, 10.8e9), "Qwen3.5-0.8B": (24, 1024, 0.5e9),
-    "Qwen3.5-2B": (24, 2048, 1.5e9), "Qwen3.5-4B": (32, 2560, 3.6e9), "Qwen3.5-9B": (32, 4096, 8.0e9),
+    "Pythia-70M": (6, 512, 19e6),
+    "Pythia-160M": (12, 768, 85e6),
+    "Pythia-410M": (24, 1024, 302e6),
+    "Pythia-1B": (16, 2048, 805e6),
+    "Pythia-1.4B": (24, 2048, 1.21e9),
+    "OLMo-2-1B": (16, 2048, 1.07e9),
+    "OLMo-2-7B": (32, 4096, 6.6e9),
+    "OLMo-2-13B": (40, 5120, 12.6e9),
+    "Llama-3.1-8B": (32, 4096, 7.0e9),
+    "Mistral-7B": (32, 4096, 7.0e9),
+    "Gemma-3-12b": (48, 3840, 10.8e9),
+    "Qwen3.5-0.8B": (24, 1024, 0.5e9),
+    "Qwen3.5-2B": (24, 2048, 1.5e9),
+    "Qwen3.5-4B": (32, 2560, 3.6e9),
+    "Qwen3.5-9B": (32, 4096, 8.0e9),
     "Qwen3.5-27B": (64, 5120, 25.5e9),
 }
 
 
-def stack_flops(samples: int, matrices: int, width: int, resamples: int, units: int = DEFAULT_BOOTSTRAP_UNITS,
-                budget: int = DEFAULT_BUDGET_BYTES, extra_rows: int = 0) -> dict:
+def stack_flops(
+    samples: int,
+    matrices: int,
+    width: int,
+    resamples: int,
+    units: int = DEFAULT_BOOTSTRAP_UNITS,
+    budget: int = DEFAULT_BUDGET_BYTES,
+    extra_rows: int = 0,
+) -> dict:
     """Float64 flops of one HSIC stack, by term, on the route the analysis takes (see the module docstring);
     ``extra_rows`` are weight rows beside the resamples (the sample-size curve's subsamples).
 
@@ -85,14 +108,22 @@ def stack_flops(samples: int, matrices: int, width: int, resamples: int, units: 
         formed = gram_fraction(g, plan["tile_units"])
         terms = {"grams": 2 * m * n * n * d * formed, "pair_blocks": 2 * m * m * n * n * formed}
     else:
-        terms = {"cross_products": 2 * pairs * n * d * d, "unit_products": 2 * pairs * g * g * d * d,
-                 "unit_rows": 2 * m * n * d * g}
-    return {**terms, "row_sums": 2 * r * g * m * n, "weighted_products": 10 * r * m * m * n,
-            "quadratic_forms": 4 * r * pairs * g * g}
+        terms = {
+            "cross_products": 2 * pairs * n * d * d,
+            "unit_products": 2 * pairs * g * g * d * d,
+            "unit_rows": 2 * m * n * d * g,
+        }
+    return {
+        **terms,
+        "row_sums": 2 * r * g * m * n,
+        "weighted_products": 10 * r * m * m * n,
+        "quadratic_forms": 4 * r * pairs * g * g,
+    }
 
 
-def analysis_flops(samples: int, layers: int, width: int, resamples: int, views: str = "default",
-                   controls: bool = True) -> float:
+def analysis_flops(
+    samples: int, layers: int, width: int, resamples: int, views: str = "default", controls: bool = True
+) -> float:
     """Flops of the whole analysis: per view the states and the matched surrogate (L + 1 matrices each)
     and the updates (L); per top-PC count the structural surrogate (its L analysed layers); with the
     ``controls`` (passages of varying length), the states of default and each control that is not a view,
@@ -130,7 +161,7 @@ def float64_rate(size: int = 512, batch: int = 8, device: str = "cpu") -> float:
         torch.bmm(a, a)
     if a.is_cuda:
         torch.cuda.synchronize()
-    return 3 * 2 * batch * size ** 3 / (time.perf_counter() - start)
+    return 3 * 2 * batch * size**3 / (time.perf_counter() - start)
 
 
 def timed_analysis(samples: int, layers: int, width: int, resamples: int, views: str) -> float:
@@ -146,21 +177,31 @@ def timed_analysis(samples: int, layers: int, width: int, resamples: int, views:
 def check_against_measured(repeats: int) -> None:
     rate = float64_rate()
     print(f"float64 bmm here: {rate / 1e9:.1f} GFLOP/s, {torch.get_num_threads()} threads")
-    print(f"{'N':>5} {'L':>3} {'d':>4} {'R':>5} {'views':<8} {'GFLOP':>7} {'predicted s':>11} {'measured s':>10} {'ratio':>6}")
-    for n, layers, width, resamples, views in ((512, 6, 128, 200, "default"), (1024, 6, 128, 200, "default"),
-                                               (1024, 12, 256, 1000, "default"), (1024, 6, 128, 1000, PAPER_VIEWS)):
+    print(
+        f"{'N':>5} {'L':>3} {'d':>4} {'R':>5} {'views':<8} {'GFLOP':>7} {'predicted s':>11} {'measured s':>10} {'ratio':>6}"
+    )
+    for n, layers, width, resamples, views in (
+        (512, 6, 128, 200, "default"),
+        (1024, 6, 128, 200, "default"),
+        (1024, 12, 256, 1000, "default"),
+        (1024, 6, 128, 1000, PAPER_VIEWS),
+    ):
         flops = analysis_flops(n, layers, width, resamples, views)
         measured = min(timed_analysis(n, layers, width, resamples, views) for _ in range(repeats))
         label = "paper" if views == PAPER_VIEWS else views
-        print(f"{n:>5} {layers:>3} {width:>4} {resamples:>5} {label:<8} {flops / 1e9:>7.1f} {flops / rate:>11.2f} "
-              f"{measured:>10.2f} {measured / (flops / rate):>6.2f}")
+        print(
+            f"{n:>5} {layers:>3} {width:>4} {resamples:>5} {label:<8} {flops / 1e9:>7.1f} {flops / rate:>11.2f} "
+            f"{measured:>10.2f} {measured / (flops / rate):>6.2f}"
+        )
 
 
 def project_paper16() -> None:
     tokens = PAPER_PASSAGES * PAPER_TOKENS_PER_PASSAGE
-    print(f"\nprojected on one H200 (N = {PAPER_PASSAGES:,}, R = {PAPER_RESAMPLES:,}, paper views, "
-          f"{tokens / 1e6:.0f}M tokens; float64 at {H200_FP64_FLOPS / 1e12:.0f} and bfloat16 at "
-          f"{H200_BF16_FLOPS / 1e12:.0f} TFLOP/s peak, the same fraction of peak for both)")
+    print(
+        f"\nprojected on one H200 (N = {PAPER_PASSAGES:,}, R = {PAPER_RESAMPLES:,}, paper views, "
+        f"{tokens / 1e6:.0f}M tokens; float64 at {H200_FP64_FLOPS / 1e12:.0f} and bfloat16 at "
+        f"{H200_BF16_FLOPS / 1e12:.0f} TFLOP/s peak, the same fraction of peak for both)"
+    )
     print(f"{'model':<13} {'L':>3} {'d':>5} {'analysis TFLOP':>14} {'forward TFLOP':>13} {'analysis/forward time':>21}")
     for name, (layers, width, params) in PAPER16_SHAPES.items():
         analysis = analysis_flops(PAPER_PASSAGES, layers, width, PAPER_RESAMPLES, PAPER_VIEWS)
@@ -171,17 +212,23 @@ def project_paper16() -> None:
 
 def project_memory(budget: int = DEFAULT_BUDGET_BYTES) -> None:
     gib = float(1 << 30)
-    print(f"\nmemory of the analysis at paper16 shapes (N = {PAPER_PASSAGES:,}, paper views, --max-memory "
-          f"{budget / gib:.0f} GiB): the least budget, the peak, passes over the stored vectors per stack, and the "
-          "budget that holds a stack's centred layers in memory (one pass)")
-    print(f"{'model':<13} {'L':>3} {'d':>5} {'route':>7} {'least GiB':>9} {'peak GiB':>8} {'passes':>6} {'one pass GiB':>12}")
+    print(
+        f"\nmemory of the analysis at paper16 shapes (N = {PAPER_PASSAGES:,}, paper views, --max-memory "
+        f"{budget / gib:.0f} GiB): the least budget, the peak, passes over the stored vectors per stack, and the "
+        "budget that holds a stack's centred layers in memory (one pass)"
+    )
+    print(
+        f"{'model':<13} {'L':>3} {'d':>5} {'route':>7} {'least GiB':>9} {'peak GiB':>8} {'passes':>6} {'one pass GiB':>12}"
+    )
     for name, (layers, width, _) in PAPER16_SHAPES.items():
         plan = AnalysisPlan(views=PAPER_VIEWS, max_memory=budget)
         memory = analysis_memory(PAPER_PASSAGES, layers, width, plan)
         stack = memory["stack"]
         one_pass = one_pass_bytes(PAPER_PASSAGES, layers, width, plan)
-        print(f"{name:<13} {layers:>3} {width:>5} {stack['route']:>7} {memory['least_bytes'] / gib:>9.2f} "
-              f"{memory['peak_bytes'] / gib:>8.2f} {stack['passes']:>6} {one_pass / gib:>12.1f}")
+        print(
+            f"{name:<13} {layers:>3} {width:>5} {stack['route']:>7} {memory['least_bytes'] / gib:>9.2f} "
+            f"{memory['peak_bytes'] / gib:>8.2f} {stack['passes']:>6} {one_pass / gib:>12.1f}"
+        )
 
 
 def main() -> None:

@@ -50,4 +50,6 @@ def model_cka_flop_share(model, tokens: int) -> float:
 
     blocks = resolve_architecture(model).blocks
     params = sum(p.numel() for p in blocks.parameters()) // len(blocks)
-    return cka_flop_share(num_layers=len(blocks), width=int(model.config.hidden_size), block_params=params, tokens=tokens)
+    return cka_flop_share(
+        num_layers=len(blocks), width=int(model.config.hidden_size), block_params=params, tokens=tokens
+    )

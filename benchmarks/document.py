@@ -55,7 +55,9 @@ SECTIONS = (
         "at most +25%). Under --views paper drop-pos0 is a view already and only the length control's\n"
         "states stack is new; under the default view drop-pos0 costs one states stack of its own, and on\n"
         "passages of varying length (not these equal-length windows) length costs one more.",
-        "passages.py", ("--num-seqs", "64", "--repeats", "3"), ("--num-seqs", "16", "--repeats", "1"),
+        "passages.py",
+        ("--num-seqs", "64", "--repeats", "3"),
+        ("--num-seqs", "16", "--repeats", "1"),
     ),
     Section(
         "The analysis at paper16 sizes: a cost model",
@@ -76,7 +78,9 @@ SECTIONS = (
         "`passage_analysis.analysis_memory` plans with (a test checks a run's resident memory against\n"
         "it); a stack whose centred layers exceed the budget reads its layers again for every tile:\n"
         "time, not numbers.",
-        "analysis_cost.py", ("--repeats", "2"), ("--repeats", "1"),
+        "analysis_cost.py",
+        ("--repeats", "2"),
+        ("--repeats", "1"),
     ),
     Section(
         "Token mode (`--pooling none`)",
@@ -88,7 +92,9 @@ SECTIONS = (
         "PC views add one exact float64 eigendecomposition per layer, a fixed cost that does not grow\n"
         "with the number of sequences; the calibrated references run two surrogate streams through\n"
         "every view.",
-        "overhead.py", ("--repeats", "3"), ("--repeats", "1", "--num-seqs", "2", "--seq-len", "64"),
+        "overhead.py",
+        ("--repeats", "3"),
+        ("--repeats", "1", "--num-seqs", "2", "--seq-len", "64"),
     ),
 )
 
@@ -121,8 +127,10 @@ def machine() -> str:
     >>> "threads" in machine()
     True
     """
-    return (f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
-            f"Python {platform.python_version()}, torch {torch.__version__}")
+    return (
+        f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+        f"Python {platform.python_version()}, torch {torch.__version__}"
+    )
 
 
 def run_section(section: Section, quick: bool) -> str:
@@ -139,8 +147,10 @@ def run_section(section: Section, quick: bool) -> str:
 def gpu_section(path: Path | None) -> str:
     if path is None:
         return GPU_MISSING
-    return ("## On a GPU\n\n`python benchmarks/gpu.py` on the GPU named in its first line:\n\n"
-            f"```\n{path.read_text().strip()}\n```\n")
+    return (
+        "## On a GPU\n\n`python benchmarks/gpu.py` on the GPU named in its first line:\n\n"
+        f"```\n{path.read_text().strip()}\n```\n"
+    )
 
 
 def main(argv=None) -> None:

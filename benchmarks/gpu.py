@@ -34,21 +34,49 @@ import json
 import statistics
 import sys
 import time
+from functools import partial
 
 import torch
 
 SHAPES = {
     # A smoke-test shape: every step of the script on a CPU in seconds.
-    "tiny": ("llama", dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                           vocab_size=259, max_position_embeddings=512)),
+    "tiny": (
+        "llama",
+        dict(
+            num_hidden_layers=2,
+            hidden_size=64,
+            intermediate_size=128,
+            num_attention_heads=4,
+            vocab_size=259,
+            max_position_embeddings=512,
+        ),
+    ),
     # EleutherAI/pythia-1.4b
-    "pythia-1.4b": ("gpt_neox", dict(num_hidden_layers=24, hidden_size=2048, intermediate_size=8192,
-                                     num_attention_heads=16, vocab_size=50304, rotary_pct=0.25,
-                                     max_position_embeddings=2048)),
+    "pythia-1.4b": (
+        "gpt_neox",
+        dict(
+            num_hidden_layers=24,
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_attention_heads=16,
+            vocab_size=50304,
+            rotary_pct=0.25,
+            max_position_embeddings=2048,
+        ),
+    ),
     # allenai/OLMo-2-1124-7B
-    "olmo2-7b": ("olmo2", dict(num_hidden_layers=32, hidden_size=4096, intermediate_size=11008,
-                               num_attention_heads=32, num_key_value_heads=32, vocab_size=100352,
-                               max_position_embeddings=4096)),
+    "olmo2-7b": (
+        "olmo2",
+        dict(
+            num_hidden_layers=32,
+            hidden_size=4096,
+            intermediate_size=11008,
+            num_attention_heads=32,
+            num_key_value_heads=32,
+            vocab_size=100352,
+            max_position_embeddings=4096,
+        ),
+    ),
 }
 
 
@@ -81,8 +109,17 @@ def run_measure(model, batches, views, similarity="cka", surrogate_seqs=0):
     from effdepth.measure import measure
 
     ids = torch.cat(batches).cpu()
-    return measure(model, ids, batch_size=batches[0].shape[0], views=views, similarity=similarity, pooling="none",
-                   surrogate_seqs=surrogate_seqs, bootstrap=0, progress=False)
+    return measure(
+        model,
+        ids,
+        batch_size=batches[0].shape[0],
+        views=views,
+        similarity=similarity,
+        pooling="none",
+        surrogate_seqs=surrogate_seqs,
+        bootstrap=0,
+        progress=False,
+    )
 
 
 #: label -> (views, similarity, surrogate sequences: 0 none, None all)
@@ -121,7 +158,8 @@ def bench_passages(shape: str, args) -> dict:
     """Passage mode: the pooled forward against a bare one over the same passages, then the analysis."""
     import numpy as np
     from analysis_cost import analysis_flops, float64_rate
-    from passages import bare_forward as bare_passages, pooled_arrays, pooled_forward
+    from passages import bare_forward as bare_passages
+    from passages import pooled_arrays, pooled_forward
 
     from effdepth.measure import prepare
     from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled
@@ -131,49 +169,65 @@ def bench_passages(shape: str, args) -> dict:
     model = build(shape, args.device)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, model.config.vocab_size, (args.passages, args.passage_len), generator=gen)
-    prepared = prepare(LoadOptions(model=model, corpus=ids, seq_len=args.passage_len, num_seqs=args.passages,
-                                   device=args.device), progress=False, passages=True)
+    prepared = prepare(
+        LoadOptions(model=model, corpus=ids, seq_len=args.passage_len, num_seqs=args.passages, device=args.device),
+        progress=False,
+        passages=True,
+    )
     order = list(np.argsort(-prepared.tokens.lengths, kind="stable"))
     variants = variants_for(parse_views(PAPER_VIEWS))
     bare_passages(prepared, order[: args.batch_size], args.batch_size)  # warm-up
     rounds = []
     for _ in range(args.repeats):
-        bare, _, _ = timed(lambda: bare_passages(prepared, order, args.batch_size))
-        pooled, peak, (_, chunks) = timed(lambda: pooled_forward(prepared, order, args.batch_size, variants))
+        bare, _, _ = timed(partial(bare_passages, prepared, order, args.batch_size))
+        pooled, peak, (_, chunks) = timed(partial(pooled_forward, prepared, order, args.batch_size, variants))
         rounds.append((bare, pooled))
     arrays = pooled_arrays(chunks, variants, prepared.tokens.num_passages)
     layers, width = model.config.num_hidden_layers, model.config.hidden_size
-    analysis, analysis_peak, _ = timed(lambda: analyse_pooled(arrays, AnalysisPlan(views=PAPER_VIEWS, bootstrap=1000,
-                                                                                   device=args.device)))
+    plan = AnalysisPlan(views=PAPER_VIEWS, bootstrap=1000, device=args.device)
+    analysis, analysis_peak, _ = timed(partial(analyse_pooled, arrays, plan))
     rate = float64_rate(device=args.device)
     predicted = analysis_flops(args.passages, layers, width, 1000, PAPER_VIEWS) / rate
     bare = statistics.median(b for b, _ in rounds)
     ratio = statistics.median(p / b for b, p in rounds)
     tokens = prepared.tokens.tokens
-    print(f"{shape} passages: {args.passages} x {args.passage_len} tokens, batch {args.batch_size}: bare forward "
-          f"{tokens / bare:,.0f} tok/s; pooled forward (paper variants) / bare: {ratio:.3f} (target <= 1.05, peak "
-          f"{peak / 2**30:.1f} GiB)")
-    print(f"  analysis (paper views, cka + cka-debiased, 1000 resamples, calibrated) on {args.device}: {analysis:.1f} s "
-          f"= {analysis / bare:.2f}x the bare forward (peak {analysis_peak / 2**30:.1f} GiB); flop model at "
-          f"{rate / 1e12:.2f} float64 TFLOP/s predicts {predicted:.1f} s (measured / predicted {analysis / predicted:.2f})")
+    print(
+        f"{shape} passages: {args.passages} x {args.passage_len} tokens, batch {args.batch_size}: bare forward "
+        f"{tokens / bare:,.0f} tok/s; pooled forward (paper variants) / bare: {ratio:.3f} (target <= 1.05, peak "
+        f"{peak / 2**30:.1f} GiB)"
+    )
+    print(
+        f"  analysis (paper views, cka + cka-debiased, 1000 resamples, calibrated) on {args.device}: {analysis:.1f} s "
+        f"= {analysis / bare:.2f}x the bare forward (peak {analysis_peak / 2**30:.1f} GiB); flop model at "
+        f"{rate / 1e12:.2f} float64 TFLOP/s predicts {predicted:.1f} s (measured / predicted {analysis / predicted:.2f})"
+    )
     sys.stdout.flush()
     del model, prepared, arrays, chunks
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return {"tokens": tokens, "rounds": rounds, "pooled_over_bare": ratio, "analysis_s": analysis,
-            "analysis_predicted_s": predicted, "float64_flops": rate}
+    return {
+        "tokens": tokens,
+        "rounds": rounds,
+        "pooled_over_bare": ratio,
+        "analysis_s": analysis,
+        "analysis_predicted_s": predicted,
+        "float64_flops": rate,
+    }
 
 
 def bench_shape(shape: str, args) -> dict:
     from costs import model_cka_flop_share
+
     from effdepth.capture.registry import resolve_architecture
 
     model = build(shape, args.device)
     arch = resolve_architecture(model)
     share = model_cka_flop_share(model, args.seq_len)
     gen = torch.Generator(device=args.device).manual_seed(0)
-    batches = [torch.randint(0, model.config.vocab_size, (args.batch_size, args.seq_len), device=args.device, generator=gen)
-               for _ in range(args.batches)]
+    batches = [
+        torch.randint(0, model.config.vocab_size, (args.batch_size, args.seq_len), device=args.device, generator=gen)
+        for _ in range(args.batches)
+    ]
     tokens = args.batches * args.batch_size * args.seq_len
     bare_forward(model, arch, batches[:1])  # warm-up (kernels, allocator)
     run_measure(model, batches[:1], "paper", "all", None)
@@ -181,12 +235,12 @@ def bench_shape(shape: str, args) -> dict:
     peaks = {}
     # Interleaved rounds: each ratio is taken within a round, the median over rounds reported.
     for _ in range(args.repeats):
-        t, peaks["bare"], _ = timed(lambda: bare_forward(model, arch, batches))
+        t, peaks["bare"], _ = timed(partial(bare_forward, model, arch, batches))
         times["bare"].append(t)
-        t, peaks["plain"], _ = timed(lambda: plain_forward(model, batches))
+        t, peaks["plain"], _ = timed(partial(plain_forward, model, batches))
         times["plain"].append(t)
         for label, (views, similarity, surrogates) in RUNS.items():
-            t, peaks[label], _ = timed(lambda: run_measure(model, batches, views, similarity, surrogates))
+            t, peaks[label], _ = timed(partial(run_measure, model, batches, views, similarity, surrogates))
             times[label].append(t)
     del model, batches
     if torch.cuda.is_available():
@@ -195,21 +249,36 @@ def bench_shape(shape: str, args) -> dict:
     def ratio(num, den):
         return statistics.median(a / b for a, b in zip(times[num], times[den]))
 
-    gib = lambda b: f"{b / 2**30:.1f} GiB"
+    def gib(b):
+        return f"{b / 2**30:.1f} GiB"
+
     median = {name: statistics.median(ts) for name, ts in times.items()}
-    print(f"{shape} tokens (--pooling none): bare forward {tokens / median['bare']:,.0f} tok/s (peak {gib(peaks['bare'])}); "
-          f"plain forward with the LM head {tokens / median['plain']:,.0f} tok/s (peak {gib(peaks['plain'])})")
+    print(
+        f"{shape} tokens (--pooling none): bare forward {tokens / median['bare']:,.0f} tok/s (peak {gib(peaks['bare'])}); "
+        f"plain forward with the LM head {tokens / median['plain']:,.0f} tok/s (peak {gib(peaks['plain'])})"
+    )
     for label in RUNS:
-        print(f"  measure {label:34s} {tokens / median[label]:>12,.0f} tok/s = {ratio('bare', label):.2f} of bare "
-              f"(peak {gib(peaks[label])}) [target >= 0.90]")
-    print(f"  {'measure cka default / plain forward with LM head':52s} {ratio('cka default', 'plain'):.2f}  [target <= 1]")
-    print(f"  flop model (benchmarks/costs.py): cka's cross Grams (float32) are {share:.1%} of the decoder's forward flops; "
-          f"times the bfloat16 : float32 rate, their share of its time")
+        print(
+            f"  measure {label:34s} {tokens / median[label]:>12,.0f} tok/s = {ratio('bare', label):.2f} of bare "
+            f"(peak {gib(peaks[label])}) [target >= 0.90]"
+        )
+    print(
+        f"  {'measure cka default / plain forward with LM head':52s} {ratio('cka default', 'plain'):.2f}  [target <= 1]"
+    )
+    print(
+        f"  flop model (benchmarks/costs.py): cka's cross Grams (float32) are {share:.1%} of the decoder's forward flops; "
+        f"times the bfloat16 : float32 rate, their share of its time"
+    )
     for label, num, den, target in RATIOS:
         print(f"  {label:52s} {ratio(num, den):.2f}  [target <= {target}]")
     sys.stdout.flush()
-    return {"tokens": tokens, "seconds": times, "peak_bytes": peaks, "cka_flop_share": share,
-            "ratios": {label: ratio(num, den) for label, num, den, _ in RATIOS}}
+    return {
+        "tokens": tokens,
+        "seconds": times,
+        "peak_bytes": peaks,
+        "cka_flop_share": share,
+        "ratios": {label: ratio(num, den) for label, num, den, _ in RATIOS},
+    }
 
 
 def main() -> int:
@@ -223,8 +292,12 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--device", default="cuda", help="cuda (default); cpu runs the script as a smoke test")
     ap.add_argument("--json", help="also write the timings here")
-    ap.add_argument("--profile", metavar="FILE", help="profile one batch of the heaviest run on the first shape "
-                    "(torch.profiler) and write its top operators here")
+    ap.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="profile one batch of the heaviest run on the first shape "
+        "(torch.profiler) and write its top operators here",
+    )
     args = ap.parse_args()
     for name in ("seq_len", "batch_size", "batches", "repeats", "passages", "passage_len"):
         if getattr(args, name) < 1:
@@ -233,8 +306,10 @@ def main() -> int:
         print("benchmarks/gpu.py: no CUDA device here; run it on a machine with a GPU (nothing measured).")
         return 0
     name = torch.cuda.get_device_name(0) if args.device != "cpu" else "cpu (smoke test, not a benchmark)"
-    print(f"device: {name}, torch {torch.__version__}, {'bfloat16' if args.device != 'cpu' else 'float32'}; token mode "
-          f"{args.batches} batches of {args.batch_size} x {args.seq_len} tokens, medians of {args.repeats} interleaved rounds")
+    print(
+        f"device: {name}, torch {torch.__version__}, {'bfloat16' if args.device != 'cpu' else 'float32'}; token mode "
+        f"{args.batches} batches of {args.batch_size} x {args.seq_len} tokens, medians of {args.repeats} interleaved rounds"
+    )
     sys.stdout.flush()
     out = {"gpu": name, "torch": torch.__version__, "args": vars(args), "shapes": {}}
     for shape in args.shapes.split(","):
@@ -249,7 +324,8 @@ def main() -> int:
 
 def profile(shape: str, args, path: str) -> None:
     """Where the time of ``--similarity all --views paper`` with calibrated references goes, per operator."""
-    from torch.profiler import ProfilerActivity, profile as torch_profile
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
 
     model = build(shape)
     gen = torch.Generator(device="cuda").manual_seed(1)

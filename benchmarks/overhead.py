@@ -44,8 +44,8 @@ import time
 
 import numpy as np
 import torch
-
 from costs import model_cka_flop_share
+
 from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
 
 
@@ -65,8 +65,14 @@ def plain_forward(prepared, batch_size):
 def measure_run(prepared, batch_size, views="default", similarity="frobenius", surrogate_seqs=0):
     from effdepth.measure import measure_prepared
 
-    analysis = AnalysisOptions(views=views, similarity=similarity, surrogate_seqs=surrogate_seqs, batch_size=batch_size, bootstrap=0,
-                               pooling="none")
+    analysis = AnalysisOptions(
+        views=views,
+        similarity=similarity,
+        surrogate_seqs=surrogate_seqs,
+        batch_size=batch_size,
+        bootstrap=0,
+        pooling="none",
+    )
     return measure_prepared(prepared, analysis, run=RunOptions(progress=False))
 
 
@@ -137,8 +143,10 @@ def _status(field):
 def child_peak(kind: str, num_seqs: int, seq_len: int, batch_size: int) -> None:
     """In a child: load, reset the peak RSS, run once, print the peak increase."""
     prepared = prepare(num_seqs, seq_len)
-    fn = {"measure": lambda: measure_run(prepared, batch_size, "default", "cka", None),
-          "naive": lambda: naive_baseline(prepared, batch_size)}[kind]
+    fn = {
+        "measure": lambda: measure_run(prepared, batch_size, "default", "cka", None),
+        "naive": lambda: naive_baseline(prepared, batch_size),
+    }[kind]
     # The weights are memory-mapped from the converted checkpoint: a first forward pass reads them
     # in (some 430 MiB of resident set for SmolLM2), which is the model's memory, not the run's.
     with torch.inference_mode():
@@ -155,7 +163,18 @@ def peak_in_child(kind, num_seqs, seq_len, batch_size, fixed_threshold=True) -> 
     if fixed_threshold:
         env["MALLOC_MMAP_THRESHOLD_"] = "65536"
     out = subprocess.run(
-        [sys.executable, __file__, "--child", kind, "--num-seqs", str(num_seqs), "--seq-len", str(seq_len), "--batch-size", str(batch_size)],
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            kind,
+            "--num-seqs",
+            str(num_seqs),
+            "--seq-len",
+            str(seq_len),
+            "--batch-size",
+            str(batch_size),
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -181,8 +200,14 @@ def main() -> None:
     measure_run(prepared, bs, "paper", "all", None)  # warm-up
     # Interleaved rounds: this machine's speed drifts between minutes, so each
     # ratio is taken within a round and the median over rounds is reported.
-    rounds = interleaved({"plain": lambda: plain_forward(prepared, bs), **variant_runs(prepared, bs),
-                          "naive": lambda: naive_baseline(prepared, bs)}, args.repeats)
+    rounds = interleaved(
+        {
+            "plain": lambda: plain_forward(prepared, bs),
+            **variant_runs(prepared, bs),
+            "naive": lambda: naive_baseline(prepared, bs),
+        },
+        args.repeats,
+    )
     larger = prepare(4 * args.num_seqs, args.seq_len)
     rounds_4x = interleaved({"plain": lambda: plain_forward(larger, bs), **variant_runs(larger, bs)}, args.repeats)
 
@@ -193,10 +218,14 @@ def main() -> None:
     glibc_1x = peak_in_child("measure", args.num_seqs, args.seq_len, bs, fixed_threshold=False)
     glibc_8x = peak_in_child("measure", 8 * args.num_seqs, args.seq_len, bs, fixed_threshold=False)
 
-    mb = lambda b: f"{b / 2**20:.0f} MiB"
+    def mb(b):
+        return f"{b / 2**20:.0f} MiB"
+
     tokens = args.num_seqs * args.seq_len
-    print(f"SmolLM2-135M-Instruct, CPU ({torch.get_num_threads()} threads), float32, batch {bs}, "
-          f"medians of {args.repeats} interleaved rounds")
+    print(
+        f"SmolLM2-135M-Instruct, CPU ({torch.get_num_threads()} threads), float32, batch {bs}, "
+        f"medians of {args.repeats} interleaved rounds"
+    )
     checks = (
         ("frobenius default / plain forward", "frobenius", "plain", 1.0),
         ("cka default + calibrated / plain forward", "cka calibrated", "plain", 1.0),
@@ -209,22 +238,32 @@ def main() -> None:
     )
     small, large = f"{args.num_seqs} x {args.seq_len}", f"{4 * args.num_seqs} x {args.seq_len}"
     print(f"{'':52s} {small:>18s} {large:>18s}   target")
-    print(f"{'plain AutoModelForCausalLM forward (s)':52s} {median(rounds, 'plain'):>18.2f} {median(rounds_4x, 'plain'):>18.2f}")
+    print(
+        f"{'plain AutoModelForCausalLM forward (s)':52s} {median(rounds, 'plain'):>18.2f} {median(rounds_4x, 'plain'):>18.2f}"
+    )
     for name in VARIANTS:
         print(f"{'measure, ' + name + ' (s)':52s} {median(rounds, name):>18.2f} {median(rounds_4x, name):>18.2f}")
     print("ratios: median over rounds [lowest-highest round]")
     for label, num, den, target in checks:
-        print(f"{label:52s} {ratio_text(rounds, num, den):>18s} {ratio_text(rounds_4x, num, den):>18s}   "
-              f"{'<= ' + str(target) if target else ''}")
+        print(
+            f"{label:52s} {ratio_text(rounds, num, den):>18s} {ratio_text(rounds_4x, num, den):>18s}   "
+            f"{'<= ' + str(target) if target else ''}"
+        )
     share = model_cka_flop_share(prepared.lm.model, args.seq_len)
-    print(f"flop model (benchmarks/costs.py): cka's cross Grams (float32) are {share:.1%} of the decoder's forward flops "
-          f"at {args.seq_len} tokens")
+    print(
+        f"flop model (benchmarks/costs.py): cka's cross Grams (float32) are {share:.1%} of the decoder's forward flops "
+        f"at {args.seq_len} tokens"
+    )
     print(f"{'naive output_hidden_states baseline (s)':52s} {median(rounds, 'naive'):>18.2f}")
     print(f"{'frobenius default / naive baseline':52s} {ratio_text(rounds, 'frobenius', 'naive'):>18s} {'':18s}   < 1")
-    print(f"peak memory increase (fixed mmap threshold) of the default measure (cka, calibrated): {mb(mem_measure)} ({tokens} tokens), "
-          f"{mb(mem_measure_4x)} ({4 * tokens}), {mb(mem_measure_8x)} ({8 * tokens}); naive baseline {mb(mem_naive)} ({tokens} tokens)")
+    print(
+        f"peak memory increase (fixed mmap threshold) of the default measure (cka, calibrated): {mb(mem_measure)} ({tokens} tokens), "
+        f"{mb(mem_measure_4x)} ({4 * tokens}), {mb(mem_measure_8x)} ({8 * tokens}); naive baseline {mb(mem_naive)} ({tokens} tokens)"
+    )
     print(f"measure peak at 8x tokens / at 1x    {mem_measure_8x / mem_measure:.2f}  (target ~1: flat in tokens)")
-    print(f"default glibc allocator: measure {mb(glibc_1x)} ({tokens} tokens), {mb(glibc_8x)} ({8 * tokens}): freed blocks kept for reuse")
+    print(
+        f"default glibc allocator: measure {mb(glibc_1x)} ({tokens} tokens), {mb(glibc_8x)} ({8 * tokens}): freed blocks kept for reuse"
+    )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ def bare_forward(prepared, order, batch_size: int) -> float:
     start = time.perf_counter()
     with torch.inference_mode():
         for i in range(0, len(order), batch_size):
-            ids, mask = prepared.tokens.batch(order[i:i + batch_size])
+            ids, mask = prepared.tokens.batch(order[i : i + batch_size])
             decoder_forward(prepared.lm.model, prepared.arch, ids, mask)
     return time.perf_counter() - start
 
@@ -45,7 +45,9 @@ def pooled_forward(prepared, order, batch_size: int, variants) -> tuple:
     chunks = []
     start = time.perf_counter()
     with torch.inference_mode():
-        for indices, pooled, _ in pooled_batches(prepared.lm.model, prepared.arch, prepared.tokens, order, pooler, forward):
+        for indices, pooled, _ in pooled_batches(
+            prepared.lm.model, prepared.arch, prepared.tokens, order, pooler, forward
+        ):
             chunks.append((indices, pooled.numpy()))
     elapsed = time.perf_counter() - start
     return elapsed, chunks
@@ -69,8 +71,11 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    prepared = prepare(LoadOptions(model=args.model, corpus="shakespeare", seq_len=args.seq_len, num_seqs=args.num_seqs),
-                       progress=False, passages=True)
+    prepared = prepare(
+        LoadOptions(model=args.model, corpus="shakespeare", seq_len=args.seq_len, num_seqs=args.num_seqs),
+        progress=False,
+        passages=True,
+    )
     order = list(np.argsort(-prepared.tokens.lengths, kind="stable"))
     variants = variants_for(parse_views(PAPER_VIEWS))
     bare_forward(prepared, order[: args.batch_size], args.batch_size)  # warm-up
@@ -81,12 +86,16 @@ def main() -> None:
         rounds.append((bare, pooled))
     ratios = [p / b for b, p in rounds]
     tokens = prepared.tokens.tokens
-    print(f"{args.model}: {args.num_seqs} passages, {tokens} tokens, batch {args.batch_size}, "
-          f"{torch.get_num_threads()} threads, variants {', '.join(variants)}")
+    print(
+        f"{args.model}: {args.num_seqs} passages, {tokens} tokens, batch {args.batch_size}, "
+        f"{torch.get_num_threads()} threads, variants {', '.join(variants)}"
+    )
     for k, (b, p) in enumerate(rounds, start=1):
         print(f"round {k}: bare {b:.2f} s ({tokens / b:.0f} tok/s), pooled {p:.2f} s, ratio {p / b:.3f}")
-    print(f"passage forward / bare decoder forward: median {statistics.median(ratios):.3f} "
-          f"[{min(ratios):.3f}-{max(ratios):.3f}] (target <= 1.05)")
+    print(
+        f"passage forward / bare decoder forward: median {statistics.median(ratios):.3f} "
+        f"[{min(ratios):.3f}-{max(ratios):.3f}] (target <= 1.05)"
+    )
     arrays = pooled_arrays(chunks, variants, prepared.tokens.num_passages)
     lengths = prepared.tokens.lengths
     bare = statistics.median([b for b, _ in rounds])
@@ -96,10 +105,12 @@ def main() -> None:
             start = time.perf_counter()
             analyse_pooled(arrays, AnalysisPlan(views=views, bootstrap=1000, controls=controls), lengths=lengths)
             timed[controls] = time.perf_counter() - start
-        print(f"analysis ({views} views, cka + cka-debiased, 1000 resamples, calibrated references): "
-              f"{timed[True]:.1f} s, {timed[True] / bare:.2f}x the bare forward; the confound controls and the "
-              f"sample-size curve add {timed[True] / timed[False] - 1:+.0%} to the {timed[False]:.1f} s without them "
-              f"(target <= +25%)")
+        print(
+            f"analysis ({views} views, cka + cka-debiased, 1000 resamples, calibrated references): "
+            f"{timed[True]:.1f} s, {timed[True] / bare:.2f}x the bare forward; the confound controls and the "
+            f"sample-size curve add {timed[True] / timed[False] - 1:+.0%} to the {timed[False]:.1f} s without them "
+            f"(target <= +25%)"
+        )
 
 
 if __name__ == "__main__":

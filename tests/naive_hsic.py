@@ -19,8 +19,14 @@ def naive_debiased(x: np.ndarray, y: np.ndarray) -> float:
     np.fill_diagonal(k, 0.0)
     np.fill_diagonal(l, 0.0)
     one = np.ones(n)
-    return float((np.trace(k @ l) + (one @ k @ one) * (one @ l @ one) / ((n - 1) * (n - 2))
-                  - 2.0 / (n - 2) * (one @ k @ l @ one)) / (n * (n - 3)))
+    return float(
+        (
+            np.trace(k @ l)
+            + (one @ k @ one) * (one @ l @ one) / ((n - 1) * (n - 2))
+            - 2.0 / (n - 2) * (one @ k @ l @ one)
+        )
+        / (n * (n - 3))
+    )
 
 
 def naive_copy_aware_biased(x: np.ndarray, y: np.ndarray, counts) -> float:

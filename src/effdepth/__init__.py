@@ -6,18 +6,30 @@
 1.5
 """
 
+from .errors import EffdepthError
+from .intervene import InterventionResult, intervene
+from .loading import SavedTrajectory, load
+from .measure import from_states, measure
+from .passage_measure import analyse_saved, from_pooled
+from .result import Result, ViewResult
+from .results_carry import ExperimentResult
 from .version import __version__
 
-from .errors import EffdepthError
-from .measure import from_states, measure
-from .result import Result, ViewResult
-from .loading import SavedTrajectory, load
-from .results_carry import ExperimentResult
-from .intervene import InterventionResult, intervene
-from .passage_measure import analyse_saved, from_pooled
-
-__all__ = ["measure", "analyse_saved", "from_pooled", "from_states", "intervene", "InterventionResult", "ExperimentResult", "SavedTrajectory", "load", "Result",
-           "ViewResult", "EffdepthError", "__version__"]
+__all__ = [
+    "measure",
+    "analyse_saved",
+    "from_pooled",
+    "from_states",
+    "intervene",
+    "InterventionResult",
+    "ExperimentResult",
+    "SavedTrajectory",
+    "load",
+    "Result",
+    "ViewResult",
+    "EffdepthError",
+    "__version__",
+]
 
 # The notebook API: your model object, your loop.
 from .notebook import Accumulator, capture, from_hidden_states

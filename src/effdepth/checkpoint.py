@@ -14,8 +14,8 @@ import contextlib
 import json
 import os
 import signal
-import tempfile
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -75,7 +75,9 @@ def load_checkpoint(folder: Path) -> tuple:
     folder = Path(folder)
     meta_path = folder / "state.json"
     if not meta_path.is_file():
-        raise EffdepthError(f"nothing to resume in {folder.parent}: no {CHECKPOINT}/state.json; run without --resume to start")
+        raise EffdepthError(
+            f"nothing to resume in {folder.parent}: no {CHECKPOINT}/state.json; run without --resume to start"
+        )
     try:
         meta = json.loads(meta_path.read_text())
         arrays_path = folder / meta["arrays"]
@@ -84,7 +86,9 @@ def load_checkpoint(folder: Path) -> tuple:
         with np.load(arrays_path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
     except (OSError, ValueError, KeyError) as exc:
-        raise CheckpointMismatch(f"the checkpoint in {folder} is damaged ({exc}); delete it and run without --resume") from None
+        raise CheckpointMismatch(
+            f"the checkpoint in {folder} is damaged ({exc}); delete it and run without --resume"
+        ) from None
     return arrays, meta
 
 
@@ -173,8 +177,12 @@ def graceful_interrupts():
             flag.interrupt_now()
             return
         flag.signal = signum
-        print(f"effdepth: {signal.Signals(signum).name} received: stopping after this batch "
-              "(send it again to stop at once)", file=sys.stderr, flush=True)
+        print(
+            f"effdepth: {signal.Signals(signum).name} received: stopping after this batch "
+            "(send it again to stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

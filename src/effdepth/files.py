@@ -88,7 +88,9 @@ def read_json(path, what: str, default_name: str):
     except IsADirectoryError:
         raise EffdepthError(f"{path} is a folder, not a {what} file") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EffdepthError(f"{path} is not a readable {what} file ({type(exc).__name__}); was it written by effdepth?") from None
+        raise EffdepthError(
+            f"{path} is not a readable {what} file ({type(exc).__name__}); was it written by effdepth?"
+        ) from None
 
 
 def file_sha256(path) -> str:

@@ -113,8 +113,12 @@ def find_copy(gguf: str | Path, sha256: str) -> Path | None:
     problem = _check_copy(folder, sha256)
     if problem is None:
         return folder
-    print(f"effdepth: the dequantised copy of {Path(gguf).name} in {_display(folder)} is damaged ({problem}); "
-          "rebuilding it from the GGUF file", file=sys.stderr, flush=True)
+    print(
+        f"effdepth: the dequantised copy of {Path(gguf).name} in {_display(folder)} is damaged ({problem}); "
+        "rebuilding it from the GGUF file",
+        file=sys.stderr,
+        flush=True,
+    )
     discard_copy(folder)
     return None
 
@@ -160,16 +164,21 @@ def convert(gguf: str | Path, sha256: str, *, progress: bool = True) -> Converte
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-
     gguf = Path(gguf)
     check_gguf_header(gguf)
     final = copy_folder(sha256)
     where, name = str(gguf.parent), gguf.name
     try:
         with quiet_loading(), progress_bars(progress), parse_once(progress):
-            config = AutoConfig.from_pretrained(where, gguf_file=name)  # a truncated file fails here, before the line below
-            print(f"effdepth: converting {gguf.name} to a float32 copy in {_display(final)}, once "
-                  "(later runs load the copy in seconds)", file=sys.stderr, flush=True)
+            config = AutoConfig.from_pretrained(
+                where, gguf_file=name
+            )  # a truncated file fails here, before the line below
+            print(
+                f"effdepth: converting {gguf.name} to a float32 copy in {_display(final)}, once "
+                "(later runs load the copy in seconds)",
+                file=sys.stderr,
+                flush=True,
+            )
             try:
                 tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name)
             except Exception:
@@ -186,9 +195,13 @@ def convert(gguf: str | Path, sha256: str, *, progress: bool = True) -> Converte
     try:
         _save_copy(model, tokenizer, gguf, sha256, final)
     except OSError as exc:
-        print(f"effdepth: cannot keep a dequantised copy of {gguf.name} in {_display(final.parent)} "
-              f"({exc.strerror or exc}); loading from the GGUF file each run (set EFFDEPTH_CACHE to a writable folder "
-              "with room for it)", file=sys.stderr, flush=True)
+        print(
+            f"effdepth: cannot keep a dequantised copy of {gguf.name} in {_display(final.parent)} "
+            f"({exc.strerror or exc}); loading from the GGUF file each run (set EFFDEPTH_CACHE to a writable folder "
+            "with room for it)",
+            file=sys.stderr,
+            flush=True,
+        )
         return Converted(None, model, tokenizer)
     return Converted(final)
 
@@ -210,8 +223,10 @@ def check_gguf_header(path: Path) -> None:
     except OSError as exc:
         raise EffdepthError(f"cannot read GGUF file {path}: {exc.strerror or exc}") from None
     if magic != GGUF_MAGIC:
-        raise EffdepthError(f"{path.name} is not a GGUF file (it does not start with the bytes GGUF); "
-                            "check that the download finished and is the .gguf file itself")
+        raise EffdepthError(
+            f"{path.name} is not a GGUF file (it does not start with the bytes GGUF); "
+            "check that the download finished and is the .gguf file itself"
+        )
 
 
 def unreadable_gguf(path: Path, exc: Exception) -> str:
@@ -221,10 +236,12 @@ def unreadable_gguf(path: Path, exc: Exception) -> str:
     could not load model m.gguf: the GGUF file cannot be read (ValueError: cannot reshape array of size 3); it may be truncated or damaged (compare its size and sha256 with the original, or download it again), or of an architecture transformers cannot load from GGUF
     """
     reason = " ".join(str(exc).split())[:200] or "no message"
-    return (f"could not load model {path.name}: the GGUF file cannot be read ({type(exc).__name__}: {reason}); "
-            "it may be truncated or damaged "
-            "(compare its size and sha256 with the original, or download it again), or of an architecture "
-            "transformers cannot load from GGUF")
+    return (
+        f"could not load model {path.name}: the GGUF file cannot be read ({type(exc).__name__}: {reason}); "
+        "it may be truncated or damaged "
+        "(compare its size and sha256 with the original, or download it again), or of an architecture "
+        "transformers cannot load from GGUF"
+    )
 
 
 @contextlib.contextmanager
@@ -308,7 +325,11 @@ def _save_copy(model, tokenizer, gguf: Path, sha256: str, final: Path) -> None:
             "gguf": {"name": gguf.name, "path": str(gguf.resolve()), "sha256": sha256, "size": gguf.stat().st_size},
             "dtype": "float32",
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "converted_with": {"effdepth": __version__, "transformers": transformers.__version__, "gguf": _version("gguf")},
+            "converted_with": {
+                "effdepth": __version__,
+                "transformers": transformers.__version__,
+                "gguf": _version("gguf"),
+            },
             "files": files,
         }
         write_json_atomic(staging / MANIFEST, manifest)

@@ -28,13 +28,22 @@ from .measure import measure_prepared, prepare
 from .options import AnalysisOptions, Options, RunOptions
 from .provenance import code_version, library_versions, machine, now
 from .result import Result
+
 # The result itself lives in the result layer; re-exported here for ``from effdepth.intervene import ...``.
 from .results_carry import INTERVENTION_SCHEMA as SCHEMA
 from .results_carry import InterventionResult, carry_folder, intervention_row, load_intervention
 
 __all__ = [
-    "DEFAULT_CARRY", "SCHEMA", "InterventionResult", "carry_folder", "intervene", "intervention_row", "load_intervention",
-    "measure_with_carry", "recompose_report", "save_intervention",
+    "DEFAULT_CARRY",
+    "SCHEMA",
+    "InterventionResult",
+    "carry_folder",
+    "intervene",
+    "intervention_row",
+    "load_intervention",
+    "measure_with_carry",
+    "recompose_report",
+    "save_intervention",
 ]
 
 DEFAULT_CARRY = (1.0, 0.9, 0.75, 0.5)
@@ -59,8 +68,16 @@ def save_intervention(ir: InterventionResult, folder, figure: bool = True) -> Pa
     return path
 
 
-def intervene(model=None, corpus=None, *, carry=DEFAULT_CARRY, layers="all", carry_on: str = "blocks",
-              progress: bool = True, **options) -> InterventionResult:
+def intervene(
+    model=None,
+    corpus=None,
+    *,
+    carry=DEFAULT_CARRY,
+    layers="all",
+    carry_on: str = "blocks",
+    progress: bool = True,
+    **options,
+) -> InterventionResult:
     """Measure D_eff and the next-token loss with the residual carry set to each lam.
 
     ``carry``: values in [0, 1] (a sequence or ``"1,0.9,0.5"``); ``layers``:
@@ -93,15 +110,27 @@ def intervene(model=None, corpus=None, *, carry=DEFAULT_CARRY, layers="all", car
     results = {}
     for lam in tqdm(carries, desc="carry", unit="value", disable=not progress or len(carries) < 2, leave=False):
         results[lam] = measure_with_carry(prepared, lam, blocks, opts.analysis, progress=progress, on=carry_on)
-    config = {"carries": list(carries), "layers": list(blocks), "carry_on": carry_on, "all_layers": len(blocks) == prepared.arch.num_layers,
-              "layer_spec": layers if isinstance(layers, str) else list(layers), **results[carries[0]].config}
-    provenance = {"code": code_version(), "libraries": library_versions(), "machine": machine(), "created": now(),
-                  "elapsed_s": round(time.perf_counter() - started, 3)}
+    config = {
+        "carries": list(carries),
+        "layers": list(blocks),
+        "carry_on": carry_on,
+        "all_layers": len(blocks) == prepared.arch.num_layers,
+        "layer_spec": layers if isinstance(layers, str) else list(layers),
+        **results[carries[0]].config,
+    }
+    provenance = {
+        "code": code_version(),
+        "libraries": library_versions(),
+        "machine": machine(),
+        "created": now(),
+        "elapsed_s": round(time.perf_counter() - started, 3),
+    }
     return InterventionResult(carries, blocks, results, config, provenance)
 
 
-def measure_with_carry(prepared, lam: float, layers, analysis: AnalysisOptions | None = None, *, progress: bool = True,
-                       on: str = "blocks") -> Result:
+def measure_with_carry(
+    prepared, lam: float, layers, analysis: AnalysisOptions | None = None, *, progress: bool = True, on: str = "blocks"
+) -> Result:
     """One measurement (with the next-token loss over the same tokens) inside the carry ``on`` blocks or
     sublayers: :func:`~effdepth.measure.measure_prepared`, or passage mode when ``analysis`` says so (the
     passages prepared with ``passages=True``).
@@ -110,15 +139,21 @@ def measure_with_carry(prepared, lam: float, layers, analysis: AnalysisOptions |
     """
     blocks = parse_layers(layers, prepared.arch.num_layers)
     with carry_hooks(prepared.arch, lam, blocks, on=on):
-        if analysis is not None and analysis.passages:  # passage mode: the pooled states, then the loss over the same passages
+        if (
+            analysis is not None and analysis.passages
+        ):  # passage mode: the pooled states, then the loss over the same passages
             from .passage_measure import measure_passages, passage_loss
 
             result = measure_passages(prepared, analysis, run=RunOptions(progress=progress))
             result.extras["loss"] = passage_loss(prepared, prepared.tokens, analysis.batch_size)
         else:
             result = measure_prepared(prepared, analysis, run=RunOptions(progress=progress), with_loss=True)
-    result.extras["intervention"] = {"carry": float(lam), "layers": list(blocks), "carry_on": on,
-                                     "all_layers": len(blocks) == prepared.arch.num_layers}
+    result.extras["intervention"] = {
+        "carry": float(lam),
+        "layers": list(blocks),
+        "carry_on": on,
+        "all_layers": len(blocks) == prepared.arch.num_layers,
+    }
     return result
 
 
@@ -160,12 +195,16 @@ def recompose_report(result: Result, carries=DEFAULT_CARRY, view: str | None = N
         "model": result.provenance.get("model", {}),
     }
     if measured_with == "frobenius":
-        comparison = (f"measured D_eff {fmt(v.deff)} (= recomposed at lam 1), "
-                      f"R_matched {fmt(v.references.get('matched'))} = decorrelated at lam 1 ({fmt(decorrelated['deff'])})")
+        comparison = (
+            f"measured D_eff {fmt(v.deff)} (= recomposed at lam 1), "
+            f"R_matched {fmt(v.references.get('matched'))} = decorrelated at lam 1 ({fmt(decorrelated['deff'])})"
+        )
     else:
         # R_matched and D_eff of another similarity are not what the frobenius identities reproduce.
-        comparison = (f"the result holds {measured_with} numbers (D_eff {fmt(v.deff)}), not comparable with this frobenius "
-                      "recomposition; measure with --similarity frobenius (or all) to check lam 1 = measured and "
-                      "decorrelated = R_matched")
+        comparison = (
+            f"the result holds {measured_with} numbers (D_eff {fmt(v.deff)}), not comparable with this frobenius "
+            "recomposition; measure with --similarity frobenius (or all) to check lam 1 = measured and "
+            "decorrelated = R_matched"
+        )
     note = f"offline recomposition of view {v.name} (frobenius, N = {v.num_states}): {comparison}"
     return data, note + "\n\n" + table_text(recompose_table(rows))

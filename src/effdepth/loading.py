@@ -35,12 +35,27 @@ STUDIES = {NULL_SCHEMA: "null", PRUNE_SCHEMA: "prune"}
 
 #: The files a folder is searched for, in this order.
 FILES = ("result.json", "intervention.json", "experiment.json", "trajectory.json", "null.json", "prune.json")
-ACCEPTED = ("a result.json, intervention.json, experiment.json, trajectory.json, null.json or prune.json, or the folder "
-            "holding one")
+ACCEPTED = (
+    "a result.json, intervention.json, experiment.json, trajectory.json, null.json or prune.json, or the folder "
+    "holding one"
+)
 
 #: Columns of a trajectory table that stay text (every other column is a number, a flag or empty).
-TEXT_COLUMNS = {"model", "family", "revision", "track", "duplicate_of", "weights", "weights_source", "view", "similarity",
-                "status", "error", "key", "note"}
+TEXT_COLUMNS = {
+    "model",
+    "family",
+    "revision",
+    "track",
+    "duplicate_of",
+    "weights",
+    "weights_source",
+    "view",
+    "similarity",
+    "status",
+    "error",
+    "key",
+    "note",
+}
 
 
 @dataclass
@@ -99,7 +114,9 @@ def load(path):
         return trajectory_from_dict(data, path)
     for known in (RESULT_SCHEMA, INTERVENTION_SCHEMA, EXPERIMENT_SCHEMA, TRAJECTORY_SCHEMA, *STUDIES):
         refuse_newer(schema, known, str(path))
-    raise EffdepthError(f"{path} is not an effdepth file (schema {schema!r}); effdepth.load and effdepth show read {ACCEPTED}")
+    raise EffdepthError(
+        f"{path} is not an effdepth file (schema {schema!r}); effdepth.load and effdepth show read {ACCEPTED}"
+    )
 
 
 def load_trajectory(path) -> SavedTrajectory:
@@ -129,14 +146,25 @@ def trajectory_from_dict(data: dict, path: Path) -> SavedTrajectory:
     """
     table = Path(path).with_name("trajectory.csv")
     if not table.is_file():
-        raise EffdepthError(f"{path} has no trajectory.csv beside it; rerun effdepth trajectory with the same --out to write it")
+        raise EffdepthError(
+            f"{path} has no trajectory.csv beside it; rerun effdepth trajectory with the same --out to write it"
+        )
     rows, checkpoints = read_rows(table), list(data.get("checkpoints") or [])
     if len(rows) < len(checkpoints):  # one row per checkpoint measured or flagged
-        raise EffdepthError(f"{table} has {len(rows)} rows for the {len(checkpoints)} checkpoints of {path.name}: it is damaged; "
-                            "rerun effdepth trajectory with the same --out to write it again (finished checkpoints are not measured again)")
-    return SavedTrajectory(str(data.get("model")), rows, checkpoints,
-                           dict(data.get("duplicates") or {}), list(data.get("skipped") or []), list(data.get("notes") or []),
-                           Path(path), data.get("preset"))
+        raise EffdepthError(
+            f"{table} has {len(rows)} rows for the {len(checkpoints)} checkpoints of {path.name}: it is damaged; "
+            "rerun effdepth trajectory with the same --out to write it again (finished checkpoints are not measured again)"
+        )
+    return SavedTrajectory(
+        str(data.get("model")),
+        rows,
+        checkpoints,
+        dict(data.get("duplicates") or {}),
+        list(data.get("skipped") or []),
+        list(data.get("notes") or []),
+        Path(path),
+        data.get("preset"),
+    )
 
 
 def read_rows(path) -> list:

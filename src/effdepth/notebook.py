@@ -68,7 +68,9 @@ class CapturedStates(Sequence):
     @property
     def tensor(self) -> torch.Tensor:
         if self._capture.states is None:
-            raise EffdepthError(f"no forward pass has run inside the capture yet; call the model inside the block: {CAPTURE_HOW}")
+            raise EffdepthError(
+                f"no forward pass has run inside the capture yet; call the model inside the block: {CAPTURE_HOW}"
+            )
         return self._capture.states
 
     def __len__(self) -> int:
@@ -108,8 +110,12 @@ def capture(model, *, allow_processed: bool = False):
     else:
         module = external.model if external is not None else model
         arch = resolve_architecture(module)
-        info = {"class": type(module).__name__, "model_type": arch.model_type, "id": getattr(module, "name_or_path", None) or None,
-                **(external.info if external is not None else {})}
+        info = {
+            "class": type(module).__name__,
+            "model_type": arch.model_type,
+            "id": getattr(module, "name_or_path", None) or None,
+            **(external.info if external is not None else {}),
+        }
         recorder = ResidualCapture(arch)
     with recorder:
         yield CapturedStates(recorder, arch.num_layers, {"source": "capture", **info})
@@ -141,12 +147,26 @@ class Accumulator:
     (True, 6, 1.5)
     """
 
-    def __init__(self, views=("default",), similarity=None, *, pooling: str = "mean", include_embedding: bool = False,
-                 bootstrap: int | None = None, seed: int = 0, surrogate_seqs: int | None = 0):
+    def __init__(
+        self,
+        views=("default",),
+        similarity=None,
+        *,
+        pooling: str = "mean",
+        include_embedding: bool = False,
+        bootstrap: int | None = None,
+        seed: int = 0,
+        surrogate_seqs: int | None = 0,
+    ):
         passages = pooling == "mean"
-        options = {"views": views, "similarity": similarity or (None if passages else DEFAULT_SIMILARITY),
-                   "pooling": pooling, "include_embedding": include_embedding, "seed": seed,
-                   "bootstrap": (1000 if passages else 0) if bootstrap is None else bootstrap}
+        options = {
+            "views": views,
+            "similarity": similarity or (None if passages else DEFAULT_SIMILARITY),
+            "pooling": pooling,
+            "include_embedding": include_embedding,
+            "seed": seed,
+            "bootstrap": (1000 if passages else 0) if bootstrap is None else bootstrap,
+        }
         if not passages:
             options["surrogate_seqs"] = surrogate_seqs
         self.analysis = AnalysisOptions(**{k: v for k, v in options.items() if v is not None})
@@ -202,7 +222,9 @@ class Accumulator:
             )
         return s
 
-    def result(self, views=None, similarity: str | None = None, *, bootstrap: int | None = None, seed: int | None = None) -> Result:
+    def result(
+        self, views=None, similarity: str | None = None, *, bootstrap: int | None = None, seed: int | None = None
+    ) -> Result:
         """The :class:`~effdepth.result.Result` of every batch so far.
 
         ``views`` (a subset of those accumulated) and ``similarity`` default
@@ -210,7 +232,9 @@ class Accumulator:
         """
         if self.sequences == 0:
             raise EffdepthError("the Accumulator has no states yet; call update(states) with at least one batch first")
-        changes = {k: v for k, v in {"similarity": similarity, "bootstrap": bootstrap, "seed": seed}.items() if v is not None}
+        changes = {
+            k: v for k, v in {"similarity": similarity, "bootstrap": bootstrap, "seed": seed}.items() if v is not None
+        }
         if views is not None:
             wanted = [v.name for v in replace(self.analysis, views=views).view_specs]
             have = [v.name for v in self.views]
@@ -220,8 +244,9 @@ class Accumulator:
                     f"view {missing[0]!r} was not accumulated (have {', '.join(have)}); name it when creating the Accumulator: Accumulator(views=...)"
                 )
             changes["views"] = tuple(wanted)
-        return self._statistics.result(replace(self.analysis, **changes), self.num_layers,
-                                       self._model or {"source": "states"})
+        return self._statistics.result(
+            replace(self.analysis, **changes), self.num_layers, self._model or {"source": "states"}
+        )
 
 
 class PooledBatches:
@@ -231,8 +256,10 @@ class PooledBatches:
     def __init__(self, analysis: AnalysisOptions):
         bos = [v.name for v in analysis.view_specs if v.has("drop-bos")]
         if bos:
-            raise EffdepthError(f"view {bos[0]} needs to know which passages start with BOS, and states do not say; use "
-                                "drop-pos0 (position 0 left out, whatever it holds) or effdepth.measure")
+            raise EffdepthError(
+                f"view {bos[0]} needs to know which passages start with BOS, and states do not say; use "
+                "drop-pos0 (position 0 left out, whatever it holds) or effdepth.measure"
+            )
         self.variants = variants_for(analysis.view_specs)
 
     def reset(self) -> None:
@@ -247,15 +274,19 @@ class PooledBatches:
         return int(sum(n.sum() for n in self._lengths))
 
     def fit(self, states, mask) -> None:
-        raise EffdepthError("passage mode fits its top-k PCs exactly, on every pooled vector, at result(); fit() is "
-                            "token mode's (Accumulator(pooling='none'))")
+        raise EffdepthError(
+            "passage mode fits its top-k PCs exactly, on every pooled vector, at result(); fit() is "
+            "token mode's (Accumulator(pooling='none'))"
+        )
 
     def update(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
         real = torch.ones(states.shape[1:3], dtype=torch.bool) if mask is None else mask
         lengths = real.sum(dim=1)
         if bool((lengths == 0).any()):
-            raise EffdepthError(f"passage {int(torch.nonzero(lengths == 0)[0])} of this batch has no real token by its "
-                                "mask; leave it out, or mark its tokens with True/1")
+            raise EffdepthError(
+                f"passage {int(torch.nonzero(lengths == 0)[0])} of this batch has no real token by its "
+                "mask; leave it out, or mark its tokens with True/1"
+            )
         pooler = PassagePooler(self.variants, int(states.shape[0]) - 1)
         pooler.start(real.to(states.device), torch.zeros(states.shape[1], dtype=torch.bool))
         for layer in range(states.shape[0]):
@@ -270,13 +301,32 @@ class PooledBatches:
         arrays = {v: pooled[i] for i, v in enumerate(self.variants)}
         lengths = np.concatenate(self._lengths)
         check_samples(len(lengths), pooled.shape[-1], num_layers, analysis.analysis_plan())
-        result = analysed_result(arrays, analysis, token_sums=np.concatenate(self._sums, axis=1).transpose(1, 0, 2),
-                                 lengths=lengths, seq_len=int(lengths.max()), progress=False)
-        result.config.update({"num_layers": num_layers, "num_passages": len(lengths), "num_seqs": len(lengths),
-                              "seq_len": int(lengths.max()), "mean_passage_tokens": round(float(lengths.mean()), 2),
-                              "states": "blocks", "given": "states (effdepth.Accumulator)"})
-        result.provenance = {"model": model, "code": code_version(), "libraries": library_versions(), "created": now(),
-                             "tokens_measured": int(lengths.sum())}
+        result = analysed_result(
+            arrays,
+            analysis,
+            token_sums=np.concatenate(self._sums, axis=1).transpose(1, 0, 2),
+            lengths=lengths,
+            seq_len=int(lengths.max()),
+            progress=False,
+        )
+        result.config.update(
+            {
+                "num_layers": num_layers,
+                "num_passages": len(lengths),
+                "num_seqs": len(lengths),
+                "seq_len": int(lengths.max()),
+                "mean_passage_tokens": round(float(lengths.mean()), 2),
+                "states": "blocks",
+                "given": "states (effdepth.Accumulator)",
+            }
+        )
+        result.provenance = {
+            "model": model,
+            "code": code_version(),
+            "libraries": library_versions(),
+            "created": now(),
+            "tokens_measured": int(lengths.sum()),
+        }
         return result
 
 
@@ -324,7 +374,9 @@ class TokenStatistics:
         kept = set(self.analysis.similarity) | set(names_where(lambda s: s.additive and not s.needs_token_keys))
         extra = [s for s in analysis.similarity if s not in kept]
         if extra:
-            raise EffdepthError(f"{extra[0]} statistics were not accumulated; create the Accumulator with similarity including {extra[0]!r}")
+            raise EffdepthError(
+                f"{extra[0]} statistics were not accumulated; create the Accumulator with similarity including {extra[0]!r}"
+            )
         return states_result(state, analysis, num_layers=num_layers, model=model)
 
 
@@ -368,7 +420,9 @@ def from_hidden_states(
             "for a (L+1, batch, seq, d) tensor of residual states use effdepth.from_states"
         )
     if pooling == "mean":
-        return _passage_hidden_states(hidden, attention_mask, model, views, similarity, include_embedding, bootstrap, seed)
+        return _passage_hidden_states(
+            hidden, attention_mask, model, views, similarity, include_embedding, bootstrap, seed
+        )
     if model is None:
         raise EffdepthError(
             f"{HIDDEN_STATES_TRAP}; pass model= (the model that produced it) to measure S_0..S_(L-1), "
@@ -390,7 +444,9 @@ def from_hidden_states(
         UserWarning,
         stacklevel=2,
     )
-    acc = Accumulator(views, similarity, pooling="none", include_embedding=include_embedding, bootstrap=bootstrap, seed=seed)
+    acc = Accumulator(
+        views, similarity, pooling="none", include_embedding=include_embedding, bootstrap=bootstrap, seed=seed
+    )
     acc.update(list(hidden[:-1]), attention_mask)
     result = acc.result()
     result.config["hidden_states"] = {
@@ -409,15 +465,23 @@ def _passage_hidden_states(hidden, mask, model, views, similarity, include_embed
     if model is not None:
         module, arch, external = _hidden_states_model(model)
         if len(hidden) != arch.num_layers + 1:
-            raise EffdepthError(f"got {len(hidden)} hidden states, but this {arch.model_type} model has {arch.num_layers} "
-                                f"blocks, so output_hidden_states=True gives {arch.num_layers + 1}; pass the whole tuple "
-                                "from the same model")
-    acc = Accumulator(views, similarity, pooling="mean", include_embedding=include_embedding, bootstrap=bootstrap, seed=seed)
+            raise EffdepthError(
+                f"got {len(hidden)} hidden states, but this {arch.model_type} model has {arch.num_layers} "
+                f"blocks, so output_hidden_states=True gives {arch.num_layers + 1}; pass the whole tuple "
+                "from the same model"
+            )
+    acc = Accumulator(
+        views, similarity, pooling="mean", include_embedding=include_embedding, bootstrap=bootstrap, seed=seed
+    )
     acc.update(list(hidden), mask)
     result = acc.result()
     last = len(hidden) - 1
-    result.config.update({"states": "hidden", "states_meaning": "transformers' hidden_states[1:]: the blocks' outputs, "
-                          "the last through the final norm"})
+    result.config.update(
+        {
+            "states": "hidden",
+            "states_meaning": "transformers' hidden_states[1:]: the blocks' outputs, the last through the final norm",
+        }
+    )
     result.config["hidden_states"] = {
         "states": f"hidden_states[0..{last}], the last through the final norm: the paper's convention",
         "same_as": "effdepth.measure(..., states='hidden') over the same passages",
@@ -440,8 +504,13 @@ def _hidden_states_model(model) -> tuple:
 
 
 def _model_record(module, arch, external) -> dict:
-    return {"source": "hidden_states", "class": type(module).__name__, "model_type": arch.model_type,
-            "id": getattr(module, "name_or_path", None) or None, **(external.info if external is not None else {})}
+    return {
+        "source": "hidden_states",
+        "class": type(module).__name__,
+        "model_type": arch.model_type,
+        "id": getattr(module, "name_or_path", None) or None,
+        **(external.info if external is not None else {}),
+    }
 
 
 def state_batch(states) -> torch.Tensor:
@@ -454,7 +523,9 @@ def state_batch(states) -> torch.Tensor:
         s = states.tensor
     elif isinstance(states, (list, tuple)):
         if len(states) < 2 or not all(isinstance(t, torch.Tensor) for t in states):
-            raise EffdepthError(f"states must be at least two tensors S_0..S_L (one per state), got {len(states)} items")
+            raise EffdepthError(
+                f"states must be at least two tensors S_0..S_L (one per state), got {len(states)} items"
+            )
         shapes = {tuple(t.shape) for t in states}
         if len(shapes) != 1:
             raise EffdepthError(f"every state must have the same shape (batch, seq, d), got {sorted(shapes)}")
@@ -462,12 +533,16 @@ def state_batch(states) -> torch.Tensor:
     elif isinstance(states, torch.Tensor):
         s = states
     else:
-        raise EffdepthError(f"states must be what effdepth.capture yields, a (L+1, batch, seq, d) tensor or a list of tensors, got {type(states).__name__}")
+        raise EffdepthError(
+            f"states must be what effdepth.capture yields, a (L+1, batch, seq, d) tensor or a list of tensors, got {type(states).__name__}"
+        )
     s = s.detach()
     if s.dim() == 3:
         s = s[:, None]
     if s.dim() != 4 or s.shape[0] < 2 or s.shape[2] < 1:
-        raise EffdepthError(f"states must be shaped (L+1, batch, seq, d) or (L+1, seq, d) with L >= 1, got {tuple(s.shape)}")
+        raise EffdepthError(
+            f"states must be shaped (L+1, batch, seq, d) or (L+1, seq, d) with L >= 1, got {tuple(s.shape)}"
+        )
     if not torch.is_floating_point(s):
         s = s.to(torch.float64)
     return s
@@ -480,5 +555,7 @@ def _mask(mask, states: torch.Tensor) -> torch.Tensor | None:
     if m.dim() == 1:
         m = m[None]
     if tuple(m.shape) != tuple(states.shape[1:3]):
-        raise EffdepthError(f"mask must be (batch, seq) = {tuple(states.shape[1:3])} like the states, got {tuple(m.shape)}")
+        raise EffdepthError(
+            f"mask must be (batch, seq) = {tuple(states.shape[1:3])} like the states, got {tuple(m.shape)}"
+        )
     return m.bool()

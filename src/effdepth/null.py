@@ -39,9 +39,16 @@ class NullResult:
 
     def record(self) -> dict:
         """What ``null.json`` holds (:func:`effdepth.load` reads it back)."""
-        return {"schema": NULL_SCHEMA, "kind": "random-weight null", "model": self.trained.provenance.get("model", {}),
-                "seeds": self.seeds, "config_sha256": self.config_sha256, "config": self.trained.config,
-                "summary": self.summary, "results": {"trained": "trained", **{str(s): f"seed-{s}" for s in self.seeds}}}
+        return {
+            "schema": NULL_SCHEMA,
+            "kind": "random-weight null",
+            "model": self.trained.provenance.get("model", {}),
+            "seeds": self.seeds,
+            "config_sha256": self.config_sha256,
+            "config": self.trained.config,
+            "summary": self.summary,
+            "results": {"trained": "trained", **{str(s): f"seed-{s}" for s in self.seeds}},
+        }
 
     def save(self, folder) -> Path:
         """``trained/``, ``seed-<s>/`` (each a result folder) and ``null.json`` (the summary) under ``folder``."""
@@ -65,8 +72,12 @@ def random_weight_null(options: Options, seeds, *, run: RunOptions | None = None
         model = random_model(config, seed)
         load = replace(options.load, model=model, tokenizer=tokenizer, revision=None)
         result = run_measurement(replace(options, load=load), replace(run, checkpoint=None, resume=False))
-        result.provenance["model"] = {**trained.provenance.get("model", {}), "weights": f"random initialisation, seed {seed}",
-                                      "init_seed": seed, "weights_sha256": weights_sha256(model)}
+        result.provenance["model"] = {
+            **trained.provenance.get("model", {}),
+            "weights": f"random initialisation, seed {seed}",
+            "init_seed": seed,
+            "weights_sha256": weights_sha256(model),
+        }
         nulls.append(result)
     sha = config_sha256(config)
     return NullResult(trained, seeds, nulls, sha, summarise(trained, nulls))
@@ -76,14 +87,16 @@ def _architecture(options: Options):
     """The model's source, its config and its tokenizer, without loading weights."""
     from transformers import AutoConfig
 
-    from .models import locate_model, load_tokenizer, prepare_source
+    from .models import load_tokenizer, locate_model, prepare_source
 
     load = options.load
     if isinstance(load.model, torch.nn.Module):
         config = getattr(load.model, "config", None)
         if config is None:
-            raise EffdepthError("the random-weight null needs a model with a transformers config; pass a Hugging Face "
-                                "id, folder or .gguf file")
+            raise EffdepthError(
+                "the random-weight null needs a model with a transformers config; pass a Hugging Face "
+                "id, folder or .gguf file"
+            )
         return load.model, config, load.tokenizer
     source = prepare_source(locate_model(load.model, revision=load.revision, trust_remote_code=load.trust_remote_code))
     kwargs = {k: v for k, v in source.kwargs.items() if k in ("revision", "trust_remote_code", "gguf_file")}
@@ -128,10 +141,17 @@ def summarise(trained: Result, nulls: list) -> dict:
             continue
         per_layer = [r.view("default", sim).deff / r.view("default", sim).num_states for r in nulls]
         ratios = [r.view("default", sim).ratio for r in nulls]
-        out[sim] = {"trained_deff_per_layer": t.deff / t.num_states, "trained_ratio": t.ratio,
-                    "null_deff_per_layer_mean": _mean(per_layer), "null_deff_per_layer_sd": _sd(per_layer),
-                    "null_ratio_mean": _mean(ratios), "null_ratio_sd": _sd(ratios), "seeds": len(nulls),
-                    "null_deff_per_layer": per_layer, "null_ratio": ratios}
+        out[sim] = {
+            "trained_deff_per_layer": t.deff / t.num_states,
+            "trained_ratio": t.ratio,
+            "null_deff_per_layer_mean": _mean(per_layer),
+            "null_deff_per_layer_sd": _sd(per_layer),
+            "null_ratio_mean": _mean(ratios),
+            "null_ratio_sd": _sd(ratios),
+            "seeds": len(nulls),
+            "null_deff_per_layer": per_layer,
+            "null_ratio": ratios,
+        }
     return out
 
 

@@ -21,20 +21,33 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .version import __version__
 from .capture.pooling import PassageForward, pooled_batches
-from .checkpoint import CheckpointMismatch, MeasurementInterrupted, graceful_interrupts, remove_checkpoint, save_checkpoint
+from .checkpoint import (
+    CheckpointMismatch,
+    MeasurementInterrupted,
+    graceful_interrupts,
+    remove_checkpoint,
+    save_checkpoint,
+)
 from .errors import EffdepthError
 from .numerics.cka_full import binary_size
 from .numerics.confounds import length_distribution
-from .numerics.passage_analysis import (SIMILARITIES, analyse_pooled, analysis_memory, check_analysis_memory, check_samples,
-                                        one_pass_bytes, size_at_least)
+from .numerics.passage_analysis import (
+    SIMILARITIES,
+    analyse_pooled,
+    analysis_memory,
+    check_analysis_memory,
+    check_samples,
+    one_pass_bytes,
+    size_at_least,
+)
 from .numerics.passage_views import variants_for
 from .numerics.pooling import PassagePooler
 from .options import AnalysisOptions
 from .pooled import POOLED_DIR, PooledStore, mark_movable, temporary_folder
 from .provenance import code_version, library_versions, machine, now
 from .result import Result, view_results
+from .version import __version__
 
 __all__ = ["measure_passages", "analyse_store", "analyse_saved", "analysed_result", "from_pooled", "passage_config"]
 
@@ -82,20 +95,28 @@ def check_before_forward(passages, num_layers: int, width: int, analysis: Analys
     passes = analysis_memory(passages.num_passages, num_layers, width, plan)["stack"]["passes"]
     if passes > MANY_PASSES:
         need = size_at_least(one_pass_bytes(passages.num_passages, num_layers, width, plan))
-        warnings.warn(f"within --max-memory {binary_size(plan.max_memory)} the analysis reads each stack of pooled "
-                      f"vectors {passes} times (the same numbers, more time); --max-memory {need.replace(' ', '')} reads "
-                      "it once", UserWarning, stacklevel=3)
+        warnings.warn(
+            f"within --max-memory {binary_size(plan.max_memory)} the analysis reads each stack of pooled "
+            f"vectors {passes} times (the same numbers, more time); --max-memory {need.replace(' ', '')} reads "
+            "it once",
+            UserWarning,
+            stacklevel=3,
+        )
     if any(v.has("drop-bos") for v in plan.specs):
         alone = np.flatnonzero(passages.starts_with_bos & (passages.lengths < 2))
         if len(alone):
-            raise EffdepthError(f"drop-bos pools from the token after BOS, but passage(s) {', '.join(map(str, alone[:8]))} "
-                                "hold BOS alone and would pool to zero vectors; drop them or leave out drop-bos views")
+            raise EffdepthError(
+                f"drop-bos pools from the token after BOS, but passage(s) {', '.join(map(str, alone[:8]))} "
+                "hold BOS alone and would pool to zero vectors; drop them or leave out drop-bos views"
+            )
     if any(v.has("drop-pos0") for v in plan.specs):
         single = np.flatnonzero(passages.lengths < 2)
         if len(single):
-            raise EffdepthError(f"drop-pos0 pools from the second token, but passage(s) {', '.join(map(str, single[:8]))} "
-                                "hold one token and would pool to zero vectors; give passages of 2+ tokens (--seq-len 2 "
-                                "or more) or leave out drop-pos0 views")
+            raise EffdepthError(
+                f"drop-pos0 pools from the second token, but passage(s) {', '.join(map(str, single[:8]))} "
+                "hold one token and would pool to zero vectors; give passages of 2+ tokens (--seq-len 2 "
+                "or more) or leave out drop-pos0 views"
+            )
 
 
 def _discard_unsaved(folder: Path, temporary: bool, run) -> None:
@@ -114,8 +135,17 @@ def _discard_unsaved(folder: Path, temporary: bool, run) -> None:
         pass
 
 
-def _measure_into(folder: Path, temporary: bool, prepared, analysis: AnalysisOptions, run, fingerprint: dict, variants,
-                  width: int, started: float) -> Result:
+def _measure_into(
+    folder: Path,
+    temporary: bool,
+    prepared,
+    analysis: AnalysisOptions,
+    run,
+    fingerprint: dict,
+    variants,
+    width: int,
+    started: float,
+) -> Result:
     """The forward passes into the store in ``folder``, then the analysis (see :func:`measure_passages`)."""
     lm, arch, passages = prepared.lm, prepared.arch, prepared.tokens
     order = np.argsort(-passages.lengths, kind="stable")  # longest first: memory trouble shows at once
@@ -128,12 +158,15 @@ def _measure_into(folder: Path, temporary: bool, prepared, analysis: AnalysisOpt
     with graceful_interrupts() as interrupted:
         try:
             forward = PassageForward(analysis.batch_size, analysis.states, pad_id, run.progress)
-            for indices, pooled, sums in pooled_batches(lm.model, arch, passages, order, pooler, forward,
-                                                        start=written, facts=facts):
+            for indices, pooled, sums in pooled_batches(
+                lm.model, arch, passages, order, pooler, forward, start=written, facts=facts
+            ):
                 _check_finite(pooled, indices, lm)
                 store.write(indices, pooled.numpy(), sums.numpy())
                 written += len(indices)
-                if run.checkpoint is not None and (interrupted or time.monotonic() - last_save > run.checkpoint_every_s):
+                if run.checkpoint is not None and (
+                    interrupted or time.monotonic() - last_save > run.checkpoint_every_s
+                ):
                     _save_progress(store, written, run, fingerprint)
                     last_save = time.monotonic()
                 if interrupted:
@@ -147,8 +180,11 @@ def _measure_into(folder: Path, temporary: bool, prepared, analysis: AnalysisOpt
         if run.checkpoint is not None:
             command = (run.record or {}).get("command") or f"--resume {Path(run.checkpoint).parent}"
             where = f"; pooled vectors saved in {run.checkpoint}, continue with: {command}"
-        raise MeasurementInterrupted(f"interrupted by {signal.Signals(interrupted.signal).name} after {written} of "
-                                     f"{passages.num_passages} passages{where}", interrupted.signal)
+        raise MeasurementInterrupted(
+            f"interrupted by {signal.Signals(interrupted.signal).name} after {written} of "
+            f"{passages.num_passages} passages{where}",
+            interrupted.signal,
+        )
     if run.checkpoint is not None:  # every passage pooled: a failed analysis resumes without a forward pass
         _save_progress(store, written, run, fingerprint)
     else:
@@ -165,19 +201,40 @@ def _measure_into(folder: Path, temporary: bool, prepared, analysis: AnalysisOpt
     return result
 
 
-def analyse_store(store: PooledStore, analysis: AnalysisOptions, *, progress: bool = True, device: str | None = None,
-                  seq_len: int | None = None) -> Result:
+def analyse_store(
+    store: PooledStore,
+    analysis: AnalysisOptions,
+    *,
+    progress: bool = True,
+    device: str | None = None,
+    seq_len: int | None = None,
+) -> Result:
     """The :class:`Result` of the pooled vectors in ``store`` under ``analysis`` (config and provenance
     hold only the analysis; the caller adds what was measured). ``extras`` holds the passage lengths
     (``seq_len``: the longest a passage could be), the confounds table and the sample-size curve."""
     arrays = store.arrays()
     check_stored_variants(analysis, list(arrays), list(arrays))
-    return analysed_result(arrays, analysis, token_sums=np.asarray(store.token_sums), lengths=store.lengths,
-                           seq_len=seq_len, progress=progress, device=device or _analysis_device())
+    return analysed_result(
+        arrays,
+        analysis,
+        token_sums=np.asarray(store.token_sums),
+        lengths=store.lengths,
+        seq_len=seq_len,
+        progress=progress,
+        device=device or _analysis_device(),
+    )
 
 
-def analysed_result(pooled: dict, analysis: AnalysisOptions, *, token_sums=None, lengths=None, seq_len: int | None = None,
-                    progress: bool = True, device: str = "cpu") -> Result:
+def analysed_result(
+    pooled: dict,
+    analysis: AnalysisOptions,
+    *,
+    token_sums=None,
+    lengths=None,
+    seq_len: int | None = None,
+    progress: bool = True,
+    device: str = "cpu",
+) -> Result:
     """The :class:`Result` of pooled vectors (``{variant: (L+1, N, d)}``) under ``analysis``: every view
     under every similarity, and in ``extras`` the passage lengths, the confounds table and the sample-size
     curve (docs/method.md#passage-mode); config and provenance hold only the analysis."""
@@ -187,17 +244,34 @@ def analysed_result(pooled: dict, analysis: AnalysisOptions, *, token_sums=None,
         bar.update(bar.total - bar.n)
     by_sim = {sim: view_results(views) for sim, views in out["similarities"].items()}
     primary, *rest = plan.similarities
-    config = {**analysis.to_dict(), "similarity": primary, "similarities": list(plan.similarities), "pooling": "mean",
-              "passage_analysis": out["analysis"],
-              "similarity_labels": {s: SIMILARITIES[s].label for s in plan.similarities}}
+    config = {
+        **analysis.to_dict(),
+        "similarity": primary,
+        "similarities": list(plan.similarities),
+        "pooling": "mean",
+        "passage_analysis": out["analysis"],
+        "similarity_labels": {s: SIMILARITIES[s].label for s in plan.similarities},
+    }
     extras = {"confounds": out["confounds"], "sample_size": out["sample_size"]}
     if lengths is not None:
         extras = {"passage_lengths": length_distribution(lengths, seq_len), **extras}
-    return Result(views=by_sim[primary], config=config, provenance={}, others={s: by_sim[s] for s in rest}, extras=extras)
+    return Result(
+        views=by_sim[primary], config=config, provenance={}, others={s: by_sim[s] for s in rest}, extras=extras
+    )
 
 
-def from_pooled(pooled, *, lengths=None, views=("default",), similarity=None, include_embedding: bool = False,
-                bootstrap: int = 1000, seed: int = 0, bootstrap_units: int | None = None, progress: bool = False) -> Result:
+def from_pooled(
+    pooled,
+    *,
+    lengths=None,
+    views=("default",),
+    similarity=None,
+    include_embedding: bool = False,
+    bootstrap: int = 1000,
+    seed: int = 0,
+    bootstrap_units: int | None = None,
+    progress: bool = False,
+) -> Result:
     """The paper's number from pooled vectors you already have: one vector per passage and state.
 
     ``pooled`` is ``(L+1, N, d)`` (S_0..S_L of N passages) or a list of L+1 ``(N, d)`` matrices;
@@ -219,20 +293,38 @@ def from_pooled(pooled, *, lengths=None, views=("default",), similarity=None, in
     from .numerics.pooled_input import checked_pooled
 
     array = checked_pooled(pooled, lengths)
-    options = {"views": views, "include_embedding": include_embedding, "bootstrap": bootstrap, "seed": seed,
-               "similarity": similarity, "bootstrap_units": bootstrap_units}
+    options = {
+        "views": views,
+        "include_embedding": include_embedding,
+        "bootstrap": bootstrap,
+        "seed": seed,
+        "similarity": similarity,
+        "bootstrap_units": bootstrap_units,
+    }
     analysis = AnalysisOptions(pooling="mean", **{k: v for k, v in options.items() if v is not None})
     missing = [v.name for v in analysis.view_specs if v.variant != "default"]
     if missing:
-        raise EffdepthError(f"view(s) {', '.join(missing)} pool tokens otherwise than the mean, and only the mean pooled "
-                            "vectors were given; use views made of default, length and top{k}pc")
+        raise EffdepthError(
+            f"view(s) {', '.join(missing)} pool tokens otherwise than the mean, and only the mean pooled "
+            "vectors were given; use views made of default, length and top{k}pc"
+        )
     check_samples(array.shape[1], array.shape[2], array.shape[0] - 1, analysis.analysis_plan())
-    result = analysed_result({"default": array}, analysis, lengths=None if lengths is None else np.asarray(lengths),
-                             progress=progress)
-    result.config.update({"num_layers": array.shape[0] - 1, "num_passages": array.shape[1],
-                          "given": "pooled vectors (effdepth.from_pooled)"})
-    result.provenance = {"code": code_version(), "libraries": library_versions(), "created": now(),
-                         "model": {"id": "pooled vectors", "source": "given"}}
+    result = analysed_result(
+        {"default": array}, analysis, lengths=None if lengths is None else np.asarray(lengths), progress=progress
+    )
+    result.config.update(
+        {
+            "num_layers": array.shape[0] - 1,
+            "num_passages": array.shape[1],
+            "given": "pooled vectors (effdepth.from_pooled)",
+        }
+    )
+    result.provenance = {
+        "code": code_version(),
+        "libraries": library_versions(),
+        "created": now(),
+        "model": {"id": "pooled vectors", "source": "given"},
+    }
     return result
 
 
@@ -251,8 +343,16 @@ def _view_started(bar):
 
 
 #: The analysis options ``analyse_saved`` may change: what applies after the forward pass.
-ANALYSIS_CHANGES = ("views", "similarity", "bootstrap", "bootstrap_units", "seed", "include_embedding", "surrogate_seqs",
-                    "max_memory")
+ANALYSIS_CHANGES = (
+    "views",
+    "similarity",
+    "bootstrap",
+    "bootstrap_units",
+    "seed",
+    "include_embedding",
+    "surrogate_seqs",
+    "max_memory",
+)
 
 
 def analyse_saved(path, *, progress: bool = True, device: str | None = None, **changes) -> Result:
@@ -271,29 +371,45 @@ def analyse_saved(path, *, progress: bool = True, device: str | None = None, **c
 
     saved = load(path)
     if not isinstance(saved, Result) or not saved.passages:
-        raise EffdepthError(f"{path} is not a passage-mode result; effdepth analyse re-analyses the pooled vectors that "
-                            "passage mode (the default, --pooling mean) keeps")
+        raise EffdepthError(
+            f"{path} is not a passage-mode result; effdepth analyse re-analyses the pooled vectors that "
+            "passage mode (the default, --pooling mean) keeps"
+        )
     if saved.pooled is None:
-        raise EffdepthError(f"{path} has no pooled vectors beside its result.json (a folder pooled/); measure again with "
-                            "--out DIR to keep them")
+        raise EffdepthError(
+            f"{path} has no pooled vectors beside its result.json (a folder pooled/); measure again with "
+            "--out DIR to keep them"
+        )
     unknown = sorted(set(changes) - set(ANALYSIS_CHANGES))
     if unknown:
-        raise EffdepthError(f"effdepth analyse cannot change {', '.join(unknown)}: it applies before the forward pass; "
-                            "measure again")
+        raise EffdepthError(
+            f"effdepth analyse cannot change {', '.join(unknown)}: it applies before the forward pass; measure again"
+        )
     c = saved.config
-    kept = {name: c.get("similarities" if name == "similarity" else name) for name in ANALYSIS_CHANGES
-            if c.get("similarities" if name == "similarity" else name) is not None}
+    kept = {
+        name: c.get("similarities" if name == "similarity" else name)
+        for name in ANALYSIS_CHANGES
+        if c.get("similarities" if name == "similarity" else name) is not None
+    }
     options = {**kept, **changes}
-    analysis = AnalysisOptions(pooling="mean", states=c.get("states", "blocks"), protocol=c.get("protocol"),
-                               batch_size=c.get("batch_size", 8), **{k: tuple(v) if isinstance(v, list) else v
-                                                                     for k, v in options.items()})
+    analysis = AnalysisOptions(
+        pooling="mean",
+        states=c.get("states", "blocks"),
+        protocol=c.get("protocol"),
+        batch_size=c.get("batch_size", 8),
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in options.items()},
+    )
     store = PooledStore.open(saved.pooled)
     check_stored_variants(analysis, store.meta["variants"], c.get("views") or ["default"])
     result = analyse_store(store, analysis, progress=progress, device=device, seq_len=c.get("seq_len"))
     measured = {k: v for k, v in c.items() if k not in result.config}
     result.config = {**measured, **result.config}
     result.provenance = dict(saved.provenance)
-    result.provenance["analysed"] = {"created": now(), "code": code_version(), "changes": {k: _plain(v) for k, v in changes.items()}}
+    result.provenance["analysed"] = {
+        "created": now(),
+        "code": code_version(),
+        "changes": {k: _plain(v) for k, v in changes.items()},
+    }
     result.extras = {**saved.extras, **result.extras}
     result.pooled = saved.pooled
     return result
@@ -315,10 +431,12 @@ def check_stored_variants(analysis: AnalysisOptions, stored, measured_views) -> 
     variants = ", ".join(dict.fromkeys(v.variant for v in missing))
     views = ",".join(dict.fromkeys([*measured_views, *(v.name for v in missing)]))
     plural = len(missing) > 1
-    raise EffdepthError(f"view{'s' if plural else ''} {names} pool{'' if plural else 's'} tokens as {variants}, but the "
-                        f"forward pass stored only {', '.join(stored)}; measure again with --views {views} to store "
-                        f"{'them' if plural else 'it'} (effdepth analyse recomputes top{{k}}pc views, similarities, "
-                        "intervals, the embedding state and the calibrated references, not what was pooled)")
+    raise EffdepthError(
+        f"view{'s' if plural else ''} {names} pool{'' if plural else 's'} tokens as {variants}, but the "
+        f"forward pass stored only {', '.join(stored)}; measure again with --views {views} to store "
+        f"{'them' if plural else 'it'} (effdepth analyse recomputes top{{k}}pc views, similarities, "
+        "intervals, the embedding state and the calibrated references, not what was pooled)"
+    )
 
 
 def _plain(value):
@@ -337,8 +455,11 @@ def passage_config(prepared, analysis: AnalysisOptions) -> dict:
         "bos": passages.info.get("bos"),
         "passage_split": passages.info.get("split"),
         "states": analysis.states,
-        "states_meaning": ("hooks on the decoder blocks, before the final norm" if analysis.states == "blocks" else
-                           "transformers' hidden_states[1:]: the blocks' outputs, the last through the final norm"),
+        "states_meaning": (
+            "hooks on the decoder blocks, before the final norm"
+            if analysis.states == "blocks"
+            else "transformers' hidden_states[1:]: the blocks' outputs, the last through the final norm"
+        ),
         "num_layers": arch.num_layers,
         "blocks_path": arch.paths.get("blocks"),
         "embedding_path": arch.paths.get("embedding"),
@@ -374,19 +495,31 @@ def _open_store(folder: Path, run, fingerprint: dict, passages, variants, layers
         saved = store.meta.get("fingerprint", {})
         differ = sorted(k for k in set(saved) | set(fingerprint) if saved.get(k) != fingerprint.get(k))
         if differ:
-            raise CheckpointMismatch(f"cannot resume: the saved run differs in {', '.join(differ)}; rerun with the same "
-                                     "model, corpus and options, or start over without --resume")
+            raise CheckpointMismatch(
+                f"cannot resume: the saved run differs in {', '.join(differ)}; rerun with the same "
+                "model, corpus and options, or start over without --resume"
+            )
         facts["resumed_from"] = store.written
         return store, facts
-    store = PooledStore.create(store_dir, variants, layers=layers, width=width, lengths=passages.lengths,
-                               starts_with_bos=passages.starts_with_bos, extra={"fingerprint": fingerprint})
+    store = PooledStore.create(
+        store_dir,
+        variants,
+        layers=layers,
+        width=width,
+        lengths=passages.lengths,
+        starts_with_bos=passages.starts_with_bos,
+        extra={"fingerprint": fingerprint},
+    )
     return store, facts
 
 
 def _save_progress(store: PooledStore, written: int, run, fingerprint: dict) -> None:
     store.commit(written)
-    save_checkpoint(Path(run.checkpoint), {}, {"fingerprint": fingerprint, "run": run.record, "pooled": POOLED_DIR,
-                                               "written": written})
+    save_checkpoint(
+        Path(run.checkpoint),
+        {},
+        {"fingerprint": fingerprint, "run": run.record, "pooled": POOLED_DIR, "written": written},
+    )
 
 
 def _store_folder(run) -> tuple:
@@ -409,8 +542,10 @@ def _hidden_size(lm) -> int:
         embedding = lm.model.get_input_embeddings() if hasattr(lm.model, "get_input_embeddings") else None
         width = getattr(embedding, "embedding_dim", None)
     if not width:
-        raise EffdepthError("cannot tell the model's hidden size (no hidden_size in its config, no input embedding); "
-                            "passage mode needs it to store pooled vectors")
+        raise EffdepthError(
+            "cannot tell the model's hidden size (no hidden_size in its config, no input embedding); "
+            "passage mode needs it to store pooled vectors"
+        )
     return int(width)
 
 
@@ -427,7 +562,7 @@ def passage_loss(prepared, passages, batch_size: int) -> dict:
     step = max(1, int(batch_size))
     with torch.no_grad():
         for start in range(0, len(order), step):
-            ids, mask = passages.batch(order[start:start + step], pad_id=pad)
+            ids, mask = passages.batch(order[start : start + step], pad_id=pad)
             ids, mask = ids.to(device), mask.to(device)
             loss.update(model(input_ids=ids, attention_mask=mask).logits, ids, mask)
     return loss.compute()
@@ -449,7 +584,9 @@ def _check_finite(pooled: torch.Tensor, indices, lm) -> None:
     layer = int(torch.nonzero(~finite.all(dim=(0, 2)))[0])
     dtype = lm.info.get("dtype")
     hint = " (float16 overflows on massive activations: use --dtype bfloat16 or float32)" if dtype == "float16" else ""
-    raise EffdepthError(f"non-finite states at layer {layer} (model dtype {dtype}) in passages {list(indices)[:4]}...{hint}")
+    raise EffdepthError(
+        f"non-finite states at layer {layer} (model dtype {dtype}) in passages {list(indices)[:4]}...{hint}"
+    )
 
 
 def _analysis_device() -> str:

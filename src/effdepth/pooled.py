@@ -48,23 +48,43 @@ class PooledStore:
         self.folder = Path(folder)
         self.meta = meta
         shape = (meta["layers"], meta["passages"], meta["width"])
-        self._pooled = {v: np.lib.format.open_memmap(self.folder / f"{v}.npy", mode=mode, dtype=np.float32, shape=shape)
-                        if mode == "w+" else np.load(self.folder / f"{v}.npy", mmap_mode=mode) for v in meta["variants"]}
+        self._pooled = {
+            v: np.lib.format.open_memmap(self.folder / f"{v}.npy", mode=mode, dtype=np.float32, shape=shape)
+            if mode == "w+"
+            else np.load(self.folder / f"{v}.npy", mmap_mode=mode)
+            for v in meta["variants"]
+        }
         sums_shape = (meta["passages"], meta["layers"] - 1, 3)
-        self._sums = np.lib.format.open_memmap(self.folder / "token_sums.npy", mode=mode, dtype=np.float64, shape=sums_shape) \
-            if mode == "w+" else np.load(self.folder / "token_sums.npy", mmap_mode=mode)
+        self._sums = (
+            np.lib.format.open_memmap(self.folder / "token_sums.npy", mode=mode, dtype=np.float64, shape=sums_shape)
+            if mode == "w+"
+            else np.load(self.folder / "token_sums.npy", mmap_mode=mode)
+        )
 
     @classmethod
-    def create(cls, folder, variants, *, layers: int, width: int, lengths, starts_with_bos, extra: dict | None = None) -> "PooledStore":
+    def create(
+        cls, folder, variants, *, layers: int, width: int, lengths, starts_with_bos, extra: dict | None = None
+    ) -> "PooledStore":
         """A new store for the passages of ``lengths`` with ``layers`` states (S_0..S_L) of ``width`` features."""
         folder = Path(folder)
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
-        np.savez(folder / "passages.npz", lengths=np.asarray(lengths, dtype=np.int64),
-                 starts_with_bos=np.asarray(starts_with_bos, dtype=bool))
-        meta = {"format": FORMAT, "variants": list(variants), "layers": int(layers), "passages": len(lengths),
-                "width": int(width), "dtype": "float32", "written": 0, **(extra or {})}
+        np.savez(
+            folder / "passages.npz",
+            lengths=np.asarray(lengths, dtype=np.int64),
+            starts_with_bos=np.asarray(starts_with_bos, dtype=bool),
+        )
+        meta = {
+            "format": FORMAT,
+            "variants": list(variants),
+            "layers": int(layers),
+            "passages": len(lengths),
+            "width": int(width),
+            "dtype": "float32",
+            "written": 0,
+            **(extra or {}),
+        }
         store = cls(folder, meta, "w+")
         write_json_atomic(folder / "store.json", meta)
         return store
@@ -79,8 +99,10 @@ class PooledStore:
                 raise ValueError(f"format {meta.get('format')!r}")
             return cls(folder, meta, "r+" if writable else "r")
         except (OSError, ValueError, KeyError) as exc:
-            raise EffdepthError(f"no readable pooled vectors in {folder} ({type(exc).__name__}: {exc}); "
-                                "measure again (effdepth measure ... --out DIR) to have them") from None
+            raise EffdepthError(
+                f"no readable pooled vectors in {folder} ({type(exc).__name__}: {exc}); "
+                "measure again (effdepth measure ... --out DIR) to have them"
+            ) from None
 
     @property
     def written(self) -> int:

@@ -55,8 +55,14 @@ class PruneResult:
 
     def rows(self) -> list:
         """One row per k: the blocks each order skips and the perplexity it leaves."""
-        return [{"k": k, **{f"{name}_skipped": self.orders[name][:k] for name in ORDERS},
-                 **{f"{name}_perplexity": self.perplexity[name][i] for name in ORDERS}} for i, k in enumerate(self.skips)]
+        return [
+            {
+                "k": k,
+                **{f"{name}_skipped": self.orders[name][:k] for name in ORDERS},
+                **{f"{name}_perplexity": self.perplexity[name][i] for name in ORDERS},
+            }
+            for i, k in enumerate(self.skips)
+        ]
 
     def save(self, folder) -> Path:
         """``measured/`` (the result folder) and ``prune.json`` under ``folder``."""
@@ -66,15 +72,28 @@ class PruneResult:
 
     def record(self) -> dict:
         """What ``prune.json`` holds (:func:`effdepth.load` reads it back)."""
-        return {"schema": PRUNE_SCHEMA, "kind": "pruning boundary check", "model": self.measured.provenance.get("model", {}),
-                "config": self.config, "skips": self.skips, "orders": self.orders, "scores": self.scores,
-                "perplexity": self.perplexity, "baseline": self.baseline, "heldout": self.heldout,
-                "spearman_of_rankings": self.spearman, "rows": self.rows(), "measured": "measured",
-                "how": {"block_influence": "ShortGPT: 1 - mean over tokens of cos(s_{l-1}, s_l); lowest first",
-                        "local_deff": "D_eff of the default view's similarity with state l left out; the block "
-                                      "leaving the highest D_eff first",
-                        "skip": "a skipped block outputs its input (s_l = s_{l-1})",
-                        "spearman": "rank correlation of the blocks' positions in the two orders"}}
+        return {
+            "schema": PRUNE_SCHEMA,
+            "kind": "pruning boundary check",
+            "model": self.measured.provenance.get("model", {}),
+            "config": self.config,
+            "skips": self.skips,
+            "orders": self.orders,
+            "scores": self.scores,
+            "perplexity": self.perplexity,
+            "baseline": self.baseline,
+            "heldout": self.heldout,
+            "spearman_of_rankings": self.spearman,
+            "rows": self.rows(),
+            "measured": "measured",
+            "how": {
+                "block_influence": "ShortGPT: 1 - mean over tokens of cos(s_{l-1}, s_l); lowest first",
+                "local_deff": "D_eff of the default view's similarity with state l left out; the block "
+                "leaving the highest D_eff first",
+                "skip": "a skipped block outputs its input (s_l = s_{l-1})",
+                "spearman": "rank correlation of the blocks' positions in the two orders",
+            },
+        }
 
 
 def parse_skip(text) -> list:
@@ -96,7 +115,9 @@ def parse_skip(text) -> list:
     return list(range(lo, hi + 1))
 
 
-def prune_check(options: Options, skips, *, heldout: int = DEFAULT_HELDOUT, run: RunOptions | None = None) -> PruneResult:
+def prune_check(
+    options: Options, skips, *, heldout: int = DEFAULT_HELDOUT, run: RunOptions | None = None
+) -> PruneResult:
     """Measure, rank the blocks both ways, and the held-out perplexity after skipping k = ``skips`` blocks."""
     run = run or RunOptions()
     skips = sorted({int(k) for k in skips})
@@ -113,8 +134,10 @@ def prune_check(options: Options, skips, *, heldout: int = DEFAULT_HELDOUT, run:
     view = measured.views.get("default")
     influence = (view.related or {}).get("block_influence") if view is not None else None
     if not influence or len(influence) != layers:
-        raise EffdepthError("the measurement has no block influence for the default view; measure the default view "
-                            "(--views default or paper) in passage mode")
+        raise EffdepthError(
+            "the measurement has no block influence for the default view; measure the default view "
+            "(--views default or paper) in passage mode"
+        )
     similarity = np.asarray(view.similarity, dtype=np.float64)
     blocks = similarity[1:, 1:] if similarity.shape[0] == layers + 1 else similarity  # S_1..S_L
     local, change = local_deff_order(blocks)
@@ -125,11 +148,24 @@ def prune_check(options: Options, skips, *, heldout: int = DEFAULT_HELDOUT, run:
         results[(name, len(skipped))] = heldout_loss(prepared, held, skipped, options.analysis.batch_size)
     perplexity = {name: [results[(name, k)]["perplexity"] for k in skips] for name in ORDERS}
     rho = spearman(order_positions(orders["block_influence"]), order_positions(orders["local_deff"]))
-    config = {"skips": skips, "heldout_passages": held.num_passages, "view": "default",
-              "similarity": measured.primary_similarity, **measured.config}
-    return PruneResult(measured, skips, orders, {"block_influence": [float(x) for x in influence],
-                                                 "local_deff_change": [float(x) for x in change]},
-                       perplexity, results[("none", 0)], dict(held.info), rho, config)
+    config = {
+        "skips": skips,
+        "heldout_passages": held.num_passages,
+        "view": "default",
+        "similarity": measured.primary_similarity,
+        **measured.config,
+    }
+    return PruneResult(
+        measured,
+        skips,
+        orders,
+        {"block_influence": [float(x) for x in influence], "local_deff_change": [float(x) for x in change]},
+        perplexity,
+        results[("none", 0)],
+        dict(held.info),
+        rho,
+        config,
+    )
 
 
 def heldout_passages(prepared, count: int):
@@ -139,23 +175,40 @@ def heldout_passages(prepared, count: int):
     load = prepared.load
     tokenizer = getattr(prepared.lm, "tokenizer", None)
     if not isinstance(load.corpus, (str, Path, list, tuple)) and load.corpus is not None:
-        raise EffdepthError("prune-check draws held-out passages from a text corpus; give --corpus as a file, folder, "
-                            "hf: dataset or shakespeare, not token ids")
+        raise EffdepthError(
+            "prune-check draws held-out passages from a text corpus; give --corpus as a file, folder, "
+            "hf: dataset or shakespeare, not token ids"
+        )
     measured = prepared.tokens
     seen = {tuple(measured.passage(i).tolist()) for i in range(measured.num_passages)}
     try:
-        pool = load_passages(load.corpus, tokenizer, max_len=load.seq_len, num_passages=measured.num_passages + count,
-                             seed=load.seed + 1, bos=load.bos, split=load.passage_split)
+        pool = load_passages(
+            load.corpus,
+            tokenizer,
+            max_len=load.seq_len,
+            num_passages=measured.num_passages + count,
+            seed=load.seed + 1,
+            bos=load.bos,
+            split=load.passage_split,
+        )
     except EffdepthError as exc:
-        raise EffdepthError(f"{exc} (prune-check draws {count} held-out passages beside the {measured.num_passages} "
-                            "measured ones; lower --heldout or --num-seqs)") from None
+        raise EffdepthError(
+            f"{exc} (prune-check draws {count} held-out passages beside the {measured.num_passages} "
+            "measured ones; lower --heldout or --num-seqs)"
+        ) from None
     rows = [pool.passage(i).tolist() for i in range(pool.num_passages)]
     rows = [r for r in rows if tuple(r) not in seen][:count]
     if len(rows) < count:
-        raise EffdepthError(f"the corpus gives only {len(rows)} passages that are not measured, {count} held-out "
-                            "passages were asked for; lower --heldout or --num-seqs")
-    info = {**pool.info, "num_passages": len(rows), "seed": load.seed + 1,
-            "sampling": f"drawn with seed {load.seed + 1}; passages also measured left out"}
+        raise EffdepthError(
+            f"the corpus gives only {len(rows)} passages that are not measured, {count} held-out "
+            "passages were asked for; lower --heldout or --num-seqs"
+        )
+    info = {
+        **pool.info,
+        "num_passages": len(rows),
+        "seed": load.seed + 1,
+        "sampling": f"drawn with seed {load.seed + 1}; passages also measured left out",
+    }
     return Passages.from_rows(rows, bos_token_id=pool.info.get("bos_token_id"), name=pool.name, info=info)
 
 

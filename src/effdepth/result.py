@@ -12,8 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import EffdepthError
-from .files import read_json
-from .files import write_json_atomic
+from .files import read_json, write_json_atomic
 from .pooled import POOLED_DIR, place_pooled
 
 SCHEMA = "effdepth.result/1"
@@ -146,8 +145,10 @@ class Result:
         a pair is missing (not measured, or unavailable under that similarity)."""
         similarity = similarity or self.primary_similarity
         if similarity not in self.similarities:
-            raise EffdepthError(f"this result has no {similarity} numbers; it has {', '.join(self.similarities)} "
-                                f"(measure with --similarity {similarity} or --similarity all)")
+            raise EffdepthError(
+                f"this result has no {similarity} numbers; it has {', '.join(self.similarities)} "
+                f"(measure with --similarity {similarity} or --similarity all)"
+            )
         views = self.similarities[similarity]
         if name in views:
             return views[name]
@@ -165,7 +166,9 @@ class Result:
             "extras": _finite(self.extras),
         }
         if self.others:
-            out["similarities"] = {sim: {name: _view_dict(v) for name, v in views.items()} for sim, views in self.others.items()}
+            out["similarities"] = {
+                sim: {name: _view_dict(v) for name, v in views.items()} for sim, views in self.others.items()
+            }
         if self.unavailable:
             out["unavailable"] = self.unavailable
         return out
@@ -185,12 +188,22 @@ class Result:
             if not isinstance(provenance, dict) or not isinstance(provenance.get("model", {}), dict):
                 raise ValueError("its provenance does not say which model was measured")
             views = {name: _view_from_dict(v, primary) for name, v in data["views"].items()}
-            others = {sim: {name: _view_from_dict(v, sim) for name, v in vs.items()}
-                      for sim, vs in (data.get("similarities") or {}).items()}
-            return cls(views=views, config=config, provenance=data.get("provenance", {}), extras=data.get("extras", {}),
-                       others=others, unavailable=data.get("unavailable") or {})
+            others = {
+                sim: {name: _view_from_dict(v, sim) for name, v in vs.items()}
+                for sim, vs in (data.get("similarities") or {}).items()
+            }
+            return cls(
+                views=views,
+                config=config,
+                provenance=data.get("provenance", {}),
+                extras=data.get("extras", {}),
+                others=others,
+                unavailable=data.get("unavailable") or {},
+            )
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise EffdepthError(f"damaged effdepth result ({type(exc).__name__}: {exc}); rerun the measurement") from None
+            raise EffdepthError(
+                f"damaged effdepth result ({type(exc).__name__}: {exc}); rerun the measurement"
+            ) from None
 
     def save(self, path) -> Path:
         """Write JSON atomically: a crash never leaves a half-written file.
@@ -244,8 +257,10 @@ def refuse_newer(schema, known: str, what: str) -> None:
     effdepth.errors.EffdepthError: r.json was written by a newer effdepth (schema 'effdepth.result/2'; this one reads 'effdepth.result/1'): upgrade effdepth (pip install -U effdepth) to read it
     """
     if newer_schema(schema, known):
-        raise EffdepthError(f"{what} was written by a newer effdepth (schema {schema!r}; this one reads {known!r}): "
-                            "upgrade effdepth (pip install -U effdepth) to read it")
+        raise EffdepthError(
+            f"{what} was written by a newer effdepth (schema {schema!r}; this one reads {known!r}): "
+            "upgrade effdepth (pip install -U effdepth) to read it"
+        )
 
 
 def newer_schema(schema, known: str) -> bool:
@@ -258,7 +273,7 @@ def newer_schema(schema, known: str) -> bool:
     family, _, version = known.rpartition("/")
     if not isinstance(schema, str) or not schema.startswith(family + "/"):
         return False
-    later = schema[len(family) + 1:]
+    later = schema[len(family) + 1 :]
     return later.isdigit() and int(later) > int(version)
 
 

@@ -29,8 +29,17 @@ from .result import Result
 
 INTERVENTION_SCHEMA = "effdepth.intervention/1"
 EXPERIMENT_SCHEMA = "effdepth.experiment/1"
-SUMMARY_KEYS = ("deff", "ratio", "reference_init", "reference_size", "reference_matched", "loss", "perplexity", "train_loss",
-                "norm_ratio")
+SUMMARY_KEYS = (
+    "deff",
+    "ratio",
+    "reference_init",
+    "reference_size",
+    "reference_matched",
+    "loss",
+    "perplexity",
+    "train_loss",
+    "norm_ratio",
+)
 
 
 # --------------------------------------------------------------------------- in-model intervention
@@ -68,17 +77,26 @@ class InterventionResult:
             "config": self.config,
             "provenance": self.provenance,
             "table": {name: self.rows(name) for name in self._view_names()},
-            "results": [{"lam": lam, "path": f"{carry_folder(lam)}/result.json", "result": self.results[lam].to_dict()}
-                        for lam in self.carries],
+            "results": [
+                {"lam": lam, "path": f"{carry_folder(lam)}/result.json", "result": self.results[lam].to_dict()}
+                for lam in self.carries
+            ],
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> "InterventionResult":
         if data.get("schema") != INTERVENTION_SCHEMA:
-            raise EffdepthError(f"not an effdepth intervention (schema {data.get('schema')!r}, expected {INTERVENTION_SCHEMA!r})")
+            raise EffdepthError(
+                f"not an effdepth intervention (schema {data.get('schema')!r}, expected {INTERVENTION_SCHEMA!r})"
+            )
         results = {float(r["lam"]): Result.from_dict(r["result"]) for r in data["results"]}
-        return cls(tuple(float(c) for c in data["carries"]), tuple(data["layers"]), results, data.get("config", {}),
-                   data.get("provenance", {}))
+        return cls(
+            tuple(float(c) for c in data["carries"]),
+            tuple(data["layers"]),
+            results,
+            data.get("config", {}),
+            data.get("provenance", {}),
+        )
 
     def save(self, folder) -> Path:
         """Write ``carry-<lam>/result.json`` for each lam, then ``intervention.json``; returns the latter.
@@ -168,8 +186,13 @@ class ExperimentResult:
         return summarise(self.records)
 
     def to_dict(self) -> dict:
-        return {"schema": EXPERIMENT_SCHEMA, "config": self.config, "provenance": self.provenance, "records": self.records,
-                "summary": self.summary()}
+        return {
+            "schema": EXPERIMENT_SCHEMA,
+            "config": self.config,
+            "provenance": self.provenance,
+            "records": self.records,
+            "summary": self.summary(),
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> "ExperimentResult":
@@ -184,7 +207,9 @@ class ExperimentResult:
         try:
             return cls(dict(data["config"]), list(data["records"]), data.get("provenance", {}))
         except (KeyError, TypeError, ValueError) as exc:
-            raise EffdepthError(f"damaged effdepth experiment ({type(exc).__name__}: {exc}); rerun the experiment") from None
+            raise EffdepthError(
+                f"damaged effdepth experiment ({type(exc).__name__}: {exc}); rerun the experiment"
+            ) from None
 
     def save(self, folder) -> Path:
         """Write ``experiment.json`` atomically; returns its path.
@@ -210,7 +235,9 @@ def load_experiment(path) -> ExperimentResult:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        raise EffdepthError(f"no readable experiment at {path}; pass experiment.json or the --out folder of a run") from None
+        raise EffdepthError(
+            f"no readable experiment at {path}; pass experiment.json or the --out folder of a run"
+        ) from None
     return ExperimentResult.from_dict(data)
 
 

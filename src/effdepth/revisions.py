@@ -34,7 +34,9 @@ FINAL = "main"
 #: The tracks of the first training run (OLMo-2's stage 1, or names without a stage); later stages restart their counts.
 FIRST_TRACKS = ("main", "stage1")
 
-_OLMO = re.compile(r"^(?:(?P<stage>stage\d+)(?:-(?P<ingredient>ingredient\d+))?-)?step(?P<step>\d+)-tokens(?P<tokens>\d+(?:\.\d+)?)B$")
+_OLMO = re.compile(
+    r"^(?:(?P<stage>stage\d+)(?:-(?P<ingredient>ingredient\d+))?-)?step(?P<step>\d+)-tokens(?P<tokens>\d+(?:\.\d+)?)B$"
+)
 _STEP = re.compile(r"^(?:step|checkpoint)[-_]?(?P<step>\d+)$")
 # Git allows much more; this is what a checkpoint branch or a tag looks like, and
 # what can be handed to the hub and printed without surprises.
@@ -219,15 +221,17 @@ def parse_selection(text: str) -> tuple[str, object]:
     if text == "auto":
         return "auto", None
     if text.startswith("every:"):
-        raw = text[len("every:"):]
+        raw = text[len("every:") :]
         if not raw.isdigit() or int(raw) < 1:
             raise EffdepthError(f"--revisions every:K needs a whole number K >= 1, got {text!r}")
         return "every", int(raw)
     if text.startswith("log:"):
-        raw = text[len("log:"):]
+        raw = text[len("log:") :]
         if not raw.isdigit() or int(raw) < 2:
-            raise EffdepthError(f"--revisions log:K needs a whole number K >= 2 (the first and the last checkpoint are "
-                                f"always kept), got {text!r}")
+            raise EffdepthError(
+                f"--revisions log:K needs a whole number K >= 2 (the first and the last checkpoint are "
+                f"always kept), got {text!r}"
+            )
         return "log", int(raw)
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:

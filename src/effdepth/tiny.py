@@ -31,8 +31,16 @@ _COMMON = {
 }
 
 _FAMILY_OVERRIDES = {
-    "gpt2": {"n_layer": TINY_LAYERS, "n_embd": TINY_HIDDEN, "n_head": 4, "vocab_size": TINY_VOCAB, "n_positions": 512,
-             "bos_token_id": 256, "eos_token_id": 257, "pad_token_id": 258},
+    "gpt2": {
+        "n_layer": TINY_LAYERS,
+        "n_embd": TINY_HIDDEN,
+        "n_head": 4,
+        "vocab_size": TINY_VOCAB,
+        "n_positions": 512,
+        "bos_token_id": 256,
+        "eos_token_id": 257,
+        "pad_token_id": 258,
+    },
     "gpt_neox": {**_COMMON, "num_key_value_heads": None, "rotary_pct": 0.25},
     "gemma": {**_COMMON, "head_dim": 16},
     "gemma2": {**_COMMON, "head_dim": 16},
@@ -87,8 +95,15 @@ def tiny_config(model_type: str):
         text = tiny_config(f"{model_type}_text")
         config = AutoConfig.for_model(model_type, text_config=text.to_dict())
         vision = config.vision_config
-        for key, value in {"depth": 1, "num_hidden_layers": 1, "hidden_size": 32, "intermediate_size": 64,
-                           "num_heads": 2, "num_attention_heads": 2, "out_hidden_size": TINY_HIDDEN}.items():
+        for key, value in {
+            "depth": 1,
+            "num_hidden_layers": 1,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "num_attention_heads": 2,
+            "out_hidden_size": TINY_HIDDEN,
+        }.items():
             if hasattr(vision, key):
                 setattr(vision, key, value)
         return config

@@ -44,24 +44,52 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .errors import EffdepthError
-from .options import Options, RunOptions, at_least
+from .executors import make_executor
 from .files import file_sha256, write_json_atomic
 from .loading import TRAJECTORY_SCHEMA
-from .executors import make_executor
-from .revisions import FIRST_TRACKS, Checkpoint, parse_revision, parse_revisions, parse_selection, select_every, select_log, tokens_per_step_for
+from .options import Options, RunOptions, at_least
+from .revisions import (
+    FIRST_TRACKS,
+    Checkpoint,
+    parse_revision,
+    parse_revisions,
+    parse_selection,
+    select_every,
+    select_log,
+    tokens_per_step_for,
+)
 from .suites import SuiteModel, check_model_id, guess_family
 from .suites.trajectories import TrajectoryPreset, not_a_trajectory_source, preset_selection
-from .sweep import (COLUMNS, JOB, Job, count_statuses, job_folder, job_options, record, run_jobs, saved_result, summary_rows,
-                    write_table)
+from .sweep import (
+    COLUMNS,
+    JOB,
+    Job,
+    count_statuses,
+    job_folder,
+    job_options,
+    record,
+    run_jobs,
+    saved_result,
+    summary_rows,
+    write_table,
+)
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 #: ``tokens`` is what the checkpoint's name says; ``tokens_seen`` the running total plotted.
 TRAJECTORY_COLUMNS = (
-    ("model", "revision", "step", "tokens", "tokens_seen", "track", "final", "duplicate_of", "weights", "weights_source")
-    + tuple(c for c in COLUMNS if c not in ("model", "family", "params", "revision", "step", "tokens_seen"))
-)
+    "model",
+    "revision",
+    "step",
+    "tokens",
+    "tokens_seen",
+    "track",
+    "final",
+    "duplicate_of",
+    "weights",
+    "weights_source",
+) + tuple(c for c in COLUMNS if c not in ("model", "family", "params", "revision", "step", "tokens_seen"))
 
 
 @dataclass
@@ -100,11 +128,24 @@ class TrajectoryOutcome:
         from .report.plain import table_text
         from .report.studies import trajectory_content
 
-        return table_text(trajectory_content(self.rows, self.duplicates, None if self.preset is None else self.preset.to_dict()))
+        return table_text(
+            trajectory_content(self.rows, self.duplicates, None if self.preset is None else self.preset.to_dict())
+        )
 
 
-def trajectory(model, out, options: Options | None = None, *, revisions: str | None = None, tokens_per_step: int | None = None,
-               executor="local", figures: bool = True, run: RunOptions | None = None, log=None, **measure_options) -> TrajectoryOutcome:
+def trajectory(
+    model,
+    out,
+    options: Options | None = None,
+    *,
+    revisions: str | None = None,
+    tokens_per_step: int | None = None,
+    executor="local",
+    figures: bool = True,
+    run: RunOptions | None = None,
+    log=None,
+    **measure_options,
+) -> TrajectoryOutcome:
     """Measure ``model`` at each selected checkpoint and write the trajectory into ``out``.
 
     ``model``: a hub id (its branches), a local folder of checkpoints, or a
@@ -133,14 +174,18 @@ def trajectory(model, out, options: Options | None = None, *, revisions: str | N
     for note in notes:
         log(note)
     if not checkpoints:
-        raise EffdepthError(f"no checkpoints to measure in {found.model}; names seen but skipped: {', '.join(found.skipped[:10]) or 'none'}")
+        raise EffdepthError(
+            f"no checkpoints to measure in {found.model}; names seen but skipped: {', '.join(found.skipped[:10]) or 'none'}"
+        )
     _check_cache(found, checkpoints, revisions, opts)
     listings: dict = {}
     fingerprints = {c.revision: weights_fingerprint(found, c, listings) for c in checkpoints}
     duplicates = find_duplicates(checkpoints, fingerprints)
     for dup, original in duplicates.items():
         log(f"{dup}: same weights as {original} ({fingerprints[dup][1]}); flagged, not measured again")
-    jobs = {c.revision: _job(found, c, opts, fingerprints[c.revision]) for c in checkpoints if c.revision not in duplicates}
+    jobs = {
+        c.revision: _job(found, c, opts, fingerprints[c.revision]) for c in checkpoints if c.revision not in duplicates
+    }
     refused = refused_checkpoints(found.model, listings, allow_pickle=bool(opts.get("allow_pickle")))
     refused = {rev: why for rev, why in refused.items() if rev in jobs}
     for rev, why in refused.items():
@@ -148,8 +193,9 @@ def trajectory(model, out, options: Options | None = None, *, revisions: str | N
     statuses = run_jobs([job for rev, job in jobs.items() if rev not in refused], out, ex, run=run, log=log)
     statuses.update(record_refused(out, {rev: jobs[rev] for rev in refused}, refused, log=log))
     rows = trajectory_rows(out, checkpoints, jobs, duplicates, fingerprints)
-    outcome = TrajectoryOutcome(Path(out), rows, checkpoints, duplicates, found.skipped, count_statuses(statuses), notes=notes,
-                                preset=preset)
+    outcome = TrajectoryOutcome(
+        Path(out), rows, checkpoints, duplicates, found.skipped, count_statuses(statuses), notes=notes, preset=preset
+    )
     outcome.files = _write_outputs(outcome, found, revisions, figures=figures, log=log)
     return outcome
 
@@ -181,7 +227,9 @@ def _discover_local(folder: Path, tokens_per_step: int | None) -> Discovered:
     folders = [p for p in sorted(folder.iterdir()) if p.is_dir() and not p.name.startswith(".")]
     subfolders = {p.name: p for p in folders if (p / "config.json").is_file()}
     # Said, not dropped silently: an unfinished copy or a folder of something else.
-    notes = [f"skipped {p.name}/: no config.json, so not a saved checkpoint" for p in folders if p.name not in subfolders]
+    notes = [
+        f"skipped {p.name}/: no config.json, so not a saved checkpoint" for p in folders if p.name not in subfolders
+    ]
     checkpoints, skipped = parse_revisions(subfolders, tokens_per_step=tokens_per_step)
     checkpoints = [replace(c, path=str(subfolders[c.revision])) for c in checkpoints]
     return Discovered(str(folder), "local", checkpoints, skipped, tokens_per_step=tokens_per_step, notes=notes)
@@ -193,7 +241,9 @@ def _discover_hub(repo: str, tokens_per_step: int | None, revisions: str = "auto
     from . import hub
 
     if repo.startswith("tiny:"):
-        raise EffdepthError("tiny models have no training checkpoints; save some with save_pretrained and pass their folder")
+        raise EffdepthError(
+            "tiny models have no training checkpoints; save some with save_pretrained and pass their folder"
+        )
     notes = []
     if hub.is_offline():
         commits, notes = _cached_branches(repo, revisions)
@@ -212,12 +262,21 @@ def _discover_hub(repo: str, tokens_per_step: int | None, revisions: str = "auto
                     "check the id, your network or HF_HUB_OFFLINE (or pass a local folder of checkpoints)"
                 ) from None
             if not hub.cached_branches(repo)[0]:
-                raise EffdepthError(f"cannot list the branches of {repo}: " + hub.unreachable_message(
-                    problem, ", and none are in the local cache", f"run `{hub.fetch_command([repo], revisions_spec=revisions)}` "
-                    "on a machine with internet (a login node), then add --offline here")) from None
+                raise EffdepthError(
+                    f"cannot list the branches of {repo}: "
+                    + hub.unreachable_message(
+                        problem,
+                        ", and none are in the local cache",
+                        f"run `{hub.fetch_command([repo], revisions_spec=revisions)}` "
+                        "on a machine with internet (a login node), then add --offline here",
+                    )
+                ) from None
             hub.set_offline(True)
             commits, notes = _cached_branches(repo, revisions)
-            notes.insert(0, f"the Hugging Face hub cannot be reached ({problem}); reading the local cache only, as with --offline")
+            notes.insert(
+                0,
+                f"the Hugging Face hub cannot be reached ({problem}); reading the local cache only, as with --offline",
+            )
     per_step = tokens_per_step or tokens_per_step_for(repo)
     checkpoints, skipped = parse_revisions(commits, tokens_per_step=per_step)
     return Discovered(repo, "hub", checkpoints, skipped, commits, tokens_per_step=per_step, notes=notes)
@@ -236,8 +295,10 @@ def _cached_branches(repo: str, revisions: str) -> tuple[dict, list]:
         )
     if complete:
         return commits, []
-    return commits, [f"offline: the branches are those in the local cache ({len(commits)}), not the hub's full list; "
-                     f"`{fix}` records the full list"]
+    return commits, [
+        f"offline: the branches are those in the local cache ({len(commits)}), not the hub's full list; "
+        f"`{fix}` records the full list"
+    ]
 
 
 def select(found: Discovered, revisions: str) -> tuple[list[Checkpoint], list[str]]:
@@ -260,11 +321,15 @@ def select(found: Discovered, revisions: str) -> tuple[list[Checkpoint], list[st
         chosen, planned = select_log(found.checkpoints, arg)
         steps = sum(not c.final for c in chosen)
         if steps < planned:
-            notes.append(f"log:{arg}: {steps} of {planned} planned checkpoints exist (a checkpoint nearest to two planned "
-                         "positions is measured once)")
+            notes.append(
+                f"log:{arg}: {steps} of {planned} planned checkpoints exist (a checkpoint nearest to two planned "
+                "positions is measured once)"
+            )
         later = list(dict.fromkeys(c.track for c in found.checkpoints if not c.final and c.track not in FIRST_TRACKS))
         if later:
-            notes.append(f"log:{arg} spaces the first training track only; the checkpoints of {', '.join(later)} are not selected")
+            notes.append(
+                f"log:{arg} spaces the first training track only; the checkpoints of {', '.join(later)} are not selected"
+            )
         return chosen, notes
     return _listed(found, arg, notes), notes
 
@@ -277,7 +342,9 @@ def _listed(found: Discovered, names: list, notes: list) -> list[Checkpoint]:
             chosen.append(by_name[name])
         elif found.kind == "local":
             why = "it has no config.json" if (Path(found.model) / name).is_dir() else "no such folder"
-            raise EffdepthError(f"no checkpoint folder {name!r} in {found.model} ({why}); have: {', '.join(by_name) or 'none'}")
+            raise EffdepthError(
+                f"no checkpoint folder {name!r} in {found.model} ({why}); have: {', '.join(by_name) or 'none'}"
+            )
         elif parse_revision(name) is None:
             notes.append(f"skipped {name}: not a checkpoint name (step..., stage...-step...-tokens...B or main)")
         else:
@@ -300,8 +367,12 @@ def _check_cache(found: Discovered, checkpoints: list, revisions: str, opts: dic
     needs = hub.corpus_needs(corpus)
     fix_corpora = [corpus] if hub.parse_hf_corpus(corpus) is not None else []
     if found.kind == "hub":
-        needs = [hub.Need("model", found.model, c.revision, opts.get("allow_pickle", False)) for c in checkpoints] + needs
-        fix = hub.fetch_command([found.model], revisions_spec=revisions, corpora=fix_corpora, allow_pickle=opts.get("allow_pickle", False))
+        needs = [
+            hub.Need("model", found.model, c.revision, opts.get("allow_pickle", False)) for c in checkpoints
+        ] + needs
+        fix = hub.fetch_command(
+            [found.model], revisions_spec=revisions, corpora=fix_corpora, allow_pickle=opts.get("allow_pickle", False)
+        )
     else:
         fix = hub.fetch_command(corpora=fix_corpora or [hub.SHAKESPEARE])
     hub.check_available(needs, fix=fix)
@@ -310,7 +381,9 @@ def _check_cache(found: Discovered, checkpoints: list, revisions: str, opts: dic
 # --------------------------------------------------------------------------- identical weights
 
 
-def weights_fingerprint(found: Discovered, checkpoint: Checkpoint, listings: dict | None = None) -> tuple[str | None, str]:
+def weights_fingerprint(
+    found: Discovered, checkpoint: Checkpoint, listings: dict | None = None
+) -> tuple[str | None, str]:
     """``(fingerprint, how it was obtained)``; equal fingerprints mean identical weights.
 
     ``listings`` receives the hub's file list of each revision it read (``{revision: [(name, sha256)]}``).
@@ -461,8 +534,14 @@ def _job(found: Discovered, c: Checkpoint, opts: dict, fingerprint: tuple) -> Jo
     model = SuiteModel(found.model, family=guess_family(found.model) if not local else "local")
     extra = _checkpoint_columns(c, {c.revision: fingerprint})
     return Job(
-        model, opts, revision=None if local else c.revision, source=c.path if local else None, tag=c.revision,
-        name=Path(found.model).name if local else found.model, weights=fingerprint[0], extra=extra,
+        model,
+        opts,
+        revision=None if local else c.revision,
+        source=c.path if local else None,
+        tag=c.revision,
+        name=Path(found.model).name if local else found.model,
+        weights=fingerprint[0],
+        extra=extra,
         tokenizer=_shared_tokenizer(Path(c.path)) if local else None,
     )
 
@@ -483,8 +562,16 @@ def trajectory_rows(out, checkpoints: list, jobs: dict, duplicates: dict, finger
         if c.revision in duplicates:
             original = duplicates[c.revision]
             for r in measured[original]:
-                rows.append({**r, **_checkpoint_columns(c, fingerprints), "revision": c.revision, "duplicate_of": original,
-                             "status": "duplicate", "note": f"same weights as {original}"})
+                rows.append(
+                    {
+                        **r,
+                        **_checkpoint_columns(c, fingerprints),
+                        "revision": c.revision,
+                        "duplicate_of": original,
+                        "status": "duplicate",
+                        "note": f"same weights as {original}",
+                    }
+                )
         else:
             rows += [{**r, "duplicate_of": None} for r in measured[c.revision]]
     return rows
@@ -492,8 +579,15 @@ def trajectory_rows(out, checkpoints: list, jobs: dict, duplicates: dict, finger
 
 def _checkpoint_columns(c: Checkpoint, fingerprints: dict) -> dict:
     fp, how = fingerprints.get(c.revision, (None, "unknown"))
-    return {"step": c.step, "tokens": c.tokens, "tokens_seen": c.tokens_seen, "track": c.track, "final": c.final,
-            "weights": fp, "weights_source": how}
+    return {
+        "step": c.step,
+        "tokens": c.tokens,
+        "tokens_seen": c.tokens_seen,
+        "track": c.track,
+        "final": c.final,
+        "weights": fp,
+        "weights_source": how,
+    }
 
 
 def _write_outputs(outcome: TrajectoryOutcome, found: Discovered, revisions: str, *, figures: bool, log) -> list[Path]:
@@ -501,10 +595,14 @@ def _write_outputs(outcome: TrajectoryOutcome, found: Discovered, revisions: str
     files = write_table(out, "trajectory", outcome.rows, TRAJECTORY_COLUMNS, log=log)
     summary = {
         "schema": TRAJECTORY_SCHEMA,  # effdepth.load and effdepth show recognise the file by it
-        "model": found.model, "source": found.kind, "revisions": revisions,
+        "model": found.model,
+        "source": found.kind,
+        "revisions": revisions,
         "preset": None if outcome.preset is None else outcome.preset.to_dict(),
         "checkpoints": [asdict(c) for c in outcome.checkpoints],
-        "duplicates": outcome.duplicates, "skipped": outcome.skipped, "notes": outcome.notes,
+        "duplicates": outcome.duplicates,
+        "skipped": outcome.skipped,
+        "notes": outcome.notes,
     }
     write_json_atomic(out / "trajectory.json", summary)
     files.append(out / "trajectory.json")

@@ -31,15 +31,27 @@ HOLDS, FAILS, NOT_MEASURED = "holds", "fails", "not measured"
 #: ``(name, claim as the abstract makes it, what the check asks)``, in the method's order.
 CLAIMS = (
     ("sub-reference", "sub-reference by default", "default view: the D_eff interval lies entirely below F_N"),
-    ("correlated-updates", "not the initial state or update sizes",
-     "default view: D_eff below R_matched (the correlated-updates interval above 0) and correlated updates the largest term"),
-    ("not-pos0", "not a position-0 artefact",
-     "drop-pos0 (position 0 left out, whatever token it holds): the D_eff interval lies entirely below F_N"),
+    (
+        "correlated-updates",
+        "not the initial state or update sizes",
+        "default view: D_eff below R_matched (the correlated-updates interval above 0) and correlated updates the largest term",
+    ),
+    (
+        "not-pos0",
+        "not a position-0 artefact",
+        "drop-pos0 (position 0 left out, whatever token it holds): the D_eff interval lies entirely below F_N",
+    ),
     ("controls", "survives the controls", "token-norm or top1pc: the D_eff interval lies entirely below F_N"),
-    ("calibrated", "below the calibrated reference",
-     "default view: the D_eff interval lies entirely below R_matched_cal's (passage mode: and the debiased D_eff's below F_N)"),
-    ("not-length", "not a passage-length artefact",
-     "length control (passage mode: each passage's token count regressed out): the D_eff interval lies entirely below F_N"),
+    (
+        "calibrated",
+        "below the calibrated reference",
+        "default view: the D_eff interval lies entirely below R_matched_cal's (passage mode: and the debiased D_eff's below F_N)",
+    ),
+    (
+        "not-length",
+        "not a passage-length artefact",
+        "length control (passage mode: each passage's token count regressed out): the D_eff interval lies entirely below F_N",
+    ),
 )
 CLAIM_NAMES = tuple(name for name, _, _ in CLAIMS)
 
@@ -60,13 +72,16 @@ def claim_tests(result) -> list:
     reference = structural_name(result)
     return [(name, test.replace("F_N", reference)) for name, _, test in CLAIMS]
 
+
 #: Views the claims read; a result with none of them cannot be checked at all.
 CLAIM_VIEWS = ("default", "drop-pos0", "token-norm", "top1pc", "length")
 
 TERMS = ("initial_state", "size_imbalance", "correlated_updates")
 
 RERUN = "rerun effdepth measure with --views paper"
-NO_INTERVAL = "no bootstrap interval (--bootstrap 0 or a single sequence); rerun with --bootstrap 1000 and several sequences"
+NO_INTERVAL = (
+    "no bootstrap interval (--bootstrap 0 or a single sequence); rerun with --bootstrap 1000 and several sequences"
+)
 
 
 @dataclass
@@ -123,7 +138,9 @@ def check_claims(result) -> list:
         out += [
             _below_reference("sub-reference", sim, "default", default, unavailable, reference),
             _correlated_updates(sim, default, unavailable),
-            _below_reference("not-pos0", sim, "drop-pos0", control_view(result, sim, "drop-pos0"), unavailable, reference),
+            _below_reference(
+                "not-pos0", sim, "drop-pos0", control_view(result, sim, "drop-pos0"), unavailable, reference
+            ),
             _controls(sim, views, unavailable, reference),
             _calibrated(sim, default, unavailable, debiased if _is_passage_kernel(sim, result) else None, reference),
             _below_reference("not-length", sim, "length", control_view(result, sim, "length"), unavailable, reference),
@@ -146,8 +163,12 @@ def control_view(result, sim: str, name: str):
     default = result.similarities.get(sim, {}).get("default")
     if row is None or default is None:
         return None
-    return SimpleNamespace(name=name, deff=row["deff"], reference=default.reference,
-                           ci=None if row.get("ci") is None else {"deff": row["ci"]})
+    return SimpleNamespace(
+        name=name,
+        deff=row["deff"],
+        reference=default.reference,
+        ci=None if row.get("ci") is None else {"deff": row["ci"]},
+    )
 
 
 def control_notes(result) -> dict:
@@ -161,8 +182,10 @@ def control_notes(result) -> dict:
         return {"length": "token mode has no length control: every sequence has the same length"}
     confounds = (result.extras or {}).get("confounds")
     if confounds is None:
-        return {c: "measured before effdepth measured the confound controls; run effdepth analyse DIR to add them"
-                for c in ("drop-pos0", "length")}
+        return {
+            c: "measured before effdepth measured the confound controls; run effdepth analyse DIR to add them"
+            for c in ("drop-pos0", "length")
+        }
     return dict(confounds.get("notes") or {})
 
 
@@ -206,8 +229,10 @@ def require_claim_views(result, where: str = "this result") -> None:
     have = {name for views in result.similarities.values() for name in views}
     have |= {name for views in (result.unavailable or {}).values() for name in views}
     if not have & set(CLAIM_VIEWS):
-        raise EffdepthError(f"{where} has none of the views the claims need ({', '.join(CLAIM_VIEWS)}); "
-                            f"it has {', '.join(sorted(have)) or 'no views'}; {RERUN}")
+        raise EffdepthError(
+            f"{where} has none of the views the claims need ({', '.join(CLAIM_VIEWS)}); "
+            f"it has {', '.join(sorted(have)) or 'no views'}; {RERUN}"
+        )
 
 
 # --------------------------------------------------------------------------- the checks
@@ -227,8 +252,17 @@ def _missing(claim: str, sim: str, name: str, unavailable: dict) -> Verdict:
 def _deff_below_reference(view, name: str, reference: str = "F_N") -> Comparison:
     """D_eff's whole interval below the structural reference (named ``reference``), an exact number."""
     ci = _interval(view, "deff")
-    return Comparison(name, "D_eff", view.deff, ci, "below", reference, view.reference, None,
-                      None if ci is None else ci[1] < view.reference)
+    return Comparison(
+        name,
+        "D_eff",
+        view.deff,
+        ci,
+        "below",
+        reference,
+        view.reference,
+        None,
+        None if ci is None else ci[1] < view.reference,
+    )
 
 
 def _status(comparisons: list) -> str:
@@ -255,15 +289,30 @@ def _correlated_updates(sim: str, view, unavailable: dict) -> Verdict:
     term = terms["correlated_updates"]
     ci = _interval(view, "correlated_updates")
     # R_matched - D_eff > 0 in every resample: paired, tighter than comparing two intervals.
-    positive = Comparison("default", "correlated updates (R_matched - D_eff)", term, ci, "above", "0", 0.0, None,
-                          None if ci is None else ci[0] > 0)
+    positive = Comparison(
+        "default",
+        "correlated updates (R_matched - D_eff)",
+        term,
+        ci,
+        "above",
+        "0",
+        0.0,
+        None,
+        None if ci is None else ci[0] > 0,
+    )
     largest = all(term is not None and x is not None and term >= x for x in terms.values())
     if term is None:
-        return Verdict("correlated-updates", sim, NOT_MEASURED, [positive], f"the result has no attribution ({RERUN})", terms)
+        return Verdict(
+            "correlated-updates", sim, NOT_MEASURED, [positive], f"the result has no attribution ({RERUN})", terms
+        )
     if positive.holds is None:
         return Verdict("correlated-updates", sim, NOT_MEASURED, [positive], NO_INTERVAL, terms)
     status = HOLDS if positive.holds and largest else FAILS
-    reason = "" if largest else f"the largest term is {max((k for k in TERMS if terms[k] is not None), key=lambda k: terms[k]).replace('_', ' ')}"
+    reason = (
+        ""
+        if largest
+        else f"the largest term is {max((k for k in TERMS if terms[k] is not None), key=lambda k: terms[k]).replace('_', ' ')}"
+    )
     return Verdict("correlated-updates", sim, status, [positive], reason, terms)
 
 
@@ -286,9 +335,12 @@ def _calibrated(sim: str, view, unavailable: dict, debiased=None, reference: str
     cal = (view.references or {}).get("matched_cal")
     if cal is None:
         spec = SIMILARITIES.get(sim)  # token mode's (passage mode's similarities all have one)
-        why = (f"{sim} has no calibrated reference" if spec is not None and not spec.calibrated else
-               "no calibrated reference (measured with --surrogate-seqs 0); "
-               "rerun effdepth measure with --surrogate-seqs all")
+        why = (
+            f"{sim} has no calibrated reference"
+            if spec is not None and not spec.calibrated
+            else "no calibrated reference (measured with --surrogate-seqs 0); "
+            "rerun effdepth measure with --surrogate-seqs all"
+        )
         return Verdict("calibrated", sim, NOT_MEASURED, reason=why)
     # The calibrated value is itself an estimate: the two intervals must not overlap.
     ci, cal_ci = _interval(view, "deff"), _interval(view, "reference_matched_cal")

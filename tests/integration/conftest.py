@@ -4,8 +4,8 @@ import huggingface_hub.constants
 import pytest
 
 from effdepth import hub
-from effdepth.hub import needs as hub_needs
 from effdepth.data import byte_tokenizer
+from effdepth.hub import needs as hub_needs
 from effdepth.tiny import tiny_model
 
 

@@ -30,7 +30,9 @@ def files(tmp_path_factory):
     (d / "cut").mkdir()
     (d / "cut" / "result.json").write_text('{"schema": "effdepth.result/1", "views": ')
     (d / "wrong").mkdir()
-    (d / "wrong" / "result.json").write_text(json.dumps({"schema": "effdepth.result/1", "config": {}, "views": {"default": {"deff": "x"}}}))
+    (d / "wrong" / "result.json").write_text(
+        json.dumps({"schema": "effdepth.result/1", "config": {}, "views": {"default": {"deff": "x"}}})
+    )
     (d / "newer").mkdir()
     (d / "newer" / "result.json").write_text(json.dumps({"schema": "effdepth.result/2", "config": {}, "views": {}}))
     return d
@@ -47,7 +49,10 @@ MODEL_FILES = [
     (["show", "{d}/cut"], "not a readable result file"),
     (["show", "{d}/wrong"], "damaged effdepth result"),
     (["claims", "{d}/wrong"], "damaged effdepth result"),
-    (["show", "{d}/newer"], "was written by a newer effdepth (schema 'effdepth.result/2'; this one reads 'effdepth.result/1'): upgrade"),
+    (
+        ["show", "{d}/newer"],
+        "was written by a newer effdepth (schema 'effdepth.result/2'; this one reads 'effdepth.result/1'): upgrade",
+    ),
     (["claims", "{d}/newer"], "written by a newer effdepth"),
     (["recompose", "{d}/cut"], "not a readable result file"),
 ]
@@ -92,14 +97,18 @@ HAND_EDITS = {
     "a ratio as text": (lambda d: d["views"]["default"].update(ratio="0.8"), "ratio is str, not a number"),
     "no model in the provenance": (lambda d: d["provenance"].update(model=None), "does not say which model"),
     "an empty profile": (lambda d: d["views"]["default"].update(profile=[]), "profile is not a non-empty list"),
-    "an attribution of text": (lambda d: d["views"]["default"]["attribution"].update(initial_state="big"), "attribution is not a table"),
+    "an attribution of text": (
+        lambda d: d["views"]["default"]["attribution"].update(initial_state="big"),
+        "attribution is not a table",
+    ),
 }
 
 
 @pytest.fixture(scope="module")
 def saved_result(tmp_path_factory):
-    import effdepth
     import torch
+
+    import effdepth
 
     path = effdepth.from_states(torch.randn(5, 3, 8, 16).cumsum(0), bootstrap=20).save(tmp_path_factory.mktemp("r"))
     return json.loads(path.read_text())

@@ -12,15 +12,40 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine the script really benchmarks")
 def test_gpu_benchmark_exits_cleanly_without_cuda():
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py")], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu.py")], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0 and "no CUDA device" in out.stdout
 
 
 def test_gpu_benchmark_runs_every_step_as_a_cpu_smoke_test():
     """Both protocols' sections run end to end (on the CPU, tiny shape), so a lent GPU's minutes go to measuring."""
-    out = subprocess.run([sys.executable, "gpu.py", "--device", "cpu", "--shapes", "tiny", "--seq-len", "16",
-                          "--batch-size", "4", "--batches", "1", "--passages", "16", "--passage-len", "16", "--repeats", "1"],
-                         cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "gpu.py",
+            "--device",
+            "cpu",
+            "--shapes",
+            "tiny",
+            "--seq-len",
+            "16",
+            "--batch-size",
+            "4",
+            "--batches",
+            "1",
+            "--passages",
+            "16",
+            "--passage-len",
+            "16",
+            "--repeats",
+            "1",
+        ],
+        cwd=ROOT / "benchmarks",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "pooled forward (paper variants) / bare" in out.stdout and "flop model at" in out.stdout
     assert "tiny tokens (--pooling none)" in out.stdout and "cka: paper views / default view" in out.stdout
@@ -42,8 +67,13 @@ def test_the_token_benchmark_measures_in_token_mode():
 @pytest.mark.slow  # the embedded SmolLM2
 def test_the_passage_benchmark_runs_end_to_end():
     """What ``make bench`` runs for passage mode, on the embedded SmolLM2 at a tiny size."""
-    out = subprocess.run([sys.executable, "passages.py", "--repeats", "1", "--num-seqs", "8", "--seq-len", "32",
-                          "--batch-size", "4"], cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "passages.py", "--repeats", "1", "--num-seqs", "8", "--seq-len", "32", "--batch-size", "4"],
+        cwd=ROOT / "benchmarks",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "passage forward / bare decoder forward: median" in out.stdout
 
@@ -56,7 +86,7 @@ def test_gpu_benchmark_shapes_are_real_configs():
         sys.path.pop(0)
     from transformers import AutoConfig
 
-    for shape, (model_type, fields) in gpu.SHAPES.items():
+    for model_type, fields in gpu.SHAPES.values():
         config = AutoConfig.for_model(model_type, **fields)
         assert config.num_hidden_layers == fields["num_hidden_layers"] and config.hidden_size == fields["hidden_size"]
 
@@ -90,8 +120,15 @@ def test_the_flop_model_of_a_loaded_model_counts_its_blocks():
     from transformers import AutoConfig, AutoModelForCausalLM
 
     costs = benchmark_module("costs")
-    config = AutoConfig.for_model("llama", hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-                                  num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
+    config = AutoConfig.for_model(
+        "llama",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=100,
+    )
     model = AutoModelForCausalLM.from_config(config)
     per_block = sum(p.numel() for p in model.model.layers[0].parameters())
     # q and o 64 x 64, k and v 64 x 32 (two key-value heads), the MLP 3 x 64 x 128, two norms
@@ -139,12 +176,19 @@ def test_the_analysis_cost_model_counts_the_stacks_the_analysis_computes(monkeyp
     lengths = np.random.default_rng(1).integers(8, 64, size=samples)  # varying: the length control is computed
     for views in (PAPER_VIEWS, "top1pc"):  # the controls are views, or stacks of their own
         shapes.clear(), rows.clear()
-        passage_analysis.analyse_pooled({v: pooled for v in ("default", "drop-pos0", "token-norm")},
-                                        passage_analysis.AnalysisPlan(views=views, bootstrap=resamples), lengths=lengths)
-        flops = [analysis_cost.stack_flops(n, m, d, resamples, extra_rows=r - resamples - 1)
-                 for (m, n, d, _), r in zip(shapes, rows)]
+        passage_analysis.analyse_pooled(
+            {v: pooled for v in ("default", "drop-pos0", "token-norm")},
+            passage_analysis.AnalysisPlan(views=views, bootstrap=resamples),
+            lengths=lengths,
+        )
+        flops = [
+            analysis_cost.stack_flops(n, m, d, resamples, extra_rows=r - resamples - 1)
+            for (m, n, d, _), r in zip(shapes, rows)
+        ]
         assert [("grams" in f) for f in flops] == [route == "gram" for *_, route in shapes]
-        assert sum(sum(f.values()) for f in flops) == analysis_cost.analysis_flops(samples, layers, width, resamples, views)
+        assert sum(sum(f.values()) for f in flops) == analysis_cost.analysis_flops(
+            samples, layers, width, resamples, views
+        )
     assert max(rows) > resamples + 1  # the sample-size curve's rows
 
 
@@ -154,7 +198,9 @@ def test_make_bench_writes_each_benchmark_output_into_the_page(tmp_path, monkeyp
     (tmp_path / "broken.py").write_text("raise SystemExit('no model here')")
     monkeypatch.setattr(document, "HERE", tmp_path)
     page = tmp_path / "benchmarks.md"
-    monkeypatch.setattr(document, "SECTIONS", (document.Section("One", "What it measures.", "ok.py", ("--full",), ("--small",)),))
+    monkeypatch.setattr(
+        document, "SECTIONS", (document.Section("One", "What it measures.", "ok.py", ("--full",), ("--small",)),)
+    )
     document.main(["--out", str(page), "--quick"])
     text = page.read_text()
     assert "## One" in text and "What it measures." in text and "ratio 1.01 ['--small']" in text

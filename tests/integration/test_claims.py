@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import effdepth
-from effdepth.cli import main
 from effdepth.claims import check_paths
+from effdepth.cli import main
 from effdepth.result import Result, ViewResult
 from effdepth.sweep import sweep
 from effdepth.verdicts import CLAIM_NAMES, FAILS, HOLDS, NOT_MEASURED, check_claims, verdict_grid
@@ -27,7 +27,7 @@ def verdict_table(text: str, sims: list) -> dict:
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("#  claim"))
     grid = {}
-    for line in lines[start + 2:start + 2 + len(CLAIM_NAMES)]:
+    for line in lines[start + 2 : start + 2 + len(CLAIM_NAMES)]:
         cells = re.split(r"\s{2,}", line.strip())
         grid[int(cells[0])] = dict(zip(sims, cells[2:]))
     return grid
@@ -41,8 +41,30 @@ def measured(model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("claims") / "run"
     corpus = out.parent / "text.txt"
     corpus.write_text("Now is the winter of our discontent made glorious summer by this sun of York. " * 60)
-    code = main(["measure", "--pooling", "none", str(model_dir), "--corpus", str(corpus), "--seq-len", "16", "--num-seqs", "6", "--bootstrap", "50",
-                 "--views", "paper", "--similarity", "all", "--out", str(out), "--no-progress", "--no-figures"])
+    code = main(
+        [
+            "measure",
+            "--pooling",
+            "none",
+            str(model_dir),
+            "--corpus",
+            str(corpus),
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "6",
+            "--bootstrap",
+            "50",
+            "--views",
+            "paper",
+            "--similarity",
+            "all",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--no-figures",
+        ]
+    )
     assert code == 0
     return out
 
@@ -67,8 +89,16 @@ def test_claims_on_a_saved_result(measured, capsys):
 # ---------------------------------------------------------------- known verdicts
 
 
-def _view(template: ViewResult, name: str, deff: float, ci=(0.0, 0.0), terms=(0.1, 0.1, 0.1), term_ci=None, cal=None,
-          definition="frobenius") -> ViewResult:
+def _view(
+    template: ViewResult,
+    name: str,
+    deff: float,
+    ci=(0.0, 0.0),
+    terms=(0.1, 0.1, 0.1),
+    term_ci=None,
+    cal=None,
+    definition="frobenius",
+) -> ViewResult:
     """``template`` with the numbers the claims read set by hand; ``ci=None``: no bootstrap."""
     v = copy.deepcopy(template)
     v.name, v.definition, v.deff, v.reference = name, definition, deff, 1.5
@@ -77,8 +107,13 @@ def _view(template: ViewResult, name: str, deff: float, ci=(0.0, 0.0), terms=(0.
     v.references = {"init": 1.5 - terms[0], "size": 1.4, "matched": 1.5 - terms[0] - terms[1]}
     v.ci = None
     if ci is not None:
-        v.ci = {"level": 0.95, "resamples": 100, "units": 4, "deff": list(ci),
-                "correlated_updates": list(term_ci or (terms[2] - 0.05, terms[2] + 0.05))}
+        v.ci = {
+            "level": 0.95,
+            "resamples": 100,
+            "units": 4,
+            "deff": list(ci),
+            "correlated_updates": list(term_ci or (terms[2] - 0.05, terms[2] + 0.05)),
+        }
     if cal is not None:
         v.references["matched_cal"] = cal[0]
         if v.ci is not None:
@@ -98,15 +133,33 @@ def known(tmp_path_factory):
         "token-norm": _view(t, "token-norm", 1.0, None),
     }
     cka = {
-        "default": _view(t, "default", 1.45, (1.2, 1.52), terms=(0.4, 0.0, 0.05), term_ci=(0.01, 0.09),
-                         cal=(1.6, (1.55, 1.65)), definition="cka"),
+        "default": _view(
+            t,
+            "default",
+            1.45,
+            (1.2, 1.52),
+            terms=(0.4, 0.0, 0.05),
+            term_ci=(0.01, 0.09),
+            cal=(1.6, (1.55, 1.65)),
+            definition="cka",
+        ),
         "token-norm": _view(t, "token-norm", 1.6, (1.55, 1.65), definition="cka"),
         "top1pc": _view(t, "top1pc", 1.2, (1.1, 1.3), definition="cka"),
     }
-    config = {"similarity": "frobenius", "similarities": ["frobenius", "cka"], "views": ["default", "drop-pos0", "token-norm", "top1pc"],
-              "seq_len": 8, "num_seqs": 4}
-    result = Result(views=frobenius, config=config, provenance={"model": {"id": "hand/made"}}, others={"cka": cka},
-                    unavailable={"cka": {"drop-pos0": "made up: no value here"}})
+    config = {
+        "similarity": "frobenius",
+        "similarities": ["frobenius", "cka"],
+        "views": ["default", "drop-pos0", "token-norm", "top1pc"],
+        "seq_len": 8,
+        "num_seqs": 4,
+    }
+    result = Result(
+        views=frobenius,
+        config=config,
+        provenance={"model": {"id": "hand/made"}},
+        others={"cka": cka},
+        unavailable={"cka": {"drop-pos0": "made up: no value here"}},
+    )
     return result.save(tmp_path_factory.mktemp("known") / "result.json")
 
 
@@ -155,8 +208,19 @@ def sweep_folder(tmp_path_factory):
     broken.mkdir()
     (broken / "config.json").write_text("{this is not json")
     out = root / "out"
-    outcome = sweep(["tiny:llama", "tiny:gpt2", str(broken)], out, corpus=["To be, or not to be, that is the question. " * 40],
-                    seq_len=16, num_seqs=4, bootstrap=20, views="paper", similarity="cka,frobenius", figures=False, report=False, pooling="none")
+    outcome = sweep(
+        ["tiny:llama", "tiny:gpt2", str(broken)],
+        out,
+        corpus=["To be, or not to be, that is the question. " * 40],
+        seq_len=16,
+        num_seqs=4,
+        bootstrap=20,
+        views="paper",
+        similarity="cka,frobenius",
+        figures=False,
+        report=False,
+        pooling="none",
+    )
     assert outcome.counts == {"ok": 2, "error": 1}
     return out
 
@@ -165,8 +229,12 @@ def test_claims_on_a_sweep_folder(sweep_folder, capsys):
     code, out, err = run(["claims", sweep_folder], capsys)
     assert code == 0, err
     rows = [re.split(r"\s{2,}", line.strip()) for line in out.splitlines() if line.startswith("tiny:")]
-    assert [(r[0], r[1]) for r in rows] == [("tiny:gpt2", "cka"), ("tiny:gpt2", "frobenius"), ("tiny:llama", "cka"),
-                                            ("tiny:llama", "frobenius")]
+    assert [(r[0], r[1]) for r in rows] == [
+        ("tiny:gpt2", "cka"),
+        ("tiny:gpt2", "frobenius"),
+        ("tiny:llama", "cka"),
+        ("tiny:llama", "frobenius"),
+    ]
     assert all(len(r) == 8 and set(r[2:]) <= {HOLDS, FAILS, NOT_MEASURED} for r in rows)
     outcome = check_paths([sweep_folder])
     for label, sim, *verdicts in rows:
@@ -190,13 +258,16 @@ def bad(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("arg, message", [
-    ("empty", r"no result\.json under .*effdepth measure MODEL --views paper"),
-    ("missing", r"no such file or folder.*--views paper"),
-    ("garbage.json", r"garbage\.json is not a readable result file.*measure first.*--views paper"),
-    ("centred", r"none of the views the claims need .*; it has center; rerun effdepth measure with --views paper"),
-    ("other.json", r"other\.json: not an effdepth result.*--views paper"),
-])
+@pytest.mark.parametrize(
+    "arg, message",
+    [
+        ("empty", r"no result\.json under .*effdepth measure MODEL --views paper"),
+        ("missing", r"no such file or folder.*--views paper"),
+        ("garbage.json", r"garbage\.json is not a readable result file.*measure first.*--views paper"),
+        ("centred", r"none of the views the claims need .*; it has center; rerun effdepth measure with --views paper"),
+        ("other.json", r"other\.json: not an effdepth result.*--views paper"),
+    ],
+)
 def test_bad_input_is_one_line_naming_what_to_rerun(bad, arg, message, capsys):
     code, out, err = run(["claims", bad / arg], capsys)
     lines = err.strip().splitlines()

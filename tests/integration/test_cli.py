@@ -23,8 +23,27 @@ def run(argv, capsys):
 
 def test_measure_writes_result_and_prints_table(model_dir, corpus_file, tmp_path, capsys):
     code, out, err = run(
-        ["measure", "--pooling", "none", model_dir, "--corpus", corpus_file, "--seq-len", 16, "--num-seqs", 6, "--batch-size", 4,
-         "--bootstrap", 100, "--views", "default,drop-pos0", "--out", tmp_path / "r", "--no-progress"],
+        [
+            "measure",
+            "--pooling",
+            "none",
+            model_dir,
+            "--corpus",
+            corpus_file,
+            "--seq-len",
+            16,
+            "--num-seqs",
+            6,
+            "--batch-size",
+            4,
+            "--bootstrap",
+            100,
+            "--views",
+            "default,drop-pos0",
+            "--out",
+            tmp_path / "r",
+            "--no-progress",
+        ],
         capsys,
     )
     assert code == 0, err
@@ -59,7 +78,9 @@ def test_bad_input_gives_one_line_error(argv, message, capsys, tmp_path):
 def test_corpus_too_small(model_dir, tmp_path, capsys):
     small = tmp_path / "small.txt"
     small.write_text("tiny")
-    code, _, err = run(["measure", "--pooling", "none", model_dir, "--corpus", small, "--out", tmp_path / "o", "--no-progress"], capsys)
+    code, _, err = run(
+        ["measure", "--pooling", "none", model_dir, "--corpus", small, "--out", tmp_path / "o", "--no-progress"], capsys
+    )
     assert code == 2 and "tokens" in err and len(err.strip().splitlines()) == 1
 
 
@@ -77,7 +98,9 @@ def test_unsupported_architecture(tmp_path, capsys):
         AutoConfig.for_model("mamba", num_hidden_layers=2, hidden_size=16, vocab_size=300, state_size=4)
     ).save_pretrained(tmp_path / "mamba")
     byte_tokenizer().save_pretrained(tmp_path / "mamba")
-    code, _, err = run(["measure", "--pooling", "none", tmp_path / "mamba", "--out", tmp_path / "o", "--no-progress"], capsys)
+    code, _, err = run(
+        ["measure", "--pooling", "none", tmp_path / "mamba", "--out", tmp_path / "o", "--no-progress"], capsys
+    )
     assert code == 2 and "supported:" in err and "gpt_neox" in err
 
 
@@ -97,7 +120,10 @@ def test_a_failed_run_removes_the_output_folder_it_created(tmp_path, capsys):
 def test_a_failed_run_keeps_a_folder_it_did_not_create_or_that_holds_something(tmp_path, capsys):
     existing = tmp_path / "existing"
     existing.mkdir()
-    assert run(["measure", "--pooling", "none", tmp_path / "nope.gguf", "--out", existing, "--no-progress"], capsys)[0] == 2
+    assert (
+        run(["measure", "--pooling", "none", tmp_path / "nope.gguf", "--out", existing, "--no-progress"], capsys)[0]
+        == 2
+    )
     assert existing.is_dir()
     kept = tmp_path / "kept"
     (kept / "notes").mkdir(parents=True)

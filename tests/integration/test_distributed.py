@@ -9,13 +9,25 @@ import pytest
 import torch
 
 import effdepth
-from effdepth.data import load_corpus
 from effdepth.cli.torchrun import main
+from effdepth.data import load_corpus
 from effdepth.distributed import measure_distributed, shares
 from effdepth.options import Options
 
-OPTIONS = ["--seq-len", "16", "--num-seqs", "7", "--batch-size", "2", "--bootstrap", "50", "--views", "default,drop-pos0,top1pc",
-           "--pooling", "none"]
+OPTIONS = [
+    "--seq-len",
+    "16",
+    "--num-seqs",
+    "7",
+    "--batch-size",
+    "2",
+    "--bootstrap",
+    "50",
+    "--views",
+    "default,drop-pos0,top1pc",
+    "--pooling",
+    "none",
+]
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +55,10 @@ def test_a_share_of_the_corpus_keeps_the_mask():
     mask[2, 2] = 0
     corpus = load_corpus({"input_ids": ids, "attention_mask": mask})
     part = corpus.rows(2, 4)
-    assert part.input_ids.tolist() == [[6, 7, 8], [9, 10, 11]] and part.attention_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+    assert part.input_ids.tolist() == [[6, 7, 8], [9, 10, 11]] and part.attention_mask.tolist() == [
+        [1, 1, 0],
+        [1, 1, 1],
+    ]
     assert corpus.lengths() == [3, 3, 2, 3] and part.sha256 == corpus.sha256  # provenance: the whole corpus
 
 
@@ -54,7 +69,9 @@ def _same(a, b):
         assert vb.deff == pytest.approx(va.deff, rel=1e-9) and vb.sequences == va.sequences and vb.tokens == va.tokens
         assert np.allclose(vb.similarity, va.similarity, rtol=1e-9, atol=0)
         for key in ("deff", "ratio", "reference_matched", "correlated_updates"):
-            assert vb.ci[key] == pytest.approx(va.ci[key], rel=1e-9)  # the bootstrap saw the same units in the same order
+            assert vb.ci[key] == pytest.approx(
+                va.ci[key], rel=1e-9
+            )  # the bootstrap saw the same units in the same order
     assert a.config["pc_estimate"] == b.config["pc_estimate"]
 
 
@@ -62,38 +79,115 @@ def test_torchrun_two_processes_match_one(model_dir, corpus, tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "effdepth.distributed", "measure", str(model_dir), "--corpus", corpus, *OPTIONS,
-         "--backend", "gloo", "--device", "cpu", "--out", str(out), "--no-progress", "--no-figures"],
-        capture_output=True, text=True, timeout=240, env=env,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "effdepth.distributed",
+            "measure",
+            str(model_dir),
+            "--corpus",
+            corpus,
+            *OPTIONS,
+            "--backend",
+            "gloo",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--no-figures",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "2 processes" in proc.stdout
     distributed = effdepth.load(out)
-    assert distributed.provenance["run"]["distributed"] == {"world_size": 2, "backend": "gloo", "shares": [[0, 4], [4, 7]]}
-    single = effdepth.measure(str(model_dir), corpus, seq_len=16, num_seqs=7, batch_size=2, bootstrap=50,
-                              views="default,drop-pos0,top1pc", progress=False, pooling="none")
+    assert distributed.provenance["run"]["distributed"] == {
+        "world_size": 2,
+        "backend": "gloo",
+        "shares": [[0, 4], [4, 7]],
+    }
+    single = effdepth.measure(
+        str(model_dir),
+        corpus,
+        seq_len=16,
+        num_seqs=7,
+        batch_size=2,
+        bootstrap=50,
+        views="default,drop-pos0,top1pc",
+        progress=False,
+        pooling="none",
+    )
     _same(single, distributed)
 
 
 def test_torchrun_passage_mode_gives_one_processs_numbers_exactly(model_dir, corpus, tmp_path):
     """The default: each rank pools its batches of passages, rank 0 gathers and analyses."""
     out = tmp_path / "passages"
-    options = ["--seq-len", "16", "--num-seqs", "9", "--batch-size", "2", "--bootstrap", "50", "--views",
-               "default,drop-pos0,top1pc"]
+    options = [
+        "--seq-len",
+        "16",
+        "--num-seqs",
+        "9",
+        "--batch-size",
+        "2",
+        "--bootstrap",
+        "50",
+        "--views",
+        "default,drop-pos0,top1pc",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "effdepth.distributed", "measure", str(model_dir), "--corpus", corpus, *options,
-         "--backend", "gloo", "--device", "cpu", "--out", str(out), "--no-progress", "--no-figures"],
-        capture_output=True, text=True, timeout=240, env=env,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "effdepth.distributed",
+            "measure",
+            str(model_dir),
+            "--corpus",
+            corpus,
+            *options,
+            "--backend",
+            "gloo",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--no-figures",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     distributed = effdepth.load(out)
     assert distributed.passages and distributed.provenance["run"]["distributed"]["batches"] == [3, 2]
     assert (out / "pooled" / "default.npy").is_file() and not (out / ".effdepth-shards").exists()
-    single = effdepth.measure(str(model_dir), corpus, seq_len=16, num_seqs=9, batch_size=2, bootstrap=50,
-                              views="default,drop-pos0,top1pc", progress=False)
+    single = effdepth.measure(
+        str(model_dir),
+        corpus,
+        seq_len=16,
+        num_seqs=9,
+        batch_size=2,
+        bootstrap=50,
+        views="default,drop-pos0,top1pc",
+        progress=False,
+    )
     # The same batches as one process; only the thread count (OMP_NUM_THREADS=1 here) may move a last digit.
     for key in ("views", "similarities"):
         assert_close(distributed.to_dict()[key], single.to_dict()[key])
@@ -126,10 +220,14 @@ def one_process_group(tmp_path):
 
 def test_in_process_group_of_one(one_process_group, model_dir, corpus):
     kwargs = dict(seq_len=16, num_seqs=5, batch_size=2, bootstrap=20, views="default,center")
-    distributed = measure_distributed(Options.build(model=str(model_dir), corpus=corpus, **kwargs, pooling="none"), progress=False)
+    distributed = measure_distributed(
+        Options.build(model=str(model_dir), corpus=corpus, **kwargs, pooling="none"), progress=False
+    )
     _same(effdepth.measure(str(model_dir), corpus, progress=False, **kwargs, pooling="none"), distributed)
     with pytest.raises(effdepth.EffdepthError, match="exact is not supported"):
-        measure_distributed(Options.build(model=str(model_dir), corpus=corpus, views="top1pc", pc_estimate="exact", pooling="none"))
+        measure_distributed(
+            Options.build(model=str(model_dir), corpus=corpus, views="top1pc", pc_estimate="exact", pooling="none")
+        )
 
 
 def test_without_torchrun_a_one_line_error(monkeypatch, capsys, model_dir):
@@ -147,8 +245,12 @@ def test_without_torchrun_a_one_line_error(monkeypatch, capsys, model_dir):
 def test_every_rank_fits_on_the_calibration_set_one_process_uses(one_process_group, model_dir, corpus):
     # 256-token sequences in batches of 4: the calibration set is the first 8 sequences (2 batches,
     # at least 8 sequences and 2,048 tokens), not the first batch.
-    kwargs = dict(seq_len=256, num_seqs=9, batch_size=4, bootstrap=20, views="top1pc", similarity="frobenius", surrogate_seqs=0)
-    distributed = measure_distributed(Options.build(model=str(model_dir), corpus=corpus, **kwargs, pooling="none"), progress=False)
+    kwargs = dict(
+        seq_len=256, num_seqs=9, batch_size=4, bootstrap=20, views="top1pc", similarity="frobenius", surrogate_seqs=0
+    )
+    distributed = measure_distributed(
+        Options.build(model=str(model_dir), corpus=corpus, **kwargs, pooling="none"), progress=False
+    )
     single = effdepth.measure(str(model_dir), corpus, progress=False, **kwargs, pooling="none")
     _same(single, distributed)
     assert distributed.config["pc_estimate"]["calibration"] == {"sequences": 8, "tokens": 2048}
@@ -186,11 +288,18 @@ def test_leaving_the_group_stops_its_threads(inside, model_dir, corpus):
     # Loading a model in transformers imports torch._dynamo, which used to keep the group alive;
     # a whole measurement covers whatever else loading imports.
     if inside == "measure":
-        inside = (f"import effdepth; effdepth.measure({str(model_dir)!r}, {corpus!r}, seq_len=16, num_seqs=2, "
-                  "batch_size=2, bootstrap=0, views='default,top1pc', progress=False, pooling='none')")
+        inside = (
+            f"import effdepth; effdepth.measure({str(model_dir)!r}, {corpus!r}, seq_len=16, num_seqs=2, "
+            "batch_size=2, bootstrap=0, views='default,top1pc', progress=False, pooling='none')"
+        )
     script = LEAVES_NO_GLOO_THREADS.format(inside=inside)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"},
+    )
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-2000:])
 
 
@@ -202,14 +311,41 @@ def test_a_failed_write_is_one_line_and_every_ranks_error(monkeypatch, capsys, m
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    for name, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():
+    for name, value in dict(
+        RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    ).items():
         monkeypatch.setenv(name, value)
 
     def fail(*args, **kwargs):
-        raise effdepth.EffdepthError(f"cannot write {tmp_path / 'out' / 'result.json'}: No space left on device; choose another output folder")
+        raise effdepth.EffdepthError(
+            f"cannot write {tmp_path / 'out' / 'result.json'}: No space left on device; choose another output folder"
+        )
 
     monkeypatch.setattr(cli_measure, "write_result", fail)
-    code = main(["measure", "--pooling", "none", str(model_dir), "--corpus", corpus, "--seq-len", "16", "--num-seqs", "2", "--batch-size", "2",
-                 "--bootstrap", "0", "--backend", "gloo", "--device", "cpu", "--out", str(tmp_path / "out"), "--no-progress"])
+    code = main(
+        [
+            "measure",
+            "--pooling",
+            "none",
+            str(model_dir),
+            "--corpus",
+            corpus,
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "2",
+            "--batch-size",
+            "2",
+            "--bootstrap",
+            "0",
+            "--backend",
+            "gloo",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "out"),
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("effdepth: error: [rank 0] cannot write") and "\n" not in err

@@ -12,7 +12,15 @@ from effdepth.errors import EffdepthError
 from effdepth.executors import LocalExecutor, RayExecutor, make_executor
 from effdepth.sweep import sweep
 
-SMALL = {"seq_len": 16, "num_seqs": 4, "bootstrap": 20, "batch_size": 2, "views": "default,top1pc", "figures": False, "report": False}
+SMALL = {
+    "seq_len": 16,
+    "num_seqs": 4,
+    "bootstrap": 20,
+    "batch_size": 2,
+    "views": "default,top1pc",
+    "figures": False,
+    "report": False,
+}
 CORPUS = ["But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. " * 30]
 
 
@@ -22,7 +30,12 @@ def _die(payload):
 
 def test_local_executor_runs_in_order():
     seen = []
-    LocalExecutor().run([(1, 1), (2, 2)], lambda p: p * 10, lambda item, out: seen.append((item, out)), on_start=lambda i: seen.append(i))
+    LocalExecutor().run(
+        [(1, 1), (2, 2)],
+        lambda p: p * 10,
+        lambda item, out: seen.append((item, out)),
+        on_start=lambda i: seen.append(i),
+    )
     assert seen == [1, (1, 10), 2, (2, 20)]
 
 
@@ -69,7 +82,9 @@ def test_ray_gives_the_same_numbers_as_local(ray_session, tmp_path, broken_model
 
     writers = []
     record = sweep_module.record
-    monkeypatch.setattr(sweep_module, "record", lambda out, job, outcome: writers.append(os.getpid()) or record(out, job, outcome))
+    monkeypatch.setattr(
+        sweep_module, "record", lambda out, job, outcome: writers.append(os.getpid()) or record(out, job, outcome)
+    )
     remote = sweep(models, tmp_path / "ray", corpus=CORPUS, executor="ray", **SMALL)
 
     assert local.counts == remote.counts == {"ok": 2, "error": 1}
@@ -79,7 +94,9 @@ def test_ray_gives_the_same_numbers_as_local(ray_session, tmp_path, broken_model
     for a, b in zip(local.rows, remote.rows):
         assert a["status"] == b["status"] and a["view"] == b["view"]
         for column in ("D_eff", "D_eff_lo", "D_eff_hi", "F_N", "R_init", "R_size", "R_matched", "correlated_updates"):
-            assert (a[column] is None and b[column] is None) or b[column] == pytest.approx(a[column], rel=1e-5, abs=1e-9), column
+            assert (a[column] is None and b[column] is None) or b[column] == pytest.approx(
+                a[column], rel=1e-5, abs=1e-9
+            ), column
     errors = [r for r in remote.rows if r["status"] == "error"]
     assert errors[0]["model"] == broken_model and "no-such-architecture" in errors[0]["error"]
     result = effdepth.load(tmp_path / "ray" / local.rows[0]["key"])
@@ -93,5 +110,5 @@ def test_ray_gives_the_same_numbers_as_local(ray_session, tmp_path, broken_model
 def test_a_lost_worker_becomes_an_error_outcome(ray_session):
     outcomes = []
     RayExecutor(max_retries=0).run([("job", {})], _die, lambda item, out: outcomes.append((item, out)))
-    (item, out), = outcomes
+    ((item, out),) = outcomes
     assert item == "job" and out["status"] == "error" and out["error"].startswith("Ray task failed")

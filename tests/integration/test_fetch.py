@@ -2,19 +2,17 @@
 already has, resumable downloads through snapshot_download, and the offline measurement after it."""
 
 import hashlib
-import shutil
 import types
 
 import huggingface_hub
 import pytest
+from hubcache import add_revision, git_blob_id
 from huggingface_hub.hf_api import BlobLfsInfo, GitRefInfo, GitRefs, RepoSibling
 
 from effdepth import fetch as fetching
 from effdepth import hub
 from effdepth.cli import main
 from effdepth.suites import load_suite
-
-from hubcache import add_revision, git_blob_id
 
 GB = 10**9
 EXTRA = [("README.md", 5000, False), (".gitattributes", 1500, False)]
@@ -23,22 +21,38 @@ EXTRA = [("README.md", 5000, False), (".gitattributes", 1500, False)]
 def sibling(name, size, lfs=True, sha=None):
     sha = sha or hashlib.sha256(name.encode()).hexdigest()
     if lfs:
-        return RepoSibling(name, size=size, blob_id=f"b{sha[:39]}", lfs=BlobLfsInfo(size=size, sha256=sha, pointer_size=134))
+        return RepoSibling(
+            name, size=size, blob_id=f"b{sha[:39]}", lfs=BlobLfsInfo(size=size, sha256=sha, pointer_size=134)
+        )
     return RepoSibling(name, size=size, blob_id=sha[:40])
 
 
 def listing(repo: str) -> list:
     """What the hub lists for a paper16 model: Pythia has pickle weights too, OLMo-2 and Qwen3.5 are sharded."""
-    files = [("config.json", 600, False), ("generation_config.json", 120, False), ("tokenizer.json", 2_100_000, False),
-             ("tokenizer_config.json", 400, False), ("special_tokens_map.json", 100, False), *EXTRA]
+    files = [
+        ("config.json", 600, False),
+        ("generation_config.json", 120, False),
+        ("tokenizer.json", 2_100_000, False),
+        ("tokenizer_config.json", 400, False),
+        ("special_tokens_map.json", 100, False),
+        *EXTRA,
+    ]
     if "pythia" in repo:
         files += [("model.safetensors", 1 * GB, True), ("pytorch_model.bin", 1 * GB, True)]
     else:
-        files += [("model.safetensors.index.json", 30_000, False), ("model-00001-of-00002.safetensors", 5 * GB, True),
-                  ("model-00002-of-00002.safetensors", 2 * GB, True), ("onnx/model.onnx", 9 * GB, True)]
+        files += [
+            ("model.safetensors.index.json", 30_000, False),
+            ("model-00001-of-00002.safetensors", 5 * GB, True),
+            ("model-00002-of-00002.safetensors", 2 * GB, True),
+            ("onnx/model.onnx", 9 * GB, True),
+        ]
     if "Qwen" in repo:
-        files += [("vocab.json", 2_700_000, False), ("merges.txt", 1_600_000, False), ("chat_template.jinja", 4000, False),
-                  ("additional_chat_templates/tools.jinja", 3000, False)]
+        files += [
+            ("vocab.json", 2_700_000, False),
+            ("merges.txt", 1_600_000, False),
+            ("chat_template.jinja", 4000, False),
+            ("additional_chat_templates/tools.jinja", 3000, False),
+        ]
     return [sibling(n, s, lfs, sha=hashlib.sha256(f"{repo}/{n}".encode()).hexdigest()) for n, s, lfs in files]
 
 
@@ -51,8 +65,12 @@ def fake_hub(monkeypatch):
         def model_info(self, repo_id, revision=None, files_metadata=False, **kwargs):
             state.info_calls.append((repo_id, revision, files_metadata))
             if repo_id == "acme/absent":
-                raise huggingface_hub.errors.RepositoryNotFoundError("404 Repository Not Found", response=types.SimpleNamespace(
-                    headers={}, status_code=404, request=None, url="", text="", json=lambda: {}))
+                raise huggingface_hub.errors.RepositoryNotFoundError(
+                    "404 Repository Not Found",
+                    response=types.SimpleNamespace(
+                        headers={}, status_code=404, request=None, url="", text="", json=lambda: {}
+                    ),
+                )
             siblings = state.listings.get((repo_id, revision)) or listing(repo_id)
             if (repo_id, revision) in state.pickle_only:
                 siblings = [s for s in siblings if not s.rfilename.endswith(".safetensors")]
@@ -60,18 +78,33 @@ def fake_hub(monkeypatch):
             return types.SimpleNamespace(sha=sha, siblings=siblings)
 
         def dataset_info(self, repo_id, files_metadata=False, **kwargs):
-            return types.SimpleNamespace(sha="d" * 40, siblings=[sibling("wikitext-2-raw-v1/test-00000-of-00001.parquet", 700_000)])
+            return types.SimpleNamespace(
+                sha="d" * 40, siblings=[sibling("wikitext-2-raw-v1/test-00000-of-00001.parquet", 700_000)]
+            )
 
     def list_repo_refs(repo_id, **kwargs):
-        return GitRefs(branches=[GitRefInfo(name=b, ref=f"refs/heads/{b}", target_commit=hashlib.sha1(f"{repo_id}@{b}".encode()).hexdigest())
-                                 for b in state.branches], converts=[], tags=[])
+        return GitRefs(
+            branches=[
+                GitRefInfo(
+                    name=b, ref=f"refs/heads/{b}", target_commit=hashlib.sha1(f"{repo_id}@{b}".encode()).hexdigest()
+                )
+                for b in state.branches
+            ],
+            converts=[],
+            tags=[],
+        )
 
     def snapshot_download(repo_id, *, revision=None, cache_dir=None, allow_patterns=None, **kwargs):
         state.downloads.append((repo_id, revision, sorted(allow_patterns)))
         source = state.sources.get((repo_id, revision))
         if source is not None:  # "download" a saved folder into the cache, as the hub would lay it out
-            add_revision(hub.hub_cache(cache_dir), repo_id, source, branch=revision,
-                         commit=hashlib.sha1(f"{repo_id}@{revision}".encode()).hexdigest())
+            add_revision(
+                hub.hub_cache(cache_dir),
+                repo_id,
+                source,
+                branch=revision,
+                commit=hashlib.sha1(f"{repo_id}@{revision}".encode()).hexdigest(),
+            )
         return str(cache_dir)
 
     monkeypatch.setattr(hub, "hub_problem", lambda timeout=None: None)
@@ -97,7 +130,13 @@ def test_dry_run_on_a_suite_lists_exactly_what_measure_reads(fake_hub, hf_cache,
     plan = fetching.plan_fetch(["paper16"])
     by_name = {i.name: i for i in plan.items}
     assert [f for f, _ in by_name["EleutherAI/pythia-70m"].files] == [
-        "config.json", "generation_config.json", "model.safetensors", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     qwen = [f for f, _ in by_name["Qwen/Qwen3.5-0.8B-Base"].files]
     assert "model-00001-of-00002.safetensors" in qwen and "model.safetensors.index.json" in qwen
     assert "additional_chat_templates/tools.jinja" in qwen and "chat_template.jinja" in qwen and "merges.txt" in qwen
@@ -120,7 +159,9 @@ def test_dry_run_counts_what_the_cache_has(fake_hub, hf_cache, saved_checkpoints
     for f in sorted(folder.iterdir()):
         data = f.read_bytes()
         lfs = f.suffix == ".safetensors"
-        siblings.append(sibling(f.name, len(data), lfs, sha=hashlib.sha256(data).hexdigest() if lfs else git_blob_id(data)))
+        siblings.append(
+            sibling(f.name, len(data), lfs, sha=hashlib.sha256(data).hexdigest() if lfs else git_blob_id(data))
+        )
     fake_hub.listings[(repo, "main")] = siblings
     fake_hub.listings[(repo, "step1")] = siblings  # same files: shared blobs
     item = fetching.plan_fetch([repo]).items[0]
@@ -133,21 +174,55 @@ def test_dry_run_counts_what_the_cache_has(fake_hub, hf_cache, saved_checkpoints
     assert step_item.status == "to fetch" and step_item.bytes_missing == 0
 
 
-def test_fetch_then_measure_offline(fake_hub, hf_cache, saved_checkpoints, effdepth_cache, tmp_path, monkeypatch, capsys):
+def test_fetch_then_measure_offline(
+    fake_hub, hf_cache, saved_checkpoints, effdepth_cache, tmp_path, monkeypatch, capsys
+):
     repo = "EleutherAI/pythia-70m"
     fake_hub.sources[(repo, "main")] = saved_checkpoints["final"]
     fake_hub.sources[(repo, "step100")] = saved_checkpoints["early"]
-    monkeypatch.setattr("effdepth.data.assets.shakespeare_dir", lambda: effdepth_cache.mkdir(parents=True) or effdepth_cache)
+    monkeypatch.setattr(
+        "effdepth.data.assets.shakespeare_dir", lambda: effdepth_cache.mkdir(parents=True) or effdepth_cache
+    )
     assert main(["fetch", repo, "--revision", "main", "--revision", "step100", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert [(r, rev) for r, rev, _ in fake_hub.downloads] == [(repo, "main"), (repo, "step100")]
-    assert fake_hub.downloads[0][2] == ["config.json", "generation_config.json", "model.safetensors", "special_tokens_map.json",
-                                        "tokenizer.json", "tokenizer_config.json"]
+    assert fake_hub.downloads[0][2] == [
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     assert "fetched" in out and "[1/3] model EleutherAI/pythia-70m" in out
     corpus = tmp_path / "c.txt"
     corpus.write_text("Now is the winter of our discontent made glorious summer by this sun of York. " * 20)
-    assert main(["measure", "--pooling", "none", repo, "--revision", "step100", "--offline", "--corpus", str(corpus), "--out", str(tmp_path / "o"),
-                 "--seq-len", "16", "--num-seqs", "4", "--bootstrap", "0", "--no-progress", "--no-figures"]) == 0
+    assert (
+        main(
+            [
+                "measure",
+                "--pooling",
+                "none",
+                repo,
+                "--revision",
+                "step100",
+                "--offline",
+                "--corpus",
+                str(corpus),
+                "--out",
+                str(tmp_path / "o"),
+                "--seq-len",
+                "16",
+                "--num-seqs",
+                "4",
+                "--bootstrap",
+                "0",
+                "--no-progress",
+                "--no-figures",
+            ]
+        )
+        == 0
+    )
 
 
 def test_fetch_revisions_spec_like_trajectory(fake_hub, hf_cache, effdepth_cache, monkeypatch):
@@ -180,9 +255,15 @@ def test_hf_corpus_is_fetched_through_datasets(fake_hub, hf_cache, monkeypatch, 
     import datasets
 
     loaded = []
-    monkeypatch.setattr(fetching, "dataset_files", lambda name, config, info: [("wikitext-2-raw-v1/test-00000-of-00001.parquet", 700_000)])
+    monkeypatch.setattr(
+        fetching,
+        "dataset_files",
+        lambda name, config, info: [("wikitext-2-raw-v1/test-00000-of-00001.parquet", 700_000)],
+    )
     monkeypatch.setattr(hub, "_dataset_missing", lambda name, config, split: "not in the datasets cache")
-    monkeypatch.setattr(datasets, "load_dataset", lambda name, config=None, split=None, **kw: loaded.append((name, config, split)))
+    monkeypatch.setattr(
+        datasets, "load_dataset", lambda name, config=None, split=None, **kw: loaded.append((name, config, split))
+    )
     assert main(["fetch", "--corpus", "hf:wikitext:wikitext-2-raw-v1:test", "--dry-run"]) == 0
     assert "700.0 kB" in capsys.readouterr().out and loaded == []
     assert main(["fetch", "--corpus", "hf:wikitext:wikitext-2-raw-v1:test", "--no-progress"]) == 0
@@ -201,7 +282,8 @@ def test_fetch_needs_something_to_fetch(capsys):
 
 
 def test_a_preset_fetches_its_checkpoints_and_branch_list_for_an_offline_trajectory(
-        fake_hub, hf_cache, saved_checkpoints, effdepth_cache, corpus_file, tmp_path, monkeypatch, capsys):
+    fake_hub, hf_cache, saved_checkpoints, effdepth_cache, corpus_file, tmp_path, monkeypatch, capsys
+):
     import torch
 
     import effdepth
@@ -209,7 +291,9 @@ def test_a_preset_fetches_its_checkpoints_and_branch_list_for_an_offline_traject
     from effdepth.trajectory import trajectory
 
     repo = "EleutherAI/pythia-1.4b"
-    fake_hub.branches = ["main", "step0"] + [f"step{2 ** i}" for i in range(10)] + [f"step{k * 1000}" for k in range(1, 144)]
+    fake_hub.branches = (
+        ["main", "step0"] + [f"step{2**i}" for i in range(10)] + [f"step{k * 1000}" for k in range(1, 144)]
+    )
     for branch in fake_hub.branches:
         fake_hub.sources[(repo, branch)] = saved_checkpoints["final"]
     monkeypatch.setattr("effdepth.data.assets.shakespeare_dir", lambda: effdepth_cache)
@@ -226,12 +310,22 @@ def test_a_preset_fetches_its_checkpoints_and_branch_list_for_an_offline_traject
 
     def measure_job(payload):
         measured.append(payload["revision"])
-        return effdepth.from_states(torch.randn(4, 2, 8, 16, generator=torch.Generator().manual_seed(0)).cumsum(0), bootstrap=0)
+        return effdepth.from_states(
+            torch.randn(4, 2, 8, 16, generator=torch.Generator().manual_seed(0)).cumsum(0), bootstrap=0
+        )
 
     monkeypatch.setattr(sweep_module, "measure_job", measure_job)
     with hub.offline(True):
-        t = trajectory("paper-pythia", tmp_path / "t", corpus=corpus_file, seq_len=16, num_seqs=4, bootstrap=0,
-                       pooling="none", figures=False)
+        t = trajectory(
+            "paper-pythia",
+            tmp_path / "t",
+            corpus=corpus_file,
+            seq_len=16,
+            num_seqs=4,
+            bootstrap=0,
+            pooling="none",
+            figures=False,
+        )
     assert [c.revision for c in t.checkpoints] == fetched
     assert measured == ["step0"]  # one saved folder behind every branch: the others are flagged as its duplicates
     # A preset fixes its checkpoints: --revision or --revisions with it is a one-line error.

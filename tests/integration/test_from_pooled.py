@@ -28,8 +28,17 @@ def pooled_numbers(views: dict) -> dict:
 
 
 def test_from_pooled_gives_measures_numbers_from_the_same_pooled_vectors(tmp_path):
-    measured = effdepth.measure(tiny_model("gpt2"), TEXT, tokenizer=byte_tokenizer(), seq_len=48, num_seqs=24,
-                                passage_split="paragraphs", views="default,length,top1pc", bootstrap=30, progress=False)
+    measured = effdepth.measure(
+        tiny_model("gpt2"),
+        TEXT,
+        tokenizer=byte_tokenizer(),
+        seq_len=48,
+        num_seqs=24,
+        passage_split="paragraphs",
+        views="default,length,top1pc",
+        bootstrap=30,
+        progress=False,
+    )
     measured.save(tmp_path / "run")
     store = PooledStore.open(tmp_path / "run" / "pooled")
     pooled = np.asarray(store.arrays()["default"])
@@ -45,14 +54,17 @@ def test_from_pooled_gives_measures_numbers_from_the_same_pooled_vectors(tmp_pat
     assert as_list.default.deff == pytest.approx(measured.default.deff, abs=1e-12)
 
 
-@pytest.mark.parametrize("pooled, lengths, message", [
-    (np.ones((4, 3, 8)), None, "3 passage(s)"),
-    (np.ones((1, 8, 4)), None, "1 state(s)"),
-    ([np.ones((8, 4)), np.ones((8, 5))], None, "state 1 is 8 x 5 where state 0 is 8 x 4"),
-    (np.where(np.arange(96).reshape(3, 8, 4) == 50, np.nan, 1.0), None, "state 1 holds non-finite values"),
-    (np.ones((3, 8, 4)), np.ones(7, dtype=int), "lengths must be one whole token count"),
-    (np.ones((3, 8)), None, "(L+1, N, d)"),
-])
+@pytest.mark.parametrize(
+    "pooled, lengths, message",
+    [
+        (np.ones((4, 3, 8)), None, "3 passage(s)"),
+        (np.ones((1, 8, 4)), None, "1 state(s)"),
+        ([np.ones((8, 4)), np.ones((8, 5))], None, "state 1 is 8 x 5 where state 0 is 8 x 4"),
+        (np.where(np.arange(96).reshape(3, 8, 4) == 50, np.nan, 1.0), None, "state 1 holds non-finite values"),
+        (np.ones((3, 8, 4)), np.ones(7, dtype=int), "lengths must be one whole token count"),
+        (np.ones((3, 8)), None, "(L+1, N, d)"),
+    ],
+)
 def test_bad_pooled_vectors_are_one_line(pooled, lengths, message):
     with pytest.raises(EffdepthError) as caught:
         effdepth.from_pooled(pooled, lengths=lengths)

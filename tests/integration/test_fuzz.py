@@ -41,7 +41,9 @@ FLAG_VALUES = {
     "--bootstrap": st.one_of(st.integers(-5, 50).map(str), st.sampled_from(["1000000000", "x"])),
     "--seed": NUMBERS,
     "--similarity": st.sampled_from(["frobenius", "token", "cos", ""]),
-    "--views": st.sampled_from(["default", "paper", "top0pc", "drop-pos0+pos0-only", "center", "", ",", "top3pc-shared"]),
+    "--views": st.sampled_from(
+        ["default", "paper", "top0pc", "drop-pos0+pos0-only", "center", "", ",", "top3pc-shared"]
+    ),
     "--dtype": st.sampled_from(["float32", "float16", "int8", ""]),
     "--device": st.sampled_from(["cpu", "cuda", "tpu", ""]),
     "--pc-estimate": st.sampled_from(["exact", "calibration", "guess"]),
@@ -52,8 +54,22 @@ FLAG_VALUES = {
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(flags=st.dictionaries(st.sampled_from(sorted(FLAG_VALUES)), st.just(None), max_size=4), data=st.data())
 def test_cli_arguments(flags, data, model_dir, good_corpus, tmp_path, capsys):
-    argv = ["measure", str(model_dir), "--out", str(tmp_path / "o"), "--no-progress", "--no-figures",
-            "--corpus", str(good_corpus), "--seq-len", "8", "--num-seqs", "3", "--bootstrap", "10"]
+    argv = [
+        "measure",
+        str(model_dir),
+        "--out",
+        str(tmp_path / "o"),
+        "--no-progress",
+        "--no-figures",
+        "--corpus",
+        str(good_corpus),
+        "--seq-len",
+        "8",
+        "--num-seqs",
+        "3",
+        "--bootstrap",
+        "10",
+    ]
     for flag in flags:
         value = data.draw(FLAG_VALUES[flag], label=flag)
         argv += [flag, str(good_corpus) if value == "GOOD" else value]
@@ -67,8 +83,17 @@ FILE_CONTENTS = st.one_of(
     st.just(b""),
     st.just(b"\xff\xfe\x00bad utf8 \xc3\x28"),
     st.just("x" * 200_000),  # one huge line
-    st.lists(st.one_of(st.just('{"text": "fine words"}'), st.just("{not json"), st.just('{"txt": 1}'),
-                       st.just('{"text": 5}'), st.just("[]"), st.just("")), max_size=6).map("\n".join),
+    st.lists(
+        st.one_of(
+            st.just('{"text": "fine words"}'),
+            st.just("{not json"),
+            st.just('{"txt": 1}'),
+            st.just('{"text": 5}'),
+            st.just("[]"),
+            st.just(""),
+        ),
+        max_size=6,
+    ).map("\n".join),
 )
 
 
@@ -78,8 +103,24 @@ def test_corpus_files(content, suffix, model_dir, tmp_path_factory, capsys):
     d = tmp_path_factory.mktemp("f")
     path = d / f"corpus{suffix}"
     path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8", "surrogatepass"))
-    code = main(["measure", str(model_dir), "--corpus", str(path), "--seq-len", "4", "--num-seqs", "2",
-                 "--bootstrap", "0", "--out", str(d / "o"), "--no-progress", "--no-figures"])
+    code = main(
+        [
+            "measure",
+            str(model_dir),
+            "--corpus",
+            str(path),
+            "--seq-len",
+            "4",
+            "--num-seqs",
+            "2",
+            "--bootstrap",
+            "0",
+            "--out",
+            str(d / "o"),
+            "--no-progress",
+            "--no-figures",
+        ]
+    )
     check_outcome(code, capsys.readouterr().err)
 
 

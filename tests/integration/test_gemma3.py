@@ -40,8 +40,12 @@ def forward(gemma):
     ResidualCapture (S_0..S_L), PoolingCapture with states="blocks" and with states="hidden"."""
     ids = gemma.tokens.input_ids[:2]
     blocks, hidden = Recorder(), Recorder()
-    with torch.no_grad(), ResidualCapture(gemma.arch) as cap, PoolingCapture(gemma.arch, blocks, "blocks"), \
-            PoolingCapture(gemma.arch, hidden, "hidden"):
+    with (
+        torch.no_grad(),
+        ResidualCapture(gemma.arch) as cap,
+        PoolingCapture(gemma.arch, blocks, "blocks"),
+        PoolingCapture(gemma.arch, hidden, "hidden"),
+    ):
         out = gemma.lm.model(input_ids=ids, output_hidden_states=True)
     return ids, out.hidden_states, cap.states.clone(), blocks.states, hidden.states
 
@@ -157,7 +161,11 @@ def test_next_token_loss_on_shakespeare_is_far_below_chance_and_a_random_model(g
 
 def test_embedded_models_resolve_by_name():
     gemma = locate_model("gemma-3-270m").info
-    assert (gemma["id"], gemma["source"], gemma["path"]) == (assets.GEMMA3_ID, "embedded-gguf", str(assets.gemma3_gguf()))
+    assert (gemma["id"], gemma["source"], gemma["path"]) == (
+        assets.GEMMA3_ID,
+        "embedded-gguf",
+        str(assets.gemma3_gguf()),
+    )
     assert locate_model("Gemma-3-270M").info["id"] == assets.GEMMA3_ID
     smol = locate_model("smollm2-135m").info
     assert (smol["id"], smol["source"]) == (assets.SMOLLM2_ID, "embedded-gguf")

@@ -68,7 +68,9 @@ def test_the_copy_holds_exactly_what_transformers_reads_from_the_gguf(gguf_file,
     from transformers import AutoModelForCausalLM
 
     ours = load(gguf_file)
-    direct = AutoModelForCausalLM.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name, dtype=torch.float32).eval()
+    direct = AutoModelForCausalLM.from_pretrained(
+        str(gguf_file.parent), gguf_file=gguf_file.name, dtype=torch.float32
+    ).eval()
     with torch.no_grad():
         want = direct(input_ids=ours.tokens.input_ids, output_hidden_states=True).hidden_states
         got = ours.lm.model(input_ids=ours.tokens.input_ids, output_hidden_states=True).hidden_states
@@ -148,17 +150,37 @@ def test_a_damaged_copy_is_detected_and_rebuilt(gguf_file, cache, capsys, damage
     assert not [p.name for p in (cache / "gguf").iterdir() if p.name.startswith(".")]  # no staging or trash left
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("half", "could not load model bad.gguf: the GGUF file cannot be read"),
-    ("header only", "could not load model bad.gguf: the GGUF file cannot be read"),
-    ("not gguf", "bad.gguf is not a GGUF file"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("half", "could not load model bad.gguf: the GGUF file cannot be read"),
+        ("header only", "could not load model bad.gguf: the GGUF file cannot be read"),
+        ("not gguf", "bad.gguf is not a GGUF file"),
+    ],
+)
 def test_a_corrupt_or_truncated_gguf_gives_a_one_line_error(gguf_file, cache, tmp_path, capsys, damage, message):
     data = gguf_file.read_bytes()
     bad = tmp_path / "bad.gguf"
-    bad.write_bytes({"half": data[: len(data) // 2], "header only": data[:2000], "not gguf": b"<html>404</html>"}[damage])
-    code = main(["measure", "--pooling", "none", str(bad), "--corpus", str(gguf_file), "--seq-len", "8", "--num-seqs", "2",
-                 "--out", str(tmp_path / "out"), "--no-progress"])
+    bad.write_bytes(
+        {"half": data[: len(data) // 2], "header only": data[:2000], "not gguf": b"<html>404</html>"}[damage]
+    )
+    code = main(
+        [
+            "measure",
+            "--pooling",
+            "none",
+            str(bad),
+            "--corpus",
+            str(gguf_file),
+            "--seq-len",
+            "8",
+            "--num-seqs",
+            "2",
+            "--out",
+            str(tmp_path / "out"),
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("effdepth: error: ") and message in err[0], err
     assert not (tmp_path / "out").exists()
@@ -168,8 +190,21 @@ def test_a_corrupt_or_truncated_gguf_gives_a_one_line_error(gguf_file, cache, tm
 
 
 def test_no_progress_hides_the_conversion_bar(gguf_file, cache, tmp_path, capsys):
-    argv = ["measure", "--pooling", "none", str(gguf_file), "--corpus", str(gguf_file.parent / "text.txt"), "--seq-len", "8", "--num-seqs", "2",
-            "--bootstrap", "0", "--no-figures"]
+    argv = [
+        "measure",
+        "--pooling",
+        "none",
+        str(gguf_file),
+        "--corpus",
+        str(gguf_file.parent / "text.txt"),
+        "--seq-len",
+        "8",
+        "--num-seqs",
+        "2",
+        "--bootstrap",
+        "0",
+        "--no-figures",
+    ]
     (gguf_file.parent / "text.txt").write_text(TEXT[0])
     assert main([*argv, "--out", str(tmp_path / "quiet"), "--no-progress"]) == 0
     err = capsys.readouterr().err

@@ -17,8 +17,17 @@ SIMILARITIES = "cka,frobenius,token,cka-full"
 
 
 def _measure(model, ids, device, dtype="float32", **options):
-    return effdepth.measure(copy.deepcopy(model), ids, device=device, dtype=dtype, views="paper",
-                            similarity=SIMILARITIES, bootstrap=20, progress=False, **options)
+    return effdepth.measure(
+        copy.deepcopy(model),
+        ids,
+        device=device,
+        dtype=dtype,
+        views="paper",
+        similarity=SIMILARITIES,
+        bootstrap=20,
+        progress=False,
+        **options,
+    )
 
 
 def _pairs(result):
@@ -61,7 +70,11 @@ def test_calibrated_references_run_on_the_gpu():
         for key in ("structural_cal", "matched_cal"):
             value = view.references[key]
             # Gaussian draws differ between devices, so the surrogates agree in distribution only.
-            assert value == pytest.approx(on_cpu.view(name, similarity=similarity).references[key], rel=0.1), (similarity, name, key)
+            assert value == pytest.approx(on_cpu.view(name, similarity=similarity).references[key], rel=0.1), (
+                similarity,
+                name,
+                key,
+            )
         assert view.calibrated_sequences == 8
 
 
@@ -85,8 +98,9 @@ def test_gpu_memory_is_flat_in_the_number_of_sequences():
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-        effdepth.measure(model, ids, device="cuda", views="paper", similarity="all", bootstrap=0,
-                         batch_size=4, progress=False)
+        effdepth.measure(
+            model, ids, device="cuda", views="paper", similarity="all", bootstrap=0, batch_size=4, progress=False
+        )
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - before
 

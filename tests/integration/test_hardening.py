@@ -53,9 +53,29 @@ FIT_PASSES = 8
 
 
 def argv(model_dir, corpus, out, *extra):
-    return ["measure", "--pooling", "none", str(model_dir), "--corpus", str(corpus), "--seq-len", "256", "--num-seqs", "14",
-            "--batch-size", "1", "--bootstrap", "100", "--views", "default,top1pc", "--out", str(out),
-            "--no-progress", "--no-figures", *extra]
+    return [
+        "measure",
+        "--pooling",
+        "none",
+        str(model_dir),
+        "--corpus",
+        str(corpus),
+        "--seq-len",
+        "256",
+        "--num-seqs",
+        "14",
+        "--batch-size",
+        "1",
+        "--bootstrap",
+        "100",
+        "--views",
+        "default,top1pc",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--no-figures",
+        *extra,
+    ]
 
 
 def start_slow(tmp_path, args, pause=0.3, at=FIT_PASSES + 3):
@@ -63,8 +83,13 @@ def start_slow(tmp_path, args, pause=0.3, at=FIT_PASSES + 3):
     measured batch), every pass from there on taking ``pause`` seconds."""
     marker = tmp_path / "marker"
     env = dict(os.environ, PYTHONUNBUFFERED="1", EFFDEPTH_TEST_PAUSE=str(pause), EFFDEPTH_TEST_AT=str(at))
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_RUN, str(marker), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_RUN, str(marker), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     deadline = time.time() + 120
     while not marker.exists():
         assert proc.poll() is None, proc.communicate()
@@ -104,7 +129,9 @@ def test_a_signal_while_fitting_the_views_stops_with_nothing_to_resume(model_dir
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
-    assert "while fitting the views, before any sequence was measured; nothing to resume" in err.strip().splitlines()[-1]
+    assert (
+        "while fitting the views, before any sequence was measured; nothing to resume" in err.strip().splitlines()[-1]
+    )
     assert not (out / "checkpoint" / "state.json").exists() and not (out / "result.json").exists()
 
 
@@ -251,7 +278,9 @@ def test_pickle_weights_are_refused_unless_allowed(tmp_path):
     texts = ["A horse, a horse, my kingdom for a horse. " * 30]
     with pytest.raises(EffdepthError, match="pickle weights.*--allow-pickle"):
         effdepth.measure(str(d), texts, seq_len=16, num_seqs=2, progress=False, pooling="none")
-    r = effdepth.measure(str(d), texts, seq_len=16, num_seqs=2, bootstrap=0, allow_pickle=True, progress=False, pooling="none")
+    r = effdepth.measure(
+        str(d), texts, seq_len=16, num_seqs=2, bootstrap=0, allow_pickle=True, progress=False, pooling="none"
+    )
     assert r.default.num_states == 3
 
 

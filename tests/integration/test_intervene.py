@@ -18,8 +18,9 @@ from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
 from effdepth.report.tables import intervention_table
 from effdepth.tiny import tiny_model
 
-IDS = torch.tensor([[256, 84, 111, 32, 98, 101, 32, 111, 114, 32, 110, 111],
-                    [256, 87, 104, 97, 116, 32, 105, 115, 32, 97, 32, 109]])
+IDS = torch.tensor(
+    [[256, 84, 111, 32, 98, 101, 32, 111, 114, 32, 110, 111], [256, 87, 104, 97, 116, 32, 105, 115, 32, 97, 32, 109]]
+)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,12 @@ def test_carry_one_reproduces_unmodified_result_exactly(llama):
     for name in plain.views:
         assert carried.to_dict()["views"][name] == plain.to_dict()["views"][name]
     assert carried.extras["loss"] == plain.extras["loss"]
-    assert carried.extras["intervention"] == {"carry": 1.0, "layers": [1, 2, 3], "carry_on": "blocks", "all_layers": True}
+    assert carried.extras["intervention"] == {
+        "carry": 1.0,
+        "layers": [1, 2, 3],
+        "carry_on": "blocks",
+        "all_layers": True,
+    }
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox", "gemma3"])
@@ -64,14 +70,17 @@ def test_intervene_at_carry_one_gives_measures_number_exactly(family, carry_on):
     model = tiny_model(family, seed=1)
     ids = torch.randint(0, 256, (8, 12), generator=torch.Generator().manual_seed(2))
     plain = effdepth.measure(model, ids, views="default,drop-pos0,top1pc", bootstrap=20, progress=False)
-    ir = effdepth.intervene(model, ids, carry=(1, 0.5), carry_on=carry_on, views="default,drop-pos0,top1pc",
-                            bootstrap=20, progress=False)
+    ir = effdepth.intervene(
+        model, ids, carry=(1, 0.5), carry_on=carry_on, views="default,drop-pos0,top1pc", bootstrap=20, progress=False
+    )
     carried = ir.results[1.0]
     assert carried.passages and plain.passages
     assert carried.to_dict()["views"] == plain.to_dict()["views"]
     assert carried.to_dict()["similarities"] == plain.to_dict()["similarities"]
     assert carried.extras["confounds"] == plain.extras["confounds"]
-    assert ir.results[0.5].default.deff != plain.default.deff and carried.extras["loss"]["tokens"] == 8 * 11  # next-token predictions
+    assert (
+        ir.results[0.5].default.deff != plain.default.deff and carried.extras["loss"]["tokens"] == 8 * 11
+    )  # next-token predictions
 
 
 def test_carry_zero_gives_the_block_functions_composed_without_skip(llama):
@@ -81,6 +90,7 @@ def test_carry_zero_gives_the_block_functions_composed_without_skip(llama):
     def remember(layer):
         def pre_hook(module, args, kwargs):
             calls.setdefault(layer, ({k: v for k, v in kwargs.items() if k != "hidden_states"}, args[1:]))
+
         return pre_hook
 
     handles = [b.register_forward_pre_hook(remember(i), with_kwargs=True) for i, b in enumerate(arch.blocks, start=1)]
@@ -123,8 +133,14 @@ class ToyBlock(nn.Module):
     def forward(self, hidden_states, extra=None):
         out = hidden_states + torch.tanh(self.lin(hidden_states))
         side = torch.zeros(3)  # a tensor of another shape, passed through untouched
-        return {"tensor": out, "positional": out, "keyword": out, "tuple": (out, side), "list": [side, out],
-                "dict": {"attn": side, "hidden_states": out}}[self.kind]
+        return {
+            "tensor": out,
+            "positional": out,
+            "keyword": out,
+            "tuple": (out, side),
+            "list": [side, out],
+            "dict": {"attn": side, "hidden_states": out},
+        }[self.kind]
 
 
 class ToyStack(nn.Module):
@@ -136,7 +152,9 @@ class ToyStack(nn.Module):
     def forward(self, x):
         for block in self.layers:
             out = block(hidden_states=x) if self.kind == "keyword" else block(x)
-            x = {"tuple": lambda o: o[0], "list": lambda o: o[1], "dict": lambda o: o["hidden_states"]}.get(self.kind, lambda o: o)(out)
+            x = {"tuple": lambda o: o[0], "list": lambda o: o[1], "dict": lambda o: o["hidden_states"]}.get(
+                self.kind, lambda o: o
+            )(out)
         return x
 
 
@@ -215,8 +233,15 @@ def test_gradients_flow_through_the_carry(llama):
 
 @pytest.mark.parametrize(
     "carry, message",
-    [("1.5", "outside"), ("-0.1", "outside"), ("nan", "outside"), ("", "at least one"), ("a", "not a number"),
-     ("1,1", "twice"), ((), "at least one")],
+    [
+        ("1.5", "outside"),
+        ("-0.1", "outside"),
+        ("nan", "outside"),
+        ("", "at least one"),
+        ("a", "not a number"),
+        ("1,1", "twice"),
+        ((), "at least one"),
+    ],
 )
 def test_bad_carry_values(carry, message):
     with pytest.raises(EffdepthError, match=message):
@@ -225,8 +250,18 @@ def test_bad_carry_values(carry, message):
 
 @pytest.mark.parametrize(
     "spec, message",
-    [("0", "numbered 1..3"), ("4", "numbered 1..3"), ("1-5", "numbered 1..3"), ("3-1", "backwards"), ("x", "not a block"),
-     ("1,,2", "not a block"), (",", "not a block"), ("", "not a block"), ([1.5], "whole block"), ([], "names no layer")],
+    [
+        ("0", "numbered 1..3"),
+        ("4", "numbered 1..3"),
+        ("1-5", "numbered 1..3"),
+        ("3-1", "backwards"),
+        ("x", "not a block"),
+        ("1,,2", "not a block"),
+        (",", "not a block"),
+        ("", "not a block"),
+        ([1.5], "whole block"),
+        ([], "names no layer"),
+    ],
 )
 def test_bad_layer_specs(spec, message):
     with pytest.raises(EffdepthError, match=message):
@@ -255,7 +290,9 @@ def test_intervene_checks_layers_against_the_model(llama):
 def test_intervene_saves_results_table_and_figure(llama, tmp_path):
     # Four sequences: two pairs for cka's bootstrap.
     ids = torch.cat([IDS, IDS[:, [0, *range(11, 0, -1)]]])
-    ir = effdepth.intervene(llama, ids, carry="1,0.5", layers="2-3", views="default,token-norm", bootstrap=20, progress=False)
+    ir = effdepth.intervene(
+        llama, ids, carry="1,0.5", layers="2-3", views="default,token-norm", bootstrap=20, progress=False
+    )
     assert isinstance(ir, InterventionResult) and ir.carries == (1.0, 0.5) and ir.layers == (2, 3)
     rows = ir.rows()
     assert [r["lam"] for r in rows] == [1.0, 0.5]
@@ -264,7 +301,13 @@ def test_intervene_saves_results_table_and_figure(llama, tmp_path):
     assert "R_matched" in intervention_table(ir) and "perplexity" in intervention_table(ir, "token-norm")
 
     path = save_intervention(ir, tmp_path)
-    for name in ("intervention.json", "intervention.png", "intervention.pdf", "carry-1/result.json", "carry-0.5/result.json"):
+    for name in (
+        "intervention.json",
+        "intervention.png",
+        "intervention.pdf",
+        "carry-1/result.json",
+        "carry-0.5/result.json",
+    ):
         assert (tmp_path / name).is_file(), name
     assert not list(tmp_path.glob(".*tmp"))
     again = load_intervention(path)
@@ -302,19 +345,46 @@ def run(argv, capsys):
 def test_cli_intervene_and_recompose(model_dir, tmp_path, capsys):
     corpus = tmp_path / "text.txt"
     corpus.write_text("Now is the winter of our discontent made glorious summer. " * 100)
-    code, out, err = run(["intervene", model_dir, "--corpus", corpus, "--carry", "1,0.75", "--layers", "1-2", "--seq-len", 16,
-                          "--num-seqs", 4, "--bootstrap", 20, "--similarity", "cka,frobenius", "--pooling", "none", "--out", tmp_path / "iv",
-                          "--no-progress"], capsys)
+    code, out, err = run(
+        [
+            "intervene",
+            model_dir,
+            "--corpus",
+            corpus,
+            "--carry",
+            "1,0.75",
+            "--layers",
+            "1-2",
+            "--seq-len",
+            16,
+            "--num-seqs",
+            4,
+            "--bootstrap",
+            20,
+            "--similarity",
+            "cka,frobenius",
+            "--pooling",
+            "none",
+            "--out",
+            tmp_path / "iv",
+            "--no-progress",
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert "R_matched" in out and "perplexity" in out and "0.75" in out
     data = json.loads((tmp_path / "iv" / "intervention.json").read_text())
     assert data["carries"] == [1.0, 0.75] and data["layers"] == [1, 2]
 
-    code, out, err = run(["recompose", tmp_path / "iv" / "carry-1", "--carry", "1,0.5,0", "--out", tmp_path / "rc"], capsys)
+    code, out, err = run(
+        ["recompose", tmp_path / "iv" / "carry-1", "--carry", "1,0.5,0", "--out", tmp_path / "rc"], capsys
+    )
     assert code == 0, err
     assert "D_eff decorrelated" in out
     rec = json.loads((tmp_path / "rc" / "recompose.json").read_text())
-    measured = json.loads((tmp_path / "iv" / "carry-1" / "result.json").read_text())["similarities"]["frobenius"]["default"]
+    measured = json.loads((tmp_path / "iv" / "carry-1" / "result.json").read_text())["similarities"]["frobenius"][
+        "default"
+    ]
     assert rec["rows"][0]["deff"] == pytest.approx(measured["deff"], rel=1e-10)
     assert rec["decorrelated"]["deff"] == pytest.approx(measured["references"]["matched"], rel=1e-10)
 
@@ -325,7 +395,10 @@ def test_cli_intervene_and_recompose(model_dir, tmp_path, capsys):
         (["intervene", "--carry", "1.5"], "outside [0, 1]"),
         (["intervene", "--carry", ","], "at least one value"),
         (["intervene", "--layers", "2-x"], "not a block number"),
-        (["intervene", "MODEL", "--corpus", "CORPUS", "--layers", "7", "--seq-len", "8", "--num-seqs", "4"], "numbered 1..3"),
+        (
+            ["intervene", "MODEL", "--corpus", "CORPUS", "--layers", "7", "--seq-len", "8", "--num-seqs", "4"],
+            "numbered 1..3",
+        ),
         (["recompose", "/no/such/result", "--carry", "1"], "no result at"),
         (["recompose", "RESULT", "--carry", "2"], "outside [0, 1]"),
         (["recompose", "RESULT", "--view", "bogus"], "no view 'bogus'"),

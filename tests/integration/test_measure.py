@@ -41,8 +41,10 @@ def naive_deff_from_hidden_states(model, input_ids, similarity="frobenius"):
         for i in range(X.shape[0]):
             for j in range(X.shape[0]):
                 # <Y_p^i Y_q^iT, Y_p^j Y_q^jT> = <Y_p^jT Y_p^i, Y_q^jT Y_q^i>, the d-space route
-                H[i, j] = np.einsum("bde,bde->", np.einsum("btd,bte->bde", p[j], p[i]),
-                                    np.einsum("btd,bte->bde", q[j], q[i])) / n**2
+                H[i, j] = (
+                    np.einsum("bde,bde->", np.einsum("btd,bte->bde", p[j], p[i]), np.einsum("btd,bte->bde", q[j], q[i]))
+                    / n**2
+                )
         sim = H / np.sqrt(np.outer(np.diag(H), np.diag(H)))
         return X.shape[0] ** 2 / sim.sum()
     S = np.stack([s.double().numpy().reshape(-1) for s in states])[1:]
@@ -61,7 +63,9 @@ def test_measure_equals_naive_computation(llama, similarity):
 
 def test_batch_size_invariance(llama):
     x = ids(num=7)
-    results = [effdepth.measure(llama, x, batch_size=b, bootstrap=200, progress=False, pooling="none") for b in (1, 3, 7)]
+    results = [
+        effdepth.measure(llama, x, batch_size=b, bootstrap=200, progress=False, pooling="none") for b in (1, 3, 7)
+    ]
     for r in results[1:]:
         assert r.default.deff == pytest.approx(results[0].default.deff, rel=1e-6)
         for k in ("deff", "ratio"):
@@ -72,7 +76,9 @@ def test_accumulators_accumulate_every_batch(llama):
     # The classic bug: running sums that keep only the last batch.
     x = ids(num=6)
     whole = effdepth.measure(llama, x, batch_size=2, bootstrap=0, progress=False, pooling="none").default
-    parts = [effdepth.measure(llama, x[i : i + 2], bootstrap=0, progress=False, pooling="none").default for i in (0, 2, 4)]
+    parts = [
+        effdepth.measure(llama, x[i : i + 2], bootstrap=0, progress=False, pooling="none").default for i in (0, 2, 4)
+    ]
     g = sum(np.array(p.statistics["gram_states"]) for p in parts)
     np.testing.assert_allclose(whole.statistics["gram_states"], g, rtol=1e-9)
     assert whole.tokens == sum(p.tokens for p in parts)
@@ -95,8 +101,12 @@ def test_views_in_one_pass_match_separate_runs(llama):
 def test_the_fit_phase_and_every_number_do_not_depend_on_the_batch_size(llama):
     # 24 x 128 tokens: the calibration set is the first 16 sequences (2,048 tokens), whatever the batch.
     x = ids(num=24, seq=128)
-    runs = [effdepth.measure(llama, x, views=["default", "top1pc"], batch_size=b, bootstrap=50, progress=False, pooling="none")
-            for b in (3, 16)]
+    runs = [
+        effdepth.measure(
+            llama, x, views=["default", "top1pc"], batch_size=b, bootstrap=50, progress=False, pooling="none"
+        )
+        for b in (3, 16)
+    ]
     for r in runs:
         assert r.config["pc_estimate"]["calibration"] == {"sequences": 16, "tokens": 2048}
         assert r.config["pc_estimate"]["how"] == "calibration on the first 16 sequences (2048 tokens)"
@@ -113,11 +123,15 @@ def test_the_calibration_set_passes_through_the_model_once(llama, monkeypatch):
     real, passes = batches.decoder_forward, []
     monkeypatch.setattr(batches, "decoder_forward", lambda *a, **k: passes.append(1) or real(*a, **k))
     x = ids(num=24, seq=128)
-    r = effdepth.measure(llama, x, views=["default", "top1pc"], batch_size=4, bootstrap=0, progress=False, pooling="none")
+    r = effdepth.measure(
+        llama, x, views=["default", "top1pc"], batch_size=4, bootstrap=0, progress=False, pooling="none"
+    )
     assert len(passes) == 24 // 4
     assert r.config["pc_estimate"]["calibration"] == {"sequences": 16, "tokens": 2048}
     passes.clear()
-    exact = effdepth.measure(llama, x, views=["top1pc"], batch_size=4, pc_estimate="exact", bootstrap=0, progress=False, pooling="none")
+    exact = effdepth.measure(
+        llama, x, views=["top1pc"], batch_size=4, pc_estimate="exact", bootstrap=0, progress=False, pooling="none"
+    )
     assert len(passes) == 2 * 24 // 4 and exact.views["top1pc"].deff == pytest.approx(r.views["top1pc"].deff, rel=0.05)
 
 
@@ -125,8 +139,12 @@ def test_calibration_pcs_match_exact_on_a_small_model(llama):
     # Calibration vs exact (every sequence) top-1 PC estimates. 16 x 32 tokens is less than a
     # calibration set (8 sequences and 2,048 tokens), so calibration fits on all of them too.
     x = ids(num=16, seq=32)
-    exact = effdepth.measure(llama, x, views=["top1pc"], batch_size=8, pc_estimate="exact", bootstrap=0, progress=False, pooling="none")
-    calib = effdepth.measure(llama, x, views=["top1pc"], batch_size=8, pc_estimate="calibration", bootstrap=0, progress=False, pooling="none")
+    exact = effdepth.measure(
+        llama, x, views=["top1pc"], batch_size=8, pc_estimate="exact", bootstrap=0, progress=False, pooling="none"
+    )
+    calib = effdepth.measure(
+        llama, x, views=["top1pc"], batch_size=8, pc_estimate="calibration", bootstrap=0, progress=False, pooling="none"
+    )
     assert exact.config["pc_estimate"]["estimate"] == "exact"
     assert exact.config["pc_estimate"]["calibration"] == {"sequences": 16, "tokens": 512}
     assert calib.config["pc_estimate"]["calibration"] == {"sequences": 16, "tokens": 512}
@@ -139,7 +157,9 @@ def test_text_corpus_with_tokenizer(llama):
     from effdepth.data import byte_tokenizer
 
     texts = ["To be, or not to be, that is the question. " * 20]
-    r = effdepth.measure(llama, texts, tokenizer=byte_tokenizer(), seq_len=16, num_seqs=4, bootstrap=0, progress=False, pooling="none")
+    r = effdepth.measure(
+        llama, texts, tokenizer=byte_tokenizer(), seq_len=16, num_seqs=4, bootstrap=0, progress=False, pooling="none"
+    )
     assert r.config["seq_len"] == 16 and r.default.sequences == 4
     assert r.provenance["corpus"]["sha256"]
 
@@ -214,7 +234,18 @@ def test_local_folder_model(tmp_path, llama):
 
     llama.save_pretrained(tmp_path)
     byte_tokenizer().save_pretrained(tmp_path)
-    r = effdepth.measure(str(tmp_path), ["Some text to read. " * 50], seq_len=16, num_seqs=3, bootstrap=0, progress=False, pooling="none")
-    direct = effdepth.measure(llama, ["Some text to read. " * 50], tokenizer=byte_tokenizer(), seq_len=16, num_seqs=3, bootstrap=0, progress=False, pooling="none")
+    r = effdepth.measure(
+        str(tmp_path), ["Some text to read. " * 50], seq_len=16, num_seqs=3, bootstrap=0, progress=False, pooling="none"
+    )
+    direct = effdepth.measure(
+        llama,
+        ["Some text to read. " * 50],
+        tokenizer=byte_tokenizer(),
+        seq_len=16,
+        num_seqs=3,
+        bootstrap=0,
+        progress=False,
+        pooling="none",
+    )
     assert r.default.deff == pytest.approx(direct.default.deff, rel=1e-6)
     assert r.provenance["model"]["source"] == "local"

@@ -34,7 +34,10 @@ def measured(model, corpus, **options):
 
 
 def numbers(result):
-    return {name: (v.deff, v.profile, v.similarity, v.references, v.attribution, v.ci, v.tokens) for name, v in result.views.items()}
+    return {
+        name: (v.deff, v.profile, v.similarity, v.references, v.attribution, v.ci, v.tokens)
+        for name, v in result.views.items()
+    }
 
 
 def wrap(kind, model):

@@ -96,7 +96,9 @@ def test_without_fit_the_first_batch_is_the_fitted_set_and_fit_comes_first():
         model(ids[:BATCH])
         acc.update(states)
         info = acc.result().config["pc_estimate"]
-        assert info["calibration"] == {"sequences": BATCH, "tokens": BATCH * ids.shape[1]} and "first batch" in info["how"]
+        assert (
+            info["calibration"] == {"sequences": BATCH, "tokens": BATCH * ids.shape[1]} and "first batch" in info["how"]
+        )
         with pytest.raises(EffdepthError, match="before the first update"):
             acc.fit(states)
 
@@ -125,7 +127,9 @@ def test_accumulator_bootstrap_and_similarity_pass_through_like_measure():
     acc = accumulated(model, ids, bootstrap=50, seed=3, similarity="token")
     assert_same_numbers(acc.result(), one, tol=1e-9)
     # result() may override the similarity: the statistics do not depend on it.
-    assert_same_numbers(acc.result(similarity="frobenius", bootstrap=0), measured(model, ids, similarity="frobenius"), tol=1e-9)
+    assert_same_numbers(
+        acc.result(similarity="frobenius", bootstrap=0), measured(model, ids, similarity="frobenius"), tol=1e-9
+    )
 
 
 def test_accumulator_result_views_subset_reset_and_errors():
@@ -234,10 +238,13 @@ def test_from_hidden_states_with_model_uses_the_residual_entries(family):
     mask = torch.ones_like(ids)
     mask[0, :3] = 0  # left padding, with positions that skip it
     with torch.no_grad():
-        out = model(ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp_min(0), output_hidden_states=True)
+        out = model(
+            ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp_min(0), output_hidden_states=True
+        )
     with pytest.warns(UserWarning, match=r"S_0\.\.S_2 \(2 of 3 blocks\).*effdepth\.capture\(model\)"):
-        r = effdepth.from_hidden_states(out, attention_mask=mask, model=model, views=("default", "token-norm"),
-                                        pooling="none")
+        r = effdepth.from_hidden_states(
+            out, attention_mask=mask, model=model, views=("default", "token-norm"), pooling="none"
+        )
     assert r.config["num_layers"] == TINY_LAYERS - 1 and r.config["hidden_states"]["states"] == "S_0..S_2"
     assert r.provenance["model"]["source"] == "hidden_states" and r.provenance["model"]["model_type"] == family
     expected = effdepth.from_states(torch.stack(out.hidden_states[:-1]), mask=mask, views=("default", "token-norm"))
@@ -249,8 +256,9 @@ def test_from_hidden_states_with_model_uses_the_residual_entries(family):
         h[0, :3] = 1e4
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        again = effdepth.from_hidden_states(tuple(garbage), attention_mask=mask, model=model, views=("default", "token-norm"),
-                                            pooling="none")
+        again = effdepth.from_hidden_states(
+            tuple(garbage), attention_mask=mask, model=model, views=("default", "token-norm"), pooling="none"
+        )
     assert_same_numbers(again, r, tol=1e-12)
 
 
@@ -290,8 +298,10 @@ def test_accumulator_result_under_a_similarity_it_did_not_keep_says_how_to_keep_
 
 def passage_numbers(result) -> dict:
     """Every view's D_eff, references and intervals under every similarity, and the confounds table."""
-    out = {sim: {name: (v.deff, v.ci["deff"] if v.ci else None, dict(v.references)) for name, v in views.items()}
-           for sim, views in result.similarities.items()}
+    out = {
+        sim: {name: (v.deff, v.ci["deff"] if v.ci else None, dict(v.references)) for name, v in views.items()}
+        for sim, views in result.similarities.items()
+    }
     return {"views": out, "confounds": {k: v for k, v in result.extras["confounds"].items() if k != "notes"}}
 
 

@@ -42,7 +42,9 @@ def test_the_null_measures_each_seed_with_the_trained_options(model_dir):
     assert len(null.nulls) == 3 and null.seeds == [0, 1, 2]
     weights = {r.provenance["model"]["weights_sha256"] for r in null.nulls}
     assert len(weights) == 3  # three different initialisations
-    assert all(r.config["num_seqs"] == null.trained.config["num_seqs"] and r.config["pooling"] == "mean" for r in null.nulls)
+    assert all(
+        r.config["num_seqs"] == null.trained.config["num_seqs"] and r.config["pooling"] == "mean" for r in null.nulls
+    )
     assert all(r.provenance["model"]["id"] == null.trained.provenance["model"]["id"] for r in null.nulls)
     for sim in ("cka", "cka-debiased"):
         s = null.summary[sim]
@@ -53,15 +55,34 @@ def test_the_null_measures_each_seed_with_the_trained_options(model_dir):
 
 def test_effdepth_null_writes_every_result_and_prints_the_comparison(model_dir, tmp_path, capsys):
     out = tmp_path / "null"
-    assert main(["null", str(model_dir), "--seeds", "2", "--num-seqs", "16", "--seq-len", "32", "--bootstrap", "0",
-                 "--no-progress", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "null",
+                str(model_dir),
+                "--seeds",
+                "2",
+                "--num-seqs",
+                "16",
+                "--seq-len",
+                "32",
+                "--bootstrap",
+                "0",
+                "--no-progress",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "random init D_eff/L" in text and "2 seed(s) (0, 1)" in text
     record = json.loads((out / "null.json").read_text())
     assert record["seeds"] == [0, 1] and set(record["summary"]) == {"cka", "cka-debiased"}
     assert load(out / "seed-1").provenance["model"]["init_seed"] == 1
-    assert load(out / "trained").default.deff == pytest.approx(record["summary"]["cka"]["trained_deff_per_layer"]
-                                                              * load(out / "trained").default.num_states)
+    assert load(out / "trained").default.deff == pytest.approx(
+        record["summary"]["cka"]["trained_deff_per_layer"] * load(out / "trained").default.num_states
+    )
     assert type(load(out)).__name__ == "SavedStudy" and main(["show", str(out)]) == 0
     shown = capsys.readouterr().out
     assert shown.startswith("random-weight null of ") and text.split("\n\nwrote")[0] in shown
@@ -74,8 +95,26 @@ def test_effdepth_null_writes_every_result_and_prints_the_comparison(model_dir, 
 
 @pytest.mark.parametrize("seeds, message", [("x", "is not a count"), ("0", "measures no null"), ("1,1", "each once")])
 def test_bad_seeds_are_one_line(model_dir, tmp_path, seeds, message, capsys):
-    assert main(["null", str(model_dir), "--seeds", seeds, "--num-seqs", "16", "--seq-len", "32", "--bootstrap", "0",
-                 "--no-progress", "--out", str(tmp_path / "n")]) == 2
+    assert (
+        main(
+            [
+                "null",
+                str(model_dir),
+                "--seeds",
+                seeds,
+                "--num-seqs",
+                "16",
+                "--seq-len",
+                "32",
+                "--bootstrap",
+                "0",
+                "--no-progress",
+                "--out",
+                str(tmp_path / "n"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "n").exists()

@@ -15,8 +15,9 @@ from effdepth import passage_measure
 from effdepth.pooled import PooledStore
 
 STATUS = Path("/proc/self/status")
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not STATUS.exists(),
-                                reason="reads RssAnon from /proc/self/status")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not STATUS.exists(), reason="reads RssAnon from /proc/self/status"
+)
 
 
 class ForwardDone(Exception):
@@ -121,8 +122,13 @@ def analysis_peak(folder: Path, budget: int, layers: int, samples: int, width: i
     import subprocess
 
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
-    out = subprocess.run([sys.executable, "-c", ANALYSIS_PEAK, str(folder), str(budget), str(layers), str(samples),
-                          str(width)], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", ANALYSIS_PEAK, str(folder), str(budget), str(layers), str(samples), str(width)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 

@@ -11,22 +11,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from naive_hsic import naive_biased, naive_debiased
 
 import effdepth
 from effdepth import passage_measure
 from effdepth.checkpoint import MeasurementInterrupted
 from effdepth.cli import main
+from effdepth.data.tokenizers import byte_tokenizer
 from effdepth.errors import EffdepthError
 from effdepth.measure import prepare
 from effdepth.options import Options, RunOptions
 from effdepth.passage_measure import analyse_saved, measure_passages
-from effdepth.data.tokenizers import byte_tokenizer
 from effdepth.tiny import tiny_model
 
-from naive_hsic import naive_biased, naive_debiased
-
-VIEWS = ("default,drop-pos0,drop-bos,token-norm,top1pc,top3pc,length,drop-bos+token-norm,drop-pos0+token-norm,"
-         "token-norm+top1pc,drop-pos0+length,length+top1pc")
+VIEWS = (
+    "default,drop-pos0,drop-bos,token-norm,top1pc,top3pc,length,drop-bos+token-norm,drop-pos0+token-norm,"
+    "token-norm+top1pc,drop-pos0+length,length+top1pc"
+)
 
 
 # --------------------------------------------------------------------------- naive computation
@@ -34,8 +35,14 @@ VIEWS = ("default,drop-pos0,drop-bos,token-norm,top1pc,top3pc,length,drop-bos+to
 
 def naive_pooled(model, passages, *, states: str, bos: bool) -> dict:
     """{variant: (L+1, N, d)} float64, each passage run alone (no padding) through output_hidden_states."""
-    out = {"default": [], "drop-bos": [], "drop-pos0": [], "token-norm": [], "drop-bos+token-norm": [],
-           "drop-pos0+token-norm": []}
+    out = {
+        "default": [],
+        "drop-bos": [],
+        "drop-pos0": [],
+        "token-norm": [],
+        "drop-bos+token-norm": [],
+        "drop-pos0+token-norm": [],
+    }
     with torch.no_grad():
         for i in range(passages.num_passages):
             ids = torch.as_tensor(passages.passage(i), dtype=torch.long)[None]
@@ -48,10 +55,13 @@ def naive_pooled(model, passages, *, states: str, bos: bool) -> dict:
             out["default"].append([h.mean(0) for h in stack])
             out["drop-bos"].append([h[first:].mean(0) for h in stack])
             out["drop-pos0"].append([h[1:].mean(0) for h in stack])
-            out["drop-pos0+token-norm"].append([(h[1:] / np.linalg.norm(h[1:], axis=1, keepdims=True)).mean(0) for h in stack])
+            out["drop-pos0+token-norm"].append(
+                [(h[1:] / np.linalg.norm(h[1:], axis=1, keepdims=True)).mean(0) for h in stack]
+            )
             out["token-norm"].append([(h / np.linalg.norm(h, axis=1, keepdims=True)).mean(0) for h in stack])
-            out["drop-bos+token-norm"].append([(h[first:] / np.linalg.norm(h[first:], axis=1, keepdims=True)).mean(0)
-                                               for h in stack])
+            out["drop-bos+token-norm"].append(
+                [(h[first:] / np.linalg.norm(h[first:], axis=1, keepdims=True)).mean(0) for h in stack]
+            )
     return {k: np.transpose(np.asarray(v), (1, 0, 2)) for k, v in out.items()}
 
 
@@ -116,8 +126,17 @@ def test_every_view_and_estimator_equals_a_naive_numpy_computation(family):
     from effdepth.data.tokenizers import byte_tokenizer
 
     model = tiny_model(family)
-    prepared, result = measured(model, TEXT, tokenizer=byte_tokenizer(), seq_len=48, num_seqs=24, states="hidden",
-                                batch_size=5, bos="always", passage_split="paragraphs")
+    prepared, result = measured(
+        model,
+        TEXT,
+        tokenizer=byte_tokenizer(),
+        seq_len=48,
+        num_seqs=24,
+        states="hidden",
+        batch_size=5,
+        bos="always",
+        passage_split="paragraphs",
+    )
     assert result.passages and prepared.tokens.starts_with_bos.all() and len(set(prepared.tokens.lengths)) > 1
     check_against_naive(prepared, result, "hidden", tol=1e-6)
 
@@ -129,7 +148,9 @@ def test_block_states_differ_from_hidden_states_only_in_the_final_norm():
     model = tiny_model("llama")
     arrays = {}
     for states in ("blocks", "hidden"):
-        _, result = measured(model, TEXT, tokenizer=byte_tokenizer(), seq_len=32, num_seqs=8, states=states, views="default")
+        _, result = measured(
+            model, TEXT, tokenizer=byte_tokenizer(), seq_len=32, num_seqs=8, states=states, views="default"
+        )
         arrays[states] = np.asarray(PooledStore.open(result.pooled).arrays()["default"])
         assert result.config["states"] == states
     np.testing.assert_allclose(arrays["blocks"][:-1], arrays["hidden"][:-1], rtol=1e-6, atol=1e-6)
@@ -176,14 +197,40 @@ def test_re_analysis_gives_the_saved_numbers_and_applies_new_options(tmp_path, c
     fewer = analyse_saved(folder, progress=False, views="top1pc", bootstrap=10, seed=3)
     assert list(fewer.views) == ["top1pc"] and fewer.views["top1pc"].deff == r.views["top1pc"].deff
     assert fewer.views["top1pc"].ci["deff"] != r.views["top1pc"].ci["deff"]
-    assert main(["analyse", str(folder), "--views", "top3pc", "--out", str(tmp_path / "again"), "--no-progress",
-                 "--no-figures"]) == 0
+    assert (
+        main(
+            [
+                "analyse",
+                str(folder),
+                "--views",
+                "top3pc",
+                "--out",
+                str(tmp_path / "again"),
+                "--no-progress",
+                "--no-figures",
+            ]
+        )
+        == 0
+    )
     again = effdepth.load(tmp_path / "again")
     assert list(again.views) == ["top3pc"] and again.passages
     capsys.readouterr()
     # token-norm pools differently: that needs a forward pass, and the error says which --views store it
-    assert main(["analyse", str(folder), "--views", "token-norm+top1pc", "--out", str(tmp_path / "never"),
-                 "--no-progress", "--no-figures"]) == 2
+    assert (
+        main(
+            [
+                "analyse",
+                str(folder),
+                "--views",
+                "token-norm+top1pc",
+                "--out",
+                str(tmp_path / "never"),
+                "--no-progress",
+                "--no-figures",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "stored only default, drop-pos0, drop-bos" in err, err
     assert "--views default,drop-bos,top1pc,token-norm+top1pc to store it" in err, err
@@ -243,8 +290,16 @@ def test_passage_results_from_before_the_confound_controls_load_show_and_gain_th
 
 
 def test_a_control_outside_defaults_interval_warns_in_measure_show_report_and_claims(tmp_path, capsys):
-    r = effdepth.measure(tiny_model("llama"), TEXT, tokenizer=byte_tokenizer(), seq_len=48, num_seqs=32, bootstrap=30,
-                         passage_split="paragraphs", progress=False)
+    r = effdepth.measure(
+        tiny_model("llama"),
+        TEXT,
+        tokenizer=byte_tokenizer(),
+        seq_len=48,
+        num_seqs=32,
+        bootstrap=30,
+        passage_split="paragraphs",
+        progress=False,
+    )
     table = r.extras["confounds"]
     assert r.extras["passage_lengths"]["distinct"] > 1 and set(table["cka"]) == {"default", "drop-pos0", "length"}
     for sim in ("cka", "cka-debiased"):  # made to move: the plumbing of the warning is what is tested
@@ -304,13 +359,16 @@ def corpus(tmp_path, text):
     return str(path)
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--num-seqs", "3"], "below 4"),
-    (["--views", "top9pc", "--num-seqs", "8"], "top9pc"),
-    (["--protocol", "papr"], "invalid choice: 'papr'"),
-    (["--views", "center"], "not a passage-mode view"),
-    (["--similarity", "frobenius"], "token mode's"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--num-seqs", "3"], "below 4"),
+        (["--views", "top9pc", "--num-seqs", "8"], "top9pc"),
+        (["--protocol", "papr"], "invalid choice: 'papr'"),
+        (["--views", "center"], "not a passage-mode view"),
+        (["--similarity", "frobenius"], "token mode's"),
+    ],
+)
 def test_bad_options_fail_in_one_line_before_the_model_loads(extra, message, tmp_path, capsys):
     out = tmp_path / "out"
     code = main(["measure", "/no/such/model", "--out", str(out), "--no-progress", *extra])
@@ -321,6 +379,7 @@ def test_bad_options_fail_in_one_line_before_the_model_loads(extra, message, tmp
 
 def no_forward_pass(monkeypatch):
     """Make any forward pass over passages fail the test: what is refused must be refused before one."""
+
     def forward(*args, **kwargs):
         raise AssertionError("a forward pass ran")
         yield
@@ -328,34 +387,83 @@ def no_forward_pass(monkeypatch):
     monkeypatch.setattr(passage_measure, "pooled_batches", forward)
 
 
-def test_a_one_layer_model_and_a_corpus_of_nothing_fail_in_one_line(one_layer_dir, model_dir, tmp_path, capsys, monkeypatch):
+def test_a_one_layer_model_and_a_corpus_of_nothing_fail_in_one_line(
+    one_layer_dir, model_dir, tmp_path, capsys, monkeypatch
+):
     text = corpus(tmp_path, "\n\n".join("a paragraph of text, long enough " * 3 for _ in range(10)))
     with monkeypatch.context() as m:
         no_forward_pass(m)
-        code = main(["measure", str(one_layer_dir), "--corpus", text, "--num-seqs", "8", "--seq-len", "32",
-                     "--out", str(tmp_path / "o1"), "--no-progress", "--no-figures"])
+        code = main(
+            [
+                "measure",
+                str(one_layer_dir),
+                "--corpus",
+                text,
+                "--num-seqs",
+                "8",
+                "--seq-len",
+                "32",
+                "--out",
+                str(tmp_path / "o1"),
+                "--no-progress",
+                "--no-figures",
+            ]
+        )
     err = capsys.readouterr().err.strip()
     assert code == 2 and "one layer" in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "o1").exists()  # no checkpoint, no pooled vectors, no folder
     empty = corpus(tmp_path, "\n\n\n   \n\n")
-    code = main(["measure", str(model_dir), "--corpus", empty, "--num-seqs", "8",
-                 "--out", str(tmp_path / "o2"), "--no-progress", "--no-figures"])
+    code = main(
+        [
+            "measure",
+            str(model_dir),
+            "--corpus",
+            empty,
+            "--num-seqs",
+            "8",
+            "--out",
+            str(tmp_path / "o2"),
+            "--no-progress",
+            "--no-figures",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "no text" in err, err
     assert not (tmp_path / "o2" / "result.json").exists()
     scraps = corpus(tmp_path, "\n\n".join(["a", "b c", "d"] * 20))  # every passage shorter than a real one
-    code = main(["measure", str(model_dir), "--corpus", scraps, "--num-seqs", "8", "--passage-split", "document",
-                 "--seq-len", "4", "--out", str(tmp_path / "o3"), "--no-progress", "--no-figures"])
+    code = main(
+        [
+            "measure",
+            str(model_dir),
+            "--corpus",
+            scraps,
+            "--num-seqs",
+            "8",
+            "--passage-split",
+            "document",
+            "--seq-len",
+            "4",
+            "--out",
+            str(tmp_path / "o3"),
+            "--no-progress",
+            "--no-figures",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "passages" in err, err
     assert not (tmp_path / "o3" / "result.json").exists()
 
 
-@pytest.mark.parametrize("corpus_, message", [
-    (ids(3, 8), "3 row(s) of token ids given: similarity across passages needs at least 4"),
-    ({"input_ids": ids(6, 8), "attention_mask": torch.tensor([[1] * 8] * 4 + [[0] * 8] * 2)},
-     "row 4 of the token ids has 0 real token(s)"),
-])
+@pytest.mark.parametrize(
+    "corpus_, message",
+    [
+        (ids(3, 8), "3 row(s) of token ids given: similarity across passages needs at least 4"),
+        (
+            {"input_ids": ids(6, 8), "attention_mask": torch.tensor([[1] * 8] * 4 + [[0] * 8] * 2)},
+            "row 4 of the token ids has 0 real token(s)",
+        ),
+    ],
+)
 def test_token_ids_from_python_are_checked_before_the_forward_pass(corpus_, message, tmp_path, monkeypatch):
     no_forward_pass(monkeypatch)
     with pytest.raises(EffdepthError, match=message.replace("(", r"\(").replace(")", r"\)")) as caught:
@@ -402,11 +510,27 @@ def failing_forward(monkeypatch, after: int = 1):
     monkeypatch.setattr(passage_measure, "pooled_batches", forward)
 
 
-def test_a_run_that_fails_leaves_no_pooled_vectors_but_a_saved_checkpoint_stays(model_dir, tmp_path, capsys, monkeypatch):
+def test_a_run_that_fails_leaves_no_pooled_vectors_but_a_saved_checkpoint_stays(
+    model_dir, tmp_path, capsys, monkeypatch
+):
     failing_forward(monkeypatch)
     text = corpus(tmp_path, "\n\n".join(f"paragraph {i}: " + "some words of text " * 3 for i in range(30)))
-    argv = ["measure", str(model_dir), "--corpus", text, "--num-seqs", "12", "--seq-len", "32", "--batch-size", "4",
-            "--bootstrap", "0", "--no-progress", "--no-figures"]
+    argv = [
+        "measure",
+        str(model_dir),
+        "--corpus",
+        text,
+        "--num-seqs",
+        "12",
+        "--seq-len",
+        "32",
+        "--batch-size",
+        "4",
+        "--bootstrap",
+        "0",
+        "--no-progress",
+        "--no-figures",
+    ]
     code = main([*argv, "--out", str(tmp_path / "failed")])
     err = capsys.readouterr().err.strip()
     assert code != 0 and err.endswith("the forward pass failed") and len(err.splitlines()) == 1, err
@@ -428,8 +552,9 @@ def test_a_run_that_fails_leaves_no_pooled_vectors_but_a_saved_checkpoint_stays(
 def test_top_k_at_least_the_width_is_refused_before_any_forward_pass():
     with pytest.raises(EffdepthError, match="top64pc"):
         effdepth.measure(tiny_model("llama"), ids(70, 8), views="top64pc", bootstrap=0, progress=False)
-    assert math.isfinite(effdepth.measure(tiny_model("llama"), ids(70, 8), views="top3pc", bootstrap=0,
-                                          progress=False).default.deff)
+    assert math.isfinite(
+        effdepth.measure(tiny_model("llama"), ids(70, 8), views="top3pc", bootstrap=0, progress=False).default.deff
+    )
 
 
 def test_the_claims_name_the_structural_reference_f_l_across_passages():

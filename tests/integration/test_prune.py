@@ -64,9 +64,15 @@ def test_a_skipped_block_outputs_its_input_and_no_skip_is_the_plain_model(family
 def shortgpt_block_influence(prepared) -> np.ndarray:
     """Men et al. (2024): 1 - mean over every real token of cos(block input, block output), per block."""
     blocks, store = prepared.arch.blocks, {}
-    handles = [b.register_forward_hook(lambda m, a, k, o, i=i: store.__setitem__(i, (a[0] if a else k["hidden_states"],
-                                                                                     o[0] if isinstance(o, tuple) else o)),
-                                       with_kwargs=True) for i, b in enumerate(blocks)]
+    handles = [
+        b.register_forward_hook(
+            lambda m, a, k, o, i=i: store.__setitem__(
+                i, (a[0] if a else k["hidden_states"], o[0] if isinstance(o, tuple) else o)
+            ),
+            with_kwargs=True,
+        )
+        for i, b in enumerate(blocks)
+    ]
     passages, total, count = prepared.tokens, np.zeros(len(blocks)), 0
     try:
         with torch.no_grad():
@@ -110,8 +116,25 @@ def test_heldout_passages_are_not_measured_and_the_unpruned_perplexity_is_the_mo
 
 def test_the_command_writes_the_study_and_its_measured_result(model_dir, tmp_path, capsys):
     out = tmp_path / "prune"
-    code = main(["prune-check", str(model_dir), "--num-seqs", "16", "--seq-len", "32", "--bootstrap", "0", "--skip", "2",
-                 "--heldout", "8", "--out", str(out), "--no-progress"])
+    code = main(
+        [
+            "prune-check",
+            str(model_dir),
+            "--num-seqs",
+            "16",
+            "--seq-len",
+            "32",
+            "--bootstrap",
+            "0",
+            "--skip",
+            "2",
+            "--heldout",
+            "8",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     record = json.loads((out / "prune.json").read_text())
@@ -130,14 +153,31 @@ def test_the_command_writes_the_study_and_its_measured_result(model_dir, tmp_pat
     assert (tmp_path / "report_files" / "study-1-prune.png").is_file()
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--skip", "x"], "--skip 'x' is not K or A..B"),
-    (["--skip", "3"], "skip at most 2"),
-    (["--heldout", "0"], "at least 1 held-out passage"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--skip", "x"], "--skip 'x' is not K or A..B"),
+        (["--skip", "3"], "skip at most 2"),
+        (["--heldout", "0"], "at least 1 held-out passage"),
+    ],
+)
 def test_bad_input_is_one_line(model_dir, tmp_path, capsys, argv, message):
-    code = main(["prune-check", str(model_dir), "--num-seqs", "16", "--seq-len", "32", "--bootstrap", "0",
-                 "--out", str(tmp_path / "x"), "--no-progress", *argv])
+    code = main(
+        [
+            "prune-check",
+            str(model_dir),
+            "--num-seqs",
+            "16",
+            "--seq-len",
+            "32",
+            "--bootstrap",
+            "0",
+            "--out",
+            str(tmp_path / "x"),
+            "--no-progress",
+            *argv,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "x").exists()

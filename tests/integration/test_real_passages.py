@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from test_passage_mode import VIEWS, check_against_naive
 
 from effdepth.data.passages import load_passages
 from effdepth.measure import prepare
 from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
 from effdepth.passage_measure import measure_passages
-from test_passage_mode import VIEWS, check_against_naive
 
 pytestmark = pytest.mark.slow
 
@@ -21,8 +21,11 @@ MODELS = ["smollm2-135m", "gemma-3-270m"]
 @pytest.fixture(scope="module", params=MODELS)
 def real(request):
     """The model and 16 Shakespeare passages of varying length (paragraphs packed up to 48 tokens)."""
-    return prepare(LoadOptions(model=request.param, corpus="shakespeare", seq_len=48, num_seqs=16,
-                               passage_split="paragraphs"), progress=False, passages=True)
+    return prepare(
+        LoadOptions(model=request.param, corpus="shakespeare", seq_len=48, num_seqs=16, passage_split="paragraphs"),
+        progress=False,
+        passages=True,
+    )
 
 
 def test_a_real_model_in_passage_mode_equals_the_naive_computation(real):
@@ -42,18 +45,21 @@ def test_windows_on_a_real_tokenizer_have_equal_lengths_and_special_tokens_only_
     windows = load_passages("shakespeare", tokenizer, max_len=64, num_passages=32, split="windows")
     assert set(windows.lengths.tolist()) == {64}
     prefix, suffix = windows.info["prefix_ids"], windows.info["suffix_ids"]
-    assert prefix == [t for t in tokenizer("a")["input_ids"][:len(prefix)]]  # what the tokenizer adds itself
+    assert prefix == [t for t in tokenizer("a")["input_ids"][: len(prefix)]]  # what the tokenizer adds itself
     special = set(tokenizer.all_special_ids)
     for i in range(windows.num_passages):
         tokens = windows.passage(i).tolist()
-        assert tokens[:len(prefix)] == prefix and not special & set(tokens[len(prefix):len(tokens) - len(suffix)])
+        assert tokens[: len(prefix)] == prefix and not special & set(tokens[len(prefix) : len(tokens) - len(suffix)])
 
 
 def test_windows_on_a_real_model_equal_the_naive_computation_and_length_is_default(real):
     windows = load_passages("shakespeare", real.lm.tokenizer, max_len=40, num_passages=12, split="windows")
     prepared = replace(real, tokens=windows)
-    result = measure_passages(prepared, AnalysisOptions(views="default,drop-pos0,length", states="hidden",
-                                                        bootstrap=0, batch_size=6), run=RunOptions(progress=False))
+    result = measure_passages(
+        prepared,
+        AnalysisOptions(views="default,drop-pos0,length", states="hidden", bootstrap=0, batch_size=6),
+        run=RunOptions(progress=False),
+    )
     check_against_naive(prepared, result, "hidden", tol=1e-6, views="default,drop-pos0,length")
     assert result.extras["passage_lengths"]["equal"] and "length_is_default" in result.extras["confounds"]
     assert result.views["length"].deff == result.views["default"].deff

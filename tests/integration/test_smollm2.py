@@ -26,7 +26,11 @@ def smol(smol_256):
 
 @pytest.fixture(scope="module")
 def result(smol):
-    return measure_prepared(smol, AnalysisOptions(pooling="none", views="paper", batch_size=4, bootstrap=200), run=RunOptions(progress=False))
+    return measure_prepared(
+        smol,
+        AnalysisOptions(pooling="none", views="paper", batch_size=4, bootstrap=200),
+        run=RunOptions(progress=False),
+    )
 
 
 def test_model_and_corpus_are_the_real_ones(smol):
@@ -56,7 +60,7 @@ def test_end_to_end_result_is_complete_and_consistent(result, tmp_path):
     assert result.primary_similarity == "cka"
     assert set(result.views) == {"default", "drop-pos0", "token-norm", "top1pc", "token-norm+drop-pos0"}
     assert "pos0-only" in result.unavailable["cka"]  # one token per sequence: no cka value, never a number
-    for name, v in result.views.items():
+    for v in result.views.values():
         assert v.num_states == 30 and v.reference == pytest.approx(60 / 31)
         assert 1.0 <= v.deff <= 30.0
         assert v.ratio == pytest.approx(v.deff / v.reference)
@@ -69,7 +73,11 @@ def test_end_to_end_result_is_complete_and_consistent(result, tmp_path):
 
 
 def test_batch_size_invariance_on_the_real_model(smol, result):
-    other = measure_prepared(smol, AnalysisOptions(pooling="none", views=["default"], batch_size=8, bootstrap=0), run=RunOptions(progress=False))
+    other = measure_prepared(
+        smol,
+        AnalysisOptions(pooling="none", views=["default"], batch_size=8, bootstrap=0),
+        run=RunOptions(progress=False),
+    )
     assert other.default.deff == pytest.approx(result.views["default"].deff, rel=1e-6)
 
 
@@ -112,7 +120,9 @@ def smol_256():
 def test_cka_per_sequence_tracks_exact_pooled_cka_and_the_paper_regime(smol_256):
     """docs/method.md#why-cka: at 8 x 256 tokens the per-sequence estimator is within 0.02 of the
     exact pooled CKA in D_eff / F_N, both below F_N, while the squared cosine puts the model above it."""
-    analysis = AnalysisOptions(pooling="none", views="default", similarity="cka,cka-full,frobenius", bootstrap=0, surrogate_seqs=0)
+    analysis = AnalysisOptions(
+        pooling="none", views="default", similarity="cka,cka-full,frobenius", bootstrap=0, surrogate_seqs=0
+    )
     r = measure_prepared(smol_256, analysis, run=RunOptions(progress=False))
     cka, full = r.view("default", "cka").ratio, r.view("default", "cka-full").ratio
     frobenius = r.view("default", "frobenius").ratio
@@ -128,9 +138,13 @@ def smol_passages(smol_256):
     """The same loaded model in passage mode (the default protocol's estimators), 16 passages of up to 48 tokens."""
     from effdepth.passage_measure import measure_passages
 
-    load = LoadOptions(model=smol_256.lm.model, tokenizer=smol_256.lm.tokenizer, corpus="shakespeare", seq_len=48, num_seqs=16)
+    load = LoadOptions(
+        model=smol_256.lm.model, tokenizer=smol_256.lm.tokenizer, corpus="shakespeare", seq_len=48, num_seqs=16
+    )
     prepared = prepare(load, progress=False, passages=True)
-    return measure_passages(prepared, AnalysisOptions(views="default", bootstrap=50, batch_size=8), run=RunOptions(progress=False))
+    return measure_passages(
+        prepared, AnalysisOptions(views="default", bootstrap=50, batch_size=8), run=RunOptions(progress=False)
+    )
 
 
 def naive_cka(stack: np.ndarray) -> np.ndarray:
@@ -153,8 +167,8 @@ def test_sensitivity_and_the_update_diagnostic_on_the_real_model(smol_passages, 
     layers = pooled.shape[0] - 1
     assert layers == 30 and v.num_states == 30 and pooled.shape[1] == 16
     states, updates = naive_cka(pooled[1:]), naive_cka(np.diff(pooled, axis=0))
-    assert v.deff == pytest.approx(layers ** 2 / states.sum(), rel=1e-6)
-    assert v.update_deff == pytest.approx(layers ** 2 / updates.sum(), rel=1e-6)
+    assert v.deff == pytest.approx(layers**2 / states.sum(), rel=1e-6)
+    assert v.update_deff == pytest.approx(layers**2 / updates.sum(), rel=1e-6)
     lo, hi = v.ci["update_deff"]
     assert 1.0 <= lo <= hi <= layers
     sensitivity = v.sensitivity

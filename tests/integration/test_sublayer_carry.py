@@ -47,14 +47,26 @@ def check_carried_block_formula(model, tokens, lam: float, block_index: int, rto
     seen, handles = {}, []
     with torch.no_grad(), SublayerCarry(arch, lam, [block_index + 1]):
         # Prepended after the carry's hooks, these run before them: the branches as the model computed them.
-        handles.append(block.register_forward_pre_hook(
-            lambda m, a, k: seen.__setitem__("h", hidden_from_input(a, k).clone()), with_kwargs=True))
-        handles.append(attention.register_forward_hook(
-            lambda m, a, o: seen.__setitem__("attn", hidden_from_output(o, seen["h"]).clone()), prepend=True))
-        handles.append(mlp.register_forward_hook(
-            lambda m, a, o: seen.__setitem__("mlp", hidden_from_output(o, seen["h"]).clone()), prepend=True))
-        handles.append(block.register_forward_hook(
-            lambda m, a, o: seen.__setitem__("out", hidden_from_output(o, seen["h"]).clone())))
+        handles.append(
+            block.register_forward_pre_hook(
+                lambda m, a, k: seen.__setitem__("h", hidden_from_input(a, k).clone()), with_kwargs=True
+            )
+        )
+        handles.append(
+            attention.register_forward_hook(
+                lambda m, a, o: seen.__setitem__("attn", hidden_from_output(o, seen["h"]).clone()), prepend=True
+            )
+        )
+        handles.append(
+            mlp.register_forward_hook(
+                lambda m, a, o: seen.__setitem__("mlp", hidden_from_output(o, seen["h"]).clone()), prepend=True
+            )
+        )
+        handles.append(
+            block.register_forward_hook(
+                lambda m, a, o: seen.__setitem__("out", hidden_from_output(o, seen["h"]).clone())
+            )
+        )
         try:
             model(tokens)
         finally:
@@ -114,15 +126,30 @@ def test_intervene_on_sublayers_records_it_and_keeps_the_plain_model_at_one(tmp_
     folder = tmp_path / "tiny-qwen3"
     tiny_model("qwen3").save_pretrained(folder)
     byte_tokenizer().save_pretrained(folder)
-    common = [str(folder), "--pooling", "none", "--seq-len", "16", "--num-seqs", "4", "--bootstrap", "0", "--carry", "1,0.5",
-              "--no-progress"]
+    common = [
+        str(folder),
+        "--pooling",
+        "none",
+        "--seq-len",
+        "16",
+        "--num-seqs",
+        "4",
+        "--bootstrap",
+        "0",
+        "--carry",
+        "1,0.5",
+        "--no-progress",
+    ]
     assert main(["intervene", *common, "--carry-on", "sublayers", "--out", str(tmp_path / "sub")]) == 0
     assert main(["intervene", *common, "--out", str(tmp_path / "blocks")]) == 0
     out = capsys.readouterr().out
     sub = json.loads((tmp_path / "sub" / "intervention.json").read_text())
     blocks = json.loads((tmp_path / "blocks" / "intervention.json").read_text())
     assert sub["config"]["carry_on"] == "sublayers" and blocks["config"]["carry_on"] == "blocks"
-    loss = {name: {r["lam"]: r["loss"] for r in record["table"]["default"]} for name, record in (("sub", sub), ("blocks", blocks))}
+    loss = {
+        name: {r["lam"]: r["loss"] for r in record["table"]["default"]}
+        for name, record in (("sub", sub), ("blocks", blocks))
+    }
     assert loss["sub"][1.0] == loss["blocks"][1.0] and loss["sub"][0.5] != loss["blocks"][0.5]
     assert "every attention and MLP sublayer" in out
     assert main(["intervene", *common, "--carry-on", "layers", "--out", str(tmp_path / "bad")]) == 2

@@ -9,8 +9,8 @@ import effdepth
 import effdepth.sweep as sweep_module
 from effdepth.cli import main
 from effdepth.errors import EffdepthError
-from effdepth.suites import SuiteModel
 from effdepth.options import Options
+from effdepth.suites import SuiteModel
 from effdepth.sweep import COLUMNS, Job, job_folder, job_options, make_jobs, slug, sweep
 
 SMALL = {"seq_len": 16, "num_seqs": 4, "bootstrap": 20, "batch_size": 4}
@@ -55,7 +55,10 @@ def finished(tmp_path_factory, corpus):
 def test_results_are_keyed_by_model_revision_version_and_config(finished, corpus):
     out, outcome = finished
     assert outcome.counts == {"ok": 2}
-    jobs = make_jobs(["tiny:llama", "tiny:gpt2"], job_options(Options.build(corpus=corpus, views="default,drop-pos0", **SMALL, pooling="none")))
+    jobs = make_jobs(
+        ["tiny:llama", "tiny:gpt2"],
+        job_options(Options.build(corpus=corpus, views="default,drop-pos0", **SMALL, pooling="none")),
+    )
     for job in jobs:
         folder = job_folder(out, job)
         assert folder.parent.parent == out / slug(job.model.id)
@@ -87,17 +90,44 @@ def test_summary_tables_figure_and_report(finished):
 
 def test_rerun_skips_finished_work(finished, corpus, counted):
     out, first = finished
-    again = sweep(["tiny:llama", "tiny:gpt2"], out, corpus=corpus, views="default,drop-pos0", figures=False, report=False, **SMALL, pooling="none")
+    again = sweep(
+        ["tiny:llama", "tiny:gpt2"],
+        out,
+        corpus=corpus,
+        views="default,drop-pos0",
+        figures=False,
+        report=False,
+        **SMALL,
+        pooling="none",
+    )
     assert counted == [] and again.counts == {"done": 2}
     assert [r["D_eff"] for r in again.rows] == [r["D_eff"] for r in first.rows]
 
 
 def test_other_options_or_version_are_not_reused(finished, corpus, counted, monkeypatch):
     out, _ = finished
-    sweep(["tiny:gpt2"], out, corpus=corpus, views="default,drop-pos0", figures=False, report=False, **{**SMALL, "seq_len": 12}, pooling="none")
+    sweep(
+        ["tiny:gpt2"],
+        out,
+        corpus=corpus,
+        views="default,drop-pos0",
+        figures=False,
+        report=False,
+        **{**SMALL, "seq_len": 12},
+        pooling="none",
+    )
     assert counted == ["tiny:gpt2"]
     # Batch size and device do not change the numbers: not part of the key.
-    sweep(["tiny:gpt2"], out, corpus=corpus, views="default,drop-pos0", figures=False, report=False, **{**SMALL, "batch_size": 1}, pooling="none")
+    sweep(
+        ["tiny:gpt2"],
+        out,
+        corpus=corpus,
+        views="default,drop-pos0",
+        figures=False,
+        report=False,
+        **{**SMALL, "batch_size": 1},
+        pooling="none",
+    )
     assert counted == ["tiny:gpt2"]
     monkeypatch.setattr(sweep_module.jobs, "__version__", "99.0")
     monkeypatch.setattr(effdepth, "__version__", "99.0")
@@ -124,7 +154,9 @@ def test_interrupted_sweep_finishes_without_recomputing(tmp_path, corpus, monkey
 
     calls.clear()
     monkeypatch.setattr(sweep_module, "measure_job", lambda p: calls.append(p["id"]) or real(p))
-    outcome = sweep(["tiny:qwen3", "tiny:gpt_neox"], tmp_path, corpus=corpus, figures=False, report=False, **SMALL, pooling="none")
+    outcome = sweep(
+        ["tiny:qwen3", "tiny:gpt_neox"], tmp_path, corpus=corpus, figures=False, report=False, **SMALL, pooling="none"
+    )
     assert calls == ["tiny:gpt_neox"]
     assert outcome.counts == {"done": 1, "ok": 1}
     assert [r["status"] for r in outcome.rows] == ["ok", "ok"]
@@ -155,7 +187,9 @@ def test_a_model_interrupted_midway_continues_from_its_partial_statistics(tmp_pa
     result = effdepth.load(tmp_path / outcome.rows[0]["key"])
     assert result.provenance["run"]["resumed_from"] == 2 and result.default.sequences == 4
     assert not list(tmp_path.rglob("checkpoint/state.json"))
-    fresh = sweep(["tiny:gpt2"], tmp_path / "fresh", corpus=corpus, figures=False, report=False, **options, pooling="none")
+    fresh = sweep(
+        ["tiny:gpt2"], tmp_path / "fresh", corpus=corpus, figures=False, report=False, **options, pooling="none"
+    )
     assert fresh.rows[0]["D_eff"] == pytest.approx(outcome.rows[0]["D_eff"], rel=1e-12)
 
 
@@ -190,7 +224,15 @@ def test_a_broken_model_is_recorded_and_the_rest_complete(tmp_path, corpus, brok
 
 @pytest.mark.parametrize("fmt", ["html", "md"])
 def test_the_report_lists_the_models_a_sweep_could_not_measure(tmp_path, corpus, broken_model, fmt):
-    sweep([broken_model, "tiny:gpt2"], tmp_path, corpus=corpus, figures=False, report=(fmt == "html"), **SMALL, pooling="none")
+    sweep(
+        [broken_model, "tiny:gpt2"],
+        tmp_path,
+        corpus=corpus,
+        figures=False,
+        report=(fmt == "html"),
+        **SMALL,
+        pooling="none",
+    )
     if fmt == "md":
         from effdepth.report.build import write_report
 
@@ -215,7 +257,23 @@ def test_bad_revisions_are_refused_before_any_work():
 
 def test_tiny_suite_from_the_command_line_offline(tmp_path, capsys):
     """The whole shipped `tiny` suite on the built-in Shakespeare, with the report."""
-    code = main(["sweep", "--pooling", "none", "tiny", "--out", str(tmp_path), "--seq-len", "16", "--num-seqs", "4", "--bootstrap", "10", "--no-progress"])
+    code = main(
+        [
+            "sweep",
+            "--pooling",
+            "none",
+            "tiny",
+            "--out",
+            str(tmp_path),
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "4",
+            "--bootstrap",
+            "10",
+            "--no-progress",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "tiny:gemma2" in out and "5 measured" in out
@@ -227,9 +285,15 @@ def test_tiny_suite_from_the_command_line_offline(tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["sweep", "--pooling", "none", "tiny:gpt2", "--out", "{out}", "--seq-len", "1"], "--seq-len must be at least 2"),
+        (
+            ["sweep", "--pooling", "none", "tiny:gpt2", "--out", "{out}", "--seq-len", "1"],
+            "--seq-len must be at least 2",
+        ),
         (["sweep", "--pooling", "none", "not an id", "--out", "{out}"], "is not a suite"),
-        (["sweep", "--pooling", "none", "EleutherAI/pythia-70m", "--revision", "../x", "--out", "{out}"], "malformed revision"),
+        (
+            ["sweep", "--pooling", "none", "EleutherAI/pythia-70m", "--revision", "../x", "--out", "{out}"],
+            "malformed revision",
+        ),
         (["sweep", "--pooling", "none", "tiny:gpt2", "--out", "{out}", "--views", "bogus"], "unknown view"),
         (["sweep", "--pooling", "none", "tiny:gpt2", "--out", "{out}", "--gpus-per-task", "1"], "need --executor ray"),
         (["sweep", "--pooling", "none", "tiny:gpt2"], "--out"),
@@ -265,8 +329,27 @@ class _ReaderLeaves:
 
 def test_a_reader_that_leaves_stops_the_lines_not_the_sweep(tmp_path, corpus, monkeypatch):
     monkeypatch.setattr("sys.stdout", _ReaderLeaves())
-    code = main(["sweep", "--pooling", "none", "tiny:llama", "tiny:gpt2", "--out", str(tmp_path), "--corpus", corpus, "--seq-len", "16",
-                 "--num-seqs", "4", "--bootstrap", "10", "--no-progress", "--no-figures"])
+    code = main(
+        [
+            "sweep",
+            "--pooling",
+            "none",
+            "tiny:llama",
+            "tiny:gpt2",
+            "--out",
+            str(tmp_path),
+            "--corpus",
+            corpus,
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "4",
+            "--bootstrap",
+            "10",
+            "--no-progress",
+            "--no-figures",
+        ]
+    )
     assert code == 0
     table = pd.read_csv(tmp_path / "summary.csv")
     assert len(table) == 2 and (table.status == "ok").all()

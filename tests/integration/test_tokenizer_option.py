@@ -31,8 +31,20 @@ def cli(argv, capsys):
 
 
 def test_the_cli_hint_names_the_flag_and_the_flag_works(bare, tmp_path, capsys):
-    base = ["measure", bare / "model", "--corpus", bare / "text.txt", "--seq-len", 16, "--num-seqs", 4, "--bootstrap", 0,
-            "--no-progress", "--no-figures"]
+    base = [
+        "measure",
+        bare / "model",
+        "--corpus",
+        bare / "text.txt",
+        "--seq-len",
+        16,
+        "--num-seqs",
+        4,
+        "--bootstrap",
+        0,
+        "--no-progress",
+        "--no-figures",
+    ]
     code, _, err = cli([*base, "--out", tmp_path / "no"], capsys)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1, err
@@ -48,12 +60,22 @@ def test_the_cli_hint_names_the_flag_and_the_flag_works(bare, tmp_path, capsys):
 def test_the_python_hint_names_the_argument_and_a_path_works(bare):
     with pytest.raises(EffdepthError, match="has no tokenizer") as caught:
         effdepth.measure(str(bare / "model"), [TEXT], seq_len=16, num_seqs=4, bootstrap=0, progress=False)
-    assert "tokenizer= a tokenizer object, or the folder" in str(caught.value) and "--tokenizer" not in str(caught.value)
+    assert "tokenizer= a tokenizer object, or the folder" in str(caught.value) and "--tokenizer" not in str(
+        caught.value
+    )
 
-    by_path = effdepth.measure(str(bare / "model"), [TEXT], tokenizer=str(bare / "tokenizer"), seq_len=16, num_seqs=4,
-                               bootstrap=0, progress=False)
-    by_object = effdepth.measure(str(bare / "model"), [TEXT], tokenizer=byte_tokenizer(), seq_len=16, num_seqs=4,
-                                 bootstrap=0, progress=False)
+    by_path = effdepth.measure(
+        str(bare / "model"),
+        [TEXT],
+        tokenizer=str(bare / "tokenizer"),
+        seq_len=16,
+        num_seqs=4,
+        bootstrap=0,
+        progress=False,
+    )
+    by_object = effdepth.measure(
+        str(bare / "model"), [TEXT], tokenizer=byte_tokenizer(), seq_len=16, num_seqs=4, bootstrap=0, progress=False
+    )
     assert by_path.provenance["corpus"]["sha256"] == by_object.provenance["corpus"]["sha256"]
     assert by_path.default.deff == by_object.default.deff
 
@@ -68,16 +90,31 @@ def test_the_corpus_hint_follows_the_interface_too():
         load_corpus(["some text"], None, seq_len=4, num_seqs=1)
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("./no/such/tokenizer", "tokenizer ./no/such/tokenizer does not exist"),
-    ("/no/such/tok.gguf", "tokenizer /no/such/tok.gguf does not exist"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("./no/such/tokenizer", "tokenizer ./no/such/tokenizer does not exist"),
+        ("/no/such/tok.gguf", "tokenizer /no/such/tok.gguf does not exist"),
+    ],
+)
 def test_a_missing_tokenizer_path_fails_before_anything_loads(bare, tmp_path, capsys, spec, message):
     code, _, err = cli(["measure", bare / "model", "--tokenizer", spec, "--out", tmp_path / "o"], capsys)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_tokenizer_that_does_not_load_is_one_line(bare, tmp_path, capsys):
-    code, _, err = cli(["measure", bare / "model", "--corpus", bare / "text.txt", "--tokenizer", bare / "model",
-                        "--out", tmp_path / "o", "--no-progress"], capsys)
+    code, _, err = cli(
+        [
+            "measure",
+            bare / "model",
+            "--corpus",
+            bare / "text.txt",
+            "--tokenizer",
+            bare / "model",
+            "--out",
+            tmp_path / "o",
+            "--no-progress",
+        ],
+        capsys,
+    )
     assert code == 2 and f"cannot load tokenizer {bare / 'model'}" in err and len(err.strip().splitlines()) == 1

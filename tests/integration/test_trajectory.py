@@ -15,8 +15,8 @@ import effdepth.sweep as sweep_module
 from effdepth.cli import main
 from effdepth.data import byte_tokenizer
 from effdepth.errors import EffdepthError
-from effdepth.revisions import PYTHIA_TOKENS_PER_STEP
 from effdepth.report.figures_trajectory import trajectory_figure
+from effdepth.revisions import PYTHIA_TOKENS_PER_STEP
 from effdepth.tiny import tiny_model
 from effdepth.trajectory import trajectory
 
@@ -51,7 +51,21 @@ def local_run(tmp_path_factory, checkpoints, corpus):
     mp = pytest.MonkeyPatch()
     mp.setattr(sweep_module, "measure_job", lambda p: calls.append(p["source"]) or real(p))
     try:
-        code = main(["trajectory", "--pooling", "none", str(checkpoints), "--out", str(out), "--corpus", corpus, "--tokens-per-step", "1000", *SMALL])
+        code = main(
+            [
+                "trajectory",
+                "--pooling",
+                "none",
+                str(checkpoints),
+                "--out",
+                str(out),
+                "--corpus",
+                corpus,
+                "--tokens-per-step",
+                "1000",
+                *SMALL,
+            ]
+        )
     finally:
         mp.undo()
     return out, code, calls
@@ -64,10 +78,16 @@ def test_local_checkpoints_measured_in_training_order(local_run, checkpoints):
     assert table["revision"].tolist() == ["step-0", "step-100", "step-200"]
     assert table["step"].tolist() == [0, 100, 200]
     assert table["tokens_seen"].tolist() == [0, 100_000, 200_000]
-    assert table.loc[0, "status"] == "ok" and table.loc[0, "D_eff_lo"] <= table.loc[0, "D_eff"] <= table.loc[0, "D_eff_hi"]
+    assert (
+        table.loc[0, "status"] == "ok" and table.loc[0, "D_eff_lo"] <= table.loc[0, "D_eff"] <= table.loc[0, "D_eff_hi"]
+    )
     ok = table[table.status == "ok"].iloc[0]
     assert effdepth.load(out / ok.key).default.deff == pytest.approx(ok.D_eff)
-    assert (out / "trajectory.parquet").is_file() and (out / "trajectory.png").is_file() and (out / "trajectory.pdf").is_file()
+    assert (
+        (out / "trajectory.parquet").is_file()
+        and (out / "trajectory.png").is_file()
+        and (out / "trajectory.pdf").is_file()
+    )
 
 
 def test_duplicated_checkpoint_is_flagged_not_measured(local_run, checkpoints):
@@ -85,7 +105,17 @@ def test_duplicated_checkpoint_is_flagged_not_measured(local_run, checkpoints):
 def test_rerun_measures_nothing(local_run, checkpoints, corpus, monkeypatch):
     out, _, _ = local_run
     monkeypatch.setattr(sweep_module, "measure_job", lambda p: pytest.fail("measured again"))
-    t = trajectory(checkpoints, out, corpus=corpus, tokens_per_step=1000, seq_len=16, num_seqs=4, bootstrap=20, figures=False, pooling="none")
+    t = trajectory(
+        checkpoints,
+        out,
+        corpus=corpus,
+        tokens_per_step=1000,
+        seq_len=16,
+        num_seqs=4,
+        bootstrap=20,
+        figures=False,
+        pooling="none",
+    )
     assert t.counts == {"done": 2} and t.duplicates == {"step-200": "step-100"}
 
 
@@ -107,14 +137,33 @@ def test_a_folder_without_config_is_said_to_be_skipped(checkpoints, tmp_path):
 
 # --------------------------------------------------------------------------- the hub, faked
 
-PYTHIA_BRANCHES = ["main", "step0", "step1", "step2", "step4", "step1000", "step50000", "step58000", "step143000", "backup-2023"]
+PYTHIA_BRANCHES = [
+    "main",
+    "step0",
+    "step1",
+    "step2",
+    "step4",
+    "step1000",
+    "step50000",
+    "step58000",
+    "step143000",
+    "backup-2023",
+]
 
 
 @pytest.fixture
 def fake_hub(monkeypatch):
     """Branches from list_repo_refs and LFS sha256s from model_info, as the hub answers them."""
-    state = types.SimpleNamespace(branches=list(PYTHIA_BRANCHES), sha={}, info_calls=[], paths_calls=[], measured=[],
-                                  model_info_fails=False, paths_info=True, refs_error=None)
+    state = types.SimpleNamespace(
+        branches=list(PYTHIA_BRANCHES),
+        sha={},
+        info_calls=[],
+        paths_calls=[],
+        measured=[],
+        model_info_fails=False,
+        paths_info=True,
+        refs_error=None,
+    )
     state.sha = {b: f"{i:064x}" for i, b in enumerate(state.branches)}
     state.sha["step58000"] = state.sha["step50000"]  # as pythia-12b serves
     state.sha["main"] = state.sha["step143000"]
@@ -122,8 +171,14 @@ def fake_hub(monkeypatch):
     def list_repo_refs(repo_id, **kwargs):
         if state.refs_error:
             raise state.refs_error
-        return GitRefs(branches=[GitRefInfo(name=b, ref=f"refs/heads/{b}", target_commit=f"{i:040x}") for i, b in enumerate(state.branches)],
-                       converts=[], tags=[])
+        return GitRefs(
+            branches=[
+                GitRefInfo(name=b, ref=f"refs/heads/{b}", target_commit=f"{i:040x}")
+                for i, b in enumerate(state.branches)
+            ],
+            converts=[],
+            tags=[],
+        )
 
     class FakeApi:
         def model_info(self, repo_id, revision=None, files_metadata=False, **kwargs):
@@ -131,14 +186,22 @@ def fake_hub(monkeypatch):
             if state.model_info_fails:
                 raise OSError("metadata unavailable")
             lfs = BlobLfsInfo(size=10, sha256=state.sha[revision], pointer_size=130)
-            return types.SimpleNamespace(siblings=[RepoSibling("config.json", size=1, blob_id="c"),
-                                                   RepoSibling("model.safetensors", size=10, blob_id="b", lfs=lfs)])
+            return types.SimpleNamespace(
+                siblings=[
+                    RepoSibling("config.json", size=1, blob_id="c"),
+                    RepoSibling("model.safetensors", size=10, blob_id="b", lfs=lfs),
+                ]
+            )
 
         def get_paths_info(self, repo_id, paths, revision=None, **kwargs):
             state.paths_calls.append(revision)
             if not state.paths_info:
                 raise OSError("no")
-            return [types.SimpleNamespace(path="model.safetensors", lfs={"size": 10, "sha256": state.sha[revision], "pointer_size": 1})]
+            return [
+                types.SimpleNamespace(
+                    path="model.safetensors", lfs={"size": 10, "sha256": state.sha[revision], "pointer_size": 1}
+                )
+            ]
 
     def measure_job(payload):
         state.measured.append(payload["revision"])
@@ -171,24 +234,41 @@ def test_hub_every_k_and_lists(fake_hub, tmp_path):
     assert [c.revision for c in t.checkpoints] == ["step0", "step4", "step58000", "step143000", "main"]
     assert t.duplicates == {"main": "step143000"}  # step50000 was not selected: step58000 is measured
     assert sorted(fake_hub.info_calls) == sorted(c.revision for c in t.checkpoints)
-    t = trajectory("EleutherAI/pythia-12b", tmp_path, revisions="step1000,nonsense,step2", bootstrap=20, figures=False, pooling="none")
+    t = trajectory(
+        "EleutherAI/pythia-12b",
+        tmp_path,
+        revisions="step1000,nonsense,step2",
+        bootstrap=20,
+        figures=False,
+        pooling="none",
+    )
     assert [c.revision for c in t.checkpoints] == ["step2", "step1000"]
     assert any("nonsense" in n for n in t.notes)
 
 
 def test_hub_metadata_fallbacks(fake_hub, tmp_path):
     fake_hub.model_info_fails = True
-    t = trajectory("EleutherAI/pythia-12b", tmp_path, revisions="step50000,step58000", bootstrap=20, figures=False, pooling="none")
+    t = trajectory(
+        "EleutherAI/pythia-12b", tmp_path, revisions="step50000,step58000", bootstrap=20, figures=False, pooling="none"
+    )
     assert fake_hub.paths_calls == ["step50000", "step58000"] and t.duplicates == {"step58000": "step50000"}
     # No metadata at all: the branch commit is the fingerprint (distinct commits here: nothing flagged).
     fake_hub.paths_info = False
-    t = trajectory("EleutherAI/pythia-12b", tmp_path, revisions="step50000,step58000", bootstrap=20, figures=False, pooling="none")
+    t = trajectory(
+        "EleutherAI/pythia-12b", tmp_path, revisions="step50000,step58000", bootstrap=20, figures=False, pooling="none"
+    )
     assert t.duplicates == {} and t.rows[0]["weights_source"] == "branch commit"
 
 
 def test_olmo2_branches_on_the_token_axis(fake_hub, tmp_path):
-    fake_hub.branches = ["main", "stage1-step0-tokens0B", "stage1-step1000-tokens5B", "stage1-step2000-tokens9B",
-                         "stage2-ingredient1-step500-tokens3B", "stage2-ingredient2-step500-tokens3B"]
+    fake_hub.branches = [
+        "main",
+        "stage1-step0-tokens0B",
+        "stage1-step1000-tokens5B",
+        "stage1-step2000-tokens9B",
+        "stage2-ingredient1-step500-tokens3B",
+        "stage2-ingredient2-step500-tokens3B",
+    ]
     fake_hub.sha = {b: f"{i:064x}" for i, b in enumerate(fake_hub.branches)}
     t = trajectory("allenai/OLMo-2-0425-1B", tmp_path, bootstrap=20, pooling="none")
     rows = {r["revision"]: r for r in t.rows}
@@ -197,19 +277,37 @@ def test_olmo2_branches_on_the_token_axis(fake_hub, tmp_path):
     assert t.duplicates == {} and len(fake_hub.measured) == 6
 
 
-PYTHIA_ALL = ["main", "step0"] + [f"step{2 ** i}" for i in range(10)] + [f"step{k * 1000}" for k in range(1, 144)]
+PYTHIA_ALL = ["main", "step0"] + [f"step{2**i}" for i in range(10)] + [f"step{k * 1000}" for k in range(1, 144)]
 
 
 def test_a_preset_measures_its_log_spaced_checkpoints_and_records_itself(fake_hub, tmp_path, capsys, monkeypatch):
     states = torch.randn(4, 2, 8, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64).cumsum(0)
-    monkeypatch.setattr(sweep_module, "measure_job",  # 25 checkpoints: a result without resamples each
-                        lambda p: fake_hub.measured.append(p["revision"]) or effdepth.from_states(states, bootstrap=0))
+    monkeypatch.setattr(
+        sweep_module,
+        "measure_job",  # 25 checkpoints: a result without resamples each
+        lambda p: fake_hub.measured.append(p["revision"]) or effdepth.from_states(states, bootstrap=0),
+    )
     fake_hub.branches = list(PYTHIA_ALL)
     fake_hub.sha = {b: f"{i:064x}" for i, b in enumerate(PYTHIA_ALL)}
     fake_hub.sha["main"] = fake_hub.sha["step143000"]
     out = tmp_path / "paper-pythia"
-    assert main(["trajectory", "paper-pythia", "--pooling", "none", "--out", str(out), "--bootstrap", "20", "--no-progress",
-                 "--no-figures"]) == 0
+    assert (
+        main(
+            [
+                "trajectory",
+                "paper-pythia",
+                "--pooling",
+                "none",
+                "--out",
+                str(out),
+                "--bootstrap",
+                "20",
+                "--no-progress",
+                "--no-figures",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     summary = json.loads((out / "trajectory.json").read_text())
     revisions = [c["revision"] for c in summary["checkpoints"]]
@@ -253,17 +351,53 @@ def test_hub_errors_are_one_line(fake_hub, tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--revisions", "every:0", "--out", "{out}"], "every:K needs a whole number"),
-        (["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--revisions", "../step1", "--out", "{out}"], "malformed revision"),
-        (["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--revision", "step1", "--out", "{out}"], "not --revision"),
+        (
+            ["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--revisions", "every:0", "--out", "{out}"],
+            "every:K needs a whole number",
+        ),
+        (
+            ["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--revisions", "../step1", "--out", "{out}"],
+            "malformed revision",
+        ),
+        (
+            ["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--revision", "step1", "--out", "{out}"],
+            "not --revision",
+        ),
         (["trajectory", "--pooling", "none", "../x", "--out", "{out}"], "malformed model id"),
         (["trajectory", "--pooling", "none", "tiny:llama", "--out", "{out}"], "no training checkpoints"),
-        (["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--out", "{out}", "--executor", "spark"], "invalid choice"),
-        (["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--revisions", "step1,step1", "--out", "{out}"], "step1 more than once"),
-        (["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--tokens-per-step", "-5", "--out", "{out}"], "--tokens-per-step must be"),
-        (["trajectory", "EleutherAI/pythia-70m", "--revisions", "log:0", "--out", "{out}"], "log:K needs a whole number K >= 2"),
-        (["trajectory", "paper-pythia", "--revisions", "every:2", "--out", "{out}"], "preset paper-pythia fixes its checkpoints"),
-        (["trajectory", "paper-olmo", "--out", "{out}"], "'paper-olmo' is not a trajectory preset (paper-olmo2, paper-pythia)"),
+        (
+            ["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--out", "{out}", "--executor", "spark"],
+            "invalid choice",
+        ),
+        (
+            [
+                "trajectory",
+                "--pooling",
+                "none",
+                "EleutherAI/pythia-70m",
+                "--revisions",
+                "step1,step1",
+                "--out",
+                "{out}",
+            ],
+            "step1 more than once",
+        ),
+        (
+            ["trajectory", "--pooling", "none", "EleutherAI/pythia-70m", "--tokens-per-step", "-5", "--out", "{out}"],
+            "--tokens-per-step must be",
+        ),
+        (
+            ["trajectory", "EleutherAI/pythia-70m", "--revisions", "log:0", "--out", "{out}"],
+            "log:K needs a whole number K >= 2",
+        ),
+        (
+            ["trajectory", "paper-pythia", "--revisions", "every:2", "--out", "{out}"],
+            "preset paper-pythia fixes its checkpoints",
+        ),
+        (
+            ["trajectory", "paper-olmo", "--out", "{out}"],
+            "'paper-olmo' is not a trajectory preset (paper-olmo2, paper-pythia)",
+        ),
     ],
 )
 def test_cli_bad_input_exits_2(fake_hub, tmp_path, capsys, argv, message):
@@ -275,14 +409,35 @@ def test_cli_bad_input_exits_2(fake_hub, tmp_path, capsys, argv, message):
 
 
 def _row(rev, step, d, status="ok", final=False):
-    return {"key": rev, "revision": rev, "step": step, "tokens_seen": None if step is None else step * 100, "track": "main",
-            "final": final, "status": status, "D_eff": d, "D_eff_lo": d - 0.1, "D_eff_hi": d + 0.1, "F_N": 1.9,
-            "R_init": 1.5, "R_init_lo": 1.4, "R_init_hi": 1.6, "R_size": 1.8, "R_matched": 1.4}
+    return {
+        "key": rev,
+        "revision": rev,
+        "step": step,
+        "tokens_seen": None if step is None else step * 100,
+        "track": "main",
+        "final": final,
+        "status": status,
+        "D_eff": d,
+        "D_eff_lo": d - 0.1,
+        "D_eff_hi": d + 0.1,
+        "F_N": 1.9,
+        "R_init": 1.5,
+        "R_init_lo": 1.4,
+        "R_init_hi": 1.6,
+        "R_size": 1.8,
+        "R_matched": 1.4,
+    }
 
 
 def test_figure_axis_places_step0_and_main():
-    fig = trajectory_figure([_row("step0", 0, 1.0), _row("step10", 10, 1.2), _row("step20", 20, 1.2, "duplicate"),
-                             _row("main", None, 1.3, final=True)])
+    fig = trajectory_figure(
+        [
+            _row("step0", 0, 1.0),
+            _row("step10", 10, 1.2),
+            _row("step20", 20, 1.2, "duplicate"),
+            _row("main", None, 1.3, final=True),
+        ]
+    )
     ax = fig.axes[0]
     assert ax.get_xscale() == "symlog" and ax.get_xlim()[0] == 0
     labels = [t.get_text() for t in ax.get_xticklabels()]
@@ -305,8 +460,28 @@ def test_show_refuses_a_trajectory_table_cut_short(local_run, tmp_path, capsys):
 
 def test_a_passage_mode_trajectory_has_the_update_diagnostic_per_checkpoint(checkpoints, corpus, tmp_path, capsys):
     out = tmp_path / "passages"
-    assert main(["trajectory", str(checkpoints), "--out", str(out), "--corpus", corpus, "--tokens-per-step", "1000",
-                 "--seq-len", "16", "--num-seqs", "16", "--bootstrap", "20", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "trajectory",
+                str(checkpoints),
+                "--out",
+                str(out),
+                "--corpus",
+                corpus,
+                "--tokens-per-step",
+                "1000",
+                "--seq-len",
+                "16",
+                "--num-seqs",
+                "16",
+                "--bootstrap",
+                "20",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     table = pd.read_csv(out / "trajectory.csv")
     ok = table[(table.status == "ok") & (table.similarity == "cka") & (table.view == "default")]

@@ -86,7 +86,9 @@ def folder_tokenizer(folder):
 def bridge(family, folder, processed=False):
     from transformer_lens.model_bridge import TransformerBridge
 
-    b = TransformerBridge.boot_transformers(f"tiny-{family}", hf_model=tiny_model(family), tokenizer=folder_tokenizer(folder), device="cpu")
+    b = TransformerBridge.boot_transformers(
+        f"tiny-{family}", hf_model=tiny_model(family), tokenizer=folder_tokenizer(folder), device="cpu"
+    )
     if processed:
         b.enable_compatibility_mode(disable_warnings=True)  # HookedTransformer's default processing
     return b
@@ -104,7 +106,11 @@ def hooked_transformer(folder, processed=False):
     model = HookedTransformer(cfg, folder_tokenizer(folder), move_to_device=False)
     state = loading.get_pretrained_state_dict(str(folder), cfg, AutoModelForCausalLM.from_pretrained(folder))
     model.load_and_process_state_dict(
-        state, fold_ln=processed, center_writing_weights=processed, center_unembed=processed, fold_value_biases=processed
+        state,
+        fold_ln=processed,
+        center_writing_weights=processed,
+        center_unembed=processed,
+        fold_value_biases=processed,
     )
     return model.eval()
 
@@ -117,8 +123,15 @@ def test_bridge_stream_gives_the_same_deff_as_the_hugging_face_model(family, mod
     hf = measured(tiny_model(family), ids)
     assert_close_results(tl, hf)
     info = tl.provenance["model"]
-    assert info["library"] == "transformer_lens" and info["class"] == "TransformerBridge" and info["num_layers"] == TINY_LAYERS
-    assert info["weight_processing"]["center_writing_weights"] is False and info["weight_processing"]["stream_changed"] is False
+    assert (
+        info["library"] == "transformer_lens"
+        and info["class"] == "TransformerBridge"
+        and info["num_layers"] == TINY_LAYERS
+    )
+    assert (
+        info["weight_processing"]["center_writing_weights"] is False
+        and info["weight_processing"]["stream_changed"] is False
+    )
     assert tl.config["architecture_source"] == "transformer_lens"
 
 
@@ -144,11 +157,20 @@ def test_processed_bridge_with_centred_writing_weights_is_refused(model_folder):
         effdepth.capture(processed).__enter__()
     accepted = measured(processed, token_ids(), allow_processed=True, similarity="frobenius")
     record = accepted.provenance["model"]["weight_processing"]
-    assert record["center_writing_weights"] is True and record["process_weights"] is True and record["stream_changed"] is True
+    assert (
+        record["center_writing_weights"] is True
+        and record["process_weights"] is True
+        and record["stream_changed"] is True
+    )
     # Centring removes each token's mean: the stream, and so D_eff, is not the model's own.
     # (frobenius: cka's own per-sequence centring hides part of the change.)
-    assert abs(accepted.views["drop-pos0"].deff
-               - measured(tiny_model("gpt2"), token_ids(), similarity="frobenius").views["drop-pos0"].deff) > 1e-4
+    assert (
+        abs(
+            accepted.views["drop-pos0"].deff
+            - measured(tiny_model("gpt2"), token_ids(), similarity="frobenius").views["drop-pos0"].deff
+        )
+        > 1e-4
+    )
 
 
 def test_processed_rms_bridge_keeps_the_stream_and_is_accepted(model_folder):

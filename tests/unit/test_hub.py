@@ -4,7 +4,6 @@ import hashlib
 import json
 import os
 import socket
-import sys
 import time
 
 import huggingface_hub.constants
@@ -12,15 +11,36 @@ import pytest
 
 from effdepth import fetch as fetching
 from effdepth import hub
-from effdepth.hub import network
 from effdepth.errors import EffdepthError
+from effdepth.hub import network
 
-PYTHIA = ["config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin", "special_tokens_map.json",
-          "tokenizer.json", "tokenizer_config.json", "README.md", ".gitattributes"]
-SHARDED = ["config.json", "model.safetensors.index.json", "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
-           "model-00003-of-00003.safetensors", "consolidated.safetensors", "pytorch_model.bin.index.json",
-           "pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin", "tokenizer.model", "original/params.json",
-           "additional_chat_templates/rag.jinja", "additional_chat_templates/deep/x.jinja", "modeling_custom.py"]
+PYTHIA = [
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "pytorch_model.bin",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "README.md",
+    ".gitattributes",
+]
+SHARDED = [
+    "config.json",
+    "model.safetensors.index.json",
+    "model-00001-of-00003.safetensors",
+    "model-00002-of-00003.safetensors",
+    "model-00003-of-00003.safetensors",
+    "consolidated.safetensors",
+    "pytorch_model.bin.index.json",
+    "pytorch_model-00001-of-00002.bin",
+    "pytorch_model-00002-of-00002.bin",
+    "tokenizer.model",
+    "original/params.json",
+    "additional_chat_templates/rag.jinja",
+    "additional_chat_templates/deep/x.jinja",
+    "modeling_custom.py",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -32,16 +52,28 @@ def clean_state():
 
 
 def test_needed_files_single_safetensors_never_pickle():
-    assert hub.needed_files(PYTHIA) == ["config.json", "generation_config.json", "model.safetensors",
-                                        "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
+    assert hub.needed_files(PYTHIA) == [
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     assert hub.needed_files(PYTHIA, allow_pickle=True) == hub.needed_files(PYTHIA)  # safetensors win
 
 
 def test_needed_files_sharded_and_templates_and_code():
     files = hub.needed_files(SHARDED)
-    assert files == ["additional_chat_templates/rag.jinja", "config.json", "model-00001-of-00003.safetensors",
-                     "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors", "model.safetensors.index.json",
-                     "tokenizer.model"]
+    assert files == [
+        "additional_chat_templates/rag.jinja",
+        "config.json",
+        "model-00001-of-00003.safetensors",
+        "model-00002-of-00003.safetensors",
+        "model-00003-of-00003.safetensors",
+        "model.safetensors.index.json",
+        "tokenizer.model",
+    ]
     assert "modeling_custom.py" in hub.needed_files(SHARDED, trust_remote_code=True)
 
 
@@ -49,15 +81,24 @@ def test_pickle_only_repositories():
     names = ["config.json", "pytorch_model.bin", "training_args.bin", "tokenizer.json"]
     assert hub.weight_files(names) == [] and hub.pickle_only(names)
     assert hub.needed_files(names, allow_pickle=True) == ["config.json", "pytorch_model.bin", "tokenizer.json"]
-    sharded = ["config.json", "pytorch_model.bin.index.json", "pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin"]
+    sharded = [
+        "config.json",
+        "pytorch_model.bin.index.json",
+        "pytorch_model-00001-of-00002.bin",
+        "pytorch_model-00002-of-00002.bin",
+    ]
     assert hub.weight_files(sharded, allow_pickle=True) == sharded[1:]
 
 
 def test_fetch_command_quotes_and_orders():
-    assert hub.fetch_command(["EleutherAI/pythia-70m"], revisions=["step1000", "main"]) == \
-        "effdepth fetch EleutherAI/pythia-70m --revision step1000"
-    assert hub.fetch_command(["my suite.yaml"], corpora=["hf:wiki:raw:test"], trust_remote_code=True) == \
-        "effdepth fetch 'my suite.yaml' --corpus hf:wiki:raw:test --trust-remote-code"
+    assert (
+        hub.fetch_command(["EleutherAI/pythia-70m"], revisions=["step1000", "main"])
+        == "effdepth fetch EleutherAI/pythia-70m --revision step1000"
+    )
+    assert (
+        hub.fetch_command(["my suite.yaml"], corpora=["hf:wiki:raw:test"], trust_remote_code=True)
+        == "effdepth fetch 'my suite.yaml' --corpus hf:wiki:raw:test --trust-remote-code"
+    )
     assert hub.fetch_command(corpora=["shakespeare"]) == "effdepth fetch --corpus shakespeare"
 
 
@@ -68,7 +109,12 @@ def test_parse_hf_corpus():
 
 
 def test_sizes():
-    assert [fetching.format_bytes(n) for n in (999, 1000, 12_345_678_901, 2 * 10**12)] == ["999 B", "1.0 kB", "12.3 GB", "2.0 TB"]
+    assert [fetching.format_bytes(n) for n in (999, 1000, 12_345_678_901, 2 * 10**12)] == [
+        "999 B",
+        "1.0 kB",
+        "12.3 GB",
+        "2.0 TB",
+    ]
     assert fetching.format_total([None, None]) == ">= 0 B"
 
 
@@ -149,9 +195,19 @@ def _snapshot(cache, repo, branch, files: dict, commit="c" * 40):
 
 
 def test_model_missing_reads_the_cache_layout(tmp_path):
-    index = json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})
-    snap = _snapshot(tmp_path, "o/m", "main", {"config.json": b"{}", "model.safetensors.index.json": index.encode(),
-                                               "model-00001-of-00002.safetensors": b"w1"})
+    index = json.dumps(
+        {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    )
+    snap = _snapshot(
+        tmp_path,
+        "o/m",
+        "main",
+        {
+            "config.json": b"{}",
+            "model.safetensors.index.json": index.encode(),
+            "model-00001-of-00002.safetensors": b"w1",
+        },
+    )
     assert hub.model_missing("o/m", cache_dir=tmp_path) == "1 of 2 weight shards not cached"
     assert hub.model_missing("o/m", "step1", cache_dir=tmp_path) == "revision step1 not cached"
     (snap / "model-00002-of-00002.safetensors").write_bytes(b"w2")
@@ -167,7 +223,9 @@ def test_cached_branches_and_weight_shas(tmp_path):
     (hub.repo_folder("o/m", tmp_path) / "refs" / "pr").mkdir()
     (hub.repo_folder("o/m", tmp_path) / "refs" / "pr" / "1").write_text("d" * 40)
     assert hub.cached_branches("o/m", tmp_path) == ({"step1": "c" * 40}, False)
-    assert hub.cached_weight_shas("o/m", "step1", tmp_path) == [("model.safetensors", hashlib.sha256(b"weights").hexdigest())]
+    assert hub.cached_weight_shas("o/m", "step1", tmp_path) == [
+        ("model.safetensors", hashlib.sha256(b"weights").hexdigest())
+    ]
     hub.record_branches("o/m", {"step1": "c" * 40, "step2": "e" * 40}, tmp_path)
     assert hub.cached_branches("o/m", tmp_path) == ({"step1": "c" * 40, "step2": "e" * 40}, True)
 
@@ -175,14 +233,24 @@ def test_cached_branches_and_weight_shas(tmp_path):
 def test_check_available_offline_lists_all_missing(tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     _snapshot(tmp_path, "o/m", "main", {"config.json": b"{}", "model.safetensors": b"w"})
-    needs = [hub.Need("model", "o/m"), hub.Need("model", "o/m", "step9"), hub.Need("model", "x/y"), hub.Need("corpus", "notes.txt")]
+    needs = [
+        hub.Need("model", "o/m"),
+        hub.Need("model", "o/m", "step9"),
+        hub.Need("model", "x/y"),
+        hub.Need("corpus", "notes.txt"),
+    ]
     with hub.offline():
         with pytest.raises(EffdepthError) as info:
             hub.check_available(needs, fix="effdepth fetch s")
     message = str(info.value)
-    assert message.startswith("could not load model 'o/m' at revision 'step9' (revision step9 not cached), "
-                              "model 'x/y' (not cached) [2 of 4 needed] offline")
-    assert message.endswith("run `effdepth fetch s` on a machine with internet (a login node) first") and "\n" not in message
+    assert message.startswith(
+        "could not load model 'o/m' at revision 'step9' (revision step9 not cached), "
+        "model 'x/y' (not cached) [2 of 4 needed] offline"
+    )
+    assert (
+        message.endswith("run `effdepth fetch s` on a machine with internet (a login node) first")
+        and "\n" not in message
+    )
 
 
 def test_check_available_online_does_not_probe_for_local_inputs(monkeypatch):
@@ -201,9 +269,22 @@ def test_unreachable_hub_with_cached_inputs_switches_offline(tmp_path, monkeypat
 
 
 def test_fetch_table_shape():
-    plan = fetching.FetchPlan([fetching.FetchItem("model", "o/m", "step1", "a" * 40, [("config.json", 10), ("model.safetensors", 2000)],
-                                        ["model.safetensors"], 2010, 2000),
-                          fetching.FetchItem("model", "x/y", "main", status="error", problem="gated: accept its terms")], hub.hub_cache("/c"))
+    plan = fetching.FetchPlan(
+        [
+            fetching.FetchItem(
+                "model",
+                "o/m",
+                "step1",
+                "a" * 40,
+                [("config.json", 10), ("model.safetensors", 2000)],
+                ["model.safetensors"],
+                2010,
+                2000,
+            ),
+            fetching.FetchItem("model", "x/y", "main", status="error", problem="gated: accept its terms"),
+        ],
+        hub.hub_cache("/c"),
+    )
     lines = plan.table().splitlines()
     assert lines[0].split() == ["kind", "name", "revision", "commit", "files", "size", "to", "fetch", "status"]
     assert lines[2].split()[:7] == ["model", "o/m", "step1", "aaaaaaaaaa", "2", "2.0", "kB"]

@@ -104,9 +104,13 @@ def test_imports_point_down(path):
 
 
 def test_nothing_outside_cli_imports_cli():
-    users = [module_name(p) for p in SOURCES
-             if not module_name(p).startswith("effdepth.cli") and not module_name(p).endswith("__main__")
-             and any(t.startswith("effdepth.cli") for t in imported_modules(p))]
+    users = [
+        module_name(p)
+        for p in SOURCES
+        if not module_name(p).startswith("effdepth.cli")
+        and not module_name(p).endswith("__main__")
+        and any(t.startswith("effdepth.cli") for t in imported_modules(p))
+    ]
     assert users == []
 
 
@@ -123,9 +127,12 @@ def test_the_walker_sees_function_level_and_relative_imports(tmp_path):
 
 def test_the_design_layout_names_every_module():
     design = (PACKAGE.parents[1] / "docs" / "design.md").read_text(encoding="utf-8")
-    layout = design[design.index("## Layout"):]
-    missing = sorted(p.stem for p in SOURCES if p.stem not in ("__init__", "__main__") and f"{p.stem}.py" not in layout
-                     and f"{p.stem}/" not in layout)
+    layout = design[design.index("## Layout") :]
+    missing = sorted(
+        p.stem
+        for p in SOURCES
+        if p.stem not in ("__init__", "__main__") and f"{p.stem}.py" not in layout and f"{p.stem}/" not in layout
+    )
     assert missing == [], f"docs/design.md's layout misses: {', '.join(missing)}"
 
 

@@ -38,12 +38,17 @@ def fake_hooked_transformer(*, centred, norm="LN", n_layers=2, d=16, vocab=40):
 
     def init(self):
         torch.nn.Module.__init__(self)
-        self.cfg = types.SimpleNamespace(normalization_type=norm, default_prepend_bos=True, d_model=d, d_vocab=vocab, model_name="fake")
+        self.cfg = types.SimpleNamespace(
+            normalization_type=norm, default_prepend_bos=True, d_model=d, d_vocab=vocab, model_name="fake"
+        )
         self.embed = torch.nn.Module()
         w = torch.randn(vocab, d)
         self.embed.W_E = torch.nn.Parameter(w - w.mean(-1, keepdim=True) if centred else w)
         self.blocks = torch.nn.ModuleList(torch.nn.Linear(d, d) for _ in range(n_layers))
-        self.hook_dict = {"blocks.0.hook_resid_pre": None, **{f"blocks.{i}.hook_resid_post": None for i in range(n_layers)}}
+        self.hook_dict = {
+            "blocks.0.hook_resid_pre": None,
+            **{f"blocks.{i}.hook_resid_post": None for i in range(n_layers)},
+        }
         self.tokenizer = None
         self.log = []
 
@@ -59,7 +64,9 @@ def fake_hooked_transformer(*, centred, norm="LN", n_layers=2, d=16, vocab=40):
 
 def test_objects_are_recognised_by_their_classes_modules():
     assert library_of(in_module("Anything", "transformer_lens.model_bridge.bridge")()) == "transformer_lens"
-    sub = in_module("Mine", "my.code", bases=(in_module("LanguageModel", "nnsight.modeling.language", bases=(object,)),))
+    sub = in_module(
+        "Mine", "my.code", bases=(in_module("LanguageModel", "nnsight.modeling.language", bases=(object,)),)
+    )
     assert library_of(sub()) == "nnsight"
     assert library_of(tiny_model("gpt2")) is None
     assert adapt_external(tiny_model("gpt2")) is None and adapt_external(None) is None
@@ -115,7 +122,9 @@ def test_missing_hook_points_and_interventions_are_refused():
     arch = adapt_external(fake_hooked_transformer(centred=False)).architecture
     with pytest.raises(EffdepthError, match="interventions are not supported"):
         arch.blocks[0]
-    other = in_module("HookedEncoder", "transformer_lens.HookedEncoder", __init__=lambda self: torch.nn.Module.__init__(self))()
+    other = in_module(
+        "HookedEncoder", "transformer_lens.HookedEncoder", __init__=lambda self: torch.nn.Module.__init__(self)
+    )()
     with pytest.raises(EffdepthError, match="HookedTransformer or a TransformerBridge"):
         adapt_external(other)
 
@@ -139,7 +148,9 @@ def test_nnsight_stand_in_is_unwrapped_and_dispatched():
     def dispatch(self):
         self._module, self.dispatched = self._real, True
 
-    lazy = in_module("TransformersModel", "nnsight.modeling.transformers", bases=(object,), __init__=init, dispatch=dispatch)(hf)
+    lazy = in_module(
+        "TransformersModel", "nnsight.modeling.transformers", bases=(object,), __init__=init, dispatch=dispatch
+    )(hf)
     ext = adapt_external(lazy)
     assert ext.model is hf and ext.tokenizer == "tok" and ext.architecture is None
     assert ext.info["wrapper"] == "nnsight.TransformersModel" and ext.info["dispatched_by_effdepth"] is True
@@ -170,4 +181,6 @@ def test_accumulator_default_similarity_follows_measure():
     assert inspect.signature(effdepth.Accumulator).parameters["similarity"].default is None  # each mode's own default
     for pooling in ("mean", "none"):
         assert effdepth.Accumulator(pooling=pooling).analysis.similarity == AnalysisOptions(pooling=pooling).similarity
-    assert all(p.default is not inspect.Parameter.empty for p in inspect.signature(effdepth.Accumulator).parameters.values())
+    assert all(
+        p.default is not inspect.Parameter.empty for p in inspect.signature(effdepth.Accumulator).parameters.values()
+    )

@@ -1,16 +1,24 @@
 """Branch and folder names -> training step and tokens, on the names found in the wild."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from effdepth.errors import EffdepthError
 from effdepth.revisions import (
-    PYTHIA_TOKENS_PER_STEP, check_revision, log_spaced_picks, parse_revision, parse_revisions, parse_selection, select_every,
-    select_log, tokens_per_step_for,
+    PYTHIA_TOKENS_PER_STEP,
+    check_revision,
+    log_spaced_picks,
+    parse_revision,
+    parse_revisions,
+    parse_selection,
+    select_every,
+    select_log,
+    tokens_per_step_for,
 )
 
 # Pythia's branches: log-spaced early steps, then every 1000 steps, and main.
-PYTHIA = ["main", "step0"] + [f"step{2 ** i}" for i in range(10)] + [f"step{k * 1000}" for k in range(1, 144)]
+PYTHIA = ["main", "step0"] + [f"step{2**i}" for i in range(10)] + [f"step{k * 1000}" for k in range(1, 144)]
 
 OLMO2 = [
     "main",
@@ -55,7 +63,10 @@ def test_olmo2_branches():
     assert order[-1] == "main"
 
 
-@pytest.mark.parametrize("name, step", [("step-100", 100), ("step100", 100), ("step_100", 100), ("checkpoint-100", 100), ("checkpoint100", 100)])
+@pytest.mark.parametrize(
+    "name, step",
+    [("step-100", 100), ("step100", 100), ("step_100", 100), ("checkpoint-100", 100), ("checkpoint100", 100)],
+)
 def test_local_folder_names(name, step):
     c = parse_revision(name, tokens_per_step=10)
     assert c.step == step and c.tokens == step * 10
@@ -97,7 +108,7 @@ def test_log_k_on_pythia_plans_35_and_finds_25_distinct_checkpoints():
     steps = [c.step for c in kept if not c.final]
     assert planned == 35 and len(steps) == 25 and kept[-1].final
     assert steps[0] == 0 and steps[-1] == 143000 and steps == sorted(set(steps))
-    assert steps[:11] == [0] + [2 ** i for i in range(10)]  # the dense early branches, one each
+    assert steps[:11] == [0] + [2**i for i in range(10)]  # the dense early branches, one each
     # Spaced in log: consecutive later picks grow by a roughly constant factor (143000^(1/33) ~ 1.43).
     late = [s for s in steps if s >= 4000]
     assert all(1.2 < b / a < 1.8 for a, b in zip(late, late[1:]))
@@ -108,8 +119,13 @@ def test_log_k_spaces_the_first_track_only_and_keeps_its_ends():
     names += ["stage2-ingredient1-step500-tokens3B", "stage2-ingredient2-step500-tokens3B", "main"]
     cps, _ = parse_revisions(names)
     kept, planned = select_log(cps, 4)
-    assert [c.revision for c in kept] == ["stage1-step1000-tokens1B", "stage1-step10000-tokens10B",
-                                          "stage1-step100000-tokens100B", "stage1-step900000-tokens900B", "main"]
+    assert [c.revision for c in kept] == [
+        "stage1-step1000-tokens1B",
+        "stage1-step10000-tokens10B",
+        "stage1-step100000-tokens100B",
+        "stage1-step900000-tokens900B",
+        "main",
+    ]
     assert planned == 4
     kept, planned = select_log(cps, 20)  # more asked than exist: every checkpoint of the track, once
     assert len(kept) == 9 and planned == 8 and all(c.track == "stage1" for c in kept[:-1])
@@ -128,13 +144,22 @@ def test_log_spaced_picks_property(positions, k):
     assert len(picks) == len(set(picks)) <= k and picks == sorted(picks)
 
 
-@pytest.mark.parametrize("text, expected", [("auto", ("auto", None)), ("every:10", ("every", 10)), ("log:35", ("log", 35)),
-                                            ("step0, step1000,main", ("list", ["step0", "step1000", "main"]))])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("auto", ("auto", None)),
+        ("every:10", ("every", 10)),
+        ("log:35", ("log", 35)),
+        ("step0, step1000,main", ("list", ["step0", "step1000", "main"])),
+    ],
+)
 def test_selection(text, expected):
     assert parse_selection(text) == expected
 
 
-@pytest.mark.parametrize("text", ["every:0", "every:x", "every:", "log:0", "log:1", "log:x", "log:", ",", "../step1", "step1,/abs"])
+@pytest.mark.parametrize(
+    "text", ["every:0", "every:x", "every:", "log:0", "log:1", "log:x", "log:", ",", "../step1", "step1,/abs"]
+)
 def test_bad_selection(text):
     with pytest.raises(EffdepthError):
         parse_selection(text)

@@ -32,8 +32,18 @@ def input_device(arch, model) -> torch.device:
     return params[0].device if params else next(model.parameters()).device
 
 
-def state_batches(model, arch, tokens, batch_size: int, *, label: str = "measuring", progress: bool = True,
-                  full_model: bool = False, start: int = 0, facts: dict | None = None):
+def state_batches(
+    model,
+    arch,
+    tokens,
+    batch_size: int,
+    *,
+    label: str = "measuring",
+    progress: bool = True,
+    full_model: bool = False,
+    start: int = 0,
+    facts: dict | None = None,
+):
     """Yield one :class:`Batch` per forward pass over ``tokens`` from sequence ``start`` on.
 
     ``facts`` records the batch size used and the out-of-memory retries.
@@ -49,15 +59,26 @@ def state_batches(model, arch, tokens, batch_size: int, *, label: str = "measuri
     ids = tokens.input_ids
     mask = tokens.attention_mask
     device = input_device(arch, model)
-    count = lambda lo, hi: int(mask[lo:hi].sum()) if mask is not None else (hi - lo) * ids.shape[1]
+
+    def count(lo, hi):
+        return int(mask[lo:hi].sum()) if mask is not None else (hi - lo) * ids.shape[1]
+
     facts = facts if facts is not None else {}
     size = batch_size
     # An architecture with its own hooks and forward pass (TransformerLens, capture/external.py).
     hooked = callable(getattr(arch, "run", None))
-    with (arch.capture() if hooked else ResidualCapture(arch)) as capture, tqdm(
-        total=count(0, ids.shape[0]), initial=count(0, start), unit="tok", desc=label,
-        disable=not progress, dynamic_ncols=True, leave=False,
-    ) as bar:
+    with (
+        arch.capture() if hooked else ResidualCapture(arch) as capture,
+        tqdm(
+            total=count(0, ids.shape[0]),
+            initial=count(0, start),
+            unit="tok",
+            desc=label,
+            disable=not progress,
+            dynamic_ncols=True,
+            leave=False,
+        ) as bar,
+    ):
         i = start
         while i < ids.shape[0]:
             batch_ids = ids[i : i + size].to(device)

@@ -141,7 +141,11 @@ def _nnsight(obj, allow_processed: bool) -> External:
             f"found no torch module inside this nnsight {name} (looked for ._module and ._model); "
             "pass the Hugging Face model it wraps instead"
         )
-    wrapper = {"wrapper": f"nnsight.{name}", "wrapper_version": _version(NNSIGHT), "dispatched_by_effdepth": dispatched_here}
+    wrapper = {
+        "wrapper": f"nnsight.{name}",
+        "wrapper_version": _version(NNSIGHT),
+        "dispatched_by_effdepth": dispatched_here,
+    }
     if library_of(module) == TRANSFORMER_LENS:  # nnsight around a TransformerLens model
         inner = _transformer_lens(module, allow_processed)
         inner.info.update(wrapper)
@@ -244,12 +248,16 @@ def _transformer_lens(model, allow_processed: bool) -> External:
     cfg = model.cfg
     blocks = getattr(model, "blocks", None)
     if blocks is None or len(blocks) == 0:
-        raise EffdepthError(f"this TransformerLens {name} has no blocks list (encoder-decoder or custom stack); D_eff needs one residual stream of blocks")
+        raise EffdepthError(
+            f"this TransformerLens {name} has no blocks list (encoder-decoder or custom stack); D_eff needs one residual stream of blocks"
+        )
     names = ("blocks.0.hook_resid_pre",) + tuple(f"blocks.{i}.hook_resid_post" for i in range(len(blocks)))
     available = set(model.hook_dict)
     missing = [n for n in names if n not in available]
     if missing:
-        raise EffdepthError(f"this TransformerLens {name} has no hook point {missing[0]}; D_eff needs blocks.0.hook_resid_pre and every blocks.N.hook_resid_post")
+        raise EffdepthError(
+            f"this TransformerLens {name} has no hook point {missing[0]}; D_eff needs blocks.0.hook_resid_pre and every blocks.N.hook_resid_post"
+        )
     processing = weight_processing(model)
     if processing["stream_changed"] and not allow_processed:
         raise EffdepthError(f"this TransformerLens {name} {processing['detected']}; {UNPROCESSED_HOW}")
@@ -327,7 +335,9 @@ def weight_processing(model) -> dict:
             "residual stream is not the model's own"
         )
     elif out["stream_changed"]:
-        out["detected"] = "has processed weights whose embedding could not be checked for centring, so its residual stream may not be the model's own"
+        out["detected"] = (
+            "has processed weights whose embedding could not be checked for centring, so its residual stream may not be the model's own"
+        )
     return out
 
 

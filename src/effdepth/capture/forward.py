@@ -16,7 +16,9 @@ def position_ids_for(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
 
 
-def decoder_forward(model, arch: ResolvedArchitecture, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
+def decoder_forward(
+    model, arch: ResolvedArchitecture, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
+) -> None:
     """Run the blocks on a batch. The LM head is skipped when the registry knows
     the decoder module (we only need the hooks' states, not logits)."""
     kwargs = {"input_ids": input_ids, "use_cache": False}

@@ -20,7 +20,9 @@ def hidden_from_input(args: tuple, kwargs: dict) -> torch.Tensor:
     h = kwargs.get("hidden_states")
     if isinstance(h, torch.Tensor):
         return h
-    raise RuntimeError("could not find the hidden state among the block's inputs; use --blocks-path to point at the blocks")
+    raise RuntimeError(
+        "could not find the hidden state among the block's inputs; use --blocks-path to point at the blocks"
+    )
 
 
 def hidden_from_output(output, like: torch.Tensor) -> torch.Tensor:

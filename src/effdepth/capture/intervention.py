@@ -58,9 +58,13 @@ def check_carry(value) -> float:
     try:
         lam = float(value.strip() if isinstance(value, str) else value)
     except (TypeError, ValueError):
-        raise EffdepthError(f"carry value {value!r} is not a number; give values in [0, 1], e.g. --carry 1,0.9") from None
+        raise EffdepthError(
+            f"carry value {value!r} is not a number; give values in [0, 1], e.g. --carry 1,0.9"
+        ) from None
     if not math.isfinite(lam) or not 0.0 <= lam <= 1.0:
-        raise EffdepthError(f"carry value {value!r} is outside [0, 1]; 1 is the unmodified model, 0 removes the skip path")
+        raise EffdepthError(
+            f"carry value {value!r} is outside [0, 1]; 1 is the unmodified model, 0 removes the skip path"
+        )
     return lam
 
 
@@ -97,7 +101,9 @@ def parse_layers(spec, num_layers: int | None, option: str = "--layers") -> tupl
     if num_layers is not None:
         bad = [i for i in layers if not 1 <= i <= num_layers]
         if bad:
-            raise EffdepthError(f"{option} {spec!r} names layer {bad[0]}, but the model's blocks are numbered 1..{num_layers}")
+            raise EffdepthError(
+                f"{option} {spec!r} names layer {bad[0]}, but the model's blocks are numbered 1..{num_layers}"
+            )
     return tuple(sorted(set(layers)))
 
 
@@ -121,7 +127,9 @@ def _layer_items(spec, option: str) -> list:
         elif part.isdigit():
             out.append(int(part))
         else:
-            raise EffdepthError(f"{option} part {part!r} is not a block number or A-B range (1-based, e.g. 1,3,5 or 2-6 or all)")
+            raise EffdepthError(
+                f"{option} part {part!r} is not a block number or A-B range (1-based, e.g. 1,3,5 or 2-6 or all)"
+            )
     return out
 
 
@@ -212,8 +220,10 @@ def sublayer_branches(block: torch.nn.Module) -> tuple:
         attention = next((children[n] for n in _ATTENTION_OUTPUTS if n in children), None)
     mlp = next((children[n] for n in _MLP_OUTPUTS if n in children), None)
     if attention is None or mlp is None:
-        raise EffdepthError(f"block {type(block).__name__} has no attention and MLP branch effdepth knows "
-                            "(docs/capture.md); use --carry-on blocks")
+        raise EffdepthError(
+            f"block {type(block).__name__} has no attention and MLP branch effdepth knows "
+            "(docs/capture.md); use --carry-on blocks"
+        )
     return attention, mlp, bool(getattr(block, "use_parallel_residual", False))
 
 
@@ -245,13 +255,18 @@ class SublayerCarry(_CarryHooks):
 
     def _hooks(self, block: torch.nn.Module) -> list:
         attention, mlp, parallel = sublayer_branches(block)
-        hooks = [block.register_forward_pre_hook(lambda m, args, kwargs: self._enter_block(block, args, kwargs),
-                                                 prepend=True, with_kwargs=True),
-                 attention.register_forward_hook(lambda m, args, output: self._branch(block, output, keep=not parallel),
-                                                 prepend=True)]
+        hooks = [
+            block.register_forward_pre_hook(
+                lambda m, args, kwargs: self._enter_block(block, args, kwargs), prepend=True, with_kwargs=True
+            ),
+            attention.register_forward_hook(
+                lambda m, args, output: self._branch(block, output, keep=not parallel), prepend=True
+            ),
+        ]
         if not parallel:  # the MLP branch is added to the stream the attention branch left
-            hooks.append(mlp.register_forward_hook(lambda m, args, output: self._branch(block, output, keep=False),
-                                                   prepend=True))
+            hooks.append(
+                mlp.register_forward_hook(lambda m, args, output: self._branch(block, output, keep=False), prepend=True)
+            )
         return hooks
 
     def released(self) -> None:
@@ -279,8 +294,10 @@ def carry_hooks(arch: ResolvedArchitecture, lam: float, layers="all", on: str = 
 def check_carry_on(on: str) -> str:
     """A one-line error unless ``on`` is one of :data:`CARRY_ON`."""
     if on not in CARRY_ON:
-        raise EffdepthError(f"--carry-on {on!r}: use blocks (one carry per block) or sublayers (the paper's, in "
-                            "every attention and MLP sublayer)")
+        raise EffdepthError(
+            f"--carry-on {on!r}: use blocks (one carry per block) or sublayers (the paper's, in "
+            "every attention and MLP sublayer)"
+        )
     return on
 
 

@@ -42,8 +42,10 @@ class PoolingCapture(HookSet):
         if states not in STATES:
             raise EffdepthError(f"--states must be one of {', '.join(STATES)}, got {states!r}")
         if states == "hidden" and arch.final_norm is None:
-            raise EffdepthError("--states hidden applies the model's final norm to the last state, and this "
-                                "architecture names none; use --states blocks")
+            raise EffdepthError(
+                "--states hidden applies the model's final norm to the last state, and this "
+                "architecture names none; use --states blocks"
+            )
         self.arch, self.pooler, self.states = arch, pooler, states
         self._input = None
 
@@ -81,8 +83,17 @@ class PassageForward:
     progress: bool = True
 
 
-def pooled_batches(model, arch, passages, order, pooler: PassagePooler, forward: PassageForward, *,
-                   start: int = 0, facts: dict | None = None):
+def pooled_batches(
+    model,
+    arch,
+    passages,
+    order,
+    pooler: PassagePooler,
+    forward: PassageForward,
+    *,
+    start: int = 0,
+    facts: dict | None = None,
+):
     """Yield ``(indices, pooled, sums)`` per forward pass over the passages ``order[start:]``:
     ``pooled`` (V, L+1, B, d) float64 and ``sums`` (L, B, 3) on the CPU.
 
@@ -96,11 +107,18 @@ def pooled_batches(model, arch, passages, order, pooler: PassagePooler, forward:
     hooked = callable(getattr(arch, "run", None))  # TransformerLens: its own hooks and forward pass
     total = int(lengths[list(order)].sum())
     done = int(lengths[list(order[:start])].sum())
-    with tqdm(total=total, initial=done, unit="tok", desc="measuring passages", disable=not forward.progress,
-              dynamic_ncols=True, leave=False) as bar:
+    with tqdm(
+        total=total,
+        initial=done,
+        unit="tok",
+        desc="measuring passages",
+        disable=not forward.progress,
+        dynamic_ncols=True,
+        leave=False,
+    ) as bar:
         i = start
         while i < len(order):
-            indices = list(order[i:i + size])
+            indices = list(order[i : i + size])
             ids, mask = passages.batch(indices, pad_id=forward.pad_id)
             ids, mask = ids.to(device), mask.to(device)
             try:
@@ -117,8 +135,10 @@ def pooled_batches(model, arch, passages, order, pooler: PassagePooler, forward:
                 if not is_out_of_memory(exc):
                     raise EffdepthError(forward_error(exc, ids)) from None
                 if size == 1:
-                    raise EffdepthError(f"out of memory on a single passage of {ids.shape[1]} tokens; lower --seq-len, "
-                                        "use --dtype bfloat16, or spread the model with --device-map auto") from None
+                    raise EffdepthError(
+                        f"out of memory on a single passage of {ids.shape[1]} tokens; lower --seq-len, "
+                        "use --dtype bfloat16, or spread the model with --device-map auto"
+                    ) from None
                 size = max(1, size // 2)
                 facts["oom_retries"] = facts.get("oom_retries", 0) + 1
                 facts["batch_size_used"] = size
@@ -134,8 +154,9 @@ def pooled_batches(model, arch, passages, order, pooler: PassagePooler, forward:
 def _pool_external(arch, pooler: PassagePooler, ids: torch.Tensor, mask: torch.Tensor, states: str) -> None:
     """An architecture that runs through its own hooks (TransformerLens) fills a buffer of all states: pool it."""
     if states == "hidden":
-        raise EffdepthError("--states hidden needs a Hugging Face model; TransformerLens models are measured with "
-                            "--states blocks")
+        raise EffdepthError(
+            "--states hidden needs a Hugging Face model; TransformerLens models are measured with --states blocks"
+        )
     with arch.capture() as capture:
         arch.run(ids, mask)
         for layer in range(capture.states.shape[0]):

@@ -28,7 +28,10 @@ class Architecture:
 
 _LLAMA_LIKE = Architecture("model", "model.layers", "model.embed_tokens", "model.norm")
 _VL_WRAPPER = Architecture(
-    "model.language_model", "model.language_model.layers", "model.language_model.embed_tokens", "model.language_model.norm"
+    "model.language_model",
+    "model.language_model.layers",
+    "model.language_model.embed_tokens",
+    "model.language_model.norm",
 )
 
 ARCHITECTURES: dict = {
@@ -96,12 +99,19 @@ def resolve_architecture(
         if blocks is None:
             raise EffdepthError(f"--blocks-path {blocks_path!r} does not name a module of {type(model).__name__}")
         if not isinstance(blocks, (nn.ModuleList, nn.Sequential)) or len(blocks) == 0:
-            raise EffdepthError(f"--blocks-path {blocks_path!r} is a {type(blocks).__name__}, not a non-empty list of blocks")
+            raise EffdepthError(
+                f"--blocks-path {blocks_path!r} is a {type(blocks).__name__}, not a non-empty list of blocks"
+            )
         embedding = _get(model, embedding_path) if embedding_path else None
         if embedding_path and embedding is None:
             raise EffdepthError(f"--embedding-path {embedding_path!r} does not name a module of {type(model).__name__}")
         return ResolvedArchitecture(
-            model_type, None, blocks, embedding, None, {"blocks": blocks_path, "embedding": embedding_path, "source": "override"}
+            model_type,
+            None,
+            blocks,
+            embedding,
+            None,
+            {"blocks": blocks_path, "embedding": embedding_path, "source": "override"},
         )
     if model_type in NOT_RESIDUAL:
         raise EffdepthError(

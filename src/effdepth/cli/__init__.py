@@ -9,8 +9,8 @@ import os
 import sys
 import traceback
 
-from ..version import __version__
 from ..errors import EffdepthError
+from ..version import __version__
 from . import carry, claims, fetch, measure, null, prune, report, scale, sensitivity
 from .arguments import Parser, default_out, ensure_writable, silence_stdout
 

@@ -6,41 +6,68 @@ from pathlib import Path
 
 from ..capture.intervention import CARRY_ON
 from ..options import Options
-from .arguments import Parser, add_measure_arguments, add_model_argument, default_out, ensure_writable, float_arg, int_arg
+from .arguments import (
+    Parser,
+    add_measure_arguments,
+    add_model_argument,
+    default_out,
+    ensure_writable,
+    float_arg,
+    int_arg,
+)
 
 
 def register(sub) -> dict:
     i = sub.add_parser(
-        "intervene", help="measure D_eff and loss with the residual carry scaled",
+        "intervene",
+        help="measure D_eff and loss with the residual carry scaled",
         description="For each carry lam, blocks output lam * s_{l-1} + (s_l - s_{l-1}) (lam = 1: the unmodified model); "
         "D_eff, references and next-token loss are measured on the same passages, as effdepth measure measures them "
         "(passage mode; --pooling none: token mode), so carry 1 gives measure's number. Writes intervention.json, "
         "carry-<lam>/result.json and intervention.{png,pdf}. For the offline version from a saved result see 'effdepth recompose'.",
     )
     add_model_argument(i)
-    i.add_argument("--carry", default="1,0.9,0.75,0.5", help="comma-separated carry values in [0, 1] (default 1,0.9,0.75,0.5)")
-    i.add_argument("--layers", default="all", help="blocks to apply the carry to, 1-based: all (default), A-B, or a list like 1,3,5")
-    i.add_argument("--carry-on", choices=CARRY_ON, default="blocks",
-                   help="blocks (default): block output lam s_{l-1} + (s_l - s_{l-1}); sublayers (the paper's): "
-                   "h <- lam h + attn(LN h), then h <- lam h + mlp(LN h), in every chosen block")
+    i.add_argument(
+        "--carry", default="1,0.9,0.75,0.5", help="comma-separated carry values in [0, 1] (default 1,0.9,0.75,0.5)"
+    )
+    i.add_argument(
+        "--layers",
+        default="all",
+        help="blocks to apply the carry to, 1-based: all (default), A-B, or a list like 1,3,5",
+    )
+    i.add_argument(
+        "--carry-on",
+        choices=CARRY_ON,
+        default="blocks",
+        help="blocks (default): block output lam s_{l-1} + (s_l - s_{l-1}); sublayers (the paper's): "
+        "h <- lam h + attn(LN h), then h <- lam h + mlp(LN h), in every chosen block",
+    )
     add_measure_arguments(i)
     i.add_argument("--out", "-o", default=None, help="output folder (default: runs/<model>/intervention)")
 
     r = sub.add_parser(
-        "recompose", help="offline carry sweep and decorrelation of a saved result",
+        "recompose",
+        help="offline carry sweep and decorrelation of a saved result",
         description="Rebuild the measured stream from its updates without running the model: S'_l = lam S'_{l-1} + U_l "
         "(carry sweep), and the same with the updates orthogonalised in order, energies kept (decorrelated; at lam = 1 "
         "this equals R_matched). Uses only the result's increment Gram matrix, so always the frobenius similarity.",
     )
     r.add_argument("result", help="result.json (or its folder) written by effdepth measure")
-    r.add_argument("--carry", default="1,0.9,0.75,0.5", help="comma-separated carry values in [0, 1] (default 1,0.9,0.75,0.5)")
+    r.add_argument(
+        "--carry", default="1,0.9,0.75,0.5", help="comma-separated carry values in [0, 1] (default 1,0.9,0.75,0.5)"
+    )
     r.add_argument("--view", default=None, help="which view of the result (default: its first)")
     r.add_argument("--out", "-o", default=None, help="also write recompose.json into this folder")
 
-    e = sub.add_parser("experiment", help="controlled training experiments", description="Train small models from scratch and measure them.")
+    e = sub.add_parser(
+        "experiment",
+        help="controlled training experiments",
+        description="Train small models from scratch and measure them.",
+    )
     kinds = e.add_subparsers(dest="experiment", parser_class=Parser, metavar="EXPERIMENT", required=True)
     c = kinds.add_parser(
-        "carry", help="train tiny Llamas with a fixed residual carry and measure D_eff",
+        "carry",
+        help="train tiny Llamas with a fixed residual carry and measure D_eff",
         description="Train one tiny byte-level Llama per carry value (and seed), identical but for the carry in every block, "
         "on the built-in Shakespeare; save Hugging Face checkpoints DIR/lam-<lam>/seed-<k>/step-<N>/ and measure each on "
         "held-out sequences WITH its carry (stored as effdepth_carry in the config; a plain 'effdepth measure' of such a "
@@ -49,30 +76,76 @@ def register(sub) -> dict:
     from ..experiment import CarryExperiment
 
     d = CarryExperiment()
-    c.add_argument("--carry", default=",".join(f"{x:g}" for x in d.carries), help=f"carry values in [0, 1] (default {','.join(f'{x:g}' for x in d.carries)})")
-    c.add_argument("--carry-layers", default=d.carry_layers, help="blocks that get the carry: all (default), A-B or a list")
-    c.add_argument("--carry-on", choices=CARRY_ON, default=d.carry_on,
-                   help="blocks (default) or sublayers (the paper's: every attention and MLP sublayer)")
+    c.add_argument(
+        "--carry",
+        default=",".join(f"{x:g}" for x in d.carries),
+        help=f"carry values in [0, 1] (default {','.join(f'{x:g}' for x in d.carries)})",
+    )
+    c.add_argument(
+        "--carry-layers", default=d.carry_layers, help="blocks that get the carry: all (default), A-B or a list"
+    )
+    c.add_argument(
+        "--carry-on",
+        choices=CARRY_ON,
+        default=d.carry_on,
+        help="blocks (default) or sublayers (the paper's: every attention and MLP sublayer)",
+    )
     c.add_argument("--layers", type=int_arg, default=d.layers, help=f"number of blocks (default {d.layers})")
     c.add_argument("--d-model", type=int_arg, default=d.d_model, help=f"hidden size (default {d.d_model})")
     c.add_argument("--heads", type=int_arg, default=d.heads, help=f"attention heads (default {d.heads})")
     c.add_argument("--steps", type=int_arg, default=d.steps, help=f"training steps (default {d.steps})")
-    c.add_argument("--batch-size", type=int_arg, default=d.batch_size, help=f"sequences per step (default {d.batch_size})")
-    c.add_argument("--seq-len", type=int_arg, default=d.seq_len, help=f"tokens per sequence, BOS included (default {d.seq_len})")
+    c.add_argument(
+        "--batch-size", type=int_arg, default=d.batch_size, help=f"sequences per step (default {d.batch_size})"
+    )
+    c.add_argument(
+        "--seq-len", type=int_arg, default=d.seq_len, help=f"tokens per sequence, BOS included (default {d.seq_len})"
+    )
     c.add_argument("--lr", type=float_arg, default=d.lr, help=f"peak learning rate (default {d.lr:g})")
     c.add_argument("--warmup", type=int_arg, default=d.warmup, help=f"warm-up steps (default {d.warmup})")
-    c.add_argument("--save-every", type=int_arg, default=None, help="checkpoint interval in steps (default: steps / 4; step 0 and the last are always saved)")
-    c.add_argument("--seed", type=int_arg, default=d.seed, help=f"first seed: initialisation, data order, held-out draw (default {d.seed})")
-    c.add_argument("--seeds", type=int_arg, default=d.seeds, help=f"number of seeds per carry value, for intervals over seeds (default {d.seeds})")
-    c.add_argument("--eval-seqs", type=int_arg, default=d.eval_seqs, help=f"held-out sequences measured at each checkpoint (default {d.eval_seqs})")
-    c.add_argument("--bootstrap", type=int_arg, default=d.bootstrap, help=f"bootstrap resamples per measurement (default {d.bootstrap})")
-    c.add_argument("--corpus", default=d.corpus, help="training and held-out text: shakespeare (default), a text/JSONL file or folder")
+    c.add_argument(
+        "--save-every",
+        type=int_arg,
+        default=None,
+        help="checkpoint interval in steps (default: steps / 4; step 0 and the last are always saved)",
+    )
+    c.add_argument(
+        "--seed",
+        type=int_arg,
+        default=d.seed,
+        help=f"first seed: initialisation, data order, held-out draw (default {d.seed})",
+    )
+    c.add_argument(
+        "--seeds",
+        type=int_arg,
+        default=d.seeds,
+        help=f"number of seeds per carry value, for intervals over seeds (default {d.seeds})",
+    )
+    c.add_argument(
+        "--eval-seqs",
+        type=int_arg,
+        default=d.eval_seqs,
+        help=f"held-out sequences measured at each checkpoint (default {d.eval_seqs})",
+    )
+    c.add_argument(
+        "--bootstrap",
+        type=int_arg,
+        default=d.bootstrap,
+        help=f"bootstrap resamples per measurement (default {d.bootstrap})",
+    )
+    c.add_argument(
+        "--corpus",
+        default=d.corpus,
+        help="training and held-out text: shakespeare (default), a text/JSONL file or folder",
+    )
     c.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     c.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
-    c.add_argument("--paper", action="store_true",
-                   help="the paper's S17 setting (12 layers, n_embd 384, 6 heads, block 256, batch 64, lr 1e-3, 5,000 "
-                   "steps, gamma 1,0.75,0.5,0.25, every sublayer, 3 seeds, measured as passages) and its Table S14 "
-                   "beside ours; a GPU job. Options typed with it override single values")
+    c.add_argument(
+        "--paper",
+        action="store_true",
+        help="the paper's S17 setting (12 layers, n_embd 384, 6 heads, block 256, batch 64, lr 1e-3, 5,000 "
+        "steps, gamma 1,0.75,0.5,0.25, every sublayer, 3 seeds, measured as passages) and its Table S14 "
+        "beside ours; a GPU job. Options typed with it override single values",
+    )
     c.add_argument("--out", "-o", default="runs/carry-experiment", help="output folder (default runs/carry-experiment)")
     return {"intervene": cmd_intervene, "recompose": cmd_recompose, "experiment": cmd_experiment}
 
@@ -87,8 +160,9 @@ def cmd_intervene(args) -> int:
     carries = parse_carry(args.carry)
     check_layer_spec(args.layers)
     out = ensure_writable(Path(args.out) if args.out else default_out(args.model) / "intervention")
-    result = intervene(carry=carries, layers=args.layers, carry_on=args.carry_on, progress=args.progress,
-                       **_keywords(options))
+    result = intervene(
+        carry=carries, layers=args.layers, carry_on=args.carry_on, progress=args.progress, **_keywords(options)
+    )
     path = save_intervention(result, out)
     print(intervention_headline(result))
     print()
@@ -122,16 +196,37 @@ def cmd_recompose(args) -> int:
 
 def cmd_experiment(args) -> int:
     from ..experiment import CarryExperiment, carry_experiment
-    from ..report.tables import experiment_final_table, experiment_headline, experiment_paper_table, experiment_step_table
+    from ..report.tables import (
+        experiment_final_table,
+        experiment_headline,
+        experiment_paper_table,
+        experiment_step_table,
+    )
 
     given = dict(
-        carries=args.carry, carry_layers=args.carry_layers, carry_on=args.carry_on, layers=args.layers, d_model=args.d_model, heads=args.heads,
-        steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr, warmup=args.warmup,
-        save_every=args.save_every, seed=args.seed, seeds=args.seeds, eval_seqs=args.eval_seqs, bootstrap=args.bootstrap,
-        corpus=args.corpus, device=args.device,
+        carries=args.carry,
+        carry_layers=args.carry_layers,
+        carry_on=args.carry_on,
+        layers=args.layers,
+        d_model=args.d_model,
+        heads=args.heads,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        lr=args.lr,
+        warmup=args.warmup,
+        save_every=args.save_every,
+        seed=args.seed,
+        seeds=args.seeds,
+        eval_seqs=args.eval_seqs,
+        bootstrap=args.bootstrap,
+        corpus=args.corpus,
+        device=args.device,
     )
     if args.paper:  # the paper's values, but for what was typed
-        typed = {name for name in given if _typed(args, "--" + ("carry" if name == "carries" else name.replace("_", "-")))}
+        typed = {
+            name for name in given if _typed(args, "--" + ("carry" if name == "carries" else name.replace("_", "-")))
+        }
         spec = CarryExperiment.paper_setting(**{k: v for k, v in given.items() if k in typed}).checked()
     else:
         spec = CarryExperiment(**given).checked()
@@ -145,10 +240,16 @@ def cmd_experiment(args) -> int:
     differences = "; ".join(spec.paper_differences())
     if spec.paper:
         print()
-        print(f"beside the paper's Table S14:\n{experiment_paper_table(result)}\ndiffers from the paper's run: {differences}")
+        print(
+            f"beside the paper's Table S14:\n{experiment_paper_table(result)}\ndiffers from the paper's run: {differences}"
+        )
     else:
-        print(f"\ndiffers from the paper's S17 run (--paper runs its setting, a GPU job, and shows its Table S14): {differences}")
-    print(f"\nwrote {out / 'experiment.json'} and {out / 'experiment'}.{{png,pdf}}; checkpoints under {out}/lam-*/seed-*/step-*/")
+        print(
+            f"\ndiffers from the paper's S17 run (--paper runs its setting, a GPU job, and shows its Table S14): {differences}"
+        )
+    print(
+        f"\nwrote {out / 'experiment.json'} and {out / 'experiment'}.{{png,pdf}}; checkpoints under {out}/lam-*/seed-*/step-*/"
+    )
     return 0
 
 

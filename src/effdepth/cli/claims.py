@@ -5,7 +5,8 @@ from __future__ import annotations
 
 def register(sub) -> dict:
     c = sub.add_parser(
-        "claims", help="check the paper's claims on saved results",
+        "claims",
+        help="check the paper's claims on saved results",
         description="Judge the five claims of the paper's abstract (sub-reference by default, not the initial state or "
         "update sizes, not a BOS artefact, survives the controls, below the calibrated reference) on saved results, for "
         "every similarity they hold: holds, fails or not measured, with the numbers and intervals behind each verdict. "
@@ -14,8 +15,12 @@ def register(sub) -> dict:
         "paper's Table 2 (D_eff, D_eff/L, gap and the difference). Exits 0 whatever the verdicts. Measure with "
         "--views paper --similarity all to check every claim under every similarity.",
     )
-    c.add_argument("results", nargs="+", metavar="RESULT_OR_DIR",
-                   help="result.json files, a run's folder, or a sweep's folder (every result.json below it)")
+    c.add_argument(
+        "results",
+        nargs="+",
+        metavar="RESULT_OR_DIR",
+        help="result.json files, a run's folder, or a sweep's folder (every result.json below it)",
+    )
     return {"claims": cmd_claims}
 
 

@@ -14,7 +14,8 @@ PROTOCOL_DOCUMENT_MARGIN = 20
 
 def register(sub) -> dict:
     f = sub.add_parser(
-        "fetch", help="download what measure/sweep/trajectory will read, for machines without internet",
+        "fetch",
+        help="download what measure/sweep/trajectory will read, for machines without internet",
         description="Download into the Hugging Face cache exactly the files effdepth will read (config, tokenizer, "
         "safetensors weights; never pickle weights without --allow-pickle) for models, suites and checkpoint lists, and "
         "hf: corpora (plus the built-in Shakespeare when no --corpus is given). Resumable; what is cached is skipped. "
@@ -22,21 +23,52 @@ def register(sub) -> dict:
         "(about 50 MB, not the whole dataset). Then measure on a machine without internet with --offline. "
         "See docs/scale.md.",
     )
-    f.add_argument("models", nargs="*", metavar="SUITE_OR_MODEL",
-                   help="suite name (effdepth suite list), suite file, model id, or trajectory preset (paper-olmo2, "
-                   "paper-pythia: its checkpoints and the branch list, for an offline trajectory)")
-    f.add_argument("--revision", action="append", default=[], help="revision to fetch (repeatable; default main; a suite's own revision wins)")
-    f.add_argument("--revisions", default=None, help="checkpoints as for trajectory: auto, every:K, log:K or a comma-separated list")
-    f.add_argument("--corpus", action="append", default=[], help="hf:NAME[:CONFIG[:SPLIT]] or shakespeare (repeatable; default shakespeare)")
-    f.add_argument("--documents", type=_documents, default=None, metavar="N",
-                   help="stream only the first N documents of each hf: corpus into effdepth's cache (what passage mode "
-                   "reads, in order) instead of downloading the whole dataset")
-    f.add_argument("--protocol", default=None, metavar="NAME",
-                   help="also fetch the protocol's corpus: paper = the first FineWeb-Edu documents its 10,000 passages "
-                   "come from (with a margin for documents too short to be a passage)")
-    f.add_argument("--allow-pickle", action="store_true", help="fetch pickle (.bin) weights when a revision has no safetensors")
+    f.add_argument(
+        "models",
+        nargs="*",
+        metavar="SUITE_OR_MODEL",
+        help="suite name (effdepth suite list), suite file, model id, or trajectory preset (paper-olmo2, "
+        "paper-pythia: its checkpoints and the branch list, for an offline trajectory)",
+    )
+    f.add_argument(
+        "--revision",
+        action="append",
+        default=[],
+        help="revision to fetch (repeatable; default main; a suite's own revision wins)",
+    )
+    f.add_argument(
+        "--revisions",
+        default=None,
+        help="checkpoints as for trajectory: auto, every:K, log:K or a comma-separated list",
+    )
+    f.add_argument(
+        "--corpus",
+        action="append",
+        default=[],
+        help="hf:NAME[:CONFIG[:SPLIT]] or shakespeare (repeatable; default shakespeare)",
+    )
+    f.add_argument(
+        "--documents",
+        type=_documents,
+        default=None,
+        metavar="N",
+        help="stream only the first N documents of each hf: corpus into effdepth's cache (what passage mode "
+        "reads, in order) instead of downloading the whole dataset",
+    )
+    f.add_argument(
+        "--protocol",
+        default=None,
+        metavar="NAME",
+        help="also fetch the protocol's corpus: paper = the first FineWeb-Edu documents its 10,000 passages "
+        "come from (with a margin for documents too short to be a passage)",
+    )
+    f.add_argument(
+        "--allow-pickle", action="store_true", help="fetch pickle (.bin) weights when a revision has no safetensors"
+    )
     f.add_argument("--trust-remote-code", action="store_true", help="also fetch the repository's Python code")
-    f.add_argument("--cache-dir", default=None, help="Hugging Face cache to fill (default: HF_HUB_CACHE, ~/.cache/huggingface/hub)")
+    f.add_argument(
+        "--cache-dir", default=None, help="Hugging Face cache to fill (default: HF_HUB_CACHE, ~/.cache/huggingface/hub)"
+    )
     f.add_argument("--dry-run", action="store_true", help="list what would be fetched and its size; download nothing")
     f.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
     return {"fetch": cmd_fetch}
@@ -70,15 +102,29 @@ def cmd_fetch(args) -> int:
 
     corpora, documents = protocol_corpus(args.protocol, args.corpus, args.documents)
     if not args.models and not corpora:
-        raise EffdepthError("fetch needs a suite, a model id, --corpus or --protocol; e.g. effdepth fetch paper16 --protocol paper")
-    plan = plan_fetch(args.models, revisions=args.revision, revisions_spec=args.revisions, corpora=corpora, documents=documents,
-                      allow_pickle=args.allow_pickle, trust_remote_code=args.trust_remote_code, cache_dir=args.cache_dir,
-                      log=log_line)
+        raise EffdepthError(
+            "fetch needs a suite, a model id, --corpus or --protocol; e.g. effdepth fetch paper16 --protocol paper"
+        )
+    plan = plan_fetch(
+        args.models,
+        revisions=args.revision,
+        revisions_spec=args.revisions,
+        corpora=corpora,
+        documents=documents,
+        allow_pickle=args.allow_pickle,
+        trust_remote_code=args.trust_remote_code,
+        cache_dir=args.cache_dir,
+        log=log_line,
+    )
     if not args.dry_run:
         run_fetch(plan, progress=args.progress, log=log_line)
     print()
     print(plan.table())
-    where = "" if args.cache_dir is None or hub_cache(args.cache_dir) == hub_cache() else f"; measure from it with HF_HUB_CACHE={plan.cache_dir}"
+    where = (
+        ""
+        if args.cache_dir is None or hub_cache(args.cache_dir) == hub_cache()
+        else f"; measure from it with HF_HUB_CACHE={plan.cache_dir}"
+    )
     verb = "would fetch into" if args.dry_run else "cache:"
     print(f"\n{verb} {plan.cache_dir}{where}")
     if any(item.documents is not None for item in plan.items):
@@ -86,6 +132,9 @@ def cmd_fetch(args) -> int:
 
         print(f"first documents of hf: corpora: {corpora_dir()} (EFFDEPTH_CACHE)")
     if plan.problems:
-        print(f"effdepth: error: {len(plan.problems)} item(s) could not be fetched; see the status column", file=sys.stderr)
+        print(
+            f"effdepth: error: {len(plan.problems)} item(s) could not be fetched; see the status column",
+            file=sys.stderr,
+        )
         return 1
     return 0

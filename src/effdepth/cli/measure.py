@@ -8,48 +8,89 @@ from pathlib import Path
 
 from ..errors import EffdepthError
 from ..options import Options
-from .arguments import (Parser, add_measure_arguments, add_model_argument, default_out, ensure_writable, float_arg, int_arg,
-                        output_folder, run_options_from_args)
-
+from .arguments import (
+    add_measure_arguments,
+    add_model_argument,
+    default_out,
+    ensure_writable,
+    float_arg,
+    int_arg,
+    output_folder,
+    run_options_from_args,
+)
 
 #: Flags that say where and how to run, not what to measure: never saved for a resume.
 _NOT_SAVED = ("help", "resume", "out", "progress", "checkpoint_every", "figures")
 
 
 def register(sub) -> dict:
-    m = sub.add_parser("measure", help="measure D_eff of one model", description="Measure D_eff of one model on a corpus.")
+    m = sub.add_parser(
+        "measure", help="measure D_eff of one model", description="Measure D_eff of one model on a corpus."
+    )
     m.set_defaults(parser=m)
     add_model_argument(m)
     add_measure_arguments(m)
     m.add_argument("--out", "-o", default=None, help="output folder for result.json (default: runs/<model>)")
     m.add_argument("--resume", metavar="DIR", default=None, help="continue an interrupted run from its output folder")
-    m.add_argument("--checkpoint-every", type=float_arg, default=30.0, metavar="SECONDS", help="save partial statistics this often (default 30)")
-    m.add_argument("--no-figures", dest="figures", action="store_false", help="do not write the figures (PNG and PDF) next to result.json")
+    m.add_argument(
+        "--checkpoint-every",
+        type=float_arg,
+        default=30.0,
+        metavar="SECONDS",
+        help="save partial statistics this often (default 30)",
+    )
+    m.add_argument(
+        "--no-figures",
+        dest="figures",
+        action="store_false",
+        help="do not write the figures (PNG and PDF) next to result.json",
+    )
 
-    a = sub.add_parser("analyse", help="recompute a passage-mode result from its pooled vectors (no forward pass)",
-                       description="Recompute every number of a passage-mode result from the pooled vectors saved beside "
-                       "it (DIR/pooled): other views (any top{k}pc and length; drop-pos0, drop-bos and token-norm if they "
-                       "were pooled), the confound controls and the sample-size curve, "
-                       "similarities, intervals, the embedding state. No model is loaded.")
+    a = sub.add_parser(
+        "analyse",
+        help="recompute a passage-mode result from its pooled vectors (no forward pass)",
+        description="Recompute every number of a passage-mode result from the pooled vectors saved beside "
+        "it (DIR/pooled): other views (any top{k}pc and length; drop-pos0, drop-bos and token-norm if they "
+        "were pooled), the confound controls and the sample-size curve, "
+        "similarities, intervals, the embedding state. No model is loaded.",
+    )
     a.add_argument("result", help="the folder of a passage-mode result (holding result.json and pooled/)")
     a.add_argument("--views", default=None, help="views to compute (default: those of the result)")
-    a.add_argument("--similarity", default=None, metavar="NAME[,NAME...]|all", help="cka, cka-debiased, cosine or all (default: those of the result)")
+    a.add_argument(
+        "--similarity",
+        default=None,
+        metavar="NAME[,NAME...]|all",
+        help="cka, cka-debiased, cosine or all (default: those of the result)",
+    )
     a.add_argument("--bootstrap", type=int_arg, default=None, help="bootstrap resamples (default: the result's)")
-    a.add_argument("--bootstrap-units", type=int_arg, default=None, metavar="G", help="resampling units (default: the result's)")
-    a.add_argument("--seed", type=int_arg, default=None, help="seed of the resamples and surrogates (default: the result's)")
+    a.add_argument(
+        "--bootstrap-units", type=int_arg, default=None, metavar="G", help="resampling units (default: the result's)"
+    )
+    a.add_argument(
+        "--seed", type=int_arg, default=None, help="seed of the resamples and surrogates (default: the result's)"
+    )
     a.add_argument("--include-embedding", action="store_true", default=None, help="analyse S_0..S_L (N = L+1)")
     a.add_argument("--surrogate-seqs", default=None, metavar="0|all", help="0 skips the calibrated references")
-    a.add_argument("--max-memory", default=None, metavar="SIZE",
-                   help="memory the analysis may hold: Gram tiles, unit sums, kept layers (default: the result's)")
+    a.add_argument(
+        "--max-memory",
+        default=None,
+        metavar="SIZE",
+        help="memory the analysis may hold: Gram tiles, unit sums, kept layers (default: the result's)",
+    )
     a.add_argument("--out", "-o", default=None, help="write the new result here (default: in place of the old one)")
     a.add_argument("--no-figures", dest="figures", action="store_false", help="do not write the figures")
     a.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
 
-    s = sub.add_parser("show", help="print the tables of a saved result",
-                       description="Print a saved result without re-running anything: a measurement (result.json), an "
-                       "intervention (intervention.json), a carry experiment (experiment.json) or a trajectory "
-                       "(trajectory.json with its trajectory.csv).")
-    s.add_argument("result", help="result.json, intervention.json, experiment.json or trajectory.json, or the folder holding one")
+    s = sub.add_parser(
+        "show",
+        help="print the tables of a saved result",
+        description="Print a saved result without re-running anything: a measurement (result.json), an "
+        "intervention (intervention.json), a carry experiment (experiment.json) or a trajectory "
+        "(trajectory.json with its trajectory.csv).",
+    )
+    s.add_argument(
+        "result", help="result.json, intervention.json, experiment.json or trajectory.json, or the folder holding one"
+    )
     return {"measure": cmd_measure, "analyse": cmd_analyse, "show": cmd_show}
 
 
@@ -61,11 +102,16 @@ def cmd_measure(args) -> int:
         adopt_saved_flags(args, checkpoint_dir(Path(args.resume)))
     options = Options.from_args(args)  # every option is checked before the output folder or the weights
     if args.resume and args.out and Path(args.out) != Path(args.resume):
-        raise EffdepthError(f"--resume {args.resume} continues in that folder; drop --out {args.out} or make them equal")
+        raise EffdepthError(
+            f"--resume {args.resume} continues in that folder; drop --out {args.out} or make them equal"
+        )
     # A run that fails before writing anything removes the output folder it created.
     with output_folder(Path(args.resume or args.out or default_out(args.model))) as out:
         if not args.resume and (checkpoint_dir(out) / "state.json").is_file():
-            print(f"effdepth: {out} holds an unfinished run; starting over (use --resume {out} to continue it instead)", file=sys.stderr)
+            print(
+                f"effdepth: {out} holds an unfinished run; starting over (use --resume {out} to continue it instead)",
+                file=sys.stderr,
+            )
         record = {"flags": measured_flags(args), "command": resume_command(args, out)}
         run = run_options_from_args(args, checkpoint=checkpoint_dir(out), resume=bool(args.resume), record=record)
         result = run_measurement(options, run)
@@ -119,10 +165,16 @@ def adopt_saved_flags(args, folder: Path) -> None:
     typed = explicit_dests(args) | ({"model"} if args.model is not None else set())
     differ = [d for d in saved if d in typed and comparable_flag(d, getattr(args, d)) != comparable_flag(d, saved[d])]
     if differ:
-        names = ", ".join(f"--{d.replace('_', '-')} (saved {saved[d]!r}, given {getattr(args, d)!r})" if d != "model"
-                          else f"the model (saved {saved[d]!r}, given {getattr(args, d)!r})" for d in differ)
-        raise EffdepthError(f"cannot resume {folder.parent}: {names} differ from the interrupted run; "
-                            "drop those flags to continue it, or start over without --resume")
+        names = ", ".join(
+            f"--{d.replace('_', '-')} (saved {saved[d]!r}, given {getattr(args, d)!r})"
+            if d != "model"
+            else f"the model (saved {saved[d]!r}, given {getattr(args, d)!r})"
+            for d in differ
+        )
+        raise EffdepthError(
+            f"cannot resume {folder.parent}: {names} differ from the interrupted run; "
+            "drop those flags to continue it, or start over without --resume"
+        )
     for dest, value in saved.items():
         setattr(args, dest, value)
 
@@ -131,6 +183,7 @@ def resume_command(args, out: Path) -> str:
     """The whole command that continues this run (``--resume DIR`` alone does too, for this version).
 
     >>> import argparse
+    >>> from effdepth.cli.arguments import Parser
     >>> p = Parser(prog="effdepth measure"); _ = p.add_argument("--seq-len", type=int, default=256)
     >>> resume_command(argparse.Namespace(parser=p, model="m", seq_len=64), Path("runs/x"))
     'effdepth measure m --seq-len 64 --resume runs/x'
@@ -147,9 +200,8 @@ def resume_command(args, out: Path) -> str:
 
 def write_result(result, out: Path, *, figures: bool, note: str = "") -> None:
     """Save ``result`` in ``out``, print its tables, and write its figures."""
-    from ..report.tables import result_summary_text
-
     from ..report.figures import remove_stale_figures, write_figures
+    from ..report.tables import result_summary_text
 
     path = result.save(out)
     print(result_summary_text(result))
@@ -161,14 +213,28 @@ def write_result(result, out: Path, *, figures: bool, note: str = "") -> None:
         # Figures of an earlier result in this folder would now sit next to numbers they do not show.
         removed = remove_stale_figures(out)
         if removed:
-            print(f"removed {len(removed)} figures of an earlier result in {out}/: {', '.join(sorted({p.name for p in removed}))}")
+            print(
+                f"removed {len(removed)} figures of an earlier result in {out}/: {', '.join(sorted({p.name for p in removed}))}"
+            )
 
 
 def cmd_analyse(args) -> int:
     from ..passage_measure import analyse_saved
 
-    changes = {k: getattr(args, k) for k in ("views", "similarity", "bootstrap", "bootstrap_units", "seed",
-                                             "include_embedding", "surrogate_seqs", "max_memory") if getattr(args, k) is not None}
+    changes = {
+        k: getattr(args, k)
+        for k in (
+            "views",
+            "similarity",
+            "bootstrap",
+            "bootstrap_units",
+            "seed",
+            "include_embedding",
+            "surrogate_seqs",
+            "max_memory",
+        )
+        if getattr(args, k) is not None
+    }
     result = analyse_saved(Path(args.result), progress=args.progress, **changes)
     out = Path(args.out) if args.out else Path(args.result)
     write_result(result, ensure_writable(out), figures=args.figures, note=" (re-analysed from the pooled vectors)")

@@ -11,15 +11,21 @@ from .arguments import add_measure_arguments, add_model_argument, default_out, o
 
 def register(sub) -> dict:
     n = sub.add_parser(
-        "null", help="D_eff of the model's architecture with random weights (the random-weight null)",
+        "null",
+        help="D_eff of the model's architecture with random weights (the random-weight null)",
         description="Measure the model, then its architecture randomly initialised from its config (no weights are "
         "read), once per seed, with the same options: one measurement per seed beside the trained one. Prints "
-        "D_eff/L and D_eff/F_L of the default view, trained against the seeds' mean and sd.")
+        "D_eff/L and D_eff/F_L of the default view, trained against the seeds' mean and sd.",
+    )
     n.set_defaults(parser=n)
     add_model_argument(n)
     add_measure_arguments(n)
-    n.add_argument("--seeds", default="5", metavar="K|S1,S2,...",
-                   help="K seeds 0..K-1 (default 5), or a comma-separated list of seeds")
+    n.add_argument(
+        "--seeds",
+        default="5",
+        metavar="K|S1,S2,...",
+        help="K seeds 0..K-1 (default 5), or a comma-separated list of seeds",
+    )
     n.add_argument("--out", "-o", default=None, help="output folder (default: runs/<model>-null)")
     return {"null": cmd_null}
 
@@ -32,7 +38,9 @@ def parse_seeds(text: str) -> list:
     """
     parts = [p.strip() for p in str(text).split(",")]
     if not all(p.isdigit() for p in parts):
-        raise EffdepthError(f"--seeds {text!r} is not a count or a comma-separated list of whole numbers; e.g. --seeds 5")
+        raise EffdepthError(
+            f"--seeds {text!r} is not a count or a comma-separated list of whole numbers; e.g. --seeds 5"
+        )
     if len(parts) == 1:
         if int(parts[0]) < 1:
             raise EffdepthError("--seeds 0 measures no null; give at least 1")

@@ -10,18 +10,22 @@ from .arguments import add_measure_arguments, add_model_argument, default_out, o
 
 def register(sub) -> dict:
     p = sub.add_parser(
-        "prune-check", help="skip blocks in block-influence and local-D_eff order; held-out perplexity per k",
+        "prune-check",
+        help="skip blocks in block-influence and local-D_eff order; held-out perplexity per k",
         description="Measure the model once (passage mode, these options), rank its blocks by ShortGPT's block "
         "influence and by local D_eff (leave one state out of the similarity matrix), then skip the first k blocks "
         "of each order and measure the next-token perplexity on held-out passages (the corpus drawn with the next "
         "seed, measured passages left out). Runs one measurement and 1 + 2K perplexity passes over the held-out "
         "passages. Prints the perplexity per k and order and the Spearman correlation of the two rankings; writes "
-        "prune.json, prune.png and the measured result.")
+        "prune.json, prune.png and the measured result.",
+    )
     p.set_defaults(parser=p)
     add_model_argument(p)
     add_measure_arguments(p)
     p.add_argument("--skip", default="1..4", metavar="K|A..B", help="numbers of blocks to skip (default 1..4)")
-    p.add_argument("--heldout", type=int, default=64, metavar="N", help="held-out passages for the perplexity (default 64)")
+    p.add_argument(
+        "--heldout", type=int, default=64, metavar="N", help="held-out passages for the perplexity (default 64)"
+    )
     p.add_argument("--out", "-o", default=None, help="output folder (default: runs/<model>-prune)")
     return {"prune-check": cmd_prune_check}
 
@@ -29,8 +33,8 @@ def register(sub) -> dict:
 def cmd_prune_check(args) -> int:
     from ..prune import parse_skip, prune_check
     from ..report.figures_prune import prune_figure
-    from ..report.tables import study_text
     from ..report.style import save_figure
+    from ..report.tables import study_text
 
     skips = parse_skip(args.skip)
     options = Options.from_args(args)

@@ -6,24 +6,43 @@ from pathlib import Path
 
 from ..errors import EffdepthError
 from ..options import Options
-from .arguments import Parser, add_executor_arguments, add_measure_arguments, executor_from_args, int_arg, log_line, output_folder, run_options_from_args
+from .arguments import (
+    Parser,
+    add_executor_arguments,
+    add_measure_arguments,
+    executor_from_args,
+    int_arg,
+    log_line,
+    output_folder,
+    run_options_from_args,
+)
 
 
 def register(sub) -> dict:
-    s = sub.add_parser("suite", help="list or show the model suites", description="Model suites: named lists of models for 'effdepth sweep'.")
+    s = sub.add_parser(
+        "suite",
+        help="list or show the model suites",
+        description="Model suites: named lists of models for 'effdepth sweep'.",
+    )
     actions = s.add_subparsers(dest="suite_command", parser_class=Parser, metavar="ACTION", required=True)
     actions.add_parser("list", help="the suites shipped with effdepth")
     show = actions.add_parser("show", help="the models of a suite")
     show.add_argument("suite", help="a shipped suite name or a suite .yaml file")
 
     w = sub.add_parser(
-        "sweep", help="measure every model of a suite (resumable)",
+        "sweep",
+        help="measure every model of a suite (resumable)",
         description="Measure each model (suite names, suite files, ids, tiny:TYPE or folders) with the same options. "
         "Results go to DIR/<model>/<revision>/effdepth-<version>-<config hash>/result.json, written atomically: rerunning "
         "the same command skips finished models; a failing model leaves error.json and the rest go on. Writes "
         "DIR/summary.{csv,parquet}, DIR/suite.{png,pdf} and DIR/report.html. Exits 1 when a model failed. See docs/scale.md.",
     )
-    w.add_argument("models", nargs="+", metavar="SUITE_OR_MODEL", help="suite name (effdepth suite list), suite file, model id, tiny:TYPE or model folder")
+    w.add_argument(
+        "models",
+        nargs="+",
+        metavar="SUITE_OR_MODEL",
+        help="suite name (effdepth suite list), suite file, model id, tiny:TYPE or model folder",
+    )
     w.add_argument("--out", "-o", required=True, help="output folder (results, summary, figure, report)")
     add_measure_arguments(w)
     add_executor_arguments(w)
@@ -33,7 +52,8 @@ def register(sub) -> dict:
     from ..suites.trajectories import preset_names
 
     t = sub.add_parser(
-        "trajectory", help="measure a model across its training checkpoints",
+        "trajectory",
+        help="measure a model across its training checkpoints",
         description="Measure a model at its training checkpoints: the hub repository's branches (Pythia step1000, OLMo-2 "
         "stage1-step1000-tokens5B, ...) or a local folder with one save_pretrained subfolder per checkpoint (step-100, "
         "checkpoint-100). Presets name the paper's trajectories: paper-olmo2 (OLMo-2 13B through 5T tokens) and "
@@ -41,11 +61,21 @@ def register(sub) -> dict:
         "earlier one are flagged, not measured again. Writes DIR/trajectory.{csv,parquet,json} and "
         "DIR/trajectory.{png,pdf}, D_eff/L and the updates' D_eff/L per checkpoint. See docs/scale.md.",
     )
-    t.add_argument("model", help=f"Hugging Face id, a local folder of checkpoints, or a preset ({', '.join(preset_names())})")
-    t.add_argument("--revisions", default=None,
-                   help="auto (every checkpoint), every:K (every K-th and the last), log:K (K spaced evenly in log tokens over "
-                   "the first training track, plus main) or a comma-separated list (default auto; a preset fixes its own)")
-    t.add_argument("--tokens-per-step", type=int_arg, default=None, help="training tokens per step, when the names do not say (Pythia's is known)")
+    t.add_argument(
+        "model", help=f"Hugging Face id, a local folder of checkpoints, or a preset ({', '.join(preset_names())})"
+    )
+    t.add_argument(
+        "--revisions",
+        default=None,
+        help="auto (every checkpoint), every:K (every K-th and the last), log:K (K spaced evenly in log tokens over "
+        "the first training track, plus main) or a comma-separated list (default auto; a preset fixes its own)",
+    )
+    t.add_argument(
+        "--tokens-per-step",
+        type=int_arg,
+        default=None,
+        help="training tokens per step, when the names do not say (Pythia's is known)",
+    )
     t.add_argument("--out", "-o", required=True, help="output folder")
     add_measure_arguments(t)
     add_executor_arguments(t)
@@ -74,8 +104,17 @@ def cmd_sweep(args) -> int:
     options = Options.from_args(args, revision=None)  # the revision is each model's (make_jobs checks it)
     executor = executor_from_args(args)
     with output_folder(Path(args.out)) as out:  # bad models or suites leave no empty folder behind
-        outcome = sweep(args.models, out, options, revision=args.revision, executor=executor,
-                        figures=args.figures, report=args.report, run=run_options_from_args(args), log=log_line)
+        outcome = sweep(
+            args.models,
+            out,
+            options,
+            revision=args.revision,
+            executor=executor,
+            figures=args.figures,
+            report=args.report,
+            run=run_options_from_args(args),
+            log=log_line,
+        )
     print()
     print(suite_summary_text(outcome.rows))
     print(f"\n{counts_text(outcome.counts)}; wrote {', '.join(p.name for p in outcome.files)} in {out}/")
@@ -90,12 +129,23 @@ def cmd_trajectory(args) -> int:
     options = Options.from_args(args)
     executor = executor_from_args(args)
     with output_folder(Path(args.out)) as out:
-        outcome = trajectory(args.model, out, options, revisions=args.revisions, tokens_per_step=args.tokens_per_step,
-                             executor=executor, figures=args.figures, run=run_options_from_args(args), log=log_line)
+        outcome = trajectory(
+            args.model,
+            out,
+            options,
+            revisions=args.revisions,
+            tokens_per_step=args.tokens_per_step,
+            executor=executor,
+            figures=args.figures,
+            run=run_options_from_args(args),
+            log=log_line,
+        )
     print()
     print(outcome.table())
-    print(f"\n{len(outcome.checkpoints)} checkpoints ({counts_text(outcome.counts)}), {len(outcome.duplicates)} duplicates flagged; "
-          f"wrote {', '.join(p.name for p in outcome.files)} in {out}/")
+    print(
+        f"\n{len(outcome.checkpoints)} checkpoints ({counts_text(outcome.counts)}), {len(outcome.duplicates)} duplicates flagged; "
+        f"wrote {', '.join(p.name for p in outcome.files)} in {out}/"
+    )
     return 1 if outcome.counts.get("error") else 0
 
 

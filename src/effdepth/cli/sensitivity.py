@@ -5,15 +5,21 @@ from __future__ import annotations
 
 def register(sub) -> dict:
     s = sub.add_parser(
-        "sensitivity", help="D_eff under other maximum lags, tapers and aggregations (no forward pass)",
+        "sensitivity",
+        help="D_eff under other maximum lags, tapers and aggregations (no forward pass)",
         description="For each saved result: D_eff of a view under the maximum lags 1, 5, 25 and full, the Bartlett, "
         "Parzen and Tukey-Hanning tapers, and the participation-ratio, effective-rank and threshold-count "
         "aggregations, each against the same form on orthogonal equal updates, with bootstrap intervals (passage "
         "mode; token-mode results give the values of their saved similarity matrix). With three or more results (a "
         "sweep's folder): the Spearman correlation of the models' ordering under each form with the Bartlett one. "
-        "Reads only the result files: seconds.")
-    s.add_argument("results", nargs="+", metavar="RESULT_OR_DIR",
-                   help="result.json files, a run's folder, or a sweep's folder (every result.json below it)")
+        "Reads only the result files: seconds.",
+    )
+    s.add_argument(
+        "results",
+        nargs="+",
+        metavar="RESULT_OR_DIR",
+        help="result.json files, a run's folder, or a sweep's folder (every result.json below it)",
+    )
     s.add_argument("--view", default="default", help="the view to read (default: default)")
     s.add_argument("--similarity", default=None, help="the similarity to read (default: the result's primary one)")
     return {"sensitivity": cmd_sensitivity}
@@ -30,9 +36,11 @@ def sensitivity_text(sources, view: str = "default", similarity: str | None = No
         table = robustness.sensitivity_table(source.result, similarity, view)
         if table is None:
             have = ", ".join(f"{s}: {', '.join(views)}" for s, views in source.result.similarities.items())
-            raise EffdepthError(f"{source.path} has no view {view!r} under similarity "
-                                f"{similarity or source.result.primary_similarity!r} (it has {have}); pass --view / "
-                                "--similarity accordingly")
+            raise EffdepthError(
+                f"{source.path} has no view {view!r} under similarity "
+                f"{similarity or source.result.primary_similarity!r} (it has {have}); pass --view / "
+                "--similarity accordingly"
+            )
         parts.append(f"{source.label}:\n{table_text(table)}")
     ordering = robustness.ordering_table([(s.label, s.result) for s in sources], similarity, view)
     if ordering is not None:

@@ -22,8 +22,15 @@ def build_parser() -> Parser:
     add_model_argument(m)
     add_measure_arguments(m)
     m.add_argument("--out", "-o", default=None, help="output folder for result.json (default: runs/<model>)")
-    m.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="gloo (CPU) or nccl (GPUs); default nccl when CUDA is available")
-    m.add_argument("--no-figures", dest="figures", action="store_false", help="do not write the figures next to result.json")
+    m.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        default=None,
+        help="gloo (CPU) or nccl (GPUs); default nccl when CUDA is available",
+    )
+    m.add_argument(
+        "--no-figures", dest="figures", action="store_false", help="do not write the figures next to result.json"
+    )
     return parser
 
 
@@ -35,7 +42,9 @@ def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.device_map is not None:
-            raise EffdepthError("--device-map does not combine with a distributed measurement: every rank holds the whole model")
+            raise EffdepthError(
+                "--device-map does not combine with a distributed measurement: every rank holds the whole model"
+            )
         with process_group(args.backend):
             return _measure_command(args)
     except PeerFailed as exc:
@@ -66,6 +75,13 @@ def _measure_command(args) -> int:
     result = measure_distributed(options, progress=args.progress, folder=out)
     # Every rank waits until rank 0 has written: torchrun stops all ranks when one exits badly, so a
     # rank leaving early could take the result with it; and a failed write is every rank's error.
-    agreed(lambda: None if result is None else write_result(result, out, figures=args.figures, note=f" ({dist.get_world_size()} processes)"),
-           "writing the result", comm_device())
+    agreed(
+        lambda: (
+            None
+            if result is None
+            else write_result(result, out, figures=args.figures, note=f" ({dist.get_world_size()} processes)")
+        ),
+        "writing the result",
+        comm_device(),
+    )
     return 0

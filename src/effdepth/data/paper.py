@@ -21,6 +21,7 @@ from importlib import resources
 #: its first documents locally.
 PAPER_CORPUS = "hf:HuggingFaceFW/fineweb-edu:sample-10BT:train"
 
+
 @dataclass(frozen=True)
 class Table2Row:
     """One model of the paper's Table 2 (gap in percent, positive = below F_L)."""

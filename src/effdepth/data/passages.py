@@ -77,11 +77,15 @@ class Passages:
     info: dict = field(default_factory=dict)
 
     @classmethod
-    def from_rows(cls, rows, *, bos_token_id: int | None = None, name: str = "tensor", info: dict | None = None) -> "Passages":
+    def from_rows(
+        cls, rows, *, bos_token_id: int | None = None, name: str = "tensor", info: dict | None = None
+    ) -> "Passages":
         rows = [np.asarray(r, dtype=np.int64) for r in rows]
         ids = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
-        bos = np.array([bos_token_id is not None and len(r) > 0 and int(r[0]) == bos_token_id for r in rows], dtype=bool)
+        bos = np.array(
+            [bos_token_id is not None and len(r) > 0 and int(r[0]) == bos_token_id for r in rows], dtype=bool
+        )
         return cls(ids, offsets, bos, name, passages_sha256(ids, offsets), dict(info or {}))
 
     @property
@@ -97,7 +101,7 @@ class Passages:
         return int(self.offsets[-1])
 
     def passage(self, index: int) -> np.ndarray:
-        return self.ids[self.offsets[index]:self.offsets[index + 1]]
+        return self.ids[self.offsets[index] : self.offsets[index + 1]]
 
     def batch(self, indices, pad_id: int = 0) -> tuple:
         """``(input_ids, attention_mask)`` of the passages ``indices``, right-padded to the longest.
@@ -112,8 +116,8 @@ class Passages:
         mask = torch.zeros((len(indices), width), dtype=torch.int64)
         for row, i in enumerate(indices):
             tokens = torch.from_numpy(self.passage(i))
-            ids[row, :len(tokens)] = tokens
-            mask[row, :len(tokens)] = 1
+            ids[row, : len(tokens)] = tokens
+            mask[row, : len(tokens)] = 1
         return ids, mask
 
 
@@ -138,12 +142,15 @@ def check_passage_options(max_len, num_passages, bos, split) -> None:
     effdepth.errors.EffdepthError: --num-seqs 3 is below 4: similarity across passages needs at least 4 passages
     """
     if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 2:
-        raise EffdepthError(f"--seq-len must be an integer >= 2 (the longest passage, in tokens: the drop-pos0 control "
-                            f"pools from the second token), got {max_len!r}")
+        raise EffdepthError(
+            f"--seq-len must be an integer >= 2 (the longest passage, in tokens: the drop-pos0 control "
+            f"pools from the second token), got {max_len!r}"
+        )
     least = fewest_samples(PASSAGE).min_samples
     if not isinstance(num_passages, int) or isinstance(num_passages, bool) or num_passages < least:
-        raise EffdepthError(f"--num-seqs {num_passages} is below {least}: similarity across passages needs at least "
-                            f"{least} passages")
+        raise EffdepthError(
+            f"--num-seqs {num_passages} is below {least}: similarity across passages needs at least {least} passages"
+        )
     if bos not in BOS_CHOICES:
         raise EffdepthError(f"--bos must be one of {', '.join(BOS_CHOICES)}, got {bos!r}")
     if split not in SPLITS:
@@ -162,8 +169,10 @@ def check_given_rows(mask: np.ndarray) -> None:
     """
     rows, least = int(mask.shape[0]), fewest_samples(PASSAGE).min_samples
     if rows < least:
-        raise EffdepthError(f"{rows} row(s) of token ids given: similarity across passages needs at least {least} "
-                            f"passages (one per row); give {least} or more rows")
+        raise EffdepthError(
+            f"{rows} row(s) of token ids given: similarity across passages needs at least {least} "
+            f"passages (one per row); give {least} or more rows"
+        )
 
 
 def special_tokens(tokenizer: Any, bos: str) -> tuple:
@@ -178,20 +187,30 @@ def special_tokens(tokenizer: Any, bos: str) -> tuple:
         return [], []
     plain = list(tokenizer("a", add_special_tokens=False)["input_ids"])
     full = list(tokenizer("a", add_special_tokens=True)["input_ids"])
-    start = next((i for i in range(len(full) - len(plain) + 1) if full[i:i + len(plain)] == plain), 0)
-    prefix, suffix = full[:start], full[start + len(plain):]
+    start = next((i for i in range(len(full) - len(plain) + 1) if full[i : i + len(plain)] == plain), 0)
+    prefix, suffix = full[:start], full[start + len(plain) :]
     if bos == "always":
         bos_id = special_id(tokenizer, "bos_token_id")
         if bos_id is None:
-            raise EffdepthError(f"--bos always, but the tokenizer {tokenizer_name(tokenizer)} has no BOS token; "
-                                "use --bos auto (its own defaults) or never")
+            raise EffdepthError(
+                f"--bos always, but the tokenizer {tokenizer_name(tokenizer)} has no BOS token; "
+                "use --bos auto (its own defaults) or never"
+            )
         if not prefix or prefix[0] != bos_id:
             prefix = [bos_id] + prefix
     return prefix, suffix
 
 
-def load_passages(spec: Any = None, tokenizer: Any = None, *, max_len: int = 512, num_passages: int = 1024, seed: int = 0,
-                  bos: str = "auto", split: str = "windows") -> Passages:
+def load_passages(
+    spec: Any = None,
+    tokenizer: Any = None,
+    *,
+    max_len: int = 512,
+    num_passages: int = 1024,
+    seed: int = 0,
+    bos: str = "auto",
+    split: str = "windows",
+) -> Passages:
     """``num_passages`` passages of at most ``max_len`` tokens from a corpus (see the module docstring).
 
     >>> from effdepth.data.tokenizers import byte_tokenizer
@@ -210,15 +229,21 @@ def load_passages(spec: Any = None, tokenizer: Any = None, *, max_len: int = 512
     prefix, suffix = special_tokens(tokenizer, bos)
     budget = max_len - len(prefix) - len(suffix)
     if budget < 1:
-        raise EffdepthError(f"--seq-len {max_len} leaves no room for text after the {len(prefix) + len(suffix)} special "
-                            "token(s) the tokenizer adds; use a larger --seq-len")
+        raise EffdepthError(
+            f"--seq-len {max_len} leaves no room for text after the {len(prefix) + len(suffix)} special "
+            "token(s) the tokenizer adds; use a larger --seq-len"
+        )
     stream_in_order = source.lazy and split == "document"
-    bodies, documents, complete, longest = _bodies(source, tokenizer, budget, split,
-                                                   want=num_passages if stream_in_order else num_passages * HF_POOL_FACTOR)
+    bodies, documents, complete, longest = _bodies(
+        source, tokenizer, budget, split, want=num_passages if stream_in_order else num_passages * HF_POOL_FACTOR
+    )
     if len(bodies) < num_passages:
         raise EffdepthError(_too_few(source.name, len(bodies), num_passages, max_len, split, longest, budget))
-    chosen = np.arange(num_passages) if stream_in_order else \
-        np.sort(np.random.default_rng(seed).permutation(len(bodies))[:num_passages])
+    chosen = (
+        np.arange(num_passages)
+        if stream_in_order
+        else np.sort(np.random.default_rng(seed).permutation(len(bodies))[:num_passages])
+    )
     rows = [prefix + list(bodies[i]) + suffix for i in chosen]
     bos_id = special_id(tokenizer, "bos_token_id")
     info = {
@@ -240,8 +265,13 @@ def load_passages(spec: Any = None, tokenizer: Any = None, *, max_len: int = 512
         "vocab_size": tokenizer_len(tokenizer),
     }
     passages = Passages.from_rows(rows, bos_token_id=bos_id, name=source.name, info=info)
-    passages.info.update({"tokens": passages.tokens, "mean_length": round(float(passages.lengths.mean()), 2),
-                          "passages_with_bos": int(passages.starts_with_bos.sum())})
+    passages.info.update(
+        {
+            "tokens": passages.tokens,
+            "mean_length": round(float(passages.lengths.mean()), 2),
+            "passages_with_bos": int(passages.starts_with_bos.sum()),
+        }
+    )
     return passages
 
 
@@ -249,22 +279,33 @@ def _given_passages(spec: Any, tokenizer: Any) -> Passages:
     """Token ids given as such: one passage per row, its real tokens by the attention mask."""
     corpus = load_corpus(spec, tokenizer)
     ids = corpus.input_ids.numpy()
-    mask = np.ones_like(ids, dtype=bool) if corpus.attention_mask is None else corpus.attention_mask.numpy().astype(bool)
+    mask = (
+        np.ones_like(ids, dtype=bool) if corpus.attention_mask is None else corpus.attention_mask.numpy().astype(bool)
+    )
     check_given_rows(mask)
     rows = [row[keep] for row, keep in zip(ids, mask)]
     bos_id = special_id(tokenizer, "bos_token_id") if tokenizer is not None else None
-    info = {**corpus.info, "split": "given", "bos": "as given", "sampling": "used exactly as given: one passage per row"}
+    info = {
+        **corpus.info,
+        "split": "given",
+        "bos": "as given",
+        "sampling": "used exactly as given: one passage per row",
+    }
     return Passages.from_rows(rows, bos_token_id=bos_id, name=corpus.name, info=info)
 
 
 def _too_few(name: str, found: int, wanted: int, max_len: int, split: str, longest: int, budget: int) -> str:
     """The one-line error for a corpus that gives fewer passages than were asked for."""
     if split == "windows":
-        return (f"corpus '{name}' gives {found:,} windows of exactly {max_len} tokens (its longest document has "
-                f"{longest:,} text tokens, a window {budget}), but {wanted:,} were requested; lower --seq-len or "
-                "--num-seqs, use a bigger corpus, or --passage-split paragraphs (passages of varying length)")
-    return (f"corpus '{name}' gives {found:,} passages of {MIN_PASSAGE_TOKENS} to {max_len} tokens ({split} split), "
-            f"but {wanted:,} were requested; lower --num-seqs or use a bigger corpus")
+        return (
+            f"corpus '{name}' gives {found:,} windows of exactly {max_len} tokens (its longest document has "
+            f"{longest:,} text tokens, a window {budget}), but {wanted:,} were requested; lower --seq-len or "
+            "--num-seqs, use a bigger corpus, or --passage-split paragraphs (passages of varying length)"
+        )
+    return (
+        f"corpus '{name}' gives {found:,} passages of {MIN_PASSAGE_TOKENS} to {max_len} tokens ({split} split), "
+        f"but {wanted:,} were requested; lower --num-seqs or use a bigger corpus"
+    )
 
 
 def _bodies(source, tokenizer: Any, budget: int, split: str, want: int) -> tuple:
@@ -293,7 +334,7 @@ def windows(tokens: list, size: int) -> list:
     >>> windows(list(range(7)), 3)
     [[0, 1, 2], [3, 4, 5]]
     """
-    return [tokens[i:i + size] for i in range(0, len(tokens) - size + 1, size)]
+    return [tokens[i : i + size] for i in range(0, len(tokens) - size + 1, size)]
 
 
 def _document_tokens(tokenizer: Any, text: str) -> tuple:
@@ -347,12 +388,17 @@ def _pack(tokens: list, starts: list, budget: int) -> list:
 
 
 def _sampling_text(split: str, in_order: bool, complete: bool) -> str:
-    how = {"document": "each document is one passage, its first tokens",
-           "paragraphs": "documents tokenized whole and cut at paragraph boundaries; consecutive paragraphs packed "
-                         f"greedily; passages of {MIN_PASSAGE_TOKENS}+ text tokens",
-           "windows": "documents tokenized whole and cut into consecutive windows of exactly --seq-len tokens, the "
-                      "remainder dropped"}[split]
+    how = {
+        "document": "each document is one passage, its first tokens",
+        "paragraphs": "documents tokenized whole and cut at paragraph boundaries; consecutive paragraphs packed "
+        f"greedily; passages of {MIN_PASSAGE_TOKENS}+ text tokens",
+        "windows": "documents tokenized whole and cut into consecutive windows of exactly --seq-len tokens, the "
+        "remainder dropped",
+    }[split]
     pool = "the whole corpus" if complete else "the first documents of the split"
-    draw = "the first passages, in order" if in_order else \
-        "drawn by numpy default_rng(seed).permutation, kept in corpus order"
+    draw = (
+        "the first passages, in order"
+        if in_order
+        else "drawn by numpy default_rng(seed).permutation, kept in corpus order"
+    )
     return f"{how}; from {pool}, {draw}; special tokens as --bos says"

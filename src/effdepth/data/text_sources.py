@@ -217,8 +217,13 @@ def _hf_source(spec: str) -> TextSource:
     prefix = cached_prefix(name, config, split)
     if prefix is not None:
         at = f" at commit {prefix.commit}" if prefix.commit else ""
-        return TextSource(label, f"{description}{at}, its first documents read from effdepth's local copy "
-                           f"({prefix.documents:,} documents, effdepth fetch)", _prefix_then_stream(spec, prefix), lazy=True)
+        return TextSource(
+            label,
+            f"{description}{at}, its first documents read from effdepth's local copy "
+            f"({prefix.documents:,} documents, effdepth fetch)",
+            _prefix_then_stream(spec, prefix),
+            lazy=True,
+        )
     dataset = _load_hf_dataset(spec, streaming=not _hf_offline())
     columns = getattr(dataset, "column_names", None)
     if columns is not None and "text" not in columns:
@@ -236,8 +241,9 @@ def _load_hf_dataset(spec: str, *, streaming: bool, revision: str | None = None)
             "(or pip install 'effdepth[datasets]')"
         ) from exc
     try:
-        return datasets.load_dataset(name, config, split=split, streaming=streaming,
-                                     **({"revision": revision} if revision else {}))
+        return datasets.load_dataset(
+            name, config, split=split, streaming=streaming, **({"revision": revision} if revision else {})
+        )
     except Exception as exc:  # noqa: BLE001 - any library failure is the user's bad spec or network
         raise _hf_error(spec, exc) from exc
 
@@ -251,7 +257,8 @@ def _prefix_then_stream(spec: str, prefix: CorpusPrefix) -> Iterator[str]:
         raise EffdepthError(
             f"corpus '{spec}': this run needs more than the {prefix.documents:,} documents of its local copy, and "
             f"offline mode is on; run `effdepth fetch --corpus {spec} --documents N` with a larger N where there is "
-            "internet, or lower --num-seqs")
+            "internet, or lower --num-seqs"
+        )
     dataset = _load_hf_dataset(spec, streaming=True, revision=prefix.commit).skip(prefix.meta["rows"])
     yield from _hf_texts(dataset, spec)
 
@@ -268,7 +275,7 @@ def stream_hf_prefix(spec: str, documents: int, *, commit: str | None = None, pr
 
 
 def _parse_hf_spec(spec: str) -> tuple[str, str | None, str]:
-    parts = spec[len("hf:"):].split(":")
+    parts = spec[len("hf:") :].split(":")
     if len(parts) > 3 or not parts[0]:
         raise EffdepthError(
             f"corpus '{spec}' is not of the form hf:NAME[:CONFIG[:SPLIT]], e.g. hf:wikitext:wikitext-2-raw-v1:test"
@@ -279,8 +286,10 @@ def _parse_hf_spec(spec: str) -> tuple[str, str | None, str]:
 
 def _hf_offline() -> bool:
     # Offline, only the local cache can serve; streaming would always go to the network.
-    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
-               for v in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"))
+    return any(
+        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+        for v in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
+    )
 
 
 def _hf_error(spec: str, exc: Exception) -> EffdepthError:
@@ -290,16 +299,22 @@ def _hf_error(spec: str, exc: Exception) -> EffdepthError:
         return EffdepthError(said)
     detail = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
     if _hf_offline():
-        network = ("check the name, config and split; offline mode is on (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE), so only a "
-                   "dataset already in the local Hugging Face cache can load (fill it with `effdepth fetch --corpus "
-                   f"{spec}` where there is internet)")
+        network = (
+            "check the name, config and split; offline mode is on (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE), so only a "
+            "dataset already in the local Hugging Face cache can load (fill it with `effdepth fetch --corpus "
+            f"{spec}` where there is internet)"
+        )
     elif _lost_connection(exc):
-        network = ("the Hugging Face hub could not be reached or dropped the connection: check the network and run the "
-                   f"command again, or copy the corpus where there is internet (`effdepth fetch --corpus {spec} "
-                   "--documents N`) and read it here with --offline (HF_DATASETS_OFFLINE=1)")
+        network = (
+            "the Hugging Face hub could not be reached or dropped the connection: check the network and run the "
+            f"command again, or copy the corpus where there is internet (`effdepth fetch --corpus {spec} "
+            "--documents N`) and read it here with --offline (HF_DATASETS_OFFLINE=1)"
+        )
     else:
-        network = ("check the name, config and split; the Hugging Face hub must be reachable (or set "
-                   "HF_DATASETS_OFFLINE=1 to use a dataset already in the local cache)")
+        network = (
+            "check the name, config and split; the Hugging Face hub must be reachable (or set "
+            "HF_DATASETS_OFFLINE=1 to use a dataset already in the local cache)"
+        )
     return EffdepthError(
         f"cannot load Hugging Face dataset '{spec}' ({type(exc).__name__}: {detail}); {network}; or save the text to a "
         "file and pass its path"
@@ -318,9 +333,19 @@ def _chain(exc: BaseException | None) -> list:
 
 def _lost_connection(exc: BaseException) -> bool:
     """Whether ``exc`` (or what it was raised from) says the connection failed, not what the hub answered."""
-    return any({k.__name__ for k in type(e).__mro__} & {"ConnectError", "ConnectionError", "RemoteProtocolError", "ReadError",
-                                                       "TimeoutException", "NetworkError", "TransportError"}
-               for e in _chain(exc))
+    return any(
+        {k.__name__ for k in type(e).__mro__}
+        & {
+            "ConnectError",
+            "ConnectionError",
+            "RemoteProtocolError",
+            "ReadError",
+            "TimeoutException",
+            "NetworkError",
+            "TransportError",
+        }
+        for e in _chain(exc)
+    )
 
 
 _NO_CONFIG = re.compile(r"BuilderConfig '(?P<config>[^']*)' not found\. Available: \[(?P<have>[^\]]*)\]")
@@ -342,31 +367,49 @@ def _hf_answer(spec: str, exc: Exception) -> str | None:
     name, config, _ = _parse_hf_spec(spec)
     text = " ".join(str(exc).split())
     if (m := _NO_CONFIG.search(text)) is not None:
-        return (f"dataset {name} has no config {m['config']} (it has: {_listed(m['have'])}); name one as "
-                f"hf:{name}:CONFIG[:SPLIT] in corpus '{spec}'")
+        return (
+            f"dataset {name} has no config {m['config']} (it has: {_listed(m['have'])}); name one as "
+            f"hf:{name}:CONFIG[:SPLIT] in corpus '{spec}'"
+        )
     if (m := _NO_SPLIT.search(text)) is not None:
-        return (f"dataset {name} (config {config or 'default'}) has no split {m['split']} (it has: {_listed(m['have'])}); "
-                f"name one as hf:{name}:{config or ''}:SPLIT in corpus '{spec}'")
+        return (
+            f"dataset {name} (config {config or 'default'}) has no split {m['split']} (it has: {_listed(m['have'])}); "
+            f"name one as hf:{name}:{config or ''}:SPLIT in corpus '{spec}'"
+        )
     from huggingface_hub import constants, errors
 
     endpoint = str(constants.ENDPOINT).rstrip("/")
     chain = _chain(exc)
     kinds = {k.__name__ for e in chain for k in type(e).__mro__}
     if any(isinstance(e, errors.GatedRepoError) for e in chain) or "is a gated dataset" in text:
-        return (f"dataset {name} is gated: the Hugging Face hub lets only accounts that accepted its terms read it, and "
-                f"this machine is not logged in as one; accept them at {endpoint}/datasets/{name}, then run "
-                "`hf auth login` here (or set HF_TOKEN) and try again")
+        return (
+            f"dataset {name} is gated: the Hugging Face hub lets only accounts that accepted its terms read it, and "
+            f"this machine is not logged in as one; accept them at {endpoint}/datasets/{name}, then run "
+            "`hf auth login` here (or set HF_TOKEN) and try again"
+        )
     if "DatasetNotFoundError" in kinds or any(isinstance(e, errors.RepositoryNotFoundError) for e in chain):
         if "Revision" in text and "doesn't exist" in text:
-            return (f"dataset {name} no longer has the revision asked for ({text[:160]}); its local copy came from it: "
-                    f"run `effdepth fetch --corpus {spec} --documents N` again")
-        return (f"there is no dataset {name} on the Hugging Face hub at {endpoint} (or it is private and this machine is "
-                f"not logged in); check the name in corpus '{spec}', or run `hf auth login` if it is private")
-    status = next((getattr(getattr(e, "response", None), "status_code", None) for e in chain
-                   if isinstance(e, errors.HfHubHTTPError)), None)
+            return (
+                f"dataset {name} no longer has the revision asked for ({text[:160]}); its local copy came from it: "
+                f"run `effdepth fetch --corpus {spec} --documents N` again"
+            )
+        return (
+            f"there is no dataset {name} on the Hugging Face hub at {endpoint} (or it is private and this machine is "
+            f"not logged in); check the name in corpus '{spec}', or run `hf auth login` if it is private"
+        )
+    status = next(
+        (
+            getattr(getattr(e, "response", None), "status_code", None)
+            for e in chain
+            if isinstance(e, errors.HfHubHTTPError)
+        ),
+        None,
+    )
     if status is not None and status >= 500:
-        return (f"the Hugging Face hub at {endpoint} answered {status} while reading dataset {name} (a fault on its side); "
-                "run the command again in a while")
+        return (
+            f"the Hugging Face hub at {endpoint} answered {status} while reading dataset {name} (a fault on its side); "
+            "run the command again in a while"
+        )
     return None
 
 

@@ -40,7 +40,9 @@ from ..errors import EffdepthError
 from ..numerics.similarities import get_similarity
 from ..options import DEFAULT_SIMILARITY, Options, RunOptions
 
-UNDER_TORCHRUN = "run it under torchrun, e.g. torchrun --nproc-per-node 2 -m effdepth.distributed measure MODEL --out DIR"
+UNDER_TORCHRUN = (
+    "run it under torchrun, e.g. torchrun --nproc-per-node 2 -m effdepth.distributed measure MODEL --out DIR"
+)
 
 
 class PeerFailed(EffdepthError):
@@ -84,43 +86,64 @@ def measure_distributed(options: Options, *, progress: bool = True, folder=None)
         raise EffdepthError(f"no torch.distributed process group; {UNDER_TORCHRUN}")
     analysis = options.analysis
     if options.load.device_map is not None:
-        raise EffdepthError("--device-map does not combine with a distributed measurement: every rank holds the whole model")
+        raise EffdepthError(
+            "--device-map does not combine with a distributed measurement: every rank holds the whole model"
+        )
     if analysis.passages:
         from .passages import measure_passages_distributed
 
         if folder is None:
-            raise EffdepthError("a distributed passage-mode measurement writes each rank's pooled vectors to a folder "
-                                "every rank sees; pass folder= (the command line's --out)")
+            raise EffdepthError(
+                "a distributed passage-mode measurement writes each rank's pooled vectors to a folder "
+                "every rank sees; pass folder= (the command line's --out)"
+            )
         return measure_passages_distributed(options, folder, progress=progress)
     view_specs = analysis.view_specs
     if analysis.pc_estimate == "exact" and any(v.needs_fit for v in view_specs):
-        raise EffdepthError("--pc-estimate exact is not supported in a distributed measurement; use the default calibration estimate")
+        raise EffdepthError(
+            "--pc-estimate exact is not supported in a distributed measurement; use the default calibration estimate"
+        )
     single_process = [spec for spec in map(get_similarity, analysis.similarity) if not spec.distributable]
     if single_process:
         spec = single_process[0]
-        raise EffdepthError(f"{spec.name} is not supported in a distributed measurement ({spec.not_distributed}); use "
-                            f"--similarity {DEFAULT_SIMILARITY}, or measure {spec.name} in one process")
+        raise EffdepthError(
+            f"{spec.name} is not supported in a distributed measurement ({spec.not_distributed}); use "
+            f"--similarity {DEFAULT_SIMILARITY}, or measure {spec.name} in one process"
+        )
     rank, world = dist.get_rank(), dist.get_world_size()
     comm = comm_device()
     started = time.perf_counter()
 
-    prepared = agreed(lambda: prepare(options.load, progress=progress and rank == 0), "loading the model and corpus", comm)
+    prepared = agreed(
+        lambda: prepare(options.load, progress=progress and rank == 0), "loading the model and corpus", comm
+    )
     total = prepared.tokens.num_seqs
     if total < 2 * world:
-        raise EffdepthError(f"{total} sequences cannot be shared by {world} processes in pairs; use --num-seqs >= "
-                            f"{2 * world} or fewer processes")
+        raise EffdepthError(
+            f"{total} sequences cannot be shared by {world} processes in pairs; use --num-seqs >= "
+            f"{2 * world} or fewer processes"
+        )
     bounds = shares(total, world)
     lo, hi = bounds[rank]
     cap = analysis.surrogate_seqs
     # Each rank's surrogate streams draw the noise of its own global sequences, up to the cap.
-    state = MeasurementState.new(analysis, first_sequence=lo, surrogate_limit=None if cap is None else max(0, min(hi, cap) - lo))
+    state = MeasurementState.new(
+        analysis, first_sequence=lo, surrogate_limit=None if cap is None else max(0, min(hi, cap) - lo)
+    )
     agreed(lambda: calibrate(prepared, state, analysis), "fitting the views on the calibration sequences", comm)
     mine = replace(prepared, tokens=prepared.tokens.rows(lo, hi))
-    run = agreed(lambda: accumulate(mine, state, analysis.batch_size, run=RunOptions(progress=progress and rank == 0)), "measuring", comm)
+    run = agreed(
+        lambda: accumulate(mine, state, analysis.batch_size, run=RunOptions(progress=progress and rank == 0)),
+        "measuring",
+        comm,
+    )
     merged = gather_state(state, analysis, comm)
     if rank != 0:
         return None
-    run = {**run, "distributed": {"world_size": world, "backend": dist.get_backend(), "shares": [list(b) for b in bounds]}}
+    run = {
+        **run,
+        "distributed": {"world_size": world, "backend": dist.get_backend(), "shares": [list(b) for b in bounds]},
+    }
     return result_from_accumulator(prepared, merged, analysis, started=started, run=run)
 
 
@@ -192,10 +215,20 @@ def gather_accumulator(acc, device: torch.device):
         before += sequences
     merged_arrays = {k: np.concatenate(v) for k, v in parts.items()}
     merged_arrays.update({k: v for k, v in arrays.items() if k.startswith("fit|")})
-    merged_meta = {**meta, "sequences": sum(s[1] for s in sizes), "tokens": sum(s[2] for s in sizes),
-                   "padding_rows": sum(s[3] for s in sizes), "partner": None}
-    merged = ViewAccumulator([v.name for v in acc.views], include_embedding=acc.include_embedding, pc_estimate=acc.pc_estimate,
-                             similarities=acc.similarities, statistics=acc.statistics)
+    merged_meta = {
+        **meta,
+        "sequences": sum(s[1] for s in sizes),
+        "tokens": sum(s[2] for s in sizes),
+        "padding_rows": sum(s[3] for s in sizes),
+        "partner": None,
+    }
+    merged = ViewAccumulator(
+        [v.name for v in acc.views],
+        include_embedding=acc.include_embedding,
+        pc_estimate=acc.pc_estimate,
+        similarities=acc.similarities,
+        statistics=acc.statistics,
+    )
     merged.load_state_dict(merged_arrays, merged_meta)
     return merged
 

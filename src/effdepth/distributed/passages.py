@@ -33,7 +33,7 @@ def batches_of(lengths, batch_size: int, rank: int, world: int) -> list:
     ([[1, 3], [4]], [[2, 0]])
     """
     order = np.argsort(-np.asarray(lengths), kind="stable")
-    batches = [order[i:i + batch_size].tolist() for i in range(0, len(order), batch_size)]
+    batches = [order[i : i + batch_size].tolist() for i in range(0, len(order), batch_size)]
     return batches[rank::world]
 
 
@@ -47,15 +47,26 @@ def measure_passages_distributed(options, folder: Path, *, progress: bool = True
     from ..measure import prepare
     from ..numerics.passage_views import variants_for
     from ..numerics.pooling import PassagePooler
-    from ..passage_measure import _check_finite, _hidden_size, _pad_id, _provenance, analyse_store, check_before_forward, passage_config
+    from ..passage_measure import (
+        _check_finite,
+        _hidden_size,
+        _pad_id,
+        _provenance,
+        analyse_store,
+        check_before_forward,
+        passage_config,
+    )
     from . import agreed, comm_device
 
     analysis = options.analysis
     rank, world = dist.get_rank(), dist.get_world_size()
     comm = comm_device()
     started = time.perf_counter()
-    prepared = agreed(lambda: prepare(options.load, progress=progress and rank == 0, passages=True),
-                      "loading the model and passages", comm)
+    prepared = agreed(
+        lambda: prepare(options.load, progress=progress and rank == 0, passages=True),
+        "loading the model and passages",
+        comm,
+    )
     lm, arch, passages = prepared.lm, prepared.arch, prepared.tokens
     width = _hidden_size(lm)
     agreed(lambda: check_before_forward(passages, arch.num_layers, width, analysis), "checking the passages", comm)
@@ -65,9 +76,15 @@ def measure_passages_distributed(options, folder: Path, *, progress: bool = True
     rows = [i for batch in mine for i in batch]
 
     def pool_my_batches() -> None:
-        shard = PooledStore.create(shards / f"rank-{rank}", variants, layers=arch.num_layers + 1, width=width,
-                                   lengths=passages.lengths[rows], starts_with_bos=passages.starts_with_bos[rows],
-                                   extra={"rows": rows})
+        shard = PooledStore.create(
+            shards / f"rank-{rank}",
+            variants,
+            layers=arch.num_layers + 1,
+            width=width,
+            lengths=passages.lengths[rows],
+            starts_with_bos=passages.starts_with_bos[rows],
+            extra={"rows": rows},
+        )
         where = {passage: k for k, passage in enumerate(rows)}
         forward = PassageForward(analysis.batch_size, analysis.states, _pad_id(lm), progress and rank == 0)
         pooler = PassagePooler(variants, arch.num_layers)
@@ -86,9 +103,16 @@ def measure_passages_distributed(options, folder: Path, *, progress: bool = True
         shutil.rmtree(shards, ignore_errors=True)
     result = analyse_store(store, analysis, progress=progress, seq_len=prepared.load.seq_len)
     result.config.update(passage_config(prepared, analysis))
-    facts = {"batch_size_used": analysis.batch_size, "oom_retries": 0, "resumed_from": 0,
-             "distributed": {"world_size": world, "backend": dist.get_backend(),
-                             "batches": [len(batches_of(passages.lengths, analysis.batch_size, r, world)) for r in range(world)]}}
+    facts = {
+        "batch_size_used": analysis.batch_size,
+        "oom_retries": 0,
+        "resumed_from": 0,
+        "distributed": {
+            "world_size": world,
+            "backend": dist.get_backend(),
+            "batches": [len(batches_of(passages.lengths, analysis.batch_size, r, world)) for r in range(world)],
+        },
+    }
     result.provenance.update(_provenance(prepared, started, facts))
     result.pooled = store.folder
     mark_movable(store.folder)
@@ -97,8 +121,14 @@ def measure_passages_distributed(options, folder: Path, *, progress: bool = True
 
 def gather_shards(shards: Path, world: int, passages, variants, layers: int, width: int) -> PooledStore:
     """Rank 0: one store of every passage from the ranks' shards (each row where its passage belongs)."""
-    store = PooledStore.create(temporary_folder() / "pooled", variants, layers=layers, width=width,
-                               lengths=passages.lengths, starts_with_bos=passages.starts_with_bos)
+    store = PooledStore.create(
+        temporary_folder() / "pooled",
+        variants,
+        layers=layers,
+        width=width,
+        lengths=passages.lengths,
+        starts_with_bos=passages.starts_with_bos,
+    )
     written = 0
     for r in range(world):
         shard = PooledStore.open(shards / f"rank-{r}")

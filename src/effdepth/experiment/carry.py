@@ -42,8 +42,10 @@ from ..results_carry import ExperimentResult
 from .setting import CarryExperiment
 from .training import split_corpus, train_run
 
-def carry_experiment(spec: CarryExperiment | None = None, out="runs/carry-experiment", *, progress: bool = True,
-                     **overrides) -> ExperimentResult:
+
+def carry_experiment(
+    spec: CarryExperiment | None = None, out="runs/carry-experiment", *, progress: bool = True, **overrides
+) -> ExperimentResult:
     """Train one model per (lam, seed), measure every checkpoint with its carry, save the summary.
 
     ``overrides`` are :class:`CarryExperiment` fields (``carries``, ``steps``, ``layers``...).
@@ -62,17 +64,32 @@ def carry_experiment(spec: CarryExperiment | None = None, out="runs/carry-experi
     for seed in spec.seed_list():
         for lam in spec.carries:
             records += train_run(spec, lam, seed, data, out, progress=progress)
-    config = {**asdict(spec), "carries": list(spec.carries), "seed_list": spec.seed_list(),
-              "checkpoint_steps": spec.checkpoint_steps(), "carry_layers_resolved": list(parse_layers(spec.carry_layers, spec.layers)),
-              "data": data.info, "model": "LlamaForCausalLM (byte vocabulary, untied embeddings, intermediate 4 x d_model)",
-              "optimizer": "AdamW(betas=(0.9, 0.95), weight_decay=0.1), clip 1.0, linear warm-up then cosine to 10%",
-              "similarity": "cka" if spec.pooling == "mean" else DEFAULT_SIMILARITY,
-              "paper_differences": spec.paper_differences(),
-              "measured_with": f"the checkpoint's own carry (effdepth_carry in its config), "
-                               + ("held-out sequences as passages, cka across passages" if spec.pooling == "mean"
-                                  else f"{DEFAULT_SIMILARITY} similarity") + ", default view"}
-    provenance = {"code": code_version(), "libraries": library_versions(), "machine": machine(), "created": now(),
-                  "elapsed_s": round(time.perf_counter() - started, 3)}
+    config = {
+        **asdict(spec),
+        "carries": list(spec.carries),
+        "seed_list": spec.seed_list(),
+        "checkpoint_steps": spec.checkpoint_steps(),
+        "carry_layers_resolved": list(parse_layers(spec.carry_layers, spec.layers)),
+        "data": data.info,
+        "model": "LlamaForCausalLM (byte vocabulary, untied embeddings, intermediate 4 x d_model)",
+        "optimizer": "AdamW(betas=(0.9, 0.95), weight_decay=0.1), clip 1.0, linear warm-up then cosine to 10%",
+        "similarity": "cka" if spec.pooling == "mean" else DEFAULT_SIMILARITY,
+        "paper_differences": spec.paper_differences(),
+        "measured_with": "the checkpoint's own carry (effdepth_carry in its config), "
+        + (
+            "held-out sequences as passages, cka across passages"
+            if spec.pooling == "mean"
+            else f"{DEFAULT_SIMILARITY} similarity"
+        )
+        + ", default view",
+    }
+    provenance = {
+        "code": code_version(),
+        "libraries": library_versions(),
+        "machine": machine(),
+        "created": now(),
+        "elapsed_s": round(time.perf_counter() - started, 3),
+    }
     result = ExperimentResult(config, records, provenance)
     save_experiment(result, out)
     return result

@@ -15,11 +15,12 @@ import numpy as np
 from ..errors import EffdepthError
 from ..result import Result
 
+
 def save_checkpoint(model, folder: Path) -> Path:
     """``save_pretrained`` of the model and the byte tokenizer, swapped into place whole."""
-    from ..data import byte_tokenizer
-
     from transformers.utils import logging as hf_logging
+
+    from ..data import byte_tokenizer
 
     folder = Path(folder)
     staging = folder.with_name(f".{folder.name}.partial-{os.getpid()}")
@@ -68,7 +69,9 @@ def checkpoint_carry_on(path) -> str:
     return str(config.get("effdepth_carry_on") or "blocks")
 
 
-def measure_checkpoint(path, corpus=None, *, carry: float | None = None, layers=None, progress: bool = True, **options) -> Result:
+def measure_checkpoint(
+    path, corpus=None, *, carry: float | None = None, layers=None, progress: bool = True, **options
+) -> Result:
     """Measure a checkpoint with the residual carry it was trained with (from its config).
 
     ``carry``/``layers`` override the stored values; ``options`` are
@@ -90,8 +93,14 @@ def measure_checkpoint(path, corpus=None, *, carry: float | None = None, layers=
     lam = stored_lam if carry is None else carry
     opts = Options.build(model=str(path), corpus=corpus, **options)  # as effdepth.measure: passage mode unless told
     prepared = prepare(opts.load, progress=progress, passages=opts.analysis.passages)
-    return measure_with_carry(prepared, lam, stored_layers if layers is None else layers, opts.analysis, progress=progress,
-                              on=checkpoint_carry_on(path))
+    return measure_with_carry(
+        prepared,
+        lam,
+        stored_layers if layers is None else layers,
+        opts.analysis,
+        progress=progress,
+        on=checkpoint_carry_on(path),
+    )
 
 
 def checkpoint_record(spec, model, lam, seed, step, train_losses, data, folder: Path, out: Path) -> dict:
@@ -104,10 +113,24 @@ def checkpoint_record(spec, model, lam, seed, step, train_losses, data, folder: 
     model.eval()
     ckpt = save_checkpoint(model, folder / f"step-{step}")
     # Measured from the saved folder, as a user would: proves the checkpoint round-trips.
-    how = {"pooling": "mean", "seq_len": spec.seq_len, "num_seqs": int(data.held_out.shape[0])} if spec.pooling == "mean" else {}
+    how = (
+        {"pooling": "mean", "seq_len": spec.seq_len, "num_seqs": int(data.held_out.shape[0])}
+        if spec.pooling == "mean"
+        else {}
+    )
     # No surrogate streams: the experiment compares carries, not a model with its references.
-    result = measure_checkpoint(ckpt, data.held_out, bootstrap=spec.bootstrap, seed=spec.seed, batch_size=16, dtype="float32",
-                                device=spec.device, progress=False, surrogate_seqs=0, **how)
+    result = measure_checkpoint(
+        ckpt,
+        data.held_out,
+        bootstrap=spec.bootstrap,
+        seed=spec.seed,
+        batch_size=16,
+        dtype="float32",
+        device=spec.device,
+        progress=False,
+        surrogate_seqs=0,
+        **how,
+    )
     result_path = result.save(folder / "results" / f"step-{step}.json")
     row = intervention_row(lam, result)
     row.pop("view")

@@ -13,9 +13,11 @@ from ..errors import EffdepthError
 from ..options import DEFAULT_SIMILARITY
 
 #: What differs from the paper's S17 run even with ``--paper``: said wherever the comparison is shown.
-PAPER_DIFFERENCES = ("a Llama-architecture model (RMSNorm, rotary positions, SwiGLU MLP, untied embeddings, no dropout) "
-                     "where the paper trains nanoGPT (LayerNorm, learned positions, GELU MLP); bytes of the shipped "
-                     "Shakespeare where the paper uses its characters (the same for ASCII text)")
+PAPER_DIFFERENCES = (
+    "a Llama-architecture model (RMSNorm, rotary positions, SwiGLU MLP, untied embeddings, no dropout) "
+    "where the paper trains nanoGPT (LayerNorm, learned positions, GELU MLP); bytes of the shipped "
+    "Shakespeare where the paper uses its characters (the same for ASCII text)"
+)
 #: How passage mode measures the held-out sequences, added to :data:`PAPER_DIFFERENCES` when it does.
 PASSAGE_DIFFERENCE = "D_eff on held-out sequences as passages, under the biased CKA"
 
@@ -58,8 +60,22 @@ class CarryExperiment:
         >>> s = CarryExperiment.paper_setting(); (s.layers, s.d_model, s.heads, s.seq_len, s.batch_size, s.steps, s.carry_on)
         (12, 384, 6, 256, 64, 5000, 'sublayers')
         """
-        paper = dict(carries=(1.0, 0.75, 0.5, 0.25), carry_on="sublayers", layers=12, d_model=384, heads=6, steps=5000,
-                     batch_size=64, seq_len=256, lr=1e-3, warmup=100, seeds=3, eval_seqs=512, pooling="mean", paper=True)
+        paper = dict(
+            carries=(1.0, 0.75, 0.5, 0.25),
+            carry_on="sublayers",
+            layers=12,
+            d_model=384,
+            heads=6,
+            steps=5000,
+            batch_size=64,
+            seq_len=256,
+            lr=1e-3,
+            warmup=100,
+            seeds=3,
+            eval_seqs=512,
+            pooling="mean",
+            paper=True,
+        )
         return cls(**{**paper, **overrides})
 
     def checked(self) -> "CarryExperiment":
@@ -71,15 +87,23 @@ class CarryExperiment:
             raise EffdepthError(f"pooling {self.pooling!r}: none (token mode) or mean (passages)")
         for name in ("layers", "d_model", "heads", "steps", "batch_size", "seeds", "eval_seqs"):
             if not _positive_int(getattr(self, name)):
-                raise EffdepthError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)!r}")
+                raise EffdepthError(
+                    f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)!r}"
+                )
         if self.pooling == "mean" and self.eval_seqs < 4:
-            raise EffdepthError(f"--eval-seqs {self.eval_seqs} is below 4: the held-out sequences are measured as passages, "
-                                "and similarity across passages needs at least 4")
+            raise EffdepthError(
+                f"--eval-seqs {self.eval_seqs} is below 4: the held-out sequences are measured as passages, "
+                "and similarity across passages needs at least 4"
+            )
         if self.d_model % self.heads or (self.d_model // self.heads) % 2:
-            raise EffdepthError(f"--d-model {self.d_model} must split into --heads {self.heads} heads of even size (rotary embeddings)")
+            raise EffdepthError(
+                f"--d-model {self.d_model} must split into --heads {self.heads} heads of even size (rotary embeddings)"
+            )
         if not (isinstance(self.seq_len, int) and self.seq_len >= 3):
             raise EffdepthError(f"--seq-len must be at least 3, got {self.seq_len!r}")
-        if not (isinstance(self.seed, int) and self.seed >= 0) or not (isinstance(self.bootstrap, int) and self.bootstrap >= 0):
+        if not (isinstance(self.seed, int) and self.seed >= 0) or not (
+            isinstance(self.bootstrap, int) and self.bootstrap >= 0
+        ):
             raise EffdepthError("--seed and --bootstrap must be non-negative integers")
         if not (math.isfinite(float(self.lr)) and self.lr > 0):
             raise EffdepthError(f"--lr must be a positive number, got {self.lr!r}")
@@ -106,23 +130,33 @@ class CarryExperiment:
         if self.carry_on != paper.carry_on:
             out.append("one carry per block (the paper: in every attention and MLP sublayer)")
         if self.pooling != paper.pooling:
-            out.append(f"held-out sequences in token mode, {DEFAULT_SIMILARITY} per sequence (the paper: as passages, cka "
-                       "across passages)")
+            out.append(
+                f"held-out sequences in token mode, {DEFAULT_SIMILARITY} per sequence (the paper: as passages, cka "
+                "across passages)"
+            )
         if str(self.carry_layers).strip().lower() != "all":
             out.append(f"the carry on blocks {self.carry_layers} only (the paper: every block)")
         if tuple(parse_carry(self.carries)) != paper.carries:
-            out.append(f"gamma {', '.join(map(format_carry, parse_carry(self.carries)))} (the paper: "
-                       f"{', '.join(map(format_carry, paper.carries))})")
+            out.append(
+                f"gamma {', '.join(map(format_carry, parse_carry(self.carries)))} (the paper: "
+                f"{', '.join(map(format_carry, paper.carries))})"
+            )
         if self.seeds != paper.seeds:
-            out.append(f"{self.seeds} seed{'s' if self.seeds != 1 else ''} per gamma (the paper: 3 for 1 and 0.75, 2 for the rest)")
+            out.append(
+                f"{self.seeds} seed{'s' if self.seeds != 1 else ''} per gamma (the paper: 3 for 1 and 0.75, 2 for the rest)"
+            )
         sizes = ("layers", "d_model", "heads")
         if any(getattr(self, k) != getattr(paper, k) for k in sizes):
-            out.append(f"{self.layers} layers, d_model {self.d_model}, {self.heads} heads (the paper: {paper.layers} layers, "
-                       f"n_embd {paper.d_model}, {paper.heads} heads)")
+            out.append(
+                f"{self.layers} layers, d_model {self.d_model}, {self.heads} heads (the paper: {paper.layers} layers, "
+                f"n_embd {paper.d_model}, {paper.heads} heads)"
+            )
         training = ("steps", "batch_size", "seq_len", "lr")
         if any(getattr(self, k) != getattr(paper, k) for k in training):
-            out.append(f"{self.steps:,} steps of {self.batch_size} x {self.seq_len} tokens at lr {self.lr:g} (the paper: "
-                       f"{paper.steps:,} iterations of {paper.batch_size} x {paper.seq_len} at lr {paper.lr:g})")
+            out.append(
+                f"{self.steps:,} steps of {self.batch_size} x {self.seq_len} tokens at lr {self.lr:g} (the paper: "
+                f"{paper.steps:,} iterations of {paper.batch_size} x {paper.seq_len} at lr {paper.lr:g})"
+            )
         if self.corpus != paper.corpus:
             which = self.corpus if isinstance(self.corpus, str) else f"{len(self.corpus)} texts given in Python"
             out.append(f"corpus {which} (the paper: Shakespeare)")

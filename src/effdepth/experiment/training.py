@@ -20,6 +20,7 @@ from ..errors import EffdepthError
 from .checkpoints import checkpoint_record
 from .setting import CarryExperiment
 
+
 def carry_model_config(spec: CarryExperiment, lam: float):
     """The ``LlamaConfig`` of one run: byte vocabulary, the carry recorded as ``effdepth_carry``.
 
@@ -85,14 +86,26 @@ def split_corpus(corpus="shakespeare", *, seq_len: int, eval_seqs: int, seed: in
     held = load_corpus(corpus, tok, seq_len=seq_len, num_seqs=eval_seqs, seed=seed)
     available = held.info["chunks_available"]
     if available <= eval_seqs:
-        raise EffdepthError(f"the corpus has {available} chunks of {seq_len} tokens: too few to hold out {eval_seqs} and train on the rest")
+        raise EffdepthError(
+            f"the corpus has {available} chunks of {seq_len} tokens: too few to hold out {eval_seqs} and train on the rest"
+        )
     everything = load_corpus(corpus, tok, seq_len=seq_len, num_seqs=available, seed=seed)
     taken = set(held.info["chunk_starts"])
     keep = [i for i, start in enumerate(everything.info["chunk_starts"]) if start not in taken]
-    info = {"corpus": held.name, "source": held.info.get("source"), "chunks_available": available, "train_seqs": len(keep),
-            "held_out_seqs": eval_seqs, "held_out_sha256": held.sha256, "seq_len": seq_len, "seed": seed}
+    info = {
+        "corpus": held.name,
+        "source": held.info.get("source"),
+        "chunks_available": available,
+        "train_seqs": len(keep),
+        "held_out_seqs": eval_seqs,
+        "held_out_sha256": held.sha256,
+        "seq_len": seq_len,
+        "seed": seed,
+    }
     starts = np.asarray(everything.info["chunk_starts"])
-    return SplitCorpus(everything.input_ids[keep], held.input_ids, info, starts[keep], np.asarray(held.info["chunk_starts"]))
+    return SplitCorpus(
+        everything.input_ids[keep], held.input_ids, info, starts[keep], np.asarray(held.info["chunk_starts"])
+    )
 
 
 def batch_order(num_train: int, batch_size: int, steps: int, seed: int) -> np.ndarray:
@@ -128,7 +141,9 @@ def run_folder(lam: float, seed: int) -> str:
     return f"lam-{format_carry(lam)}/seed-{seed}"
 
 
-def train_run(spec: CarryExperiment, lam: float, seed: int, data: SplitCorpus, out: Path, *, progress: bool = True) -> list:
+def train_run(
+    spec: CarryExperiment, lam: float, seed: int, data: SplitCorpus, out: Path, *, progress: bool = True
+) -> list:
     """Train one model with carry ``lam`` from seed ``seed``; save, and measure every checkpoint.
 
     Returns one record per checkpoint (the numbers that go into ``experiment.json``).
@@ -144,8 +159,13 @@ def train_run(spec: CarryExperiment, lam: float, seed: int, data: SplitCorpus, o
     order = torch.as_tensor(batch_order(data.train.shape[0], spec.batch_size, spec.steps, seed))
     folder = Path(out) / run_folder(lam, seed)
     records, step, losses = [], 0, []
-    bar = tqdm(total=spec.steps, desc=f"train carry={format_carry(lam)} seed={seed}", unit="step", disable=not progress,
-               dynamic_ncols=True)
+    bar = tqdm(
+        total=spec.steps,
+        desc=f"train carry={format_carry(lam)} seed={seed}",
+        unit="step",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
     try:
         for stop in spec.checkpoint_steps():
             model.train()
@@ -153,7 +173,9 @@ def train_run(spec: CarryExperiment, lam: float, seed: int, data: SplitCorpus, o
                 while step < stop:
                     loss = _train_step(model, data.train[order[step]].to(device), optimizer, schedule)
                     if not math.isfinite(loss):
-                        raise EffdepthError(f"training diverged (loss {loss}) at step {step + 1} with carry {format_carry(lam)}, seed {seed}; lower --lr")
+                        raise EffdepthError(
+                            f"training diverged (loss {loss}) at step {step + 1} with carry {format_carry(lam)}, seed {seed}; lower --lr"
+                        )
                     losses.append(loss)
                     step += 1
                     bar.update(1)

@@ -25,6 +25,8 @@ Fetching itself (what to download, and downloading it) is the workflow
 :mod:`effdepth.fetch`. Every name is importable from here (``hub.X``).
 """
 
+# effdepth.fetch reads the commit pattern, the Shakespeare asset path and the datasets-cache check too.
+from .cache import _COMMIT as _COMMIT
 from .cache import (
     BRANCHES_FILE,
     CHAT_TEMPLATES,
@@ -44,6 +46,8 @@ from .cache import (
     repo_folder,
     weight_files,
 )
+from .cache import _dataset_missing as _dataset_missing
+from .cache import _shakespeare_path as _shakespeare_path
 from .needs import Need, check_available, check_measure_inputs, check_on_hub, corpus_needs, fetch_command
 from .network import (
     OFFLINE_VARIABLES,
@@ -66,17 +70,46 @@ from .network import (
     unreachable_message,
 )
 
-# effdepth.fetch reads the commit pattern, the Shakespeare asset path and the datasets-cache check too.
-from .cache import _COMMIT as _COMMIT
-from .cache import _dataset_missing as _dataset_missing
-from .cache import _shakespeare_path as _shakespeare_path
-
 __all__ = [
-    "BRANCHES_FILE", "CHAT_TEMPLATES", "OFFLINE_VARIABLES", "PROBE_TIMEOUT_S", "SHAKESPEARE", "SMALL_FILE_SUFFIXES",
-    "Need", "branch_hint", "cached_branches", "cached_commit", "cached_weight_shas", "check_available",
-    "check_measure_inputs", "check_on_hub", "corpus_missing", "corpus_needs", "fetch_command", "forget_probe",
-    "hub_answer", "hub_cache", "hub_endpoint", "hub_error_message", "hub_page", "hub_problem", "is_network_error",
-    "is_offline", "is_transient", "model_missing", "needed_files", "offline", "parse_hf_corpus", "pickle_only",
-    "pickle_refusal", "probe", "probe_address", "quiet_hub", "record_branches", "repo_folder", "set_offline",
-    "unreachable_message", "weight_files",
+    "BRANCHES_FILE",
+    "CHAT_TEMPLATES",
+    "OFFLINE_VARIABLES",
+    "PROBE_TIMEOUT_S",
+    "SHAKESPEARE",
+    "SMALL_FILE_SUFFIXES",
+    "Need",
+    "branch_hint",
+    "cached_branches",
+    "cached_commit",
+    "cached_weight_shas",
+    "check_available",
+    "check_measure_inputs",
+    "check_on_hub",
+    "corpus_missing",
+    "corpus_needs",
+    "fetch_command",
+    "forget_probe",
+    "hub_answer",
+    "hub_cache",
+    "hub_endpoint",
+    "hub_error_message",
+    "hub_page",
+    "hub_problem",
+    "is_network_error",
+    "is_offline",
+    "is_transient",
+    "model_missing",
+    "needed_files",
+    "offline",
+    "parse_hf_corpus",
+    "pickle_only",
+    "pickle_refusal",
+    "probe",
+    "probe_address",
+    "quiet_hub",
+    "record_branches",
+    "repo_folder",
+    "set_offline",
+    "unreachable_message",
+    "weight_files",
 ]

@@ -88,7 +88,8 @@ def needed_files(names, *, allow_pickle: bool = False, trust_remote_code: bool =
     weights = weight_files(names, allow_pickle=allow_pickle)
     index_files = {"model.safetensors.index.json", "pytorch_model.bin.index.json"}
     small = [
-        n for n in names
+        n
+        for n in names
         if ("/" not in n and n.endswith(SMALL_FILE_SUFFIXES) and n not in index_files)
         or (n.startswith(CHAT_TEMPLATES) and n.endswith(".jinja") and n.count("/") == 1)
         or (trust_remote_code and "/" not in n and n.endswith(".py"))
@@ -102,8 +103,10 @@ def pickle_refusal(what: str) -> str:
     >>> pickle_refusal("model o/m")
     'model o/m has only pickle weights (pytorch_model.bin), which can run arbitrary code when loaded; pass --allow-pickle if you trust its source'
     """
-    return (f"{what} has only pickle weights (pytorch_model.bin), which can run arbitrary code when loaded; "
-            "pass --allow-pickle if you trust its source")
+    return (
+        f"{what} has only pickle weights (pytorch_model.bin), which can run arbitrary code when loaded; "
+        "pass --allow-pickle if you trust its source"
+    )
 
 
 def pickle_only(names) -> bool:

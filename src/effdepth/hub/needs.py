@@ -15,11 +15,28 @@ from dataclasses import dataclass
 
 from effdepth.errors import EffdepthError
 
-from .cache import (SHAKESPEARE, corpus_missing, hub_cache, model_missing, parse_hf_corpus, pickle_only, pickle_refusal,
-                    weight_files)
-from .network import (forget_probe, hub_answer, hub_error_message, hub_problem, is_network_error, is_offline, is_transient,
-                      quiet_hub, set_offline, unreachable_message)
-
+from .cache import (
+    SHAKESPEARE,
+    corpus_missing,
+    hub_cache,
+    model_missing,
+    parse_hf_corpus,
+    pickle_only,
+    pickle_refusal,
+    weight_files,
+)
+from .network import (
+    forget_probe,
+    hub_answer,
+    hub_error_message,
+    hub_problem,
+    is_network_error,
+    is_offline,
+    is_transient,
+    quiet_hub,
+    set_offline,
+    unreachable_message,
+)
 
 # --------------------------------------------------------------------------- the check before measuring
 
@@ -82,9 +99,13 @@ def check_available(needs, *, fix: str, cache_dir=None) -> None:
             return
         lost = _missing(remote, cache_dir)
         if lost:
-            raise EffdepthError(unreachable_message(
-                problem, f", and the local cache {hub_cache(cache_dir)} lacks {_listing(lost, len(remote))}",
-                f"run `{fix}` on a machine with internet (a login node), then add --offline here"))
+            raise EffdepthError(
+                unreachable_message(
+                    problem,
+                    f", and the local cache {hub_cache(cache_dir)} lacks {_listing(lost, len(remote))}",
+                    f"run `{fix}` on a machine with internet (a login node), then add --offline here",
+                )
+            )
         _note(f"the Hugging Face hub cannot be reached ({problem}); reading the local cache only, as with --offline")
         set_offline(True)
         return
@@ -126,8 +147,15 @@ def _note(text: str) -> None:
         print(f"effdepth: {text}", file=sys.stderr, flush=True)
 
 
-def fetch_command(models=(), *, revisions=(), revisions_spec: str | None = None, corpora=(), allow_pickle: bool = False,
-                  trust_remote_code: bool = False) -> str:
+def fetch_command(
+    models=(),
+    *,
+    revisions=(),
+    revisions_spec: str | None = None,
+    corpora=(),
+    allow_pickle: bool = False,
+    trust_remote_code: bool = False,
+) -> str:
     """The ``effdepth fetch`` command line that fills the cache for these inputs.
 
     >>> fetch_command(["paper16"], corpora=["hf:wiki"])
@@ -180,7 +208,9 @@ def check_measure_inputs(model_id: str | None, revision: str | None, corpus, *, 
         return
     hub_corpus = [corpus] if parse_hf_corpus(corpus) is not None else []
     if model_id:
-        fix = fetch_command([model_id], revisions=[revision] if revision else [], corpora=hub_corpus, allow_pickle=allow_pickle)
+        fix = fetch_command(
+            [model_id], revisions=[revision] if revision else [], corpora=hub_corpus, allow_pickle=allow_pickle
+        )
     else:
         fix = fetch_command(corpora=hub_corpus or [SHAKESPEARE])
     check_available(needs, fix=fix)
@@ -237,7 +267,9 @@ def check_on_hub(repo: str, revision: str | None = None, *, allow_pickle: bool =
     if getattr(info, "gated", False) and "config.json" in names:
         try:
             with quiet_hub():
-                huggingface_hub.get_hf_file_metadata(huggingface_hub.hf_hub_url(repo, "config.json", revision=commit or revision))
+                huggingface_hub.get_hf_file_metadata(
+                    huggingface_hub.hf_hub_url(repo, "config.json", revision=commit or revision)
+                )
         except Exception as exc:  # noqa: BLE001
             message = None if is_transient(exc) else hub_error_message(exc, repo, revision=revision)
             if message is not None:

@@ -85,7 +85,9 @@ def offline(on: bool = True):
     saved_env = {v: os.environ.get(v) for v in variables}
     saved_hub = huggingface_hub.constants.HF_HUB_OFFLINE
     datasets_config = sys.modules.get("datasets.config")
-    saved_datasets = None if datasets_config is None else (datasets_config.HF_HUB_OFFLINE, datasets_config.HF_DATASETS_OFFLINE)
+    saved_datasets = (
+        None if datasets_config is None else (datasets_config.HF_HUB_OFFLINE, datasets_config.HF_DATASETS_OFFLINE)
+    )
     set_offline(on)
     try:
         yield
@@ -241,8 +243,19 @@ def is_network_error(exc: BaseException) -> bool:
     (True, False)
     """
     names = {k.__name__ for k in type(exc).__mro__}
-    return bool(names & {"ConnectError", "NetworkError", "TransportError", "TimeoutException", "ConnectionError",
-                         "OfflineModeIsEnabled", "gaierror", "TimeoutError"})
+    return bool(
+        names
+        & {
+            "ConnectError",
+            "NetworkError",
+            "TransportError",
+            "TimeoutException",
+            "ConnectionError",
+            "OfflineModeIsEnabled",
+            "gaierror",
+            "TimeoutError",
+        }
+    )
 
 
 def _chain(exc: BaseException | None):
@@ -275,8 +288,11 @@ def is_transient(exc: BaseException) -> bool:
     status = getattr(getattr(answer, "response", None), "status_code", None)
     if status is not None:
         return status >= 500 or status in (408, 429)
-    return any(is_network_error(e) or any(k.__name__ in ("RemoteProtocolError", "ReadError", "ConnectionResetError")
-                                          for k in type(e).__mro__) for e in _chain(exc))
+    return any(
+        is_network_error(e)
+        or any(k.__name__ in ("RemoteProtocolError", "ReadError", "ConnectionResetError") for k in type(e).__mro__)
+        for e in _chain(exc)
+    )
 
 
 def hub_page(repo: str, kind: str = "model") -> str:
@@ -302,30 +318,42 @@ def hub_error_message(exc: BaseException, repo: str, *, kind: str = "model", rev
     if answer is None:
         if is_transient(exc):
             reason = " ".join(str(exc).split())[:160] or type(exc).__name__
-            return (f"the connection to the Hugging Face hub at {hub_endpoint()} failed while reading {what} ({reason}); "
-                    "check the network and run the command again (what was downloaded is kept)")
+            return (
+                f"the connection to the Hugging Face hub at {hub_endpoint()} failed while reading {what} ({reason}); "
+                "check the network and run the command again (what was downloaded is kept)"
+            )
         return None
     response = getattr(answer, "response", None)
     status = getattr(response, "status_code", None)
     if isinstance(answer, errors.GatedRepoError):
-        return (f"{what} is gated: the Hugging Face hub lets only accounts that accepted its terms download it, and this "
-                f"machine is not logged in as one; accept them at {hub_page(repo, kind)}, then run `hf auth login` here "
-                "(or set HF_TOKEN) and try again")
+        return (
+            f"{what} is gated: the Hugging Face hub lets only accounts that accepted its terms download it, and this "
+            f"machine is not logged in as one; accept them at {hub_page(repo, kind)}, then run `hf auth login` here "
+            "(or set HF_TOKEN) and try again"
+        )
     if isinstance(answer, errors.RepositoryNotFoundError):
-        return (f"there is no {kind} {repo} on the Hugging Face hub at {hub_endpoint()} (or it is private and this machine "
-                f"is not logged in); check the name, or run `hf auth login` if it is private")
+        return (
+            f"there is no {kind} {repo} on the Hugging Face hub at {hub_endpoint()} (or it is private and this machine "
+            f"is not logged in); check the name, or run `hf auth login` if it is private"
+        )
     if isinstance(answer, errors.RevisionNotFoundError):
-        return (f"{kind} {repo} has no revision {revision or 'main'} (no such branch, tag or commit on the Hugging Face hub)"
-                f"{branch_hint(repo, kind)}; check {spelled('--revision', 'revision=') if kind == 'model' else 'the revision'}")
+        return (
+            f"{kind} {repo} has no revision {revision or 'main'} (no such branch, tag or commit on the Hugging Face hub)"
+            f"{branch_hint(repo, kind)}; check {spelled('--revision', 'revision=') if kind == 'model' else 'the revision'}"
+        )
     if isinstance(answer, errors.DisabledRepoError):
         return f"{kind} {repo} is disabled on the Hugging Face hub (its owner or the hub turned it off); choose another"
     if status is not None and (status >= 500 or status in (408, 429)):
         reason = getattr(response, "reason_phrase", "") or ""
-        return (f"the Hugging Face hub at {hub_endpoint()} answered {status} {reason}".rstrip() + f" while reading {what} "
-                "(a fault or overload on its side); run the command again in a while (what was downloaded is kept)")
+        return (
+            f"the Hugging Face hub at {hub_endpoint()} answered {status} {reason}".rstrip() + f" while reading {what} "
+            "(a fault or overload on its side); run the command again in a while (what was downloaded is kept)"
+        )
     if status in (401, 403):
-        return (f"the Hugging Face hub refused access to {what} ({status}); check the token of `hf auth login` (or "
-                "HF_TOKEN) and that your account may read it")
+        return (
+            f"the Hugging Face hub refused access to {what} ({status}); check the token of `hf auth login` (or "
+            "HF_TOKEN) and that your account may read it"
+        )
     return None
 
 

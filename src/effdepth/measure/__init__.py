@@ -23,13 +23,35 @@ from .prepare import Prepared, prepare, stored_carry
 from .results import result_from_accumulator, states_result, summarise, token_result
 from .state import MeasurementState, accumulate, check_kernel_memory, fit_views, run_fingerprint
 
-__all__ = ["measure", "run_measurement", "prepare", "measure_prepared", "from_states", "Prepared", "MeasurementState",
-           "accumulate", "fit_views", "result_from_accumulator", "states_result", "summarise", "token_result",
-           "validate_options", "DEFAULTS"]
+__all__ = [
+    "measure",
+    "run_measurement",
+    "prepare",
+    "measure_prepared",
+    "from_states",
+    "Prepared",
+    "MeasurementState",
+    "accumulate",
+    "fit_views",
+    "result_from_accumulator",
+    "states_result",
+    "summarise",
+    "token_result",
+    "validate_options",
+    "DEFAULTS",
+]
 
 
-def measure(model=None, corpus=None, *, checkpoint: str | Path | None = None, resume: bool = False,
-            checkpoint_every_s: float = 30.0, progress: bool = True, **options) -> Result:
+def measure(
+    model=None,
+    corpus=None,
+    *,
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
+    checkpoint_every_s: float = 30.0,
+    progress: bool = True,
+    **options,
+) -> Result:
     """Measure the effective depth of a causal LM's residual stream.
 
     ``model``: a Hugging Face id, a local folder, a ``.gguf`` file, a loaded
@@ -92,8 +114,14 @@ def run_measurement(options: Options, run: RunOptions | None = None) -> Result:
     return result
 
 
-def measure_prepared(prepared: Prepared, analysis: AnalysisOptions | None = None, *, run: RunOptions | None = None,
-                     with_loss: bool = False, started: float | None = None) -> Result:
+def measure_prepared(
+    prepared: Prepared,
+    analysis: AnalysisOptions | None = None,
+    *,
+    run: RunOptions | None = None,
+    with_loss: bool = False,
+    started: float | None = None,
+) -> Result:
     """Measure an already prepared model and corpus.
 
     ``with_loss`` runs the full model (LM head included) and records the mean
@@ -115,8 +143,10 @@ def measure_prepared(prepared: Prepared, analysis: AnalysisOptions | None = None
     """
     analysis = analysis or AnalysisOptions(pooling="none")
     if analysis.passages:
-        raise EffdepthError("measure_prepared accumulates per-token statistics (token mode): give "
-                            "AnalysisOptions(pooling='none', ...), or measure passage mode with effdepth.measure")
+        raise EffdepthError(
+            "measure_prepared accumulates per-token statistics (token mode): give "
+            "AnalysisOptions(pooling='none', ...), or measure passage mode with effdepth.measure"
+        )
     run = run or RunOptions()
     started = time.perf_counter() if started is None else started
     check_kernel_memory(prepared, analysis)
@@ -126,8 +156,18 @@ def measure_prepared(prepared: Prepared, analysis: AnalysisOptions | None = None
     return result_from_accumulator(prepared, state, analysis, started=started, run=facts)
 
 
-def from_states(states, *, mask=None, views=("default",), similarity=DEFAULT_SIMILARITY, include_embedding: bool = False,
-                bootstrap: int = 0, seed: int = 0, pc_estimate: str = "calibration", surrogate_seqs: int | None = 0) -> Result:
+def from_states(
+    states,
+    *,
+    mask=None,
+    views=("default",),
+    similarity=DEFAULT_SIMILARITY,
+    include_embedding: bool = False,
+    bootstrap: int = 0,
+    seed: int = 0,
+    pc_estimate: str = "calibration",
+    surrogate_seqs: int | None = 0,
+) -> Result:
     """D_eff and everything else from states you already have.
 
     ``states`` is ``(L+1, tokens, d)`` (one sequence) or ``(L+1, batch, seq,
@@ -142,8 +182,16 @@ def from_states(states, *, mask=None, views=("default",), similarity=DEFAULT_SIM
     >>> round(effdepth.from_states(s).default.deff, 12)
     1.0
     """
-    analysis = AnalysisOptions(pooling="none", views=views, similarity=similarity, include_embedding=include_embedding,
-                               bootstrap=bootstrap, seed=seed, pc_estimate=pc_estimate, surrogate_seqs=surrogate_seqs)
+    analysis = AnalysisOptions(
+        pooling="none",
+        views=views,
+        similarity=similarity,
+        include_embedding=include_embedding,
+        bootstrap=bootstrap,
+        seed=seed,
+        pc_estimate=pc_estimate,
+        surrogate_seqs=surrogate_seqs,
+    )
     s = torch.as_tensor(states)
     if not torch.is_floating_point(s):
         s = s.to(torch.float64)
@@ -187,8 +235,9 @@ def _checked_mask(mask, states: torch.Tensor, three_d: bool) -> torch.Tensor | N
             f"it must be {want}, one entry per token (True/1 = real token)"
         )
     if not bool(m.any()):
-        raise EffdepthError("the mask marks no real token (every row is padding): nothing to measure; "
-                            "mark real tokens with True/1")
+        raise EffdepthError(
+            "the mask marks no real token (every row is padding): nothing to measure; mark real tokens with True/1"
+        )
     return m.bool()
 
 
@@ -201,8 +250,13 @@ def _check_user_states(states: torch.Tensor, bootstrap: int) -> None:
             f"states[{layer}] contains NaN or infinite values; from_states takes them as given, so check how they were computed"
         )
     if not bool(states.flatten(1).abs().amax(dim=1).gt(0).any()):
-        warnings.warn("every state is zero: D_eff is then N by convention (zero states count as orthogonal) and says nothing about a model",
-                      stacklevel=3)
+        warnings.warn(
+            "every state is zero: D_eff is then N by convention (zero states count as orthogonal) and says nothing about a model",
+            stacklevel=3,
+        )
     if bootstrap > 0 and states.shape[1] < 2:
-        warnings.warn(f"bootstrap={bootstrap} but the states hold one sequence, and sequences are the bootstrap's units: "
-                      "no interval; pass (L+1, batch, seq, d) with several sequences", stacklevel=3)
+        warnings.warn(
+            f"bootstrap={bootstrap} but the states hold one sequence, and sequences are the bootstrap's units: "
+            "no interval; pass (L+1, batch, seq, d) with several sequences",
+            stacklevel=3,
+        )

@@ -32,7 +32,10 @@ def stored_carry(model) -> dict | None:
     warnings.warn(
         f"this checkpoint was trained with residual carry {float(lam):g} in blocks {layers}, but a plain measurement runs it "
         f"with carry 1 (the unmodified stream); to measure it as trained: effdepth intervene MODEL --carry {float(lam):g} "
-        f"--layers {layers}, or effdepth.experiment.measure_checkpoint(path)", UserWarning, stacklevel=3)
+        f"--layers {layers}, or effdepth.experiment.measure_checkpoint(path)",
+        UserWarning,
+        stacklevel=3,
+    )
     return {"carry": float(lam), "layers": layers, "applied": False}
 
 
@@ -64,8 +67,16 @@ def prepare(load: LoadOptions | Options, *, progress: bool = True, passages: boo
     """
     from ..data.corpus import is_token_ids, load_corpus
     from ..hub import check_measure_inputs
-    from ..models import (ModelSource, check_sequence_length, load_model, load_named_tokenizer, load_tokenizer, locate_model,
-                         prepare_source, source_config)
+    from ..models import (
+        ModelSource,
+        check_sequence_length,
+        load_model,
+        load_named_tokenizer,
+        load_tokenizer,
+        locate_model,
+        prepare_source,
+        source_config,
+    )
 
     load = load.load if isinstance(load, Options) else load
     # TransformerLens and nnsight objects (None for anything else): measured through their own hooks or module.
@@ -82,8 +93,12 @@ def prepare(load: LoadOptions | Options, *, progress: bool = True, passages: boo
             source = locate_model(source, revision=load.revision, trust_remote_code=load.trust_remote_code)
     # Offline, or with no way to the hub: fail in seconds when the cache lacks the model or corpus.
     on_hub = isinstance(source, ModelSource) and source.info.get("source") == "hub"
-    check_measure_inputs(source.info["id"] if on_hub else None, source.kwargs.get("revision") if on_hub else None,
-                         load.corpus, allow_pickle=load.allow_pickle)
+    check_measure_inputs(
+        source.info["id"] if on_hub else None,
+        source.kwargs.get("revision") if on_hub else None,
+        load.corpus,
+        allow_pickle=load.allow_pickle,
+    )
     if not isinstance(source, torch.nn.Module):
         # A .gguf file's first load: parsed once into a dequantised copy that config, tokenizer and weights load from.
         source = prepare_source(source, progress=progress)
@@ -92,24 +107,41 @@ def prepare(load: LoadOptions | Options, *, progress: bool = True, passages: boo
         if tokenizer is None:
             tokenizer = load_tokenizer(source)
             if tokenizer is None and not is_token_ids(load.corpus):
-                label = load.corpus if isinstance(load.corpus, str) else "shakespeare" if load.corpus is None else "texts"
-                raise EffdepthError(f"model {source.info.get('id')!r} has no tokenizer effdepth can load, and corpus "
-                                    f"'{label}' is text; {tokenizer_hint()}")
+                label = (
+                    load.corpus if isinstance(load.corpus, str) else "shakespeare" if load.corpus is None else "texts"
+                )
+                raise EffdepthError(
+                    f"model {source.info.get('id')!r} has no tokenizer effdepth can load, and corpus "
+                    f"'{label}' is text; {tokenizer_hint()}"
+                )
     if passages:
         from ..data.passages import load_passages
 
-        tokens = load_passages(load.corpus, tokenizer, max_len=load.seq_len, num_passages=load.num_seqs, seed=load.seed,
-                               bos=load.bos, split=load.passage_split)
+        tokens = load_passages(
+            load.corpus,
+            tokenizer,
+            max_len=load.seq_len,
+            num_passages=load.num_seqs,
+            seed=load.seed,
+            bos=load.bos,
+            split=load.passage_split,
+        )
     else:
-        tokens = load_corpus(load.corpus, tokenizer, seq_len=load.seq_len, num_seqs=load.num_seqs, seed=load.seed,
-                             add_bos=load.add_bos)
+        tokens = load_corpus(
+            load.corpus, tokenizer, seq_len=load.seq_len, num_seqs=load.num_seqs, seed=load.seed, add_bos=load.add_bos
+        )
 
     if external is not None and external.architecture is not None:  # TransformerLens runs through its own hooks
         lm, arch = external.loaded(dtype=load.dtype, device=load.device), external.architecture
     else:
         lm = load_model(
-            source, dtype=load.dtype, device=load.device, device_map=load.device_map, tokenizer=tokenizer,
-            allow_pickle=load.allow_pickle, progress=progress,
+            source,
+            dtype=load.dtype,
+            device=load.device,
+            device_map=load.device_map,
+            tokenizer=tokenizer,
+            allow_pickle=load.allow_pickle,
+            progress=progress,
         )
         arch = resolve_architecture(lm.model, blocks_path=load.blocks_path, embedding_path=load.embedding_path)
         if external is not None:  # nnsight: recorded in the provenance

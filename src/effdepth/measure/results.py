@@ -24,8 +24,9 @@ from .state import MeasurementState
 SIZE_REFERENCE_EMBEDDING = "S_0 counted as one mean-size update"
 
 
-def token_result(state: MeasurementState, analysis: AnalysisOptions, *, provenance: dict, stack: dict,
-                 sequences: dict | None = None) -> Result:
+def token_result(
+    state: MeasurementState, analysis: AnalysisOptions, *, provenance: dict, stack: dict, sequences: dict | None = None
+) -> Result:
     """The :class:`Result` of token-mode statistics: the summaries of every similarity and view
     (:func:`summarise`), the config (``sequences``: the corpus's shape, when there was one; the
     analysis, :func:`analysis_config`; ``stack``: how the states were made), ``provenance``, and
@@ -41,11 +42,19 @@ def token_result(state: MeasurementState, analysis: AnalysisOptions, *, provenan
     views, others, unavailable = summarise(state, analysis)
     config = {**(sequences or {}), **analysis_config(analysis, state.views), **stack}
     extras = {"loss": state.loss.compute()} if state.loss is not None else {}
-    return Result(views=views, config=config, provenance=provenance, extras=extras, others=others, unavailable=unavailable)
+    return Result(
+        views=views, config=config, provenance=provenance, extras=extras, others=others, unavailable=unavailable
+    )
 
 
-def result_from_accumulator(prepared: Prepared, state: MeasurementState, analysis: AnalysisOptions, *,
-                            started: float | None = None, run: dict | None = None) -> Result:
+def result_from_accumulator(
+    prepared: Prepared,
+    state: MeasurementState,
+    analysis: AnalysisOptions,
+    *,
+    started: float | None = None,
+    run: dict | None = None,
+) -> Result:
     """Metrics, intervals, config and provenance of a corpus run's accumulated statistics."""
     lm, arch, tokens = prepared.lm, prepared.arch, prepared.tokens
     acc = state.views
@@ -72,11 +81,18 @@ def result_from_accumulator(prepared: Prepared, state: MeasurementState, analysi
     return token_result(state, analysis, provenance=provenance, stack=stack, sequences=sequences)
 
 
-def states_result(state: MeasurementState, analysis: AnalysisOptions, *, num_layers: int, model: dict | None = None) -> Result:
+def states_result(
+    state: MeasurementState, analysis: AnalysisOptions, *, num_layers: int, model: dict | None = None
+) -> Result:
     """The :class:`Result` of statistics accumulated from states a user brought (``from_states``,
     ``effdepth.Accumulator``); ``model`` is the provenance of the states."""
-    provenance = {"model": model or {"source": "states"}, "code": code_version(), "libraries": library_versions(), "created": now(),
-                  "padding_rows_skipped": state.views.padding_rows}
+    provenance = {
+        "model": model or {"source": "states"},
+        "code": code_version(),
+        "libraries": library_versions(),
+        "created": now(),
+        "padding_rows_skipped": state.views.padding_rows,
+    }
     return token_result(state, analysis, provenance=provenance, stack={"num_layers": num_layers})
 
 
@@ -84,8 +100,14 @@ def summarise(state: MeasurementState, analysis: AnalysisOptions) -> tuple:
     """``(primary views, {other similarity: views}, {similarity: {view: reason}})`` of a measurement."""
     by_similarity, unavailable = {}, {}
     for sim in analysis.similarity:
-        done, missing = view_summaries(state.views, similarity=sim, include_embedding=analysis.include_embedding,
-                                       bootstrap=analysis.bootstrap, seed=analysis.seed, calibrated=state.calibrated)
+        done, missing = view_summaries(
+            state.views,
+            similarity=sim,
+            include_embedding=analysis.include_embedding,
+            bootstrap=analysis.bootstrap,
+            seed=analysis.seed,
+            calibrated=state.calibrated,
+        )
         by_similarity[sim] = view_results(done)
         if missing:
             unavailable[sim] = missing
@@ -94,11 +116,15 @@ def summarise(state: MeasurementState, analysis: AnalysisOptions) -> tuple:
         spec = get_similarity(primary)
         other = "" if spec.additive else f", or put {' or '.join(COSINE_SIMILARITIES)} first in --similarity"
         if spec.unit == "pair" and state.views.bootstrap_units(primary) == 0:  # no pair at all: every view says so
-            raise EffdepthError(f"token-mode {primary} compares the sequences of a pair, and fewer than two sequences "
-                                f"were measured; measure at least two sequences{other}")
+            raise EffdepthError(
+                f"token-mode {primary} compares the sequences of a pair, and fewer than two sequences "
+                f"were measured; measure at least two sequences{other}"
+            )
         reasons = "; ".join(f"{v}: {r}" for v, r in unavailable.get(primary, {}).items())
-        raise EffdepthError(f"no view has a {primary} value ({reasons}); use longer sequences (--seq-len) "
-                            f"or a view that keeps position 0{other}")
+        raise EffdepthError(
+            f"no view has a {primary} value ({reasons}); use longer sequences (--seq-len) "
+            f"or a view that keeps position 0{other}"
+        )
     return by_similarity[primary], {s: by_similarity[s] for s in rest}, unavailable
 
 
@@ -129,8 +155,10 @@ def cosine_summaries(similarities) -> str:
     """
     if keeps_cosine_sums(similarities):
         return "every view"
-    return ("untransformed views only (default, drop-pos0, pos0-only): under kernel similarities alone the "
-            "transformed views keep no cosine sums")
+    return (
+        "untransformed views only (default, drop-pos0, pos0-only): under kernel similarities alone the "
+        "transformed views keep no cosine sums"
+    )
 
 
 CKA_CHOICES = {

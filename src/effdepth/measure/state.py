@@ -20,7 +20,14 @@ from pathlib import Path
 import torch
 
 from ..capture.batches import is_out_of_memory, state_batches
-from ..checkpoint import CheckpointMismatch, MeasurementInterrupted, graceful_interrupts, load_checkpoint, remove_checkpoint, save_checkpoint
+from ..checkpoint import (
+    CheckpointMismatch,
+    MeasurementInterrupted,
+    graceful_interrupts,
+    load_checkpoint,
+    remove_checkpoint,
+    save_checkpoint,
+)
 from ..errors import EffdepthError
 from ..numerics.accumulate import statistics_for
 from ..numerics.cka_full import check_cka_full_memory
@@ -56,21 +63,38 @@ class MeasurementState:
     loss: LossAccumulator | None = None
 
     @classmethod
-    def new(cls, analysis: AnalysisOptions, *, with_loss: bool = False, first_sequence: int = 0,
-            surrogate_limit: int | None = None) -> "MeasurementState":
+    def new(
+        cls,
+        analysis: AnalysisOptions,
+        *,
+        with_loss: bool = False,
+        first_sequence: int = 0,
+        surrogate_limit: int | None = None,
+    ) -> "MeasurementState":
         """Empty statistics for ``analysis``; ``first_sequence`` and ``surrogate_limit`` place a
         distributed rank's share among all sequences (the surrogate noise is drawn per global sequence)."""
-        views = ViewAccumulator(analysis.view_specs, include_embedding=analysis.include_embedding,
-                                pc_estimate=analysis.pc_estimate, similarities=analysis.similarity,
-                                cka_full_budget_bytes=analysis.max_memory, statistics=statistics_for(analysis.similarity))
+        views = ViewAccumulator(
+            analysis.view_specs,
+            include_embedding=analysis.include_embedding,
+            pc_estimate=analysis.pc_estimate,
+            similarities=analysis.similarity,
+            cka_full_budget_bytes=analysis.max_memory,
+            statistics=statistics_for(analysis.similarity),
+        )
         calibrated = None
         # Not for a similarity without calibrated references (cka-full: its surrogates would double its memory).
         kernel_free = [s for s in analysis.similarity if get_similarity(s).calibrated]
         if analysis.surrogate_seqs != 0 and kernel_free:
             limit = analysis.surrogate_seqs if surrogate_limit is None else surrogate_limit
-            calibrated = CalibratedReferences(analysis.view_specs, include_embedding=analysis.include_embedding,
-                                              similarities=kernel_free, seed=analysis.seed, max_seqs=limit,
-                                              fit_seqs=analysis.surrogate_seqs, first_sequence=first_sequence)
+            calibrated = CalibratedReferences(
+                analysis.view_specs,
+                include_embedding=analysis.include_embedding,
+                similarities=kernel_free,
+                seed=analysis.seed,
+                max_seqs=limit,
+                fit_seqs=analysis.surrogate_seqs,
+                first_sequence=first_sequence,
+            )
         return cls(views, calibrated, LossAccumulator() if with_loss else None)
 
     @property
@@ -120,9 +144,11 @@ class MeasurementState:
     def compute(self) -> dict:
         """What every stream gives: ``views`` (their units, ``ViewAccumulator.compute``), ``calibrated``
         (the surrogates', by kind) and ``loss`` (``None`` where not measured)."""
-        return {"views": self.views.compute(),
-                "calibrated": None if self.calibrated is None else self.calibrated.compute(),
-                "loss": None if self.loss is None else self.loss.compute()}
+        return {
+            "views": self.views.compute(),
+            "calibrated": None if self.calibrated is None else self.calibrated.compute(),
+            "loss": None if self.loss is None else self.loss.compute(),
+        }
 
     def state_dict(self) -> tuple:
         """``(arrays, meta)`` of every stream, for a checkpoint."""
@@ -137,7 +163,9 @@ class MeasurementState:
         """Continue from :meth:`state_dict` of a measurement with the same options."""
         self.views.load_state_dict({k: v for k, v in arrays.items() if not k.startswith("cal/")}, meta["accumulator"])
         if self.calibrated is not None:
-            self.calibrated.load_state_dict({k[4:]: v for k, v in arrays.items() if k.startswith("cal/")}, meta["calibrated"])
+            self.calibrated.load_state_dict(
+                {k[4:]: v for k, v in arrays.items() if k.startswith("cal/")}, meta["calibrated"]
+            )
         if self.loss is not None and meta.get("loss"):
             self.loss.load_state_dict({}, meta["loss"])
 
@@ -147,7 +175,9 @@ def check_kernel_memory(prepared: Prepared, analysis: AnalysisOptions) -> None:
     if not any(get_similarity(s).memory_check for s in analysis.similarity):
         return
     embedding = prepared.lm.model.get_input_embeddings() if hasattr(prepared.lm.model, "get_input_embeddings") else None
-    hidden = getattr(embedding, "embedding_dim", None) or getattr(getattr(prepared.lm.model, "config", None), "hidden_size", None)
+    hidden = getattr(embedding, "embedding_dim", None) or getattr(
+        getattr(prepared.lm.model, "config", None), "hidden_size", None
+    )
     if hidden:
         check_cka_full_memory(analysis.view_specs, prepared.arch.num_layers + 1, int(hidden), analysis.max_memory)
 
@@ -174,8 +204,16 @@ def fitted_rows(tokens, pc_estimate: str) -> int:
     return tokens.num_seqs if pc_estimate == "exact" else calibration_prefix(tokens.lengths())
 
 
-def fit_views(prepared: Prepared, state: MeasurementState, batch_size: int, *, progress: bool = True,
-              facts: dict | None = None, stop=None, keep: bool = False) -> list:
+def fit_views(
+    prepared: Prepared,
+    state: MeasurementState,
+    batch_size: int,
+    *,
+    progress: bool = True,
+    facts: dict | None = None,
+    stop=None,
+    keep: bool = False,
+) -> list:
     """The fit phase: forward passes over the fitted sequences (:func:`fitted_rows`), fed to the
     fits of the views that need one; nothing when none does or the fits exist (a resumed run).
     ``stop()`` true between batches ends it early (an interrupted run), with no fit.
@@ -191,8 +229,9 @@ def fit_views(prepared: Prepared, state: MeasurementState, batch_size: int, *, p
     tokens = prepared.tokens.rows(0, fitted_rows(prepared.tokens, state.views.pc_estimate))
     keep = keep and state.views.pc_estimate == "calibration" and state.loss is None
     held, sequences, real = [], 0, 0
-    for batch in state_batches(prepared.lm.model, prepared.arch, tokens, batch_size, label="fitting views",
-                               progress=progress, facts=facts):
+    for batch in state_batches(
+        prepared.lm.model, prepared.arch, tokens, batch_size, label="fitting views", progress=progress, facts=facts
+    ):
         state.fit_batch(batch.states, batch.mask)
         if keep:  # the capture buffer is reused by the next forward pass
             held.append(batch._replace(states=batch.states.clone()))
@@ -224,8 +263,14 @@ def update_statistics(state: MeasurementState, batch) -> None:
         ) from None
 
 
-def accumulate(prepared: Prepared, state: MeasurementState, batch_size: int, *, run: RunOptions | None = None,
-               fingerprint: dict | None = None) -> dict:
+def accumulate(
+    prepared: Prepared,
+    state: MeasurementState,
+    batch_size: int,
+    *,
+    run: RunOptions | None = None,
+    fingerprint: dict | None = None,
+) -> dict:
     """Fit the views that need it (:func:`fit_views`), then feed every sequence of ``prepared`` to
     ``state``; returns run facts.
 
@@ -247,13 +292,27 @@ def accumulate(prepared: Prepared, state: MeasurementState, batch_size: int, *, 
     last_save = time.monotonic()
     with graceful_interrupts() as interrupted:
         try:
-            fitted = fit_views(prepared, state, batch_size, progress=run.progress, facts=facts,
-                               stop=lambda: bool(interrupted), keep=True)
+            fitted = fit_views(
+                prepared,
+                state,
+                batch_size,
+                progress=run.progress,
+                facts=facts,
+                stop=lambda: bool(interrupted),
+                keep=True,
+            )
             if interrupted:
                 raise KeyboardInterrupt
-            passes = state_batches(lm.model, arch, tokens, batch_size, progress=run.progress,
-                                   full_model=state.loss is not None, start=acc.rows + sum(b.input_ids.shape[0] for b in fitted),
-                                   facts=facts)
+            passes = state_batches(
+                lm.model,
+                arch,
+                tokens,
+                batch_size,
+                progress=run.progress,
+                full_model=state.loss is not None,
+                start=acc.rows + sum(b.input_ids.shape[0] for b in fitted),
+                facts=facts,
+            )
             for batch in itertools.chain(_drained(fitted), passes):
                 with interrupted.deferred():
                     update_statistics(state, batch)
@@ -269,8 +328,11 @@ def accumulate(prepared: Prepared, state: MeasurementState, batch_size: int, *, 
     if interrupted:
         name = signal.Signals(interrupted.signal).name
         if not state.fitted:
-            raise MeasurementInterrupted(f"interrupted by {name} while fitting the views, before any sequence was measured; "
-                                         "nothing to resume: run it again", interrupted.signal)
+            raise MeasurementInterrupted(
+                f"interrupted by {name} while fitting the views, before any sequence was measured; "
+                "nothing to resume: run it again",
+                interrupted.signal,
+            )
         command = (run.record or {}).get("command") or f"--resume {folder.parent}" if folder else ""
         where = f"; partial statistics saved in {folder}, continue with: {command}" if folder else ""
         raise MeasurementInterrupted(

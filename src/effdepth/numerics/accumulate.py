@@ -153,8 +153,10 @@ def sums_in_chunks(states: torch.Tensor, sums: dict, transforms: dict, chunk_tok
         for key, total in sums.items():
             transform = transforms.get(key)
             total.add(chunk if transform is None else transform(chunk))
-    return {key: tuple(None if part is None else statistics_to_numpy(part) for part in total.finish())
-            for key, total in sums.items()}
+    return {
+        key: tuple(None if part is None else statistics_to_numpy(part) for part in total.finish())
+        for key, total in sums.items()
+    }
 
 
 def statistics_for(similarities) -> tuple:
@@ -241,8 +243,14 @@ class SequenceSums:
     True
     """
 
-    def __init__(self, include_embedding: bool, keys: tuple = STAT_KEYS, *, split_first: bool = True,
-                 group_tokens: int | None = None):
+    def __init__(
+        self,
+        include_embedding: bool,
+        keys: tuple = STAT_KEYS,
+        *,
+        split_first: bool = True,
+        group_tokens: int | None = None,
+    ):
         self.include_embedding = include_embedding
         self.wanted = set(keys)
         self.split_first = split_first
@@ -367,8 +375,11 @@ class SequenceSums:
         """The statistics of no token at all."""
         m, dtype, device = self._shape
         zeros = empty_statistics(m, self.include_embedding)
-        return {k: v if k == "n" else torch.as_tensor(v, dtype=dtype, device=device)
-                for k, v in zeros.items() if k in self.wanted | {"n"}}
+        return {
+            k: v if k == "n" else torch.as_tensor(v, dtype=dtype, device=device)
+            for k, v in zeros.items()
+            if k in self.wanted | {"n"}
+        }
 
 
 def _joined(tensors: list) -> torch.Tensor:

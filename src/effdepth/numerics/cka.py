@@ -77,7 +77,9 @@ def require_cka_view(spec: ViewSpec, similarity: str = "cka") -> None:
     """
     if not has_cka_value(spec):
         kept = "one token" if spec.max_tokens == 1 else f"{spec.max_tokens} tokens"
-        raise ViewUnavailable(spec.name, similarity, f"{spec.selection} keeps {kept} per sequence; cka needs at least {MIN_TOKENS}")
+        raise ViewUnavailable(
+            spec.name, similarity, f"{spec.selection} keeps {kept} per sequence; cka needs at least {MIN_TOKENS}"
+        )
 
 
 def has_cka_value(spec: ViewSpec) -> bool:
@@ -199,8 +201,12 @@ def empty_cka_unit(num_states: int) -> dict:
     ((3, 3), 0.0)
     """
     m = num_states
-    return {"hsic": np.zeros((m, m)), "update_hsic": np.zeros((m, m)), "cka_pairs": np.asarray(0.0),
-            "cka_tokens": np.asarray(0.0)}
+    return {
+        "hsic": np.zeros((m, m)),
+        "update_hsic": np.zeros((m, m)),
+        "cka_pairs": np.asarray(0.0),
+        "cka_tokens": np.asarray(0.0),
+    }
 
 
 class CkaPairs:
@@ -288,21 +294,27 @@ class CkaPairs:
         arrays = self.unit_arrays()
         if self.partner is not None:
             arrays["partner|states"] = self.partner[1].detach().to("cpu", _kept_dtype(self.partner[1].dtype)).numpy()
-        meta = {"partner": None if self.partner is None else
-                {"index": self.partner[0], "device": str(self.partner[1].device)}}
+        meta = {
+            "partner": None
+            if self.partner is None
+            else {"index": self.partner[0], "device": str(self.partner[1].device)}
+        }
         return arrays, meta
 
     def load_state_dict(self, arrays: dict, meta: dict) -> None:
         """Continue from :meth:`state_dict` (the arrays may hold other statistics' keys too)."""
         for key in self.units:
             prefix = f"{self.labels[key]}|"
-            cols = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+            cols = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
             n = len(cols["hsic"]) if cols else 0
             self.units[key] = [{k: v[i] for k, v in cols.items()} for i in range(n)]
         self.firsts = [int(f) for f in arrays.get("pairs|first", ())]
         partner = meta.get("partner") if self.units else None
-        self.partner = None if partner is None else (
-            int(partner["index"]), torch.from_numpy(np.asarray(arrays["partner|states"])).to(partner["device"]))
+        self.partner = (
+            None
+            if partner is None
+            else (int(partner["index"]), torch.from_numpy(np.asarray(arrays["partner|states"])).to(partner["device"]))
+        )
 
 
 class PendingPairs:

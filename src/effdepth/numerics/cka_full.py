@@ -174,7 +174,9 @@ class PooledCka:
             self.cross[at : at + m - i] += block
         step = torch.cat([delta[:1], delta[1:] - delta[:-1]])
         step_sums = torch.cat([sums_b[:1], sums_b[1:] - sums_b[:-1]])
-        self.increment_sq += other.increment_sq.to(self.shift) + 2.0 * (step * step_sums).sum(-1) + nb * step.square().sum(-1)
+        self.increment_sq += (
+            other.increment_sq.to(self.shift) + 2.0 * (step * step_sums).sum(-1) + nb * step.square().sum(-1)
+        )
         self.sums += sums_b + nb * delta
         self.count += other.count
 

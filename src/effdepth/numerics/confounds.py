@@ -42,10 +42,19 @@ def length_distribution(lengths, seq_len: int | None = None) -> dict:
     """
     n = np.asarray(lengths, dtype=np.int64)
     q1, median, q3 = (float(x) for x in np.percentile(n, [25, 50, 75]))
-    return {"passages": int(len(n)), "min": int(n.min()), "q1": q1, "median": median, "q3": q3, "max": int(n.max()),
-            "mean": round(float(n.mean()), 3), "distinct": int(len(np.unique(n))), "equal": bool(n.min() == n.max()),
-            "seq_len": None if seq_len is None else int(seq_len),
-            "share_at_seq_len": None if seq_len is None else round(float((n == int(seq_len)).mean()), 4)}
+    return {
+        "passages": int(len(n)),
+        "min": int(n.min()),
+        "q1": q1,
+        "median": median,
+        "q3": q3,
+        "max": int(n.max()),
+        "mean": round(float(n.mean()), 3),
+        "distinct": int(len(np.unique(n))),
+        "equal": bool(n.min() == n.max()),
+        "seq_len": None if seq_len is None else int(seq_len),
+        "share_at_seq_len": None if seq_len is None else round(float((n == int(seq_len)).mean()), 4),
+    }
 
 
 @dataclass(frozen=True)
@@ -83,8 +92,9 @@ class Subsamples:
             k = g // fraction
             passages = [int(units.sizes[order[:k]].sum()) for order in orders]
             if k < 1 or min(passages) < MIN_SUBSAMPLE:
-                notes.append(f"N/{fraction}: {min(passages)} passage(s), below the {MIN_SUBSAMPLE} a subsample needs; "
-                             "left out")
+                notes.append(
+                    f"N/{fraction}: {min(passages)} passage(s), below the {MIN_SUBSAMPLE} a subsample needs; left out"
+                )
                 continue
             for order in orders:
                 row = np.zeros(g)
@@ -109,21 +119,37 @@ def subsample_curve(subsamples: Subsamples, rows: np.ndarray, full: float, full_
     rows = np.asarray(rows, dtype=np.float64)
     points = []
     for i, size in enumerate(subsamples.sizes):
-        values = rows[i * subsamples.draws:(i + 1) * subsamples.draws]
+        values = rows[i * subsamples.draws : (i + 1) * subsamples.draws]
         finite = values[np.isfinite(values)]
-        points.append({"fraction": size["fraction"], "passages": round(float(np.mean(size["passages"])), 1),
-                       "deff": _round(finite.mean()) if len(finite) else None,
-                       "sd": _round(finite.std(ddof=1)) if len(finite) > 1 else None,
-                       "range": [_round(finite.min()), _round(finite.max())] if len(finite) else None,
-                       "draws": int(len(finite))})
-    points.append({"fraction": "N", "passages": float(samples), "deff": _round(full), "sd": None,
-                   "interval": None if full_ci is None else [_round(x) for x in full_ci], "draws": 1})
+        points.append(
+            {
+                "fraction": size["fraction"],
+                "passages": round(float(np.mean(size["passages"])), 1),
+                "deff": _round(finite.mean()) if len(finite) else None,
+                "sd": _round(finite.std(ddof=1)) if len(finite) > 1 else None,
+                "range": [_round(finite.min()), _round(finite.max())] if len(finite) else None,
+                "draws": int(len(finite)),
+            }
+        )
+    points.append(
+        {
+            "fraction": "N",
+            "passages": float(samples),
+            "deff": _round(full),
+            "sd": None,
+            "interval": None if full_ci is None else [_round(x) for x in full_ci],
+            "draws": 1,
+        }
+    )
     half = None if full_ci is None else (full_ci[1] - full_ci[0]) / 2
     last = None
     if len(points) > 1 and points[-2]["fraction"] == "N/2" and points[-2]["deff"] is not None:
         moved = abs(full - points[-2]["deff"])
-        last = {"moved": _round(moved), "half_width": None if half is None else _round(half),
-                "exceeds_half_width": None if half is None else bool(moved > half)}
+        last = {
+            "moved": _round(moved),
+            "half_width": None if half is None else _round(half),
+            "exceeds_half_width": None if half is None else bool(moved > half),
+        }
     return {"points": points, "last_doubling": last}
 
 
@@ -147,11 +173,20 @@ def confound_table(draws: dict, reference: float, level: float) -> dict:
     for view, values in draws.items():
         values = np.asarray(values, dtype=np.float64)
         ci = percentile_interval(values[1:], level)
-        row = {"deff": _round(values[0]), "ci": ci, "ratio": _round(values[0] / reference),
-               "ratio_ci": None if ci is None else [_round(x / reference) for x in ci]}
+        row = {
+            "deff": _round(values[0]),
+            "ci": ci,
+            "ratio": _round(values[0] / reference),
+            "ratio_ci": None if ci is None else [_round(x / reference) for x in ci],
+        }
         if view != "default":
             difference = values - base
-            row.update({"difference": _round(difference[0]), "difference_ci": percentile_interval(difference[1:], level),
-                        "outside": None if base_ci is None else bool(not base_ci[0] <= values[0] <= base_ci[1])})
+            row.update(
+                {
+                    "difference": _round(difference[0]),
+                    "difference_ci": percentile_interval(difference[1:], level),
+                    "outside": None if base_ci is None else bool(not base_ci[0] <= values[0] <= base_ci[1]),
+                }
+            )
         out[view] = row
     return out

@@ -139,8 +139,11 @@ class FitAccumulator:
         arrays = {} if self.mean is None else {"mean": self.mean.cpu().numpy()}
         if self.scatter is not None:
             arrays["scatter"] = self.scatter.cpu().numpy()
-        return arrays, {"count": self.count, "precision": str(self.precision).removeprefix("torch."),
-                        "scatter": self.want_scatter}
+        return arrays, {
+            "count": self.count,
+            "precision": str(self.precision).removeprefix("torch."),
+            "scatter": self.want_scatter,
+        }
 
     def load_state_dict(self, arrays: dict, meta: dict) -> None:
         self.__init__(getattr(torch, meta["precision"]), meta["scatter"], self.views)
@@ -243,7 +246,9 @@ class ViewFits:
             acc = self._accumulators.get(spec.fit_key)
             fitted_tokens[spec.canonical] = 0 if acc is None else int(acc.count)
             if spec.canonical not in computed:
-                unfitted[key] = "no token of this view in the fitted sequences to fit its mean / principal directions on"
+                unfitted[key] = (
+                    "no token of this view in the fitted sequences to fit its mean / principal directions on"
+                )
                 continue
             fits[key] = computed[spec.canonical]
             if "eigengap" in fits[key]:
@@ -271,8 +276,10 @@ class ViewFits:
             arrays[f"fit|{name}|mean"] = fit["mean"].cpu().numpy()
             if "pcs" in fit:
                 arrays[f"fit|{name}|pcs"] = fit["pcs"].cpu().numpy()
-        meta = {"fit_info": self.info,
-                "fit_tokens": {self.specs[k].canonical: int(f["tokens"]) for k, f in self.fits.items()}}
+        meta = {
+            "fit_info": self.info,
+            "fit_tokens": {self.specs[k].canonical: int(f["tokens"]) for k, f in self.fits.items()},
+        }
         return arrays, meta
 
     def load_state_dict(self, arrays: dict, meta: dict) -> None:
@@ -337,7 +344,7 @@ def top_eigenpairs(cov: torch.Tensor, k: int) -> tuple:
     if not 1 <= k <= d:
         raise ValueError(f"need 1 <= k <= d = {d} eigenvectors, got k = {k}")
     values, vectors = torch.linalg.eigh(cov.to(torch.float64))
-    return vectors[..., -k:].flip(-1).to(cov.dtype), values[..., -min(k + 1, d):].flip(-1)
+    return vectors[..., -k:].flip(-1).to(cov.dtype), values[..., -min(k + 1, d) :].flip(-1)
 
 
 def relative_eigengap(values: torch.Tensor, k: int) -> list:
@@ -398,8 +405,10 @@ def fit_description(estimate: str, *, sequences: int, tokens: int, whole_run: bo
     if calibration_complete(sequences, tokens):
         return f"calibration on the first {sequences} sequences ({tokens} tokens)"
     where = f"all {sequences} sequences" if whole_run else f"the first batch ({sequences} sequences)"
-    return (f"calibration on {where} ({tokens} tokens): fewer than a calibration set of "
-            f"{CALIBRATION_SEQUENCES} sequences and {CALIBRATION_TOKENS} tokens")
+    return (
+        f"calibration on {where} ({tokens} tokens): fewer than a calibration set of "
+        f"{CALIBRATION_SEQUENCES} sequences and {CALIBRATION_TOKENS} tokens"
+    )
 
 
 def eigengap_notes(spec, gaps: list) -> list:

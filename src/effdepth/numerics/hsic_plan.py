@@ -69,8 +69,10 @@ def route_flops(count: int, samples: int, width: int, units: int, tile_units: in
     """
     m, n, d, g = count, samples, width, units
     pairs = m * (m + 1) // 2
-    return {"gram": (2 * m * n * n * d + 2 * m * m * n * n) * gram_fraction(g, tile_units),
-            "feature": 2 * pairs * n * d * d + 2 * pairs * g * g * d * d + 2 * m * n * d * g}
+    return {
+        "gram": (2 * m * n * n * d + 2 * m * m * n * n) * gram_fraction(g, tile_units),
+        "feature": 2 * pairs * n * d * d + 2 * pairs * g * g * d * d + 2 * m * n * d * g,
+    }
 
 
 def _unit_size(samples: int, units: int) -> int:
@@ -114,8 +116,10 @@ def least_stack_bytes(count: int, samples: int, width: int, units: int, route: s
     """
     route = route or "gram"
     build = fixed_bytes(count, samples, width, units) + (
-        gram_tile_bytes(count, samples, units, 1) if route == "gram" else
-        feature_pair_bytes(samples, width, units) + F64 * _unit_size(samples, units) * units * width)
+        gram_tile_bytes(count, samples, units, 1)
+        if route == "gram"
+        else feature_pair_bytes(samples, width, units) + F64 * _unit_size(samples, units) * units * width
+    )
     return max(build, resample_bytes(count, samples, units, 1))
 
 
@@ -141,8 +145,9 @@ def resample_chunk(count: int, samples: int, units: int, budget_bytes: int) -> i
     return int(max(1, min(RESAMPLE_CHUNK, free // (RESAMPLE_ARRAYS * F64 * count * samples))))
 
 
-def stack_plan(count: int, samples: int, width: int, units: int, budget_bytes: int = DEFAULT_BUDGET_BYTES,
-               route: str | None = None) -> dict:
+def stack_plan(
+    count: int, samples: int, width: int, units: int, budget_bytes: int = DEFAULT_BUDGET_BYTES, route: str | None = None
+) -> dict:
     """How a stack is computed within ``budget_bytes``, and what it holds at its peak: the route, whether
     its centred layers stay resident (Gram) or how many are held per block (feature), the units per
     Gram tile, the passes over the stack's layers, the resamples per chunk and the peak in bytes.

@@ -71,7 +71,9 @@ class Units:
 
     def index(self, device="cpu") -> torch.Tensor:
         """The unit of every sample, ``(N,)``."""
-        return torch.repeat_interleave(torch.arange(self.count, device=device), torch.as_tensor(self.sizes, device=device))
+        return torch.repeat_interleave(
+            torch.arange(self.count, device=device), torch.as_tensor(self.sizes, device=device)
+        )
 
     def describe(self) -> dict:
         sizes = self.sizes
@@ -116,7 +118,7 @@ def resampled_hsic(sums: StackSums, weights, *, chunk: int = RESAMPLE_CHUNK) -> 
     c_all = torch.as_tensor(np.asarray(weights), dtype=torch.float64, device=sums.rows.device)
     out: dict = {key: [] for key in ESTIMATORS}
     for start in range(0, c_all.shape[0], chunk):
-        part = _resampled_chunk(sums, c_all[start:start + chunk])
+        part = _resampled_chunk(sums, c_all[start : start + chunk])
         for key in out:
             out[key].append(part[key])
     return {key: torch.cat(values).cpu().numpy() for key, values in out.items()}
@@ -158,16 +160,32 @@ class _WeightedSums:
         y = (torch.cat([c, q]) @ sums.pair_blocks.reshape(p * g, g).T).reshape(2 * r, p, g)
         forms = torch.bmm(y[:r], torch.stack([c, q], dim=-1))  # (R, P, 2): c^T M c, c^T M q
         t_qq = torch.bmm(y[r:], q[..., None])[..., 0]
-        d = {k: (c ** k) @ sums.pair_diag.T for k in (1, 2, 3, 4)}
+        d = {k: (c**k) @ sums.pair_diag.T for k in (1, 2, 3, 4)}
         m, n = sums.diag.shape
         u = (c @ sums.rows.reshape(m * n, g).T).reshape(r, m, n)
         ii, jj = (torch.tensor(ix, device=c.device) for ix in zip(*sums.pairs))
-        power = [(cn ** k).sum(1) for k in (1, 2, 3, 4)]
+        power = [(cn**k).sum(1) for k in (1, 2, 3, 4)]
         p1, p2, p3, p4 = power
-        distinct = {1: p1, 2: p1 ** 2 - p2, 3: p1 ** 3 - 3 * p1 * p2 + 2 * p3,
-                    4: p1 ** 4 - 6 * p1 ** 2 * p2 + 3 * p2 ** 2 + 8 * p1 * p3 - 6 * p4}
-        return cls(cn, sums.diag, forms[..., 0], forms[..., 1], t_qq, d, u - sums.diag[None] * cn[:, None],
-                   (u * cn[:, None]).sum(-1), torch.bmm(u * cn[:, None], u.transpose(1, 2))[:, ii, jj], distinct, ii, jj)
+        distinct = {
+            1: p1,
+            2: p1**2 - p2,
+            3: p1**3 - 3 * p1 * p2 + 2 * p3,
+            4: p1**4 - 6 * p1**2 * p2 + 3 * p2**2 + 8 * p1 * p3 - 6 * p4,
+        }
+        return cls(
+            cn,
+            sums.diag,
+            forms[..., 0],
+            forms[..., 1],
+            t_qq,
+            d,
+            u - sums.diag[None] * cn[:, None],
+            (u * cn[:, None]).sum(-1),
+            torch.bmm(u * cn[:, None], u.transpose(1, 2))[:, ii, jj],
+            distinct,
+            ii,
+            jj,
+        )
 
     def pair(self, matrices: torch.Tensor) -> torch.Tensor:
         """(R, M, M) -> (R, P): the values of the pairs i <= j."""
@@ -202,8 +220,12 @@ def _biased(w: _WeightedSums) -> torch.Tensor:
     t1 = w.t_cc - d2 + d1
     t2 = w.z - (cross + (w.t_cq - w.t_cc - d3 + d2) + (d3 - d1))
     s = w.s - diag_x.sum(-1)  # sum_ab K_ab with each passage paired with itself once per copy
-    t3 = s[:, w.ii] * s[:, w.jj] - ((d2 - d1) + 2.0 * cross + 4.0 * (w.weighted_off(x) - (w.t_qq - w.t_cq - d4 + d3))
-                                    + 2.0 * (w.t_qq - d4 - w.t_cc + d2))
+    t3 = s[:, w.ii] * s[:, w.jj] - (
+        (d2 - d1)
+        + 2.0 * cross
+        + 4.0 * (w.weighted_off(x) - (w.t_qq - w.t_cq - d4 + d3))
+        + 2.0 * (w.t_qq - d4 - w.t_cc + d2)
+    )
     n1, n2, n3, n4 = (w.distinct[k][:, None] for k in (1, 2, 3, 4))
     # Sums over all k-tuples of those weights: distinct tuples grouped by Stirling numbers of the second kind.
     return t1 / (n2 + n1) - 2.0 * t2 / (n3 + 3.0 * n2 + n1) + t3 / (n4 + 6.0 * n3 + 7.0 * n2 + n1)

@@ -46,8 +46,11 @@ def split_draws(draws: dict) -> tuple:
     failed = int((~np.isfinite(flat["deff"][1:])).sum())
     ci: dict = {"level": LEVEL, "resamples": rows, "nan_resamples": failed}
     for name, value in flat.items():
-        if name.startswith("reference_profiles.") or name == "update_similarity" or (
-                name.startswith("sensitivity.") and name.endswith(".reference")):
+        if (
+            name.startswith("reference_profiles.")
+            or name == "update_similarity"
+            or (name.startswith("sensitivity.") and name.endswith(".reference"))
+        ):
             continue
         draws_ = value[1:]
         finite = np.isfinite(draws_.reshape(rows, -1)).all(axis=1)
@@ -56,10 +59,14 @@ def split_draws(draws: dict) -> tuple:
         else:
             lo = hi = np.full(value.shape[1:], np.nan)
         ci[name.split(".", 1)[1] if name.startswith("related.") else name] = (
-            [lo.tolist(), hi.tolist()] if np.ndim(lo) else [float(lo), float(hi)])
+            [lo.tolist(), hi.tolist()] if np.ndim(lo) else [float(lo), float(hi)]
+        )
     if failed:
-        warnings.warn(f"{failed} of {rows} bootstrap resamples gave no D_eff (NaN) and were left out of its "
-                      "percentiles (counted in ci['nan_resamples'])", stacklevel=3)
+        warnings.warn(
+            f"{failed} of {rows} bootstrap resamples gave no D_eff (NaN) and were left out of its "
+            "percentiles (counted in ci['nan_resamples'])",
+            stacklevel=3,
+        )
     return point, ci
 
 

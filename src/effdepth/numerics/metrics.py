@@ -138,8 +138,10 @@ def related_measures(totals: dict) -> dict:
 
 
 #: Why a view has no update summary or related measures (see :func:`has_cosine_summaries`).
-NO_COSINE_SUMMARIES = ("a transformed view measured under kernel similarities alone keeps no cosine sums "
-                       "(they describe the untransformed states); measure with --similarity cka,frobenius to have them")
+NO_COSINE_SUMMARIES = (
+    "a transformed view measured under kernel similarities alone keeps no cosine sums "
+    "(they describe the untransformed states); measure with --similarity cka,frobenius to have them"
+)
 
 
 def has_cosine_summaries(totals: dict) -> bool:

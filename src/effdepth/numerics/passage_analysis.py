@@ -34,28 +34,26 @@ the least working set.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from ..errors import EffdepthError
-from .passage_metrics import REFERENCE_NAMES, analysed, cka, kernel_numbers, plain_numbers
-from .confounds import Subsamples, confound_table, subsample_curve
-from .intervals import LEVEL, percentile_interval, split_draws
-from .passage_views import CONTROLS, PassageView, check_top_pcs, parse_view, parse_views
-from .references import reference_fl
-from .sensitivity import sensitivity_numbers
 from .cka_full import binary_size
-from .passage_stacks import IsotropicSurrogate, Kept, MatchedSurrogate, PooledStates, Updates
+from .confounds import Subsamples, confound_table, subsample_curve
 from .hsic_plan import DEFAULT_BUDGET_BYTES, F64, hsic_route, least_stack_bytes, stack_plan
 from .hsic_resample import Units, resample_weights, resampled_hsic
-from .sample_hsic import LayerStack, stack_sums
-from .similarities import PASSAGE, PASSAGE_SIMILARITIES, fewest_samples, parse_similarities
+from .intervals import LEVEL, percentile_interval, split_draws
+from .passage_metrics import REFERENCE_NAMES, analysed, cka, kernel_numbers, plain_numbers
+from .passage_stacks import IsotropicSurrogate, Kept, MatchedSurrogate, PooledStates, Updates
+from .passage_views import CONTROLS, PassageView, check_top_pcs, parse_view, parse_views
 from .pooling import TOKEN_SUMS
+from .references import reference_fl
+from .sample_hsic import LayerStack, stack_sums
+from .sensitivity import sensitivity_numbers
+from .similarities import PASSAGE, PASSAGE_SIMILARITIES, fewest_samples, parse_similarities
 from .similarity import deff
-
 
 #: Passage mode's similarity specs by name (:mod:`~effdepth.numerics.similarities.passage`).
 SIMILARITIES = PASSAGE_SIMILARITIES
@@ -91,11 +89,15 @@ def check_samples(samples: int, width: int, num_layers: int, plan: AnalysisPlan)
     """One-line errors for pooled data too small for the plan (before anything is computed)."""
     least = fewest_samples(PASSAGE)  # any passage-mode similarity: effdepth analyse may ask for another
     if samples < least.min_samples:
-        raise EffdepthError(f"{samples} passage(s) measured: similarity across passages needs at least {least.min_samples} "
-                            f"({least.min_reason}); use more passages (--num-seqs)")
+        raise EffdepthError(
+            f"{samples} passage(s) measured: similarity across passages needs at least {least.min_samples} "
+            f"({least.min_reason}); use more passages (--num-seqs)"
+        )
     if num_layers + plan.include_embedding < 2:
-        raise EffdepthError("the model has one layer: D_eff compares at least two states; add --include-embedding "
-                            "to compare S_0 with S_1, or measure a deeper model")
+        raise EffdepthError(
+            "the model has one layer: D_eff compares at least two states; add --include-embedding "
+            "to compare S_0 with S_1, or measure a deeper model"
+        )
     check_top_pcs(plan.specs, samples, width)
 
 
@@ -127,8 +129,14 @@ def analysis_memory(samples: int, num_layers: int, width: int, plan: AnalysisPla
     least = max(least_stack_bytes(count, samples, width, units, "gram"), eigen + F64 * samples * width)
     kept = view_bytes <= budget // 4 and budget - view_bytes >= least
     stack = stack_plan(count, samples, width, units, budget - view_bytes * kept)
-    return {"budget_bytes": budget, "kept": kept, "stack": stack, "eigen_bytes": eigen, "least_bytes": int(least),
-            "peak_bytes": int(view_bytes * kept + max(stack["peak_bytes"], eigen))}
+    return {
+        "budget_bytes": budget,
+        "kept": kept,
+        "stack": stack,
+        "eigen_bytes": eigen,
+        "least_bytes": int(least),
+        "peak_bytes": int(view_bytes * kept + max(stack["peak_bytes"], eigen)),
+    }
 
 
 def one_pass_bytes(samples: int, num_layers: int, width: int, plan: AnalysisPlan) -> int:
@@ -162,7 +170,8 @@ def check_analysis_memory(samples: int, num_layers: int, width: int, plan: Analy
         raise EffdepthError(
             f"--max-memory {binary_size(plan.max_memory)} is below the {need} the analysis needs at least for "
             f"{samples:,} passages, {num_layers + 1} states of width {width} and {bootstrap_unit_count(samples, plan)} "
-            f"bootstrap units; use --max-memory {need.replace(' ', '')} or more, or fewer --bootstrap-units")
+            f"bootstrap units; use --max-memory {need.replace(' ', '')} or more, or fewer --bootstrap-units"
+        )
 
 
 def size_at_least(n: int) -> str:
@@ -177,8 +186,14 @@ def size_at_least(n: int) -> str:
     return f"{int(n)} B"
 
 
-def analyse_pooled(pooled: dict, plan: AnalysisPlan, *, token_sums: np.ndarray | None = None,
-                   lengths: np.ndarray | None = None, progress=None) -> dict:
+def analyse_pooled(
+    pooled: dict,
+    plan: AnalysisPlan,
+    *,
+    token_sums: np.ndarray | None = None,
+    lengths: np.ndarray | None = None,
+    progress=None,
+) -> dict:
     """``{"similarities": {similarity: {view: summary}}, "analysis": facts}`` from pooled vectors.
 
     ``pooled`` maps each stored variant to an array ``(L+1, N, d)`` (S_0..S_L
@@ -204,15 +219,19 @@ def analyse_pooled(pooled: dict, plan: AnalysisPlan, *, token_sums: np.ndarray |
     check_samples(samples, width, num_layers, plan)
     check_analysis_memory(samples, num_layers, width, plan)
     if lengths is None and any(v.has("length") for v in plan.specs):
-        raise EffdepthError("the length view regresses each passage's token count out, and no lengths were given; "
-                            "give lengths=, or leave out length views")
+        raise EffdepthError(
+            "the length view regresses each passage's token count out, and no lengths were given; "
+            "give lengths=, or leave out length views"
+        )
     memory = analysis_memory(samples, num_layers, width, plan)
     device = torch.device(plan.device)
     units = Units.blocks(samples, bootstrap_unit_count(samples, plan))
     weights = resample_weights(units.count, plan.bootstrap, plan.seed)
     budget = int(plan.max_memory) - (Kept.bytes(PooledStates(first, "cpu")) if memory["kept"] else 0)
     subsamples = Subsamples.draw(units, plan.seed) if plan.controls else Subsamples.none(units)
-    context = _Context(plan, units, weights, device, samples, width, num_layers, token_sums, lengths, budget, subsamples)
+    context = _Context(
+        plan, units, weights, device, samples, width, num_layers, token_sums, lengths, budget, subsamples
+    )
     by_sim: dict = {s: {} for s in plan.similarities}
     fits: dict = {}
     for spec in plan.specs:
@@ -229,29 +248,39 @@ def analyse_pooled(pooled: dict, plan: AnalysisPlan, *, token_sums: np.ndarray |
         del states
     notes = context.controls(pooled) if plan.controls else {}
     facts = {
-        "bootstrap": {"resamples": int(plan.bootstrap), "level": LEVEL, **units.describe(),
-                      "how": "units (blocks of consecutive passages) drawn with replacement; every view, stack and "
-                             "surrogate resampled with the same draws (paired intervals)"},
+        "bootstrap": {
+            "resamples": int(plan.bootstrap),
+            "level": LEVEL,
+            **units.describe(),
+            "how": "units (blocks of consecutive passages) drawn with replacement; every view, stack and "
+            "surrogate resampled with the same draws (paired intervals)",
+        },
         "pc_fits": fits,
         "debiased_resamples": "the weighted U-statistic of each HSIC term over distinct original passages",
         "biased_resamples": "the V-statistic with a passage's copies never paired with each other (each tuple "
-                            "weighs the counts of its distinct passages)",
+        "weighs the counts of its distinct passages)",
         "pc_fit_resampled": False,
         "calibrated": "structural_cal: isotropic Gaussian equal updates (N, d, L as measured); matched_cal: S_0 plus "
-                      "the measured updates, passages permuted independently per layer" if plan.calibrated else None,
+        "the measured updates, passages permuted independently per layer"
+        if plan.calibrated
+        else None,
         "hsic_routes": sorted(context.routes),
-        "memory": {"budget": binary_size(memory["budget_bytes"]), "peak": binary_size(memory["peak_bytes"]),
-                   "view_kept": memory["kept"], "resident_layers": memory["stack"]["resident"],
-                   "passes": memory["stack"]["passes"]},
+        "memory": {
+            "budget": binary_size(memory["budget_bytes"]),
+            "peak": binary_size(memory["peak_bytes"]),
+            "view_kept": memory["kept"],
+            "resident_layers": memory["stack"]["resident"],
+            "passes": memory["stack"]["passes"],
+        },
     }
     reference = reference_fl(num_layers + plan.include_embedding)
     confounds: dict = {sim: confound_table(views, reference, LEVEL) for sim, views in context.deff_draws.items()}
     confounds["notes"] = notes
     if context.equal_lengths:
-        confounds["length_is_default"] = (f"every passage has {int(lengths[0])} tokens: nothing to regress out, the "
-                                          "length view is the default view")
-    return {"similarities": by_sim, "analysis": facts, "confounds": confounds,
-            "sample_size": context.sample_size()}
+        confounds["length_is_default"] = (
+            f"every passage has {int(lengths[0])} tokens: nothing to regress out, the length view is the default view"
+        )
+    return {"similarities": by_sim, "analysis": facts, "confounds": confounds, "sample_size": context.sample_size()}
 
 
 @dataclass
@@ -316,8 +345,14 @@ class _Context:
     def _hsic(self, stack: LayerStack, weights: np.ndarray | None = None) -> dict:
         """Both HSIC estimators of every pair of the stack, under the estimate and every resample (or
         under ``weights``)."""
-        plan = stack_plan(stack.count, self.samples, self.width, self.units.count, self.budget,
-                          hsic_route(stack.count, self.samples, self.width, self.units.count, self.budget))
+        plan = stack_plan(
+            stack.count,
+            self.samples,
+            self.width,
+            self.units.count,
+            self.budget,
+            hsic_route(stack.count, self.samples, self.width, self.units.count, self.budget),
+        )
         self.routes.add(plan["route"])
         sums = stack_sums(stack, self.units, budget_bytes=self.budget, route=plan["route"])
         return resampled_hsic(sums, self.weights if weights is None else weights, chunk=plan["chunk"])
@@ -369,8 +404,10 @@ class _Context:
     def _unmeasurable(self, spec: PassageView, pooled: dict) -> str:
         """Why a control cannot be measured on these pooled vectors ('' when it can)."""
         if spec.variant not in pooled:
-            return (f"the pooled vectors hold no {spec.variant} variant (pooled before effdepth measured this control); "
-                    "measure again to have it")
+            return (
+                f"the pooled vectors hold no {spec.variant} variant (pooled before effdepth measured this control); "
+                "measure again to have it"
+            )
         if spec.has("length") and self.lengths is None:
             return "no passage lengths given"
         if spec.has("drop-pos0") and self.lengths is not None and (np.asarray(self.lengths) < 2).any():
@@ -379,12 +416,18 @@ class _Context:
 
     def sample_size(self) -> dict:
         """Per CKA estimator, D_eff on the subsamples beside the full estimate (:func:`subsample_curve`)."""
-        out: dict = {"draws": self.subsamples.draws, "seed": int(self.plan.seed), "notes": list(self.subsamples.notes),
-                     "how": "nested random subsets of the bootstrap's units (N/8 within N/4 within N/2, draw by draw), "
-                            "each estimated as on its passages alone"}
+        out: dict = {
+            "draws": self.subsamples.draws,
+            "seed": int(self.plan.seed),
+            "notes": list(self.subsamples.notes),
+            "how": "nested random subsets of the bootstrap's units (N/8 within N/4 within N/2, draw by draw), "
+            "each estimated as on its passages alone",
+        }
         for sim, rows in self.subsample_deff.items():
             full = self.deff_draws[sim]["default"]
-            out[sim] = subsample_curve(self.subsamples, rows, float(full[0]), percentile_interval(full[1:]), self.samples)
+            out[sim] = subsample_curve(
+                self.subsamples, rows, float(full[0]), percentile_interval(full[1:]), self.samples
+            )
         return out
 
     def _norm_ratio(self, stack: LayerStack) -> np.ndarray:
@@ -400,7 +443,9 @@ class _Context:
         per_unit = torch.zeros(2, len(updates), self.units.count, dtype=torch.float64, device=self.device)
         per_unit[0].index_add_(1, index, torch.stack(updates))
         per_unit[1].index_add_(1, index, torch.stack(norms[:-1]))
-        sums = torch.einsum("rg,klg->krl", torch.as_tensor(self.weights, dtype=torch.float64, device=self.device), per_unit)
+        sums = torch.einsum(
+            "rg,klg->krl", torch.as_tensor(self.weights, dtype=torch.float64, device=self.device), per_unit
+        )
         with np.errstate(invalid="ignore", divide="ignore"):
             return (sums[0] / sums[1]).cpu().numpy()
 
@@ -408,8 +453,9 @@ class _Context:
         """``{"structural_cal": {sim: D_eff draws}, "matched_cal": ...}`` of the view's surrogates."""
         key = spec.pooled_stage  # the isotropic surrogate differs between views only by their pooled stage
         if key not in self._structural:
-            surrogate = IsotropicSurrogate(self.samples, self.width, self.num_layers + self.plan.include_embedding,
-                                           self.plan.seed, self.device)
+            surrogate = IsotropicSurrogate(
+                self.samples, self.width, self.num_layers + self.plan.include_embedding, self.plan.seed, self.device
+            )
             self._structural[key] = self._surrogate_deff(spec.after_pooling(surrogate, self.lengths), slice(0, None))
         # the matched surrogate is made of the view's own states: already through its pooled stage
         matched = self._surrogate_deff(MatchedSurrogate(states, self.plan.seed), analysed(self.plan.include_embedding))
@@ -437,8 +483,10 @@ class _Context:
         n = (self.weights @ tokens)[:, None]
         k = {name: i for i, name in enumerate(TOKEN_SUMS)}
         with np.errstate(invalid="ignore", divide="ignore"):
-            return {"block_influence": 1.0 - sums[..., k["cos_prev"]] / n,
-                    "relative_contribution": sums[..., k["update_norm"]] / sums[..., k["prev_norm"]]}
+            return {
+                "block_influence": 1.0 - sums[..., k["cos_prev"]] / n,
+                "relative_contribution": sums[..., k["update_norm"]] / sums[..., k["prev_norm"]],
+            }
 
     def _summary(self, similarity: str, draws: dict, related: dict) -> dict:
         spec = SIMILARITIES[similarity]
@@ -460,7 +508,9 @@ class _Context:
             "profile": point["profile"].tolist(),
             "similarity": sim.tolist(),
             "references": refs,
-            "attribution": {k: float(point[k]) for k in ("initial_state", "size_imbalance", "correlated_updates") if k in point},
+            "attribution": {
+                k: float(point[k]) for k in ("initial_state", "size_imbalance", "correlated_updates") if k in point
+            },
             "update_cosine": [],
             "update_state_cosine": [],
             "update_energy": [],
@@ -472,9 +522,11 @@ class _Context:
             "definition": similarity,
         }
         if spec.kernel:
-            summary.update({
-                "update_similarity": point["update_similarity"].tolist(),
-                "update_deff": float(point["update_deff"]),
-                "update_sizes": point["update_sizes"].tolist(),
-            })
+            summary.update(
+                {
+                    "update_similarity": point["update_similarity"].tolist(),
+                    "update_deff": float(point["update_deff"]),
+                    "update_sizes": point["update_sizes"].tolist(),
+                }
+            )
         return summary

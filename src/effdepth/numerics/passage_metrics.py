@@ -64,7 +64,9 @@ def lag_profile(similarity: np.ndarray) -> np.ndarray:
     return decay_profile(root)
 
 
-def correlated_reference_similarity(initial: np.ndarray, sizes: np.ndarray, lags: np.ndarray, include_embedding: bool) -> np.ndarray:
+def correlated_reference_similarity(
+    initial: np.ndarray, sizes: np.ndarray, lags: np.ndarray, include_embedding: bool
+) -> np.ndarray:
     """The similarity matrix of R_corr (F_{h0+corr}): updates of sizes ``n_k`` whose cross-covariances
     are ``c_km = r_|k-m| sqrt(n_k n_m)``, an initial state of size ``n_0`` uncorrelated with them.
 
@@ -115,7 +117,13 @@ def kernel_numbers(state_hsic: np.ndarray, update_hsic: np.ndarray, include_embe
     update_sim = cka(update_hsic)
     corr_sim = correlated_reference_similarity(initial, sizes, lag_profile(update_sim), include_embedding)
     refs["corr"] = deff(corr_sim)
-    out = {"similarity": sim, "deff": d, "ratio": d / fl, "gap_pct": 100.0 * (1.0 - d / fl), "profile": decay_profile(sim)}
+    out = {
+        "similarity": sim,
+        "deff": d,
+        "ratio": d / fl,
+        "gap_pct": 100.0 * (1.0 - d / fl),
+        "profile": decay_profile(sim),
+    }
     out.update({f"reference_{r}": v for r, v in refs.items()})
     out.update(gap_attribution(fl, refs["init"], refs["matched"], d))
     out["update_similarity"] = update_sim
@@ -139,8 +147,14 @@ def plain_numbers(sim: np.ndarray) -> dict:
     n = sim.shape[-1]
     fl = reference_fl(n)
     d = deff(sim)
-    return {"similarity": sim, "deff": d, "ratio": d / fl, "gap_pct": 100.0 * (1.0 - d / fl), "profile": decay_profile(sim),
-            "reference_profiles": {"fl": _fl_profile(n, d.shape)}}
+    return {
+        "similarity": sim,
+        "deff": d,
+        "ratio": d / fl,
+        "gap_pct": 100.0 * (1.0 - d / fl),
+        "profile": decay_profile(sim),
+        "reference_profiles": {"fl": _fl_profile(n, d.shape)},
+    }
 
 
 def _fl_profile(n: int, batch: tuple) -> np.ndarray:

@@ -97,8 +97,11 @@ class TopRemoved(LayerStack):
             self.directions.append(v)
             top, nxt = float(values[self.k - 1]), float(values[self.k]) if len(values) > self.k else 0.0
             gaps.append(round((top - nxt) / top, 6) if top > 0 else 0.0)
-        self.fit = {"k": self.k, "eigengap": gaps,
-                    "how": "exact: eigendecomposition of the smaller of Yc^T Yc and Yc Yc^T"}
+        self.fit = {
+            "k": self.k,
+            "eigengap": gaps,
+            "how": "exact: eigendecomposition of the smaller of Yc^T Yc and Yc Yc^T",
+        }
 
     def layers(self, start: int = 0):
         for m, y in enumerate(self.base.layers(start), start=start):
@@ -161,9 +164,13 @@ class LengthRegressed(LayerStack):
         basis = length_basis(lengths)
         self.basis = torch.from_numpy(basis).to(self.device)
         distinct = len(np.unique(np.asarray(lengths)))
-        self.fit = {"basis": ["1", *LENGTH_BASIS], "rank": int(basis.shape[1]), "distinct_lengths": distinct,
-                    "how": "least squares on all N passages, the same basis for every layer; the mean kept",
-                    "identity": not basis.shape[1]}
+        self.fit = {
+            "basis": ["1", *LENGTH_BASIS],
+            "rank": int(basis.shape[1]),
+            "distinct_lengths": distinct,
+            "how": "least squares on all N passages, the same basis for every layer; the mean kept",
+            "identity": not basis.shape[1],
+        }
 
     def layers(self, start: int = 0):
         if not self.basis.shape[1]:

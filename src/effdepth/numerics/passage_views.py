@@ -81,7 +81,9 @@ class PassageView:
         """
         return any(s.component.name == component for s in self.steps)
 
-    def pooling_weights(self, mask: torch.Tensor, first_is_bos: torch.Tensor, norms: torch.Tensor | None) -> torch.Tensor:
+    def pooling_weights(
+        self, mask: torch.Tensor, first_is_bos: torch.Tensor, norms: torch.Tensor | None
+    ) -> torch.Tensor:
         """``(B, T)`` float64 weights whose product with a layer's states ``(B, T, d)`` gives the view's
         pooled vectors: the tokens it keeps (``mask`` marks real tokens, ``first_is_bos`` the passages
         whose first real token is a BOS) divided by their number, then weighed (``norms``: the token
@@ -168,4 +170,5 @@ def check_top_pcs(views, samples: int, width: int) -> None:
         if view.top_pcs and view.top_pcs >= min(samples, width):
             raise EffdepthError(
                 f"view {view.name} removes {view.top_pcs} principal directions, but the pooled matrices have rank at most "
-                f"min(N, d) = min({samples}, {width}) = {min(samples, width)}; use a smaller k or more passages (--num-seqs)")
+                f"min(N, d) = min({samples}, {width}) = {min(samples, width)}; use a smaller k or more passages (--num-seqs)"
+            )

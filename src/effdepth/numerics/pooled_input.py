@@ -26,31 +26,42 @@ def checked_pooled(pooled, lengths=None) -> np.ndarray:
         shapes = [np.shape(m) for m in layers]
         for i, shape in enumerate(shapes):
             if len(shape) != 2 or shape != shapes[0]:
-                raise EffdepthError(f"pooled state {i} is {' x '.join(map(str, shape))} where state 0 is "
-                                    f"{' x '.join(map(str, shapes[0]))}: every state needs one row per passage and the "
-                                    "same width")
+                raise EffdepthError(
+                    f"pooled state {i} is {' x '.join(map(str, shape))} where state 0 is "
+                    f"{' x '.join(map(str, shapes[0]))}: every state needs one row per passage and the "
+                    "same width"
+                )
         array = np.stack([np.asarray(m, dtype=np.float64) for m in layers]) if layers else np.zeros((0, 0, 0))
     else:
         array = np.asarray(pooled.detach().cpu() if hasattr(pooled, "detach") else pooled, dtype=np.float64)
     if array.ndim != 3:
-        raise EffdepthError(f"pooled vectors must be (L+1, N, d) (states x passages x width) or a list of (N, d), got "
-                            f"shape {array.shape}")
+        raise EffdepthError(
+            f"pooled vectors must be (L+1, N, d) (states x passages x width) or a list of (N, d), got "
+            f"shape {array.shape}"
+        )
     count, samples, _ = array.shape
     if count < 2:
-        raise EffdepthError(f"pooled vectors of {count} state(s): D_eff compares at least two states (S_0..S_L with "
-                            "L >= 1); give one matrix per state")
+        raise EffdepthError(
+            f"pooled vectors of {count} state(s): D_eff compares at least two states (S_0..S_L with "
+            "L >= 1); give one matrix per state"
+        )
     least = fewest_samples(PASSAGE)
     if samples < least.min_samples:
-        raise EffdepthError(f"pooled vectors of {samples} passage(s): similarity across passages needs at least "
-                            f"{least.min_samples} ({least.min_reason}); give {least.min_samples} or more rows per state")
+        raise EffdepthError(
+            f"pooled vectors of {samples} passage(s): similarity across passages needs at least "
+            f"{least.min_samples} ({least.min_reason}); give {least.min_samples} or more rows per state"
+        )
     finite = np.isfinite(array).reshape(count, samples, -1).all(axis=2)
     if not finite.all():
         state, passage = (int(x[0]) for x in np.nonzero(~finite))
-        raise EffdepthError(f"pooled state {state} holds non-finite values (NaN or infinite), first at passage {passage}; "
-                            "drop or recompute those passages")
+        raise EffdepthError(
+            f"pooled state {state} holds non-finite values (NaN or infinite), first at passage {passage}; "
+            "drop or recompute those passages"
+        )
     if lengths is not None:
         n = np.asarray(lengths)
         if n.shape != (samples,) or not np.issubdtype(n.dtype, np.integer) or (n < 1).any():
-            raise EffdepthError(f"lengths must be one whole token count >= 1 per passage ({samples}), got "
-                                f"{n.dtype} of shape {n.shape}")
+            raise EffdepthError(
+                f"lengths must be one whole token count >= 1 per passage ({samples}), got {n.dtype} of shape {n.shape}"
+            )
     return array

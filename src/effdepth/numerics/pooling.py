@@ -48,8 +48,13 @@ def pool_layer(states: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return torch.bmm(weights, states.to(torch.float64))
 
 
-def token_sums(previous: torch.Tensor, states: torch.Tensor, mask: torch.Tensor, prev_norms: torch.Tensor | None = None,
-               norms: torch.Tensor | None = None) -> torch.Tensor:
+def token_sums(
+    previous: torch.Tensor,
+    states: torch.Tensor,
+    mask: torch.Tensor,
+    prev_norms: torch.Tensor | None = None,
+    norms: torch.Tensor | None = None,
+) -> torch.Tensor:
     """``(B, 3)`` per-passage sums over real tokens of :data:`TOKEN_SUMS` between a block's input and
     output (both float64); ``prev_norms`` / ``norms`` are their per-token norms when already known.
     The update is an explicit difference, never expanded from norms (consecutive states are nearly parallel).
@@ -96,9 +101,13 @@ class PassagePooler:
     def start(self, mask: torch.Tensor, first_is_bos: torch.Tensor) -> None:
         """A new batch: its mask (B, T) and which passages start with BOS."""
         self._mask, self._first_is_bos = mask, first_is_bos.to(mask.device)
-        self._plain_weights = None if self.norm_variants else pooling_weights(mask, self._first_is_bos, self._views, None)
+        self._plain_weights = (
+            None if self.norm_variants else pooling_weights(mask, self._first_is_bos, self._views, None)
+        )
         self.pooled = None
-        self.sums = torch.zeros(self.num_layers, mask.shape[0], len(TOKEN_SUMS), dtype=torch.float64, device=mask.device)
+        self.sums = torch.zeros(
+            self.num_layers, mask.shape[0], len(TOKEN_SUMS), dtype=torch.float64, device=mask.device
+        )
         self._previous = self._previous_norms = None
 
     def layer(self, index: int, states: torch.Tensor) -> None:
@@ -115,7 +124,9 @@ class PassagePooler:
             self.pooled = torch.zeros(shape, dtype=torch.float64, device=states.device)
         self.pooled[:, index] = pooled.transpose(0, 1)
         if index > 0:
-            self.sums[index - 1] = token_sums(self._previous, s64, mask, self._previous_norms, norms).to(self.sums.device)
+            self.sums[index - 1] = token_sums(self._previous, s64, mask, self._previous_norms, norms).to(
+                self.sums.device
+            )
         self._previous, self._previous_norms = s64, norms
 
     def finish(self) -> None:

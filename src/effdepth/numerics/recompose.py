@@ -130,9 +130,13 @@ def _increment_gram(result_or_view, include_embedding: bool | None) -> tuple:
     elif "gram_increments" in stats:
         gram = np.asarray(stats["gram_increments"], dtype=np.float64)
     elif "hsic" in stats or "hsic_full" in stats:
-        raise EffdepthError(f"view {getattr(view, 'name', '?')!r} has no increment statistics (gram_increments): {NO_COSINE_SUMMARIES}")
+        raise EffdepthError(
+            f"view {getattr(view, 'name', '?')!r} has no increment statistics (gram_increments): {NO_COSINE_SUMMARIES}"
+        )
     else:
-        raise EffdepthError("this result has no increment statistics (gram_increments); re-measure it with this effdepth version")
+        raise EffdepthError(
+            "this result has no increment statistics (gram_increments); re-measure it with this effdepth version"
+        )
     if gram.ndim != 2 or gram.shape[0] != gram.shape[1] or gram.shape[0] < 2:
         raise EffdepthError(f"need a square (L+1) x (L+1) increment Gram matrix with L >= 1, got shape {gram.shape}")
     if include_embedding is None:
@@ -149,5 +153,7 @@ def _check_lam(lam) -> float:
     except (TypeError, ValueError):
         value = float("nan")
     if not 0.0 <= value <= 1.0:  # also refuses nan
-        raise EffdepthError(f"carry value {lam!r} is outside [0, 1]; 1 is the measured stream, 0 keeps only each update")
+        raise EffdepthError(
+            f"carry value {lam!r} is outside [0, 1]; 1 is the measured stream, 0 keeps only each update"
+        )
     return value

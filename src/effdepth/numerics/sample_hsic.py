@@ -81,7 +81,6 @@ def as_stack(matrices) -> LayerStack:
     return matrices if isinstance(matrices, LayerStack) else TensorStack(matrices)
 
 
-
 def centred(matrix: torch.Tensor) -> torch.Tensor:
     """Column-centred float64 copy (the mean over samples removed).
 
@@ -92,9 +91,9 @@ def centred(matrix: torch.Tensor) -> torch.Tensor:
     return y - y.mean(dim=0, keepdim=True)
 
 
-
-def stack_sums(matrices, units: Units, *, budget_bytes: int = DEFAULT_BUDGET_BYTES, dtype=torch.float64,
-               route: str | None = None) -> StackSums:
+def stack_sums(
+    matrices, units: Units, *, budget_bytes: int = DEFAULT_BUDGET_BYTES, dtype=torch.float64, route: str | None = None
+) -> StackSums:
     """The unit-level sums of a stack (a :class:`LayerStack` or a list of N x d matrices of any dtype;
     centred here in float64) by ``route`` (``None``: :func:`hsic_route`). Both routes give the same
     sums; ``dtype`` applies to the Gram route's tiles. A budget below :func:`least_stack_bytes` still
@@ -181,7 +180,11 @@ def _gram_sums(stack: LayerStack, units: Units, budget: int, dtype) -> StackSums
             rows[:, cols, hi:] = below_tile[:, :, col_slots].transpose(1, 2)
         # sum_{a in g, b in h} K_i[a,b] K_j[a,b] for every (g, h) and every (i, j): one batched product
         # of the stack's (g, h) blocks with themselves.
-        blocks = tiles.reshape(count, g - lo, size, hi - lo, size).permute(1, 3, 0, 2, 4).reshape((g - lo) * (hi - lo), count, size * size)
+        blocks = (
+            tiles.reshape(count, g - lo, size, hi - lo, size)
+            .permute(1, 3, 0, 2, 4)
+            .reshape((g - lo) * (hi - lo), count, size * size)
+        )
         del tiles
         inner = torch.bmm(blocks, blocks.transpose(1, 2)).reshape(g - lo, hi - lo, count, count)
         pair_blocks[:, lo:, lo:hi] = inner[:, :, ii, jj].permute(2, 0, 1)
@@ -249,8 +252,9 @@ def layer_pairs(stack: LayerStack, held: int, transform=None):
 def _offsets_in_units(units: Units, device) -> torch.Tensor:
     """Each sample's position within its unit."""
     starts = torch.as_tensor(units.bounds[:-1], device=device)
-    return torch.arange(units.samples, device=device) - torch.repeat_interleave(starts, torch.as_tensor(units.sizes, device=device))
-
+    return torch.arange(units.samples, device=device) - torch.repeat_interleave(
+        starts, torch.as_tensor(units.sizes, device=device)
+    )
 
 
 def feature_hsic(matrices) -> dict:

@@ -45,7 +45,7 @@ def taper(name: str, x: np.ndarray) -> np.ndarray:
     if name == "bartlett":
         return 1.0 - x
     if name == "parzen":
-        return np.where(x <= 0.5, 1.0 - 6.0 * x ** 2 + 6.0 * x ** 3, 2.0 * (1.0 - x) ** 3)
+        return np.where(x <= 0.5, 1.0 - 6.0 * x**2 + 6.0 * x**3, 2.0 * (1.0 - x) ** 3)
     if name == "tukey-hanning":
         return 0.5 * (1.0 + np.cos(np.pi * x))
     raise ValueError(f"unknown taper {name!r}; one of {', '.join(TAPERS)}")
@@ -70,7 +70,9 @@ def _eigenvalues(similarity: np.ndarray) -> np.ndarray:
     s = np.asarray(similarity, dtype=np.float64)
     finite = np.isfinite(s).all(axis=(-2, -1))
     symmetric = np.where(finite[..., None, None], 0.5 * (s + np.swapaxes(s, -1, -2)), 0.0)
-    values = np.where(finite[..., None], np.linalg.eigvalsh(symmetric), np.nan)  # a resample without a similarity has no spectrum
+    values = np.where(
+        finite[..., None], np.linalg.eigvalsh(symmetric), np.nan
+    )  # a resample without a similarity has no spectrum
     return np.clip(values[..., ::-1], 0.0, None)
 
 
@@ -82,7 +84,7 @@ def participation_ratio(similarity: np.ndarray) -> np.ndarray:
     """
     s = np.asarray(similarity, dtype=np.float64)
     trace = np.trace(s, axis1=-2, axis2=-1)
-    return trace ** 2 / (s * np.swapaxes(s, -1, -2)).sum(axis=(-2, -1))
+    return trace**2 / (s * np.swapaxes(s, -1, -2)).sum(axis=(-2, -1))
 
 
 def effective_rank(similarity: np.ndarray) -> np.ndarray:
@@ -114,13 +116,20 @@ def threshold_count(similarity: np.ndarray, cover: float = THRESHOLD) -> np.ndar
 def variants() -> list:
     """``(key, label, function of S)`` for every row of the sensitivity table, the paper's default first."""
     rows = [("bartlett", "Bartlett, full lag (the paper's)", lambda s: lag_window_deff(s))]
-    rows += [(f"bartlett-max-lag-{k}", f"Bartlett, max lag {k}", lambda s, k=k: lag_window_deff(s, max_lag=k))
-             for k in MAX_LAGS if k is not None]
-    rows += [("parzen", "Parzen, full lag", lambda s: lag_window_deff(s, taper_name="parzen")),
-             ("tukey-hanning", "Tukey-Hanning, full lag", lambda s: lag_window_deff(s, taper_name="tukey-hanning"))]
-    rows += [("participation-ratio", "participation ratio", participation_ratio),
-             ("effective-rank", "effective rank", effective_rank),
-             ("threshold-count", f"threshold count ({THRESHOLD:.0%} of tr S)", threshold_count)]
+    rows += [
+        (f"bartlett-max-lag-{k}", f"Bartlett, max lag {k}", lambda s, k=k: lag_window_deff(s, max_lag=k))
+        for k in MAX_LAGS
+        if k is not None
+    ]
+    rows += [
+        ("parzen", "Parzen, full lag", lambda s: lag_window_deff(s, taper_name="parzen")),
+        ("tukey-hanning", "Tukey-Hanning, full lag", lambda s: lag_window_deff(s, taper_name="tukey-hanning")),
+    ]
+    rows += [
+        ("participation-ratio", "participation ratio", participation_ratio),
+        ("effective-rank", "effective rank", effective_rank),
+        ("threshold-count", f"threshold count ({THRESHOLD:.0%} of tr S)", threshold_count),
+    ]
     return rows
 
 
@@ -143,7 +152,11 @@ def sensitivity_numbers(similarity: np.ndarray) -> dict:
     for name, _, function in variants():
         value = function(s)
         reference = float(function(equal_updates))
-        out[name] = {"deff": value, "reference": np.full(value.shape, reference), "gap_pct": 100.0 * (1.0 - value / reference)}
+        out[name] = {
+            "deff": value,
+            "reference": np.full(value.shape, reference),
+            "gap_pct": 100.0 * (1.0 - value / reference),
+        }
     return out
 
 

@@ -65,8 +65,15 @@ class SequenceUnits:
     {'default': 2, 'drop-pos0': 2}
     """
 
-    def __init__(self, views=("default",), *, similarities=("frobenius",), statistics: tuple = STAT_KEYS,
-                 include_embedding: bool = False, chunk_tokens: int | None = None):
+    def __init__(
+        self,
+        views=("default",),
+        *,
+        similarities=("frobenius",),
+        statistics: tuple = STAT_KEYS,
+        include_embedding: bool = False,
+        chunk_tokens: int | None = None,
+    ):
         self.views: list = parse_views(views)
         self.statistics = tuple(statistics)
         self.include_embedding = include_embedding
@@ -74,7 +81,9 @@ class SequenceUnits:
         self.streams: dict = {}
         for v in self.views:
             self.streams.setdefault(v.stream, {"spec": v, "parts": set()})["parts"].update(v.parts)
-        self.keys = {key: stream_statistics(info["spec"], similarities, self.statistics) for key, info in self.streams.items()}
+        self.keys = {
+            key: stream_statistics(info["spec"], similarities, self.statistics) for key, info in self.streams.items()
+        }
         # Without a stream that sums state energies, non-finite states are caught another way (not when
         # asked for token counts alone: surrogate streams, finite by construction).
         self.check_states = self.statistics != ("n",) and not any("gram_states" in k for k in self.keys.values())
@@ -110,8 +119,11 @@ class SequenceUnits:
         """
         t = seq.shape[1]
         # Token counts only (a transformed stream under kernel similarities, a surrogate stream): no pass over the states.
-        out = {key: ({"n": np.asarray(1.0)}, {"n": np.asarray(float(t - 1))} if t > 1 else None)
-               for key in streams if self.keys[key] == ("n",)}
+        out = {
+            key: ({"n": np.asarray(1.0)}, {"n": np.asarray(float(t - 1))} if t > 1 else None)
+            for key in streams
+            if self.keys[key] == ("n",)
+        }
         sums = {key: SequenceSums(self.include_embedding, self.keys[key]) for key in streams if key not in out}
         if not sums:
             return out
@@ -162,10 +174,10 @@ class SequenceUnits:
     def load_state_dict(self, arrays: dict, meta: dict) -> None:
         """Continue from :meth:`state_dict` (the arrays may hold other statistics' keys too, and more
         statistics than these units keep)."""
-        for (key, part) in self.units:
+        for key, part in self.units:
             prefix = f"{self.label(key)}|{part}|"
             keep = self.keys[key]
-            cols = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix) and k[len(prefix):] in keep}
+            cols = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix) and k[len(prefix) :] in keep}
             n = len(cols["n"]) if cols else 0
             if n and set(cols) != set(keep):
                 raise EffdepthError(

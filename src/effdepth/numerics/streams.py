@@ -34,13 +34,14 @@ from ..errors import EffdepthError
 from .accumulate import STAT_KEYS
 from .cka import GRAM_BUDGET_BYTES, MIN_TOKENS, CkaPairs, ViewUnavailable, cka_set_key, cka_token_sets, require_cka_view
 from .cka_full import FULL_BUDGET_BYTES, PooledCka, check_cka_full_memory
-from .metrics import NO_COSINE_SUMMARIES
 from .fits import PC_ESTIMATES, ViewFits, fit_description
+from .metrics import NO_COSINE_SUMMARIES
 from .sequence_units import SequenceUnits
 from .sequences import real_counts, real_sequences
 from .similarities import KERNEL_SIMILARITIES, get_similarity, validate_similarities
 from .statistics import UnitStatistics
 from .views import ViewSpec, check_width, parse_views
+
 
 class ViewAccumulator:
     """Accumulates per-sequence statistics for a list of views.
@@ -88,7 +89,9 @@ class ViewAccumulator:
         self.views: list[ViewSpec] = parse_views(views)
         self.include_embedding = include_embedding
         self.pc_estimate = pc_estimate
-        if chunk_tokens is not None and (isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1):
+        if chunk_tokens is not None and (
+            isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1
+        ):
             raise ValueError(f"chunk_tokens must be a whole number >= 1 or None (by device), got {chunk_tokens!r}")
         self._width_checked = None
         self.similarities = validate_similarities(similarities)
@@ -96,8 +99,13 @@ class ViewAccumulator:
         if unknown:
             raise ValueError(f"unknown statistics {sorted(unknown)}; choose from {', '.join(STAT_KEYS)}")
         self.statistics = tuple(k for k in STAT_KEYS if k in statistics or k == "n")
-        self._additive = SequenceUnits(self.views, similarities=self.similarities, statistics=self.statistics,
-                                       include_embedding=include_embedding, chunk_tokens=chunk_tokens)
+        self._additive = SequenceUnits(
+            self.views,
+            similarities=self.similarities,
+            statistics=self.statistics,
+            include_embedding=include_embedding,
+            chunk_tokens=chunk_tokens,
+        )
         self.gram_budget_bytes = gram_budget_bytes
         self.cka_full_budget_bytes = cka_full_budget_bytes
         units = {get_similarity(s).unit for s in self.similarities}
@@ -146,7 +154,9 @@ class ViewAccumulator:
         self._check_width(states.shape[-1])
         self._fits.update(states, mask)
 
-    def finalize_fit(self, how: str, *, sequences: int | None = None, tokens: int | None = None, warn: bool = True) -> None:
+    def finalize_fit(
+        self, how: str, *, sequences: int | None = None, tokens: int | None = None, warn: bool = True
+    ) -> None:
         """Turn the estimates into fits; ``how`` and the size of the fitted set (``sequences``,
         ``tokens``: real tokens of all positions) are recorded in the result.
 
@@ -189,8 +199,11 @@ class ViewAccumulator:
         if sequences == 0:
             return
         self.fit_batch(states, mask)
-        self.finalize_fit(fit_description("calibration", sequences=sequences, tokens=tokens, whole_run=False),
-                          sequences=sequences, tokens=tokens)
+        self.finalize_fit(
+            fit_description("calibration", sequences=sequences, tokens=tokens, whole_run=False),
+            sequences=sequences,
+            tokens=tokens,
+        )
 
     @property
     def rows(self) -> int:
@@ -242,8 +255,11 @@ class ViewAccumulator:
 
     def _kernel_views(self) -> dict:
         """Each kernel token set's view and its stream's fit, ``(spec, fit)`` (not for an unfitted stream)."""
-        return {key: (spec, self._fits.fits.get(spec.stream)) for key, spec in self.cka_sets.items()
-                if spec.stream not in self._fits.unfitted}
+        return {
+            key: (spec, self._fits.fits.get(spec.stream))
+            for key, spec in self.cka_sets.items()
+            if spec.stream not in self._fits.unfitted
+        }
 
     def unit_statistics(self, view: str | ViewSpec, similarity: str = "frobenius") -> UnitStatistics:
         """The units of one view, with what ``similarity`` needs.
@@ -278,18 +294,25 @@ class ViewAccumulator:
                 )
             keep = total.arrays["n"] > 0
             if not keep.any():
-                raise ViewUnavailable(spec.name, similarity, f"no sequence has a token in this view{_selection_hint(spec)}")
+                raise ViewUnavailable(
+                    spec.name, similarity, f"no sequence has a token in this view{_selection_hint(spec)}"
+                )
             return total if keep.all() else total.subset(keep)
         key = self._kernel_key(spec, similarity)
         if unit == "pair":
             if not self._cka.firsts:
-                raise ViewUnavailable(spec.name, "cka", "cka compares the sequences of a pair and fewer than two "
-                                      "sequences were measured; measure at least two")
+                raise ViewUnavailable(
+                    spec.name,
+                    "cka",
+                    "cka compares the sequences of a pair and fewer than two "
+                    "sequences were measured; measure at least two",
+                )
             cka = self._cka.statistics(key)
             keep = cka.arrays["cka_pairs"] > 0
             if not keep.any():
-                raise ViewUnavailable(spec.name, "cka", f"no pair of sequences has at least {MIN_TOKENS} tokens in this "
-                                      "view in both")
+                raise ViewUnavailable(
+                    spec.name, "cka", f"no pair of sequences has at least {MIN_TOKENS} tokens in this view in both"
+                )
             joined = total.paired(self._cka.firsts).joined(cka)
             return joined if keep.all() else joined.subset(keep)
         pooled = self._pooled[key]
@@ -335,7 +358,9 @@ class ViewAccumulator:
     def _kernel_key(self, spec: ViewSpec, similarity: str) -> tuple:
         unit = get_similarity(similarity).unit
         if unit == "sequence":
-            raise ValueError(f"{similarity!r} is read from the additive statistics; kernel similarities: {', '.join(KERNEL_SIMILARITIES)}")
+            raise ValueError(
+                f"{similarity!r} is read from the additive statistics; kernel similarities: {', '.join(KERNEL_SIMILARITIES)}"
+            )
         require_cka_view(spec, similarity)
         store = self._cka.units if unit == "pair" else self._pooled
         if cka_set_key(spec) not in store:
@@ -431,7 +456,9 @@ class ViewAccumulator:
         for key in self._pooled:
             prefix = f"full|{self._set_label(key)}|"
             self._pooled[key] = PooledCka()
-            self._pooled[key].load_state_dict({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}, {})
+            self._pooled[key].load_state_dict(
+                {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}, {}
+            )
         self._fits.load_state_dict(arrays, meta)
         self.sequences = int(meta["sequences"])
         self.tokens = int(meta["tokens"])
@@ -456,4 +483,3 @@ class ViewAccumulator:
 def _selection_hint(spec: ViewSpec) -> str:
     """Why a view that keeps all but position 0 has no token at all."""
     return f" (every sequence has a single token, and {spec.selection} removes it)" if spec.parts == ("rest",) else ""
-

@@ -12,16 +12,33 @@ import numpy as np
 from .bootstrap import bootstrap_intervals, bootstrap_weights
 from .cka import ViewUnavailable
 from .metrics import full_metrics, similarity_matrix
-from .similarity import decay_profile, deff
 from .similarities import get_similarity
+from .similarity import decay_profile, deff
 from .statistics import UnitStatistics
 
 #: The totals kept in a result, so its numbers can be recomputed from it (the kernel ones when present).
-KEPT_TOTALS = ("n", "gram_states", "gram_increments", "update_state_dot", "hsic", "update_hsic", "hsic_full", "cka_full_energy")
+KEPT_TOTALS = (
+    "n",
+    "gram_states",
+    "gram_increments",
+    "update_state_dot",
+    "hsic",
+    "update_hsic",
+    "hsic_full",
+    "cka_full_energy",
+)
 
 
-def view_summary(stats: UnitStatistics, *, similarity: str, include_embedding: bool, bootstrap: int = 0, seed: int = 0,
-                 weights: np.ndarray | None = None, label: str = "") -> dict:
+def view_summary(
+    stats: UnitStatistics,
+    *,
+    similarity: str,
+    include_embedding: bool,
+    bootstrap: int = 0,
+    seed: int = 0,
+    weights: np.ndarray | None = None,
+    label: str = "",
+) -> dict:
     """Every number of one view (the fields of :class:`effdepth.result.ViewResult` but its name);
     ``label`` names it in warnings.
 
@@ -35,7 +52,12 @@ def view_summary(stats: UnitStatistics, *, similarity: str, include_embedding: b
     totals = stats.total()
     m = full_metrics(totals, similarity, include_embedding)
     ci = bootstrap_intervals(
-        stats, similarity=similarity, include_embedding=include_embedding, resamples=bootstrap, seed=seed, weights=weights,
+        stats,
+        similarity=similarity,
+        include_embedding=include_embedding,
+        resamples=bootstrap,
+        seed=seed,
+        weights=weights,
         label=label,
     )
     return {
@@ -60,8 +82,9 @@ def view_summary(stats: UnitStatistics, *, similarity: str, include_embedding: b
     }
 
 
-def view_summaries(accumulator, *, similarity: str, include_embedding: bool, bootstrap: int, seed: int,
-                   calibrated=None) -> tuple:
+def view_summaries(
+    accumulator, *, similarity: str, include_embedding: bool, bootstrap: int, seed: int, calibrated=None
+) -> tuple:
     """``({view name: summary}, {view name: reason unavailable})`` of one similarity, for every view
     of a :class:`~effdepth.numerics.streams.ViewAccumulator`.
 
@@ -88,7 +111,11 @@ def view_summaries(accumulator, *, similarity: str, include_embedding: bool, boo
             unavailable[spec.name] = exc.reason
             continue
         summary = view_summary(
-            stats, similarity=similarity, include_embedding=include_embedding, bootstrap=bootstrap, seed=seed,
+            stats,
+            similarity=similarity,
+            include_embedding=include_embedding,
+            bootstrap=bootstrap,
+            seed=seed,
             weights=weights if weights is not None and stats.units == weights.shape[1] else None,
             label=f"view {spec.name!r} ({similarity})",
         )
@@ -99,8 +126,16 @@ def view_summaries(accumulator, *, similarity: str, include_embedding: bool, boo
         else:  # pooled into one unit: the count that matters is the real one
             summary["sequences"] = accumulator.sequences - summary["left_out"]
         if calibrated is not None and kind.calibrated:
-            add_calibrated(summary, calibrated, spec, similarity=similarity, include_embedding=include_embedding,
-                           bootstrap=bootstrap, seed=seed, weights=weights)
+            add_calibrated(
+                summary,
+                calibrated,
+                spec,
+                similarity=similarity,
+                include_embedding=include_embedding,
+                bootstrap=bootstrap,
+                seed=seed,
+                weights=weights,
+            )
         out[spec.name] = summary
     return out, unavailable
 
@@ -108,8 +143,17 @@ def view_summaries(accumulator, *, similarity: str, include_embedding: bool, boo
 CALIBRATED = {"structural": "structural_cal", "matched": "matched_cal"}
 
 
-def add_calibrated(summary: dict, calibrated, spec, *, similarity: str, include_embedding: bool, bootstrap: int,
-                   seed: int, weights: np.ndarray | None) -> None:
+def add_calibrated(
+    summary: dict,
+    calibrated,
+    spec,
+    *,
+    similarity: str,
+    include_embedding: bool,
+    bootstrap: int,
+    seed: int,
+    weights: np.ndarray | None,
+) -> None:
     """Put the surrogate streams' D_eff (and intervals, and profiles) among a view's references."""
     for kind, name in CALIBRATED.items():
         try:
@@ -121,9 +165,16 @@ def add_calibrated(summary: dict, calibrated, spec, *, similarity: str, include_
         summary["reference_profiles"][name] = as_list(decay_profile(sim))
         # The same resampled sequences as the real stream when it covers them all (paired intervals).
         paired = weights if weights is not None and weights.shape[1] == stats.units else None
-        ci = bootstrap_intervals(stats, similarity=similarity, include_embedding=include_embedding,
-                                 resamples=bootstrap, seed=seed + 1, weights=paired, deff_only=True,
-                                 label=f"the {kind} surrogate of view {spec.name!r} ({similarity})")
+        ci = bootstrap_intervals(
+            stats,
+            similarity=similarity,
+            include_embedding=include_embedding,
+            resamples=bootstrap,
+            seed=seed + 1,
+            weights=paired,
+            deff_only=True,
+            label=f"the {kind} surrogate of view {spec.name!r} ({similarity})",
+        )
         if ci is not None and summary["ci"] is not None:
             summary["ci"][f"reference_{name}"] = ci["deff"]
     summary["calibrated_sequences"] = calibrated.measured_sequences

@@ -126,7 +126,9 @@ class _Source:
     @classmethod
     def of(cls, states: torch.Tensor, mask: torch.Tensor | None) -> "_Source":
         m, b, t, _ = states.shape
-        real = torch.ones(b, t, dtype=torch.bool, device=states.device) if mask is None else mask.to(states.device).bool()
+        real = (
+            torch.ones(b, t, dtype=torch.bool, device=states.device) if mask is None else mask.to(states.device).bool()
+        )
         # update_energies converts one layer at a time: a float64 copy of the whole batch here
         # would double its memory and cost a pass over it.
         return cls(states[0], update_energies(states, mask), real, m)  # no mask: no multiplication by ones
@@ -140,8 +142,15 @@ def _draw(source: _Source, n: int, generator) -> torch.Tensor:
     return draw.to(source.s0.device)
 
 
-def _sequence_surrogate(source: _Source, index: int, tokens: torch.Tensor, kind: str, draw: torch.Tensor,
-                        include_embedding: bool, out: torch.Tensor) -> torch.Tensor:
+def _sequence_surrogate(
+    source: _Source,
+    index: int,
+    tokens: torch.Tensor,
+    kind: str,
+    draw: torch.Tensor,
+    include_embedding: bool,
+    out: torch.Tensor,
+) -> torch.Tensor:
     """Sequence ``index``'s surrogate stream ``(L+1, n, d)`` over its real ``tokens``, built in
     ``out`` (float64) from its draws, one layer at a time."""
     m = source.num_states
@@ -237,7 +246,9 @@ class CalibratedReferences:
     def fit_batch(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
         """Feed the surrogates of the next batch of the fit phase (global sequences from 0 on, up
         to ``fit_seqs``) to each kind's fit."""
-        take = states.shape[1] if self.fit_seqs is None else max(0, min(states.shape[1], self.fit_seqs - self._fit_rows))
+        take = (
+            states.shape[1] if self.fit_seqs is None else max(0, min(states.shape[1], self.fit_seqs - self._fit_rows))
+        )
         if take == 0:
             return
         s, m = states[:, :take], None if mask is None else mask[:take]
@@ -250,13 +261,17 @@ class CalibratedReferences:
     def finalize_fit(self, *, whole_run: bool = True) -> None:
         """Turn each kind's estimates into fits (after :meth:`fit_batch` over the fitted set)."""
         sequences, tokens = self._fitted_size
-        how = "on the surrogates: " + fit_description("calibration", sequences=sequences, tokens=tokens, whole_run=whole_run)
+        how = "on the surrogates: " + fit_description(
+            "calibration", sequences=sequences, tokens=tokens, whole_run=whole_run
+        )
         for acc in self.accumulators.values():
             acc.finalize_fit(how, sequences=sequences, tokens=tokens, warn=False)
 
     def update(self, states: torch.Tensor, mask: torch.Tensor | None = None) -> None:
         """Add the surrogates of a batch ``(L+1, batch, seq, d)`` (up to ``max_seqs`` in all)."""
-        take = states.shape[1] if self.max_seqs is None else max(0, min(states.shape[1], self.max_seqs - self.sequences))
+        take = (
+            states.shape[1] if self.max_seqs is None else max(0, min(states.shape[1], self.max_seqs - self.sequences))
+        )
         if take == 0:
             return
         s, m = states[:, :take], None if mask is None else mask[:take]
@@ -309,8 +324,13 @@ class CalibratedReferences:
         for kind, acc in self.accumulators.items():
             a, kinds[kind] = acc.state_dict()
             arrays.update({f"{kind}/{k}": v for k, v in a.items()})
-        meta = {"kinds": kinds, "seed": self.seed, "max_seqs": self.max_seqs, "first_sequence": self.first_sequence,
-                "sequences": self.sequences}
+        meta = {
+            "kinds": kinds,
+            "seed": self.seed,
+            "max_seqs": self.max_seqs,
+            "first_sequence": self.first_sequence,
+            "sequences": self.sequences,
+        }
         return arrays, meta
 
     def load_state_dict(self, arrays: dict, meta: dict) -> None:
@@ -322,7 +342,9 @@ class CalibratedReferences:
             )
         for kind, acc in self.accumulators.items():
             prefix = f"{kind}/"
-            acc.load_state_dict({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}, meta["kinds"][kind])
+            acc.load_state_dict(
+                {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}, meta["kinds"][kind]
+            )
         self.sequences = int(meta["sequences"])
 
     def merge(self, other: "CalibratedReferences") -> None:

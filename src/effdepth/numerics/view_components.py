@@ -213,24 +213,67 @@ def divide_by_norms(weights: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
 
 #: Every view component, in the order errors and help list them.
 COMPONENTS = (
-    Component("drop-pos0", "remove each sequence's position 0, whatever token it holds (passage mode: pool from "
-              "the second token)", ("token", "passage"), "selection", select=drop_first, parts=("rest",),
-              keep=without_first),
-    Component("pos0-only", "keep only each sequence's position 0 (the contrast)", ("token",), "selection",
-              select=first_only, parts=("pos0",), max_tokens=1),
+    Component(
+        "drop-pos0",
+        "remove each sequence's position 0, whatever token it holds (passage mode: pool from the second token)",
+        ("token", "passage"),
+        "selection",
+        select=drop_first,
+        parts=("rest",),
+        keep=without_first,
+    ),
+    Component(
+        "pos0-only",
+        "keep only each sequence's position 0 (the contrast)",
+        ("token",),
+        "selection",
+        select=first_only,
+        parts=("pos0",),
+        max_tokens=1,
+    ),
     Component("drop-bos", "pool from the first non-BOS token", ("passage",), "selection", keep=without_bos),
-    Component("length", "regress each passage's token count n out of each layer's pooled matrix (least squares on "
-              "1/n and log n beside the mean; the identity when every passage has the same length)", ("passage",),
-              "length", pooled=LengthRegressed),
-    Component("token-norm", "each token state divided by its norm (a zero state stays zero)", ("token", "passage"),
-              "token-norm", tokens=unit_tokens, weigh=divide_by_norms),
-    Component("center", "subtract each layer's mean state, fitted on the view's token set", ("token",), "center",
-              apply=subtract_mean, centred_away=True),
-    Component("top{k}pc", "remove each layer's top-k principal directions (of its mean-centred states; in passage mode, "
-              "of its column-centred pooled matrix, fitted exactly)", ("token", "passage"), "principal directions",
-              apply=remove_fitted_directions, fit=layer_directions, pooled=TopRemoved),
-    Component("top{k}pc-shared", "remove one set of top-k principal directions for every layer, from the mean "
-              "covariance", ("token",), "principal directions", apply=remove_fitted_directions, fit=shared_directions),
+    Component(
+        "length",
+        "regress each passage's token count n out of each layer's pooled matrix (least squares on "
+        "1/n and log n beside the mean; the identity when every passage has the same length)",
+        ("passage",),
+        "length",
+        pooled=LengthRegressed,
+    ),
+    Component(
+        "token-norm",
+        "each token state divided by its norm (a zero state stays zero)",
+        ("token", "passage"),
+        "token-norm",
+        tokens=unit_tokens,
+        weigh=divide_by_norms,
+    ),
+    Component(
+        "center",
+        "subtract each layer's mean state, fitted on the view's token set",
+        ("token",),
+        "center",
+        apply=subtract_mean,
+        centred_away=True,
+    ),
+    Component(
+        "top{k}pc",
+        "remove each layer's top-k principal directions (of its mean-centred states; in passage mode, "
+        "of its column-centred pooled matrix, fitted exactly)",
+        ("token", "passage"),
+        "principal directions",
+        apply=remove_fitted_directions,
+        fit=layer_directions,
+        pooled=TopRemoved,
+    ),
+    Component(
+        "top{k}pc-shared",
+        "remove one set of top-k principal directions for every layer, from the mean covariance",
+        ("token",),
+        "principal directions",
+        apply=remove_fitted_directions,
+        fit=shared_directions,
+    ),
 )
 
 
@@ -278,7 +321,9 @@ def parse_steps(text: str, mode: str) -> tuple:
         step = _step(part, name, mode)
         slot = step.component.slot
         if slot in steps:
-            raise EffdepthError(f"view {name!r} has two {slot} components ({steps[slot].text} and {step.text}); use one")
+            raise EffdepthError(
+                f"view {name!r} has two {slot} components ({steps[slot].text} and {step.text}); use one"
+            )
         steps[slot] = step
     return tuple(steps[slot] for slot in SLOTS if slot in steps)
 
@@ -291,14 +336,17 @@ def _step(part: str, name: str, mode: str) -> Step:
             continue
         if mode not in component.modes:
             other = component.modes[0]
-            raise EffdepthError(f"view {name!r} is not a {mode}-mode view ({part} is {other} mode's, for "
-                                f"{_POOLING[other]}); {mode}-mode views combine {known(mode)} with '+', or use 'paper'")
+            raise EffdepthError(
+                f"view {name!r} is not a {mode}-mode view ({part} is {other} mode's, for "
+                f"{_POOLING[other]}); {mode}-mode views combine {known(mode)} with '+', or use 'paper'"
+            )
         k = int(match.group(1)) if component.family else None
         if k is not None and k < 1:
             raise EffdepthError(f"view {name!r}: {component.name} needs k >= 1, got {k}")
         return Step(component, k)
-    raise EffdepthError(f"unknown view component {part!r} in {name!r}; {mode}-mode views combine {known(mode)} "
-                        "with '+', or use 'paper'")
+    raise EffdepthError(
+        f"unknown view component {part!r} in {name!r}; {mode}-mode views combine {known(mode)} with '+', or use 'paper'"
+    )
 
 
 def pooled_variants() -> tuple:
@@ -309,7 +357,12 @@ def pooled_variants() -> tuple:
     ('default', 'drop-pos0', 'drop-bos', 'token-norm', 'drop-pos0+token-norm', 'drop-bos+token-norm')
     """
     before = [c for c in COMPONENTS if "passage" in c.modes and (c.keep or c.weigh)]
-    combos = [combo for r in range(len(before) + 1) for combo in itertools.combinations(before, r)
-              if len({c.slot for c in combo}) == r]
-    return tuple("+".join(c.name for c in sorted(combo, key=lambda c: SLOTS.index(c.slot))) or "default"
-                 for combo in combos)
+    combos = [
+        combo
+        for r in range(len(before) + 1)
+        for combo in itertools.combinations(before, r)
+        if len({c.slot for c in combo}) == r
+    ]
+    return tuple(
+        "+".join(c.name for c in sorted(combo, key=lambda c: SLOTS.index(c.slot))) or "default" for combo in combos
+    )

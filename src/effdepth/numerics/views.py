@@ -141,8 +141,14 @@ class ViewSpec:
                 states = component.apply(states, fit, step.k)
         return states
 
-    def view_states(self, states: torch.Tensor, fit: dict | None = None, *, dtype: torch.dtype = torch.float64,
-                    centred: bool = False) -> torch.Tensor:
+    def view_states(
+        self,
+        states: torch.Tensor,
+        fit: dict | None = None,
+        *,
+        dtype: torch.dtype = torch.float64,
+        centred: bool = False,
+    ) -> torch.Tensor:
         """One sequence's kept positions ``(M, n, d)``, in ``dtype``, through :meth:`transform`.
 
         >>> parse_view("drop-pos0").view_states(torch.arange(3.0).reshape(1, 3, 1)).flatten().tolist()

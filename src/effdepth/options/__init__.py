@@ -29,15 +29,59 @@ from ..errors import EffdepthError, UnknownOption
 from ..numerics import passage_analysis, passage_views
 from ..numerics.similarities import PASSAGE, TOKEN, parse_similarities
 from ..numerics.views import parse_views
-from .checks import (MIN_BOOTSTRAP, at_least, check_device, check_dtype, check_kernel_length, check_revision_target,
-                     check_tokenizer_spec, check_views_have_values, is_whole, parse_bytes, validate_options)
-from .defaults import (DEFAULT_MAX_MEMORY, DEFAULT_SIMILARITY, DEFAULTS, MAX_BOOTSTRAP, PASSAGE_DEFAULTS, POOLINGS,
-                       PROTOCOLS, STATES, Protocol, check_protocol, resolve_defaults)
+from .checks import (
+    MIN_BOOTSTRAP,
+    at_least,
+    check_device,
+    check_dtype,
+    check_kernel_length,
+    check_revision_target,
+    check_tokenizer_spec,
+    check_views_have_values,
+    is_whole,
+    parse_bytes,
+    validate_options,
+)
+from .defaults import (
+    DEFAULT_MAX_MEMORY,
+    DEFAULT_SIMILARITY,
+    DEFAULTS,
+    MAX_BOOTSTRAP,
+    PASSAGE_DEFAULTS,
+    POOLINGS,
+    PROTOCOLS,
+    STATES,
+    Protocol,
+    check_protocol,
+    resolve_defaults,
+)
 
-__all__ = ["AnalysisOptions", "DEFAULTS", "DEFAULT_MAX_MEMORY", "DEFAULT_SIMILARITY", "LoadOptions", "MAX_BOOTSTRAP",
-           "MIN_BOOTSTRAP", "Options", "PASSAGE_DEFAULTS", "POOLINGS", "PROTOCOLS", "Protocol", "RunOptions", "STATES",
-           "UNHASHED_OPTIONS", "at_least", "check_device", "check_dtype", "check_protocol", "check_revision_target",
-           "check_tokenizer_spec", "parse_bytes", "resolve_defaults", "validate_options"]
+__all__ = [
+    "AnalysisOptions",
+    "DEFAULTS",
+    "DEFAULT_MAX_MEMORY",
+    "DEFAULT_SIMILARITY",
+    "LoadOptions",
+    "MAX_BOOTSTRAP",
+    "MIN_BOOTSTRAP",
+    "Options",
+    "PASSAGE_DEFAULTS",
+    "POOLINGS",
+    "PROTOCOLS",
+    "Protocol",
+    "RunOptions",
+    "STATES",
+    "UNHASHED_OPTIONS",
+    "at_least",
+    "check_device",
+    "check_dtype",
+    "check_protocol",
+    "check_revision_target",
+    "check_tokenizer_spec",
+    "parse_bytes",
+    "resolve_defaults",
+    "validate_options",
+]
 
 
 @dataclass(frozen=True)
@@ -72,8 +116,9 @@ class LoadOptions:
     allow_processed: bool = False
 
     def __post_init__(self):
-        validate_options(seq_len=self.seq_len, num_seqs=self.num_seqs, seed=self.seed, bos=self.bos,
-                         passage_split=self.passage_split)
+        validate_options(
+            seq_len=self.seq_len, num_seqs=self.num_seqs, seed=self.seed, bos=self.bos, passage_split=self.passage_split
+        )
         # Cheap checks of paths and hardware come here, before seconds or minutes of loading.
         check_revision_target(self.model, self.revision)
         check_device(self.device)
@@ -115,16 +160,25 @@ class AnalysisOptions:
     protocol: str | None = None
 
     def __post_init__(self):
-        validate_options(batch_size=self.batch_size, bootstrap=self.bootstrap, pc_estimate=self.pc_estimate, seed=self.seed,
-                         pooling=self.pooling, states=self.states, bootstrap_units=self.bootstrap_units)
+        validate_options(
+            batch_size=self.batch_size,
+            bootstrap=self.bootstrap,
+            pc_estimate=self.pc_estimate,
+            seed=self.seed,
+            pooling=self.pooling,
+            states=self.states,
+            bootstrap_units=self.bootstrap_units,
+        )
         check_protocol(self.protocol)
         if self.passages:
             object.__setattr__(self, "similarity", parse_similarities(self.similarity, PASSAGE))
             object.__setattr__(self, "views", tuple(v.name for v in passage_views.parse_views(self.views)))
         else:
             if self.states != "blocks":
-                raise EffdepthError("--states hidden is passage mode's (the paper's convention); token mode (--pooling none) "
-                                    "reads the blocks")
+                raise EffdepthError(
+                    "--states hidden is passage mode's (the paper's convention); token mode (--pooling none) "
+                    "reads the blocks"
+                )
             object.__setattr__(self, "similarity", parse_similarities(self.similarity, TOKEN))
             object.__setattr__(self, "views", tuple(v.name for v in parse_views(self.views)))
         object.__setattr__(self, "bootstrap", int(self.bootstrap))
@@ -136,7 +190,9 @@ class AnalysisOptions:
             if str(self.surrogate_seqs) == "all":
                 object.__setattr__(self, "surrogate_seqs", None)
             elif not is_whole(self.surrogate_seqs) or int(self.surrogate_seqs) < 0:
-                raise EffdepthError(f"--surrogate-seqs must be 0 (none), a number of sequences or all, got {self.surrogate_seqs}")
+                raise EffdepthError(
+                    f"--surrogate-seqs must be 0 (none), a number of sequences or all, got {self.surrogate_seqs}"
+                )
             else:
                 object.__setattr__(self, "surrogate_seqs", int(self.surrogate_seqs))
         if not self.passages:
@@ -183,9 +239,16 @@ class AnalysisOptions:
         ('cka', 'cka-debiased')
         """
         return passage_analysis.AnalysisPlan(
-            views=self.views, similarities=self.similarity, include_embedding=self.include_embedding, bootstrap=self.bootstrap,
-            bootstrap_units=self.bootstrap_units, seed=self.seed, calibrated=self.surrogate_seqs != 0,
-            max_memory=self.max_memory, device=device)
+            views=self.views,
+            similarities=self.similarity,
+            include_embedding=self.include_embedding,
+            bootstrap=self.bootstrap,
+            bootstrap_units=self.bootstrap_units,
+            seed=self.seed,
+            calibrated=self.surrogate_seqs != 0,
+            max_memory=self.max_memory,
+            device=device,
+        )
 
 
 @dataclass(frozen=True)
@@ -202,7 +265,6 @@ class RunOptions:
     checkpoint_every_s: float = 30.0
     #: What a checkpoint records about the run (its options and the command that continues it).
     record: dict | None = None
-
 
 
 _LOAD = tuple(f.name for f in fields(LoadOptions))

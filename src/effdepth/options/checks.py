@@ -51,8 +51,10 @@ MIN_BOOTSTRAP = 10
 
 def _check_bootstrap(value) -> None:
     if not is_whole(value) or not (int(value) == 0 or MIN_BOOTSTRAP <= int(value) <= MAX_BOOTSTRAP):
-        raise EffdepthError(f"--bootstrap must be 0 (off) or a number of resamples from {MIN_BOOTSTRAP} to {MAX_BOOTSTRAP:,} "
-                            f"(default {DEFAULTS['bootstrap']:,}), got {value}: fewer cannot bound a 95% interval")
+        raise EffdepthError(
+            f"--bootstrap must be 0 (off) or a number of resamples from {MIN_BOOTSTRAP} to {MAX_BOOTSTRAP:,} "
+            f"(default {DEFAULTS['bootstrap']:,}), got {value}: fewer cannot bound a 95% interval"
+        )
 
 
 def _check_choice(flag: str, choices):
@@ -63,9 +65,22 @@ def _check_choice(flag: str, choices):
     return check
 
 
-
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
-          "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "kib": 2**10,
+    "m": 10**6,
+    "mb": 10**6,
+    "mib": 2**20,
+    "g": 10**9,
+    "gb": 10**9,
+    "gib": 2**30,
+    "t": 10**12,
+    "tb": 10**12,
+    "tib": 2**40,
+}
 
 
 def parse_bytes(value) -> int:
@@ -83,7 +98,9 @@ def parse_bytes(value) -> int:
         try:
             number, unit = float(m.group(1)), m.group(2).lower()
         except ValueError:  # "1.2.3GB", "."
-            raise EffdepthError(f"--max-memory must be a size such as 4GiB, 500MB or a number of bytes, got {value!r}") from None
+            raise EffdepthError(
+                f"--max-memory must be a size such as 4GiB, 500MB or a number of bytes, got {value!r}"
+            ) from None
     if not math.isfinite(number * _UNITS[unit]):
         raise EffdepthError(f"--max-memory must be a finite size, got {value!r}")
     size = int(number * _UNITS[unit])
@@ -93,7 +110,9 @@ def parse_bytes(value) -> int:
 
 
 _CHECKS = {
-    "seq_len": at_least(2, "--seq-len must be at least 2 (the drop-pos0 control and token mode need a token after position 0), got {v}"),
+    "seq_len": at_least(
+        2, "--seq-len must be at least 2 (the drop-pos0 control and token mode need a token after position 0), got {v}"
+    ),
     "num_seqs": at_least(1, "--num-seqs must be at least 1, got {v}"),
     "batch_size": at_least(1, "--batch-size must be at least 1, got {v}"),
     "seed": at_least(0, "--seed must be a non-negative integer, got {v}"),
@@ -194,9 +213,11 @@ def check_kernel_length(load, analysis) -> None:
     least = spec.min_samples
     shortest_loss = min(1 if view.selection == "drop-pos0" else 0 for view in analysis.view_specs)
     if load.seq_len - shortest_loss < least:
-        raise EffdepthError(f"--seq-len {load.seq_len} leaves fewer than {least} tokens per sequence in every view, "
-                            f"and {spec.name} needs {least} ({spec.min_reason}); use --seq-len {least + shortest_loss} "
-                            f"or more, or {_cosine_first()}")
+        raise EffdepthError(
+            f"--seq-len {load.seq_len} leaves fewer than {least} tokens per sequence in every view, "
+            f"and {spec.name} needs {least} ({spec.min_reason}); use --seq-len {least + shortest_loss} "
+            f"or more, or {_cosine_first()}"
+        )
 
 
 def check_views_have_values(specs, similarity: str) -> None:
@@ -217,8 +238,9 @@ def check_views_have_values(specs, similarity: str) -> None:
             return
         except ViewUnavailable as exc:
             reasons.append(exc.reason)
-    raise EffdepthError(f"no view has a {similarity} value ({'; '.join(reasons)}); add a view such as default, "
-                        f"or {_cosine_first()}")
+    raise EffdepthError(
+        f"no view has a {similarity} value ({'; '.join(reasons)}); add a view such as default, or {_cosine_first()}"
+    )
 
 
 def _cosine_first() -> str:

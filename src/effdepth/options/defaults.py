@@ -27,10 +27,22 @@ class Protocol:
 
 
 PROTOCOLS = {
-    "paper": Protocol("paper", "the paper's settings (PAPER-PROTOCOL section 1): 10,000 FineWeb-Edu passages of at most "
-                      "512 tokens (each document's first tokens), bfloat16 weights, transformers' hidden_states, linear CKA",
-                      {"corpus": PAPER_CORPUS, "num_seqs": 10_000, "seq_len": 512, "dtype": "bfloat16", "states": "hidden",
-                       "pooling": "mean", "passage_split": "document", "similarity": "cka", "bos": "auto"}),
+    "paper": Protocol(
+        "paper",
+        "the paper's settings (PAPER-PROTOCOL section 1): 10,000 FineWeb-Edu passages of at most "
+        "512 tokens (each document's first tokens), bfloat16 weights, transformers' hidden_states, linear CKA",
+        {
+            "corpus": PAPER_CORPUS,
+            "num_seqs": 10_000,
+            "seq_len": 512,
+            "dtype": "bfloat16",
+            "states": "hidden",
+            "pooling": "mean",
+            "passage_split": "document",
+            "similarity": "cka",
+            "bos": "auto",
+        },
+    ),
 }
 
 

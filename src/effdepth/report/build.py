@@ -99,7 +99,9 @@ def report_format(output, fmt: str | None = None) -> str:
         hint = "; for a PDF, print the HTML report from a browser" if suffix == ".pdf" else ""
         raise EffdepthError(f"cannot write a report to {output}: effdepth writes {works}{hint}")
     if fmt is not None and found != fmt:
-        raise EffdepthError(f"cannot write a report to {output}: --format {fmt} writes {' or '.join(SUFFIXES[fmt])} files")
+        raise EffdepthError(
+            f"cannot write a report to {output}: --format {fmt} writes {' or '.join(SUFFIXES[fmt])} files"
+        )
     return found
 
 

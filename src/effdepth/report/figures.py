@@ -34,9 +34,23 @@ from matplotlib.ticker import MaxNLocator
 from ..numerics import passage_analysis
 from ..numerics.similarities import SIMILARITIES
 from ..result import Result, ViewResult
-from .content.model import interval, level as ci_level
-from .figures_common import (DEFF, F_N, R_INIT, R_MATCHED, REFERENCE_STYLES, array, caption, chosen_view,
-                             figure_title, layer_ticks, matrix, num, pair)
+from .content.model import interval
+from .content.model import level as ci_level
+from .figures_common import (
+    DEFF,
+    F_N,
+    R_INIT,
+    R_MATCHED,
+    REFERENCE_STYLES,
+    array,
+    caption,
+    chosen_view,
+    figure_title,
+    layer_ticks,
+    matrix,
+    num,
+    pair,
+)
 from .figures_confounds import confounds_figure, sample_size_figure
 from .figures_layers import layers_figure
 from .figures_ratios import sensitivity_figure, views_figure
@@ -84,7 +98,10 @@ def similarity_figure(result: Result | ViewResult, view: str | None = None) -> F
         bar = fig.colorbar(im, ax=ax, fraction=0.05, pad=0.03)
         bar.set_label(_similarity_label(ctx))
         ax.set_title(figure_title("Layer similarity", v, ctx))
-        caption(fig, f"{DEFF} = {' '.join(filter(None, (fmt(v.deff), interval(v, 'deff'))))},   {ctx['reference']} = {fmt(v.reference)},   N = {n} states")
+        caption(
+            fig,
+            f"{DEFF} = {' '.join(filter(None, (fmt(v.deff), interval(v, 'deff'))))},   {ctx['reference']} = {fmt(v.reference)},   N = {n} states",
+        )
     return fig
 
 
@@ -107,21 +124,47 @@ def profile_figure(result: Result | ViewResult, view: str | None = None) -> Figu
         for key, (label, colour, dash, marker) in REFERENCE_STYLES.items():
             if key in (v.reference_profiles or {}):
                 label = label.replace(F_N, ctx["reference"])
-                ax.plot(k, array(v.reference_profiles[key]), color=colour, linestyle=dash, marker=marker,
-                        markersize=4, markevery=every, linewidth=1.4, label=f"{label} ({fmt(values.get(key))})")
+                ax.plot(
+                    k,
+                    array(v.reference_profiles[key]),
+                    color=colour,
+                    linestyle=dash,
+                    marker=marker,
+                    markersize=4,
+                    markevery=every,
+                    linewidth=1.4,
+                    label=f"{label} ({fmt(values.get(key))})",
+                )
         band = (v.ci or {}).get("profile")
         if band:
             level = ci_level(v)
-            ax.fill_between(k, array(band[0]), array(band[1]), color=OKABE_ITO["blue"], alpha=0.25, linewidth=0,
-                            label=f"{level}% bootstrap band")
-        ax.plot(k, profile, color=OKABE_ITO["blue"], marker="o", markersize=4, markevery=every, linewidth=2.0,
-                label=f"measured $P(k)$: {DEFF} = {fmt(v.deff)}")
+            ax.fill_between(
+                k,
+                array(band[0]),
+                array(band[1]),
+                color=OKABE_ITO["blue"],
+                alpha=0.25,
+                linewidth=0,
+                label=f"{level}% bootstrap band",
+            )
+        ax.plot(
+            k,
+            profile,
+            color=OKABE_ITO["blue"],
+            marker="o",
+            markersize=4,
+            markevery=every,
+            linewidth=2.0,
+            label=f"measured $P(k)$: {DEFF} = {fmt(v.deff)}",
+        )
         ax.set_xlabel("layer distance $k$")
         ax.set_ylabel("mean similarity $P(k)$")
         ax.set_ylim(-0.02, 1.04)
         ax.set_xlim(0, max(1, len(k) - 1))
         ax.xaxis.set_major_locator(MaxNLocator(nbins=10, integer=True, steps=[1, 2, 5, 10]))
-        fig.legend(loc="outside lower center", ncol=2, frameon=False, title="effective depth in brackets", title_fontsize=7.5)
+        fig.legend(
+            loc="outside lower center", ncol=2, frameon=False, title="effective depth in brackets", title_fontsize=7.5
+        )
         ax.set_title(figure_title("Decay profile", v, ctx))
     return fig
 
@@ -154,11 +197,26 @@ def attribution_figure(result: Result | ViewResult, view: str | None = None) -> 
             term = num(v.attribution.get(key))
             after = running - term
             lower = term >= 0
-            ax.bar(i, after - running, bottom=running, width=0.6, color=OKABE_ITO["vermillion" if lower else "bluish_green"],
-                   hatch="\\\\" if lower else "..", edgecolor="black", linewidth=0.6)
+            ax.bar(
+                i,
+                after - running,
+                bottom=running,
+                width=0.6,
+                color=OKABE_ITO["vermillion" if lower else "bluish_green"],
+                hatch="\\\\" if lower else "..",
+                edgecolor="black",
+                linewidth=0.6,
+            )
             if pair(ci.get(key)):
                 lo, hi = pair(ci[key])
-                ax.errorbar(i, after, yerr=[[max(0.0, hi - term)], [max(0.0, term - lo)]], color="#444444", capsize=3, linewidth=1)
+                ax.errorbar(
+                    i,
+                    after,
+                    yerr=[[max(0.0, hi - term)], [max(0.0, term - lo)]],
+                    color="#444444",
+                    capsize=3,
+                    linewidth=1,
+                )
             ax.plot([i - 1 - 0.3, i + 0.3], [running, running], color="#666666", linewidth=0.8, linestyle=":")
             _bar_label(ax, i, max(running, after), fmt(term, signed=True))
             running, top = after, max(top, running, after)
@@ -168,8 +226,15 @@ def attribution_figure(result: Result | ViewResult, view: str | None = None) -> 
         deff_ci = pair(ci.get("deff"))
         if deff_ci:
             lo, hi = deff_ci
-            ax.errorbar(4, end, yerr=[[max(0.0, end - lo)], [max(0.0, hi - end)]], color="black", capsize=4, linewidth=1.2,
-                        label=f"{level}% bootstrap interval")
+            ax.errorbar(
+                4,
+                end,
+                yerr=[[max(0.0, end - lo)], [max(0.0, hi - end)]],
+                color="black",
+                capsize=4,
+                linewidth=1.2,
+                label=f"{level}% bootstrap interval",
+            )
             ax.legend(loc="lower left", frameon=True, framealpha=0.9)
         _bar_label(ax, 0, start, fmt(start))
         _bar_label(ax, 4, max(end, deff_ci[1]) if deff_ci else end, fmt(end))
@@ -181,8 +246,11 @@ def attribution_figure(result: Result | ViewResult, view: str | None = None) -> 
         ax.set_ylim(0, 1.15 * max(heights + [1.0]))
         ax.set_ylabel("effective depth (states)")
         ax.set_title(figure_title(f"Gap attribution {ref} \u2192 {DEFF}", v, ctx))
-        caption(fig, f"labels: the terms of {ref} \u2212 {DEFF}; positive (hatched red) pushes {DEFF} below {ref}, "
-                      "negative (dotted green) above")
+        caption(
+            fig,
+            f"labels: the terms of {ref} \u2212 {DEFF}; positive (hatched red) pushes {DEFF} below {ref}, "
+            "negative (dotted green) above",
+        )
     return fig
 
 
@@ -275,8 +343,15 @@ def _annotate_cells(ax, sim: np.ndarray, first: int) -> None:
         for j in range(n):
             x = sim[i, j]
             if math.isfinite(x):
-                ax.text(first + j, first + i, f"{x:.2f}", ha="center", va="center", fontsize=7 if n <= 6 else 6,
-                        color="black" if x > 0.55 else "white")
+                ax.text(
+                    first + j,
+                    first + i,
+                    f"{x:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7 if n <= 6 else 6,
+                    color="black" if x > 0.55 else "white",
+                )
 
 
 def _end_bar(ax, x, height, colour, hatch) -> None:

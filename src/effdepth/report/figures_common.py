@@ -27,7 +27,12 @@ REFERENCE_STYLES = {
     "corr": (r"$R_\mathrm{corr}$: + measured update correlation", OKABE_ITO["yellow"], (0, (5, 1, 1, 1, 1, 1)), "*"),
     # Calibrated references: surrogate streams through the same similarity (docs/method.md#calibrated-references).
     "structural_cal": (r"$R_\mathrm{structural\,cal}$: surrogate, equal updates", OKABE_ITO["black"], (0, (1, 1)), "x"),
-    "matched_cal": (r"$R_\mathrm{matched\,cal}$: surrogate, measured energies", OKABE_ITO["reddish_purple"], (0, (3, 1, 1, 1)), "P"),
+    "matched_cal": (
+        r"$R_\mathrm{matched\,cal}$: surrogate, measured energies",
+        OKABE_ITO["reddish_purple"],
+        (0, (3, 1, 1, 1)),
+        "P",
+    ),
 }
 
 DEFF, R_INIT, R_MATCHED = r"$D_\mathrm{eff}$", r"$R_\mathrm{init}$", r"$R_\mathrm{matched}$"
@@ -60,8 +65,13 @@ def context(result: Result) -> dict:
     'cka'
     """
     # Passage mode's N states are the L block outputs; the paper names their reference F_L.
-    return {"label": result_label(result), "similarity": result.primary_similarity, "multi": len(result.views) > 1,
-            "passages": result.passages, "reference": F_L if result.passages else F_N}
+    return {
+        "label": result_label(result),
+        "similarity": result.primary_similarity,
+        "multi": len(result.views) > 1,
+        "passages": result.passages,
+        "reference": F_L if result.passages else F_N,
+    }
 
 
 def figure_title(what: str, v: ViewResult | None, ctx: dict, similarity: bool = True) -> str:

@@ -17,7 +17,11 @@ from .figures_ratios import ratio_dot_figure
 from .style import OKABE_ITO, new_figure, style
 
 #: Each estimator's colour and marker in the sample-size figure.
-ESTIMATOR_STYLES = ((OKABE_ITO["blue"], "o", "-"), (OKABE_ITO["vermillion"], "s", "--"), (OKABE_ITO["bluish_green"], "D", ":"))
+ESTIMATOR_STYLES = (
+    (OKABE_ITO["blue"], "o", "-"),
+    (OKABE_ITO["vermillion"], "s", "--"),
+    (OKABE_ITO["bluish_green"], "D", ":"),
+)
 
 
 def confounds_figure(result: Result) -> Figure | None:
@@ -40,10 +44,14 @@ def confounds_figure(result: Result) -> Figure | None:
                 labels.append(f"{name} ({sim})")
                 ratios.append(num(entry["ratio"]))
                 intervals.append(pair(entry.get("ratio_ci")))
-    return ratio_dot_figure(labels, ratios, intervals, xlabel=f"{DEFF} / {F_L}",
-                            title=figure_title("Confounds: position 0 and passage length", None, context(result),
-                                               similarity=False),
-                            level=ci_level(result.default))
+    return ratio_dot_figure(
+        labels,
+        ratios,
+        intervals,
+        xlabel=f"{DEFF} / {F_L}",
+        title=figure_title("Confounds: position 0 and passage length", None, context(result), similarity=False),
+        level=ci_level(result.default),
+    )
 
 
 def sample_size_figure(result: Result) -> Figure | None:
@@ -69,9 +77,19 @@ def sample_size_figure(result: Result) -> Figure | None:
             points = [p for p in curve[sim]["points"] if p["deff"] is not None]
             x = np.array([p["passages"] for p in points])
             y = np.array([p["deff"] for p in points]) / reference
-            spread = np.array([[p["sd"] or 0.0] * 2 if p.get("sd") is not None else
-                               [p["deff"] - p["interval"][0], p["interval"][1] - p["deff"]] if p.get("interval") else [0.0, 0.0]
-                               for p in points]).T / reference
+            spread = (
+                np.array(
+                    [
+                        [p["sd"] or 0.0] * 2
+                        if p.get("sd") is not None
+                        else [p["deff"] - p["interval"][0], p["interval"][1] - p["deff"]]
+                        if p.get("interval")
+                        else [0.0, 0.0]
+                        for p in points
+                    ]
+                ).T
+                / reference
+            )
             ax.errorbar(x, y, yerr=spread, color=colour, marker=marker, linestyle=line, capsize=3, label=sim)
         ax.set_xscale("log", base=2)
         ticks = sorted({p["passages"] for p in curve[sims[0]]["points"]})
@@ -81,6 +99,12 @@ def sample_size_figure(result: Result) -> Figure | None:
         ax.set_ylabel(f"{DEFF} / {F_L}")
         ax.set_title(figure_title("Sample size", None, context(result), similarity=False))
         fig.legend(loc="outside lower center", ncol=len(sims) + 1, frameon=False)
-        ax.text(0.01, 0.02, f"bars: sd over {curve['draws']} nested draws; at N the {ci_level(result.default)}% interval",
-                transform=ax.transAxes, fontsize=7, va="bottom")
+        ax.text(
+            0.01,
+            0.02,
+            f"bars: sd over {curve['draws']} nested draws; at N the {ci_level(result.default)}% interval",
+            transform=ax.transAxes,
+            fontsize=7,
+            va="bottom",
+        )
     return fig

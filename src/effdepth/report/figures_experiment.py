@@ -12,8 +12,15 @@ import numpy as np
 from ..results_carry import summary_interval
 from .style import OKABE_ITO, new_figure, style
 
-_LAM_STYLES = (("blue", "-", "o"), ("vermillion", "--", "s"), ("bluish_green", "-.", "D"), ("orange", ":", "^"),
-               ("reddish_purple", (0, (6, 2)), "v"), ("sky_blue", (0, (3, 1, 1, 1)), "P"), ("black", "-", "x"))
+_LAM_STYLES = (
+    ("blue", "-", "o"),
+    ("vermillion", "--", "s"),
+    ("bluish_green", "-.", "D"),
+    ("orange", ":", "^"),
+    ("reddish_purple", (0, (6, 2)), "v"),
+    ("sky_blue", (0, (3, 1, 1, 1)), "P"),
+    ("black", "-", "x"),
+)
 
 
 def experiment_figure(result):
@@ -43,14 +50,40 @@ def experiment_figure(result):
             rows = sorted((s for s in summary if s["lam"] == lam), key=lambda s: s["step"])
             steps = [s["step"] for s in rows]
             lo_hi = [summary_interval(s) or [None, None] for s in rows]
-            ax_step.plot(steps, [_num(s["deff"]["mean"]) for s in rows], color=OKABE_ITO[colour], linestyle=ls, marker=marker,
-                         markersize=4, label=f"$\\lambda$ = {format_carry(lam)}")
-            ax_step.fill_between(steps, [_num(a) for a, _ in lo_hi], [_num(b) for _, b in lo_hi], color=OKABE_ITO[colour],
-                                 alpha=0.2, linewidth=0)
-            ax_loss.plot(steps, [_num(s["loss"]["mean"]) for s in rows], color=OKABE_ITO[colour], linestyle=ls, marker=marker,
-                         markersize=4, label=f"$\\lambda$ = {format_carry(lam)}")
-            ax_loss.fill_between(steps, [_num(s["loss"]["min"]) for s in rows], [_num(s["loss"]["max"]) for s in rows],
-                                 color=OKABE_ITO[colour], alpha=0.2, linewidth=0)
+            ax_step.plot(
+                steps,
+                [_num(s["deff"]["mean"]) for s in rows],
+                color=OKABE_ITO[colour],
+                linestyle=ls,
+                marker=marker,
+                markersize=4,
+                label=f"$\\lambda$ = {format_carry(lam)}",
+            )
+            ax_step.fill_between(
+                steps,
+                [_num(a) for a, _ in lo_hi],
+                [_num(b) for _, b in lo_hi],
+                color=OKABE_ITO[colour],
+                alpha=0.2,
+                linewidth=0,
+            )
+            ax_loss.plot(
+                steps,
+                [_num(s["loss"]["mean"]) for s in rows],
+                color=OKABE_ITO[colour],
+                linestyle=ls,
+                marker=marker,
+                markersize=4,
+                label=f"$\\lambda$ = {format_carry(lam)}",
+            )
+            ax_loss.fill_between(
+                steps,
+                [_num(s["loss"]["min"]) for s in rows],
+                [_num(s["loss"]["max"]) for s in rows],
+                color=OKABE_ITO[colour],
+                alpha=0.2,
+                linewidth=0,
+            )
         ax_step.axhline(summary[0]["reference"], color="#666666", linestyle="--", linewidth=1, label="$F_N$")
         ax_step.set_xlabel("training step")
         ax_step.set_ylabel(r"$D_\mathrm{eff}$ (held out)")
@@ -60,32 +93,72 @@ def experiment_figure(result):
         ax_loss.legend(frameon=False)
         seeds = summary[0]["seeds"]
         band = f"bands: min-max over {seeds} seeds" if seeds > 1 else "bands: bootstrap interval (one seed)"
-        fig.suptitle(f"Trained residual-carry control \u2014 {result.config['layers']} layers, d_model {result.config['d_model']}; {band}",
-                     fontsize=10)
+        fig.suptitle(
+            f"Trained residual-carry control \u2014 {result.config['layers']} layers, d_model {result.config['d_model']}; {band}",
+            fontsize=10,
+        )
     return fig
 
 
 def _lam_panel(ax, rows: list, colours: dict) -> None:
     rows = sorted(rows, key=lambda s: s["lam"])
     lam = [s["lam"] for s in rows]
-    ax.plot(lam, [s["reference"] for s in rows], color=colours["orange"], linestyle="--", marker="^", markersize=4, label="$F_N$")
-    ax.plot(lam, [_num(s["reference_matched"]["mean"]) for s in rows], color=colours["vermillion"], linestyle=(0, (6, 2)),
-            marker="s", markersize=4, label=r"$R_\mathrm{matched}$")
+    ax.plot(
+        lam,
+        [s["reference"] for s in rows],
+        color=colours["orange"],
+        linestyle="--",
+        marker="^",
+        markersize=4,
+        label="$F_N$",
+    )
+    ax.plot(
+        lam,
+        [_num(s["reference_matched"]["mean"]) for s in rows],
+        color=colours["vermillion"],
+        linestyle=(0, (6, 2)),
+        marker="s",
+        markersize=4,
+        label=r"$R_\mathrm{matched}$",
+    )
     centre = np.array([_num(s["deff"]["mean"]) for s in rows])
     bounds = [summary_interval(s) for s in rows]
     err = None
     if any(bounds):
-        err = np.clip(np.vstack([[c - b[0] if b else 0.0 for c, b in zip(centre, bounds)],
-                                 [b[1] - c if b else 0.0 for c, b in zip(centre, bounds)]]), 0.0, None)
-    ax.errorbar(lam, centre, yerr=err, color=colours["blue"], marker="o", markersize=5, linewidth=2, capsize=3,
-                label=r"$D_\mathrm{eff}$")
+        err = np.clip(
+            np.vstack(
+                [
+                    [c - b[0] if b else 0.0 for c, b in zip(centre, bounds)],
+                    [b[1] - c if b else 0.0 for c, b in zip(centre, bounds)],
+                ]
+            ),
+            0.0,
+            None,
+        )
+    ax.errorbar(
+        lam,
+        centre,
+        yerr=err,
+        color=colours["blue"],
+        marker="o",
+        markersize=5,
+        linewidth=2,
+        capsize=3,
+        label=r"$D_\mathrm{eff}$",
+    )
     ax.set_xlabel(r"carry $\lambda$")
     ax.set_ylabel("effective depth (states)")
     twin = ax.twinx()
     twin.grid(False)
     twin.spines["right"].set_visible(True)  # the house style hides right spines; a twin axis keeps its own
-    twin.plot(lam, [_num(s["loss"]["mean"]) for s in rows], color=colours["reddish_purple"], linestyle=(0, (1, 1.5)), marker="x",
-              label="held-out loss (right)")
+    twin.plot(
+        lam,
+        [_num(s["loss"]["mean"]) for s in rows],
+        color=colours["reddish_purple"],
+        linestyle=(0, (1, 1.5)),
+        marker="x",
+        label="held-out loss (right)",
+    )
     twin.set_ylabel("loss (nats)")
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = twin.get_legend_handles_labels()

@@ -27,7 +27,15 @@ def intervention_figure(ir, view: str | None = None):
     with style():
         fig = new_figure(5.6, 4.0)
         ax = fig.add_subplot()
-        ax.plot(lam, col["reference"], color=OKABE_ITO["orange"], linestyle="--", marker="^", markersize=4, label="$F_N = 2N/(N+1)$")
+        ax.plot(
+            lam,
+            col["reference"],
+            color=OKABE_ITO["orange"],
+            linestyle="--",
+            marker="^",
+            markersize=4,
+            label="$F_N = 2N/(N+1)$",
+        )
         for key, label, colour, ls, marker in (
             ("reference_init", r"$R_\mathrm{init}$", OKABE_ITO["sky_blue"], "-.", "v"),
             ("reference_size", r"$R_\mathrm{size}$", OKABE_ITO["bluish_green"], ":", "D"),
@@ -35,15 +43,31 @@ def intervention_figure(ir, view: str | None = None):
         ):
             ax.plot(lam, col[key], color=colour, linestyle=ls, marker=marker, markersize=4, label=label)
         err = _errorbars(col["deff"], [r["deff_ci"] for r in rows])
-        ax.errorbar(lam, col["deff"], yerr=err, color=OKABE_ITO["blue"], marker="o", markersize=5, linewidth=2, capsize=3,
-                    label=r"$D_\mathrm{eff}$" + (" (bootstrap interval)" if err is not None else ""))
+        ax.errorbar(
+            lam,
+            col["deff"],
+            yerr=err,
+            color=OKABE_ITO["blue"],
+            marker="o",
+            markersize=5,
+            linewidth=2,
+            capsize=3,
+            label=r"$D_\mathrm{eff}$" + (" (bootstrap interval)" if err is not None else ""),
+        )
         ax.set_xlabel(r"carry $\lambda$")
         ax.set_ylabel("effective depth (states)")
         loss_ax = ax.twinx()
         loss_ax.grid(False)
         loss_ax.spines["right"].set_visible(True)  # the house style hides right spines; a twin axis keeps its own
-        loss_ax.plot(lam, col["loss"], color=OKABE_ITO["reddish_purple"], linestyle=(0, (1, 1.5)), marker="x", markersize=5,
-                     label="next-token loss (right)")
+        loss_ax.plot(
+            lam,
+            col["loss"],
+            color=OKABE_ITO["reddish_purple"],
+            linestyle=(0, (1, 1.5)),
+            marker="x",
+            markersize=5,
+            label="next-token loss (right)",
+        )
         loss_ax.set_ylabel("next-token loss (nats)")
         handles = ax.get_legend_handles_labels()
         more = loss_ax.get_legend_handles_labels()

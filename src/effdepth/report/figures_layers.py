@@ -37,12 +37,25 @@ def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figur
         fig = new_figure(5.6, 6.4)
         axes = fig.subplots(3, 1, sharex=True)
         ax = axes[0]
-        ax.plot(layers, positive(energy / tokens), color=OKABE_ITO["vermillion"], marker="o", markersize=4,
-                label=r"update $\|u_l\|^2$")
+        ax.plot(
+            layers,
+            positive(energy / tokens),
+            color=OKABE_ITO["vermillion"],
+            marker="o",
+            markersize=4,
+            label=r"update $\|u_l\|^2$",
+        )
         states = _state_energy(v)
         if states is not None and len(states) == len(layers) + 1:
-            ax.plot(layers, positive(states[:-1] / tokens), color=OKABE_ITO["blue"], linestyle="--", marker="s", markersize=3.5,
-                    label=r"state entering the block $\|s_{l-1}\|^2$")
+            ax.plot(
+                layers,
+                positive(states[:-1] / tokens),
+                color=OKABE_ITO["blue"],
+                linestyle="--",
+                marker="s",
+                markersize=3.5,
+                label=r"state entering the block $\|s_{l-1}\|^2$",
+            )
         ax.set_yscale("log")
         ax.set_ylabel("squared norm\n(mean per token)")
         # Above the panel: energies grow with depth and would hide under any legend inside it.
@@ -50,7 +63,14 @@ def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figur
 
         ax = axes[1]
         ax.axhline(0.0, color="#888888", linewidth=0.8)
-        ax.plot(layers, array(v.update_state_cosine), color=OKABE_ITO["bluish_green"], linestyle="-.", marker="D", markersize=3.5)
+        ax.plot(
+            layers,
+            array(v.update_state_cosine),
+            color=OKABE_ITO["bluish_green"],
+            linestyle="-.",
+            marker="D",
+            markersize=3.5,
+        )
         ax.set_ylabel(r"$\cos(U_l, S_{l-1})$")
 
         ax = axes[2]
@@ -72,13 +92,25 @@ def passage_layers_figure(v: ViewResult, ctx: dict) -> Figure:
     sizes = array(v.update_sizes)
     layers = np.arange(1, len(sizes) + 1)
     related = v.related or {}
-    ci = (v.ci or {})
+    ci = v.ci or {}
     panels = [
         (sizes, ci.get("update_sizes"), r"update size $n_l$" "\n(covariance norm)", OKABE_ITO["vermillion"], "o", True),
-        (array(related.get("relative_contribution", [None] * len(layers))), ci.get("relative_contribution"),
-         r"$\|u_l\| / \|s_{l-1}\|$" "\n(update / state norm)", OKABE_ITO["bluish_green"], "D", False),
-        (array(related.get("block_influence", [None] * len(layers))), ci.get("block_influence"),
-         "block influence\n" r"$1 - \overline{\cos}(s_{l-1}, s_l)$", OKABE_ITO["reddish_purple"], "^", False),
+        (
+            array(related.get("relative_contribution", [None] * len(layers))),
+            ci.get("relative_contribution"),
+            r"$\|u_l\| / \|s_{l-1}\|$" "\n(update / state norm)",
+            OKABE_ITO["bluish_green"],
+            "D",
+            False,
+        ),
+        (
+            array(related.get("block_influence", [None] * len(layers))),
+            ci.get("block_influence"),
+            "block influence\n" r"$1 - \overline{\cos}(s_{l-1}, s_l)$",
+            OKABE_ITO["reddish_purple"],
+            "^",
+            False,
+        ),
     ]
     with style():
         fig = new_figure(5.6, 6.4)
@@ -86,15 +118,34 @@ def passage_layers_figure(v: ViewResult, ctx: dict) -> Figure:
         for ax, (values, band, label, colour, marker, log) in zip(axes, panels):
             if band and len(band) == 2 and len(band[0]) == len(layers):
                 ax.fill_between(layers, array(band[0]), array(band[1]), color=colour, alpha=0.2, linewidth=0)
-            ax.plot(layers, positive(values) if log else values, color=colour, marker=marker, markersize=4,
-                    label="over tokens" if marker == "D" and v.update_norm_ratio else None)
+            ax.plot(
+                layers,
+                positive(values) if log else values,
+                color=colour,
+                marker=marker,
+                markersize=4,
+                label="over tokens" if marker == "D" and v.update_norm_ratio else None,
+            )
             if marker == "D" and len(v.update_norm_ratio) == len(layers):
                 pooled_band = ci.get("update_norm_ratio")
                 if pooled_band and len(pooled_band) == 2:
-                    ax.fill_between(layers, array(pooled_band[0]), array(pooled_band[1]), color=OKABE_ITO["blue"],
-                                    alpha=0.2, linewidth=0)
-                ax.plot(layers, array(v.update_norm_ratio), color=OKABE_ITO["blue"], linestyle="--", marker="s",
-                        markersize=3.5, label="pooled vectors")
+                    ax.fill_between(
+                        layers,
+                        array(pooled_band[0]),
+                        array(pooled_band[1]),
+                        color=OKABE_ITO["blue"],
+                        alpha=0.2,
+                        linewidth=0,
+                    )
+                ax.plot(
+                    layers,
+                    array(v.update_norm_ratio),
+                    color=OKABE_ITO["blue"],
+                    linestyle="--",
+                    marker="s",
+                    markersize=3.5,
+                    label="pooled vectors",
+                )
                 ax.set_yscale("log")
                 ax.legend(frameon=False, fontsize=8)
             if log:

@@ -18,14 +18,35 @@ def null_figure(record: dict):
         fig = new_figure(5.6, 1.4 + 0.5 * len(summary))
         ax = fig.add_subplot()
         ax.grid(axis="y", visible=False)
-        for y, (sim, s) in enumerate(reversed(list(summary.items()))):
+        for y, s in enumerate(reversed(list(summary.values()))):
             seeds = np.asarray(s.get("null_deff_per_layer") or [], dtype=np.float64)
-            ax.plot(seeds, np.full(len(seeds), y), marker="o", markersize=5, linestyle="none", markerfacecolor="white",
-                    color=OKABE_ITO["orange"], label="random initialisation (each seed)" if y == 0 else None)
-            ax.plot([s["null_deff_per_layer_mean"]], [y], marker="|", markersize=14, color=OKABE_ITO["orange"],
-                    label="their mean" if y == 0 else None)
-            ax.plot([s["trained_deff_per_layer"]], [y], marker="o", markersize=7, linestyle="none",
-                    color=OKABE_ITO["blue"], label="trained" if y == 0 else None)
+            ax.plot(
+                seeds,
+                np.full(len(seeds), y),
+                marker="o",
+                markersize=5,
+                linestyle="none",
+                markerfacecolor="white",
+                color=OKABE_ITO["orange"],
+                label="random initialisation (each seed)" if y == 0 else None,
+            )
+            ax.plot(
+                [s["null_deff_per_layer_mean"]],
+                [y],
+                marker="|",
+                markersize=14,
+                color=OKABE_ITO["orange"],
+                label="their mean" if y == 0 else None,
+            )
+            ax.plot(
+                [s["trained_deff_per_layer"]],
+                [y],
+                marker="o",
+                markersize=7,
+                linestyle="none",
+                color=OKABE_ITO["blue"],
+                label="trained" if y == 0 else None,
+            )
         ax.set_yticks(range(len(summary)), list(reversed(list(summary))))
         ax.set_ylim(-0.7, len(summary) - 0.3)
         ax.set_xlabel("$D_\\mathrm{eff}$ / L (default view)")

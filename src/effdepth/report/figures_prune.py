@@ -13,8 +13,10 @@ from ..numerics.pruning import order_positions
 from .numbers import fmt
 from .style import OKABE_ITO, new_figure, style
 
-ORDER_STYLE = {"block_influence": ("block influence (ShortGPT)", OKABE_ITO["vermillion"], "o", "-"),
-               "local_deff": ("local $D_\\mathrm{eff}$", OKABE_ITO["blue"], "s", "--")}
+ORDER_STYLE = {
+    "block_influence": ("block influence (ShortGPT)", OKABE_ITO["vermillion"], "o", "-"),
+    "local_deff": ("local $D_\\mathrm{eff}$", OKABE_ITO["blue"], "s", "--"),
+}
 
 
 def prune_figure(record: dict):
@@ -32,7 +34,10 @@ def prune_figure(record: dict):
         left.set_ylabel("held-out perplexity")
         left.set_xticks(k)
         left.legend(frameon=False, fontsize=8)
-        bi, local = order_positions(record["orders"]["block_influence"]), order_positions(record["orders"]["local_deff"])
+        bi, local = (
+            order_positions(record["orders"]["block_influence"]),
+            order_positions(record["orders"]["local_deff"]),
+        )
         right.plot([1, len(bi)], [1, len(bi)], color="#888888", linewidth=0.8)
         right.scatter(bi, local, color=OKABE_ITO["bluish_green"], s=18, zorder=3)
         right.set_xlabel("position, block influence order")

@@ -31,8 +31,14 @@ def views_figure(result: Result) -> Figure:
         ratios.append(num(v.ratio))
         intervals.append(pair((v.ci or {}).get("ratio")))
     ctx = context(result)
-    return ratio_dot_figure(labels, ratios, intervals, xlabel=f"{DEFF} / {ctx['reference']}",
-                            title=figure_title("Controls", None, ctx), level=ci_level(next(iter(result.views.values()))))
+    return ratio_dot_figure(
+        labels,
+        ratios,
+        intervals,
+        xlabel=f"{DEFF} / {ctx['reference']}",
+        title=figure_title("Controls", None, ctx),
+        level=ci_level(next(iter(result.views.values()))),
+    )
 
 
 def sensitivity_figure(result: Result) -> Figure:
@@ -53,8 +59,14 @@ def sensitivity_figure(result: Result) -> Figure:
         ratios.append(n["deff"] / n["reference"])
         band = (v.ci or {}).get(f"sensitivity.{key}.deff") if with_intervals else None
         intervals.append([band[0] / n["reference"], band[1] / n["reference"]] if band else None)
-    return ratio_dot_figure(labels, ratios, intervals, xlabel=f"{DEFF} / the same form on equal updates",
-                            title=figure_title("Lags, tapers, aggregations", v, context(result)), level=ci_level(v))
+    return ratio_dot_figure(
+        labels,
+        ratios,
+        intervals,
+        xlabel=f"{DEFF} / the same form on equal updates",
+        title=figure_title("Lags, tapers, aggregations", v, context(result)),
+        level=ci_level(v),
+    )
 
 
 def comparison_figure(results: list, labels: list | None = None) -> Figure:
@@ -74,8 +86,14 @@ def comparison_figure(results: list, labels: list | None = None) -> Figure:
     else:  # each row says its own
         labels = [f"{label} ({sim})" for label, sim in zip(labels, sims)]
     ref = F_L if all(r.passages for r in results) else F_N
-    return ratio_dot_figure(labels, [num(v.ratio) for v in views], [pair((v.ci or {}).get("ratio")) for v in views],
-                            xlabel=f"{DEFF} / {ref}", title=title, level=ci_level(next((v for v in views if v.ci), views[0])))
+    return ratio_dot_figure(
+        labels,
+        [num(v.ratio) for v in views],
+        [pair((v.ci or {}).get("ratio")) for v in views],
+        xlabel=f"{DEFF} / {ref}",
+        title=title,
+        level=ci_level(next((v for v in views if v.ci), views[0])),
+    )
 
 
 def ratio_dot_figure(labels, ratios, intervals, *, xlabel: str, title: str, level: int = 95) -> Figure:
@@ -95,13 +113,29 @@ def ratio_dot_figure(labels, ratios, intervals, *, xlabel: str, title: str, leve
         for yi, r, ci in zip(y, ratios, intervals):
             below = ci is not None and ci[1] < 1.0
             if ci is not None:
-                ax.plot(ci, [yi, yi], color=OKABE_ITO["blue"], linewidth=2, solid_capstyle="butt",
-                        label=None if shown_interval else f"{level}% bootstrap interval")
+                ax.plot(
+                    ci,
+                    [yi, yi],
+                    color=OKABE_ITO["blue"],
+                    linewidth=2,
+                    solid_capstyle="butt",
+                    label=None if shown_interval else f"{level}% bootstrap interval",
+                )
                 shown_interval = True
-            ax.plot([r], [yi], marker="o", markersize=6, color=OKABE_ITO["blue"],
-                    markerfacecolor=OKABE_ITO["blue"] if below else "white", markeredgewidth=1.4, linestyle="none")
+            ax.plot(
+                [r],
+                [yi],
+                marker="o",
+                markersize=6,
+                color=OKABE_ITO["blue"],
+                markerfacecolor=OKABE_ITO["blue"] if below else "white",
+                markeredgewidth=1.4,
+                linestyle="none",
+            )
             if math.isfinite(r):
-                ax.annotate(fmt(r), (r, yi), xytext=(0, 5), textcoords="offset points", ha="center", va="bottom", fontsize=7.5)
+                ax.annotate(
+                    fmt(r), (r, yi), xytext=(0, 5), textcoords="offset points", ha="center", va="bottom", fontsize=7.5
+                )
         if shown_interval:  # filled vs open only means something with intervals
             ax.plot([], [], marker="o", color=OKABE_ITO["blue"], linestyle="none", label="interval below 1 (filled)")
         ax.set_yticks(y, labels)

@@ -32,7 +32,10 @@ def suite_figure(rows: list[dict]):
     """
     entries = _figure_entries(rows)
     families = list(dict.fromkeys(e["family"] or "other" for e in entries))
-    looks = {f: (OKABE_ITO[FAMILY_COLOURS[i % len(FAMILY_COLOURS)]], FAMILY_MARKERS[i % len(FAMILY_MARKERS)]) for i, f in enumerate(families)}
+    looks = {
+        f: (OKABE_ITO[FAMILY_COLOURS[i % len(FAMILY_COLOURS)]], FAMILY_MARKERS[i % len(FAMILY_MARKERS)])
+        for i, f in enumerate(families)
+    }
     with style():
         fig = new_figure(7.4, 1.5 + 0.3 * len(entries))
         left, right = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [1, 1]})
@@ -40,11 +43,26 @@ def suite_figure(rows: list[dict]):
         for yi, e in zip(y, entries):
             colour, marker = looks[e["family"] or "other"]
             if e["status"] != "ok":
-                left.text(0.02, yi, f"failed: {(e.get('error') or '')[:40]}", transform=left.get_yaxis_transform(),
-                          va="center", fontsize=7, color=OKABE_ITO["vermillion"])
+                left.text(
+                    0.02,
+                    yi,
+                    f"failed: {(e.get('error') or '')[:40]}",
+                    transform=left.get_yaxis_transform(),
+                    va="center",
+                    fontsize=7,
+                    color=OKABE_ITO["vermillion"],
+                )
                 continue
             _dot(left, e["D_eff"], yi, (e.get("D_eff_lo"), e.get("D_eff_hi")), colour, marker)
-            left.plot([e["F_N"]], [yi], marker="|", markersize=11, markeredgewidth=2, color=OKABE_ITO["black"], linestyle="none")
+            left.plot(
+                [e["F_N"]],
+                [yi],
+                marker="|",
+                markersize=11,
+                markeredgewidth=2,
+                color=OKABE_ITO["black"],
+                linestyle="none",
+            )
             _dot(right, e["ratio"], yi, (e.get("ratio_lo"), e.get("ratio_hi")), colour, marker)
         _family_separators((left, right), entries, y)
         right.axvline(1.0, color=OKABE_ITO["black"], linestyle="--", linewidth=1.0)
@@ -55,7 +73,16 @@ def suite_figure(rows: list[dict]):
         for f in families:
             colour, marker = looks[f]
             right.plot([], [], marker=marker, color=colour, linestyle="none", label=f)
-        left.plot([], [], marker="|", color=OKABE_ITO["black"], markersize=9, markeredgewidth=2, linestyle="none", label=r"$F_N = 2N/(N+1)$")
+        left.plot(
+            [],
+            [],
+            marker="|",
+            color=OKABE_ITO["black"],
+            markersize=9,
+            markeredgewidth=2,
+            linestyle="none",
+            label=r"$F_N = 2N/(N+1)$",
+        )
         fig.legend(loc="outside lower center", ncol=min(6, len(families) + 1), frameon=False)
         fig.suptitle("Effective depth across the suite" + _similarity_note(entries))
     return fig
@@ -64,6 +91,7 @@ def suite_figure(rows: list[dict]):
 def _figure_entries(rows: list[dict]) -> list[dict]:
     first = {r["key"]: r for r in lead_rows(rows, lambda r: r["key"])}
     order = list(dict.fromkeys(r["family"] or "other" for r in first.values()))
+
     def place(r):  # families in order of appearance, then by size
         return order.index(r["family"] or "other"), r["params"] is None, r["params"] or 0, r["model"], r["revision"]
 

@@ -60,7 +60,9 @@ def trajectory_figure(rows: list[dict], title: str = ""):
         ax.set_ylabel("effective depth")
         sims = list(dict.fromkeys(p.get("similarity") for p in points if p.get("similarity")))
         which = f" (similarity {', '.join(sims)})" if sims else ""
-        ax.set_title((f"{title}: effective depth during training" if title else "Effective depth during training") + which)
+        ax.set_title(
+            (f"{title}: effective depth during training" if title else "Effective depth during training") + which
+        )
         handles, labels = [], []
         for a in axes:
             h, lab = a.get_legend_handles_labels()
@@ -71,10 +73,22 @@ def trajectory_figure(rows: list[dict], title: str = ""):
 
 
 def _duplicates(ax, dups: list, key: str, scale=None) -> None:
-    pts = [(x, p[key] / (scale(p) if scale else 1)) for x, p in dups if p.get(key) is not None and (scale is None or scale(p))]
+    pts = [
+        (x, p[key] / (scale(p) if scale else 1))
+        for x, p in dups
+        if p.get(key) is not None and (scale is None or scale(p))
+    ]
     if pts:
-        ax.plot([x for x, _ in pts], [y for _, y in pts], linestyle="none", marker="x", markersize=8,
-                markeredgewidth=1.6, color="#777777", label="duplicate weights (repeats an earlier checkpoint)")
+        ax.plot(
+            [x for x, _ in pts],
+            [y for _, y in pts],
+            linestyle="none",
+            marker="x",
+            markersize=8,
+            markeredgewidth=1.6,
+            color="#777777",
+            label="duplicate weights (repeats an earlier checkpoint)",
+        )
 
 
 def _update_panel(ax, measured: list, dups: list) -> None:
@@ -82,8 +96,16 @@ def _update_panel(ax, measured: list, dups: list) -> None:
     per_layer = [(x, _over_layers(p)) for x, p in measured if p.get("L")]
     for series in _tracks(per_layer):
         _series(ax, series, "D_eff", r"states $D_\mathrm{eff}/L$", OKABE_ITO["blue"], "-", "o", band=True)
-        _series(ax, series, "updates_D_eff", r"updates $f_l$: $D_\mathrm{eff}/L$ (update diagnostic)",
-                OKABE_ITO["vermillion"], "-", "s", band=True)
+        _series(
+            ax,
+            series,
+            "updates_D_eff",
+            r"updates $f_l$: $D_\mathrm{eff}/L$ (update diagnostic)",
+            OKABE_ITO["vermillion"],
+            "-",
+            "s",
+            band=True,
+        )
     _duplicates(ax, dups, "updates_D_eff", scale=lambda p: p.get("L"))
     ax.set_ylabel("D_eff / L")
     ax.set_ylim(bottom=0)
@@ -104,8 +126,13 @@ def _over_layers(row: dict) -> dict:
 def _tracks(measured: list) -> list[list]:
     """Points per training track; later tracks (OLMo-2 stage 2) start from the last point of the first."""
     names = list(dict.fromkeys(p.get("track") or "main" for _, p in measured if not p.get("final")))
-    tracks = [sorted(((x, p) for x, p in measured if (p.get("track") or "main") == t and not p.get("final")), key=lambda xp: xp[0])
-              for t in names]
+    tracks = [
+        sorted(
+            ((x, p) for x, p in measured if (p.get("track") or "main") == t and not p.get("final")),
+            key=lambda xp: xp[0],
+        )
+        for t in names
+    ]
     if len(tracks) > 1 and tracks[0]:
         tracks = tracks[:1] + [[tracks[0][-1]] + t for t in tracks[1:]]
     finals = [(x, p) for x, p in measured if p.get("final")]
@@ -137,9 +164,25 @@ def _series(ax, series, key, label, colour, dash, marker, *, band: bool, alpha: 
     if not pts:
         return
     xs = [x for x, _ in pts]
-    ax.plot(xs, [p[key] for _, p in pts], color=colour, linestyle=dash, marker=marker, markersize=4, linewidth=1.4, label=label)
+    ax.plot(
+        xs,
+        [p[key] for _, p in pts],
+        color=colour,
+        linestyle=dash,
+        marker=marker,
+        markersize=4,
+        linewidth=1.4,
+        label=label,
+    )
     if band and all(p.get(f"{key}_lo") is not None and p.get(f"{key}_hi") is not None for _, p in pts):
-        ax.fill_between(xs, [p[f"{key}_lo"] for _, p in pts], [p[f"{key}_hi"] for _, p in pts], color=colour, alpha=alpha, linewidth=0)
+        ax.fill_between(
+            xs,
+            [p[f"{key}_lo"] for _, p in pts],
+            [p[f"{key}_hi"] for _, p in pts],
+            color=colour,
+            alpha=alpha,
+            linewidth=0,
+        )
 
 
 def _scale(ax, xs: list[float], tokens: bool, named: dict) -> None:
@@ -159,7 +202,9 @@ def _scale(ax, xs: list[float], tokens: bool, named: dict) -> None:
         # Few checkpoints: label exactly those (a log axis over less than a decade shows no ticks at all).
         ax.xaxis.set_major_locator(FixedLocator(distinct))
         ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: named.get(x) or (_short_number(x) if tokens or x >= 1e4 else f"{x:g}")))
+    ax.xaxis.set_major_formatter(
+        FuncFormatter(lambda x, _: named.get(x) or (_short_number(x) if tokens or x >= 1e4 else f"{x:g}"))
+    )
 
 
 def _short_number(x: float) -> str:

@@ -18,7 +18,8 @@ from .content import Cell, Folded, Section, Table, result_content
 from .content.captions import comparison_png, figure_text, render_figures
 from .content.claims import claims_evidence, claims_table
 from .content.compare import comparison_table, passage_sections
-from .content.facts import extras_rows, provenance_groups, title as result_title
+from .content.facts import extras_rows, provenance_groups
+from .content.facts import title as result_title
 from .sources import Source
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
@@ -117,13 +118,20 @@ def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> s
     if sort:
         sources = sort_by_ratio(sources)
     several = len(sources) > 1
-    title = ("Effective depth: comparison of %d results" % len(sources) if several else result_title(sources[0]) if sources
-             else _study_heading(studies[0]))
+    title = (
+        "Effective depth: comparison of %d results" % len(sources)
+        if several
+        else result_title(sources[0])
+        if sources
+        else _study_heading(studies[0])
+    )
     body = [f"<header><h1>{escape(title)}</h1>", _meta_line(len(sources)), "</header>"]
     if failed:
         items = "".join(f"<li>{escape(str(model))}: {escape(str(error))}</li>" for model, error in failed)
-        body.append(f'<section id="not-measured"><h2>Not measured</h2><p>{len(failed)} model(s) the sweep could not '
-                    f"measure; they are in no table below:</p><ul>{items}</ul></section>")
+        body.append(
+            f'<section id="not-measured"><h2>Not measured</h2><p>{len(failed)} model(s) the sweep could not '
+            f"measure; they are in no table below:</p><ul>{items}</ul></section>"
+        )
     if several:
         body.append(_comparison_section(sources))
     for k, study in enumerate(studies, start=1):
@@ -131,16 +139,21 @@ def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> s
 
         heading = _study_heading(study)
         tables = "".join(_section(s) for s in study.sections())
-        body.append(f'<section id="study-{k}"><h2>{esc(heading)}</h2>' + tables
-                    + f'<div class="figures">{_figure(f"study-{k}", heading, study.caption, figure_png(study.figure()), wide=True)}</div></section>')
+        body.append(
+            f'<section id="study-{k}"><h2>{esc(heading)}</h2>'
+            + tables
+            + f'<div class="figures">{_figure(f"study-{k}", heading, study.caption, figure_png(study.figure()), wide=True)}</div></section>'
+        )
     for i, s in enumerate(sources, start=1):
         body.append(_result_section(s, i, several))
-    body.append('<footer>Method: effective depth D_eff = N&sup2; / &Sigma;<sub>ij</sub> sim<sub>ij</sub>; '
-                "references and attribution as in docs/method.md. "
-                f"Report written by effdepth {escape(__version__)}.</footer>")
+    body.append(
+        "<footer>Method: effective depth D_eff = N&sup2; / &Sigma;<sub>ij</sub> sim<sub>ij</sub>; "
+        "references and attribution as in docs/method.md. "
+        f"Report written by effdepth {escape(__version__)}.</footer>"
+    )
     body.append('<div id="img-status" hidden data-loaded="" data-total=""></div>')
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f'<meta name="generator" content="effdepth {escape(__version__)}">\n'
@@ -185,16 +198,21 @@ def _result_section(source: Source, index: int, several: bool) -> str:
     parts += [f'<p class="headline">{lines}</p>', "<h3>Summary</h3>" + _kv(said.summary, symbols=True)]
     parts += [_section(s, index) for s in said.sections]
     evidence = "".join(f"<li>{esc(line)}</li>" for line in claims_evidence(r))
-    parts.append('<h3 id="claims-%d">Does it reproduce the paper?</h3>' % index + _table(claims_table(r))
-                 + f'<details><summary>The numbers behind each verdict</summary><ul class="evidence">{evidence}</ul></details>')
+    parts.append(
+        '<h3 id="claims-%d">Does it reproduce the paper?</h3>' % index
+        + _table(claims_table(r))
+        + f'<details><summary>The numbers behind each verdict</summary><ul class="evidence">{evidence}</ul></details>'
+    )
     extras = extras_rows(r)
     if extras:
         parts.append("<h3>Extra measurements</h3>" + _kv(extras))
     figures = "".join(_figure(f.stem, f.title, f.caption, f.png) for f in render_figures(r))
     view = r.default.name
-    parts.append(f"<h3>Figures (view {escape(view)})</h3><div class=\"figures\">{figures}</div>")
+    parts.append(f'<h3>Figures (view {escape(view)})</h3><div class="figures">{figures}</div>')
     prov = "".join(f"<div><h4>{escape(name)}</h4>{_kv(rows)}</div>" for name, rows in provenance_groups(source))
-    parts.append(f'<h3>Provenance</h3><p class="note">Everything needed to trace and reproduce the numbers above.</p><div class="prov">{prov}</div>')
+    parts.append(
+        f'<h3>Provenance</h3><p class="note">Everything needed to trace and reproduce the numbers above.</p><div class="prov">{prov}</div>'
+    )
     parts.append("</section>")
     return "\n".join(p for p in parts if p)
 
@@ -262,8 +280,10 @@ def _kv(rows: list, symbols: bool = False) -> str:
 
 def _value(v) -> str:
     if isinstance(v, Folded):
-        return (f'<details><summary class="mono">{escape(v.preview)} ({v.count} values)</summary>'
-                f'<div class="mono">{escape(v.full)}</div></details>')
+        return (
+            f'<details><summary class="mono">{escape(v.preview)} ({v.count} values)</summary>'
+            f'<div class="mono">{escape(v.full)}</div></details>'
+        )
     return f'<span class="mono">{escape(str(v))}</span>' if _looks_like_id(v) else escape(str(v))
 
 

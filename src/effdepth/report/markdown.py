@@ -14,7 +14,8 @@ from .content import Folded, Section, Table, result_content
 from .content.captions import comparison_png, figure_text, render_figures
 from .content.claims import claims_evidence, claims_table
 from .content.compare import comparison_table, passage_sections
-from .content.facts import extras_rows, provenance_groups, title as result_title
+from .content.facts import extras_rows, provenance_groups
+from .content.facts import title as result_title
 from .sources import Source
 
 # Intraword "_" (D_eff) and brackets not followed by "(", "[" or ":" never form Markdown syntax;
@@ -22,7 +23,9 @@ from .sources import Source
 _SPECIAL = re.compile(r"([\\`*<>|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:]))")
 
 
-def render_markdown(sources: list, files_dir: str = "report_files", *, sort: bool = True, failed=(), studies=()) -> tuple:
+def render_markdown(
+    sources: list, files_dir: str = "report_files", *, sort: bool = True, failed=(), studies=()
+) -> tuple:
     """``(markdown text, {relative image path: PNG bytes})`` for one result or a comparison;
     ``failed`` lists ``(model, error)`` of a sweep's members that could not be measured; ``studies``
     (:class:`~effdepth.report.studies.Study`) get a section each, before the results.
@@ -40,12 +43,27 @@ def render_markdown(sources: list, files_dir: str = "report_files", *, sort: boo
         sources = sort_by_ratio(sources)
     several = len(sources) > 1
     images: dict = {}
-    title = (f"Effective depth: comparison of {len(sources)} results" if several else result_title(sources[0]) if sources
-             else studies[0].title[:1].upper() + studies[0].title[1:])
+    title = (
+        f"Effective depth: comparison of {len(sources)} results"
+        if several
+        else result_title(sources[0])
+        if sources
+        else studies[0].title[:1].upper() + studies[0].title[1:]
+    )
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    out = [f"# {esc(title)}", "", f"_Written by effdepth {esc(__version__)} on {esc(when)} from {len(sources)} result(s)._", ""]
+    out = [
+        f"# {esc(title)}",
+        "",
+        f"_Written by effdepth {esc(__version__)} on {esc(when)} from {len(sources)} result(s)._",
+        "",
+    ]
     if failed:
-        out += ["## Not measured", "", f"{len(failed)} model(s) the sweep could not measure; they are in no table below:", ""]
+        out += [
+            "## Not measured",
+            "",
+            f"{len(failed)} model(s) the sweep could not measure; they are in no table below:",
+            "",
+        ]
         out += [f"- {esc(model)}: {esc(error)}" for model, error in failed] + [""]
     if several:
         name = f"{files_dir}/comparison.png"
@@ -82,8 +100,10 @@ def esc(text) -> str:
 def table(t: Table) -> str:
     """A GitHub-flavoured pipe table, intervals after the values, the note in italics."""
     numeric = t.numeric or [False] * len(t.header)
-    lines = ["| " + " | ".join(esc(h) for h in t.header) + " |",
-             "|" + "|".join("---:" if n else ":---" for n in numeric) + "|"]
+    lines = [
+        "| " + " | ".join(esc(h) for h in t.header) + " |",
+        "|" + "|".join("---:" if n else ":---" for n in numeric) + "|",
+    ]
     for row in t.rows:
         cells = [esc(f"{c.text}: {c.reason}" if c.reason else f"{c.text} {c.ci}".strip()) for c in row]
         lines.append("| " + " | ".join(cells) + " |")

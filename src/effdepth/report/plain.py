@@ -24,8 +24,9 @@ def render_table(header: list, rows: list, numeric: list | None = None) -> str:
     numeric = numeric or [i > 0 for i in range(len(widths))]
 
     def line(row):
-        return "  ".join(str(x).rjust(w) if numeric[i] else str(x).ljust(w)
-                         for i, (x, w) in enumerate(zip(row, widths))).rstrip()
+        return "  ".join(
+            str(x).rjust(w) if numeric[i] else str(x).ljust(w) for i, (x, w) in enumerate(zip(row, widths))
+        ).rstrip()
 
     return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
 

@@ -72,7 +72,9 @@ def has_calibrated(result, similarity: str | None = None) -> bool:
     True
     """
     views = result.similarities.get(similarity or result.primary_similarity, {})
-    return any("matched_cal" in (v.references or {}) or "structural_cal" in (v.references or {}) for v in views.values())
+    return any(
+        "matched_cal" in (v.references or {}) or "structural_cal" in (v.references or {}) for v in views.values()
+    )
 
 
 def differing(sources: list) -> list:

@@ -40,7 +40,9 @@ def find_result_files(paths) -> list[Path]:
         if path.is_dir():
             hits = sorted(p for p in path.rglob("result.json") if not _hidden(p.relative_to(path)))
             if not hits:
-                raise EffdepthError(f"no result.json under {path}; pass the --out folder of an effdepth run or a result.json")
+                raise EffdepthError(
+                    f"no result.json under {path}; pass the --out folder of an effdepth run or a result.json"
+                )
             found += hits
         elif path.exists():
             found.append(path)
@@ -82,6 +84,7 @@ def sort_by_ratio(sources: list[Source]) -> list[Source]:
     >>> len(sort_by_ratio(s))
     1
     """
+
     def key(s: Source):
         r = s.result.default.ratio
         return (r is None or not math.isfinite(r), r if r is not None else 0.0, s.label)
@@ -129,12 +132,14 @@ def _load_one(path: Path) -> Source:
         raise EffdepthError(f"cannot read {path}: {exc.strerror}") from None
     try:
         result = load(path)
-        result.default  # an empty views dict is not a result either
+        _ = result.default  # an empty views dict is not a result either
         return Source(path, result, hashlib.sha256(data).hexdigest())
     except EffdepthError as exc:
         raise EffdepthError(str(exc) if str(path) in str(exc) else f"{path}: {exc}") from None
     except (KeyError, TypeError, AttributeError, ValueError, StopIteration) as exc:
-        raise EffdepthError(f"{path} is not a complete effdepth result ({type(exc).__name__}: {exc}); was it written by effdepth?") from None
+        raise EffdepthError(
+            f"{path} is not a complete effdepth result ({type(exc).__name__}: {exc}); was it written by effdepth?"
+        ) from None
 
 
 def _hidden(relative: Path) -> bool:

@@ -22,21 +22,33 @@ from .content.model import Cell, Section, Table
 from .numbers import fmt, fmt_interval, format_params
 from .rows import lead_rows
 
-STUDY_FILES = {"null.json": "null", "prune.json": "prune", "intervention.json": "intervention",
-               "experiment.json": "experiment", "trajectory.json": "trajectory"}
-TITLES = {"null": "random-weight null", "prune": "pruning boundary check", "intervention": "residual-carry intervention",
-          "experiment": "carry experiment", "trajectory": "trajectory"}
-CAPTIONS = {"null": "D_eff/L of the default view: each random initialisation (open), their mean (bar) and the trained "
-                    "model (filled), per similarity.",
-            "prune": "Held-out perplexity after skipping the first k blocks of each order (log scale), and each "
-                     "block's position in the two orders; the line is agreement.",
-            "intervention": "D_eff (95% CI), F_N and the matched references against the carry lam of the first view; "
-                            "the held-out loss on the right axis.",
-            "experiment": "D_eff and the held-out loss against lam at the last step, and against the training step per "
-                          "lam; bands span the seeds (the bootstrap interval with one seed).",
-            "trajectory": "D_eff (95% CI), F_N and the matched references against training tokens; below, when measured "
-                          "(passage mode), the update diagnostic: D_eff/L of the updates f_l beside the states', with "
-                          "intervals. Grey crosses: checkpoints with the weights of an earlier one."}
+STUDY_FILES = {
+    "null.json": "null",
+    "prune.json": "prune",
+    "intervention.json": "intervention",
+    "experiment.json": "experiment",
+    "trajectory.json": "trajectory",
+}
+TITLES = {
+    "null": "random-weight null",
+    "prune": "pruning boundary check",
+    "intervention": "residual-carry intervention",
+    "experiment": "carry experiment",
+    "trajectory": "trajectory",
+}
+CAPTIONS = {
+    "null": "D_eff/L of the default view: each random initialisation (open), their mean (bar) and the trained "
+    "model (filled), per similarity.",
+    "prune": "Held-out perplexity after skipping the first k blocks of each order (log scale), and each "
+    "block's position in the two orders; the line is agreement.",
+    "intervention": "D_eff (95% CI), F_N and the matched references against the carry lam of the first view; "
+    "the held-out loss on the right axis.",
+    "experiment": "D_eff and the held-out loss against lam at the last step, and against the training step per "
+    "lam; bands span the seeds (the bootstrap interval with one seed).",
+    "trajectory": "D_eff (95% CI), F_N and the matched references against training tokens; below, when measured "
+    "(passage mode), the update diagnostic: D_eff/L of the updates f_l beside the states', with "
+    "intervals. Grey crosses: checkpoints with the weights of an earlier one.",
+}
 #: Columns of an intervention's table (:func:`intervention_content`).
 INTERVENTION_COLUMNS = ("lam", "D_eff", "CI", "F_N", "ratio", "R_init", "R_size", "R_matched", "loss", "perplexity")
 
@@ -125,7 +137,11 @@ def study_kind(obj) -> str | None:
 
     if isinstance(obj, SavedStudy):
         return obj.kind
-    for kind, cls in (("intervention", InterventionResult), ("experiment", ExperimentResult), ("trajectory", SavedTrajectory)):
+    for kind, cls in (
+        ("intervention", InterventionResult),
+        ("experiment", ExperimentResult),
+        ("trajectory", SavedTrajectory),
+    ):
         if isinstance(obj, cls):
             return kind
     return None
@@ -151,14 +167,26 @@ def null_table(record: dict) -> Table:
     """The trained model's D_eff/L and D_eff/F_L against its random-weight null, one row per similarity."""
     rows = []
     for sim, s in record["summary"].items():
-        rows.append([Cell(sim), Cell(fmt(s["trained_deff_per_layer"])),
-                     Cell(f"{fmt(s['null_deff_per_layer_mean'])} ± {fmt(s['null_deff_per_layer_sd'])}"),
-                     Cell(fmt(s["trained_ratio"])), Cell(f"{fmt(s['null_ratio_mean'])} ± {fmt(s['null_ratio_sd'])}")])
+        rows.append(
+            [
+                Cell(sim),
+                Cell(fmt(s["trained_deff_per_layer"])),
+                Cell(f"{fmt(s['null_deff_per_layer_mean'])} ± {fmt(s['null_deff_per_layer_sd'])}"),
+                Cell(fmt(s["trained_ratio"])),
+                Cell(f"{fmt(s['null_ratio_mean'])} ± {fmt(s['null_ratio_sd'])}"),
+            ]
+        )
     seeds = record["seeds"]
-    note = (f"random init: mean ± sample sd over {len(seeds)} seed(s) ({', '.join(map(str, seeds))}), the same "
-            f"architecture (config sha256 {record['config_sha256'][:12]}) and options; default view")
-    return Table(["similarity", "trained D_eff/L", "random init D_eff/L", "trained D_eff/F_L", "random init D_eff/F_L"],
-                 rows, [False, True, True, True, True], note=note)
+    note = (
+        f"random init: mean ± sample sd over {len(seeds)} seed(s) ({', '.join(map(str, seeds))}), the same "
+        f"architecture (config sha256 {record['config_sha256'][:12]}) and options; default view"
+    )
+    return Table(
+        ["similarity", "trained D_eff/L", "random init D_eff/L", "trained D_eff/F_L", "random init D_eff/F_L"],
+        rows,
+        [False, True, True, True, True],
+        note=note,
+    )
 
 
 def prune_table(record: dict) -> Table:
@@ -166,14 +194,26 @@ def prune_table(record: dict) -> Table:
     base = fmt(record["baseline"]["perplexity"])
     rows = [[Cell("0"), Cell("-"), Cell(base), Cell("-"), Cell(base)]]
     for row in record["rows"]:
-        rows.append([Cell(str(row["k"])), Cell(",".join(map(str, row["block_influence_skipped"]))),
-                     Cell(fmt(row["block_influence_perplexity"])), Cell(",".join(map(str, row["local_deff_skipped"]))),
-                     Cell(fmt(row["local_deff_perplexity"]))])
-    note = (f"held-out perplexity over {record['heldout'].get('num_passages')} passages "
-            f"({record['baseline']['tokens']:,} predicted tokens); Spearman correlation of the two rankings: "
-            f"{fmt(record['spearman_of_rankings'])}")
-    return Table(["k", "block influence skips", "perplexity", "local D_eff skips", "perplexity"], rows,
-                 [True, False, True, False, True], note=note)
+        rows.append(
+            [
+                Cell(str(row["k"])),
+                Cell(",".join(map(str, row["block_influence_skipped"]))),
+                Cell(fmt(row["block_influence_perplexity"])),
+                Cell(",".join(map(str, row["local_deff_skipped"]))),
+                Cell(fmt(row["local_deff_perplexity"])),
+            ]
+        )
+    note = (
+        f"held-out perplexity over {record['heldout'].get('num_passages')} passages "
+        f"({record['baseline']['tokens']:,} predicted tokens); Spearman correlation of the two rankings: "
+        f"{fmt(record['spearman_of_rankings'])}"
+    )
+    return Table(
+        ["k", "block influence skips", "perplexity", "local D_eff skips", "perplexity"],
+        rows,
+        [True, False, True, False, True],
+        note=note,
+    )
 
 
 # --------------------------------------------------------------------------- residual carry
@@ -191,10 +231,21 @@ def intervention_content(ir, view: str | None = None) -> Table:
     """
     from ..capture.intervention import format_carry
 
-    rows = [[Cell(format_carry(r["lam"])), Cell(fmt(r["deff"])), Cell(fmt_interval(r["deff_ci"])), Cell(fmt(r["reference"])),
-             Cell(fmt(r["ratio"])), Cell(fmt(r["reference_init"])), Cell(fmt(r["reference_size"])),
-             Cell(fmt(r["reference_matched"])), Cell(fmt(r["loss"], 4)), Cell(fmt(r["perplexity"], 2))]
-            for r in ir.rows(view)]
+    rows = [
+        [
+            Cell(format_carry(r["lam"])),
+            Cell(fmt(r["deff"])),
+            Cell(fmt_interval(r["deff_ci"])),
+            Cell(fmt(r["reference"])),
+            Cell(fmt(r["ratio"])),
+            Cell(fmt(r["reference_init"])),
+            Cell(fmt(r["reference_size"])),
+            Cell(fmt(r["reference_matched"])),
+            Cell(fmt(r["loss"], 4)),
+            Cell(fmt(r["perplexity"], 2)),
+        ]
+        for r in ir.rows(view)
+    ]
     passages = ir.results[ir.carries[0]].passages  # passage mode's reference is the paper's F_L
     header = [("F_L" if passages and c == "F_N" else c) for c in INTERVENTION_COLUMNS]
     return Table(header, rows, [False] + [True] * (len(INTERVENTION_COLUMNS) - 1))
@@ -241,10 +292,21 @@ def experiment_final_content(result) -> Table:
     seeds = rows[0]["seeds"] if rows else 0
     interval = "min-max over seeds" if seeds > 1 else "bootstrap CI"
     header = ["lam", "D_eff", interval, "F_N", "ratio", "R_init", "R_size", "R_matched", "eval loss", "train loss"]
-    body = [[Cell(format_carry(s["lam"])), Cell(fmt(s["deff"]["mean"])), Cell(fmt_interval(summary_interval(s))),
-             Cell(fmt(s["reference"])), Cell(fmt(s["ratio"]["mean"])), Cell(fmt(s["reference_init"]["mean"])),
-             Cell(fmt(s["reference_size"]["mean"])), Cell(fmt(s["reference_matched"]["mean"])),
-             Cell(fmt(s["loss"]["mean"], 4)), Cell(fmt(s["train_loss"]["mean"], 4))] for s in rows]
+    body = [
+        [
+            Cell(format_carry(s["lam"])),
+            Cell(fmt(s["deff"]["mean"])),
+            Cell(fmt_interval(summary_interval(s))),
+            Cell(fmt(s["reference"])),
+            Cell(fmt(s["ratio"]["mean"])),
+            Cell(fmt(s["reference_init"]["mean"])),
+            Cell(fmt(s["reference_size"]["mean"])),
+            Cell(fmt(s["reference_matched"]["mean"])),
+            Cell(fmt(s["loss"]["mean"], 4)),
+            Cell(fmt(s["train_loss"]["mean"], 4)),
+        ]
+        for s in rows
+    ]
     return Table(header, body, [False] + [True] * 9)
 
 
@@ -268,17 +330,31 @@ def experiment_paper_content(result) -> Table:
     for s in (s for s in result.summary() if s["step"] == last):
         p = paper.get(float(s["lam"]))
         spread = s["deff"]
-        ours = f"{fmt(spread['mean'] / layers)}" + (f" [{fmt(spread['min'] / layers)}, {fmt(spread['max'] / layers)}]"
-                                                     if s["seeds"] > 1 else "")
+        ours = f"{fmt(spread['mean'] / layers)}" + (
+            f" [{fmt(spread['min'] / layers)}, {fmt(spread['max'] / layers)}]" if s["seeds"] > 1 else ""
+        )
         ratio = (s.get("norm_ratio") or {}).get("mean")
-        body.append([Cell(format_carry(s["lam"])), Cell(ours), Cell("-" if p is None else fmt(p.deff_per_layer) + (
-                     f" {fmt_interval(p.deff_per_layer_ci)}" if p.deff_per_layer_ci else "")),
-                     Cell(fmt((s.get("loss") or {}).get("mean"), 2)),
-                     Cell("-" if p is None else fmt(p.loss, 2) + ("" if p.loss_ci else " (about)")),
-                     Cell(fmt(ratio, 2)), Cell("-" if p is None else fmt(p.norm_ratio, 2))])
+        body.append(
+            [
+                Cell(format_carry(s["lam"])),
+                Cell(ours),
+                Cell(
+                    "-"
+                    if p is None
+                    else fmt(p.deff_per_layer)
+                    + (f" {fmt_interval(p.deff_per_layer_ci)}" if p.deff_per_layer_ci else "")
+                ),
+                Cell(fmt((s.get("loss") or {}).get("mean"), 2)),
+                Cell("-" if p is None else fmt(p.loss, 2) + ("" if p.loss_ci else " (about)")),
+                Cell(fmt(ratio, 2)),
+                Cell("-" if p is None else fmt(p.norm_ratio, 2)),
+            ]
+        )
     header = ["gamma", "D_eff/L", "paper D_eff/L", "val loss", "paper val loss", "|f|/|h|", "paper |f|/|h|"]
-    note = (f"ours: mean [min, max] over seeds at step {last}; |f|/|h|: mean over layers of |f_l|/|h_l-1| (pooled "
-            f"passages). paper: {table_s14_source()}")
+    note = (
+        f"ours: mean [min, max] over seeds at step {last}; |f|/|h|: mean over layers of |f_l|/|h_l-1| (pooled "
+        f"passages). paper: {table_s14_source()}"
+    )
     return Table(header, body, [False] + [True] * 6, note=note)
 
 
@@ -296,9 +372,15 @@ def experiment_step_content(result) -> Table:
     carries = list(dict.fromkeys(s["lam"] for s in summary))
     steps = sorted(dict.fromkeys(s["step"] for s in summary))
     cell = {(s["lam"], s["step"]): s for s in summary}
-    header = ["step"] + [f"D_eff lam={format_carry(c)}" for c in carries] + [f"loss lam={format_carry(c)}" for c in carries]
-    body = [[Cell(str(step))] + [Cell(fmt(cell[c, step]["deff"]["mean"])) for c in carries]
-            + [Cell(fmt(cell[c, step]["loss"]["mean"], 4)) for c in carries] for step in steps]
+    header = (
+        ["step"] + [f"D_eff lam={format_carry(c)}" for c in carries] + [f"loss lam={format_carry(c)}" for c in carries]
+    )
+    body = [
+        [Cell(str(step))]
+        + [Cell(fmt(cell[c, step]["deff"]["mean"])) for c in carries]
+        + [Cell(fmt(cell[c, step]["loss"]["mean"], 4)) for c in carries]
+        for step in steps
+    ]
     return Table(header, body, [False] + [True] * (len(header) - 1))
 
 
@@ -332,8 +414,18 @@ def suite_table(rows: list[dict]) -> Table:
         if updates:
             u, layers = r.get("updates_D_eff"), r.get("L")
             extra = [_value(r, "updates_D_eff"), Cell(fmt(u / layers if u is not None and layers else None))]
-        body.append(who + [Cell(str(r.get("view") or "-")), Cell(str(r.get("N") or "-")), _value(r, "D_eff"),
-                           Cell(fmt(r["F_N"])), Cell(fmt(r["ratio"]))] + extra + [Cell(r.get("note") or r["status"])])
+        body.append(
+            who
+            + [
+                Cell(str(r.get("view") or "-")),
+                Cell(str(r.get("N") or "-")),
+                _value(r, "D_eff"),
+                Cell(fmt(r["F_N"])),
+                Cell(fmt(r["ratio"])),
+            ]
+            + extra
+            + [Cell(r.get("note") or r["status"])]
+        )
     return Table(header + ["status"], body, [False] * 4 + [True] * (len(header) - 3))
 
 
@@ -347,11 +439,17 @@ def recompose_table(rows: list[dict]) -> Table:
     from ..capture.intervention import format_carry
 
     header = ["lam", "D_eff recomposed", "D_eff decorrelated", "F_N", "ratio"]
-    body = [[Cell(format_carry(r["lam"])), Cell(fmt(r["deff"])), Cell(fmt(r["deff_decorrelated"])), Cell(fmt(r["reference"])),
-             Cell(fmt(r["ratio"]))] for r in rows]
+    body = [
+        [
+            Cell(format_carry(r["lam"])),
+            Cell(fmt(r["deff"])),
+            Cell(fmt(r["deff_decorrelated"])),
+            Cell(fmt(r["reference"])),
+            Cell(fmt(r["ratio"])),
+        ]
+        for r in rows
+    ]
     return Table(header, body, [False] + [True] * 4)
-
-
 
 
 def trajectory_content(rows: list, duplicates: dict | None = None, preset: dict | None = None) -> Table:
@@ -366,26 +464,60 @@ def trajectory_content(rows: list, duplicates: dict | None = None, preset: dict 
     >>> [f"{c.text} {c.ci}".strip() for c in t.rows[0]][:2], [f"{c.text} {c.ci}".strip() for c in t.rows[0]][7:9]
     (['step1', '2.1M'], ['0.300 [0.275, 0.325]', '0.500 [0.450, 0.550]'])
     """
-    header = ["checkpoint", "tokens seen", "similarity", "view", "N", "D_eff", "F_N", "D_eff/L", "updates D_eff/L",
-              "D_eff/F_N", "status"]
+    header = [
+        "checkpoint",
+        "tokens seen",
+        "similarity",
+        "view",
+        "N",
+        "D_eff",
+        "F_N",
+        "D_eff/L",
+        "updates D_eff/L",
+        "D_eff/F_N",
+        "status",
+    ]
     body = []
     for r in lead_rows(rows, lambda r: (r["revision"], r.get("similarity"))):
-        who = [Cell(str(r["revision"])), Cell(format_params(r.get("tokens_seen")) if r.get("tokens_seen") is not None
-                                              else f"step {r['step']}" if r.get("step") is not None else "-"),
-               Cell(str(r.get("similarity") or "-"))]
+        who = [
+            Cell(str(r["revision"])),
+            Cell(
+                format_params(r.get("tokens_seen"))
+                if r.get("tokens_seen") is not None
+                else f"step {r['step']}"
+                if r.get("step") is not None
+                else "-"
+            ),
+            Cell(str(r.get("similarity") or "-")),
+        ]
         if r.get("D_eff") is None:
             body.append(who + [Cell("-")] * 7 + [Cell(f"{r['status']}: {r.get('error') or ''}".strip(": "))])
             continue
         layers = r.get("L")
-        body.append(who + [Cell(str(r.get("view") or "-")), Cell(str(r.get("N") or "-")), _value(r, "D_eff"),
-                           Cell(fmt(r.get("F_N"))), _value(r, "D_eff", layers), _value(r, "updates_D_eff", layers),
-                           Cell(fmt(r.get("ratio"))), Cell(r.get("note") or r["status"])])
+        body.append(
+            who
+            + [
+                Cell(str(r.get("view") or "-")),
+                Cell(str(r.get("N") or "-")),
+                _value(r, "D_eff"),
+                Cell(fmt(r.get("F_N"))),
+                _value(r, "D_eff", layers),
+                _value(r, "updates_D_eff", layers),
+                Cell(fmt(r.get("ratio"))),
+                Cell(r.get("note") or r["status"]),
+            ]
+        )
     notes = []
     if preset:
         notes.append(f"preset {preset['name']}: {preset['model']}, {preset['revisions']}; {preset['source']}")
-    notes.append("D_eff/L and updates D_eff/L: D_eff of the states and of the updates f_l = h_l - h_l-1 over the number "
-                 "of layers L, with 95% intervals (the update diagnostic; passage mode, CKA estimators; n/a otherwise)")
-    notes += [f"{dup}: same weights as {original} (flagged, not measured again)" for dup, original in (duplicates or {}).items()]
+    notes.append(
+        "D_eff/L and updates D_eff/L: D_eff of the states and of the updates f_l = h_l - h_l-1 over the number "
+        "of layers L, with 95% intervals (the update diagnostic; passage mode, CKA estimators; n/a otherwise)"
+    )
+    notes += [
+        f"{dup}: same weights as {original} (flagged, not measured again)"
+        for dup, original in (duplicates or {}).items()
+    ]
     return Table(header, body, [False, True, False, False] + [True] * 6 + [False], note="\n".join(notes))
 
 

@@ -98,7 +98,9 @@ def save_figure(fig: Figure, stem, formats=("png", "pdf")) -> list[Path]:
         try:
             stem.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise EffdepthError(f"cannot write figures to {stem.parent}: {exc.strerror}; choose another output folder") from None
+            raise EffdepthError(
+                f"cannot write figures to {stem.parent}: {exc.strerror}; choose another output folder"
+            ) from None
         return [_save_atomic(fig, stem.with_name(f"{stem.name}.{fmt}"), fmt) for fmt in formats]
     finally:
         close_figure(fig)

@@ -17,7 +17,6 @@ from .content.facts import extras_table
 from .plain import content_text, section_text, table_text
 from .wording import carry_text
 
-
 # --------------------------------------------------------------------------- one result
 
 
@@ -94,9 +93,12 @@ def intervention_headline(ir) -> str:
     return (
         f"residual-carry intervention on {model} ({first.config.get('num_layers')} layers; carry on blocks {which}"
         f"{sublayers}), "
-        + (f"{v.sequences} passages of at most {first.config.get('seq_len')} tokens (mean "
-           f"{first.config.get('mean_passage_tokens')}), " if first.passages else
-           f"{v.sequences} sequences x {first.config.get('seq_len')} tokens, ")
+        + (
+            f"{v.sequences} passages of at most {first.config.get('seq_len')} tokens (mean "
+            f"{first.config.get('mean_passage_tokens')}), "
+            if first.passages
+            else f"{v.sequences} sequences x {first.config.get('seq_len')} tokens, "
+        )
         + f"similarity {first.config.get('similarity')}, "
         f"view {v.name}, N = {v.num_states}"
     )
@@ -155,9 +157,11 @@ def experiment_headline(result) -> str:
     'carry experiment: 4-layer Llama'
     """
     c = result.config
-    return (f"carry experiment: {c['layers']}-layer Llama, d_model {c['d_model']}, {c['steps']} steps of {c['batch_size']} x "
-            f"{c['seq_len']} tokens, seeds {', '.join(map(str, c['seed_list']))}; measured on {c['eval_seqs']} held-out "
-            f"sequences with the carry applied ({c['similarity']}, N = {c['layers']})")
+    return (
+        f"carry experiment: {c['layers']}-layer Llama, d_model {c['d_model']}, {c['steps']} steps of {c['batch_size']} x "
+        f"{c['seq_len']} tokens, seeds {', '.join(map(str, c['seed_list']))}; measured on {c['eval_seqs']} held-out "
+        f"sequences with the carry applied ({c['similarity']}, N = {c['layers']})"
+    )
 
 
 # --------------------------------------------------------------------------- effdepth show
@@ -208,7 +212,10 @@ def trajectory_text(saved) -> str:
     if saved.rows:  # the table's note names the preset and the duplicates
         lines += ["", table_text(trajectory_content(saved.rows, saved.duplicates, saved.preset))]
     elif saved.duplicates:
-        lines += [""] + [f"{dup}: same weights as {original} (flagged, not measured again)" for dup, original in saved.duplicates.items()]
+        lines += [""] + [
+            f"{dup}: same weights as {original} (flagged, not measured again)"
+            for dup, original in saved.duplicates.items()
+        ]
     return "\n".join(lines)
 
 
@@ -264,8 +271,13 @@ def claims_text(result: Result, label: str | None = None) -> str:
         what.append(f"{c.get('num_seqs')} x {c['seq_len']} tokens")
     if carry:
         what.append(carry)
-    lines = [f"Does {label or result_label(result)} reproduce the paper? ({'; '.join(what)}; docs/method.md#claims)", "",
-             table_text(claims_table(result), note=False), "", "what each claim checks:"]
+    lines = [
+        f"Does {label or result_label(result)} reproduce the paper? ({'; '.join(what)}; docs/method.md#claims)",
+        "",
+        table_text(claims_table(result), note=False),
+        "",
+        "what each claim checks:",
+    ]
     lines += [f"({i}) {name}: {test}" for i, (name, test) in enumerate(claim_tests(result), start=1)]
     lines += ["", "the numbers behind each verdict (an inequality holds when the whole interval is on its side):"]
     lines += claims_evidence(result)
@@ -288,10 +300,16 @@ def claims_sweep_text(entries: list, failed: list = ()) -> str:
     from .content.claims import tally_table, verdicts_table
     from .wording import PAPER_NOTE
 
-    lines = [table_text(verdicts_table(entries)), "",
-             "claims: " + "; ".join(f"({i}) {claim}" for i, (_, claim, _) in enumerate(CLAIMS, start=1)), "",
-             f"models for which each claim holds ({len(entries)} result{'' if len(entries) == 1 else 's'}; n.m. = not measured):",
-             table_text(tally_table(entries)), "", PAPER_NOTE]
+    lines = [
+        table_text(verdicts_table(entries)),
+        "",
+        "claims: " + "; ".join(f"({i}) {claim}" for i, (_, claim, _) in enumerate(CLAIMS, start=1)),
+        "",
+        f"models for which each claim holds ({len(entries)} result{'' if len(entries) == 1 else 's'}; n.m. = not measured):",
+        table_text(tally_table(entries)),
+        "",
+        PAPER_NOTE,
+    ]
     if failed:
         lines += ["", f"not checked: {len(failed)} model(s) the sweep could not measure:"]
         lines += [f"  {model}: {error}" for model, error in failed]

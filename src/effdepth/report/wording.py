@@ -17,9 +17,11 @@ from ..numerics import passage_analysis
 from ..numerics.similarities import SIMILARITIES
 
 #: The attribution's one sign convention (docs/method.md#attribution), used by every table, figure and caption.
-ATTRIBUTION = ("Attribution (docs/method.md#attribution): F_N - D_eff = initial state (F_N - R_init) + size imbalance "
-               "(R_init - R_matched) + correlated updates (R_matched - D_eff); a positive term pushes D_eff below F_N, "
-               "a negative one above.")
+ATTRIBUTION = (
+    "Attribution (docs/method.md#attribution): F_N - D_eff = initial state (F_N - R_init) + size imbalance "
+    "(R_init - R_matched) + correlated updates (R_matched - D_eff); a positive term pushes D_eff below F_N, "
+    "a negative one above."
+)
 
 
 def passage_wording(text: str) -> str:
@@ -41,9 +43,11 @@ PAPER_ABSTRACT = {
     "calibrated": "not in the paper (effdepth's calibrated reference, docs/method.md#calibrated-references)",
     "not-length": "not in the paper (effdepth's length control, docs/method.md#the-first-token-x-length-confound)",
 }
-PAPER_NOTE = ("The paper (arXiv 2609.31098, its abstract): 15 of 16 models 23-44% below F_L, all 16 below it after "
-              "token-norm or top-1-PC removal. Per-model values: its Table 2, as a public third-party reading of the "
-              "paper gives them (effdepth/data/paper_table2.yaml).")
+PAPER_NOTE = (
+    "The paper (arXiv 2609.31098, its abstract): 15 of 16 models 23-44% below F_L, all 16 below it after "
+    "token-norm or top-1-PC removal. Per-model values: its Table 2, as a public third-party reading of the "
+    "paper gives them (effdepth/data/paper_table2.yaml)."
+)
 
 CALIBRATED = {"structural_cal": "R_structural_cal", "matched_cal": "R_matched_cal"}
 

@@ -62,7 +62,7 @@ class SuiteModel:
 
     @property
     def tiny_type(self) -> str:
-        return self.id[len(TINY_PREFIX):]
+        return self.id[len(TINY_PREFIX) :]
 
     @property
     def short_name(self) -> str:
@@ -96,7 +96,10 @@ class Suite:
         from ..report.content import Cell, Table
         from ..report.plain import table_text
 
-        rows = [[Cell(m.id), Cell(m.family or "-"), Cell(m.revision or "main"), Cell(format_params(m.params))] for m in self.models]
+        rows = [
+            [Cell(m.id), Cell(m.family or "-"), Cell(m.revision or "main"), Cell(format_params(m.params))]
+            for m in self.models
+        ]
         return table_text(Table(["id", "family", "revision", "params"], rows, [False] * 4))
 
 
@@ -160,7 +163,9 @@ def parse_suite(text: str, source: str = "<suite>") -> Suite:
         raise EffdepthError(f"{source}: 'models' must be a non-empty list of models")
     models = tuple(_parse_model(entry, f"{source}: model {i}") for i, entry in enumerate(entries, 1))
     _check_unique(models, source)
-    return Suite(name=name.strip(), description=str(data.get("description") or "").strip(), models=models, source=source)
+    return Suite(
+        name=name.strip(), description=str(data.get("description") or "").strip(), models=models, source=source
+    )
 
 
 def check_model_id(model_id) -> str:
@@ -176,9 +181,11 @@ def check_model_id(model_id) -> str:
 
     text = str(model_id)
     if text.startswith(TINY_PREFIX):
-        kind = text[len(TINY_PREFIX):]
+        kind = text[len(TINY_PREFIX) :]
         if kind not in TINY_MODEL_TYPES:
-            raise EffdepthError(f"unknown tiny model {text!r}; available: {', '.join(TINY_PREFIX + t for t in TINY_MODEL_TYPES)}")
+            raise EffdepthError(
+                f"unknown tiny model {text!r}; available: {', '.join(TINY_PREFIX + t for t in TINY_MODEL_TYPES)}"
+            )
         return text
     if not _HUB_ID.match(text) or ".." in text:
         raise EffdepthError(f"malformed model id {text!r}: use a Hugging Face id (owner/name) or tiny:TYPE")
@@ -221,10 +228,16 @@ def _parse_model(entry, where: str) -> SuiteModel:
         raise EffdepthError(f"{where}: tiny models have no revisions")
     family = entry.get("family")
     if family is None and model_id.startswith(TINY_PREFIX):
-        family = model_id[len(TINY_PREFIX):]
+        family = model_id[len(TINY_PREFIX) :]
     note, paper = entry.get("note"), entry.get("paper")
-    return SuiteModel(model_id, None if family is None else str(family), revision, params, None if note is None else str(note),
-                      None if paper is None else str(paper))
+    return SuiteModel(
+        model_id,
+        None if family is None else str(family),
+        revision,
+        params,
+        None if note is None else str(note),
+        None if paper is None else str(paper),
+    )
 
 
 def _check_keys(mapping: dict, allowed: tuple, where: str) -> None:
@@ -255,7 +268,9 @@ def resolve_models(specs) -> list[SuiteModel]:
     for spec in specs:
         models += _models_of(spec)
     if not models:
-        raise EffdepthError("no models given; name a suite (" + ", ".join(suite_names()) + "), a suite file or model ids")
+        raise EffdepthError(
+            "no models given; name a suite (" + ", ".join(suite_names()) + "), a suite file or model ids"
+        )
     seen, unique = set(), []
     for m in models:
         if (m.id, m.revision) not in seen:
@@ -275,7 +290,7 @@ def guess_family(model_id: str) -> str:
         if marker in name:
             return family
     if name.startswith(TINY_PREFIX):
-        return name[len(TINY_PREFIX):]
+        return name[len(TINY_PREFIX) :]
     return name.split("/", 1)[0] if "/" in name else "local"
 
 

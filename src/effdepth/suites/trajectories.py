@@ -40,13 +40,17 @@ PRESETS = {
     p.name: p
     for p in (
         TrajectoryPreset(
-            "paper-olmo2", "allenai/OLMo-2-1124-13B", "log:35",
+            "paper-olmo2",
+            "allenai/OLMo-2-1124-13B",
+            "log:35",
             "the paper's Figure 3, OLMo-2 through 5T tokens: OLMo-2 13B is the OLMo-2 pretrained on 5T tokens (its model "
             "card: 7B 4T, 13B 5T); 35 checkpoints spaced evenly in log tokens over stage 1 (pretraining), first and last "
             "kept, plus main",
         ),
         TrajectoryPreset(
-            "paper-pythia", "EleutherAI/pythia-1.4b", "log:35",
+            "paper-pythia",
+            "EleutherAI/pythia-1.4b",
+            "log:35",
             "the paper's Figure 3, Pythia-1.4B (the suite paper16's id) with 35 planned checkpoints: spaced evenly in log "
             "tokens over its step branches, first and last kept, plus main",
         ),
@@ -89,8 +93,10 @@ def preset_selection(name, revisions: str | None) -> tuple[TrajectoryPreset | No
     if preset is None:
         return None, "auto" if revisions is None else revisions
     if revisions is not None:
-        raise EffdepthError(f"preset {preset.name} fixes its checkpoints ({preset.revisions} of {preset.model}); for others "
-                            f"pass the model id with --revisions instead: {preset.model} --revisions {revisions}")
+        raise EffdepthError(
+            f"preset {preset.name} fixes its checkpoints ({preset.revisions} of {preset.model}); for others "
+            f"pass the model id with --revisions instead: {preset.model} --revisions {revisions}"
+        )
     parse_selection(preset.revisions)
     return preset, preset.revisions
 
@@ -101,5 +107,7 @@ def not_a_trajectory_source(text: str) -> str:
     >>> not_a_trajectory_source("paper-olmo")
     "'paper-olmo' is not a trajectory preset (paper-olmo2, paper-pythia), a folder of checkpoints or a Hugging Face id (owner/name)"
     """
-    return (f"{text!r} is not a trajectory preset ({', '.join(preset_names())}), a folder of checkpoints or a Hugging Face "
-            "id (owner/name)")
+    return (
+        f"{text!r} is not a trajectory preset ({', '.join(preset_names())}), a folder of checkpoints or a Hugging Face "
+        "id (owner/name)"
+    )

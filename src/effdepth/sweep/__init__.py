@@ -39,9 +39,29 @@ from .jobs import ERROR, JOB, MANAGED_OPTIONS, RESULT, Job, job_folder, job_opti
 from .tables import COLUMNS, result_rows, summary_rows, write_outputs, write_table
 
 __all__ = [
-    "COLUMNS", "ERROR", "JOB", "MANAGED_OPTIONS", "RESULT", "Job", "SweepOutcome", "check_cache", "count_statuses",
-    "job_folder", "job_options", "make_jobs", "measure_job", "record", "result_rows", "run_job", "run_jobs", "saved_result",
-    "slug", "summary_rows", "sweep", "write_outputs", "write_table",
+    "COLUMNS",
+    "ERROR",
+    "JOB",
+    "MANAGED_OPTIONS",
+    "RESULT",
+    "Job",
+    "SweepOutcome",
+    "check_cache",
+    "count_statuses",
+    "job_folder",
+    "job_options",
+    "make_jobs",
+    "measure_job",
+    "record",
+    "result_rows",
+    "run_job",
+    "run_jobs",
+    "saved_result",
+    "slug",
+    "summary_rows",
+    "sweep",
+    "write_outputs",
+    "write_table",
 ]
 
 
@@ -91,10 +111,15 @@ def measure_job(payload: dict) -> Result:
     resume = checkpoint is not None and (Path(checkpoint) / "state.json").is_file()
 
     def run(resume):
-        return run_measurement(options, RunOptions(
-            progress=bool(payload.get("progress")), checkpoint=checkpoint, resume=resume,
-            checkpoint_every_s=payload.get("checkpoint_every_s", 30.0),
-        ))
+        return run_measurement(
+            options,
+            RunOptions(
+                progress=bool(payload.get("progress")),
+                checkpoint=checkpoint,
+                resume=resume,
+                checkpoint_every_s=payload.get("checkpoint_every_s", 30.0),
+            ),
+        )
 
     from ..checkpoint import CheckpointMismatch, remove_checkpoint
 
@@ -113,7 +138,7 @@ def measure_job(payload: dict) -> Result:
 def _tiny_model(model_id: str):
     from ..tiny import tiny_model
 
-    model = tiny_model(model_id[len(TINY_PREFIX):])
+    model = tiny_model(model_id[len(TINY_PREFIX) :])
     model.name_or_path = model_id  # recorded as the model's id in the result
     return model
 
@@ -166,8 +191,19 @@ class SweepOutcome:
         return suite_summary_text(self.rows)
 
 
-def sweep(models, out, options: Options | None = None, *, revision: str | None = None, executor="local",
-          figures: bool = True, report: bool = True, run: RunOptions | None = None, log=None, **measure_options) -> SweepOutcome:
+def sweep(
+    models,
+    out,
+    options: Options | None = None,
+    *,
+    revision: str | None = None,
+    executor="local",
+    figures: bool = True,
+    report: bool = True,
+    run: RunOptions | None = None,
+    log=None,
+    **measure_options,
+) -> SweepOutcome:
     """Measure every model of ``models`` (suite names, suite files, ids, ``tiny:TYPE``, folders) into ``out``.
 
     ``options`` (an :class:`~effdepth.options.Options`) or ``measure_options``
@@ -215,14 +251,21 @@ def check_cache(jobs: list, opts: dict, *, models=(), revision: str | None = Non
 
     allow_pickle = bool(opts.get("allow_pickle"))
     corpus = opts.get("corpus")
-    needs = [hub.Need("model", j.model.id, j.revision, allow_pickle) for j in jobs
-             if j.source is None and not j.model.is_tiny and not Path(j.model.id).expanduser().exists()]
+    needs = [
+        hub.Need("model", j.model.id, j.revision, allow_pickle)
+        for j in jobs
+        if j.source is None and not j.model.is_tiny and not Path(j.model.id).expanduser().exists()
+    ]
     needs += hub.corpus_needs(corpus)
     specs = [str(m) for m in (models if isinstance(models, (list, tuple)) else [models]) if isinstance(m, (str, Path))]
     with_models = any(n.kind == "model" for n in needs)
     hub_corpus = [corpus] if hub.parse_hf_corpus(corpus) is not None else []
-    fix = hub.fetch_command(specs if with_models else [], revisions=[revision] if revision else [],
-                            corpora=hub_corpus if with_models else hub_corpus or [hub.SHAKESPEARE], allow_pickle=allow_pickle)
+    fix = hub.fetch_command(
+        specs if with_models else [],
+        revisions=[revision] if revision else [],
+        corpora=hub_corpus if with_models else hub_corpus or [hub.SHAKESPEARE],
+        allow_pickle=allow_pickle,
+    )
     hub.check_available(needs, fix=fix)
 
 
@@ -265,7 +308,9 @@ def run_jobs(jobs: list, out, executor, *, run: RunOptions | None = None, log=No
 
     def payload(job):
         checkpoint = str(checkpoint_dir(job_folder(out, job))) if local else None
-        data = job.payload(checkpoint=checkpoint, progress=run.progress and local, checkpoint_every_s=run.checkpoint_every_s)
+        data = job.payload(
+            checkpoint=checkpoint, progress=run.progress and local, checkpoint_every_s=run.checkpoint_every_s
+        )
         return {**data, "offline": True} if offline else data
 
     items = [(job, payload(job)) for job in todo]
@@ -292,8 +337,15 @@ def record(out, job: Job, outcome: dict) -> str:
         result.save(folder)
         (folder / ERROR).unlink(missing_ok=True)
         return "ok"
-    error = {"model": job.model.id, "revision": job.revision, "tag": job.tag, "error": " ".join(str(outcome.get("error")).split()),
-             "type": outcome.get("type"), "effdepth": __version__, "key": job.key}
+    error = {
+        "model": job.model.id,
+        "revision": job.revision,
+        "tag": job.tag,
+        "error": " ".join(str(outcome.get("error")).split()),
+        "type": outcome.get("type"),
+        "effdepth": __version__,
+        "key": job.key,
+    }
     write_json_atomic(folder / ERROR, error)
     return "error"
 

@@ -83,16 +83,33 @@ class Job:
     def describe(self) -> dict:
         """What ``DIR/<key>/job.json`` records, for people and for the summary."""
         return {
-            "model": self.model.id, "family": self.model.family, "params": self.model.params, "revision": self.revision,
-            "tag": self.tag, "source": self.source, "weights": self.weights, "options": self.options, "extra": self.extra,
-            "effdepth": __version__, "digest": self.digest, "key": self.key,
+            "model": self.model.id,
+            "family": self.model.family,
+            "params": self.model.params,
+            "revision": self.revision,
+            "tag": self.tag,
+            "source": self.source,
+            "weights": self.weights,
+            "options": self.options,
+            "extra": self.extra,
+            "effdepth": __version__,
+            "digest": self.digest,
+            "key": self.key,
         }
 
-    def payload(self, *, checkpoint: str | None = None, progress: bool = False, checkpoint_every_s: float = 30.0) -> dict:
+    def payload(
+        self, *, checkpoint: str | None = None, progress: bool = False, checkpoint_every_s: float = 30.0
+    ) -> dict:
         """What a worker needs to measure this job: plain data, picklable and JSON-able."""
         return {
-            "id": self.model.id, "source": self.source, "revision": self.revision, "options": self.options,
-            "tokenizer": self.tokenizer, "effdepth": __version__, "checkpoint": checkpoint, "progress": progress,
+            "id": self.model.id,
+            "source": self.source,
+            "revision": self.revision,
+            "options": self.options,
+            "tokenizer": self.tokenizer,
+            "effdepth": __version__,
+            "checkpoint": checkpoint,
+            "progress": progress,
             "checkpoint_every_s": checkpoint_every_s,
         }
 
@@ -157,7 +174,9 @@ def _corpus_spec(corpus):
         return str(corpus)
     if isinstance(corpus, (list, tuple)) and all(isinstance(t, str) for t in corpus):
         return list(corpus)
-    raise EffdepthError("a sweep's corpus must be shakespeare, a file or folder path, hf:NAME[:CONFIG[:SPLIT]] or a list of texts")
+    raise EffdepthError(
+        "a sweep's corpus must be shakespeare, a file or folder path, hf:NAME[:CONFIG[:SPLIT]] or a list of texts"
+    )
 
 
 def saved_result(folder: Path) -> Result | None:

@@ -21,14 +21,58 @@ from .jobs import ERROR, RESULT, Job, job_folder, saved_result
 #: One row per (job, view, similarity). F_N = 2N/(N+1) is the structural reference of the row's N
 #: (N = L, or L + 1 with the embedding; the paper's F_L when N = L).
 COLUMNS = (
-    "model", "family", "params", "revision", "step", "tokens_seen", "view", "similarity", "L", "N",
-    "D_eff", "D_eff_lo", "D_eff_hi", "F_N", "ratio", "ratio_lo", "ratio_hi", "gap_pct", "gap_pct_lo", "gap_pct_hi",
-    "R_init", "R_init_lo", "R_init_hi", "R_size", "R_size_lo", "R_size_hi", "R_matched", "R_matched_lo", "R_matched_hi",
-    "R_structural_cal", "R_structural_cal_lo", "R_structural_cal_hi", "R_matched_cal", "R_matched_cal_lo", "R_matched_cal_hi",
-    "initial_state", "initial_state_lo", "initial_state_hi", "size_imbalance", "size_imbalance_lo", "size_imbalance_hi",
-    "correlated_updates", "correlated_updates_lo", "correlated_updates_hi",
-    "updates_D_eff", "updates_D_eff_lo", "updates_D_eff_hi",
-    "sequences", "tokens_measured", "status", "error", "key",
+    "model",
+    "family",
+    "params",
+    "revision",
+    "step",
+    "tokens_seen",
+    "view",
+    "similarity",
+    "L",
+    "N",
+    "D_eff",
+    "D_eff_lo",
+    "D_eff_hi",
+    "F_N",
+    "ratio",
+    "ratio_lo",
+    "ratio_hi",
+    "gap_pct",
+    "gap_pct_lo",
+    "gap_pct_hi",
+    "R_init",
+    "R_init_lo",
+    "R_init_hi",
+    "R_size",
+    "R_size_lo",
+    "R_size_hi",
+    "R_matched",
+    "R_matched_lo",
+    "R_matched_hi",
+    "R_structural_cal",
+    "R_structural_cal_lo",
+    "R_structural_cal_hi",
+    "R_matched_cal",
+    "R_matched_cal_lo",
+    "R_matched_cal_hi",
+    "initial_state",
+    "initial_state_lo",
+    "initial_state_hi",
+    "size_imbalance",
+    "size_imbalance_lo",
+    "size_imbalance_hi",
+    "correlated_updates",
+    "correlated_updates_lo",
+    "correlated_updates_hi",
+    "updates_D_eff",
+    "updates_D_eff_lo",
+    "updates_D_eff_hi",
+    "sequences",
+    "tokens_measured",
+    "status",
+    "error",
+    "key",
 )
 # (column, ViewResult value, ci key)
 _METRICS = (
@@ -79,10 +123,21 @@ def result_rows(job: Job, result: Result) -> list[dict]:
             v = views.get(name)
             if v is None:
                 if name in reasons:
-                    rows.append(_row(job, status="unavailable", view=name, similarity=sim, L=layers, error=reasons[name]))
+                    rows.append(
+                        _row(job, status="unavailable", view=name, similarity=sim, L=layers, error=reasons[name])
+                    )
                 continue
-            row = _row(job, status="ok", view=name, similarity=sim, L=layers, N=v.num_states, F_N=v.reference,
-                       sequences=v.sequences, tokens_measured=v.tokens)
+            row = _row(
+                job,
+                status="ok",
+                view=name,
+                similarity=sim,
+                L=layers,
+                N=v.num_states,
+                F_N=v.reference,
+                sequences=v.sequences,
+                tokens_measured=v.tokens,
+            )
             for column, value, ci_key in _METRICS:
                 row[column] = _float(value(v))
                 bounds = (v.ci or {}).get(ci_key) or [None, None]
@@ -93,8 +148,13 @@ def result_rows(job: Job, result: Result) -> list[dict]:
 
 def _row(job: Job, **values) -> dict:
     row = dict.fromkeys(COLUMNS)
-    row.update(model=job.name or job.model.id, family=job.model.family, params=job.model.params,
-               revision=job.tag or job.revision or "main", key=job.key)
+    row.update(
+        model=job.name or job.model.id,
+        family=job.model.family,
+        params=job.model.params,
+        revision=job.tag or job.revision or "main",
+        key=job.key,
+    )
     row.update({k: v for k, v in job.extra.items()})
     row.update(values)
     return row
@@ -170,7 +230,9 @@ def _write_report(out: Path, jobs: list, rows: list, log) -> list[Path]:
         log("report.html skipped: this effdepth has no report module")
         return []
     paths = [job_folder(out, j) / RESULT for j in jobs if (job_folder(out, j) / RESULT).is_file()]
-    failed = list(dict.fromkeys((r["model"], r["error"]) for r in rows if r["status"] == "error"))  # a row per similarity
+    failed = list(
+        dict.fromkeys((r["model"], r["error"]) for r in rows if r["status"] == "error")
+    )  # a row per similarity
     try:
         return write_report(paths, out / "report.html", failed=failed)
     except EffdepthError as exc:  # the numbers are safe on disk; a report problem must not fail the run

@@ -82,7 +82,9 @@ def test_left_padding_is_masked_and_positions_shift():
     plain = effdepth.measure(model, ids, bootstrap=0, progress=False, pooling="none").default
     padded_ids = torch.cat([torch.full((2, 3), 258), ids], dim=1)
     mask = torch.cat([torch.zeros(2, 3), torch.ones(2, 8)], dim=1).long()
-    padded = effdepth.measure(model, {"input_ids": padded_ids, "attention_mask": mask}, bootstrap=0, progress=False, pooling="none").default
+    padded = effdepth.measure(
+        model, {"input_ids": padded_ids, "attention_mask": mask}, bootstrap=0, progress=False, pooling="none"
+    ).default
     assert padded.tokens == 16
     assert padded.deff == pytest.approx(plain.deff, rel=1e-4)
 

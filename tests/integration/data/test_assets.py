@@ -43,8 +43,11 @@ def make_wheel(folder: Path, members=MEMBERS, *, corrupt: str | None = None) -> 
     record = [f"{name},{_record_hash(b'x' if name == corrupt else data)},{len(data)}" for name, data in members.items()]
     metadata = b"Metadata-Version: 2.1\nName: effdepth-fake\nVersion: 1.0\n"
     wheel_file = b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    record += [f"{dist_info}/METADATA,{_record_hash(metadata)},{len(metadata)}",
-               f"{dist_info}/WHEEL,{_record_hash(wheel_file)},{len(wheel_file)}", f"{dist_info}/RECORD,,"]
+    record += [
+        f"{dist_info}/METADATA,{_record_hash(metadata)},{len(metadata)}",
+        f"{dist_info}/WHEEL,{_record_hash(wheel_file)},{len(wheel_file)}",
+        f"{dist_info}/RECORD,,",
+    ]
     with zipfile.ZipFile(wheel, "w") as archive:
         for name, data in members.items():
             archive.writestr(name, data)

@@ -9,8 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from effdepth.data import TokenizedCorpus, byte_tokenizer, ids_sha256, load_corpus
-from effdepth.data import packing, text_sources
+from effdepth.data import TokenizedCorpus, byte_tokenizer, ids_sha256, load_corpus, packing, text_sources
 from effdepth.data.packing import split_long_text
 from effdepth.data.text_sources import strip_play_markdown
 from effdepth.errors import EffdepthError
@@ -46,7 +45,7 @@ def assert_rows_are_stream_chunks(corpus: TokenizedCorpus, stream: list[int], bo
     assert starts == sorted(set(starts)) and all(s % chunk == 0 for s in starts)
     for row, start in zip(corpus.input_ids.tolist(), starts, strict=True):
         body = row[1:] if bos else row
-        assert body == stream[start:start + chunk]
+        assert body == stream[start : start + chunk]
         if bos:
             assert row[0] == BOS
 
@@ -255,8 +254,11 @@ def test_all_ones_mask_becomes_none():
 @given(
     ids=st.integers(1, 4).flatmap(
         lambda rows: st.integers(2, 6).flatmap(
-            lambda cols: st.lists(st.lists(st.integers(0, 300), min_size=cols, max_size=cols),
-                                  min_size=rows, max_size=rows))),
+            lambda cols: st.lists(
+                st.lists(st.integers(0, 300), min_size=cols, max_size=cols), min_size=rows, max_size=rows
+            )
+        )
+    ),
     data=st.data(),
 )
 def test_sha256_changes_when_any_id_changes(ids, data):
@@ -330,16 +332,22 @@ def test_hf_reads_only_what_it_needs(monkeypatch, tok):
 def test_hf_without_text_column_lists_the_columns(monkeypatch, tok):
     import datasets
 
-    monkeypatch.setattr(datasets, "load_dataset",
-                        lambda *a, **k: datasets.Dataset.from_dict({"sentence": ["a"], "label": [0]}))
+    monkeypatch.setattr(
+        datasets, "load_dataset", lambda *a, **k: datasets.Dataset.from_dict({"sentence": ["a"], "label": [0]})
+    )
     with pytest.raises(EffdepthError) as excinfo:
         load_corpus("hf:glue:sst2", tok)
     message = assert_one_line_error(excinfo)
     assert "no 'text' column" in message and "sentence, label" in message
 
 
-@pytest.mark.parametrize("failure", [ConnectionError("Couldn't reach 'wiki' on the Hub\n(details)"),
-                                     FileNotFoundError("Dataset 'nope' doesn't exist on the Hub")])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        ConnectionError("Couldn't reach 'wiki' on the Hub\n(details)"),
+        FileNotFoundError("Dataset 'nope' doesn't exist on the Hub"),
+    ],
+)
 def test_hf_load_failure_is_one_line(monkeypatch, tok, failure):
     import datasets
 
@@ -394,11 +402,15 @@ BAD_TEXT_SPECS = {
     "binary file": (lambda p: _write(p, "b.txt", b"GGUF\x00\x01\x02"), "binary"),
     "invalid utf-8": (lambda p: _write(p, "l.txt", "café".encode("latin-1")), "not UTF-8 text (byte 0xe9 at offset 3)"),
     "empty folder": (lambda p: (p / "empty").mkdir() or p / "empty", "no text files"),
-    "folder of images": (lambda p: (p / "img").mkdir() or _write(p / "img", "a.png", b"\x89PNG") and p / "img",
-                         "1 other file(s) skipped"),
+    "folder of images": (
+        lambda p: (p / "img").mkdir() or _write(p / "img", "a.png", b"\x89PNG") and p / "img",
+        "1 other file(s) skipped",
+    ),
     "jsonl bad json": (lambda p: _write(p, "bad.jsonl", b'{"text": "ok"}\n{"text": \n'), "line 2 is not valid JSON"),
-    "jsonl no text": (lambda p: _write(p, "nt.jsonl", b'{"text": "ok"}\n\n{"body": "x"}\n'),
-                      "line 3 has no 'text' field (found: body)"),
+    "jsonl no text": (
+        lambda p: _write(p, "nt.jsonl", b'{"text": "ok"}\n\n{"body": "x"}\n'),
+        "line 3 has no 'text' field (found: body)",
+    ),
     "jsonl not object": (lambda p: _write(p, "na.jsonl", b'["a"]\n'), "line 1 has no 'text' field"),
     "jsonl text not str": (lambda p: _write(p, "ns.jsonl", b'{"text": 5}\n'), "line 1: 'text' is a int"),
     "empty jsonl": (lambda p: _write(p, "ej.jsonl", b"\n\n"), "holds no text"),
@@ -430,16 +442,26 @@ BAD_IDS = {
     "no rows": (torch.zeros(0, 4, dtype=torch.long), "0 rows"),
     "too big for vocab": (torch.tensor([[1, 259]]), "token id 259 is outside the vocabulary of 259 tokens"),
     "uint64 overflow": (np.array([[1, 2**63]], dtype=np.uint64), "too large"),
-    "mask shape": ({"input_ids": ONES_2x3, "attention_mask": torch.ones(2, 2, dtype=torch.long)},
-                   "attention_mask has shape (2, 2) but input_ids has (2, 3)"),
-    "mask values": ({"input_ids": torch.ones(1, 3, dtype=torch.long), "attention_mask": torch.tensor([[1, 2, 1]])},
-                    "only 0 (padding) and 1"),
-    "mask fraction": ({"input_ids": ONES_1x3, "attention_mask": torch.tensor([[1, 0.5, 1]])},
-                      "attention_mask must hold only 0 (padding) and 1"),
-    "mask complex": ({"input_ids": ONES_1x3, "attention_mask": torch.ones(1, 3, dtype=torch.cfloat)},
-                     "attention_mask must have an integer dtype"),
-    "short row": ({"input_ids": ONES_2x3, "attention_mask": torch.tensor([[1, 1, 0], [1, 0, 0]])},
-                  "row 1 of the token ids has 1 real token(s)"),
+    "mask shape": (
+        {"input_ids": ONES_2x3, "attention_mask": torch.ones(2, 2, dtype=torch.long)},
+        "attention_mask has shape (2, 2) but input_ids has (2, 3)",
+    ),
+    "mask values": (
+        {"input_ids": torch.ones(1, 3, dtype=torch.long), "attention_mask": torch.tensor([[1, 2, 1]])},
+        "only 0 (padding) and 1",
+    ),
+    "mask fraction": (
+        {"input_ids": ONES_1x3, "attention_mask": torch.tensor([[1, 0.5, 1]])},
+        "attention_mask must hold only 0 (padding) and 1",
+    ),
+    "mask complex": (
+        {"input_ids": ONES_1x3, "attention_mask": torch.ones(1, 3, dtype=torch.cfloat)},
+        "attention_mask must have an integer dtype",
+    ),
+    "short row": (
+        {"input_ids": ONES_2x3, "attention_mask": torch.tensor([[1, 1, 0], [1, 0, 0]])},
+        "row 1 of the token ids has 1 real token(s)",
+    ),
     "no input_ids": ({"ids": torch.ones(1, 3, dtype=torch.long)}, "needs 'input_ids'"),
     "unknown key": ({"input_ids": torch.ones(1, 3, dtype=torch.long), "labels": torch.ones(1, 3)}, "labels"),
     "ragged lists": ({"input_ids": [[1, 2], [3]]}, "ragged"),
@@ -564,9 +586,17 @@ def test_tokenized_corpus_is_frozen_and_has_a_short_repr():
     assert (corpus.num_seqs, corpus.seq_len) == (1, 3)
 
 
-@pytest.mark.parametrize("module", ["effdepth.data", "effdepth.data.corpus", "effdepth.data.packing",
-                                    "effdepth.data.text_sources", "effdepth.data.tokenizers",
-                                    "effdepth.data.assets"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "effdepth.data",
+        "effdepth.data.corpus",
+        "effdepth.data.packing",
+        "effdepth.data.text_sources",
+        "effdepth.data.tokenizers",
+        "effdepth.data.assets",
+    ],
+)
 def test_docstring_examples_run(module):
     import doctest
     import importlib

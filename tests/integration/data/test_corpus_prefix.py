@@ -13,14 +13,16 @@ import pytest
 from effdepth import hub
 from effdepth.cli import main
 from effdepth.data.corpus_prefix import cached_prefix, prefix_folder
+from effdepth.data.paper import PAPER_CORPUS
 from effdepth.data.passages import load_passages
 from effdepth.data.tokenizers import byte_tokenizer
 from effdepth.errors import EffdepthError
-from effdepth.data.paper import PAPER_CORPUS
 
 SPEC = "hf:acme/docs:default:train"
 # Blank rows are skipped by the stream and do not count as documents, but they count as rows.
-ROWS = [{"text": f"document {i}: " + "words and more words " * (3 + i % 5)} if i % 4 else {"text": "  "} for i in range(40)]
+ROWS = [
+    {"text": f"document {i}: " + "words and more words " * (3 + i % 5)} if i % 4 else {"text": "  "} for i in range(40)
+]
 
 
 class FakeStream:
@@ -107,7 +109,10 @@ def test_online_a_run_that_needs_more_continues_the_stream_after_the_copy(fake_d
 
 def test_offline_a_run_that_needs_more_than_the_copy_says_how_to_fetch_more(fake_datasets):
     assert main(["fetch", "--corpus", SPEC, "--documents", "3", "--no-progress"]) == 0
-    with hub.offline(), pytest.raises(EffdepthError, match=r"more than the 3 documents of its local copy.*--documents N"):
+    with (
+        hub.offline(),
+        pytest.raises(EffdepthError, match=r"more than the 3 documents of its local copy.*--documents N"),
+    ):
         streamed_passages(8)
 
 
@@ -126,6 +131,7 @@ def test_an_interrupted_fetch_leaves_nothing_a_run_would_read(fake_datasets, mon
         def rows():
             yield from ROWS[:6]
             raise ConnectionError("connection reset by peer")
+
         return rows()
 
     monkeypatch.setattr(datasets, "load_dataset", broken)
@@ -148,10 +154,13 @@ def test_a_damaged_copy_is_one_line(fake_datasets):
         streamed_passages(4)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["fetch", "--corpus", SPEC, "--documents", "0"], "is not a positive whole number"),
-    (["fetch", "--protocol", "papr"], "unknown --protocol 'papr'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["fetch", "--corpus", SPEC, "--documents", "0"], "is not a positive whole number"),
+        (["fetch", "--protocol", "papr"], "unknown --protocol 'papr'"),
+    ],
+)
 def test_bad_fetch_options_are_one_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -173,8 +182,28 @@ def test_measure_protocol_paper_runs_offline_from_the_copy(tmp_path, monkeypatch
     texts = [f"An educational page, number {i}, about the water cycle and the seasons of the year." for i in range(12)]
     write_prefix(name, config, split, enumerate(texts, 1), 12, commit="e" * 40)
     with hub.offline():
-        assert main(["measure", str(folder), "--protocol", "paper", "--num-seqs", "8", "--seq-len", "32", "--offline",
-                     "--bootstrap", "0", "--no-progress", "--no-figures", "--out", str(tmp_path / "run")]) == 0
+        assert (
+            main(
+                [
+                    "measure",
+                    str(folder),
+                    "--protocol",
+                    "paper",
+                    "--num-seqs",
+                    "8",
+                    "--seq-len",
+                    "32",
+                    "--offline",
+                    "--bootstrap",
+                    "0",
+                    "--no-progress",
+                    "--no-figures",
+                    "--out",
+                    str(tmp_path / "run"),
+                ]
+            )
+            == 0
+        )
     result = load(tmp_path / "run")
     assert result.config["protocol"] == "paper" and result.config["states"] == "hidden"
     assert "local copy" in result.provenance["corpus"]["source"] and "e" * 40 in result.provenance["corpus"]["source"]

@@ -9,15 +9,37 @@ from safetensors.torch import load_file
 
 from effdepth.cli import main
 from effdepth.errors import EffdepthError
-from effdepth.experiment import CarryExperiment, carry_experiment, checkpoint_carry, load_experiment, measure_checkpoint, split_corpus
+from effdepth.experiment import (
+    CarryExperiment,
+    carry_experiment,
+    checkpoint_carry,
+    load_experiment,
+    measure_checkpoint,
+    split_corpus,
+)
 from effdepth.experiment.training import batch_order, new_model
 from effdepth.measure import measure
 from effdepth.report.tables import experiment_final_table, experiment_headline, experiment_step_table
 
-TEXT = ["Now is the winter of our discontent made glorious summer by this sun of York. " * 30,
-        "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " * 30]
-TINY = dict(carries=(1.0, 0.5), carry_layers="all", layers=2, d_model=16, heads=2, steps=3, save_every=2, batch_size=2,
-            seq_len=16, eval_seqs=4, bootstrap=20, corpus=TEXT, device="cpu")
+TEXT = [
+    "Now is the winter of our discontent made glorious summer by this sun of York. " * 30,
+    "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " * 30,
+]
+TINY = dict(
+    carries=(1.0, 0.5),
+    carry_layers="all",
+    layers=2,
+    d_model=16,
+    heads=2,
+    steps=3,
+    save_every=2,
+    batch_size=2,
+    seq_len=16,
+    eval_seqs=4,
+    bootstrap=20,
+    corpus=TEXT,
+    device="cpu",
+)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +125,9 @@ def test_report_and_show_of_an_experiment_folder(runs, tmp_path, capsys):
 
 
 def test_intervals_over_seeds(tmp_path):
-    result = carry_experiment(out=tmp_path, progress=False, **{**TINY, "carries": (0.5,), "steps": 1, "seeds": 2, "bootstrap": 0})
+    result = carry_experiment(
+        out=tmp_path, progress=False, **{**TINY, "carries": (0.5,), "steps": 1, "seeds": 2, "bootstrap": 0}
+    )
     final = [s for s in result.summary() if s["step"] == 1][0]
     assert final["seeds"] == 2 and final["deff"]["min"] <= final["deff"]["mean"] <= final["deff"]["max"]
     assert "min-max over seeds" in experiment_final_table(result)
@@ -129,9 +153,15 @@ def test_model_is_identical_across_carries_at_a_seed():
 
 @pytest.mark.parametrize(
     "override, message",
-    [({"carries": (1.2,)}, "outside"), ({"carries": ()}, "at least one"), ({"d_model": 30, "heads": 4}, "heads of even size"),
-     ({"carry_layers": "3"}, "--carry-layers '3' names layer 3"), ({"steps": 0}, "--steps must be a positive"),
-     ({"lr": -1.0}, "--lr"), ({"save_every": 0}, "--save-every")],
+    [
+        ({"carries": (1.2,)}, "outside"),
+        ({"carries": ()}, "at least one"),
+        ({"d_model": 30, "heads": 4}, "heads of even size"),
+        ({"carry_layers": "3"}, "--carry-layers '3' names layer 3"),
+        ({"steps": 0}, "--steps must be a positive"),
+        ({"lr": -1.0}, "--lr"),
+        ({"save_every": 0}, "--save-every"),
+    ],
 )
 def test_bad_settings(override, message, tmp_path):
     with pytest.raises(EffdepthError, match=message):
@@ -141,19 +171,50 @@ def test_bad_settings(override, message, tmp_path):
 def test_cli_experiment(tmp_path, capsys):
     corpus = tmp_path / "text.txt"
     corpus.write_text("\n".join(TEXT))
-    code = main(["experiment", "carry", "--corpus", str(corpus), "--carry", "1,0.5", "--layers", "2", "--d-model", "16", "--heads", "2", "--steps", "2",
-                 "--batch-size", "2", "--seq-len", "16", "--eval-seqs", "4", "--bootstrap", "10", "--device", "cpu",
-                 "--out", str(tmp_path / "run"), "--no-progress"])
+    code = main(
+        [
+            "experiment",
+            "carry",
+            "--corpus",
+            str(corpus),
+            "--carry",
+            "1,0.5",
+            "--layers",
+            "2",
+            "--d-model",
+            "16",
+            "--heads",
+            "2",
+            "--steps",
+            "2",
+            "--batch-size",
+            "2",
+            "--seq-len",
+            "16",
+            "--eval-seqs",
+            "4",
+            "--bootstrap",
+            "10",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "run"),
+            "--no-progress",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "R_matched" in out and "step" in out and (tmp_path / "run" / "experiment.json").is_file()
     # How this run differs from the paper's S17, difference by difference (and recorded in experiment.json).
     said = out.split("differs from the paper's S17 run")[1].splitlines()[0]
-    for phrase in ("one carry per block (the paper: in every attention and MLP sublayer)",
-                   "gamma 1, 0.5 (the paper: 1, 0.75, 0.5, 0.25)", "1 seed per gamma (the paper: 3 for 1 and 0.75",
-                   "2 layers, d_model 16, 2 heads (the paper: 12 layers, n_embd 384, 6 heads)",
-                   "2 steps of 2 x 16 tokens at lr 0.003 (the paper: 5,000 iterations of 64 x 256 at lr 0.001)",
-                   "a Llama-architecture model"):
+    for phrase in (
+        "one carry per block (the paper: in every attention and MLP sublayer)",
+        "gamma 1, 0.5 (the paper: 1, 0.75, 0.5, 0.25)",
+        "1 seed per gamma (the paper: 3 for 1 and 0.75",
+        "2 layers, d_model 16, 2 heads (the paper: 12 layers, n_embd 384, 6 heads)",
+        "2 steps of 2 x 16 tokens at lr 0.003 (the paper: 5,000 iterations of 64 x 256 at lr 0.001)",
+        "a Llama-architecture model",
+    ):
         assert phrase in said, phrase
     config = json.loads((tmp_path / "run" / "experiment.json").read_text())["config"]
     assert "; ".join(config["paper_differences"]) == said.split(": ", 1)[1]
@@ -170,7 +231,9 @@ def test_cli_experiment(tmp_path, capsys):
 def test_a_sublayer_carry_experiment_trains_and_measures_with_the_papers_carry(tmp_path):
     from effdepth.experiment.checkpoints import checkpoint_carry_on
 
-    record = carry_experiment(out=tmp_path, progress=False, **{**TINY, "carries": (0.5,), "steps": 2, "carry_on": "sublayers"})
+    record = carry_experiment(
+        out=tmp_path, progress=False, **{**TINY, "carries": (0.5,), "steps": 2, "carry_on": "sublayers"}
+    )
     checkpoint = tmp_path / "lam-0.5/seed-0/step-2"
     assert checkpoint_carry_on(checkpoint) == "sublayers" and record.config["carry_on"] == "sublayers"
     measured = measure_checkpoint(checkpoint, torch.randint(0, 256, (4, 12)), bootstrap=0, progress=False)
@@ -183,17 +246,54 @@ def test_a_sublayer_carry_experiment_trains_and_measures_with_the_papers_carry(t
 
 def test_paper_setting_runs_as_passages_with_table_s14_beside_ours(tmp_path, capsys):
     spec = CarryExperiment.paper_setting()
-    assert (spec.layers, spec.d_model, spec.heads, spec.seq_len, spec.batch_size, spec.lr, spec.steps) == (12, 384, 6, 256, 64, 1e-3, 5000)
+    assert (spec.layers, spec.d_model, spec.heads, spec.seq_len, spec.batch_size, spec.lr, spec.steps) == (
+        12,
+        384,
+        6,
+        256,
+        64,
+        1e-3,
+        5000,
+    )
     assert spec.carries == (1.0, 0.75, 0.5, 0.25) and spec.carry_on == "sublayers" and spec.pooling == "mean"
     out = tmp_path / "paper"
-    code = main(["experiment", "carry", "--paper", "--layers", "2", "--d-model", "16", "--heads", "2", "--steps", "2",
-                 "--seq-len", "16", "--batch-size", "2", "--eval-seqs", "8", "--seeds", "1", "--carry", "1,0.5",
-                 "--bootstrap", "0", "--no-progress", "--out", str(out)])
+    code = main(
+        [
+            "experiment",
+            "carry",
+            "--paper",
+            "--layers",
+            "2",
+            "--d-model",
+            "16",
+            "--heads",
+            "2",
+            "--steps",
+            "2",
+            "--seq-len",
+            "16",
+            "--batch-size",
+            "2",
+            "--eval-seqs",
+            "8",
+            "--seeds",
+            "1",
+            "--carry",
+            "1,0.5",
+            "--bootstrap",
+            "0",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr()
     assert code == 0, printed.err
     config = json.loads((out / "experiment.json").read_text())["config"]
     assert config["paper"] and config["pooling"] == "mean" and config["carry_on"] == "sublayers"
-    assert config["lr"] == 1e-3 and config["warmup"] == 100 and config["layers"] == 2  # the paper's, but for what was typed
+    assert (
+        config["lr"] == 1e-3 and config["warmup"] == 100 and config["layers"] == 2
+    )  # the paper's, but for what was typed
     table = printed.out.split("beside the paper's Table S14:")[1]
     row = next(line.split() for line in table.splitlines() if line.startswith("1 "))
     assert row[2] == "0.094" and "3.46" in table and "Llama-architecture model" in printed.out

@@ -59,9 +59,6 @@ def machine(tmp_path, hub):
     return Machine(tmp_path / "machine", hub)
 
 
-
-
-
 # --------------------------------------------------------------------------- online runs, once per session
 # The tests of each command check them; the offline test compares its numbers with them. They run side
 # by side (each on a machine of its own), so the request log they leave holds all three.
@@ -76,7 +73,18 @@ def online_runs(session_hub, tmp_path_factory, corpus_file):
     runs = {
         "paper": ["measure", REPO, *PAPER, "--out", root / "paper"],
         "pythia": ["trajectory", "paper-pythia", "--corpus", corpus_file, *SMALL, "--out", root / "pythia"],
-        "ray": ["sweep", *MODELS, "--executor", "ray", "--corpus", corpus_file, *SMALL, "--no-report", "--out", root / "ray"],
+        "ray": [
+            "sweep",
+            *MODELS,
+            "--executor",
+            "ray",
+            "--corpus",
+            corpus_file,
+            *SMALL,
+            "--no-report",
+            "--out",
+            root / "ray",
+        ],
     }
     if importlib.util.find_spec("ray") is None:
         del runs["ray"]

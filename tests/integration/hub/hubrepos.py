@@ -75,17 +75,33 @@ def save_tokenizer(folder: Path, tokenizer_class: str) -> None:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(SENTENCES * 4, trainer=trainer)
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))
-    config = {"tokenizer_class": tokenizer_class, "bos_token": SPECIALS[0], "eos_token": SPECIALS[0],
-              "unk_token": SPECIALS[0], "pad_token": SPECIALS[1], "add_bos_token": False, "add_eos_token": False,
-              "model_max_length": 2048, "clean_up_tokenization_spaces": False}
+    config = {
+        "tokenizer_class": tokenizer_class,
+        "bos_token": SPECIALS[0],
+        "eos_token": SPECIALS[0],
+        "unk_token": SPECIALS[0],
+        "pad_token": SPECIALS[1],
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "model_max_length": 2048,
+        "clean_up_tokenization_spaces": False,
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
-    (folder / "special_tokens_map.json").write_text(json.dumps(
-        {"bos_token": SPECIALS[0], "eos_token": SPECIALS[0], "unk_token": SPECIALS[0], "pad_token": SPECIALS[1]}, indent=2))
+    (folder / "special_tokens_map.json").write_text(
+        json.dumps(
+            {"bos_token": SPECIALS[0], "eos_token": SPECIALS[0], "unk_token": SPECIALS[0], "pad_token": SPECIALS[1]},
+            indent=2,
+        )
+    )
 
 
 def save_model(folder: Path, model_type: str, seed: int, *, pickle: bool = False) -> None:
@@ -143,29 +159,35 @@ def add_dataset(root: Path) -> list[str]:
 
     folder = _repo(root, "dataset", DATASET) / "branches" / "main"
     docs = documents()
-    shards = {"sample/10BT/000_00000.parquet": docs[:20], "sample/10BT/001_00000.parquet": docs[20:],
-              "data/CC-MAIN-2024-10/train-00000-of-00001.parquet": documents(8, seed=1)}
+    shards = {
+        "sample/10BT/000_00000.parquet": docs[:20],
+        "sample/10BT/001_00000.parquet": docs[20:],
+        "data/CC-MAIN-2024-10/train-00000-of-00001.parquet": documents(8, seed=1),
+    }
     for path, texts in shards.items():
         (folder / path).parent.mkdir(parents=True, exist_ok=True)
-        table = pa.table({
-            "text": texts,
-            "id": [f"<urn:uuid:{path}:{i}>" for i in range(len(texts))],
-            "dump": ["CC-MAIN-2024-10"] * len(texts),
-            "url": [f"https://example.org/{i}" for i in range(len(texts))],
-            "file_path": [f"s3://commoncrawl/{i}.warc.gz" for i in range(len(texts))],
-            "language": ["en"] * len(texts),
-            "language_score": [0.95] * len(texts),
-            "token_count": [len(t.split()) for t in texts],
-            "score": [3.1] * len(texts),
-            "int_score": [3] * len(texts),
-        })
+        table = pa.table(
+            {
+                "text": texts,
+                "id": [f"<urn:uuid:{path}:{i}>" for i in range(len(texts))],
+                "dump": ["CC-MAIN-2024-10"] * len(texts),
+                "url": [f"https://example.org/{i}" for i in range(len(texts))],
+                "file_path": [f"s3://commoncrawl/{i}.warc.gz" for i in range(len(texts))],
+                "language": ["en"] * len(texts),
+                "language_score": [0.95] * len(texts),
+                "token_count": [len(t.split()) for t in texts],
+                "score": [3.1] * len(texts),
+                "int_score": [3] * len(texts),
+            }
+        )
         pq.write_table(table, folder / path, row_group_size=8)
     (folder / "README.md").write_text(
         "---\nlicense: odc-by\ntask_categories:\n- text-generation\nlanguage:\n- en\n"
         "pretty_name: FineWeb-Edu (local copy for tests)\n"
         "configs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/*/*\n"
         f"- config_name: {CONFIG}\n  data_files:\n  - split: train\n    path: sample/10BT/*\n---\n"
-        "# FineWeb-Edu, shaped for tests\n")
+        "# FineWeb-Edu, shaped for tests\n"
+    )
     (folder / ".gitattributes").write_text("*.parquet filter=lfs diff=lfs merge=lfs -text\n")
     return [d for d in docs if d.strip()]
 
@@ -176,13 +198,32 @@ def build(root: Path) -> dict:
 
     root = Path(root)
     logging.disable_progress_bar()
-    add_model_branches(root, "EleutherAI/pythia-160m", "gpt_neox", "GPTNeoXTokenizer",
-                       {"main": 0, "step1000": 1, "step512": (2, "pickle")})
-    add_model_branches(root, "EleutherAI/pythia-1.4b", "gpt_neox", "GPTNeoXTokenizer",
-                       {"step0": 10, "step1": 11, "step2": 11, "step1000": 12, "main": 12, "v0": 13})
-    add_model_branches(root, "allenai/OLMo-2-1124-13B", "olmo2", "GPT2Tokenizer",
-                       {"stage1-step0-tokens0B": 20, "stage1-step1000-tokens5B": 21,
-                        "stage2-ingredient1-step100-tokens1B": 22, "main": 23})
+    add_model_branches(
+        root,
+        "EleutherAI/pythia-160m",
+        "gpt_neox",
+        "GPTNeoXTokenizer",
+        {"main": 0, "step1000": 1, "step512": (2, "pickle")},
+    )
+    add_model_branches(
+        root,
+        "EleutherAI/pythia-1.4b",
+        "gpt_neox",
+        "GPTNeoXTokenizer",
+        {"step0": 10, "step1": 11, "step2": 11, "step1000": 12, "main": 12, "v0": 13},
+    )
+    add_model_branches(
+        root,
+        "allenai/OLMo-2-1124-13B",
+        "olmo2",
+        "GPT2Tokenizer",
+        {
+            "stage1-step0-tokens0B": 20,
+            "stage1-step1000-tokens5B": 21,
+            "stage2-ingredient1-step100-tokens1B": 22,
+            "main": 23,
+        },
+    )
     add_model_branches(root, GATED, "llama", "PreTrainedTokenizerFast", {"main": 30})
     (_repo(root, "model", GATED) / "repo.json").write_text(json.dumps({"gated": "manual"}))
     return {"documents": add_dataset(root)}

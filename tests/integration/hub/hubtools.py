@@ -23,15 +23,38 @@ SRC = str(Path(effdepth.__file__).resolve().parents[1])
 #: What every measurement here uses: tiny passages, few resamples, no figures.
 SMALL = ["--seq-len", "16", "--num-seqs", "8", "--bootstrap", "20", "--no-progress", "--no-figures"]
 #: --protocol paper with fewer and shorter passages.
-PAPER = ["--protocol", "paper", "--num-seqs", "8", "--seq-len", "32", "--bootstrap", "20", "--no-progress", "--no-figures"]
+PAPER = [
+    "--protocol",
+    "paper",
+    "--num-seqs",
+    "8",
+    "--seq-len",
+    "32",
+    "--bootstrap",
+    "20",
+    "--no-progress",
+    "--no-figures",
+]
 PAPER_CORPUS = "hf:HuggingFaceFW/fineweb-edu:sample-10BT:train"
 #: The model of the measure and fetch tests, and the two models of the sweeps.
 REPO = "EleutherAI/pythia-160m"
 MODELS = [REPO, "allenai/OLMo-2-1124-13B"]
 #: The variables that would point a command elsewhere than the local hub and the test's own caches.
-_FOREIGN = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE", "HF_DATASETS_CACHE",
-            "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH",
-            "HF_ENDPOINT", "EFFDEPTH_CACHE", "RAY_ADDRESS")
+_FOREIGN = (
+    "HF_HUB_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "HF_HUB_CACHE",
+    "HF_DATASETS_CACHE",
+    "HUGGINGFACE_HUB_CACHE",
+    "TRANSFORMERS_CACHE",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HF_TOKEN_PATH",
+    "HF_ENDPOINT",
+    "EFFDEPTH_CACHE",
+    "RAY_ADDRESS",
+)
 
 
 @dataclass
@@ -51,17 +74,30 @@ class Machine:
 
     def env(self, **extra) -> dict:
         env = {k: v for k, v in os.environ.items() if k not in _FOREIGN and "proxy" not in k.lower()}
-        env.update(HF_ENDPOINT=self.hub.url, HF_HOME=str(self.home / "hf"), HF_HUB_DISABLE_XET="1",
-                   HF_HUB_DISABLE_TELEMETRY="1", EFFDEPTH_CACHE=str(self.effdepth_cache), TOKENIZERS_PARALLELISM="false",
-                   RAY_AUTH_MODE="disabled", PYTHONPATH=os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p))
+        env.update(
+            HF_ENDPOINT=self.hub.url,
+            HF_HOME=str(self.home / "hf"),
+            HF_HUB_DISABLE_XET="1",
+            HF_HUB_DISABLE_TELEMETRY="1",
+            EFFDEPTH_CACHE=str(self.effdepth_cache),
+            TOKENIZERS_PARALLELISM="false",
+            RAY_AUTH_MODE="disabled",
+            PYTHONPATH=os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p),
+        )
         env.update(extra)
         return env
 
     def run(self, *args, timeout: float = 120, **extra) -> subprocess.CompletedProcess:
         """``effdepth ARGS`` in a process of its own, as a user would type it."""
         started = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "effdepth.cli", *map(str, args)], capture_output=True, text=True,
-                              check=False, env=self.env(**extra), timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-m", "effdepth.cli", *map(str, args)],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=self.env(**extra),
+            timeout=timeout,
+        )
         proc.seconds = time.perf_counter() - started
         return proc
 
@@ -75,7 +111,7 @@ def one_line(proc) -> str:
     """The command's one error line (nothing else on stderr)."""
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("effdepth: error: "), proc.stderr
-    return lines[0][len("effdepth: error: "):]
+    return lines[0][len("effdepth: error: ") :]
 
 
 def ok(proc) -> subprocess.CompletedProcess:
@@ -86,7 +122,11 @@ def ok(proc) -> subprocess.CompletedProcess:
 def numbers(folder) -> dict:
     """Every number of a saved result (views and similarities, intervals included) and the tokens it measured."""
     data = json.loads((Path(folder) / "result.json").read_text())
-    return {"views": data["views"], "similarities": data["similarities"], "tokens": data["provenance"]["corpus"]["sha256"]}
+    return {
+        "views": data["views"],
+        "similarities": data["similarities"],
+        "tokens": data["provenance"]["corpus"]["sha256"],
+    }
 
 
 def assert_cache_sound(cache: Path) -> None:
@@ -102,7 +142,9 @@ def assert_cache_sound(cache: Path) -> None:
         if len(blob.name) == 64:
             assert hashlib.sha256(data).hexdigest() == blob.name, f"{link} is not the file the hub served"
         elif len(blob.name) == 40:
-            assert hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == blob.name, f"{link} is not the hub's file"
+            assert hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == blob.name, (
+                f"{link} is not the hub's file"
+            )
 
 
 def results(out) -> dict:
@@ -128,7 +170,7 @@ def fetch_table(stdout: str) -> list[dict]:
     starts = [m.start() for m in re.finditer(r"(?<!\S)\S+(?: \S+)?(?=\s{2}|$)", header)]
     names = [header[a:b].strip() for a, b in zip(starts, [*starts[1:], None])]
     rows = []
-    for line in lines[top + 2:]:
+    for line in lines[top + 2 :]:
         if line.startswith("-----"):
             break
         rows.append({n: line[a:b].strip() for n, a, b in zip(names, starts, [*starts[1:], None])})

@@ -48,7 +48,19 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 #: Files the hub keeps in LFS (what .gitattributes of model and dataset repositories track).
-LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".parquet", ".gguf", ".onnx", ".arrow", ".h5", ".msgpack")
+LFS_SUFFIXES = (
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".parquet",
+    ".gguf",
+    ".onnx",
+    ".arrow",
+    ".h5",
+    ".msgpack",
+)
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -200,8 +212,15 @@ class LocalHub:
             server.shutdown()
             server.server_close()
 
-    def fault(self, pattern: str, *, times: int | None = 1, status: int | None = None, drop_after: int | None = None,
-              gone: bool = False) -> Fault:
+    def fault(
+        self,
+        pattern: str,
+        *,
+        times: int | None = 1,
+        status: int | None = None,
+        drop_after: int | None = None,
+        gone: bool = False,
+    ) -> Fault:
         """Spoil the next ``times`` requests matching ``pattern`` (see :class:`Fault`)."""
         f = Fault(pattern, times, status, drop_after, gone)
         with self._lock:
@@ -269,14 +288,17 @@ class _Handler(BaseHTTPRequestHandler):
         fault = self.hub._take_fault(f"{method} {url.path}")
         self._drop_after = None
         if fault is not None:
-            record.fault = ("gone" if fault.gone else f"status {fault.status}" if fault.status
-                            else f"drop after {fault.drop_after}")
+            record.fault = (
+                "gone" if fault.gone else f"status {fault.status}" if fault.status else f"drop after {fault.drop_after}"
+            )
             if fault.gone:  # closed before this connection is: the next connections are refused
                 self.hub.stop()
                 self._abort()
                 return
             if fault.status is not None:
-                self._send(fault.status, b"Internal Error" if fault.status >= 500 else b"", {"Content-Type": "text/plain"})
+                self._send(
+                    fault.status, b"Internal Error" if fault.status >= 500 else b"", {"Content-Type": "text/plain"}
+                )
                 return
             self._drop_after = fault.drop_after
         query = parse_qs(url.query)
@@ -327,7 +349,9 @@ class _Handler(BaseHTTPRequestHandler):
             revision = "/".join(rest[1:]) if rest else None
             self._json(self._info(repo, self._commit(repo, revision), blobs=_true(query.get("blobs"))))
         elif rest == ["refs"] and method == "GET":
-            branches = [{"name": b, "ref": f"refs/heads/{b}", "targetCommit": c} for b, c in sorted(repo.branches.items())]
+            branches = [
+                {"name": b, "ref": f"refs/heads/{b}", "targetCommit": c} for b, c in sorted(repo.branches.items())
+            ]
             prs = {"pullRequests": []} if "include_prs" in query else {}
             self._json({"branches": branches, "tags": [], "converts": [], **prs})
         elif rest[0] == "tree" and len(rest) >= 2 and method == "GET":
@@ -350,10 +374,21 @@ class _Handler(BaseHTTPRequestHandler):
                 if f.sha256:
                     s["lfs"] = {"size": f.size, "sha256": f.sha256, "pointerSize": 134}
             siblings.append(s)
-        info = {"_id": hashlib.sha1(repo.id.encode()).hexdigest()[:24], "id": repo.id, "author": repo.id.split("/")[0],
-                "sha": commit, "lastModified": "2024-01-01T00:00:00.000Z", "private": False, "gated": repo.gated,
-                "disabled": False, "tags": [], "downloads": 0, "likes": 0, "siblings": siblings,
-                "createdAt": "2024-01-01T00:00:00.000Z"}
+        info = {
+            "_id": hashlib.sha1(repo.id.encode()).hexdigest()[:24],
+            "id": repo.id,
+            "author": repo.id.split("/")[0],
+            "sha": commit,
+            "lastModified": "2024-01-01T00:00:00.000Z",
+            "private": False,
+            "gated": repo.gated,
+            "disabled": False,
+            "tags": [],
+            "downloads": 0,
+            "likes": 0,
+            "siblings": siblings,
+            "createdAt": "2024-01-01T00:00:00.000Z",
+        }
         if repo.kind == "dataset":
             info["cardData"] = {}
         return info
@@ -368,19 +403,24 @@ class _Handler(BaseHTTPRequestHandler):
             return entry
         prefix = path + "/"
         if path and any(name.startswith(prefix) for name in files):
-            return {"type": "directory", "oid": hashlib.sha1(f"{commit}:{path}".encode()).hexdigest(), "size": 0, "path": path}
+            return {
+                "type": "directory",
+                "oid": hashlib.sha1(f"{commit}:{path}".encode()).hexdigest(),
+                "size": 0,
+                "path": path,
+            }
         return None
 
     def _tree(self, repo: HubRepo, commit: str, path: str, recursive: bool) -> list:
         files = repo.commits[commit]
         if path and self._entry(repo, commit, path) is None:
-            raise _NotFound("EntryNotFound", f"{path} does not exist on \"{commit}\"", commit=commit)
+            raise _NotFound("EntryNotFound", f'{path} does not exist on "{commit}"', commit=commit)
         prefix = f"{path}/" if path else ""
         names = set()
         for name in files:
             if not name.startswith(prefix):
                 continue
-            rest = name[len(prefix):].split("/")
+            rest = name[len(prefix) :].split("/")
             depth = len(rest) if recursive else 1
             for i in range(1, depth + 1):
                 names.add(prefix + "/".join(rest[:i]))
@@ -402,10 +442,19 @@ class _Handler(BaseHTTPRequestHandler):
         if f is None:
             raise _NotFound("EntryNotFound", "Entry not found", commit=commit)
         if repo.gated:
-            raise _NotFound("GatedRepo", f"Access to {kind} {repo.id} is restricted. You must have access to it and be "
-                            "authenticated to access it. Please log in.", status=401)
-        headers = {"X-Repo-Commit": commit, "ETag": f'"{f.etag}"', "Accept-Ranges": "bytes",
-                   "Content-Type": "application/octet-stream", "Content-Disposition": f'inline; filename="{Path(path).name}"'}
+            raise _NotFound(
+                "GatedRepo",
+                f"Access to {kind} {repo.id} is restricted. You must have access to it and be "
+                "authenticated to access it. Please log in.",
+                status=401,
+            )
+        headers = {
+            "X-Repo-Commit": commit,
+            "ETag": f'"{f.etag}"',
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+            "Content-Disposition": f'inline; filename="{Path(path).name}"',
+        }
         if f.sha256:
             headers.update({"X-Linked-Etag": f'"{f.sha256}"', "X-Linked-Size": str(f.size)})
         start, end = 0, f.size - 1
@@ -424,7 +473,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             status = 206
             headers["Content-Range"] = f"bytes {start}-{end}/{f.size}"
-        body = f.source.read_bytes()[start:end + 1] if method == "GET" else b""
+        body = f.source.read_bytes()[start : end + 1] if method == "GET" else b""
         self._send(status, body, headers, length=end - start + 1)
 
     # ----------------------------------------------------------------- answers
@@ -441,7 +490,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         if self._drop_after is not None and body:
-            self.wfile.write(body[:self._drop_after])
+            self.wfile.write(body[: self._drop_after])
             self.wfile.flush()
             self._abort()
             return

@@ -13,15 +13,23 @@ from effdepth.tiny import tiny_model
 def tiny_result():
     """A real (tiny, random) Llama: every paper view, with bootstrap intervals."""
     torch.manual_seed(0)
-    return effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (16, 16)), views="paper", bootstrap=100, progress=False)
+    return effdepth.measure(
+        tiny_model("llama"), torch.randint(0, 256, (16, 16)), views="paper", bootstrap=100, progress=False
+    )
 
 
 @pytest.fixture(scope="session")
 def tiny_token_result():
     """The same model and tokens in token mode (--pooling none): one similarity, per-token summaries."""
     torch.manual_seed(0)
-    return effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (6, 16)), views="paper", bootstrap=100,
-                            pooling="none", progress=False)
+    return effdepth.measure(
+        tiny_model("llama"),
+        torch.randint(0, 256, (6, 16)),
+        views="paper",
+        bootstrap=100,
+        pooling="none",
+        progress=False,
+    )
 
 
 @pytest.fixture(scope="session")

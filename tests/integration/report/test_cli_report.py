@@ -70,7 +70,9 @@ def test_report_markdown(bare_result, tmp_path, capsys):
     (out.parent / "report_files" / "notes.txt").write_text("mine")
     assert run(["report", root / "a", "-o", out], capsys)[0] == 0
     kept = sorted(p.name for p in (out.parent / "report_files").iterdir())
-    used = sorted(rel.split("/", 1)[1] for rel in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", out.read_text(encoding="utf-8")))
+    used = sorted(
+        rel.split("/", 1)[1] for rel in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", out.read_text(encoding="utf-8"))
+    )
     assert kept == sorted(used + ["notes.txt"])
 
 
@@ -79,7 +81,11 @@ def test_markdown_follows_the_suffix(saved, tmp_path, capsys):
     assert code == 0, err
     assert (tmp_path / "notes.md").read_text().startswith("# Effective depth of states")
     assert sorted(p.name for p in (tmp_path / "notes_files").iterdir()) == [
-        "attribution.png", "layers.png", "profile.png", "similarity.png"]
+        "attribution.png",
+        "layers.png",
+        "profile.png",
+        "similarity.png",
+    ]
 
 
 def test_show_prints_extras(gappy_result, tmp_path, capsys):
@@ -146,8 +152,26 @@ def model_dir(tmp_path_factory):
 def test_measure_writes_figures_next_to_the_result(model_dir, flag, tmp_path, capsys):
     out = tmp_path / "run"
     code, stdout, err = run(
-        ["measure", "--pooling", "none", model_dir, "--corpus", model_dir / "corpus.txt", "--seq-len", 16, "--num-seqs", 4,
-         "--bootstrap", 20, "--views", "default,drop-pos0", "--out", out, "--no-progress", *flag],
+        [
+            "measure",
+            "--pooling",
+            "none",
+            model_dir,
+            "--corpus",
+            model_dir / "corpus.txt",
+            "--seq-len",
+            16,
+            "--num-seqs",
+            4,
+            "--bootstrap",
+            20,
+            "--views",
+            "default,drop-pos0",
+            "--out",
+            out,
+            "--no-progress",
+            *flag,
+        ],
         capsys,
     )
     assert code == 0, err

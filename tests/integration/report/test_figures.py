@@ -124,8 +124,13 @@ def test_plotting_needs_no_display(saved, tmp_path):
         "paths = write_figures(effdepth.load(sys.argv[1]), sys.argv[2])\n"
         "print(len(paths), 'matplotlib.pyplot' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(saved["bare"]), str(tmp_path)], env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(saved["bare"]), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["8", "False"]  # every figure, and pyplot (GUI state) never touched
     assert_real_png(tmp_path / "profile.png")
@@ -147,7 +152,9 @@ def test_a_view_without_update_summaries_gets_every_figure_but_the_per_layer_one
     written = {p.stem for p in write_figures(r, tmp_path, view="top1pc")}
     assert written == {"similarity", "profile", "attribution", "views"}
     assert not (tmp_path / "layers.png").exists()  # a stale one describes another view
-    with pytest.raises(EffdepthError, match=r"view 'top1pc' has no per-layer update summary.*--similarity cka,frobenius"):
+    with pytest.raises(
+        EffdepthError, match=r"view 'top1pc' has no per-layer update summary.*--similarity cka,frobenius"
+    ):
         figures_layers.layers_figure(r, "top1pc")
     # The similarity axes still start at layer 1 (read from the kernel totals, not the empty summary).
     assert first_layer_on_the_axes(r, "top1pc") == first_layer_on_the_axes(r, "default") == 1

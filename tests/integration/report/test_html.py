@@ -17,8 +17,14 @@ from effdepth.report.build import write_report
 from effdepth.report.html import SCRIPT
 
 BROWSER_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-quic",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
 ]
 
 
@@ -65,10 +71,19 @@ def test_one_result_has_every_part(one_report, tiny_result):
     v = tiny_result.default
     assert f"{v.deff:.3f}" in text and f"[{v.ci['deff'][0]:.3f}, {v.ci['deff'][1]:.3f}]" in text
     p = tiny_result.provenance
-    for value in (p["corpus"]["sha256"], p["code"]["git_commit"] or "git_commit", p["libraries"]["torch"],
-                  p["created"], str(p["elapsed_s"]), p["model"]["dtype"], p["model"]["device"]):
+    for value in (
+        p["corpus"]["sha256"],
+        p["code"]["git_commit"] or "git_commit",
+        p["libraries"]["torch"],
+        p["created"],
+        str(p["elapsed_s"]),
+        p["model"]["dtype"],
+        p["model"]["device"],
+    ):
         assert value in text, value
-    assert "figures" in text and len(Page(text).images) == 8  # five standard figures, sensitivity, confounds, sample size
+    assert (
+        "figures" in text and len(Page(text).images) == 8
+    )  # five standard figures, sensitivity, confounds, sample size
 
 
 def test_every_provenance_and_config_entry_is_shown(one_report, tiny_result):
@@ -81,8 +96,10 @@ def test_every_provenance_and_config_entry_is_shown(one_report, tiny_result):
             else:
                 yield f"{prefix}{k}"
 
-    keys = [k.split(".", 1)[1] if isinstance(tiny_result.provenance.get(k.split(".")[0]), dict) else k
-            for k in leaves(tiny_result.provenance)] + list(leaves(tiny_result.config))
+    keys = [
+        k.split(".", 1)[1] if isinstance(tiny_result.provenance.get(k.split(".")[0]), dict) else k
+        for k in leaves(tiny_result.provenance)
+    ] + list(leaves(tiny_result.config))
     missing = [k for k in keys if f'<th scope="row">{k}</th>' not in text]
     assert not missing, missing
 
@@ -136,7 +153,9 @@ def _browse(url: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProces
     profile = tmp_path / f"profile-{len(list(tmp_path.iterdir()))}"
     return subprocess.run(
         [_chromium(), *BROWSER_FLAGS, f"--user-data-dir={profile}", *extra, url],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -206,5 +225,9 @@ def test_markup_in_model_and_corpus_names_renders_as_text_in_a_real_browser(bare
     dom = _browse(out.as_uri(), tmp_path, "--virtual-time-budget=5000", "--dump-dom").stdout
     loaded, total = _image_status(dom)  # the page's own script ran...
     assert loaded == total > 0
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom and "&lt;b&gt;bold&lt;/b&gt;" in dom  # ...the names are text...
-    assert "<b>bold</b>" not in dom and "<b>v1</b>" not in dom and 'data-pwned="1"' not in dom  # ...never markup or code
+    assert (
+        "&lt;script&gt;alert(1)&lt;/script&gt;" in dom and "&lt;b&gt;bold&lt;/b&gt;" in dom
+    )  # ...the names are text...
+    assert (
+        "<b>bold</b>" not in dom and "<b>v1</b>" not in dom and 'data-pwned="1"' not in dom
+    )  # ...never markup or code

@@ -13,8 +13,8 @@ from effdepth.cli import main
 from effdepth.cli.measure import write_result
 from effdepth.intervene import save_intervention
 from effdepth.report import figures
-from effdepth.report.content import captions, compare, tokens
 from effdepth.report.build import write_report
+from effdepth.report.content import captions, compare, tokens
 from effdepth.report.numbers import fmt
 from effdepth.report.sources import load_sources
 from effdepth.report.tables import experiment_final_table, intervention_table, result_summary_text, suite_summary_text
@@ -42,8 +42,16 @@ def assert_one_line_error(code, err, pattern):
 @pytest.fixture(scope="module")
 def carried(tmp_path_factory):
     torch.manual_seed(5)
-    ir = effdepth.intervene(tiny_model("llama"), torch.randint(0, 256, (4, 12)), carry=(1, 0.5), layers="1-2",
-                            views="default,drop-pos0", bootstrap=20, progress=False, pooling="none")
+    ir = effdepth.intervene(
+        tiny_model("llama"),
+        torch.randint(0, 256, (4, 12)),
+        carry=(1, 0.5),
+        layers="1-2",
+        views="default,drop-pos0",
+        bootstrap=20,
+        progress=False,
+        pooling="none",
+    )
     out = tmp_path_factory.mktemp("carry")
     save_intervention(ir, out, figure=False)
     return ir, out
@@ -91,7 +99,10 @@ def test_comparison_shows_what_differs_and_always_tokens_per_sequence(bare_resul
     assert {"folder", "tokens/seq", "seed"} <= set(columns)
     assert not {"BOS", "sequences", "dtype", "similarity", "views", "carry"} & set(columns)
     rows = [dict(zip(columns, (c.strip() for c in line.strip("|").split("|")))) for line in table[2:]]
-    assert sorted((r["folder"], r["tokens/seq"], r["seed"]) for r in rows) == [("long", "64", "1"), ("short", "16", "0")]
+    assert sorted((r["folder"], r["tokens/seq"], r["seed"]) for r in rows) == [
+        ("long", "64", "1"),
+        ("short", "16", "0"),
+    ]
 
     same = _variant(bare_result, seq_len=16).save(tmp_path / "same")
     again = _variant(bare_result, seq_len=16).save(tmp_path / "again")
@@ -103,8 +114,18 @@ def test_comparison_shows_what_differs_and_always_tokens_per_sequence(bare_resul
 
 
 def test_embedding_included_says_f_n_with_n(tmp_path):
-    outcome = sweep(["tiny:gpt2"], tmp_path, corpus=["To be, or not to be, that is the question. " * 30], seq_len=8,
-                    num_seqs=2, bootstrap=0, include_embedding=True, figures=False, report=False, pooling="none")
+    outcome = sweep(
+        ["tiny:gpt2"],
+        tmp_path,
+        corpus=["To be, or not to be, that is the question. " * 30],
+        seq_len=8,
+        num_seqs=2,
+        bootstrap=0,
+        include_embedding=True,
+        figures=False,
+        report=False,
+        pooling="none",
+    )
     row = outcome.rows[0]
     assert row["L"] == 3 and row["N"] == 4 and row["F_N"] == pytest.approx(2 * 4 / 5)
     header = (tmp_path / "summary.csv").read_text().splitlines()[0].split(",")
@@ -117,8 +138,20 @@ def test_embedding_included_says_f_n_with_n(tmp_path):
     r = effdepth.from_states(torch.randn(4, 2, 8, 16), include_embedding=True)
     ir = InterventionResult((1.0,), (1, 2, 3), {1.0: r})
     assert "F_N" in intervention_table(ir).splitlines()[0].split() and "F_L" not in intervention_table(ir)
-    rec = {"lam": 1.0, "seed": 0, "step": 3, "deff": 1.2, "deff_ci": None, "reference": 1.6, "ratio": 0.75, "loss": 2.0,
-           "reference_init": 1.5, "reference_size": 1.6, "reference_matched": 1.4, "train_loss": 2.1}
+    rec = {
+        "lam": 1.0,
+        "seed": 0,
+        "step": 3,
+        "deff": 1.2,
+        "deff_ci": None,
+        "reference": 1.6,
+        "ratio": 0.75,
+        "loss": 2.0,
+        "reference_init": 1.5,
+        "reference_size": 1.6,
+        "reference_matched": 1.4,
+        "train_loss": 2.1,
+    }
     assert "F_N" in experiment_final_table(ExperimentResult({}, [rec])).splitlines()[0].split()
 
 
@@ -152,12 +185,19 @@ def test_attribution_has_one_sign_in_table_figure_caption_and_note(tiny_token_re
 # ---------------------------------------------------------------- 11. report suffixes
 
 
-@pytest.mark.parametrize("name, extra, pattern", [
-    ("x.pdf", [], r"cannot write a report to .*x\.pdf: effdepth writes HTML \(\.html, \.htm\) or Markdown \(\.md, \.markdown\)"),
-    ("x.txt", [], r"\.html, \.htm.*\.md, \.markdown"),
-    ("x", [], r"\.html, \.htm.*\.md, \.markdown"),
-    ("x.html", ["--format", "md"], r"--format md writes \.md or \.markdown"),
-])
+@pytest.mark.parametrize(
+    "name, extra, pattern",
+    [
+        (
+            "x.pdf",
+            [],
+            r"cannot write a report to .*x\.pdf: effdepth writes HTML \(\.html, \.htm\) or Markdown \(\.md, \.markdown\)",
+        ),
+        ("x.txt", [], r"\.html, \.htm.*\.md, \.markdown"),
+        ("x", [], r"\.html, \.htm.*\.md, \.markdown"),
+        ("x.html", ["--format", "md"], r"--format md writes \.md or \.markdown"),
+    ],
+)
 def test_report_refuses_suffixes_it_cannot_write(saved, tmp_path, name, extra, pattern, capsys):
     code, out, err = run(["report", saved["bare"], "-o", tmp_path / name, *extra], capsys)
     assert_one_line_error(code, err, pattern)
@@ -182,7 +222,16 @@ def trajectory_folder(tmp_path_factory):
     for step, seed in ((0, 0), (100, 1)):
         tiny_model("gpt2", seed=seed).save_pretrained(d / "ckpts" / f"step-{step}")
         byte_tokenizer().save_pretrained(d / "ckpts" / f"step-{step}")
-    trajectory(d / "ckpts", d / "out", corpus=["To be, or not to be. " * 20], seq_len=8, num_seqs=2, bootstrap=0, figures=False, pooling="none")
+    trajectory(
+        d / "ckpts",
+        d / "out",
+        corpus=["To be, or not to be. " * 20],
+        seq_len=8,
+        num_seqs=2,
+        bootstrap=0,
+        figures=False,
+        pooling="none",
+    )
     return d / "out"
 
 
@@ -198,10 +247,30 @@ def test_load_and_show_an_intervention(carried, capsys):
 
 
 def test_load_and_show_an_experiment(tmp_path, capsys):
-    cfg = {"layers": 2, "d_model": 8, "steps": 3, "batch_size": 2, "seq_len": 8, "seed_list": [0], "eval_seqs": 2,
-           "similarity": "cka"}
-    rec = {"lam": 0.5, "seed": 0, "step": 3, "deff": 1.2, "deff_ci": [1.1, 1.3], "reference": 1.333, "ratio": 0.9, "loss": 2.0,
-           "reference_init": 1.3, "reference_size": 1.3, "reference_matched": 1.2, "train_loss": 2.1}
+    cfg = {
+        "layers": 2,
+        "d_model": 8,
+        "steps": 3,
+        "batch_size": 2,
+        "seq_len": 8,
+        "seed_list": [0],
+        "eval_seqs": 2,
+        "similarity": "cka",
+    }
+    rec = {
+        "lam": 0.5,
+        "seed": 0,
+        "step": 3,
+        "deff": 1.2,
+        "deff_ci": [1.1, 1.3],
+        "reference": 1.333,
+        "ratio": 0.9,
+        "loss": 2.0,
+        "reference_init": 1.3,
+        "reference_size": 1.3,
+        "reference_matched": 1.2,
+        "train_loss": 2.1,
+    }
     path = ExperimentResult(cfg, [rec]).save(tmp_path)
     loaded = effdepth.load(path)
     assert isinstance(loaded, ExperimentResult) and loaded.records == [rec]
@@ -214,7 +283,10 @@ def test_load_and_show_an_experiment(tmp_path, capsys):
 def test_load_and_show_a_trajectory(trajectory_folder, capsys):
     loaded = effdepth.load(trajectory_folder / "trajectory.json")
     assert isinstance(loaded, effdepth.SavedTrajectory)
-    assert [(r["revision"], r["step"], r["similarity"]) for r in loaded.rows] == [("step-0", 0, "cka"), ("step-100", 100, "cka")]
+    assert [(r["revision"], r["step"], r["similarity"]) for r in loaded.rows] == [
+        ("step-0", 0, "cka"),
+        ("step-100", 100, "cka"),
+    ]
     assert isinstance(loaded.rows[0]["D_eff"], float) and loaded.rows[0]["F_N"] == pytest.approx(1.5)
     code, shown, err = run(["show", trajectory_folder], capsys)
     assert code == 0, err
@@ -230,10 +302,16 @@ def test_load_and_show_a_trajectory(trajectory_folder, capsys):
         effdepth.load(old)
 
 
-@pytest.mark.parametrize("content_, pattern", [
-    ("{not json", r"is not a readable result file \(JSONDecodeError\)"),
-    (json.dumps({"schema": "something/else"}), r"is not an effdepth file \(schema 'something/else'\).*intervention\.json"),
-])
+@pytest.mark.parametrize(
+    "content_, pattern",
+    [
+        ("{not json", r"is not a readable result file \(JSONDecodeError\)"),
+        (
+            json.dumps({"schema": "something/else"}),
+            r"is not an effdepth file \(schema 'something/else'\).*intervention\.json",
+        ),
+    ],
+)
 def test_show_refuses_what_it_cannot_read_in_one_line(tmp_path, content_, pattern, capsys):
     (tmp_path / "result.json").write_text(content_)
     code, _, err = run(["show", tmp_path], capsys)
@@ -252,14 +330,18 @@ def test_report_refuses_a_result_json_that_is_not_json(tmp_path, capsys):
 
 def test_an_empty_folder_names_what_can_be_shown(tmp_path, capsys):
     code, _, err = run(["show", tmp_path], capsys)
-    assert_one_line_error(code, err, r"no result at .*result\.json, intervention\.json, experiment\.json, trajectory\.json")
+    assert_one_line_error(
+        code, err, r"no result at .*result\.json, intervention\.json, experiment\.json, trajectory\.json"
+    )
 
 
 # ---------------------------------------------------------------- 13b. no stale figures
 
 
 def test_rewriting_figures_removes_those_of_views_no_longer_measured(tmp_path, capsys):
-    two_views = effdepth.from_states(torch.randn(4, 3, 8, 8).cumsum(0), views="default,drop-pos0", similarity="frobenius")
+    two_views = effdepth.from_states(
+        torch.randn(4, 3, 8, 8).cumsum(0), views="default,drop-pos0", similarity="frobenius"
+    )
     figures.write_figures(two_views, tmp_path)
     (tmp_path / "notes.png").write_bytes(b"mine")  # not effdepth's: left alone
     assert (tmp_path / "views.png").is_file()

@@ -66,7 +66,11 @@ def table_cells(terminal: str) -> set:
 def one(paper_results, tmp_path_factory):
     folder = paper_results["pythia-70m"]
     out = tmp_path_factory.mktemp("one")
-    return folder, html_text(write_report([folder], out / "r.html")[0]), markdown_text(write_report([folder], out / "r.md")[0])
+    return (
+        folder,
+        html_text(write_report([folder], out / "r.html")[0]),
+        markdown_text(write_report([folder], out / "r.md")[0]),
+    )
 
 
 @pytest.mark.parametrize("fmt_index", [1, 2], ids=["html", "markdown"])
@@ -87,8 +91,18 @@ def test_a_passage_report_has_both_estimators_r_corr_and_the_table_2_row(one, fm
     folder, report = one[0], one[fmt_index]
     r = effdepth.load(folder)
     biased, debiased = r.similarities["cka"]["default"], r.similarities["cka-debiased"]["default"]
-    for header in ("cka /F_L", "cka-debiased /F_L", "cka null/F_L", "cka-debiased null/F_L", "R_init", "R_size=F_norm",
-                   "R_matched=F_h0+norm", "R_corr=F_h0+corr", "structural_cal", "matched_cal"):
+    for header in (
+        "cka /F_L",
+        "cka-debiased /F_L",
+        "cka null/F_L",
+        "cka-debiased null/F_L",
+        "R_init",
+        "R_size=F_norm",
+        "R_matched=F_h0+norm",
+        "R_corr=F_h0+corr",
+        "structural_cal",
+        "matched_cal",
+    ):
         assert header in report, header
     for v in (biased, debiased):
         ratio = f"{fmt(v.ratio)} [{fmt(v.ci['ratio'][0])}, {fmt(v.ci['ratio'][1])}]"

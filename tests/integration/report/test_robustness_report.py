@@ -27,7 +27,7 @@ def rows_of(text: str, first: str) -> dict:
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(first))
     out = {}
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.strip() or not re.search(r"\s{2,}", line):
             break
         cells = re.split(r"\s{2,}", line.strip())

@@ -33,8 +33,15 @@ def run(argv, capsys):
 def every_similarity(tmp_path_factory):
     """A tiny Llama, every paper view, cka (primary), frobenius and token, calibrated references."""
     torch.manual_seed(3)
-    r = effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (6, 16)), views="paper", similarity="all",
-                         bootstrap=50, progress=False, pooling="none")
+    r = effdepth.measure(
+        tiny_model("llama"),
+        torch.randint(0, 256, (6, 16)),
+        views="paper",
+        similarity="all",
+        bootstrap=50,
+        progress=False,
+        pooling="none",
+    )
     return r, r.save(tmp_path_factory.mktemp("all") / "run")
 
 
@@ -52,7 +59,9 @@ def test_show_names_the_similarity_of_every_table(every_similarity, capsys):
     assert "similarity cka; 16 tokens per sequence" in headline and headline.endswith("[view default].")
     assert "views, similarity cka:" in out and "references, similarity cka:" in out
     header = re.split(r"\s{2,}", section(out, "definition sensitivity").splitlines()[1].strip())
-    assert header == ["view"] + [f"{s} D_eff / F_N" for s in ("cka", "frobenius", "token")] + [f"{s} D_eff" for s in ("cka", "frobenius", "token")]
+    assert header == ["view"] + [f"{s} D_eff / F_N" for s in ("cka", "frobenius", "token")] + [
+        f"{s} D_eff" for s in ("cka", "frobenius", "token")
+    ]
 
 
 def test_unavailable_views_are_words_with_their_reason_never_numbers(every_similarity, capsys):
@@ -83,8 +92,16 @@ def test_references_show_the_calibrated_references_with_intervals(every_similari
     result, path = every_similarity
     _, out, _ = run(["show", path], capsys)
     refs = section(out, "references, similarity cka:")
-    assert refs.splitlines()[1].split() == ["view", "F_N", "R_init", "R_size", "R_matched", "R_structural_cal",
-                                            "R_matched_cal", "D_eff"]
+    assert refs.splitlines()[1].split() == [
+        "view",
+        "F_N",
+        "R_init",
+        "R_size",
+        "R_matched",
+        "R_structural_cal",
+        "R_matched_cal",
+        "D_eff",
+    ]
     v = result.default
     for key in ("structural_cal", "matched_cal"):
         lo, hi = v.ci[f"reference_{key}"]
@@ -154,7 +171,15 @@ def old_result(request, tmp_path_factory):
     data = effdepth.from_states(states, views="default,drop-pos0", similarity=request.param, bootstrap=20).to_dict()
     data.pop("similarities", None)
     data.pop("unavailable", None)
-    for key in ("similarities", "surrogate_seqs", "cka", "max_memory", "zero_states", "bootstrap_fits", "cosine_summaries"):
+    for key in (
+        "similarities",
+        "surrogate_seqs",
+        "cka",
+        "max_memory",
+        "zero_states",
+        "bootstrap_fits",
+        "cosine_summaries",
+    ):
         data["config"].pop(key, None)
     for v in data["views"].values():
         for key in ("definition", "left_out", "calibrated_sequences"):

@@ -12,7 +12,8 @@ PAPER16 = (
     [f"EleutherAI/pythia-{s}" for s in ("70m", "160m", "410m", "1b", "1.4b")]
     + ["allenai/OLMo-2-0425-1B", "allenai/OLMo-2-1124-7B", "allenai/OLMo-2-1124-13B"]
     + ["meta-llama/Llama-3.1-8B", "mistralai/Mistral-7B-v0.1", "google/gemma-3-12b-pt"]
-    + [f"Qwen/Qwen3.5-{s}-Base" for s in ("0.8B", "2B", "4B", "9B")] + ["Qwen/Qwen3.5-27B"]
+    + [f"Qwen/Qwen3.5-{s}-Base" for s in ("0.8B", "2B", "4B", "9B")]
+    + ["Qwen/Qwen3.5-27B"]
 )
 
 
@@ -46,11 +47,17 @@ def test_tiny_suite_names_real_tiny_types():
 
 def test_a_user_file_by_path(tmp_path):
     path = tmp_path / "mine.yaml"
-    path.write_text("name: mine\nmodels:\n  - {id: EleutherAI/pythia-70m, revision: step1000, params: 70M, note: early}\n  - tiny:llama\n")
+    path.write_text(
+        "name: mine\nmodels:\n  - {id: EleutherAI/pythia-70m, revision: step1000, params: 70M, note: early}\n  - tiny:llama\n"
+    )
     suite = load_suite(path)
     assert suite.models[0] == SuiteModel("EleutherAI/pythia-70m", None, "step1000", 70_000_000, "early")
     assert suite.models[1].family == "llama"
-    assert [m.id for m in resolve_models([str(path), "tiny:llama", "tiny"])][:3] == ["EleutherAI/pythia-70m", "tiny:llama", "tiny:gpt2"]
+    assert [m.id for m in resolve_models([str(path), "tiny:llama", "tiny"])][:3] == [
+        "EleutherAI/pythia-70m",
+        "tiny:llama",
+        "tiny:gpt2",
+    ]
 
 
 @pytest.mark.parametrize(

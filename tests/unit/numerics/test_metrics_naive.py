@@ -25,9 +25,7 @@ def naive(states, include_embedding=False, similarity="frobenius"):
             if similarity == "frobenius":
                 sim[a, b] = np.sum(S[i] * S[j]) ** 2 / (np.sum(S[i] ** 2) * np.sum(S[j] ** 2))
             else:
-                cs = [
-                    (S[i, t] @ S[j, t]) ** 2 / ((S[i, t] @ S[i, t]) * (S[j, t] @ S[j, t])) for t in range(S.shape[1])
-                ]
+                cs = [(S[i, t] @ S[j, t]) ** 2 / ((S[i, t] @ S[i, t]) * (S[j, t] @ S[j, t])) for t in range(S.shape[1])]
                 sim[a, b] = np.mean(cs)
     d = N * N / sim.sum()
     profile = [np.mean([sim[i, i + k] for i in range(N - k)]) for k in range(N)]
@@ -48,6 +46,7 @@ def naive(states, include_embedding=False, similarity="frobenius"):
         E_matched = [e0] + E_matched
     refs = {"init": R(E_init), "size": R(E_size), "matched": R(E_matched)}
     if similarity == "token":
+
         def token_energies(t):
             e0t = S[0, t] @ S[0, t]
             eut = np.array([U[k][t] @ U[k][t] for k in range(M - 1)])
@@ -56,7 +55,11 @@ def naive(states, include_embedding=False, similarity="frobenius"):
             size = list(np.cumsum(eut))
             matched = [e0t + c for c in np.cumsum(eut)]
             if include_embedding:
-                init, size, matched = [at] + init, [eut.mean()] + [eut.mean() + c for c in np.cumsum(eut)], [e0t] + matched
+                init, size, matched = (
+                    [at] + init,
+                    [eut.mean()] + [eut.mean() + c for c in np.cumsum(eut)],
+                    [e0t] + matched,
+                )
             return {"init": init, "size": size, "matched": matched}
 
         def mean_ratio(name):
@@ -66,9 +69,26 @@ def naive(states, include_embedding=False, similarity="frobenius"):
         refs = {k: N * N / mean_ratio(k).sum() for k in refs}
     X = ([S[0]] if include_embedding else []) + U
     upd_cos = np.array([[np.sum(a * b) / np.sqrt(np.sum(a**2) * np.sum(b**2)) for b in X] for a in X])
-    cos_prev = [np.sum(U[l - 1] * S[l - 1]) / np.sqrt(np.sum(U[l - 1] ** 2) * np.sum(S[l - 1] ** 2)) for l in range(1, M)]
-    bi = [1 - np.mean([S[l - 1, t] @ S[l, t] / np.linalg.norm(S[l - 1, t]) / np.linalg.norm(S[l, t]) for t in range(S.shape[1])]) for l in range(1, M)]
-    return dict(deff=d, sim=sim, profile=profile, refs=refs, upd_cos=upd_cos, cos_prev=cos_prev, block_influence=bi, fl=2 * N / (N + 1))
+    cos_prev = [
+        np.sum(U[l - 1] * S[l - 1]) / np.sqrt(np.sum(U[l - 1] ** 2) * np.sum(S[l - 1] ** 2)) for l in range(1, M)
+    ]
+    bi = [
+        1
+        - np.mean(
+            [S[l - 1, t] @ S[l, t] / np.linalg.norm(S[l - 1, t]) / np.linalg.norm(S[l, t]) for t in range(S.shape[1])]
+        )
+        for l in range(1, M)
+    ]
+    return dict(
+        deff=d,
+        sim=sim,
+        profile=profile,
+        refs=refs,
+        upd_cos=upd_cos,
+        cos_prev=cos_prev,
+        block_influence=bi,
+        fl=2 * N / (N + 1),
+    )
 
 
 def random_walk(L=6, tokens=7, d=10, seed=0):
@@ -100,7 +120,9 @@ def test_profile_form_equals_matrix_form():
     from effdepth.numerics.similarity import deff, deff_from_profile
 
     v = from_states(torch.from_numpy(random_walk())).default
-    assert float(deff_from_profile(np.array(v.profile))) == pytest.approx(float(deff(np.array(v.similarity))), rel=1e-12)
+    assert float(deff_from_profile(np.array(v.profile))) == pytest.approx(
+        float(deff(np.array(v.similarity))), rel=1e-12
+    )
 
 
 def test_update_energy_uses_explicit_differences():

@@ -9,11 +9,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from effdepth.errors import EffdepthError
 from effdepth.numerics.accumulate import STAT_KEYS, chunk_statistics, deff_statistics
+from effdepth.numerics.fits import FitAccumulator
 from effdepth.numerics.metrics import similarity_matrix
 from effdepth.numerics.similarity import deff
 from effdepth.numerics.streams import ViewAccumulator
 from effdepth.numerics.surrogate import _Source, update_energies
-from effdepth.numerics.fits import FitAccumulator
 from effdepth.numerics.views import parse_view
 
 
@@ -24,8 +24,17 @@ def states(L=4, B=3, T=11, d=7, seed=0):
     return s
 
 
-@pytest.mark.parametrize("keys", [("n",), ("n", "gram_states"), ("n", "cos2_sum"), ("n", "update_state_dot"),
-                                  ("n", "ref_matched", "angle_sum"), STAT_KEYS])
+@pytest.mark.parametrize(
+    "keys",
+    [
+        ("n",),
+        ("n", "gram_states"),
+        ("n", "cos2_sum"),
+        ("n", "update_state_dot"),
+        ("n", "ref_matched", "angle_sum"),
+        STAT_KEYS,
+    ],
+)
 def test_a_subset_of_keys_equals_those_keys_of_the_full_statistics(keys):
     z = states()[:, 0]
     full = chunk_statistics(z, False)
@@ -40,7 +49,9 @@ def test_update_state_dot_equals_the_explicit_per_token_products():
     updates = z[1:] - z[:-1]
     want = (updates * z[:-1]).sum(dim=(1, 2)).numpy()
     np.testing.assert_allclose(chunk_statistics(z, False)["update_state_dot"], want, rtol=1e-12)
-    np.testing.assert_allclose(chunk_statistics(z, False, ("n", "update_state_dot"))["update_state_dot"], want, rtol=1e-12)
+    np.testing.assert_allclose(
+        chunk_statistics(z, False, ("n", "update_state_dot"))["update_state_dot"], want, rtol=1e-12
+    )
 
 
 def test_deff_statistics_name_what_each_similarity_needs():
@@ -65,7 +76,8 @@ def test_an_accumulator_keeping_only_deff_statistics_gives_the_same_deff(similar
         got, want = lean.unit_statistics(view, similarity), full.unit_statistics(view, similarity)
         assert set(got.arrays) < set(want.arrays)
         assert deff(similarity_matrix(got.total(), similarity, False)) == pytest.approx(
-            deff(similarity_matrix(want.total(), similarity, False)), rel=1e-12)
+            deff(similarity_matrix(want.total(), similarity, False)), rel=1e-12
+        )
         assert lean.left_out(view, similarity) == full.left_out(view, similarity)
 
 
@@ -218,7 +230,9 @@ def test_where_chunks_and_groups_end_changes_no_statistic(chunk_tokens, group_to
         assert set(got) == set(STAT_KEYS)
         for key in STAT_KEYS:
             np.testing.assert_allclose(np.asarray(got[key]), want[key], rtol=1e-12, atol=1e-12, err_msg=key)
-    np.testing.assert_allclose(want_first["gram_states"], (z[:, :1].flatten(1) @ z[:, :1].flatten(1).T).numpy(), rtol=1e-13)
+    np.testing.assert_allclose(
+        want_first["gram_states"], (z[:, :1].flatten(1) @ z[:, :1].flatten(1).T).numpy(), rtol=1e-13
+    )
     assert float(first["n"]) == 1.0 and float(rest["n"]) == 22.0
 
 
@@ -298,8 +312,10 @@ def _summaries(similarities, s, mask=None, bootstrap=40):
 
 def test_a_kernel_only_run_keeps_token_counts_alone_for_the_transformed_streams():
     acc, _ = _summaries(("cka",), states())
-    kept = {info["spec"].name: {k.split("|")[-1] for k in acc.unit_arrays() if k.startswith(info["spec"].canonical + "|")}
-            for info in acc.streams.values()}
+    kept = {
+        info["spec"].name: {k.split("|")[-1] for k in acc.unit_arrays() if k.startswith(info["spec"].canonical + "|")}
+        for info in acc.streams.values()
+    }
     assert {"gram_states", "gram_increments", "cos_sum", "angle_sum"} <= kept["default"]
     for view in ("token-norm", "top1pc", "center"):
         assert kept[view] == {"n", "hsic", "update_hsic", "cka_pairs", "cka_tokens"}, view
@@ -316,29 +332,54 @@ def test_the_kernel_numbers_do_not_depend_on_the_cosine_sums_kept():
     assert set(lean) == set(full) == set(PAPER) - {"pos0-only"}
     for view in lean:
         a, b = lean[view], full[view]
-        for key in ("deff", "ratio", "gap_pct", "references", "attribution", "profile", "similarity", "tokens", "sequences",
-                    "reference_profiles"):
+        for key in (
+            "deff",
+            "ratio",
+            "gap_pct",
+            "references",
+            "attribution",
+            "profile",
+            "similarity",
+            "tokens",
+            "sequences",
+            "reference_profiles",
+        ):
             assert a[key] == b[key], (view, key)
         for key, bounds in a["ci"].items():
             assert bounds == b["ci"][key], (view, key)
         transformed = view in ("token-norm", "top1pc", "center")
-        assert (a["update_cosine"] == [] and a["related"] == {}) if transformed else (a["update_cosine"] == b["update_cosine"])
+        assert (
+            (a["update_cosine"] == [] and a["related"] == {})
+            if transformed
+            else (a["update_cosine"] == b["update_cosine"])
+        )
         assert ("block_influence" in a["ci"]) is not transformed
-        assert {"hsic", "update_hsic"} <= set(a["statistics"]) and ("gram_increments" in a["statistics"]) is not transformed
+        assert {"hsic", "update_hsic"} <= set(a["statistics"]) and (
+            "gram_increments" in a["statistics"]
+        ) is not transformed
 
 
 def test_a_result_records_which_views_carry_the_cosine_summaries():
     import effdepth
 
     s = states()
-    assert effdepth.from_states(s, views="default,top1pc").config["cosine_summaries"].startswith("untransformed views only")
-    assert effdepth.from_states(s, views="default,top1pc", similarity="cka,token").config["cosine_summaries"] == "every view"
+    assert (
+        effdepth.from_states(s, views="default,top1pc")
+        .config["cosine_summaries"]
+        .startswith("untransformed views only")
+    )
+    assert (
+        effdepth.from_states(s, views="default,top1pc", similarity="cka,token").config["cosine_summaries"]
+        == "every view"
+    )
 
 
 def test_frobenius_numbers_of_a_transformed_view_after_a_kernel_only_run_are_a_one_line_error():
     acc, _ = _summaries(("cka",), states())
     acc.unit_statistics("default", "frobenius")  # the untransformed stream keeps them
-    with pytest.raises(EffdepthError, match=r"frobenius statistics of view 'top1pc' were not accumulated.*--similarity cka,frobenius"):
+    with pytest.raises(
+        EffdepthError, match=r"frobenius statistics of view 'top1pc' were not accumulated.*--similarity cka,frobenius"
+    ):
         acc.unit_statistics("top1pc", "frobenius")
 
 
@@ -365,7 +406,9 @@ def test_finite_states_whose_own_sum_overflows_are_not_called_non_finite(dtype, 
     assert acc.sequences == 3
     s[2, 1, 4, 3] = float("inf")
     name = str(dtype).replace("torch.", "")
-    with pytest.raises(EffdepthError, match=rf"non-finite activations in the output of block 2 \(S_2\) with dtype {name}"):
+    with pytest.raises(
+        EffdepthError, match=rf"non-finite activations in the output of block 2 \(S_2\) with dtype {name}"
+    ):
         ViewAccumulator(["token-norm"], similarities=("cka",)).update(s)
 
 

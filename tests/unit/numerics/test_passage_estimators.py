@@ -8,7 +8,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from naive_hsic import naive_biased, naive_copy_aware_biased, naive_debiased
 
+from effdepth.numerics import passage_analysis
 from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled
 from effdepth.numerics.passage_metrics import (
     cka,
@@ -16,11 +18,8 @@ from effdepth.numerics.passage_metrics import (
     kernel_numbers,
 )
 from effdepth.numerics.references import reference_fl
-from effdepth.numerics import passage_analysis
 from effdepth.numerics.sample_hsic import Units, feature_hsic, hsic_route, resample_weights, resampled_hsic, stack_sums
 from effdepth.numerics.similarity import deff
-
-from naive_hsic import naive_biased, naive_copy_aware_biased, naive_debiased
 
 
 def stack(seed: int, n: int = 23, d: int = 5, m: int = 3) -> list:
@@ -67,8 +66,10 @@ def test_intervals_cover_where_a_fresh_sample_lands_when_d_exceeds_n(similarity,
     estimates, intervals = [], []
     for trial in range(20):
         states = isotropic_updates(64, 128, 4, seed=int(rng.integers(1 << 30)))
-        v = analyse_pooled({"default": states}, AnalysisPlan(views=(view,), bootstrap=200, seed=trial,
-                                                            calibrated=False, similarities=(similarity,)))
+        v = analyse_pooled(
+            {"default": states},
+            AnalysisPlan(views=(view,), bootstrap=200, seed=trial, calibrated=False, similarities=(similarity,)),
+        )
         v = v["similarities"][similarity][view]
         estimates.append(v["deff"])
         intervals.append(v["ci"]["deff"])
@@ -85,7 +86,7 @@ def test_the_feature_and_gram_routes_give_the_same_sums_and_resamples(units):
     gram, feature = (stack_sums(mats, blocks, route=r) for r in ("gram", "feature"))
     assert (gram.route, feature.route) == ("gram", "feature")
     kernel = float(gram.diag.abs().max()) * 23  # the size of a sum over a row of K
-    for name, scale in (("pair_blocks", kernel ** 2), ("pair_diag", kernel ** 2), ("rows", kernel), ("diag", kernel)):
+    for name, scale in (("pair_blocks", kernel**2), ("pair_diag", kernel**2), ("rows", kernel), ("diag", kernel)):
         a, b = getattr(gram, name).numpy(), getattr(feature, name).numpy()
         np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12 * scale, err_msg=name)
     weights = resample_weights(blocks.count, 30, seed=4)
@@ -184,7 +185,7 @@ def orthogonal_equal_updates(layers: int, width: int) -> np.ndarray:
     ones = np.ones((samples, 1)) / math.sqrt(samples)
     q, _ = np.linalg.qr(np.hstack([ones, np.random.default_rng(0).normal(size=(samples, samples - 1))]))
     basis = q[:, 1:]
-    updates = np.stack([basis[:, l * width:(l + 1) * width] for l in range(layers)])
+    updates = np.stack([basis[:, l * width : (l + 1) * width] for l in range(layers)])
     return np.concatenate([np.zeros((1, samples, width)), np.cumsum(updates, axis=0)])
 
 
@@ -213,7 +214,9 @@ def test_orthogonal_updates_with_an_initial_state_land_on_r_matched():
     span = np.hstack([span, np.ones((states.shape[1], 1))])
     start -= span @ np.linalg.lstsq(span, start, rcond=None)[0]
     built = np.concatenate([start[None], start[None] + np.cumsum(updates, axis=0)])
-    v = analyse_pooled({"default": built}, AnalysisPlan(bootstrap=0, calibrated=False))["similarities"]["cka"]["default"]
+    v = analyse_pooled({"default": built}, AnalysisPlan(bootstrap=0, calibrated=False))["similarities"]["cka"][
+        "default"
+    ]
     assert v["deff"] == pytest.approx(v["references"]["matched"], abs=1e-7)
     assert v["deff"] == pytest.approx(v["references"]["corr"], abs=1e-6)
     assert v["attribution"]["correlated_updates"] == pytest.approx(0.0, abs=1e-7)
@@ -224,7 +227,7 @@ def correlated_process(samples: int, width: int, sizes: np.ndarray, start: float
     rng = np.random.default_rng(seed)
     layers = len(sizes)
     lag = np.abs(np.arange(layers)[:, None] - np.arange(layers)[None, :])
-    chol = np.linalg.cholesky(rho ** lag)
+    chol = np.linalg.cholesky(rho**lag)
     noise = rng.standard_normal((samples, width, layers)) @ chol.T  # correlated across layers, per coordinate
     updates = noise.transpose(2, 0, 1) * np.sqrt(sizes)[:, None, None]
     h0 = rng.standard_normal((samples, width)) * math.sqrt(start)
@@ -234,7 +237,9 @@ def correlated_process(samples: int, width: int, sizes: np.ndarray, start: float
 def test_r_corr_is_the_d_eff_of_a_gaussian_process_with_exactly_that_covariance():
     sizes, start, rho = np.array([1.0, 2.0, 0.5, 1.5, 1.0, 3.0, 0.8, 1.2]), 2.0, 0.6
     built = correlated_process(4000, 48, sizes, start, rho, seed=7)
-    v = analyse_pooled({"default": built}, AnalysisPlan(bootstrap=0, calibrated=False))["similarities"]["cka-debiased"]["default"]
+    v = analyse_pooled({"default": built}, AnalysisPlan(bootstrap=0, calibrated=False))["similarities"]["cka-debiased"][
+        "default"
+    ]
     # the population: covariance norms proportional to a_k (isotropic, d coordinates), lag profile rho^j
     lags = rho ** np.arange(len(sizes))
     expected = float(deff(correlated_reference_similarity(np.array(start), sizes, lags, False)))
@@ -301,8 +306,12 @@ def test_cosine_equals_a_naive_numpy_computation_with_its_resamples(view):
         naive_states = np.stack([layer - naive_centred_top(layer, 1) for layer in states])
     else:
         naive_states = states
-    v = analyse_pooled({"default": states}, AnalysisPlan(views=(view,), bootstrap=30, seed=4, bootstrap_units=8,
-                                                         calibrated=False, similarities=("cosine",)))
+    v = analyse_pooled(
+        {"default": states},
+        AnalysisPlan(
+            views=(view,), bootstrap=30, seed=4, bootstrap_units=8, calibrated=False, similarities=("cosine",)
+        ),
+    )
     v = v["similarities"]["cosine"][view]
     units = Units.blocks(40, 8)
     weights = resample_weights(units.count, 30, 4)
@@ -343,13 +352,15 @@ def ar1_states(samples: int, width: int, layers: int, rho: float, rng) -> np.nda
 def test_ar1_lands_on_its_closed_form_and_the_bootstrap_interval_covers_it():
     """Percentile intervals over passages cover the population D_eff about as often as they say."""
     layers, rho = 6, 0.7
-    truth = layers ** 2 / (layers + 2 * sum((layers - k) * rho ** (2 * k) for k in range(1, layers)))
+    truth = layers**2 / (layers + 2 * sum((layers - k) * rho ** (2 * k) for k in range(1, layers)))
     rng = np.random.default_rng(11)
     trials, covered, estimates = 30, 0, []
     for trial in range(trials):
         states = ar1_states(400, 24, layers, rho, rng)
-        v = analyse_pooled({"default": states}, AnalysisPlan(bootstrap=300, seed=trial, calibrated=False,
-                                                            similarities=("cka-debiased",)))
+        v = analyse_pooled(
+            {"default": states},
+            AnalysisPlan(bootstrap=300, seed=trial, calibrated=False, similarities=("cka-debiased",)),
+        )
         v = v["similarities"]["cka-debiased"]["default"]
         lo, hi = v["ci"]["deff"]
         covered += lo <= truth <= hi
@@ -384,5 +395,7 @@ def test_results_do_not_depend_on_the_memory_budget(view):
 def test_a_budget_below_the_least_working_set_is_one_line_naming_the_least():
     from effdepth.errors import EffdepthError
 
-    with pytest.raises(EffdepthError, match=r"^--max-memory 2\.0 KiB is below the .* use --max-memory [0-9.]+KiB or more"):
+    with pytest.raises(
+        EffdepthError, match=r"^--max-memory 2\.0 KiB is below the .* use --max-memory [0-9.]+KiB or more"
+    ):
         analyse_pooled({"default": isotropic_updates(64, 8, 4, seed=2)}, AnalysisPlan(bootstrap=0, max_memory=2048))

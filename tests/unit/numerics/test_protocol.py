@@ -42,17 +42,25 @@ def logits_for(states):
 
 # name: (make(first_sequence), update(statistic, states))
 CASES = {
-    "FitAccumulator": (lambda first: FitAccumulator(views=[parse_view("top1pc"), parse_view("center")]),
-                       lambda acc, s: acc.update(s.flatten(1, 2))),
+    "FitAccumulator": (
+        lambda first: FitAccumulator(views=[parse_view("top1pc"), parse_view("center")]),
+        lambda acc, s: acc.update(s.flatten(1, 2)),
+    ),
     "PooledCka": (lambda first: PooledCka(), lambda acc, s: acc.update(s.flatten(1, 2))),
     "LossAccumulator": (lambda first: LossAccumulator(), lambda acc, s: acc.update(*logits_for(s), None)),
     "SequenceUnits": (lambda first: SequenceUnits(VIEWS), lambda acc, s: acc.update(s)),
-    "ViewAccumulator": (lambda first: ViewAccumulator(VIEWS, similarities=("cka", "frobenius")),
-                        lambda acc, s: acc.update(s)),
-    "CalibratedReferences": (lambda first: CalibratedReferences(VIEWS, similarities=("cka",), seed=3, first_sequence=first),
-                             lambda acc, s: acc.update(s)),
-    "MeasurementState": (lambda first: MeasurementState.new(analysis(), with_loss=True, first_sequence=first),
-                         lambda acc, s: acc.update(s, None, *logits_for(s))),
+    "ViewAccumulator": (
+        lambda first: ViewAccumulator(VIEWS, similarities=("cka", "frobenius")),
+        lambda acc, s: acc.update(s),
+    ),
+    "CalibratedReferences": (
+        lambda first: CalibratedReferences(VIEWS, similarities=("cka",), seed=3, first_sequence=first),
+        lambda acc, s: acc.update(s),
+    ),
+    "MeasurementState": (
+        lambda first: MeasurementState.new(analysis(), with_loss=True, first_sequence=first),
+        lambda acc, s: acc.update(s, None, *logits_for(s)),
+    ),
 }
 
 

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 import effdepth
 from effdepth.errors import EffdepthError
 from effdepth.numerics.recompose import (
-
     carried_gram,
     carry_matrix,
     decorrelated_gram,
@@ -23,6 +22,7 @@ def from_states(states, **options):
     """These closed forms and identities are the cosine families': frobenius unless a test says otherwise."""
     options.setdefault("similarity", "frobenius")
     return effdepth.from_states(states, **options)
+
 
 RTOL = 1e-11
 
@@ -95,8 +95,12 @@ def test_gram_recomposition_matches_explicitly_rebuilt_states(seed, shape, lam, 
 
 
 @settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), layers=st.integers(1, 6), lam=st.sampled_from([1.0, 0.8, 0.3, 0.0]),
-       include_embedding=st.booleans())
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    layers=st.integers(1, 6),
+    lam=st.sampled_from([1.0, 0.8, 0.3, 0.0]),
+    include_embedding=st.booleans(),
+)
 def test_decorrelated_gram_matches_gram_schmidt_on_states(seed, layers, lam, include_embedding):
     states = random_states(seed, layers, 2, 3, 4)  # 24 dimensions > L+1 increments
     explicit = decorrelate(states)
@@ -160,8 +164,11 @@ def test_a_transformed_view_of_a_kernel_only_run_is_refused_naming_the_flag():
     states = torch.randn(5, 4, 8, 16, dtype=torch.float64).cumsum(0)  # even: cka's pairs keep every sequence
     lean = from_states(states, views="default,token-norm", similarity="cka")
     recompose_carry(lean.views["default"], [0.5])  # the untransformed stream keeps its sums
-    with pytest.raises(EffdepthError, match=r"view 'token-norm' has no increment statistics.*--similarity cka,frobenius"):
+    with pytest.raises(
+        EffdepthError, match=r"view 'token-norm' has no increment statistics.*--similarity cka,frobenius"
+    ):
         recompose_carry(lean.views["token-norm"], [0.5])
     with_cosine = from_states(states, views="default,token-norm", similarity="cka,frobenius")
     assert recompose_carry(with_cosine.views["token-norm"], [1.0])[0]["deff"] == pytest.approx(
-        with_cosine.view("token-norm", similarity="frobenius").deff, rel=RTOL)
+        with_cosine.view("token-norm", similarity="frobenius").deff, rel=RTOL
+    )

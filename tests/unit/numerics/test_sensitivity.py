@@ -40,7 +40,7 @@ def random_similarity(n: int, seed: int) -> np.ndarray:
 
 TEXTBOOK = {
     "bartlett": lambda x: 1.0 - x,
-    "parzen": lambda x: 1.0 - 6.0 * x * x + 6.0 * x ** 3 if x <= 0.5 else 2.0 * (1.0 - x) ** 3,
+    "parzen": lambda x: 1.0 - 6.0 * x * x + 6.0 * x**3 if x <= 0.5 else 2.0 * (1.0 - x) ** 3,
     "tukey-hanning": lambda x: 0.5 * (1.0 + math.cos(math.pi * x)),
 }
 
@@ -74,7 +74,7 @@ def test_aggregations_on_known_spectra():
     s = q @ np.diag(lam) @ q.T
     p = lam / lam.sum()
     assert float(effective_rank(s)) == pytest.approx(math.exp(-(p * np.log(p)).sum()), rel=1e-10)
-    assert float(participation_ratio(s)) == pytest.approx(lam.sum() ** 2 / (lam ** 2).sum(), rel=1e-10)
+    assert float(participation_ratio(s)) == pytest.approx(lam.sum() ** 2 / (lam**2).sum(), rel=1e-10)
     assert float(threshold_count(s)) == 4.0  # 4, 2 cover 75%; 4, 2, 1 only 87.5%; all four 100%
     assert float(threshold_count(s, cover=0.75)) == 2.0
     for n in (1, 5):
@@ -101,7 +101,9 @@ def test_a_resample_without_a_similarity_has_no_spectrum():
 def test_passage_analysis_saves_every_form_with_an_interval_that_holds_it():
     rng = np.random.default_rng(4)
     states = np.concatenate([np.zeros((1, 80, 6)), np.cumsum(rng.normal(size=(8, 80, 6)), axis=0)])
-    v = analyse_pooled({"default": states}, AnalysisPlan(bootstrap=100, calibrated=False))["similarities"]["cka"]["default"]
+    v = analyse_pooled({"default": states}, AnalysisPlan(bootstrap=100, calibrated=False))["similarities"]["cka"][
+        "default"
+    ]
     assert v["sensitivity"]["bartlett"]["deff"] == pytest.approx(v["deff"], rel=1e-12)
     assert v["ci"]["sensitivity.bartlett.deff"] == pytest.approx(v["ci"]["deff"], rel=1e-12)
     for key, numbers in v["sensitivity"].items():

@@ -13,28 +13,107 @@ from effdepth.numerics.accumulate import STAT_KEYS, deff_statistics
 from effdepth.numerics.hsic_resample import ESTIMATORS
 from effdepth.numerics.metrics import similarity_matrix
 from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled
-from effdepth.numerics.similarities import (PASSAGE, SIMILARITIES, TOKEN, UNITS, fewest_samples, get_similarity,
-                                            parse_similarities, specs, validate_similarities)
+from effdepth.numerics.similarities import (
+    PASSAGE,
+    SIMILARITIES,
+    TOKEN,
+    UNITS,
+    fewest_samples,
+    get_similarity,
+    parse_similarities,
+    specs,
+    validate_similarities,
+)
 from effdepth.numerics.streams import ViewAccumulator
 from effdepth.numerics.summary import view_summaries
 from effdepth.options import AnalysisOptions, Options
 
 # What each spec says, field by field: a change to a spec has to change this table too.
 EXPECTED = {
-    (TOKEN, "frobenius"): dict(unit="sequence", min_samples=1, references=True, calibrated=True, companions=(),
-                               distributable=True, memory_check=False, default=False, in_all=True, resampled=True),
-    (TOKEN, "token"): dict(unit="sequence", min_samples=1, references=True, calibrated=True, companions=(),
-                           distributable=True, memory_check=False, default=False, in_all=True, resampled=True),
-    (TOKEN, "cka"): dict(unit="pair", min_samples=4, references=True, calibrated=True, companions=(),
-                         distributable=True, memory_check=False, default=True, in_all=True, resampled=True),
-    (TOKEN, "cka-full"): dict(unit="run", min_samples=4, references=True, calibrated=False, companions=(),
-                              distributable=False, memory_check=True, default=False, in_all=False, resampled=False),
-    (PASSAGE, "cka"): dict(unit="block", min_samples=2, references=True, calibrated=True, companions=("cka-debiased",),
-                           distributable=False, memory_check=False, default=True, in_all=True, resampled=True),
-    (PASSAGE, "cka-debiased"): dict(unit="block", min_samples=4, references=True, calibrated=True, companions=(),
-                                    distributable=False, memory_check=False, default=False, in_all=True, resampled=True),
-    (PASSAGE, "cosine"): dict(unit="block", min_samples=1, references=False, calibrated=True, companions=(),
-                              distributable=False, memory_check=False, default=False, in_all=True, resampled=True),
+    (TOKEN, "frobenius"): dict(
+        unit="sequence",
+        min_samples=1,
+        references=True,
+        calibrated=True,
+        companions=(),
+        distributable=True,
+        memory_check=False,
+        default=False,
+        in_all=True,
+        resampled=True,
+    ),
+    (TOKEN, "token"): dict(
+        unit="sequence",
+        min_samples=1,
+        references=True,
+        calibrated=True,
+        companions=(),
+        distributable=True,
+        memory_check=False,
+        default=False,
+        in_all=True,
+        resampled=True,
+    ),
+    (TOKEN, "cka"): dict(
+        unit="pair",
+        min_samples=4,
+        references=True,
+        calibrated=True,
+        companions=(),
+        distributable=True,
+        memory_check=False,
+        default=True,
+        in_all=True,
+        resampled=True,
+    ),
+    (TOKEN, "cka-full"): dict(
+        unit="run",
+        min_samples=4,
+        references=True,
+        calibrated=False,
+        companions=(),
+        distributable=False,
+        memory_check=True,
+        default=False,
+        in_all=False,
+        resampled=False,
+    ),
+    (PASSAGE, "cka"): dict(
+        unit="block",
+        min_samples=2,
+        references=True,
+        calibrated=True,
+        companions=("cka-debiased",),
+        distributable=False,
+        memory_check=False,
+        default=True,
+        in_all=True,
+        resampled=True,
+    ),
+    (PASSAGE, "cka-debiased"): dict(
+        unit="block",
+        min_samples=4,
+        references=True,
+        calibrated=True,
+        companions=(),
+        distributable=False,
+        memory_check=False,
+        default=False,
+        in_all=True,
+        resampled=True,
+    ),
+    (PASSAGE, "cosine"): dict(
+        unit="block",
+        min_samples=1,
+        references=False,
+        calibrated=True,
+        companions=(),
+        distributable=False,
+        memory_check=False,
+        default=False,
+        in_all=True,
+        resampled=True,
+    ),
 }
 ALL_SPECS = [(mode, spec.name) for mode in (TOKEN, PASSAGE) for spec in specs(mode)]
 
@@ -83,26 +162,44 @@ def test_companions_come_with_their_similarity_in_order():
     assert parse_similarities("cka", TOKEN) == ("cka",)
 
 
-@pytest.mark.parametrize("mode, empty, everything", [
-    (TOKEN, ("cka",), ("cka", "frobenius", "token")),
-    (PASSAGE, ("cka", "cka-debiased"), ("cka", "cka-debiased", "cosine")),
-])
+@pytest.mark.parametrize(
+    "mode, empty, everything",
+    [
+        (TOKEN, ("cka",), ("cka", "frobenius", "token")),
+        (PASSAGE, ("cka", "cka-debiased"), ("cka", "cka-debiased", "cosine")),
+    ],
+)
 def test_each_parser_reads_defaults_all_and_repeats(mode, empty, everything):
     assert parse_similarities(None, mode) == parse_similarities((), mode) == empty
     assert parse_similarities("all", mode) == parse_similarities(everything, mode) == everything
     assert parse_similarities(" all , all ", mode) == everything
 
 
-@pytest.mark.parametrize("mode, name, message", [
-    (TOKEN, "cosine", "--similarity must be one of frobenius, token, cka, cka-full, a comma list of them, or all; "
-                      "got 'cosine', which is passage mode's (--pooling mean)"),
-    (TOKEN, "cka-debiased", "got 'cka-debiased', which is passage mode's (--pooling mean)"),
-    (TOKEN, "cos", "--similarity must be one of frobenius, token, cka, cka-full, a comma list of them, or all; got 'cos'"),
-    (PASSAGE, "frobenius", "--similarity 'frobenius' is token mode's (--pooling none): passage mode measures cka, "
-                           "cka-debiased, cosine, a comma list of them, or all"),
-    (PASSAGE, "cka-full", "--similarity 'cka-full' is token mode's (--pooling none)"),
-    (PASSAGE, "cos", "--similarity 'cos': passage mode measures cka, cka-debiased, cosine"),
-])
+@pytest.mark.parametrize(
+    "mode, name, message",
+    [
+        (
+            TOKEN,
+            "cosine",
+            "--similarity must be one of frobenius, token, cka, cka-full, a comma list of them, or all; "
+            "got 'cosine', which is passage mode's (--pooling mean)",
+        ),
+        (TOKEN, "cka-debiased", "got 'cka-debiased', which is passage mode's (--pooling mean)"),
+        (
+            TOKEN,
+            "cos",
+            "--similarity must be one of frobenius, token, cka, cka-full, a comma list of them, or all; got 'cos'",
+        ),
+        (
+            PASSAGE,
+            "frobenius",
+            "--similarity 'frobenius' is token mode's (--pooling none): passage mode measures cka, "
+            "cka-debiased, cosine, a comma list of them, or all",
+        ),
+        (PASSAGE, "cka-full", "--similarity 'cka-full' is token mode's (--pooling none)"),
+        (PASSAGE, "cos", "--similarity 'cos': passage mode measures cka, cka-debiased, cosine"),
+    ],
+)
 def test_each_parser_names_the_mode_a_name_belongs_to(mode, name, message):
     with pytest.raises(EffdepthError) as err:
         parse_similarities(f"cka,{name}", mode)
@@ -117,14 +214,20 @@ def test_the_options_and_the_accumulator_use_the_same_parsers():
     assert AnalysisPlan(similarities="cosine").similarities == ("cosine",)
     assert ViewAccumulator(["default"], similarities="all").similarities == parse_similarities("all", TOKEN)
     assert validate_similarities(()) == ()  # the additive statistics alone
-    for build in (lambda: Options.build(similarity="token"), lambda: ViewAccumulator(["default"], similarities="cosine")):
+    for build in (
+        lambda: Options.build(similarity="token"),
+        lambda: ViewAccumulator(["default"], similarities="cosine"),
+    ):
         with pytest.raises(EffdepthError, match="mode's \\(--pooling"):
             build()
 
 
 def test_an_unknown_similarity_is_a_one_line_error():
-    with pytest.raises(EffdepthError, match="unknown similarity 'cosine'; choose from frobenius, token, cka, cka-full "
-                                            r"\(cosine is passage mode's: --pooling mean\)"):
+    with pytest.raises(
+        EffdepthError,
+        match="unknown similarity 'cosine'; choose from frobenius, token, cka, cka-full "
+        r"\(cosine is passage mode's: --pooling mean\)",
+    ):
         get_similarity("cosine")
     with pytest.raises(EffdepthError, match="unknown similarity 'token'; choose from cka, cka-debiased, cosine"):
         get_similarity("token", PASSAGE)

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from effdepth.errors import EffdepthError
 from effdepth.numerics.metrics import full_metrics, similarity_matrix
-from effdepth.numerics.similarity import deff
 from effdepth.numerics.references import reference_fl
+from effdepth.numerics.similarity import deff
 from effdepth.numerics.streams import ViewAccumulator
 from effdepth.numerics.surrogate import (
     KINDS,
@@ -221,8 +221,8 @@ def test_the_surrogates_fit_in_a_phase_of_their_own_whatever_the_batches():
         assert a.fit_info["calibration"] == b.fit_info["calibration"] == {"sequences": 6, "tokens": 36}
         assert a.fit_info["how"].startswith("on the surrogates: calibration on all 6 sequences")
         (pa,), (pb,) = [[f["pcs"] for f in acc.fits.values()] for acc in (a, b)]
-        projector = lambda p: p @ p.transpose(-1, -2)  # the removed subspace (an eigenvector's sign is arbitrary)
-        torch.testing.assert_close(projector(pa), projector(pb), rtol=1e-5, atol=1e-6)
+        # the removed subspace (an eigenvector's sign is arbitrary)
+        torch.testing.assert_close(pa @ pa.transpose(-1, -2), pb @ pb.transpose(-1, -2), rtol=1e-5, atol=1e-6)
     one.update(s)
     split.update(s)
     assert_same(totals(one, "top1pc"), totals(split, "top1pc"), rtol=1e-5)

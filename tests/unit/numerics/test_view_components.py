@@ -55,10 +55,14 @@ def test_a_component_is_refused_in_a_mode_it_does_not_exist_in(component, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_two_components_of_one_slot_unknown_ones_and_k_below_one_are_refused(mode):
-    same_slot = [(a, b) for a in COMPONENTS for b in COMPONENTS
-                 if a.name < b.name and a.slot == b.slot and mode in a.modes and mode in b.modes]
+    same_slot = [
+        (a, b)
+        for a in COMPONENTS
+        for b in COMPONENTS
+        if a.name < b.name and a.slot == b.slot and mode in a.modes and mode in b.modes
+    ]
     for a, b in same_slot + [(c, c) for c in COMPONENTS if mode in c.modes]:
-        assert "has two" in one_line_error(lambda: PARSERS[mode](f"{written(a)}+{written(b, 3)}"))
+        assert "has two" in one_line_error(lambda a=a, b=b: PARSERS[mode](f"{written(a)}+{written(b, 3)}"))
     assert "unknown view component 'bogus'" in one_line_error(lambda: PARSERS[mode]("token-norm+bogus"))
     assert "needs k >= 1" in one_line_error(lambda: PARSERS[mode]("top0pc"))
     assert "empty view name" in one_line_error(lambda: PARSERS[mode](" "))
@@ -91,8 +95,19 @@ def naive_token_view(view: str, s: np.ndarray) -> np.ndarray:
     return s
 
 
-@pytest.mark.parametrize("view", ["default", "drop-pos0", "pos0-only", "token-norm", "center", "top1pc",
-                                  "center+token-norm+drop-pos0", "top1pc+token-norm"])
+@pytest.mark.parametrize(
+    "view",
+    [
+        "default",
+        "drop-pos0",
+        "pos0-only",
+        "token-norm",
+        "center",
+        "top1pc",
+        "center+token-norm+drop-pos0",
+        "top1pc+token-norm",
+    ],
+)
 def test_the_token_transform_is_the_views_steps_in_order(view):
     s = torch.randn(3, 9, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).cumsum(0) + 1.0
     spec = views.parse_view(view)
@@ -111,8 +126,9 @@ def test_a_step_that_centring_removes_is_skipped_by_the_centring_similarities(si
     # center only shifts every token of a layer alike: under cka it gives default's numbers exactly
     # (float32 states far from the origin, where subtracting a mean twice would round otherwise).
     s = torch.randn(4, 6, 8, 5, generator=torch.Generator().manual_seed(1)).cumsum(0) + 1e3
-    r = effdepth.from_states(s, views=["default", "center", "token-norm", "token-norm+center"], similarity=similarity,
-                             pc_estimate="exact").views
+    r = effdepth.from_states(
+        s, views=["default", "center", "token-norm", "token-norm+center"], similarity=similarity, pc_estimate="exact"
+    ).views
     assert r["center"].deff == r["default"].deff
     assert r["token-norm+center"].deff == r["token-norm"].deff
     frobenius = effdepth.from_states(s, views=["default", "center"], similarity="frobenius", pc_estimate="exact").views
@@ -146,5 +162,11 @@ def test_passage_views_differ_after_pooling_by_their_pooled_stage_alone():
     a, b = passage_views.parse_view("token-norm+top2pc"), passage_views.parse_view("token-norm")
     assert a.variant == b.variant == "token-norm"
     assert [s.text for s in a.pooled_stage] == ["top2pc"] and b.pooled_stage == ()
-    assert passage_views.VARIANTS == ("default", "drop-pos0", "drop-bos", "token-norm", "drop-pos0+token-norm",
-                                      "drop-bos+token-norm")
+    assert passage_views.VARIANTS == (
+        "default",
+        "drop-pos0",
+        "drop-bos",
+        "token-norm",
+        "drop-pos0+token-norm",
+        "drop-bos+token-norm",
+    )

@@ -69,7 +69,16 @@ def transform(view, s):
     raise AssertionError(view)
 
 
-VIEWS = ["default", "drop-pos0", "pos0-only", "token-norm", "center", "top2pc", "token-norm+drop-pos0", "drop-pos0+center"]
+VIEWS = [
+    "default",
+    "drop-pos0",
+    "pos0-only",
+    "token-norm",
+    "center",
+    "top2pc",
+    "token-norm+drop-pos0",
+    "drop-pos0+center",
+]
 
 
 @pytest.mark.parametrize("view", VIEWS)
@@ -155,8 +164,8 @@ def test_drop_pos0_ignores_a_huge_position_zero_default_does_not():
 def test_parts_add_up_to_default():
     s = states()
     v = from_states(s, views=["default", "drop-pos0", "pos0-only"]).views
-    g = lambda name: np.array(v[name].statistics["gram_states"])
-    np.testing.assert_allclose(g("default"), g("drop-pos0") + g("pos0-only"), rtol=1e-12)
+    grams = {name: np.array(v[name].statistics["gram_states"]) for name in v}
+    np.testing.assert_allclose(grams["default"], grams["drop-pos0"] + grams["pos0-only"], rtol=1e-12)
 
 
 def test_selection_and_token_norm_commute():
@@ -187,7 +196,12 @@ def test_shared_pcs_remove_one_direction_for_all_layers():
 
 def test_paper_views_and_errors():
     assert [v.name for v in parse_views("paper")] == [
-        "default", "drop-pos0", "pos0-only", "token-norm", "top1pc", "token-norm+drop-pos0",
+        "default",
+        "drop-pos0",
+        "pos0-only",
+        "token-norm",
+        "top1pc",
+        "token-norm+drop-pos0",
     ]
     assert [v.name for v in parse_views("default,paper")][:2] == ["default", "drop-pos0"]
     for bad in ["nonsense", "top0pc", "drop-pos0+pos0-only", "token-norm+token-norm", ""]:
@@ -198,11 +212,9 @@ def test_paper_views_and_errors():
 
 def test_every_view_reports_everything():
     r = from_states(states(B=4), views="paper", bootstrap=50)
-    for name, v in r.views.items():
+    for v in r.views.values():
         assert v.ci is not None and set(v.ci) >= {"deff", "ratio", "gap_pct", "initial_state", "profile"}
         assert len(v.profile) == v.num_states and v.references and v.attribution and v.related["angular_distance"]
-
-
 
 
 @pytest.mark.parametrize("spectrum", ["gapped", "flat"])

@@ -14,12 +14,50 @@ is computed from (docs/design.md, "Adding a plug-in", says when more is
 needed), and its tests.
 """
 
-from .registry import (COSINE_SIMILARITIES, KERNEL_SIMILARITIES, NAMES, PASSAGE_SIMILARITIES, REGISTRY, SIMILARITIES,
-                       all_similarities, default_similarity, fewest_samples, find_similarity, get_similarity,
-                       keeps_cosine_sums, names, names_where, parse_similarities, specs, validate_similarities)
+from .registry import (
+    COSINE_SIMILARITIES,
+    KERNEL_SIMILARITIES,
+    NAMES,
+    PASSAGE_SIMILARITIES,
+    REGISTRY,
+    SIMILARITIES,
+    all_similarities,
+    default_similarity,
+    fewest_samples,
+    find_similarity,
+    get_similarity,
+    keeps_cosine_sums,
+    names,
+    names_where,
+    parse_similarities,
+    specs,
+    validate_similarities,
+)
 from .spec import PASSAGE, POOLING, TOKEN, UNITS, PassageSimilarity, Similarity, TokenSimilarity
 
-__all__ = ["COSINE_SIMILARITIES", "KERNEL_SIMILARITIES", "NAMES", "PASSAGE", "PASSAGE_SIMILARITIES", "POOLING", "REGISTRY",
-           "SIMILARITIES", "TOKEN", "UNITS", "PassageSimilarity", "Similarity", "TokenSimilarity", "all_similarities",
-           "default_similarity", "fewest_samples", "find_similarity", "get_similarity", "keeps_cosine_sums", "names",
-           "names_where", "parse_similarities", "specs", "validate_similarities"]
+__all__ = [
+    "COSINE_SIMILARITIES",
+    "KERNEL_SIMILARITIES",
+    "NAMES",
+    "PASSAGE",
+    "PASSAGE_SIMILARITIES",
+    "POOLING",
+    "REGISTRY",
+    "SIMILARITIES",
+    "TOKEN",
+    "UNITS",
+    "PassageSimilarity",
+    "Similarity",
+    "TokenSimilarity",
+    "all_similarities",
+    "default_similarity",
+    "fewest_samples",
+    "find_similarity",
+    "get_similarity",
+    "keeps_cosine_sums",
+    "names",
+    "names_where",
+    "parse_similarities",
+    "specs",
+    "validate_similarities",
+]

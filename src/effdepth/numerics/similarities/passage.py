@@ -45,13 +45,29 @@ def resampled_cosine(stack: LayerStack, units: Units, weights: np.ndarray, budge
 
 
 SPECS = (
-    PassageSimilarity(name="cka", label="linear CKA across passages, biased HSIC: the paper's",
-                      axis_label="linear CKA across passages", min_samples=2,
-                      min_reason="centred over one passage, every pooled vector is zero", default=True,
-                      companions=("cka-debiased",), estimator="biased"),
-    PassageSimilarity(name="cka-debiased", label="linear CKA across passages, unbiased HSIC (Song et al. 2012)",
-                      axis_label="debiased linear CKA across passages", min_samples=MIN_SAMPLES,
-                      min_reason="the debiased estimator pairs four distinct passages", estimator="debiased"),
-    PassageSimilarity(name="cosine", label="mean over passages of the cosine of pooled vectors",
-                      axis_label="mean cosine of pooled vectors", references=False, matrix=resampled_cosine),
+    PassageSimilarity(
+        name="cka",
+        label="linear CKA across passages, biased HSIC: the paper's",
+        axis_label="linear CKA across passages",
+        min_samples=2,
+        min_reason="centred over one passage, every pooled vector is zero",
+        default=True,
+        companions=("cka-debiased",),
+        estimator="biased",
+    ),
+    PassageSimilarity(
+        name="cka-debiased",
+        label="linear CKA across passages, unbiased HSIC (Song et al. 2012)",
+        axis_label="debiased linear CKA across passages",
+        min_samples=MIN_SAMPLES,
+        min_reason="the debiased estimator pairs four distinct passages",
+        estimator="debiased",
+    ),
+    PassageSimilarity(
+        name="cosine",
+        label="mean over passages of the cosine of pooled vectors",
+        axis_label="mean cosine of pooled vectors",
+        references=False,
+        matrix=resampled_cosine,
+    ),
 )

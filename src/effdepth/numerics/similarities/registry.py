@@ -194,7 +194,9 @@ def _check(mode: str, spec: Similarity) -> None:
     if mode == PASSAGE:
         problems += [
             (spec.estimator is None) == (spec.matrix is None) and "give either estimator or matrix",
-            spec.estimator is not None and spec.estimator not in ESTIMATORS and f"estimator must be one of {', '.join(ESTIMATORS)}",
+            spec.estimator is not None
+            and spec.estimator not in ESTIMATORS
+            and f"estimator must be one of {', '.join(ESTIMATORS)}",
             spec.references and not spec.kernel and "matched references come from an HSIC estimator",
         ]
     found = [p for p in problems if p]

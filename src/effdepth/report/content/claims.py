@@ -25,12 +25,20 @@ def claims_table(result: Result) -> Table:
     grid = verdict_grid(check_claims(result))
     rows = []
     for i, (name, claim, _) in enumerate(CLAIMS, start=1):
-        rows.append([Cell(str(i), sort=i), Cell(claim)] + [Cell(grid[name][s].status) for s in sims] + [Cell(PAPER_ABSTRACT[name])])
+        rows.append(
+            [Cell(str(i), sort=i), Cell(claim)]
+            + [Cell(grid[name][s].status) for s in sims]
+            + [Cell(PAPER_ABSTRACT[name])]
+        )
     tests = " ".join(f"({i}) {test}." for i, (_, test) in enumerate(claim_tests(result), start=1))
     carry = carry_text(result.extras)
-    return Table(["#", "claim"] + sims + ["paper's abstract"], rows, [True, False] + [False] * len(sims) + [False],
-                 note=f"{tests} A claim holds when the whole interval lies on the stated side; without an interval it is "
-                 "not measured. " + (f"Measured with {carry}. " if carry else "") + PAPER_NOTE)
+    return Table(
+        ["#", "claim"] + sims + ["paper's abstract"],
+        rows,
+        [True, False] + [False] * len(sims) + [False],
+        note=f"{tests} A claim holds when the whole interval lies on the stated side; without an interval it is "
+        "not measured. " + (f"Measured with {carry}. " if carry else "") + PAPER_NOTE,
+    )
 
 
 def claims_evidence(result: Result) -> list:
@@ -69,6 +77,7 @@ def comparison_text(c: Comparison) -> str:
     >>> comparison_text(Comparison("default", "D_eff", 1.2, [1.1, 1.3], "below", "F_N", 1.5, None, True))
     'default: D_eff 1.200 [1.100, 1.300] below F_N 1.500: yes'
     """
+
     def side(value, lo_hi):
         return f"{fmt(value, signed=c.left.startswith('correlated'))} {fmt_interval(lo_hi)}".strip()
 
@@ -93,7 +102,9 @@ def verdicts_table(entries: list) -> Table:
     rows = []
     for label, result in entries:
         grid = verdict_grid(check_claims(result))
-        rows += [[Cell(label), Cell(sim)] + [Cell(grid[n][sim].status) for n in CLAIM_NAMES] for sim in result.similarities]
+        rows += [
+            [Cell(label), Cell(sim)] + [Cell(grid[n][sim].status) for n in CLAIM_NAMES] for sim in result.similarities
+        ]
     header = ["model", "similarity"] + [f"({i})" for i in range(1, len(CLAIM_NAMES) + 1)]
     return Table(header, rows, [False] * len(header))
 
@@ -127,4 +138,3 @@ def _tally(name: str, sim: str, grids: list) -> str:
         low, high = fmt(min(gaps), 0), fmt(max(gaps), 0)
         cell += f", {low}% below" if low == high else f", {low}-{high}% below"
     return cell
-

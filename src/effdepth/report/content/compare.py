@@ -34,8 +34,8 @@ def comparison_table(sources: list) -> Table:
     rows = []
     for i, s in enumerate(sources, start=1):
         r, v = s.result, s.result.default
-        model = (r.provenance.get("model") or {})
-        corpus = (r.provenance.get("corpus") or {})
+        model = r.provenance.get("model") or {}
+        corpus = r.provenance.get("corpus") or {}
         a, refs = v.attribution or {}, v.references or {}
         row = [
             Cell(str(i), sort=i),
@@ -60,15 +60,42 @@ def comparison_table(sources: list) -> Table:
             *(number_cell(v, a.get(k), signed=True) for k, _ in TERMS),
         ]
         rows.append(row)
-    header = ["#", "model", "revision", "L", "N", "corpus"] + [c for c, _ in facts] + (["view"] if show_view else []) + [
-        "D_eff", "F_N", "D_eff / F_N", "gap %", "sub-ref.", "R_init", "R_size", "R_matched", "init. state", "size imbal.", "corr. upd."]
-    numeric = ([True, False, False, True, True, False] + [_numeric(values) for _, values in facts]
-               + ([False] if show_view else []) + [True] * 4 + [False] + [True] * 6)
+    header = (
+        ["#", "model", "revision", "L", "N", "corpus"]
+        + [c for c, _ in facts]
+        + (["view"] if show_view else [])
+        + [
+            "D_eff",
+            "F_N",
+            "D_eff / F_N",
+            "gap %",
+            "sub-ref.",
+            "R_init",
+            "R_size",
+            "R_matched",
+            "init. state",
+            "size imbal.",
+            "corr. upd.",
+        ]
+    )
+    numeric = (
+        [True, False, False, True, True, False]
+        + [_numeric(values) for _, values in facts]
+        + ([False] if show_view else [])
+        + [True] * 4
+        + [False]
+        + [True] * 6
+    )
     shown = ", ".join(c for c, _ in facts)
-    return Table(header, rows, numeric, note="Sorted by D_eff / F_N, lowest first (click a header to re-sort). Each row is "
-                 "the result's first view under its primary similarity. Columns between corpus and D_eff are what tells the "
-                 f"results apart ({shown}; tokens per sequence always, since the default view's D_eff moves with it). "
-                 "N = L (block outputs) or L + 1 (embedding included); F_N = 2N/(N+1). " + ATTRIBUTION)
+    return Table(
+        header,
+        rows,
+        numeric,
+        note="Sorted by D_eff / F_N, lowest first (click a header to re-sort). Each row is "
+        "the result's first view under its primary similarity. Columns between corpus and D_eff are what tells the "
+        f"results apart ({shown}; tokens per sequence always, since the default view's D_eff moves with it). "
+        "N = L (block outputs) or L + 1 (embedding included); F_N = 2N/(N+1). " + ATTRIBUTION,
+    )
 
 
 def _fact(value) -> Cell:
@@ -112,7 +139,9 @@ def table2_section(entries: list) -> Section | None:
     passages = [(label, r) for label, r in entries if r.passages]
     if not passages:
         return None
-    return Section("beside the paper's Table 2 (similarity cka across passages)", table2_comparison(passages), anchor="table2")
+    return Section(
+        "beside the paper's Table 2 (similarity cka across passages)", table2_comparison(passages), anchor="table2"
+    )
 
 
 def table2_comparison(entries: list) -> Table:
@@ -122,11 +151,30 @@ def table2_comparison(entries: list) -> Table:
     D_eff / F_L; the biased estimator's null / F_L; R_matched and R_corr; token-norm and top1pc
     D_eff / F_L; the paper's D_eff, D_eff/L and gap, and the difference in D_eff.
     """
-    header = ["model", "L", "N", "D_eff", "D_eff/L", "gap %", "debiased/F_L", "null/F_L", "R_matched", "R_corr",
-              "token-norm/F_L", "top1pc/F_L", "paper D_eff", "paper D_eff/L", "paper gap %", "diff"]
+    header = [
+        "model",
+        "L",
+        "N",
+        "D_eff",
+        "D_eff/L",
+        "gap %",
+        "debiased/F_L",
+        "null/F_L",
+        "R_matched",
+        "R_corr",
+        "token-norm/F_L",
+        "top1pc/F_L",
+        "paper D_eff",
+        "paper D_eff/L",
+        "paper gap %",
+        "diff",
+    ]
     rows = [_table2_row(label, result) for label, result in entries]
-    note = ("paper columns: the paper's Table 2 (" + table2_source() + ")") if any(paper_row(r) for _, r in entries) \
+    note = (
+        ("paper columns: the paper's Table 2 (" + table2_source() + ")")
+        if any(paper_row(r) for _, r in entries)
         else "paper columns: '-' where the model is not one of the paper's sixteen (Table 2)"
+    )
     return Table(header, rows, [False] + [True] * (len(header) - 1), note=note)
 
 
@@ -136,11 +184,20 @@ def _table2_row(label: str, result: Result) -> list:
     views = result.similarities.get("cka", result.views)
     paper = paper_row(result)
     return [
-        Cell(label), Cell(str(v.num_states), sort=v.num_states), Cell(f"{v.sequences:,}", sort=v.sequences),
-        Cell(fmt(v.deff), sort=sortable(v.deff)), per_layer_cell(v), Cell(fmt(v.gap_pct, 1, signed=True), sort=sortable(v.gap_pct)),
-        ratio_cell(deb), null_ratio_cell(v), number_cell(v, v.references.get("matched")), number_cell(v, v.references.get("corr")),
-        ratio_cell(views.get("token-norm")), ratio_cell(views.get("top1pc")),
-        value_cell(paper.deff if paper else None, 2), value_cell(paper.deff_per_layer if paper else None),
+        Cell(label),
+        Cell(str(v.num_states), sort=v.num_states),
+        Cell(f"{v.sequences:,}", sort=v.sequences),
+        Cell(fmt(v.deff), sort=sortable(v.deff)),
+        per_layer_cell(v),
+        Cell(fmt(v.gap_pct, 1, signed=True), sort=sortable(v.gap_pct)),
+        ratio_cell(deb),
+        null_ratio_cell(v),
+        number_cell(v, v.references.get("matched")),
+        number_cell(v, v.references.get("corr")),
+        ratio_cell(views.get("token-norm")),
+        ratio_cell(views.get("top1pc")),
+        value_cell(paper.deff if paper else None, 2),
+        value_cell(paper.deff_per_layer if paper else None),
         value_cell(paper.gap_pct if paper else None, 1, signed=True),
         value_cell(v.deff - paper.deff if paper else None, 3, signed=True),
     ]

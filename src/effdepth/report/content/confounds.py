@@ -15,12 +15,16 @@ from ..numbers import fmt, fmt_interval
 from .model import Cell, Section, Table
 
 #: What each row of the confounds table removes.
-REMOVES = {"default": "nothing (the paper's pooling)",
-           "drop-pos0": "position 0, whatever token it holds",
-           "length": "what varies with token count n (1/n, log n)"}
+REMOVES = {
+    "default": "nothing (the paper's pooling)",
+    "drop-pos0": "position 0, whatever token it holds",
+    "length": "what varies with token count n (1/n, log n)",
+}
 METHOD_LINK = "docs/method.md#the-first-token-x-length-confound"
-OLDER = ("measured before the confound controls: effdepth analyse DIR adds the length control and the sample-size curve "
-         "without a forward pass; the drop-pos0 control needs effdepth measure again")
+OLDER = (
+    "measured before the confound controls: effdepth analyse DIR adds the length control and the sample-size curve "
+    "without a forward pass; the drop-pos0 control needs effdepth measure again"
+)
 
 
 def confounds(result: Result) -> dict | None:
@@ -42,10 +46,13 @@ def lengths_text(result: Result) -> str | None:
         return None
     if d["equal"]:
         return f"every passage {d['min']} tokens"
-    share = "" if d.get("share_at_seq_len") is None else \
-        f"; {100 * d['share_at_seq_len']:.0f}% at --seq-len {d['seq_len']}"
-    return (f"{d['min']} to {d['max']} tokens (quartiles {d['q1']:g} / {d['median']:g} / {d['q3']:g}, "
-            f"{d['distinct']} distinct lengths{share})")
+    share = (
+        "" if d.get("share_at_seq_len") is None else f"; {100 * d['share_at_seq_len']:.0f}% at --seq-len {d['seq_len']}"
+    )
+    return (
+        f"{d['min']} to {d['max']} tokens (quartiles {d['q1']:g} / {d['median']:g} / {d['q3']:g}, "
+        f"{d['distinct']} distinct lengths{share})"
+    )
 
 
 def confounds_section(result: Result) -> Section | None:
@@ -67,20 +74,30 @@ def confounds_section(result: Result) -> Section | None:
             if entry is None:
                 row += [Cell("unavailable", reason=notes.get(name, "not measured")), Cell(""), Cell("")]
                 continue
-            row += [Cell(fmt(entry["deff"]), fmt_interval(entry.get("ci")), entry["deff"]),
-                    Cell(fmt(entry["ratio"]), fmt_interval(entry.get("ratio_ci")), entry["ratio"])]
-            row.append(Cell("-") if name == "default" else
-                       Cell(fmt(entry["difference"], signed=True), fmt_interval(entry.get("difference_ci")),
-                            entry["difference"]))
+            row += [
+                Cell(fmt(entry["deff"]), fmt_interval(entry.get("ci")), entry["deff"]),
+                Cell(fmt(entry["ratio"]), fmt_interval(entry.get("ratio_ci")), entry["ratio"]),
+            ]
+            row.append(
+                Cell("-")
+                if name == "default"
+                else Cell(
+                    fmt(entry["difference"], signed=True), fmt_interval(entry.get("difference_ci")), entry["difference"]
+                )
+            )
         rows.append(row)
     level = int(round(100 * ((result.default.ci or {}).get("level") or 0.95)))
     extra = [table["length_is_default"]] if table.get("length_is_default") else []
     extra += [f"{name}: {why}" for name, why in notes.items()]
-    note = (f"D_eff without the first position and with the passage length regressed out, beside the paper's pooling "
-            f"[{level}% bootstrap intervals; 'minus default' is paired: the same resamples]. A control far from default "
-            f"means the first position or the length moves the number ({METHOD_LINK}). " + " ".join(extra))
-    return Section("confounds: first position and passage length", Table(header, rows, [False, False] + [True] * (len(header) - 2),
-                                                                        note=note.strip()))
+    note = (
+        f"D_eff without the first position and with the passage length regressed out, beside the paper's pooling "
+        f"[{level}% bootstrap intervals; 'minus default' is paired: the same resamples]. A control far from default "
+        f"means the first position or the length moves the number ({METHOD_LINK}). " + " ".join(extra)
+    )
+    return Section(
+        "confounds: first position and passage length",
+        Table(header, rows, [False, False] + [True] * (len(header) - 2), note=note.strip()),
+    )
 
 
 def sample_size_section(result: Result) -> Section | None:
@@ -99,9 +116,11 @@ def sample_size_section(result: Result) -> Section | None:
         ratios = [_curve_cell(curve[sim]["points"][i], reference) for sim in sims]
         rows.append(row + cells + ratios)
     notes = " ".join(curve.get("notes") or [])
-    note = (f"mean +- standard deviation over {curve['draws']} nested random draws of the bootstrap's units (seed "
-            f"{curve['seed']}); N: the estimate with its interval. D_eff still moving between N/2 and N means more "
-            f"passages would move it further. {notes}")
+    note = (
+        f"mean +- standard deviation over {curve['draws']} nested random draws of the bootstrap's units (seed "
+        f"{curve['seed']}); N: the estimate with its interval. D_eff still moving between N/2 and N means more "
+        f"passages would move it further. {notes}"
+    )
     return Section("sample size", Table(header, rows, [True, False] + [True] * (len(header) - 2), note=note.strip()))
 
 
@@ -136,16 +155,20 @@ def confound_warnings(result: Result) -> list:
         if moved:
             sim = moved[0]
             entry, default = table[sim][name], table[sim]["default"]
-            out.append(f"warning: {name} moves D_eff ({', '.join(moved)}) from {fmt(default['deff'])} to "
-                       f"{fmt(entry['deff'])}, outside default's interval {fmt_interval(default.get('ci'))}: "
-                       f"{'the first position' if name == 'drop-pos0' else 'the passage length'} confounds this number "
-                       f"({METHOD_LINK})")
+            out.append(
+                f"warning: {name} moves D_eff ({', '.join(moved)}) from {fmt(default['deff'])} to "
+                f"{fmt(entry['deff'])}, outside default's interval {fmt_interval(default.get('ci'))}: "
+                f"{'the first position' if name == 'drop-pos0' else 'the passage length'} confounds this number "
+                f"({METHOD_LINK})"
+            )
     curve = (result.extras or {}).get("sample_size") or {}
     for sim in result.similarities:
         last = (curve.get(sim) or {}).get("last_doubling") or {}
         if last.get("exceeds_half_width"):
-            out.append(f"warning: D_eff ({sim}) moved by {fmt(last['moved'])} between N/2 and N passages, more than its "
-                       f"interval's half-width {fmt(last['half_width'])}: more passages (--num-seqs) would move it further")
+            out.append(
+                f"warning: D_eff ({sim}) moved by {fmt(last['moved'])} between N/2 and N passages, more than its "
+                f"interval's half-width {fmt(last['half_width'])}: more passages (--num-seqs) would move it further"
+            )
     return out
 
 
@@ -172,14 +195,22 @@ def confounds_comparison_table(entries: list) -> Table | None:
                     continue
                 row.append(Cell(fmt(entry["ratio"]), fmt_interval(entry.get("ratio_ci")), entry["ratio"]))
                 if name != "default":
-                    row.append(Cell(fmt(entry["difference"], signed=True), fmt_interval(entry.get("difference_ci")),
-                                    entry["difference"]))
+                    row.append(
+                        Cell(
+                            fmt(entry["difference"], signed=True),
+                            fmt_interval(entry.get("difference_ci")),
+                            entry["difference"],
+                        )
+                    )
             rows.append(row)
     if not rows:
         return None
     header = ["model", "similarity", "default /F_L"]
     for name in CONTROLS:
         header += [f"{name} /F_L", f"{name} minus default"]
-    note = ("What each control removed: " + "; ".join(f"{name}: {REMOVES[name]}" for name in CONTROLS) +
-            f". 'minus default': the paired difference of D_eff (the same resamples) ({METHOD_LINK}).")
+    note = (
+        "What each control removed: "
+        + "; ".join(f"{name}: {REMOVES[name]}" for name in CONTROLS)
+        + f". 'minus default': the paired difference of D_eff (the same resamples) ({METHOD_LINK})."
+    )
     return Table(header, rows, [False, False] + [True] * (len(header) - 2), note=note)

@@ -77,7 +77,11 @@ def extras_table(result: Result) -> Table | None:
     rows = extras_rows(result)
     if not rows:
         return None
-    return Table(["extra", "value"], [[Cell(k), Cell(v) if isinstance(v, str) else Cell(v.preview)] for k, v in rows], [False, True])
+    return Table(
+        ["extra", "value"],
+        [[Cell(k), Cell(v) if isinstance(v, str) else Cell(v.preview)] for k, v in rows],
+        [False, True],
+    )
 
 
 def provenance_groups(source: Source) -> list:

@@ -89,7 +89,11 @@ class ResultContent:
 
 
 #: The attribution's terms (docs/method.md#attribution) and their column labels.
-TERMS = (("initial_state", "initial state"), ("size_imbalance", "size imbalance"), ("correlated_updates", "correlated updates"))
+TERMS = (
+    ("initial_state", "initial state"),
+    ("size_imbalance", "size imbalance"),
+    ("correlated_updates", "correlated updates"),
+)
 
 # --------------------------------------------------------------------------- cells
 

@@ -15,15 +15,33 @@ from ..wording import ATTRIBUTION, passage_wording, similarity_name
 from . import robustness
 from .confounds import confound_warnings, confounds_section, lengths_text, sample_size_section
 from .facts import device_rows, model_name, model_rows
-from .model import TERMS, Cell, ResultContent, Section, Table, interval, level, number_cell, sortable, sub_reference, value_cell
+from .model import (
+    TERMS,
+    Cell,
+    ResultContent,
+    Section,
+    Table,
+    interval,
+    level,
+    number_cell,
+    sortable,
+    sub_reference,
+    value_cell,
+)
 
 #: The similarities that are CKA estimators (they have references and a finite-sample null).
 KERNELS = names_where(lambda s: s.kernel, PASSAGE)
 #: The debiased estimator, always measured beside the paper's similarity.
 DEBIASED = next(s.name for s in specs(PASSAGE) if s.companion_of == default_similarity(PASSAGE))
 #: The references of a CKA estimator, with the paper's names.
-REFERENCE_COLUMNS = (("init", "R_init"), ("size", "R_size=F_norm"), ("matched", "R_matched=F_h0+norm"),
-                     ("corr", "R_corr=F_h0+corr"), ("structural_cal", "structural_cal"), ("matched_cal", "matched_cal"))
+REFERENCE_COLUMNS = (
+    ("init", "R_init"),
+    ("size", "R_size=F_norm"),
+    ("matched", "R_matched=F_h0+norm"),
+    ("corr", "R_corr=F_h0+corr"),
+    ("structural_cal", "structural_cal"),
+    ("matched_cal", "matched_cal"),
+)
 
 
 def passage_content(result: Result) -> ResultContent:
@@ -43,18 +61,29 @@ def headline_lines(result: Result) -> list:
     """What was measured, the main number against F_L, and where each estimator alone sits (its null)."""
     c, v = result.config, result.default
     corpus = result.provenance.get("corpus", {})
-    states = "transformers' hidden_states (last one after the final norm)" if c.get("states") == "hidden" else \
-        "block outputs before the final norm"
+    states = (
+        "transformers' hidden_states (last one after the final norm)"
+        if c.get("states") == "hidden"
+        else "block outputs before the final norm"
+    )
     protocol = f", protocol {c['protocol']}" if c.get("protocol") else ""
-    return [
-        f"model {model_name(result)} ({c.get('num_layers')} layers; {states}), corpus {corpus.get('name', '?')}: "
-        f"{v.sequences:,} passages of at most {c.get('seq_len')} tokens (mean {c.get('mean_passage_tokens', '?')}){protocol}",
-        f"similarity across passages: {similarity_name(result.primary_similarity, passages=True)}"
-        + "".join(f"; also {similarity_name(s, passages=True)}" for s in result.similarities if s != result.primary_similarity),
-        f"D_eff = {fmt(v.deff)} {interval(v, 'deff')}  vs  F_L = {fmt(v.reference)}: D_eff/L {fmt(v.deff / v.num_states)}, "
-        f"ratio {fmt(v.ratio)}, gap {fmt(v.gap_pct, 1, signed=True)}%  [view {v.name}, {result.primary_similarity}, "
-        f"N = {v.num_states} states]",
-    ] + null_lines(result) + confound_warnings(result)
+    return (
+        [
+            f"model {model_name(result)} ({c.get('num_layers')} layers; {states}), corpus {corpus.get('name', '?')}: "
+            f"{v.sequences:,} passages of at most {c.get('seq_len')} tokens (mean {c.get('mean_passage_tokens', '?')}){protocol}",
+            f"similarity across passages: {similarity_name(result.primary_similarity, passages=True)}"
+            + "".join(
+                f"; also {similarity_name(s, passages=True)}"
+                for s in result.similarities
+                if s != result.primary_similarity
+            ),
+            f"D_eff = {fmt(v.deff)} {interval(v, 'deff')}  vs  F_L = {fmt(v.reference)}: D_eff/L {fmt(v.deff / v.num_states)}, "
+            f"ratio {fmt(v.ratio)}, gap {fmt(v.gap_pct, 1, signed=True)}%  [view {v.name}, {result.primary_similarity}, "
+            f"N = {v.num_states} states]",
+        ]
+        + null_lines(result)
+        + confound_warnings(result)
+    )
 
 
 def null_lines(result: Result) -> list:
@@ -63,8 +92,10 @@ def null_lines(result: Result) -> list:
     for sim, v in default_views(result):
         null = v.references.get("structural_cal")
         if null is not None:
-            out.append(f"estimator null ({sim}, isotropic equal updates at this N, d, L): {fmt(null)} = "
-                       f"{fmt(null / v.reference)} F_L {interval(v, 'reference_structural_cal')}".rstrip())
+            out.append(
+                f"estimator null ({sim}, isotropic equal updates at this N, d, L): {fmt(null)} = "
+                f"{fmt(null / v.reference)} F_L {interval(v, 'reference_structural_cal')}".rstrip()
+            )
     return out
 
 
@@ -73,13 +104,22 @@ def summary_rows(result: Result) -> list:
     c, v, corpus = result.config, result.default, result.provenance.get("corpus") or {}
     boot = (c.get("passage_analysis") or {}).get("bootstrap") or {}  # how the analysis drew its resamples
     rows = model_rows(result) + [
-        ("states analysed N", f"{v.num_states}: S_1..S_L, {c.get('states_meaning') or c.get('states') or 'block outputs'}"),
+        (
+            "states analysed N",
+            f"{v.num_states}: S_1..S_L, {c.get('states_meaning') or c.get('states') or 'block outputs'}",
+        ),
         ("similarity", "; ".join(similarity_name(s, passages=True) for s in result.similarities)),
         ("corpus", f"{corpus.get('name', 'n/a')} (sha256 {str(corpus.get('sha256'))[:16]}…)"),
-        ("passages", f"{v.sequences:,} of at most {c.get('seq_len', 'n/a')} tokens (mean {c.get('mean_passage_tokens', 'n/a')}), "
-                     f"split by {c.get('passage_split', 'n/a')}" + (f", protocol {c['protocol']}" if c.get("protocol") else "")),
+        (
+            "passages",
+            f"{v.sequences:,} of at most {c.get('seq_len', 'n/a')} tokens (mean {c.get('mean_passage_tokens', 'n/a')}), "
+            f"split by {c.get('passage_split', 'n/a')}" + (f", protocol {c['protocol']}" if c.get("protocol") else ""),
+        ),
         ("passage lengths", lengths_text(result) or "not recorded"),
-        ("bootstrap", f"{v.ci['resamples']} resamples of {_units(boot)}, {level(v)}% percentile intervals" if v.ci else "none"),
+        (
+            "bootstrap",
+            f"{v.ci['resamples']} resamples of {_units(boot)}, {level(v)}% percentile intervals" if v.ci else "none",
+        ),
         ("D_eff", f"{fmt(v.deff)} {interval(v, 'deff')}".strip()),
         ("F_L", fmt(v.reference)),
         ("D_eff / F_L", f"{fmt(v.ratio)} {interval(v, 'ratio')}".strip()),
@@ -129,17 +169,26 @@ def views_table(result: Result) -> Table:
         header += [f"{sim} /F_L", f"{sim} null/F_L"] if sim in KERNELS else [f"{sim} /F_L"]
     rows = []
     for name, v in result.views.items():
-        row = [Cell(name), number_cell(v, v.deff, "deff"), per_layer_cell(v), number_cell(v, v.gap_pct, signed=True, digits=1)]
+        row = [
+            Cell(name),
+            number_cell(v, v.deff, "deff"),
+            per_layer_cell(v),
+            number_cell(v, v.gap_pct, signed=True, digits=1),
+        ]
         for sim in sims:
             w = result.similarities[sim].get(name)
             row.append(Cell("-") if w is None else number_cell(w, w.ratio, "ratio"))
             if sim in KERNELS:
                 row.append(null_ratio_cell(w))
         rows.append(row)
-    return Table(header, rows, [False] + [True] * (len(header) - 1),
-                 note=f"D_eff, D_eff/L and gap under {result.primary_similarity}; /F_L: D_eff / F_L [{level(result.default)}% "
-                 "bootstrap interval] under each similarity; null/F_L: the estimator's finite-sample null (structural_cal, "
-                 "isotropic equal updates at this N, d, L) over F_L.")
+    return Table(
+        header,
+        rows,
+        [False] + [True] * (len(header) - 1),
+        note=f"D_eff, D_eff/L and gap under {result.primary_similarity}; /F_L: D_eff / F_L [{level(result.default)}% "
+        "bootstrap interval] under each similarity; null/F_L: the estimator's finite-sample null (structural_cal, "
+        "isotropic equal updates at this N, d, L) over F_L.",
+    )
 
 
 def references_table(result: Result) -> Table:
@@ -149,45 +198,77 @@ def references_table(result: Result) -> Table:
     rows = []
     for sim in (s for s in result.similarities if s in KERNELS):
         for name, v in result.similarities[sim].items():
-            rows.append([Cell(sim), Cell(name), number_cell(v, v.reference)]
-                        + [number_cell(v, v.references.get(key)) for key, _ in REFERENCE_COLUMNS] + [number_cell(v, v.deff)])
-    return Table(header, rows, [False, False] + [True] * (len(header) - 2),
-                 note="F_L = 2L/(L+1): orthogonal equal updates, no initial state. R_init matches the initial state, "
-                 "R_size the update sizes, R_matched both; R_corr adds the measured correlation of the updates. "
-                 "structural_cal and matched_cal: the estimator itself on surrogate streams of this N, d and L (isotropic "
-                 "equal updates; the measured initial state and updates, passages permuted per layer): how far the "
-                 "estimator alone sits from F_L and R_matched. structural_cal is the estimator's null.")
+            rows.append(
+                [Cell(sim), Cell(name), number_cell(v, v.reference)]
+                + [number_cell(v, v.references.get(key)) for key, _ in REFERENCE_COLUMNS]
+                + [number_cell(v, v.deff)]
+            )
+    return Table(
+        header,
+        rows,
+        [False, False] + [True] * (len(header) - 2),
+        note="F_L = 2L/(L+1): orthogonal equal updates, no initial state. R_init matches the initial state, "
+        "R_size the update sizes, R_matched both; R_corr adds the measured correlation of the updates. "
+        "structural_cal and matched_cal: the estimator itself on surrogate streams of this N, d and L (isotropic "
+        "equal updates; the measured initial state and updates, passages permuted per layer): how far the "
+        "estimator alone sits from F_L and R_matched. structural_cal is the estimator's null.",
+    )
 
 
 def attribution_table(result: Result, similarity: str) -> Table:
     """The three terms of F_L - D_eff per view, with intervals."""
     header = ["view"] + [label for _, label in TERMS]
-    rows = [[Cell(name)] + [number_cell(v, (v.attribution or {}).get(k), k, signed=True) for k, _ in TERMS]
-            for name, v in result.similarities[similarity].items()]
+    rows = [
+        [Cell(name)] + [number_cell(v, (v.attribution or {}).get(k), k, signed=True) for k, _ in TERMS]
+        for name, v in result.similarities[similarity].items()
+    ]
     return Table(header, rows, [False, True, True, True], note=passage_wording(ATTRIBUTION))
 
 
 def updates_table(result: Result, similarity: str) -> Table:
     """Per view: D_eff of the updates f_1..f_L (same estimator) and over L beside the states', and the
     update-to-state norm ratio at the first layer, its median over layers and at the last layer."""
-    header = ["view", "updates D_eff", "updates D_eff/L", "states D_eff/L", "|f_1|/|h_0|", "median |f_l|/|h_l-1|",
-              "|f_L|/|h_L-1|"]
+    header = [
+        "view",
+        "updates D_eff",
+        "updates D_eff/L",
+        "states D_eff/L",
+        "|f_1|/|h_0|",
+        "median |f_l|/|h_l-1|",
+        "|f_L|/|h_L-1|",
+    ]
     rows = []
     for name, v in result.similarities[similarity].items():
         count = len(v.update_sizes) or None
         ratio = v.update_norm_ratio
         band = (v.ci or {}).get("update_norm_ratio")
-        rows.append([Cell(name), number_cell(v, v.update_deff, "update_deff"),
-                     number_cell(v, v.update_deff / count if count and v.update_deff is not None else None,
-                                 "update_deff_per_layer"),
-                     per_layer_cell(v)]
-                    + ([_layer_cell(ratio, band, 0), Cell(fmt(float(np.nanmedian(np.asarray(ratio, dtype=float))))),
-                        _layer_cell(ratio, band, -1)]
-                       if ratio else [Cell("-")] * 3))
-    return Table(header, rows, [False] + [True] * 6,
-                 note="D_eff of the updates f_l = h_l - h_{l-1} under the same estimator, and over L (the paper's S16: "
-                 "the same low band as the states). |f_l|/|h_l-1|: mean norm of the pooled update over mean norm of "
-                 "the pooled state it is added to, across passages (per layer in the next table).")
+        rows.append(
+            [
+                Cell(name),
+                number_cell(v, v.update_deff, "update_deff"),
+                number_cell(
+                    v, v.update_deff / count if count and v.update_deff is not None else None, "update_deff_per_layer"
+                ),
+                per_layer_cell(v),
+            ]
+            + (
+                [
+                    _layer_cell(ratio, band, 0),
+                    Cell(fmt(float(np.nanmedian(np.asarray(ratio, dtype=float))))),
+                    _layer_cell(ratio, band, -1),
+                ]
+                if ratio
+                else [Cell("-")] * 3
+            )
+        )
+    return Table(
+        header,
+        rows,
+        [False] + [True] * 6,
+        note="D_eff of the updates f_l = h_l - h_{l-1} under the same estimator, and over L (the paper's S16: "
+        "the same low band as the states). |f_l|/|h_l-1|: mean norm of the pooled update over mean norm of "
+        "the pooled state it is added to, across passages (per layer in the next table).",
+    )
 
 
 def update_layers_table(result: Result) -> Table | None:
@@ -197,12 +278,21 @@ def update_layers_table(result: Result) -> Table | None:
         return None
     ci = v.ci or {}
     tokens = (v.related or {}).get("relative_contribution") or []
-    rows = [[Cell(str(l + 1)), _layer_cell(v.update_norm_ratio, ci.get("update_norm_ratio"), l),
-             _layer_cell(tokens, ci.get("relative_contribution"), l) if len(tokens) > l else Cell("-")]
-            for l in range(len(v.update_norm_ratio))]
-    return Table(["layer", "|f_l|/|h_l-1| (passages)", "|u_l|/|s_l-1| (tokens)"], rows, [True, True, True],
-                 note="passages: mean over passages of the pooled update's norm over the pooled state's; tokens: the "
-                 "same over every token (Csordas et al.'s relative contribution). Brackets: bootstrap intervals.")
+    rows = [
+        [
+            Cell(str(l + 1)),
+            _layer_cell(v.update_norm_ratio, ci.get("update_norm_ratio"), l),
+            _layer_cell(tokens, ci.get("relative_contribution"), l) if len(tokens) > l else Cell("-"),
+        ]
+        for l in range(len(v.update_norm_ratio))
+    ]
+    return Table(
+        ["layer", "|f_l|/|h_l-1| (passages)", "|u_l|/|s_l-1| (tokens)"],
+        rows,
+        [True, True, True],
+        note="passages: mean over passages of the pooled update's norm over the pooled state's; tokens: the "
+        "same over every token (Csordas et al.'s relative contribution). Brackets: bootstrap intervals.",
+    )
 
 
 def _layer_cell(values, band, index: int) -> Cell:
@@ -219,16 +309,38 @@ def table2_section(result: Result) -> Section | None:
     v = result.views.get("default")
     if paper is None or v is None:
         return None
-    rows = [[Cell("paper (Table 2)"), Cell(str(paper.layers)), Cell(fmt(paper.deff, 2)), Cell(fmt(paper.deff_per_layer)),
-             Cell(fmt(paper.gap_pct, 1, signed=True)), Cell("")]]
+    rows = [
+        [
+            Cell("paper (Table 2)"),
+            Cell(str(paper.layers)),
+            Cell(fmt(paper.deff, 2)),
+            Cell(fmt(paper.deff_per_layer)),
+            Cell(fmt(paper.gap_pct, 1, signed=True)),
+            Cell(""),
+        ]
+    ]
     for sim, w in default_views(result):
         if sim == result.primary_similarity or sim == DEBIASED:
-            rows.append([Cell(f"effdepth ({sim})"), Cell(str(w.num_states)), Cell(fmt(w.deff)), per_layer_cell(w),
-                         Cell(fmt(w.gap_pct, 1, signed=True)), Cell(fmt(w.deff - paper.deff, 3, signed=True))])
-    table = Table(["", "L", "D_eff", "D_eff/L", "gap %", "diff"], rows, [False] + [True] * 5,
-                  note=f"diff: our D_eff minus the paper's. source: {table2_source()}")
-    return Section(f"beside the paper's Table 2 ({paper.model}; difference "
-                   f"{fmt(v.deff - paper.deff, 3, signed=True)} in D_eff)", table)
+            rows.append(
+                [
+                    Cell(f"effdepth ({sim})"),
+                    Cell(str(w.num_states)),
+                    Cell(fmt(w.deff)),
+                    per_layer_cell(w),
+                    Cell(fmt(w.gap_pct, 1, signed=True)),
+                    Cell(fmt(w.deff - paper.deff, 3, signed=True)),
+                ]
+            )
+    table = Table(
+        ["", "L", "D_eff", "D_eff/L", "gap %", "diff"],
+        rows,
+        [False] + [True] * 5,
+        note=f"diff: our D_eff minus the paper's. source: {table2_source()}",
+    )
+    return Section(
+        f"beside the paper's Table 2 ({paper.model}; difference {fmt(v.deff - paper.deff, 3, signed=True)} in D_eff)",
+        table,
+    )
 
 
 # --------------------------------------------------------------------------- cells

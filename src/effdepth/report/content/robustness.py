@@ -49,19 +49,32 @@ def sensitivity_table(result: Result, similarity: str | None = None, view: str =
     rows = []
     for key, n in numbers.items():
         ci_key = f"sensitivity.{key}.deff"
-        rows.append([Cell(label(key, v.num_states)),
-                     Cell(fmt(n["deff"]), interval(v, ci_key) if intervals else ""),
-                     Cell(fmt(n["deff"] / v.num_states)), Cell(fmt(n["reference"])),
-                     Cell(fmt(n["gap_pct"], 1, signed=True),
-                          interval(v, f"sensitivity.{key}.gap_pct", 1) if intervals else "")])
-    where = (f"[{level(v)}% bootstrap interval, the same resamples as D_eff]" if intervals else
-             "(no intervals: computed from the saved similarity matrix)")
-    return Table(["form", "D_eff", "D_eff/L", "reference", "gap %"], rows, [False, True, True, True, True],
-                 note=f"view {view}, similarity {sim}, N = {v.num_states} states {where}. Lag forms: "
-                 "N / (1 + 2 sum_{k<=K} w(k/N) P(k)); aggregations of the similarity matrix S: participation ratio "
-                 "(tr S)^2 / tr S^2, effective rank exp(entropy of its normalised eigenvalues), threshold count "
-                 "(eigenvalues covering 90% of tr S). Each form's reference is the same form on orthogonal equal "
-                 "updates (F_L for the Bartlett full lag); its gap is to that reference.")
+        rows.append(
+            [
+                Cell(label(key, v.num_states)),
+                Cell(fmt(n["deff"]), interval(v, ci_key) if intervals else ""),
+                Cell(fmt(n["deff"] / v.num_states)),
+                Cell(fmt(n["reference"])),
+                Cell(
+                    fmt(n["gap_pct"], 1, signed=True), interval(v, f"sensitivity.{key}.gap_pct", 1) if intervals else ""
+                ),
+            ]
+        )
+    where = (
+        f"[{level(v)}% bootstrap interval, the same resamples as D_eff]"
+        if intervals
+        else "(no intervals: computed from the saved similarity matrix)"
+    )
+    return Table(
+        ["form", "D_eff", "D_eff/L", "reference", "gap %"],
+        rows,
+        [False, True, True, True, True],
+        note=f"view {view}, similarity {sim}, N = {v.num_states} states {where}. Lag forms: "
+        "N / (1 + 2 sum_{k<=K} w(k/N) P(k)); aggregations of the similarity matrix S: participation ratio "
+        "(tr S)^2 / tr S^2, effective rank exp(entropy of its normalised eigenvalues), threshold count "
+        "(eigenvalues covering 90% of tr S). Each form's reference is the same form on orthogonal equal "
+        "updates (F_L for the Bartlett full lag); its gap is to that reference.",
+    )
 
 
 def ordering_table(entries: list, similarity: str | None = None, view: str = "default") -> Table | None:
@@ -78,9 +91,16 @@ def ordering_table(entries: list, similarity: str | None = None, view: str = "de
             per_layer.setdefault(key, []).append(n["deff"] / v.num_states)
     if models < 3 or "bartlett" not in per_layer:
         return None
-    rows = [[Cell(label(key)), Cell(fmt(spearman(values, per_layer["bartlett"])))]
-            for key, values in per_layer.items() if key != "bartlett"]
-    return Table(["form", "Spearman with Bartlett"], rows, [False, True],
-                 note=f"{models} results, view {view}: rank correlation of their D_eff/L under each form with "
-                 "D_eff/L under the paper's Bartlett full lag (the paper reports > 0.98 for its aggregations over "
-                 "thirteen models with L >= 16).")
+    rows = [
+        [Cell(label(key)), Cell(fmt(spearman(values, per_layer["bartlett"])))]
+        for key, values in per_layer.items()
+        if key != "bartlett"
+    ]
+    return Table(
+        ["form", "Spearman with Bartlett"],
+        rows,
+        [False, True],
+        note=f"{models} results, view {view}: rank correlation of their D_eff/L under each form with "
+        "D_eff/L under the paper's Bartlett full lag (the paper reports > 0.98 for its aggregations over "
+        "thirteen models with L >= 16).",
+    )

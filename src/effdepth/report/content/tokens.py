@@ -10,7 +10,18 @@ from ..numbers import fmt
 from ..rows import has_calibrated, view_entries
 from ..wording import ATTRIBUTION, CALIBRATED, carry_text, context, similarity_name
 from .facts import device_rows, model_name, model_rows
-from .model import TERMS, Cell, ResultContent, Section, Table, interval, level, number_cell, sub_reference, unavailable_row
+from .model import (
+    TERMS,
+    Cell,
+    ResultContent,
+    Section,
+    Table,
+    interval,
+    level,
+    number_cell,
+    sub_reference,
+    unavailable_row,
+)
 
 
 def token_content(result: Result) -> ResultContent:
@@ -60,10 +71,12 @@ def headline(result: Result) -> str:
     v = result.default
     ci = interval(v, "deff")
     tokens = result.config.get("seq_len")
-    text = (f"D_eff = {fmt(v.deff)}{' ' + ci if ci else ''} against F_N = {fmt(v.reference)} "
-            f"(N = {v.num_states} states; {context(result)}"
-            + (f"; {tokens} tokens per sequence" if tokens else "")
-            + f"): ratio {fmt(v.ratio)}, gap {fmt(v.gap_pct, 1, signed=True)} %")
+    text = (
+        f"D_eff = {fmt(v.deff)}{' ' + ci if ci else ''} against F_N = {fmt(v.reference)} "
+        f"(N = {v.num_states} states; {context(result)}"
+        + (f"; {tokens} tokens per sequence" if tokens else "")
+        + f"): ratio {fmt(v.ratio)}, gap {fmt(v.gap_pct, 1, signed=True)} %"
+    )
     if v.sub_reference is True:
         text += f"; the whole {level(v)}% interval lies below F_N (sub-reference)"
     elif v.sub_reference is False:
@@ -91,7 +104,10 @@ def summary_rows(result: Result) -> list:
         rows.append(("corpus", f"{corpus.get('name')} (sha256 {str(corpus.get('sha256'))[:16]}…)"))
     rows += [
         ("sequences x tokens per sequence", f"{v.sequences} x {c.get('seq_len', 'n/a')} ({v.tokens} tokens analysed)"),
-        ("bootstrap", f"{v.ci['resamples']} resamples over sequences, {level(v)}% percentile intervals" if v.ci else "none"),
+        (
+            "bootstrap",
+            f"{v.ci['resamples']} resamples over sequences, {level(v)}% percentile intervals" if v.ci else "none",
+        ),
         ("D_eff", f"{fmt(v.deff)} {interval(v, 'deff')}".strip()),
         ("F_N", fmt(v.reference)),
         ("D_eff / F_N", f"{fmt(v.ratio)} {interval(v, 'ratio')}".strip()),
@@ -108,16 +124,24 @@ def sections(result: Result) -> list:
     out = [Section("views", views_table(result), where), Section("references", references_table(result), where)]
     sensitivity = sensitivity_table(result)
     if sensitivity is not None:
-        out.append(Section("definition sensitivity", sensitivity, "D_eff / F_N and D_eff per view and similarity",
-                           anchor="sensitivity"))
+        out.append(
+            Section(
+                "definition sensitivity",
+                sensitivity,
+                "D_eff / F_N and D_eff per view and similarity",
+                anchor="sensitivity",
+            )
+        )
     return out
 
 
 def view_rows(result: Result, similarity: str | None, width: int, row) -> list:
     """One row per view under ``similarity``: ``row(name, view_result)``, or, for a view without a
     value, the unavailable row of ``width`` cells with its reason."""
-    return [unavailable_row(name, reason, width) if v is None else row(name, v)
-            for name, v, reason in view_entries(result, similarity)]
+    return [
+        unavailable_row(name, reason, width) if v is None else row(name, v)
+        for name, v, reason in view_entries(result, similarity)
+    ]
 
 
 def views_table(result: Result, similarity: str | None = None) -> Table:
@@ -145,7 +169,9 @@ def views_table(result: Result, similarity: str | None = None) -> Table:
         ]
 
     return Table(
-        header, view_rows(result, similarity, len(header), row), [False, True, True, True, True, False, True, True, True],
+        header,
+        view_rows(result, similarity, len(header), row),
+        [False, True, True, True, True, False, True, True, True],
         note=f"{context(result, similarity).capitalize()}. Brackets: {lv}% bootstrap intervals over sequences. gap % = "
         "100 (1 - D_eff/F_N), positive = below the reference. sub-ref.: the whole D_eff interval lies below F_N. "
         + ATTRIBUTION,
@@ -161,21 +187,31 @@ def references_table(result: Result, similarity: str | None = None) -> Table:
     ['R_structural_cal', 'R_matched_cal', 'D_eff']
     """
     calibrated = has_calibrated(result, similarity)
-    header = ["view", "F_N", "R_init", "R_size", "R_matched"] + (list(CALIBRATED.values()) if calibrated else []) + ["D_eff"]
+    header = (
+        ["view", "F_N", "R_init", "R_size", "R_matched"] + (list(CALIBRATED.values()) if calibrated else []) + ["D_eff"]
+    )
     kinds = ("init", "size", "matched") + (tuple(CALIBRATED) if calibrated else ())
 
     def row(name: str, v) -> list:
         r = v.references or {}
-        return [Cell(name), number_cell(v, v.reference), *(number_cell(v, r.get(k), f"reference_{k}") for k in kinds),
-                number_cell(v, v.deff, "deff")]
+        return [
+            Cell(name),
+            number_cell(v, v.reference),
+            *(number_cell(v, r.get(k), f"reference_{k}") for k in kinds),
+            number_cell(v, v.deff, "deff"),
+        ]
 
     rows = view_rows(result, similarity, len(header), row)
-    note = (f"{context(result, similarity).capitalize()}. F_N: orthogonal equal updates, no initial state. R_init matches the "
-            "initial state, R_size the update sizes, R_matched both; D_eff equals R_matched when all updates are mutually "
-            "orthogonal and orthogonal to S_0.")
+    note = (
+        f"{context(result, similarity).capitalize()}. F_N: orthogonal equal updates, no initial state. R_init matches the "
+        "initial state, R_size the update sizes, R_matched both; D_eff equals R_matched when all updates are mutually "
+        "orthogonal and orthogonal to S_0."
+    )
     if calibrated:
-        note += (" R_structural_cal and R_matched_cal: the D_eff of Gaussian surrogate streams (equal update energies and no "
-                 "initial state; the measured energies and S_0) through the same views, similarity and estimator.")
+        note += (
+            " R_structural_cal and R_matched_cal: the D_eff of Gaussian surrogate streams (equal update energies and no "
+            "initial state; the measured energies and S_0) through the same views, similarity and estimator."
+        )
     return Table(header, rows, [False] + [True] * (len(header) - 1), note=note)
 
 
@@ -195,12 +231,20 @@ def sensitivity_table(result: Result) -> Table | None:
     columns = [view_entries(result, sim) for sim in sims]
     rows = []
     for entries in zip(*columns):
-        ratios = [Cell("unavailable", reason=reason) if v is None else number_cell(v, v.ratio, "ratio") for _, v, reason in entries]
+        ratios = [
+            Cell("unavailable", reason=reason) if v is None else number_cell(v, v.ratio, "ratio")
+            for _, v, reason in entries
+        ]
         deffs = [Cell("unavailable") if v is None else number_cell(v, v.deff, "deff") for _, v, _ in entries]
         rows.append([Cell(entries[0][0])] + ratios + deffs)
     header = ["view"] + [f"{s} D_eff / F_N" for s in sims] + [f"{s} D_eff" for s in sims]
     carry = carry_text(result.extras)
-    return Table(header, rows, [False] + [True] * (2 * len(sims)),
-                 note="The same forward passes under each similarity (primary first): "
-                 + "; ".join(similarity_name(s) for s in sims) + ". Brackets: bootstrap intervals."
-                 + (f" {carry.capitalize()}." if carry else ""))
+    return Table(
+        header,
+        rows,
+        [False] + [True] * (2 * len(sims)),
+        note="The same forward passes under each similarity (primary first): "
+        + "; ".join(similarity_name(s) for s in sims)
+        + ". Brackets: bootstrap intervals."
+        + (f" {carry.capitalize()}." if carry else ""),
+    )
