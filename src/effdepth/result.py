@@ -88,11 +88,6 @@ def view_results(summaries: dict) -> dict:
     return {name: ViewResult(name=name, **summary) for name, summary in summaries.items()}
 
 
-def views_by_similarity(summaries: dict) -> dict:
-    """``{similarity: {view: ViewResult}}`` from ``{similarity: {view: summary}}``."""
-    return {sim: view_results(views) for sim, views in summaries.items()}
-
-
 @dataclass
 class Result:
     """The outcome of :func:`effdepth.measure` or :func:`effdepth.from_states`.

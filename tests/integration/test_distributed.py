@@ -75,38 +75,23 @@ def _same(a, b):
     assert a.config["pc_estimate"] == b.config["pc_estimate"]
 
 
-def test_torchrun_two_processes_match_one(model_dir, corpus, tmp_path):
-    out = tmp_path / "out"
+def torchrun_measure(model_dir, corpus, options, out):
+    """``effdepth.distributed measure`` under torchrun with two gloo ranks on the CPU."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "effdepth.distributed",
-            "measure",
-            str(model_dir),
-            "--corpus",
-            corpus,
-            *OPTIONS,
-            "--backend",
-            "gloo",
-            "--device",
-            "cpu",
-            "--out",
-            str(out),
-            "--no-progress",
-            "--no-figures",
-        ],
+    command = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "effdepth.distributed"]
+    flags = ["--backend", "gloo", "--device", "cpu", "--out", str(out), "--no-progress", "--no-figures"]
+    return subprocess.run(
+        [sys.executable, *command, "measure", str(model_dir), "--corpus", corpus, *options, *flags],
         capture_output=True,
         text=True,
         timeout=240,
         env=env,
     )
+
+
+def test_torchrun_two_processes_match_one(model_dir, corpus, tmp_path):
+    out = tmp_path / "out"
+    proc = torchrun_measure(model_dir, corpus, OPTIONS, out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "2 processes" in proc.stdout
     distributed = effdepth.load(out)
@@ -144,36 +129,7 @@ def test_torchrun_passage_mode_gives_one_processs_numbers_exactly(model_dir, cor
         "--views",
         "default,drop-pos0,top1pc",
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "effdepth.distributed",
-            "measure",
-            str(model_dir),
-            "--corpus",
-            corpus,
-            *options,
-            "--backend",
-            "gloo",
-            "--device",
-            "cpu",
-            "--out",
-            str(out),
-            "--no-progress",
-            "--no-figures",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-    )
+    proc = torchrun_measure(model_dir, corpus, options, out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     distributed = effdepth.load(out)
     assert distributed.passages and distributed.provenance["run"]["distributed"]["batches"] == [3, 2]

@@ -289,10 +289,6 @@ def run_options_from_args(args, **values) -> RunOptions:
     )
 
 
-def add_out_argument(p: argparse.ArgumentParser, help: str, required: bool = False, default=None) -> None:
-    p.add_argument("--out", "-o", default=default, required=required, help=help)
-
-
 def default_out(model: str | None) -> Path:
     """``runs/<model>``: a slug that can never leave ``runs/``.
 

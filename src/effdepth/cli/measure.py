@@ -219,22 +219,9 @@ def write_result(result, out: Path, *, figures: bool, note: str = "") -> None:
 
 
 def cmd_analyse(args) -> int:
-    from ..passage_measure import analyse_saved
+    from ..passage_measure import ANALYSIS_CHANGES, analyse_saved
 
-    changes = {
-        k: getattr(args, k)
-        for k in (
-            "views",
-            "similarity",
-            "bootstrap",
-            "bootstrap_units",
-            "seed",
-            "include_embedding",
-            "surrogate_seqs",
-            "max_memory",
-        )
-        if getattr(args, k) is not None
-    }
+    changes = {k: getattr(args, k) for k in ANALYSIS_CHANGES if getattr(args, k) is not None}
     result = analyse_saved(Path(args.result), progress=args.progress, **changes)
     out = Path(args.out) if args.out else Path(args.result)
     write_result(result, ensure_writable(out), figures=args.figures, note=" (re-analysed from the pooled vectors)")

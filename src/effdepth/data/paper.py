@@ -119,8 +119,3 @@ def table_s14() -> tuple:
 def table_s14_source() -> str:
     """Where Table S14's numbers come from (one paragraph)."""
     return " ".join(str(_table_s14()["source"]).split())
-
-
-def table_s14_setting() -> dict:
-    """The paper's training setting behind Table S14."""
-    return dict(_table_s14()["setting"])

@@ -9,7 +9,7 @@ a stream of its own, through the view's one per-token transform
 statistics its similarities need (:func:`stream_statistics`).
 
 :class:`SequenceUnits` follows the statistics' protocol
-(:mod:`~effdepth.numerics.protocol`); :meth:`SequenceUnits.measure` and
+(``update``, ``merge``, ``state_dict`` / ``load_state_dict``, ``compute``); :meth:`SequenceUnits.measure` and
 :meth:`SequenceUnits.commit` let a caller measure a whole batch before it
 adds anything, so a batch that fails part-way adds nothing.
 """

@@ -7,6 +7,7 @@ merging a second statistic fed the second half computes it too; computing change
 
 import io
 import json
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import pytest
@@ -16,7 +17,6 @@ from effdepth.measure import MeasurementState
 from effdepth.numerics.cka_full import PooledCka
 from effdepth.numerics.fits import FitAccumulator
 from effdepth.numerics.loss import LossAccumulator
-from effdepth.numerics.protocol import Statistic
 from effdepth.numerics.sequence_units import SequenceUnits
 from effdepth.numerics.statistics import UnitStatistics
 from effdepth.numerics.streams import ViewAccumulator
@@ -25,6 +25,22 @@ from effdepth.numerics.views import parse_view
 from effdepth.options import AnalysisOptions
 
 VIEWS = ("default", "drop-pos0", "token-norm")
+
+
+@runtime_checkable
+class Statistic(Protocol):
+    """The protocol every stateful statistic follows (in the spirit of torchmetrics' ``Metric``): checkpoints,
+    resume and distributed gathering rely on it alone."""
+
+    def update(self, *args, **kwargs) -> None: ...
+
+    def merge(self, other) -> None: ...
+
+    def state_dict(self) -> tuple: ...
+
+    def load_state_dict(self, arrays: dict, meta: dict) -> None: ...
+
+    def compute(self): ...
 
 
 def batch(seed, B=4, L=3, T=7, d=6):
