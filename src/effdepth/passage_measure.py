@@ -41,8 +41,9 @@ from .numerics.passage_analysis import (
     one_pass_bytes,
     size_at_least,
 )
-from .numerics.passage_views import variants_for
+from .numerics.passage_views import variants_for, views_variants
 from .numerics.pooling import PassagePooler
+from .numerics.sampling import TokenReduction, TokenSampler
 from .options import AnalysisOptions
 from .pooled import POOLED_DIR, PooledStore, mark_movable, temporary_folder
 from .provenance import code_version, library_versions, machine, now
@@ -55,22 +56,34 @@ __all__ = ["measure_passages", "analyse_store", "analyse_saved", "analysed_resul
 MANY_PASSES = 16
 
 
-def measure_passages(prepared, analysis: AnalysisOptions, *, run, started: float | None = None) -> Result:
+def measure_passages(
+    prepared, analysis: AnalysisOptions, *, run, started: float | None = None, tokens: TokenReduction | None = None
+) -> Result:
     """Measure prepared passages (``prepared.tokens`` is :class:`~effdepth.data.passages.Passages`).
 
     With ``run.checkpoint`` (a folder) the pooled vectors are written under
     it and a stopped run resumes (``run.resume``); without one they go to a
     temporary folder that :meth:`Result.save` moves beside ``result.json``.
+    ``tokens`` takes each passage's tokens as samples instead of their mean
+    (:mod:`effdepth.numerics.sampling`: the token reduction, the same store,
+    views, estimators, references and bootstrap; not yet behind ``--pooling none``).
     """
     started = time.perf_counter() if started is None else started
     lm, arch, passages = prepared.lm, prepared.arch, prepared.tokens
-    variants = variants_for(analysis.view_specs)
+    variants = variants_for(analysis.view_specs) if tokens is None else views_variants(analysis.view_specs)
     width = _hidden_size(lm)
     check_before_forward(passages, arch.num_layers, width, analysis)
     fingerprint = passage_fingerprint(prepared, analysis, variants)
+    if tokens is not None:
+        fingerprint["tokens"] = tokens.describe()
+        if any(v.has("length") for v in analysis.view_specs):
+            raise EffdepthError(
+                "the length view regresses a passage's token count out of its mean, and the token "
+                "reduction keeps tokens, not means; leave out length views"
+            )
     folder, temporary = _store_folder(run)
     try:
-        return _measure_into(folder, temporary, prepared, analysis, run, fingerprint, variants, width, started)
+        return _measure_into(folder, temporary, prepared, analysis, run, fingerprint, variants, width, started, tokens)
     except BaseException:
         _discard_unsaved(folder, temporary, run)
         raise
@@ -145,13 +158,19 @@ def _measure_into(
     variants,
     width: int,
     started: float,
+    tokens: TokenReduction | None = None,
 ) -> Result:
     """The forward passes into the store in ``folder``, then the analysis (see :func:`measure_passages`)."""
     lm, arch, passages = prepared.lm, prepared.arch, prepared.tokens
     order = np.argsort(-passages.lengths, kind="stable")  # longest first: memory trouble shows at once
-    store, facts = _open_store(folder, run, fingerprint, passages, variants, arch.num_layers + 1, width)
+    offsets = None if tokens is None else tokens.offsets(passages, variants)
+    store, facts = _open_store(folder, run, fingerprint, passages, variants, arch.num_layers + 1, width, offsets)
     facts["batch_size_used"] = analysis.batch_size
-    pooler = PassagePooler(variants, arch.num_layers)
+    pooler = (
+        PassagePooler(variants, arch.num_layers)
+        if tokens is None
+        else TokenSampler(variants, arch.num_layers, k=tokens.k, seed=tokens.seed)
+    )
     pad_id = _pad_id(lm)
     written = store.written
     last_save = time.monotonic()
@@ -162,7 +181,7 @@ def _measure_into(
                 lm.model, arch, passages, order, pooler, forward, start=written, facts=facts
             ):
                 _check_finite(pooled, indices, lm)
-                store.write(indices, pooled.numpy(), sums.numpy())
+                store.write(indices, as_numpy(pooled), sums.numpy())
                 written += len(indices)
                 if run.checkpoint is not None and (
                     interrupted or time.monotonic() - last_save > run.checkpoint_every_s
@@ -214,6 +233,7 @@ def analyse_store(
     (``seq_len``: the longest a passage could be), the confounds table and the sample-size curve."""
     arrays = store.arrays()
     check_stored_variants(analysis, list(arrays), list(arrays))
+    offsets = {v: store.offsets(v) for v in arrays} if store.reduction == "tokens" else None
     return analysed_result(
         arrays,
         analysis,
@@ -222,6 +242,7 @@ def analyse_store(
         seq_len=seq_len,
         progress=progress,
         device=device or _analysis_device(),
+        offsets=offsets,
     )
 
 
@@ -234,13 +255,17 @@ def analysed_result(
     seq_len: int | None = None,
     progress: bool = True,
     device: str = "cpu",
+    offsets: dict | None = None,
 ) -> Result:
     """The :class:`Result` of pooled vectors (``{variant: (L+1, N, d)}``) under ``analysis``: every view
     under every similarity, and in ``extras`` the passage lengths, the confounds table and the sample-size
-    curve (docs/method.md#passage-mode); config and provenance hold only the analysis."""
+    curve (docs/method.md#passage-mode); config and provenance hold only the analysis. ``offsets``: the
+    token reduction's samples (:func:`~effdepth.numerics.passage_analysis.analyse_pooled`)."""
     plan = analysis.analysis_plan(device=device)
     with tqdm(total=len(plan.specs), desc="analysing views", unit="view", disable=not progress, leave=False) as bar:
-        out = analyse_pooled(pooled, plan, token_sums=token_sums, lengths=lengths, progress=_view_started(bar))
+        out = analyse_pooled(
+            pooled, plan, token_sums=token_sums, lengths=lengths, progress=_view_started(bar), offsets=offsets
+        )
         bar.update(bar.total - bar.n)
     by_sim = {sim: view_results(views) for sim, views in out["similarities"].items()}
     primary, *rest = plan.similarities
@@ -253,6 +278,9 @@ def analysed_result(
         "similarity_labels": {s: SIMILARITIES[s].label for s in plan.similarities},
     }
     extras = {"confounds": out["confounds"], "sample_size": out["sample_size"]}
+    if offsets is not None:  # the samples are tokens: the confounds of a passage's mean do not apply
+        config["reduction"] = {"samples": "tokens", "per_variant": {v: int(o[-1]) for v, o in offsets.items()}}
+        extras = {"sample_size": out["sample_size"]}
     if lengths is not None:
         extras = {"passage_lengths": length_distribution(lengths, seq_len), **extras}
     return Result(
@@ -485,7 +513,9 @@ def passage_fingerprint(prepared, analysis: AnalysisOptions, variants) -> dict:
     }
 
 
-def _open_store(folder: Path, run, fingerprint: dict, passages, variants, layers: int, width: int) -> tuple:
+def _open_store(
+    folder: Path, run, fingerprint: dict, passages, variants, layers: int, width: int, offsets: dict | None = None
+) -> tuple:
     facts = {"oom_retries": 0, "resumed_from": 0}
     store_dir = folder / POOLED_DIR
     if run.resume:
@@ -509,6 +539,7 @@ def _open_store(folder: Path, run, fingerprint: dict, passages, variants, layers
         lengths=passages.lengths,
         starts_with_bos=passages.starts_with_bos,
         extra={"fingerprint": fingerprint},
+        offsets=offsets,
     )
     return store, facts
 
@@ -577,11 +608,19 @@ def _pad_id(lm) -> int:
     return 0
 
 
-def _check_finite(pooled: torch.Tensor, indices, lm) -> None:
-    finite = torch.isfinite(pooled).flatten(2).all(dim=-1)  # (V, L+1, B): no reduction over passages
+def as_numpy(pooled):
+    """A batch's pooled vectors (a tensor) or the token reduction's samples (a dict of tensors) as numpy."""
+    return {v: x.numpy() for v, x in pooled.items()} if isinstance(pooled, dict) else pooled.numpy()
+
+
+def _check_finite(pooled, indices, lm) -> None:
+    """One line for non-finite states in a batch: ``pooled`` (V, L+1, B, d), or the token reduction's
+    ``{variant: (L+1, s, d)}``."""
+    parts = list(pooled.values()) if isinstance(pooled, dict) else [pooled.transpose(0, 1)]  # each (L+1, ...)
+    finite = torch.stack([torch.isfinite(x.reshape(x.shape[0], -1)).all(dim=1) for x in parts])  # (parts, L+1)
     if bool(finite.all()):
         return
-    layer = int(torch.nonzero(~finite.all(dim=(0, 2)))[0])
+    layer = int(torch.nonzero(~finite.all(dim=0))[0])
     dtype = lm.info.get("dtype")
     hint = " (float16 overflows on massive activations: use --dtype bfloat16 or float32)" if dtype == "float16" else ""
     raise EffdepthError(

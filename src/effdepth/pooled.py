@@ -47,9 +47,14 @@ class PooledStore:
     def __init__(self, folder: Path, meta: dict, mode: str):
         self.folder = Path(folder)
         self.meta = meta
-        shape = (meta["layers"], meta["passages"], meta["width"])
+        samples = meta.get("samples") or {}  # the token reduction: each variant's samples; else one per passage
         self._pooled = {
-            v: np.lib.format.open_memmap(self.folder / f"{v}.npy", mode=mode, dtype=np.float32, shape=shape)
+            v: np.lib.format.open_memmap(
+                self.folder / f"{v}.npy",
+                mode=mode,
+                dtype=np.float32,
+                shape=(meta["layers"], samples.get(v, meta["passages"]), meta["width"]),
+            )
             if mode == "w+"
             else np.load(self.folder / f"{v}.npy", mmap_mode=mode)
             for v in meta["variants"]
@@ -63,9 +68,19 @@ class PooledStore:
 
     @classmethod
     def create(
-        cls, folder, variants, *, layers: int, width: int, lengths, starts_with_bos, extra: dict | None = None
+        cls,
+        folder,
+        variants,
+        *,
+        layers: int,
+        width: int,
+        lengths,
+        starts_with_bos,
+        extra: dict | None = None,
+        offsets: dict | None = None,
     ) -> "PooledStore":
-        """A new store for the passages of ``lengths`` with ``layers`` states (S_0..S_L) of ``width`` features."""
+        """A new store for the passages of ``lengths`` with ``layers`` states (S_0..S_L) of ``width`` features;
+        ``offsets`` (the token reduction) says, per variant, where each passage's samples start (N+1)."""
         folder = Path(folder)
         if folder.exists():
             shutil.rmtree(folder)
@@ -74,6 +89,7 @@ class PooledStore:
             folder / "passages.npz",
             lengths=np.asarray(lengths, dtype=np.int64),
             starts_with_bos=np.asarray(starts_with_bos, dtype=bool),
+            **{f"offsets|{v}": np.asarray(o, dtype=np.int64) for v, o in (offsets or {}).items()},
         )
         meta = {
             "format": FORMAT,
@@ -83,6 +99,7 @@ class PooledStore:
             "width": int(width),
             "dtype": "float32",
             "written": 0,
+            **({"reduction": "tokens", "samples": {v: int(o[-1]) for v, o in offsets.items()}} if offsets else {}),
             **(extra or {}),
         }
         store = cls(folder, meta, "w+")
@@ -108,12 +125,37 @@ class PooledStore:
     def written(self) -> int:
         return int(self.meta["written"])
 
-    def write(self, indices, pooled: np.ndarray, sums: np.ndarray) -> None:
-        """Put one batch at its passages' rows: ``pooled`` (V, L+1, B, d), ``sums`` (L, B, 3)."""
+    def write(self, indices, pooled, sums: np.ndarray) -> None:
+        """Put one batch at its passages' rows: ``pooled`` (V, L+1, B, d), or for the token reduction
+        ``{variant: (L+1, s, d)}`` (the passages' samples back to back); ``sums`` (L, B, 3)."""
         rows = np.asarray(indices, dtype=np.int64)
         for v, name in enumerate(self.meta["variants"]):
-            self._pooled[name][:, rows] = np.asarray(pooled[v], dtype=np.float32)
+            if isinstance(pooled, dict):
+                offsets = self.offsets(name)
+                at = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in rows] or [np.zeros(0, np.int64)])
+                self._pooled[name][:, at] = np.asarray(pooled[name], dtype=np.float32)
+            else:
+                self._pooled[name][:, rows] = np.asarray(pooled[v], dtype=np.float32)
         self._sums[rows] = np.asarray(sums, dtype=np.float64).transpose(1, 0, 2)
+
+    def offsets(self, variant: str) -> np.ndarray:
+        """``(N+1,)`` where each passage's rows start in ``variant``'s array (one row each but for the token reduction).
+
+        >>> import tempfile
+        >>> s = PooledStore.create(Path(tempfile.mkdtemp()) / "p", ["default"], layers=2, width=1, lengths=[2, 3],
+        ...                        starts_with_bos=[False, False], offsets={"default": [0, 2, 5]})
+        >>> s.offsets("default").tolist(), s.arrays()["default"].shape
+        ([0, 2, 5], (2, 5, 1))
+        """
+        if self.meta.get("reduction") != "tokens":
+            return np.arange(self.meta["passages"] + 1, dtype=np.int64)
+        with np.load(self.folder / "passages.npz") as data:
+            return data[f"offsets|{variant}"]
+
+    @property
+    def reduction(self) -> str:
+        """``mean`` (one pooled vector per passage) or ``tokens`` (sampled tokens)."""
+        return self.meta.get("reduction", "mean")
 
     def commit(self, written: int) -> None:
         """Flush the arrays, then record that the first ``written`` passages of the order are in them."""

@@ -122,13 +122,13 @@ def pooled_batches(
             ids, mask = passages.batch(indices, pad_id=forward.pad_id)
             ids, mask = ids.to(device), mask.to(device)
             try:
-                pooler.start(mask, torch.from_numpy(passages.starts_with_bos[indices]))
+                pooler.start(mask, torch.from_numpy(passages.starts_with_bos[indices]), indices)
                 if hooked:
                     _pool_external(arch, pooler, ids, mask, states)
                 else:
                     with PoolingCapture(arch, pooler, states):
                         decoder_forward(model, arch, ids, mask)
-                pooled, sums = pooler.pooled.cpu(), pooler.sums.cpu()
+                pooled, sums = pooler.output(), pooler.sums.cpu()
             except EffdepthError:
                 raise
             except (IndexError, RuntimeError) as exc:
@@ -142,7 +142,7 @@ def pooled_batches(
                 size = max(1, size // 2)
                 facts["oom_retries"] = facts.get("oom_retries", 0) + 1
                 facts["batch_size_used"] = size
-                pooler.pooled = None
+                pooler.reset()
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
                 continue

@@ -53,6 +53,7 @@ def measure_passages_distributed(options, folder: Path, *, progress: bool = True
         _pad_id,
         _provenance,
         analyse_store,
+        as_numpy,
         check_before_forward,
         passage_config,
     )
@@ -91,7 +92,7 @@ def measure_passages_distributed(options, folder: Path, *, progress: bool = True
         order = np.asarray(rows, dtype=np.int64)
         for indices, pooled, sums in pooled_batches(lm.model, arch, passages, order, pooler, forward):
             _check_finite(pooled, indices, lm)
-            shard.write([where[i] for i in indices], pooled.numpy(), sums.numpy())
+            shard.write([where[i] for i in indices], as_numpy(pooled), sums.numpy())
         shard.commit(len(rows))
 
     agreed(pool_my_batches, "measuring passages", comm)

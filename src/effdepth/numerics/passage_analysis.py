@@ -51,6 +51,7 @@ from .passage_views import CONTROLS, PassageView, check_top_pcs, parse_view, par
 from .pooling import TOKEN_SUMS
 from .references import reference_fl
 from .sample_hsic import LayerStack, stack_sums
+from .sampling import sample_units
 from .sensitivity import sensitivity_numbers
 from .similarities import PASSAGE, PASSAGE_SIMILARITIES, fewest_samples, parse_similarities
 from .similarity import deff
@@ -193,6 +194,7 @@ def analyse_pooled(
     token_sums: np.ndarray | None = None,
     lengths: np.ndarray | None = None,
     progress=None,
+    offsets: dict | None = None,
 ) -> dict:
     """``{"similarities": {similarity: {view: summary}}, "analysis": facts}`` from pooled vectors.
 
@@ -205,6 +207,10 @@ def analyse_pooled(
     control, paired differences; ``notes`` for a control that could not be
     measured) and ``sample_size`` (per CKA estimator, the subsample curve).
 
+    ``offsets`` (the token reduction, :mod:`~effdepth.numerics.sampling`) says, per variant, where each
+    passage's samples start in its array (N+1): the samples are tokens, a unit holds whole passages, and
+    the confound controls, which are about a passage's mean, are left out.
+
     >>> rng = np.random.default_rng(0)
     >>> states = np.cumsum(rng.normal(size=(4, 64, 8)), axis=0)   # S_0..S_3 of 64 passages
     >>> out = analyse_pooled({"default": states}, AnalysisPlan(bootstrap=20, calibrated=False))
@@ -216,7 +222,8 @@ def analyse_pooled(
     first = next(iter(pooled.values()))
     count, samples, width = (int(x) for x in first.shape)
     num_layers = count - 1
-    check_samples(samples, width, num_layers, plan)
+    passages = samples if offsets is None else len(next(iter(offsets.values()))) - 1
+    check_samples(passages, width, num_layers, plan)
     check_analysis_memory(samples, num_layers, width, plan)
     if lengths is None and any(v.has("length") for v in plan.specs):
         raise EffdepthError(
@@ -225,18 +232,21 @@ def analyse_pooled(
         )
     memory = analysis_memory(samples, num_layers, width, plan)
     device = torch.device(plan.device)
-    units = Units.blocks(samples, bootstrap_unit_count(samples, plan))
+    units = Units.blocks(passages, bootstrap_unit_count(passages, plan))
     weights = resample_weights(units.count, plan.bootstrap, plan.seed)
     budget = int(plan.max_memory) - (Kept.bytes(PooledStates(first, "cpu")) if memory["kept"] else 0)
+    controls = plan.controls and offsets is None
     subsamples = Subsamples.draw(units, plan.seed) if plan.controls else Subsamples.none(units)
     context = _Context(
-        plan, units, weights, device, samples, width, num_layers, token_sums, lengths, budget, subsamples
+        plan, units, weights, device, passages, width, num_layers, token_sums, lengths, budget, subsamples
     )
+    context.units_by_variant = {v: sample_units(units, o) for v, o in (offsets or {}).items()}
     by_sim: dict = {s: {} for s in plan.similarities}
     fits: dict = {}
     for spec in plan.specs:
         if progress is not None:
             progress(spec.name)
+        context.units = context.units_by_variant.get(spec.variant, context.passage_units)
         base = PooledStates(pooled[spec.variant], device)
         states = spec.after_pooling(base, lengths)
         if states is not base:
@@ -246,7 +256,7 @@ def analyse_pooled(
         for sim, summary in context.view(spec, states).items():
             by_sim[sim][spec.name] = summary
         del states
-    notes = context.controls(pooled) if plan.controls else {}
+    notes = context.controls(pooled) if controls else {}
     facts = {
         "bootstrap": {
             "resamples": int(plan.bootstrap),
@@ -286,10 +296,10 @@ def analyse_pooled(
 @dataclass
 class _Context:
     plan: AnalysisPlan
-    units: Units
+    passage_units: Units  # blocks of consecutive passages: the bootstrap's units
     weights: np.ndarray
     device: torch.device
-    samples: int
+    passages: int
     width: int
     num_layers: int
     token_sums: np.ndarray | None
@@ -302,6 +312,13 @@ class _Context:
     deff_draws: dict = field(default_factory=dict)
     #: ``{similarity: (S,) D_eff on the subsamples}`` of the default view (CKA estimators).
     subsample_deff: dict = field(default_factory=dict)
+    #: The token reduction: each variant's units in sample space (the same passages as ``passage_units``).
+    units_by_variant: dict = field(default_factory=dict)
+    #: The units of the view being analysed (its samples: passages, or the tokens of whole passages).
+    units: Units | None = None
+
+    def __post_init__(self):
+        self.units = self.passage_units
 
     @property
     def kernel(self) -> list:
@@ -347,11 +364,11 @@ class _Context:
         under ``weights``)."""
         plan = stack_plan(
             stack.count,
-            self.samples,
+            stack.samples,
             self.width,
             self.units.count,
             self.budget,
-            hsic_route(stack.count, self.samples, self.width, self.units.count, self.budget),
+            hsic_route(stack.count, stack.samples, self.width, self.units.count, self.budget),
         )
         self.routes.add(plan["route"])
         sums = stack_sums(stack, self.units, budget_bytes=self.budget, route=plan["route"])
@@ -374,6 +391,7 @@ class _Context:
         default view's with the subsamples; with equal lengths, length's are default's); ``{control: why}``
         for those that cannot be measured."""
         notes = {}
+        self.units = self.passage_units  # the controls are about a passage's mean: one sample per passage
         for name in ("default", *CONTROLS):
             if all(name in self.deff_draws.get(s, {}) for s in self.plan.similarities):
                 continue
@@ -426,7 +444,7 @@ class _Context:
         for sim, rows in self.subsample_deff.items():
             full = self.deff_draws[sim]["default"]
             out[sim] = subsample_curve(
-                self.subsamples, rows, float(full[0]), percentile_interval(full[1:]), self.samples
+                self.subsamples, rows, float(full[0]), percentile_interval(full[1:]), self.passages
             )
         return out
 
@@ -451,10 +469,11 @@ class _Context:
 
     def _calibrated(self, spec: PassageView, states: LayerStack) -> dict:
         """``{"structural_cal": {sim: D_eff draws}, "matched_cal": ...}`` of the view's surrogates."""
-        key = spec.pooled_stage  # the isotropic surrogate differs between views only by their pooled stage
+        # the isotropic surrogate differs between views only by their pooled stage (and, for tokens, their samples)
+        key = (spec.pooled_stage, states.samples)
         if key not in self._structural:
             surrogate = IsotropicSurrogate(
-                self.samples, self.width, self.num_layers + self.plan.include_embedding, self.plan.seed, self.device
+                states.samples, self.width, self.num_layers + self.plan.include_embedding, self.plan.seed, self.device
             )
             self._structural[key] = self._surrogate_deff(spec.after_pooling(surrogate, self.lengths), slice(0, None))
         # the matched surrogate is made of the view's own states: already through its pooled stage
@@ -475,10 +494,12 @@ class _Context:
         """Block influence and |u_l| / |s_{l-1}| over tokens, under every resample (from the per-token sums)."""
         if self.token_sums is None or self.lengths is None:
             return {}
-        index = self.units.index("cpu").numpy()
-        per_unit = np.zeros((self.units.count,) + self.token_sums.shape[1:])
+        index = self.passage_units.index("cpu").numpy()
+        per_unit = np.zeros((self.passage_units.count,) + self.token_sums.shape[1:])
         np.add.at(per_unit, index, self.token_sums)
-        tokens = np.bincount(index, weights=np.asarray(self.lengths, dtype=np.float64), minlength=self.units.count)
+        tokens = np.bincount(
+            index, weights=np.asarray(self.lengths, dtype=np.float64), minlength=self.passage_units.count
+        )
         sums = np.tensordot(self.weights, per_unit, axes=(1, 0))  # (R, L, 3)
         n = (self.weights @ tokens)[:, None]
         k = {name: i for i, name in enumerate(TOKEN_SUMS)}
@@ -504,7 +525,7 @@ class _Context:
             "gap_pct": float(point["gap_pct"]),
             "num_states": n,
             "tokens": int(np.sum(self.lengths)) if self.lengths is not None else 0,
-            "sequences": self.samples,
+            "sequences": self.passages,
             "profile": point["profile"].tolist(),
             "similarity": sim.tolist(),
             "references": refs,

@@ -92,15 +92,24 @@ class PassageView:
         >>> parse_view("drop-bos").pooling_weights(torch.tensor([[1, 1, 1, 0]]), torch.tensor([True]), None).tolist()
         [[0.0, 0.5, 0.5, 0.0]]
         """
-        keep = mask.to(torch.float64)
-        for step in self.steps:
-            if step.component.keep:
-                keep = step.component.keep(keep, first_is_bos)
+        keep = self.kept(mask, first_is_bos)
         weights = keep / keep.sum(dim=1, keepdim=True).clamp_min(1.0)
         for step in self.steps:
             if step.component.weigh:
                 weights = step.component.weigh(weights, norms)
         return weights
+
+    def kept(self, mask: torch.Tensor, first_is_bos: torch.Tensor) -> torch.Tensor:
+        """``(B, T)`` float64: 1 for the tokens the view keeps (``mask``'s real tokens, less what its selection drops).
+
+        >>> parse_view("drop-pos0").kept(torch.tensor([[1, 1, 1, 0]]), torch.tensor([False])).tolist()
+        [[0.0, 1.0, 1.0, 0.0]]
+        """
+        keep = mask.to(torch.float64)
+        for step in self.steps:
+            if step.component.keep:
+                keep = step.component.keep(keep, first_is_bos)
+        return keep
 
     def after_pooling(self, stack, lengths=None):
         """The view's stage after pooling applied to a layer stack of pooled matrices (the stack itself
@@ -148,14 +157,23 @@ def parse_views(views) -> list:
     return out
 
 
+def views_variants(views) -> tuple:
+    """The stored variants the views alone need (no control), in :data:`VARIANTS` order.
+
+    >>> views_variants(parse_views("top1pc,token-norm"))
+    ('default', 'token-norm')
+    """
+    needed = {v.variant for v in views}
+    return tuple(v for v in VARIANTS if v in needed)
+
+
 def variants_for(views) -> tuple:
     """The stored variants the views and the :data:`CONTROLS` need, in :data:`VARIANTS` order.
 
     >>> variants_for(parse_views("top1pc,drop-bos+token-norm"))
     ('default', 'drop-pos0', 'drop-bos+token-norm')
     """
-    needed = {v.variant for v in views} | {parse_view(c).variant for c in CONTROLS}
-    return tuple(v for v in VARIANTS if v in needed)
+    return views_variants([*views, *(parse_view(c) for c in CONTROLS)])
 
 
 def check_top_pcs(views, samples: int, width: int) -> None:

@@ -98,8 +98,9 @@ class PassagePooler:
         self._mask = self._first_is_bos = self._plain_weights = None
         self._previous = self._previous_norms = None
 
-    def start(self, mask: torch.Tensor, first_is_bos: torch.Tensor) -> None:
-        """A new batch: its mask (B, T) and which passages start with BOS."""
+    def start(self, mask: torch.Tensor, first_is_bos: torch.Tensor, indices=None) -> None:
+        """A new batch: its mask (B, T) and which passages start with BOS (``indices``, the passages' indices
+        in the corpus, serve the token reduction's draw: a mean needs no draw)."""
         self._mask, self._first_is_bos = mask, first_is_bos.to(mask.device)
         self._plain_weights = (
             None if self.norm_variants else pooling_weights(mask, self._first_is_bos, self._views, None)
@@ -128,6 +129,14 @@ class PassagePooler:
                 self.sums.device
             )
         self._previous, self._previous_norms = s64, norms
+
+    def reset(self) -> None:
+        """Forget what the current batch gave (an out-of-memory retry runs it again)."""
+        self.pooled = None
+
+    def output(self) -> torch.Tensor:
+        """``(V, L+1, B, d)`` of the batch, on the CPU."""
+        return self.pooled.cpu()
 
     def finish(self) -> None:
         """Drop the last layer's copy."""

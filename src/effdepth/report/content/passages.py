@@ -116,6 +116,7 @@ def summary_rows(result: Result) -> list:
             f"split by {c.get('passage_split', 'n/a')}" + (f", protocol {c['protocol']}" if c.get("protocol") else ""),
         ),
         ("passage lengths", lengths_text(result) or "not recorded"),
+        ("samples", samples_text(result)),
         (
             "bootstrap",
             f"{v.ci['resamples']} resamples of {_units(boot)}, {level(v)}% percentile intervals" if v.ci else "none",
@@ -128,6 +129,20 @@ def summary_rows(result: Result) -> list:
         ("sub-reference", sub_reference(v)),
     ]
     return rows + device_rows(result)
+
+
+def samples_text(result: Result) -> str:
+    """What one sample is: a passage's mean (the paper's), or under the token reduction its tokens.
+
+    >>> from effdepth.result import Result
+    >>> samples_text(Result(views={}, config={"reduction": {"samples": "tokens", "per_variant": {"default": 96}}}))
+    'the tokens of each passage (default 96), units of whole passages'
+    """
+    reduction = result.config.get("reduction")
+    if not reduction:
+        return "one per passage: the mean of its tokens (the paper's)"
+    counts = ", ".join(f"{v} {n:,}" for v, n in reduction.get("per_variant", {}).items())
+    return f"the tokens of each passage ({counts}), units of whole passages"
 
 
 def _units(boot: dict) -> str:
