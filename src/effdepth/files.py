@@ -1,4 +1,4 @@
-"""Files that are never half-written, and file fingerprints.
+"""Files that are never half-written, file fingerprints, and sizes in bytes written as people read them.
 
 Every file effdepth writes goes to a temporary file in the destination's
 folder and is renamed into place, so a reader or a crash sees the old file or
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -106,3 +107,19 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def binary_size(n: int, *, round_up: bool = False) -> str:
+    """Bytes in the largest binary unit that keeps a number of at least 1, one decimal (as --max-memory takes
+    them); ``round_up``: a size of at least ``n`` (what a budget must be).
+
+    >>> binary_size(1 << 30), binary_size(3 * 2**20 // 2), binary_size(1000), binary_size(0)
+    ('1.0 GiB', '1.5 MiB', '1000 B', '0 B')
+    >>> binary_size(4242547840, round_up=True), binary_size(1025, round_up=True), binary_size(3, round_up=True)
+    ('4.0 GiB', '1.1 KiB', '3 B')
+    """
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            value = math.ceil(n / scale * 10) / 10 if round_up else n / scale
+            return f"{value:.1f} {unit}"
+    return f"{int(n)} B"

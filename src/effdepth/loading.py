@@ -90,15 +90,26 @@ class SavedTrajectory:
     preset: dict | None = None  # the trajectory preset (name, model, revisions, source) it was run from
 
 
-def load(path):
+def load(path, expect: type | None = None):
     """The object of a saved effdepth file (see the module): a Result, an InterventionResult, an
-    ExperimentResult, a SavedTrajectory or a SavedStudy.
+    ExperimentResult, a SavedTrajectory or a SavedStudy; ``expect`` (e.g. ``Result``) refuses any other
+    kind in one line.
 
     >>> import tempfile
     >>> from effdepth.results_carry import ExperimentResult
     >>> type(load(ExperimentResult({"layers": 2}, []).save(tempfile.mkdtemp()))).__name__
     'ExperimentResult'
     """
+    loaded = _load(path)
+    if expect is not None and not isinstance(loaded, expect):
+        raise EffdepthError(
+            f"{path} holds a {type(loaded).__name__}, not a {expect.__name__}; give the result.json of "
+            "effdepth measure (or its folder)"
+        )
+    return loaded
+
+
+def _load(path):
     path = _locate(Path(path))
     data = read_json(path, _kind(path), path.name)
     schema = data.get("schema") if isinstance(data, dict) else None

@@ -30,7 +30,7 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .errors import EffdepthError
-from .numerics.cka_full import binary_size
+from .files import binary_size
 from .numerics.confounds import length_distribution
 from .numerics.passage_analysis import (
     SIMILARITIES,
@@ -39,7 +39,6 @@ from .numerics.passage_analysis import (
     check_analysis_memory,
     check_samples,
     one_pass_bytes,
-    size_at_least,
 )
 from .numerics.passage_views import variants_for, views_variants
 from .numerics.pooling import PassagePooler
@@ -107,7 +106,7 @@ def check_before_forward(passages, num_layers: int, width: int, analysis: Analys
     check_analysis_memory(passages.num_passages, num_layers, width, plan)
     passes = analysis_memory(passages.num_passages, num_layers, width, plan)["stack"]["passes"]
     if passes > MANY_PASSES:
-        need = size_at_least(one_pass_bytes(passages.num_passages, num_layers, width, plan))
+        need = binary_size(one_pass_bytes(passages.num_passages, num_layers, width, plan), round_up=True)
         warnings.warn(
             f"within --max-memory {binary_size(plan.max_memory)} the analysis reads each stack of pooled "
             f"vectors {passes} times (the same numbers, more time); --max-memory {need.replace(' ', '')} reads "

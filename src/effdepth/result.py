@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import EffdepthError
-from .files import read_json, write_json_atomic
+from .files import write_json_atomic
 from .pooled import POOLED_DIR, place_pooled
 
 SCHEMA = "effdepth.result/1"
@@ -212,18 +212,6 @@ class Result:
             self.pooled = place_pooled(Path(self.pooled), path.parent / POOLED_DIR)
         write_json_atomic(path, self.to_dict())
         return path
-
-
-def load(path) -> Result:
-    """Load a saved result (a ``result.json`` or the folder holding it).
-
-    >>> import effdepth, torch, tempfile
-    >>> r = effdepth.from_states(torch.randn(4, 2, 10, 8), bootstrap=0)
-    >>> p = r.save(tempfile.mkdtemp())
-    >>> effdepth.load(p).default.deff == r.default.deff
-    True
-    """
-    return with_pooled(Result.from_dict(read_json(path, "result", "result.json")), path)
 
 
 def with_pooled(result: Result, path) -> Result:

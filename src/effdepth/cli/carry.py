@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..capture.intervention import CARRY_ON
+from ..errors import EffdepthError
 from ..options import Options
 from .arguments import (
     Parser,
@@ -182,10 +183,17 @@ def cmd_recompose(args) -> int:
     from ..capture.intervention import parse_carry
     from ..files import write_json_atomic
     from ..intervene import recompose_report
-    from ..result import load
+    from ..loading import load
+    from ..result import Result
 
     carries = parse_carry(args.carry)
-    data, text = recompose_report(load(args.result), carries, view=args.view)
+    result = load(args.result)
+    if not isinstance(result, Result):
+        raise EffdepthError(
+            f"{args.result} is not a measurement's result; effdepth recompose rebuilds the stream of "
+            "one (result.json of effdepth measure, or a carry-<lam>/ folder of an intervention)"
+        )
+    data, text = recompose_report(result, carries, view=args.view)
     print(text)
     if args.out:
         path = ensure_writable(Path(args.out)) / "recompose.json"

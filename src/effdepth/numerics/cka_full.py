@@ -16,11 +16,11 @@ import numpy as np
 import torch
 
 from ..errors import EffdepthError
+from ..files import binary_size
 from .cka import cka_token_sets
 
 FULL_BUDGET_BYTES = 4 << 30
 FULL_KEYS = ("hsic_full", "cka_full_energy", "cka_full_tokens")
-_GIB = float(1 << 30)
 
 
 def centred_energies(y: torch.Tensor) -> torch.Tensor:
@@ -69,18 +69,6 @@ def check_cka_full_memory(views, num_states: int, hidden_size: int, budget_bytes
             "use --similarity cka (cross-sequence linear CKA, the default) or fewer views"
         )
     return needed
-
-
-def binary_size(n: int) -> str:
-    """Bytes in the largest binary unit that keeps a number of at least 1 (as --max-memory takes them).
-
-    >>> binary_size(1 << 30), binary_size(3 * 2**20 // 2), binary_size(1000), binary_size(0)
-    ('1.0 GiB', '1.5 MiB', '1000 B', '0 B')
-    """
-    for unit, scale in (("GiB", _GIB), ("MiB", float(1 << 20)), ("KiB", 1024.0)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 class PooledCka:

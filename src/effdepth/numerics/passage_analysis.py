@@ -33,14 +33,13 @@ the least working set.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from ..errors import EffdepthError
-from .cka_full import binary_size
+from ..files import binary_size
 from .confounds import Subsamples, confound_table, subsample_curve
 from .hsic_plan import DEFAULT_BUDGET_BYTES, F64, hsic_route, least_stack_bytes, stack_plan
 from .hsic_resample import Units, resample_weights, resampled_hsic
@@ -167,24 +166,12 @@ def check_analysis_memory(samples: int, num_layers: int, width: int, plan: Analy
     """
     memory = analysis_memory(samples, num_layers, width, plan)
     if plan.max_memory < memory["least_bytes"]:
-        need = size_at_least(memory["least_bytes"])
+        need = binary_size(memory["least_bytes"], round_up=True)
         raise EffdepthError(
             f"--max-memory {binary_size(plan.max_memory)} is below the {need} the analysis needs at least for "
             f"{samples:,} passages, {num_layers + 1} states of width {width} and {bootstrap_unit_count(samples, plan)} "
             f"bootstrap units; use --max-memory {need.replace(' ', '')} or more, or fewer --bootstrap-units"
         )
-
-
-def size_at_least(n: int) -> str:
-    """A size of at least ``n`` bytes in the largest binary unit, one decimal, rounded up (as --max-memory takes it).
-
-    >>> size_at_least(4242547840), size_at_least(1025), size_at_least(3)
-    ('4.0 GiB', '1.1 KiB', '3 B')
-    """
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{math.ceil(n / scale * 10) / 10:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 def analyse_pooled(

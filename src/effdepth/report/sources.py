@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import EffdepthError
-from ..result import Result, load
+from ..loading import load
+from ..result import Result
 from .wording import carry_value
 
 
@@ -131,7 +132,7 @@ def _load_one(path: Path) -> Source:
     except OSError as exc:
         raise EffdepthError(f"cannot read {path}: {exc.strerror}") from None
     try:
-        result = load(path)
+        result = load(path, expect=Result)
         _ = result.default  # an empty views dict is not a result either
         return Source(path, result, hashlib.sha256(data).hexdigest())
     except EffdepthError as exc:

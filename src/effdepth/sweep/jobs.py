@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import EffdepthError
+from ..loading import load
 from ..options import UNHASHED_OPTIONS, Options
 from ..report.sources import ERROR_FILE
-from ..result import Result, load
+from ..result import Result
 from ..revisions import check_revision, parse_revision, tokens_per_step_for
 from ..suites import TINY_PREFIX, SuiteModel, resolve_models
 from ..version import __version__
@@ -184,6 +185,6 @@ def saved_result(folder: Path) -> Result | None:
     if not (folder / RESULT).is_file():
         return None
     try:
-        return load(folder)
+        return load(folder, expect=Result)
     except EffdepthError:
         return None  # unreadable: measure it again
