@@ -70,6 +70,7 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--bootstrap", type=int, default=1000, help="resamples of the timed analysis")
     args = parser.parse_args()
     prepared = prepare(
         LoadOptions(model=args.model, corpus="shakespeare", seq_len=args.seq_len, num_seqs=args.num_seqs),
@@ -103,10 +104,12 @@ def main() -> None:
         timed = {}
         for controls in (False, True):
             start = time.perf_counter()
-            analyse_pooled(arrays, AnalysisPlan(views=views, bootstrap=1000, controls=controls), lengths=lengths)
+            analyse_pooled(
+                arrays, AnalysisPlan(views=views, bootstrap=args.bootstrap, controls=controls), lengths=lengths
+            )
             timed[controls] = time.perf_counter() - start
         print(
-            f"analysis ({views} views, cka + cka-debiased, 1000 resamples, calibrated references): "
+            f"analysis ({views} views, cka + cka-debiased, {args.bootstrap} resamples, calibrated references): "
             f"{timed[True]:.1f} s, {timed[True] / bare:.2f}x the bare forward; the confound controls and the "
             f"sample-size curve add {timed[True] / timed[False] - 1:+.0%} to the {timed[False]:.1f} s without them "
             f"(target <= +25%)"

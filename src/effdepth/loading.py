@@ -100,6 +100,8 @@ def load(path, expect: type | None = None):
     >>> type(load(ExperimentResult({"layers": 2}, []).save(tempfile.mkdtemp()))).__name__
     'ExperimentResult'
     """
+    if expect is Result:  # only a measurement will do: its own schema check says why anything else is not one
+        return with_pooled(Result.from_dict(read_json(path, "result", "result.json")), path)
     loaded = _load(path)
     if expect is not None and not isinstance(loaded, expect):
         raise EffdepthError(

@@ -68,7 +68,8 @@ def test_the_token_benchmark_measures_in_token_mode():
 def test_the_passage_benchmark_runs_end_to_end():
     """What ``make bench`` runs for passage mode, on the embedded SmolLM2 at a tiny size."""
     out = subprocess.run(
-        [sys.executable, "passages.py", "--repeats", "1", "--num-seqs", "8", "--seq-len", "32", "--batch-size", "4"],
+        [sys.executable, "passages.py", "--repeats", "1", "--num-seqs", "8", "--seq-len", "32", "--batch-size", "4"]
+        + ["--bootstrap", "50"],
         cwd=ROOT / "benchmarks",
         capture_output=True,
         text=True,

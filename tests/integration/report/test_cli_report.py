@@ -23,7 +23,7 @@ def assert_one_line_error(code, err, message):
 
 
 # The loader's wording for a file that is JSON but not a (complete) result.
-NOT_A_RESULT = "not an effdepth file|not an effdepth result|not a complete effdepth result|damaged effdepth result"
+NOT_A_RESULT = "not an effdepth result|not a complete effdepth result|damaged effdepth result"
 
 
 def test_report_html_of_one_result(saved, tmp_path, capsys):
@@ -116,7 +116,7 @@ def not_results(tmp_path):
     [
         (["empty"], "no result.json under"),
         (["missing"], "no such file or folder"),
-        (["other.json"], "other.json.*(" + NOT_A_RESULT + ")"),
+        (["other.json"], "other.json: .*(" + NOT_A_RESULT + ")"),
         (["list.json"], "list.json.*(" + NOT_A_RESULT + ")"),
         (["old.json"], "old.json.*(" + NOT_A_RESULT + ")"),
         (["binary.json"], "binary.json is not a readable result file"),
