@@ -1,10 +1,8 @@
 """Passage mode on the two embedded real models (SmolLM2-135M, Gemma-3-270m) against a naive numpy
 computation, every paper view, the confound controls (drop-pos0, length and their compositions) and both
-estimators, to 1e-6; equal-length windows on their real tokenizers."""
+estimators, to 1e-6; equal-length windows on their real tokenizers (the pooling of a window is a
+passage's: the first test covers it; tests/unit/numerics/test_confounds.py that length is default on equal lengths)."""
 
-from dataclasses import replace
-
-import numpy as np
 import pytest
 from test_passage_mode import VIEWS, check_against_naive
 
@@ -50,17 +48,3 @@ def test_windows_on_a_real_tokenizer_have_equal_lengths_and_special_tokens_only_
     for i in range(windows.num_passages):
         tokens = windows.passage(i).tolist()
         assert tokens[: len(prefix)] == prefix and not special & set(tokens[len(prefix) : len(tokens) - len(suffix)])
-
-
-def test_windows_on_a_real_model_equal_the_naive_computation_and_length_is_default(real):
-    windows = load_passages("shakespeare", real.lm.tokenizer, max_len=32, num_passages=8, split="windows")
-    prepared = replace(real, tokens=windows)
-    result = measure_passages(
-        prepared,
-        AnalysisOptions(views="default,drop-pos0,length", states="hidden", bootstrap=0, batch_size=6, surrogate_seqs=0),
-        run=RunOptions(progress=False),
-    )
-    check_against_naive(prepared, result, "hidden", tol=1e-6, views="default,drop-pos0,length")
-    assert result.extras["passage_lengths"]["equal"] and "length_is_default" in result.extras["confounds"]
-    assert result.views["length"].deff == result.views["default"].deff
-    assert np.isfinite(result.extras["confounds"]["cka"]["drop-pos0"]["difference"])
