@@ -26,7 +26,7 @@ from .capture.intervention import carry_hooks, check_carry_on, check_layer_spec,
 from .errors import EffdepthError
 from .measure import measure_prepared, prepare
 from .options import AnalysisOptions, Options, RunOptions
-from .provenance import code_version, library_versions, machine, now
+from .provenance import provenance_record
 from .result import Result
 
 # The result itself lives in the result layer; re-exported here for ``from effdepth.intervene import ...``.
@@ -118,14 +118,7 @@ def intervene(
         "layer_spec": layers if isinstance(layers, str) else list(layers),
         **results[carries[0]].config,
     }
-    provenance = {
-        "code": code_version(),
-        "libraries": library_versions(),
-        "machine": machine(),
-        "created": now(),
-        "elapsed_s": round(time.perf_counter() - started, 3),
-    }
-    return InterventionResult(carries, blocks, results, config, provenance)
+    return InterventionResult(carries, blocks, results, config, provenance_record(started=started))
 
 
 def measure_with_carry(

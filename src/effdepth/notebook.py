@@ -38,7 +38,7 @@ from .numerics.sequences import real_counts
 from .numerics.similarities import names_where
 from .options import DEFAULT_SIMILARITY, AnalysisOptions
 from .passage_measure import analysed_result
-from .provenance import code_version, library_versions, now
+from .provenance import provenance_record
 from .result import Result
 
 #: The similarity of :class:`Accumulator` and :func:`from_hidden_states`;
@@ -320,13 +320,7 @@ class PooledBatches:
                 "given": "states (effdepth.Accumulator)",
             }
         )
-        result.provenance = {
-            "model": model,
-            "code": code_version(),
-            "libraries": library_versions(),
-            "created": now(),
-            "tokens_measured": int(lengths.sum()),
-        }
+        result.provenance = provenance_record(model=model, tokens_measured=int(lengths.sum()))
         return result
 
 

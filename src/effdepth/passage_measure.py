@@ -45,7 +45,7 @@ from .numerics.pooling import PassagePooler
 from .numerics.sampling import TokenReduction, TokenSampler
 from .options import AnalysisOptions
 from .pooled import POOLED_DIR, PooledStore, mark_movable, temporary_folder
-from .provenance import code_version, library_versions, machine, now
+from .provenance import code_version, now, provenance_record
 from .result import Result, view_results
 from .version import __version__
 
@@ -346,12 +346,7 @@ def from_pooled(
             "given": "pooled vectors (effdepth.from_pooled)",
         }
     )
-    result.provenance = {
-        "code": code_version(),
-        "libraries": library_versions(),
-        "created": now(),
-        "model": {"id": "pooled vectors", "source": "given"},
-    }
+    result.provenance = provenance_record(model={"id": "pooled vectors", "source": "given"})
     return result
 
 
@@ -633,14 +628,7 @@ def _analysis_device() -> str:
 
 def _provenance(prepared, started: float, facts: dict) -> dict:
     passages = prepared.tokens
-    return {
-        "model": prepared.lm.info,
-        "corpus": {"name": passages.name, "sha256": passages.sha256, **passages.info},
-        "code": code_version(),
-        "libraries": library_versions(),
-        "machine": machine(),
-        "created": now(),
-        "elapsed_s": round(time.perf_counter() - started, 3),
-        "tokens_measured": passages.tokens,
-        "run": facts,
-    }
+    corpus = {"name": passages.name, "sha256": passages.sha256, **passages.info}
+    return provenance_record(
+        model=prepared.lm.info, corpus=corpus, started=started, tokens_measured=passages.tokens, run=facts
+    )

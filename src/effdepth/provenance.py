@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 import subprocess
 import sys
+import time
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -56,3 +57,23 @@ def machine() -> dict:
 
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def provenance_record(
+    *, model: dict | None = None, corpus: dict | None = None, started: float | None = None, **facts
+) -> dict:
+    """The one provenance record of every result, study and experiment: what was measured (``model``,
+    ``corpus``), effdepth's code version, the libraries, the machine, when, how long since ``started``
+    (a ``time.perf_counter()``), then ``facts`` (the run's own: tokens measured, retries, ...).
+
+    >>> r = provenance_record(model={"id": "m"}, tokens_measured=12)
+    >>> list(r)[:2], r["tokens_measured"], "python" in r["libraries"]
+    (['model', 'code'], 12, True)
+    """
+    record = {} if model is None else {"model": model}
+    if corpus is not None:
+        record["corpus"] = corpus
+    record.update(code=code_version(), libraries=library_versions(), machine=machine(), created=now())
+    if started is not None:
+        record["elapsed_s"] = round(time.perf_counter() - started, 3)
+    return {**record, **facts}

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from ..capture.intervention import parse_layers
 from ..options import DEFAULT_SIMILARITY
-from ..provenance import code_version, library_versions, machine, now
+from ..provenance import provenance_record
 from ..results_carry import ExperimentResult
 from .setting import CarryExperiment
 from .training import split_corpus, train_run
@@ -83,14 +83,7 @@ def carry_experiment(
         )
         + ", default view",
     }
-    provenance = {
-        "code": code_version(),
-        "libraries": library_versions(),
-        "machine": machine(),
-        "created": now(),
-        "elapsed_s": round(time.perf_counter() - started, 3),
-    }
-    result = ExperimentResult(config, records, provenance)
+    result = ExperimentResult(config, records, provenance_record(started=started))
     save_experiment(result, out)
     return result
 

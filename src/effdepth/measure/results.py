@@ -9,14 +9,12 @@ the states came from around them.
 
 from __future__ import annotations
 
-import time
-
 from ..errors import EffdepthError
 from ..numerics.similarities import COSINE_SIMILARITIES, get_similarity, keeps_cosine_sums
 from ..numerics.streams import ViewAccumulator
 from ..numerics.summary import view_summaries
 from ..options import AnalysisOptions
-from ..provenance import code_version, library_versions, machine, now
+from ..provenance import provenance_record
 from ..result import Result, view_results
 from .prepare import Prepared
 from .state import MeasurementState
@@ -66,18 +64,14 @@ def result_from_accumulator(
         "embedding_path": arch.paths.get("embedding"),
         "architecture_source": arch.paths.get("source"),
     }
-    provenance = {
-        "model": lm.info,
-        "corpus": {"name": tokens.name, "sha256": tokens.sha256, **tokens.info},
-        "code": code_version(),
-        "libraries": library_versions(),
-        "machine": machine(),
-        "created": now(),
-        "elapsed_s": round(time.perf_counter() - started, 3) if started is not None else None,
-        "tokens_measured": acc.tokens,
-        "padding_rows_skipped": acc.padding_rows,
-        "run": run or {},
-    }
+    provenance = provenance_record(
+        model=lm.info,
+        corpus={"name": tokens.name, "sha256": tokens.sha256, **tokens.info},
+        started=started,
+        tokens_measured=acc.tokens,
+        padding_rows_skipped=acc.padding_rows,
+        run=run or {},
+    )
     return token_result(state, analysis, provenance=provenance, stack=stack, sequences=sequences)
 
 
@@ -86,13 +80,7 @@ def states_result(
 ) -> Result:
     """The :class:`Result` of statistics accumulated from states a user brought (``from_states``,
     ``effdepth.Accumulator``); ``model`` is the provenance of the states."""
-    provenance = {
-        "model": model or {"source": "states"},
-        "code": code_version(),
-        "libraries": library_versions(),
-        "created": now(),
-        "padding_rows_skipped": state.views.padding_rows,
-    }
+    provenance = provenance_record(model=model or {"source": "states"}, padding_rows_skipped=state.views.padding_rows)
     return token_result(state, analysis, provenance=provenance, stack={"num_layers": num_layers})
 
 
