@@ -23,7 +23,6 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 
-import numpy as np
 import torch
 
 from .capture.external import TRANSFORMER_LENS, adapt_external
@@ -31,14 +30,10 @@ from .capture.hooks import ResidualCapture
 from .capture.registry import resolve_architecture
 from .errors import EffdepthError
 from .measure import MeasurementState, states_result
-from .numerics.passage_analysis import check_samples
-from .numerics.passage_views import variants_for
-from .numerics.pooling import PassagePooler
 from .numerics.sequences import real_counts
 from .numerics.similarities import names_where
 from .options import DEFAULT_SIMILARITY, AnalysisOptions
-from .passage_measure import analysed_result
-from .provenance import provenance_record
+from .passage_measure import PooledBatches
 from .result import Result
 
 #: The similarity of :class:`Accumulator` and :func:`from_hidden_states`;
@@ -247,81 +242,6 @@ class Accumulator:
         return self._statistics.result(
             replace(self.analysis, **changes), self.num_layers, self._model or {"source": "states"}
         )
-
-
-class PooledBatches:
-    """Passage mode's :class:`Accumulator`: each passage's pooled vectors, pooled as :func:`effdepth.measure`
-    pools them (float64 sums, kept float32 as its store keeps them), and the passages' lengths."""
-
-    def __init__(self, analysis: AnalysisOptions):
-        bos = [v.name for v in analysis.view_specs if v.has("drop-bos")]
-        if bos:
-            raise EffdepthError(
-                f"view {bos[0]} needs to know which passages start with BOS, and states do not say; use "
-                "drop-pos0 (position 0 left out, whatever it holds) or effdepth.measure"
-            )
-        self.variants = variants_for(analysis.view_specs)
-
-    def reset(self) -> None:
-        self._pooled, self._sums, self._lengths = [], [], []
-
-    @property
-    def sequences(self) -> int:
-        return int(sum(len(n) for n in self._lengths))
-
-    @property
-    def tokens(self) -> int:
-        return int(sum(n.sum() for n in self._lengths))
-
-    def fit(self, states, mask) -> None:
-        raise EffdepthError(
-            "passage mode fits its top-k PCs exactly, on every pooled vector, at result(); fit() is "
-            "token mode's (Accumulator(pooling='none'))"
-        )
-
-    def update(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
-        real = torch.ones(states.shape[1:3], dtype=torch.bool) if mask is None else mask
-        lengths = real.sum(dim=1)
-        if bool((lengths == 0).any()):
-            raise EffdepthError(
-                f"passage {int(torch.nonzero(lengths == 0)[0])} of this batch has no real token by its "
-                "mask; leave it out, or mark its tokens with True/1"
-            )
-        pooler = PassagePooler(self.variants, int(states.shape[0]) - 1)
-        pooler.start(real.to(states.device), torch.zeros(states.shape[1], dtype=torch.bool))
-        for layer in range(states.shape[0]):
-            pooler.layer(layer, states[layer])
-        pooler.finish()
-        self._pooled.append(pooler.pooled.cpu().numpy().astype(np.float32))  # (V, L+1, B, d), as the store keeps it
-        self._sums.append(pooler.sums.cpu().numpy())
-        self._lengths.append(lengths.cpu().numpy().astype(np.int64))
-
-    def result(self, analysis: AnalysisOptions, num_layers: int, model: dict) -> Result:
-        pooled = np.concatenate(self._pooled, axis=2)
-        arrays = {v: pooled[i] for i, v in enumerate(self.variants)}
-        lengths = np.concatenate(self._lengths)
-        check_samples(len(lengths), pooled.shape[-1], num_layers, analysis.analysis_plan())
-        result = analysed_result(
-            arrays,
-            analysis,
-            token_sums=np.concatenate(self._sums, axis=1).transpose(1, 0, 2),
-            lengths=lengths,
-            seq_len=int(lengths.max()),
-            progress=False,
-        )
-        result.config.update(
-            {
-                "num_layers": num_layers,
-                "num_passages": len(lengths),
-                "num_seqs": len(lengths),
-                "seq_len": int(lengths.max()),
-                "mean_passage_tokens": round(float(lengths.mean()), 2),
-                "states": "blocks",
-                "given": "states (effdepth.Accumulator)",
-            }
-        )
-        result.provenance = provenance_record(model=model, tokens_measured=int(lengths.sum()))
-        return result
 
 
 class TokenStatistics:

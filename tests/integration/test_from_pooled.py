@@ -74,3 +74,19 @@ def test_bad_pooled_vectors_are_one_line(pooled, lengths, message):
 def test_a_view_that_pools_otherwise_is_refused_in_one_line():
     with pytest.raises(EffdepthError, match="only the mean pooled vectors were given"):
         effdepth.from_pooled(np.random.default_rng(0).normal(size=(3, 8, 4)), views="token-norm")
+
+
+def test_from_states_in_passage_mode_pools_each_row_as_measure_does():
+    g = torch.Generator().manual_seed(4)
+    states = torch.randn(4, 12, 7, 8, dtype=torch.float64, generator=g).cumsum(0)
+    mask = torch.ones(12, 7, dtype=torch.long)
+    mask[2, 5:] = 0
+    r = effdepth.from_states(states, mask=mask, pooling="mean", views="default,drop-pos0", bootstrap=20)
+    acc = effdepth.Accumulator("default,drop-pos0", bootstrap=20)
+    acc.update(states, mask=mask)
+    assert r.passages and r.to_dict()["views"] == acc.result().to_dict()["views"]
+    real = mask.to(torch.float64)
+    means = (states * real[None, :, :, None]).sum(2) / real.sum(1)[None, :, None]  # numpy-free pooling by hand
+    again = effdepth.from_pooled(means.to(torch.float32).numpy(), lengths=real.sum(1).long().numpy(), bootstrap=20)
+    assert again.default.deff == pytest.approx(r.default.deff, rel=1e-6)
+    assert r.extras["confounds"]["cka"]["drop-pos0"]["deff"] == pytest.approx(r.views["drop-pos0"].deff, abs=1e-6)

@@ -167,6 +167,7 @@ def from_states(
     seed: int = 0,
     pc_estimate: str = "calibration",
     surrogate_seqs: int | None = 0,
+    pooling: str = "none",
 ) -> Result:
     """D_eff and everything else from states you already have.
 
@@ -175,6 +176,16 @@ def from_states(
     ``mask`` (``(batch, seq)``, or ``(tokens,)`` for one sequence) marks real
     tokens. Unlike :func:`measure` (1000 resamples), ``bootstrap`` defaults to
     0 here: ask for intervals explicitly, with several sequences.
+    ``pooling="mean"`` takes each row as a passage and gives
+    :func:`measure`'s passage-mode number over the same passages (its pooling,
+    analysis, confounds and sample-size curve); the default here is still token
+    mode's.
+
+    >>> import effdepth, torch
+    >>> walk = torch.randn(4, 16, 6, 8, dtype=torch.float64).cumsum(0)   # S_0..S_3 of 16 passages of 6 tokens
+    >>> r = effdepth.from_states(walk, pooling="mean")
+    >>> r.passages, r.default.sequences, r.extras["passage_lengths"]["equal"]
+    (True, 16, True)
 
     >>> import effdepth, torch
     >>> s = torch.zeros(5, 2, 8, 4, dtype=torch.float64)
@@ -182,8 +193,18 @@ def from_states(
     >>> round(effdepth.from_states(s).default.deff, 12)
     1.0
     """
+    if pooling == "mean":
+        return _pooled_states(
+            states,
+            mask,
+            views,
+            None if similarity == DEFAULT_SIMILARITY else similarity,
+            include_embedding,
+            bootstrap,
+            seed,
+        )
     analysis = AnalysisOptions(
-        pooling="none",
+        pooling=pooling,
         views=views,
         similarity=similarity,
         include_embedding=include_embedding,
@@ -212,6 +233,30 @@ def from_states(
         state.finalize_fit(**_real_size(fit_states, fit_mask))
     state.update(s, m)
     return states_result(state, analysis, num_layers=int(s.shape[0]) - 1)
+
+
+def _pooled_states(states, mask, views, similarity, include_embedding: bool, bootstrap: int, seed: int) -> Result:
+    """:func:`from_states` in passage mode: each row a passage, pooled and analysed as measure does."""
+    from ..passage_measure import PooledBatches
+
+    s = torch.as_tensor(states)
+    s = (s.to(torch.float64) if not torch.is_floating_point(s) else s)[:, None] if s.dim() == 3 else s
+    if s.dim() != 4 or s.shape[0] < 2 or s.shape[2] < 1:
+        raise EffdepthError(f"states must be shaped (L+1, batch, seq, d) with L >= 1, got {tuple(s.shape)}")
+    m = _checked_mask(mask, s, three_d=torch.as_tensor(states).dim() == 3)
+    _check_user_states(s, bootstrap)
+    options = {
+        "views": views,
+        "similarity": similarity,
+        "include_embedding": include_embedding,
+        "bootstrap": bootstrap,
+        "seed": seed,
+    }
+    analysis = AnalysisOptions(pooling="mean", **{k: v for k, v in options.items() if v is not None})
+    pooled = PooledBatches(analysis)
+    pooled.reset()
+    pooled.update(s.detach(), m)
+    return pooled.result(analysis, int(s.shape[0]) - 1, {"source": "states"})
 
 
 def _real_size(states: torch.Tensor, mask: torch.Tensor | None) -> dict:
