@@ -1,7 +1,7 @@
 """effdepth: effective depth of a transformer's residual stream.
 
 >>> import effdepth, torch
->>> r = effdepth.from_states(torch.randn(4, 2, 8, 16))
+>>> r = effdepth.from_states(torch.randn(4, 8, 8, 16))
 >>> r.default.reference
 1.5
 """

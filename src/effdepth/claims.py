@@ -24,10 +24,10 @@ succeeds; only input it cannot read is an error.
 
 >>> import effdepth, torch, tempfile, pathlib
 >>> d = pathlib.Path(tempfile.mkdtemp())
->>> _ = effdepth.from_states(torch.randn(4, 3, 8, 16), bootstrap=20).save(d / "run")
+>>> _ = effdepth.from_states(torch.randn(4, 8, 8, 16), bootstrap=20).save(d / "run")
 >>> outcome = check_paths([d / "run"])
 >>> [c.label for c in outcome.checked], len(outcome.checked[0].verdicts)
-(['states'], 6)
+(['states'], 12)
 """
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ class ClaimsOutcome:
         passage-mode results first beside the paper's Table 2 (a row each: D_eff, D_eff/L, gap, the difference).
 
         >>> import effdepth, torch
-        >>> r = effdepth.from_states(torch.randn(4, 3, 8, 16), bootstrap=20)
+        >>> r = effdepth.from_states(torch.randn(4, 8, 8, 16), bootstrap=20)
         >>> ClaimsOutcome([Checked(Path("a"), "a", r, []), Checked(Path("b"), "b", r, [])]).text().split()[:2]
-        ['model', 'similarity']
+        ['Beside', 'the']
         """
         from .report.tables import claims_sweep_text, claims_text, passage_comparison_text
 
@@ -121,9 +121,9 @@ def claims_rows(result, label: str | None = None) -> list:
     """Plain rows (one per claim and similarity): model, claim, similarity, status.
 
     >>> import effdepth, torch
-    >>> rows = claims_rows(effdepth.from_states(torch.randn(4, 3, 6, 8), similarity="frobenius"))
+    >>> rows = claims_rows(effdepth.from_states(torch.randn(4, 8, 6, 8)))
     >>> rows[0]["claim"], rows[0]["similarity"], rows[0]["status"]
-    ('sub-reference', 'frobenius', 'not measured')
+    ('sub-reference', 'cka', 'not measured')
     """
     return [
         {"model": label, "claim": v.claim, "similarity": v.similarity, "status": v.status} for v in check_claims(result)

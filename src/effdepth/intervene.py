@@ -23,8 +23,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .capture.intervention import carry_hooks, check_carry_on, check_layer_spec, parse_carry, parse_layers
-from .errors import EffdepthError
-from .measure import measure_prepared, prepare
+from .measure import prepare
 from .options import AnalysisOptions, Options, RunOptions
 from .provenance import provenance_record
 from .result import Result
@@ -42,7 +41,6 @@ __all__ = [
     "intervention_row",
     "load_intervention",
     "measure_with_carry",
-    "recompose_report",
     "save_intervention",
 ]
 
@@ -54,7 +52,7 @@ def save_intervention(ir: InterventionResult, folder, figure: bool = True) -> Pa
     then its figure ``intervention.{png,pdf}``; returns the path of ``intervention.json``.
 
     >>> import effdepth, torch, tempfile
-    >>> ir = InterventionResult((1.0, 0.5), (1, 2), {lam: effdepth.from_states(torch.randn(4, 2, 8, 16)) for lam in (1.0, 0.5)})
+    >>> ir = InterventionResult((1.0, 0.5), (1, 2), {lam: effdepth.from_states(torch.randn(4, 6, 8, 16)) for lam in (1.0, 0.5)})
     >>> p = save_intervention(ir, tempfile.mkdtemp())
     >>> sorted(f.name for f in p.parent.glob("intervention.*"))
     ['intervention.json', 'intervention.pdf', 'intervention.png']
@@ -105,7 +103,7 @@ def intervene(
     # Every option fails here, before minutes of loading weights.
     opts = Options.build(model=model, corpus=corpus, **options)
     started = time.perf_counter()
-    prepared = prepare(opts.load, progress=progress, passages=opts.analysis.passages)
+    prepared = prepare(opts.load, progress=progress)
     blocks = parse_layers(layers, prepared.arch.num_layers)
     results = {}
     for lam in tqdm(carries, desc="carry", unit="value", disable=not progress or len(carries) < 2, leave=False):
@@ -124,23 +122,20 @@ def intervene(
 def measure_with_carry(
     prepared, lam: float, layers, analysis: AnalysisOptions | None = None, *, progress: bool = True, on: str = "blocks"
 ) -> Result:
-    """One measurement (with the next-token loss over the same tokens) inside the carry ``on`` blocks or
-    sublayers: :func:`~effdepth.measure.measure_prepared`, or passage mode when ``analysis`` says so (the
-    passages prepared with ``passages=True``).
+    """One measurement, with the next-token loss over the same passages, inside the carry ``on`` blocks or
+    sublayers: :func:`~effdepth.passage_measure.measure_passages` as :func:`effdepth.measure` runs it.
 
     The carry is recorded in ``result.extras["intervention"]``.
     """
-    blocks = parse_layers(layers, prepared.arch.num_layers)
-    with carry_hooks(prepared.arch, lam, blocks, on=on):
-        if (
-            analysis is not None and analysis.passages
-        ):  # passage mode: the pooled states, then the loss over the same passages
-            from .passage_measure import measure_passages, passage_loss
+    from .passage_measure import measure_passages, passage_loss
 
-            result = measure_passages(prepared, analysis, run=RunOptions(progress=progress))
-            result.extras["loss"] = passage_loss(prepared, prepared.tokens, analysis.batch_size)
-        else:
-            result = measure_prepared(prepared, analysis, run=RunOptions(progress=progress), with_loss=True)
+    analysis = analysis or AnalysisOptions()
+    blocks = parse_layers(layers, prepared.arch.num_layers)
+    for block in blocks:  # blocks that cannot take a carry (TransformerLens) say so before any forward pass
+        prepared.arch.blocks[block - 1]
+    with carry_hooks(prepared.arch, lam, blocks, on=on):
+        result = measure_passages(prepared, analysis, run=RunOptions(progress=progress))
+        result.extras["loss"] = passage_loss(prepared, prepared.tokens, analysis.batch_size)
     result.extras["intervention"] = {
         "carry": float(lam),
         "layers": list(blocks),
@@ -148,56 +143,3 @@ def measure_with_carry(
         "all_layers": len(blocks) == prepared.arch.num_layers,
     }
     return result
-
-
-def recompose_report(result: Result, carries=DEFAULT_CARRY, view: str | None = None) -> tuple:
-    """Offline carry sweep and decorrelation of a saved result: ``(data, table text)``.
-
-    ``data`` is JSON-ready (rows of :func:`~effdepth.numerics.recompose.recompose_carry`
-    plus the measured D_eff and R_matched for comparison); the table puts
-    them side by side. Always the frobenius similarity.
-
-    >>> import effdepth, torch
-    >>> data, text = recompose_report(effdepth.from_states(torch.randn(5, 2, 8, 16).cumsum(0)), (1, 0.5))
-    >>> [row["lam"] for row in data["rows"]]
-    [1.0, 0.5]
-    """
-    from .numerics.recompose import recompose_carry, recompose_decorrelated
-    from .report.numbers import fmt
-    from .report.plain import table_text
-    from .report.studies import recompose_table
-
-    name = view or result.default.name
-    if name not in result.views and name not in result.similarities.get("frobenius", {}):
-        raise EffdepthError(f"no view {name!r} in this result; it has: {', '.join(result.views)}")
-    # The recomposition is a frobenius computation: compare it with the result's frobenius numbers when it has them.
-    frobenius = result.similarities.get("frobenius", {}).get(name)
-    v = frobenius or result.views[name]
-    include = bool(result.config.get("include_embedding", False))
-    rows = recompose_carry(v, parse_carry(carries), include_embedding=include)
-    decorrelated = recompose_decorrelated(v, include_embedding=include)
-    measured_with = "frobenius" if frobenius is not None else v.definition
-    data = {
-        "schema": "effdepth.recompose/1",
-        "view": v.name,
-        "include_embedding": include,
-        "similarity": "frobenius",
-        "measured": {"deff": v.deff, "similarity": measured_with, "reference_matched": v.references.get("matched")},
-        "decorrelated": decorrelated,
-        "rows": rows,
-        "model": result.provenance.get("model", {}),
-    }
-    if measured_with == "frobenius":
-        comparison = (
-            f"measured D_eff {fmt(v.deff)} (= recomposed at lam 1), "
-            f"R_matched {fmt(v.references.get('matched'))} = decorrelated at lam 1 ({fmt(decorrelated['deff'])})"
-        )
-    else:
-        # R_matched and D_eff of another similarity are not what the frobenius identities reproduce.
-        comparison = (
-            f"the result holds {measured_with} numbers (D_eff {fmt(v.deff)}), not comparable with this frobenius "
-            "recomposition; measure with --similarity frobenius (or all) to check lam 1 = measured and "
-            "decorrelated = R_matched"
-        )
-    note = f"offline recomposition of view {v.name} (frobenius, N = {v.num_states}): {comparison}"
-    return data, note + "\n\n" + table_text(recompose_table(rows))

@@ -10,7 +10,7 @@ A folder means the first of those it holds. Anything else is a one-line error th
 can be loaded.
 
 >>> import effdepth, torch, tempfile
->>> p = effdepth.from_states(torch.randn(4, 2, 10, 8)).save(tempfile.mkdtemp())
+>>> p = effdepth.from_states(torch.randn(4, 8, 10, 8)).save(tempfile.mkdtemp())
 >>> type(load(p)).__name__, type(load(p.parent)).__name__
 ('Result', 'Result')
 """

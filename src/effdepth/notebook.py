@@ -6,20 +6,17 @@
   model.
 - :class:`Accumulator`: feed it those states batch by batch (a training loop
   can measure every N steps); ``.result()`` is the same :class:`Result` as
-  :func:`effdepth.measure` over the same passages. Passage mode (the default)
-  keeps each passage's pooled vectors (float32, as measure's store), never
-  the token states; token mode (``pooling="none"``) keeps per-sequence
-  statistics.
+  :func:`effdepth.measure` over the same passages. It keeps each passage's
+  pooled vectors (float32, as measure's store; ``pooling="none"``: its
+  sampled tokens), never the token states.
 - :func:`from_hidden_states`: Hugging Face's ``output_hidden_states`` tuple,
-  whose last entry is the final norm's output: the paper's convention, so in
-  passage mode it gives ``effdepth.measure(..., states="hidden")``'s number.
+  whose last entry is the final norm's output: the paper's convention, so it
+  gives ``effdepth.measure(..., states="hidden")``'s number.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -29,21 +26,11 @@ from .capture.external import TRANSFORMER_LENS, adapt_external
 from .capture.hooks import ResidualCapture
 from .capture.registry import resolve_architecture
 from .errors import EffdepthError
-from .measure import MeasurementState, states_result
-from .numerics.sequences import real_counts
-from .numerics.similarities import names_where
-from .options import DEFAULT_SIMILARITY, AnalysisOptions
+from .options import AnalysisOptions
 from .passage_measure import PooledBatches
 from .result import Result
 
-#: The similarity of :class:`Accumulator` and :func:`from_hidden_states`;
-#: kept equal to :func:`effdepth.measure`'s default (a test checks).
-
 CAPTURE_HOW = "with effdepth.capture(model) as states: model(ids)"
-HIDDEN_STATES_TRAP = (
-    "hidden_states[-1] of a Hugging Face model is the output of its final norm in every supported family, "
-    "not a residual state, so it cannot enter D_eff"
-)
 
 
 class CapturedStates(Sequence):
@@ -124,11 +111,11 @@ class Accumulator:
     (or ``(seq, d)``) tensors, each row a passage; ``mask`` ``(batch, seq)``
     marks real tokens (padding never enters a statistic). ``result()``
     returns the same :class:`~effdepth.result.Result` as
-    :func:`effdepth.measure` over the same passages (passage mode, the
-    default: each passage's states mean-pooled as measure pools them, then
-    measure's analysis, confounds and sample-size curve included; with
-    ``pooling="none"`` token mode's per-sequence statistics). ``reset()``
-    starts over, e.g. every N training steps.
+    :func:`effdepth.measure` over the same passages and options: each
+    passage's states mean-pooled as measure pools them (``pooling="none"``:
+    its tokens, ``tokens_per_passage`` of them drawn as measure draws them),
+    then measure's analysis, confounds and sample-size curve included.
+    ``reset()`` starts over, e.g. every N training steps.
 
     >>> import effdepth, torch
     >>> from effdepth.tiny import tiny_model
@@ -148,63 +135,46 @@ class Accumulator:
         similarity=None,
         *,
         pooling: str = "mean",
+        tokens_per_passage: int | None = None,
         include_embedding: bool = False,
-        bootstrap: int | None = None,
+        bootstrap: int = 1000,
         seed: int = 0,
-        surrogate_seqs: int | None = 0,
     ):
-        passages = pooling == "mean"
         options = {
             "views": views,
-            "similarity": similarity or (None if passages else DEFAULT_SIMILARITY),
+            "similarity": similarity,
             "pooling": pooling,
+            "tokens_per_passage": tokens_per_passage,
             "include_embedding": include_embedding,
             "seed": seed,
-            "bootstrap": (1000 if passages else 0) if bootstrap is None else bootstrap,
+            "bootstrap": bootstrap,
         }
-        if not passages:
-            options["surrogate_seqs"] = surrogate_seqs
         self.analysis = AnalysisOptions(**{k: v for k, v in options.items() if v is not None})
         self.views = self.analysis.view_specs
-        self._statistics = PooledBatches(self.analysis) if passages else TokenStatistics(self.analysis)
+        self._samples = PooledBatches(self.analysis)
         self.reset()
 
     def reset(self) -> None:
         """Forget every batch (the views and options stay)."""
-        self._statistics.reset()
+        self._samples.reset()
         self.num_layers: int | None = None
         self._model: dict | None = None
 
     @property
     def sequences(self) -> int:
         """Passages (sequences) fed so far."""
-        return self._statistics.sequences
+        return self._samples.sequences
 
     @property
     def tokens(self) -> int:
-        return self._statistics.tokens
-
-    def fit(self, states, mask=None) -> None:
-        """Token mode: feed one batch of states to the fit of the views that need one (center, top-k PC),
-        before the first :meth:`update`; call it for each batch of the fitted set (e.g. the first sequences
-        up to 8 of them and 2,048 tokens, the calibration set of :func:`effdepth.measure`). These
-        states are not measured. Passage mode fits its top-k PCs exactly, on every pooled vector.
-
-        >>> import effdepth, torch
-        >>> acc = effdepth.Accumulator(views="default,top1pc", pooling="none")
-        >>> for _ in range(2):
-        ...     acc.fit(torch.randn(4, 4, 32, 16))
-        >>> acc.update(torch.randn(4, 2, 32, 16)); acc.result().config["pc_estimate"]["calibration"]
-        {'sequences': 8, 'tokens': 256}
-        """
-        self._statistics.fit(self._checked(states), mask)
+        return self._samples.tokens_seen
 
     def update(self, states, mask=None) -> None:
-        """Add one batch of states; nothing of it is kept but its statistics (passage mode: its pooled vectors)."""
+        """Add one batch of states; nothing of it is kept but its samples (pooled vectors, or sampled tokens)."""
         s = self._checked(states)
         if isinstance(states, CapturedStates) and self._model is None:
             self._model = states.info
-        self._statistics.update(s, _mask(mask, s))
+        self._samples.update(s, _mask(mask, s))
 
     def _checked(self, states) -> torch.Tensor:
         """The states as ``(L+1, batch, seq, d)``, with as many states as the earlier batches."""
@@ -239,59 +209,9 @@ class Accumulator:
                     f"view {missing[0]!r} was not accumulated (have {', '.join(have)}); name it when creating the Accumulator: Accumulator(views=...)"
                 )
             changes["views"] = tuple(wanted)
-        return self._statistics.result(
+        return self._samples.result(
             replace(self.analysis, **changes), self.num_layers, self._model or {"source": "states"}
         )
-
-
-class TokenStatistics:
-    """Token mode's :class:`Accumulator` (``pooling="none"``): per-sequence statistics, never the states."""
-
-    def __init__(self, analysis: AnalysisOptions):
-        self.analysis = analysis
-        self.views = analysis.view_specs
-
-    def reset(self) -> None:
-        self._state = MeasurementState.new(self.analysis)
-        self._acc = self._state.views
-        self._fitted_size = [0, 0]  # sequences and real tokens given to fit()
-
-    @property
-    def sequences(self) -> int:
-        return self._acc.sequences
-
-    @property
-    def tokens(self) -> int:
-        return self._acc.tokens
-
-    def fit(self, states: torch.Tensor, mask) -> None:
-        if self.sequences or self._acc.padding_rows or self._state.views.fit_info is not None:
-            raise EffdepthError("fit() comes before the first update(); reset() to start over")
-        m = _mask(mask, states)
-        self._state.fit_batch(states, m)
-        counts = real_counts(states, m)
-        self._fitted_size = [self._fitted_size[0] + counts[0], self._fitted_size[1] + counts[1]]
-
-    def update(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
-        if self._fitted_size[0] and not self._state.fitted:  # the batches given to fit() end here
-            sequences, tokens = self._fitted_size
-            self._state.finalize_fit(sequences=sequences, tokens=tokens)
-        self._state.update(states, mask)
-
-    def result(self, analysis: AnalysisOptions, num_layers: int, model: dict) -> Result:
-        state = self._state
-        if analysis.views != self.analysis.views:
-            acc = copy.copy(self._acc)  # shares the statistics, reports only the wanted views
-            acc.views = [v for v in self.views if v.name in analysis.views]
-            state = MeasurementState(acc, self._state.calibrated, None)
-        # The additive statistics are always kept; the per-token sums and the kernel ones only when asked for.
-        kept = set(self.analysis.similarity) | set(names_where(lambda s: s.additive and not s.needs_token_keys))
-        extra = [s for s in analysis.similarity if s not in kept]
-        if extra:
-            raise EffdepthError(
-                f"{extra[0]} statistics were not accumulated; create the Accumulator with similarity including {extra[0]!r}"
-            )
-        return states_result(state, analysis, num_layers=num_layers, model=model)
 
 
 def from_hidden_states(
@@ -302,22 +222,22 @@ def from_hidden_states(
     views=("default",),
     similarity=None,
     pooling: str = "mean",
+    tokens_per_passage: int | None = None,
     include_embedding: bool = False,
-    bootstrap: int | None = None,
+    bootstrap: int = 1000,
     seed: int = 0,
 ) -> Result:
-    """D_eff from the ``hidden_states`` tuple of ``model(..., output_hidden_states=True)``.
+    """D_eff from the ``hidden_states`` tuple of ``model(..., output_hidden_states=True)``, each row a passage.
 
     Its last entry is the final norm's output, not S_L, in every supported
-    family. Passage mode (the default) takes the tuple as the paper does
-    (``hidden_states[0..L]``, the last through the final norm), so it gives
-    ``effdepth.measure(..., states="hidden")``'s number over the same passages,
-    and the result says so (``config["hidden_states"]``); ``model=`` only
-    names the model in the record. Token mode (``pooling="none"``) measures
-    S_0..S_{L-1}, leaving the normed entry out, and needs ``model=`` (the model
-    that produced it) to know the family. ``attention_mask`` marks real tokens;
-    padding never enters a statistic. For the states before the final norm,
-    capture them: ``with effdepth.capture(model) as states: model(ids)``.
+    family. The tuple is taken as the paper takes it (``hidden_states[0..L]``,
+    the last through the final norm), so this gives ``effdepth.measure(...,
+    states="hidden")``'s number over the same passages and options, and the
+    result says so (``config["hidden_states"]``); ``model=`` checks the
+    tuple's length and names the model in the record. ``attention_mask``
+    marks real tokens; padding never enters a statistic. For the states
+    before the final norm, capture them: ``with effdepth.capture(model) as
+    states: model(ids)``.
 
     >>> import effdepth, torch
     >>> from effdepth.tiny import tiny_model
@@ -333,49 +253,6 @@ def from_hidden_states(
             "hidden_states must be the tuple of L+1 tensors from model(..., output_hidden_states=True); "
             "for a (L+1, batch, seq, d) tensor of residual states use effdepth.from_states"
         )
-    if pooling == "mean":
-        return _passage_hidden_states(
-            hidden, attention_mask, model, views, similarity, include_embedding, bootstrap, seed
-        )
-    if model is None:
-        raise EffdepthError(
-            f"{HIDDEN_STATES_TRAP}; pass model= (the model that produced it) to measure S_0..S_(L-1), "
-            f"or capture S_L too: {CAPTURE_HOW}"
-        )
-    module, arch, external = _hidden_states_model(model)
-    L = arch.num_layers
-    if len(hidden) != L + 1:
-        raise EffdepthError(
-            f"got {len(hidden)} hidden states, but this {arch.model_type} model has {L} blocks, so output_hidden_states=True "
-            f"gives {L + 1}; pass the whole tuple from the same model"
-        )
-    if L < 2:
-        raise EffdepthError(f"a model with {L} block leaves only S_0 once hidden_states[-1] is dropped; {CAPTURE_HOW}")
-    final_norm = arch.paths.get("final_norm") or "the final norm"
-    warnings.warn(
-        f"hidden_states[-1] is the output of {final_norm}, not a residual state: measuring S_0..S_{L - 1} "
-        f"({L - 1} of {L} blocks); for all {L}: {CAPTURE_HOW}",
-        UserWarning,
-        stacklevel=2,
-    )
-    acc = Accumulator(
-        views, similarity, pooling="none", include_embedding=include_embedding, bootstrap=bootstrap, seed=seed
-    )
-    acc.update(list(hidden[:-1]), attention_mask)
-    result = acc.result()
-    result.config["hidden_states"] = {
-        "states": f"S_0..S_{L - 1}",
-        "dropped": f"hidden_states[-1], the output of {final_norm}",
-        "model_blocks": L,
-        "measured_blocks": L - 1,
-        "all_blocks": CAPTURE_HOW,
-    }
-    result.provenance["model"] = _model_record(module, arch, external)
-    return result
-
-
-def _passage_hidden_states(hidden, mask, model, views, similarity, include_embedding, bootstrap, seed) -> Result:
-    """Passage mode's :func:`from_hidden_states`: every entry of the tuple, as ``measure(..., states="hidden")`` reads them."""
     if model is not None:
         module, arch, external = _hidden_states_model(model)
         if len(hidden) != arch.num_layers + 1:
@@ -385,9 +262,15 @@ def _passage_hidden_states(hidden, mask, model, views, similarity, include_embed
                 "from the same model"
             )
     acc = Accumulator(
-        views, similarity, pooling="mean", include_embedding=include_embedding, bootstrap=bootstrap, seed=seed
+        views,
+        similarity,
+        pooling=pooling,
+        tokens_per_passage=tokens_per_passage,
+        include_embedding=include_embedding,
+        bootstrap=bootstrap,
+        seed=seed,
     )
-    acc.update(list(hidden), mask)
+    acc.update(list(hidden), attention_mask)
     result = acc.result()
     last = len(hidden) - 1
     result.config.update(

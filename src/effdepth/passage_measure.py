@@ -26,6 +26,7 @@ from .checkpoint import (
     CheckpointMismatch,
     MeasurementInterrupted,
     graceful_interrupts,
+    load_checkpoint,
     remove_checkpoint,
     save_checkpoint,
 )
@@ -42,7 +43,7 @@ from .numerics.passage_analysis import (
 )
 from .numerics.passage_views import variants_for, views_variants
 from .numerics.pooling import PassagePooler
-from .numerics.sampling import TokenReduction, TokenSampler
+from .numerics.sampling import TokenSampler
 from .options import AnalysisOptions
 from .pooled import POOLED_DIR, PooledStore, mark_movable, temporary_folder
 from .provenance import code_version, now, provenance_record
@@ -55,34 +56,28 @@ __all__ = ["measure_passages", "analyse_store", "analyse_saved", "analysed_resul
 MANY_PASSES = 16
 
 
-def measure_passages(
-    prepared, analysis: AnalysisOptions, *, run, started: float | None = None, tokens: TokenReduction | None = None
-) -> Result:
+def measure_passages(prepared, analysis: AnalysisOptions, *, run, started: float | None = None) -> Result:
     """Measure prepared passages (``prepared.tokens`` is :class:`~effdepth.data.passages.Passages`).
 
-    With ``run.checkpoint`` (a folder) the pooled vectors are written under
-    it and a stopped run resumes (``run.resume``); without one they go to a
-    temporary folder that :meth:`Result.save` moves beside ``result.json``.
-    ``tokens`` takes each passage's tokens as samples instead of their mean
-    (:mod:`effdepth.numerics.sampling`: the token reduction, the same store,
-    views, estimators, references and bootstrap; not yet behind ``--pooling none``).
+    With ``run.checkpoint`` (a folder) the samples are written under it and a
+    stopped run resumes (``run.resume``); without one they go to a temporary
+    folder that :meth:`Result.save` moves beside ``result.json``. Under
+    ``pooling="none"`` each passage gives its tokens as samples instead of
+    their mean (:mod:`effdepth.numerics.sampling`: the token reduction, the
+    same store, views, estimators, references and bootstrap).
     """
     started = time.perf_counter() if started is None else started
     lm, arch, passages = prepared.lm, prepared.arch, prepared.tokens
+    tokens = analysis.token_reduction
     variants = variants_for(analysis.view_specs) if tokens is None else views_variants(analysis.view_specs)
     width = _hidden_size(lm)
     check_before_forward(passages, arch.num_layers, width, analysis)
     fingerprint = passage_fingerprint(prepared, analysis, variants)
     if tokens is not None:
         fingerprint["tokens"] = tokens.describe()
-        if any(v.has("length") for v in analysis.view_specs):
-            raise EffdepthError(
-                "the length view regresses a passage's token count out of its mean, and the token "
-                "reduction keeps tokens, not means; leave out length views"
-            )
     folder, temporary = _store_folder(run)
     try:
-        return _measure_into(folder, temporary, prepared, analysis, run, fingerprint, variants, width, started, tokens)
+        return _measure_into(folder, temporary, prepared, analysis, run, fingerprint, variants, width, started)
     except BaseException:
         _discard_unsaved(folder, temporary, run)
         raise
@@ -103,10 +98,11 @@ def check_before_forward(passages, num_layers: int, width: int, analysis: Analys
     """
     plan = analysis.analysis_plan()
     check_samples(passages.num_passages, width, num_layers, plan)
-    check_analysis_memory(passages.num_passages, num_layers, width, plan)
-    passes = analysis_memory(passages.num_passages, num_layers, width, plan)["stack"]["passes"]
+    samples = _num_samples(passages, analysis)
+    check_analysis_memory(samples, num_layers, width, plan)
+    passes = analysis_memory(samples, num_layers, width, plan)["stack"]["passes"]
     if passes > MANY_PASSES:
-        need = binary_size(one_pass_bytes(passages.num_passages, num_layers, width, plan), round_up=True)
+        need = binary_size(one_pass_bytes(samples, num_layers, width, plan), round_up=True)
         warnings.warn(
             f"within --max-memory {binary_size(plan.max_memory)} the analysis reads each stack of pooled "
             f"vectors {passes} times (the same numbers, more time); --max-memory {need.replace(' ', '')} reads "
@@ -129,6 +125,15 @@ def check_before_forward(passages, num_layers: int, width: int, analysis: Analys
                 "hold one token and would pool to zero vectors; give passages of 2+ tokens (--seq-len 2 "
                 "or more) or leave out drop-pos0 views"
             )
+
+
+def _num_samples(passages, analysis: AnalysisOptions) -> int:
+    """How many samples the analysis reads per layer: one per passage, or the token reduction's most."""
+    tokens = analysis.token_reduction
+    if tokens is None:
+        return passages.num_passages
+    offsets = tokens.offsets(passages.lengths, passages.starts_with_bos, views_variants(analysis.view_specs))
+    return max(int(o[-1]) for o in offsets.values())
 
 
 def _discard_unsaved(folder: Path, temporary: bool, run) -> None:
@@ -157,12 +162,12 @@ def _measure_into(
     variants,
     width: int,
     started: float,
-    tokens: TokenReduction | None = None,
 ) -> Result:
     """The forward passes into the store in ``folder``, then the analysis (see :func:`measure_passages`)."""
     lm, arch, passages = prepared.lm, prepared.arch, prepared.tokens
+    tokens = analysis.token_reduction
     order = np.argsort(-passages.lengths, kind="stable")  # longest first: memory trouble shows at once
-    offsets = None if tokens is None else tokens.offsets(passages, variants)
+    offsets = None if tokens is None else tokens.offsets(passages.lengths, passages.starts_with_bos, variants)
     store, facts = _open_store(folder, run, fingerprint, passages, variants, arch.num_layers + 1, width, offsets)
     facts["batch_size_used"] = analysis.batch_size
     pooler = (
@@ -272,13 +277,16 @@ def analysed_result(
         **analysis.to_dict(),
         "similarity": primary,
         "similarities": list(plan.similarities),
-        "pooling": "mean",
         "passage_analysis": out["analysis"],
         "similarity_labels": {s: SIMILARITIES[s].label for s in plan.similarities},
     }
     extras = {"confounds": out["confounds"], "sample_size": out["sample_size"]}
     if offsets is not None:  # the samples are tokens: the confounds of a passage's mean do not apply
-        config["reduction"] = {"samples": "tokens", "per_variant": {v: int(o[-1]) for v, o in offsets.items()}}
+        config["reduction"] = {
+            "samples": "tokens",
+            "tokens_per_passage": analysis.tokens_per_passage,
+            "per_variant": {v: int(o[-1]) for v, o in offsets.items()},
+        }
         extras = {"sample_size": out["sample_size"]}
     if lengths is not None:
         extras = {"passage_lengths": length_distribution(lengths, seq_len), **extras}
@@ -288,9 +296,10 @@ def analysed_result(
 
 
 class PooledBatches:
-    """Passage mode's states given batch by batch (:class:`effdepth.Accumulator`, :func:`effdepth.from_states`):
-    each passage's pooled vectors, pooled as :func:`effdepth.measure` pools them (float64 sums, kept float32
-    as its store keeps them), and the passages' lengths; ``result`` analyses them as measure does."""
+    """States given batch by batch (:class:`effdepth.Accumulator`, :func:`effdepth.from_states`): each
+    passage's samples as :func:`effdepth.measure` takes them (its mean, float64 sums kept float32 as its store
+    keeps them; or under ``pooling="none"`` its tokens, drawn as the token reduction draws them), and the
+    passages' lengths; ``result`` analyses them as measure does."""
 
     def __init__(self, analysis: AnalysisOptions):
         bos = [v.name for v in analysis.view_specs if v.has("drop-bos")]
@@ -299,7 +308,11 @@ class PooledBatches:
                 f"view {bos[0]} needs to know which passages start with BOS, and states do not say; use "
                 "drop-pos0 (position 0 left out, whatever it holds) or effdepth.measure"
             )
-        self.variants = variants_for(analysis.view_specs)
+        self.tokens = analysis.token_reduction
+        self.variants = (
+            variants_for(analysis.view_specs) if self.tokens is None else views_variants(analysis.view_specs)
+        )
+        self.reset()
 
     def reset(self) -> None:
         self._pooled, self._sums, self._lengths = [], [], []
@@ -309,14 +322,8 @@ class PooledBatches:
         return int(sum(len(n) for n in self._lengths))
 
     @property
-    def tokens(self) -> int:
+    def tokens_seen(self) -> int:
         return int(sum(n.sum() for n in self._lengths))
-
-    def fit(self, states, mask) -> None:
-        raise EffdepthError(
-            "passage mode fits its top-k PCs exactly, on every pooled vector, at result(); fit() is "
-            "token mode's (Accumulator(pooling='none'))"
-        )
 
     def update(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
         real = torch.ones(states.shape[1:3], dtype=torch.bool) if mask is None else mask
@@ -326,20 +333,33 @@ class PooledBatches:
                 f"passage {int(torch.nonzero(lengths == 0)[0])} of this batch has no real token by its "
                 "mask; leave it out, or mark its tokens with True/1"
             )
-        pooler = PassagePooler(self.variants, int(states.shape[0]) - 1)
-        pooler.start(real.to(states.device), torch.zeros(states.shape[1], dtype=torch.bool))
+        num_layers, bos = int(states.shape[0]) - 1, torch.zeros(states.shape[1], dtype=torch.bool)
+        if self.tokens is None:
+            pooler = PassagePooler(self.variants, num_layers)
+            pooler.start(real.to(states.device), bos)
+        else:
+            pooler = TokenSampler(self.variants, num_layers, k=self.tokens.k, seed=self.tokens.seed)
+            pooler.start(real.to(states.device), bos, range(self.sequences, self.sequences + len(lengths)))
         for layer in range(states.shape[0]):
             pooler.layer(layer, states[layer])
         pooler.finish()
-        self._pooled.append(pooler.pooled.cpu().numpy().astype(np.float32))  # (V, L+1, B, d), as the store keeps it
+        if self.tokens is None:  # (V, L+1, B, d), as the store keeps it
+            self._pooled.append(pooler.pooled.cpu().numpy().astype(np.float32))
+        else:
+            self._pooled.append({v: x.numpy().astype(np.float32) for v, x in pooler.output().items()})
         self._sums.append(pooler.sums.cpu().numpy())
         self._lengths.append(lengths.cpu().numpy().astype(np.int64))
 
     def result(self, analysis: AnalysisOptions, num_layers: int, model: dict) -> Result:
-        pooled = np.concatenate(self._pooled, axis=2)
-        arrays = {v: pooled[i] for i, v in enumerate(self.variants)}
         lengths = np.concatenate(self._lengths)
-        check_samples(len(lengths), pooled.shape[-1], num_layers, analysis.analysis_plan())
+        if self.tokens is None:
+            pooled = np.concatenate(self._pooled, axis=2)
+            arrays, offsets = {v: pooled[i] for i, v in enumerate(self.variants)}, None
+        else:
+            arrays = {v: np.concatenate([batch[v] for batch in self._pooled], axis=1) for v in self.variants}
+            offsets = self.tokens.offsets(lengths, np.zeros(len(lengths), dtype=bool), self.variants)
+        width = next(iter(arrays.values())).shape[-1]
+        check_samples(len(lengths), width, num_layers, analysis.analysis_plan())
         result = analysed_result(
             arrays,
             analysis,
@@ -347,9 +367,11 @@ class PooledBatches:
             lengths=lengths,
             seq_len=int(lengths.max()),
             progress=False,
+            offsets=offsets,
         )
         result.config.update(
             {
+                "pooling": analysis.pooling,
                 "num_layers": num_layers,
                 "num_passages": len(lengths),
                 "num_seqs": len(lengths),
@@ -441,16 +463,7 @@ def _view_started(bar):
 
 
 #: The analysis options ``analyse_saved`` may change: what applies after the forward pass.
-ANALYSIS_CHANGES = (
-    "views",
-    "similarity",
-    "bootstrap",
-    "bootstrap_units",
-    "seed",
-    "include_embedding",
-    "surrogate_seqs",
-    "max_memory",
-)
+ANALYSIS_CHANGES = AnalysisOptions.AFTER_FORWARD
 
 
 def analyse_saved(path, *, progress: bool = True, device: str | None = None, **changes) -> Result:
@@ -470,8 +483,8 @@ def analyse_saved(path, *, progress: bool = True, device: str | None = None, **c
     saved = load(path)
     if not isinstance(saved, Result) or not saved.passages:
         raise EffdepthError(
-            f"{path} is not a passage-mode result; effdepth analyse re-analyses the pooled vectors that "
-            "passage mode (the default, --pooling mean) keeps"
+            f"{path} is an old token-mode result (statistics summed over tokens, no samples kept); effdepth "
+            "analyse re-analyses the samples a measurement keeps: measure again"
         )
     if saved.pooled is None:
         raise EffdepthError(
@@ -491,7 +504,8 @@ def analyse_saved(path, *, progress: bool = True, device: str | None = None, **c
     }
     options = {**kept, **changes}
     analysis = AnalysisOptions(
-        pooling="mean",
+        pooling=c.get("pooling", "mean"),
+        tokens_per_passage=(c.get("reduction") or {}).get("tokens_per_passage"),
         states=c.get("states", "blocks"),
         protocol=c.get("protocol"),
         batch_size=c.get("batch_size", 8),
@@ -545,7 +559,7 @@ def passage_config(prepared, analysis: AnalysisOptions) -> dict:
     """What was measured: sizes, special tokens, which states, the architecture's paths."""
     passages, arch = prepared.tokens, prepared.arch
     return {
-        "pooling": "mean",
+        "pooling": analysis.pooling,
         "seq_len": int(prepared.load.seq_len),
         "num_seqs": passages.num_passages,
         "num_passages": passages.num_passages,
@@ -591,6 +605,7 @@ def _open_store(
     if run.resume:
         if run.checkpoint is None:
             raise EffdepthError("resume needs the folder of the interrupted run (--resume DIR)")
+        load_checkpoint(folder)  # one line when nothing was saved there, or it is damaged
         store = PooledStore.open(store_dir, writable=True)
         saved = store.meta.get("fingerprint", {})
         differ = sorted(k for k in set(saved) | set(fingerprint) if saved.get(k) != fingerprint.get(k))
@@ -693,8 +708,10 @@ def _check_finite(pooled, indices, lm) -> None:
     layer = int(torch.nonzero(~finite.all(dim=0))[0])
     dtype = lm.info.get("dtype")
     hint = " (float16 overflows on massive activations: use --dtype bfloat16 or float32)" if dtype == "float16" else ""
+    shown = ", ".join(str(int(i)) for i in list(indices)[:4]) + (", ..." if len(indices) > 4 else "")
     raise EffdepthError(
-        f"non-finite states at layer {layer} (model dtype {dtype}) in passages {list(indices)[:4]}...{hint}"
+        f"non-finite states at layer {layer} (S_{layer}, model dtype {dtype}) in passages {shown}: the model "
+        f"overflowed or was given non-finite weights{hint}"
     )
 
 

@@ -121,11 +121,9 @@ def prune_check(
     """Measure, rank the blocks both ways, and the held-out perplexity after skipping k = ``skips`` blocks."""
     run = run or RunOptions()
     skips = sorted({int(k) for k in skips})
-    if not options.analysis.passages:
-        raise EffdepthError("prune-check ranks blocks from a passage-mode measurement; drop --pooling none")
     if heldout < 1:
         raise EffdepthError(f"--heldout {heldout}: give at least 1 held-out passage for the perplexity")
-    prepared = prepare(options.load, progress=run.progress, passages=True)
+    prepared = prepare(options.load, progress=run.progress)
     layers = prepared.arch.num_layers
     if skips[-1] >= layers:
         raise EffdepthError(f"--skip up to {skips[-1]} blocks, but the model has {layers}; skip at most {layers - 1}")

@@ -93,7 +93,7 @@ class Result:
     """The outcome of :func:`effdepth.measure` or :func:`effdepth.from_states`.
 
     >>> import effdepth, torch
-    >>> r = effdepth.from_states(torch.randn(5, 2, 8, 16), bootstrap=0)
+    >>> r = effdepth.from_states(torch.randn(5, 8, 8, 16), bootstrap=0)
     >>> sorted(r.views)
     ['default']
     >>> round(r.views["default"].reference, 4)
@@ -111,8 +111,15 @@ class Result:
 
     @property
     def passages(self) -> bool:
-        """Whether this is a passage-mode result (similarity across passages); token-mode results say ``pooling: none``."""
-        return self.config.get("pooling", "none") == "mean"
+        """Whether the measurement core analysed this result: its samples are passages (``pooling: mean``) or
+        their tokens (``pooling: none`` with a ``reduction``). False only for token-mode files written before
+        the token reduction (statistics summed over tokens), which load and show as they were saved."""
+        return self.config.get("pooling", "none") == "mean" or "reduction" in self.config
+
+    @property
+    def token_samples(self) -> bool:
+        """Whether each passage gave its tokens as samples (``--pooling none``) rather than its mean."""
+        return "reduction" in self.config
 
     @property
     def default(self) -> ViewResult:
@@ -129,9 +136,9 @@ class Result:
         """``{similarity: {view: ViewResult}}`` for every similarity computed, the primary first.
 
         >>> import effdepth, torch
-        >>> r = effdepth.from_states(torch.randn(4, 3, 8, 16), similarity="cka,frobenius")
-        >>> list(r.similarities), r.view("default", similarity="frobenius").definition
-        (['cka', 'frobenius'], 'frobenius')
+        >>> r = effdepth.from_states(torch.randn(4, 8, 8, 16), similarity="cka,cosine")
+        >>> list(r.similarities), r.view("default", similarity="cosine").definition
+        (['cka', 'cka-debiased', 'cosine'], 'cosine')
         """
         return {self.primary_similarity: self.views, **self.others}
 

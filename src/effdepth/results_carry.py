@@ -9,7 +9,7 @@ Their tables are in :mod:`effdepth.report.tables`, their figures in
 :mod:`effdepth.report.figures_experiment`.
 
 >>> import effdepth, torch, tempfile
->>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 2, 8, 16))})
+>>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 8, 8, 16))})
 >>> load_intervention(ir.save(tempfile.mkdtemp())).layers
 (1, 2, 3)
 """
@@ -63,7 +63,7 @@ class InterventionResult:
         """One dict per lam: D_eff, its interval, F_N, ratio, references, loss, perplexity.
 
         >>> import effdepth, torch
-        >>> r = effdepth.from_states(torch.randn(4, 2, 8, 16))
+        >>> r = effdepth.from_states(torch.randn(4, 8, 8, 16))
         >>> InterventionResult((1.0,), (1, 2, 3), {1.0: r}).rows()[0]["lam"]
         1.0
         """
@@ -131,7 +131,7 @@ def intervention_row(lam: float, result: Result, view: str | None = None) -> dic
     """The table row of one measured carry value.
 
     >>> import effdepth, torch
-    >>> intervention_row(0.5, effdepth.from_states(torch.randn(4, 2, 8, 16)))["loss"] is None
+    >>> intervention_row(0.5, effdepth.from_states(torch.randn(4, 8, 8, 16)))["loss"] is None
     True
     """
     v = result.default if view is None else result.views[view]
@@ -154,7 +154,7 @@ def load_intervention(path) -> InterventionResult:
     """Load a saved intervention (``intervention.json`` or the folder holding it).
 
     >>> import effdepth, torch, tempfile
-    >>> r = effdepth.from_states(torch.randn(4, 2, 8, 16))
+    >>> r = effdepth.from_states(torch.randn(4, 8, 8, 16))
     >>> p = InterventionResult((1.0,), (1, 2, 3), {1.0: r}).save(tempfile.mkdtemp())
     >>> load_intervention(p).carries
     (1.0,)

@@ -13,9 +13,9 @@ This module only reads a :class:`~effdepth.result.Result`, so the report
 
 >>> import effdepth, torch
 >>> same = torch.randn(1, 4, 8, 16).repeat(5, 1, 1, 1)      # every layer alike: D_eff = 1, far below F_N
->>> r = effdepth.from_states(same, views="default,drop-pos0", similarity="frobenius", bootstrap=50)
+>>> r = effdepth.from_states(same, views="default,drop-pos0", bootstrap=50)
 >>> {v.claim: v.status for v in check_claims(r) if v.claim != "correlated-updates"}
-{'sub-reference': 'holds', 'not-pos0': 'holds', 'controls': 'not measured', 'calibrated': 'not measured', 'not-length': 'not measured'}
+{'sub-reference': 'holds', 'not-pos0': 'holds', 'controls': 'not measured', 'calibrated': 'fails', 'not-length': 'holds'}
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from .errors import EffdepthError
-from .numerics.similarities import PASSAGE, SIMILARITIES, find_similarity, specs
+from .numerics.similarities import SIMILARITIES, find_similarity, specs
 
 HOLDS, FAILS, NOT_MEASURED = "holds", "fails", "not measured"
 
@@ -57,12 +57,12 @@ CLAIM_NAMES = tuple(name for name, _, _ in CLAIMS)
 
 
 def structural_name(result) -> str:
-    """The structural reference's name in ``result``'s mode: F_L across passages (the paper's; N there is
-    the number of passages), F_N across tokens (N analysed states).
+    """The structural reference's name: F_L for every result of the measurement core (the paper's), F_N
+    for an old token-mode result (N analysed states).
 
     >>> import effdepth, torch
-    >>> structural_name(effdepth.from_states(torch.randn(4, 3, 6, 8), bootstrap=0))
-    'F_N'
+    >>> structural_name(effdepth.from_states(torch.randn(4, 8, 6, 8), bootstrap=0))
+    'F_L'
     """
     return "F_L" if getattr(result, "passages", False) else "F_N"
 
@@ -125,7 +125,7 @@ def check_claims(result) -> list:
     :func:`require_claim_views` for the check that refuses such a result.
 
     >>> import effdepth, torch
-    >>> r = effdepth.from_states(torch.randn(4, 3, 6, 8), bootstrap=0)
+    >>> r = effdepth.from_states(torch.randn(4, 8, 6, 8), bootstrap=0)
     >>> {v.status for v in check_claims(r)}
     {'not measured'}
     """
@@ -153,8 +153,8 @@ def control_view(result, sim: str, name: str):
     confounds table every passage-mode result holds (D_eff, interval, F_L), else None.
 
     >>> import effdepth, torch
-    >>> control_view(effdepth.from_states(torch.randn(4, 3, 6, 8), bootstrap=0), "cka", "length") is None
-    True
+    >>> control_view(effdepth.from_states(torch.randn(4, 8, 6, 8), bootstrap=0), "cka", "length").name
+    'length'
     """
     view = result.similarities.get(sim, {}).get(name)
     if view is not None:
@@ -172,14 +172,20 @@ def control_view(result, sim: str, name: str):
 
 
 def control_notes(result) -> dict:
-    """Why a confound control has no value (passage mode), by control; token mode has no length control.
+    """Why a confound control has no value, by control: the controls are about a passage's mean, so a
+    result with tokens as samples (or an old token-mode result) has none.
 
     >>> import effdepth, torch
-    >>> control_notes(effdepth.from_states(torch.randn(4, 3, 6, 8), bootstrap=0))["length"]
-    'token mode has no length control: every sequence has the same length'
+    >>> control_notes(effdepth.from_states(torch.randn(4, 8, 6, 8), bootstrap=0, pooling="none"))["length"]
+    'the samples are tokens, not passage means: the confound controls of a mean do not apply'
     """
     if not getattr(result, "passages", False):
-        return {"length": "token mode has no length control: every sequence has the same length"}
+        return {"length": "an old token-mode result: statistics summed over tokens, no passage lengths"}
+    if getattr(result, "token_samples", False):
+        return {
+            c: "the samples are tokens, not passage means: the confound controls of a mean do not apply"
+            for c in ("drop-pos0", "length")
+        }
     confounds = (result.extras or {}).get("confounds")
     if confounds is None:
         return {
@@ -194,13 +200,13 @@ def _companion_default(result):
     which the calibrated claim of a CKA estimator must agree with (docs/method.md#claims)."""
     if not getattr(result, "passages", False):
         return None
-    companion = next((s.name for s in specs(PASSAGE) if s.companion_of), None)
+    companion = next((s.name for s in specs() if s.companion_of), None)
     return result.similarities.get(companion, {}).get("default")
 
 
 def _is_passage_kernel(sim: str, result) -> bool:
     """A passage-mode CKA estimator (the debiased check applies to it)."""
-    spec = find_similarity(sim, PASSAGE) if getattr(result, "passages", False) else None
+    spec = find_similarity(sim) if getattr(result, "passages", False) else None
     return spec is not None and spec.kernel
 
 
@@ -221,10 +227,10 @@ def require_claim_views(result, where: str = "this result") -> None:
     """A one-line error when ``result`` has none of the views the claims read.
 
     >>> import effdepth, torch
-    >>> require_claim_views(effdepth.from_states(torch.randn(4, 3, 6, 8), views="center"))
+    >>> require_claim_views(effdepth.from_states(torch.randn(4, 8, 6, 8), views="drop-pos0+top2pc"))
     Traceback (most recent call last):
     ...
-    effdepth.errors.EffdepthError: this result has none of the views the claims need (default, drop-pos0, token-norm, top1pc, length); it has center; rerun effdepth measure with --views paper
+    effdepth.errors.EffdepthError: this result has none of the views the claims need (default, drop-pos0, token-norm, top1pc, length); it has drop-pos0+top2pc; rerun effdepth measure with --views paper
     """
     have = {name for views in result.similarities.values() for name in views}
     have |= {name for views in (result.unavailable or {}).values() for name in views}
@@ -334,10 +340,10 @@ def _calibrated(sim: str, view, unavailable: dict, debiased=None, reference: str
         return _missing("calibrated", sim, "default", unavailable)
     cal = (view.references or {}).get("matched_cal")
     if cal is None:
-        spec = SIMILARITIES.get(sim)  # token mode's (passage mode's similarities all have one)
+        spec = SIMILARITIES.get(sim)
         why = (
             f"{sim} has no calibrated reference"
-            if spec is not None and not spec.calibrated
+            if (spec is not None and not spec.references) or sim == "cka-full"
             else "no calibrated reference (measured with --surrogate-seqs 0); "
             "rerun effdepth measure with --surrogate-seqs all"
         )

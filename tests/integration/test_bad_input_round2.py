@@ -38,7 +38,7 @@ def files(tmp_path_factory):
     return d
 
 
-SMALL = ["--seq-len", "16", "--num-seqs", "2", "--bootstrap", "0", "--no-progress", "--no-figures"]
+SMALL = ["--seq-len", "16", "--num-seqs", "4", "--bootstrap", "0", "--no-progress", "--no-figures"]
 MODEL_FILES = [
     (["measure", "--pooling", "none", "{d}/truncated", *SMALL], "could not load model"),
     (["measure", "--pooling", "none", "{d}/zeroed", *SMALL], "could not load model"),
@@ -110,7 +110,7 @@ def saved_result(tmp_path_factory):
 
     import effdepth
 
-    path = effdepth.from_states(torch.randn(5, 3, 8, 16).cumsum(0), bootstrap=20).save(tmp_path_factory.mktemp("r"))
+    path = effdepth.from_states(torch.randn(5, 8, 8, 16).cumsum(0), bootstrap=20).save(tmp_path_factory.mktemp("r"))
     return json.loads(path.read_text())
 
 

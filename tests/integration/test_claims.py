@@ -46,6 +46,8 @@ def measured(model_dir, tmp_path_factory):
             "measure",
             "--pooling",
             "none",
+            "--tokens-per-passage",
+            "8",
             str(model_dir),
             "--corpus",
             str(corpus),
@@ -73,17 +75,18 @@ def test_claims_on_a_saved_result(measured, capsys):
     code, out, err = run(["claims", measured], capsys)
     assert code == 0 and err == ""
     result = effdepth.load(measured)
-    grid = verdict_table(out, ["cka", "frobenius", "token"])
+    similarities = ["cka", "cka-debiased", "cosine"]
+    grid = verdict_table(out, similarities)
     expected = verdict_grid(check_claims(result))
     for i, name in enumerate(CLAIM_NAMES, start=1):
-        assert grid[i] == {s: expected[name][s].status for s in ("cka", "frobenius", "token")}
+        assert grid[i] == {s: expected[name][s].status for s in similarities}
         assert set(grid[i].values()) <= {HOLDS, FAILS, NOT_MEASURED}
     # The numbers behind every verdict: 6 claims x 3 similarities, with intervals.
-    evidence = [line for line in out.splitlines() if re.match(r"\(\d\) (cka|frobenius|token): ", line)]
+    evidence = [line for line in out.splitlines() if re.match(r"\(\d\) (cka|cka-debiased|cosine): ", line)]
     assert len(evidence) == 18
     v = result.default
-    assert f"D_eff {v.deff:.3f} [{v.ci['deff'][0]:.3f}, {v.ci['deff'][1]:.3f}] below F_N {v.reference:.3f}" in out
-    assert "R_matched_cal" in out and "its Table 2" in out
+    assert f"D_eff {v.deff:.3f} [{v.ci['deff'][0]:.3f}, {v.ci['deff'][1]:.3f}] below F_L {v.reference:.3f}" in out
+    assert "R_matched_cal" in out
 
 
 # ---------------------------------------------------------------- known verdicts
@@ -126,7 +129,7 @@ def known(tmp_path_factory):
     """frobenius: 1 holds, 2 holds, 3 fails, 4 not measured (no interval), 5 not measured (no calibration).
     cka: 1 fails, 2 fails (initial state the largest term), 3 not measured (unavailable), 4 holds (top1pc;
     token-norm fails), 5 holds."""
-    t = effdepth.from_states(torch.randn(4, 4, 8, 16), similarity="frobenius").default
+    t = effdepth.from_states(torch.randn(4, 8, 8, 16)).default  # an old token-mode result: no pooling in its config
     frobenius = {
         "default": _view(t, "default", 1.0, (0.9, 1.1), terms=(0.1, 0.1, 0.3), term_ci=(0.2, 0.4)),
         "drop-pos0": _view(t, "drop-pos0", 1.6, (1.55, 1.7)),
@@ -183,7 +186,7 @@ def test_claims_with_known_verdicts(known, capsys):
     assert "(4) cka: holds: token-norm: D_eff 1.600 [1.550, 1.650] below F_N 1.500: no; top1pc:" in out
     assert "(5) cka: holds: default: D_eff 1.450 [1.200, 1.520] below R_matched_cal 1.600 [1.550, 1.650]: yes" in out
     assert "no calibrated reference" in out
-    assert "(6) cka: not measured: length has no cka value: token mode has no length control" in out
+    assert "(6) cka: not measured: length has no cka value: an old token-mode result" in out
 
 
 def test_the_report_has_the_claims_section(known, tmp_path, capsys):
@@ -216,7 +219,7 @@ def sweep_folder(tmp_path_factory):
         num_seqs=4,
         bootstrap=20,
         views="paper",
-        similarity="cka,frobenius",
+        similarity="cka,cosine",
         figures=False,
         report=False,
         pooling="none",
@@ -228,12 +231,15 @@ def sweep_folder(tmp_path_factory):
 def test_claims_on_a_sweep_folder(sweep_folder, capsys):
     code, out, err = run(["claims", sweep_folder], capsys)
     assert code == 0, err
-    rows = [re.split(r"\s{2,}", line.strip()) for line in out.splitlines() if line.startswith("tiny:")]
+    lines = [re.split(r"\s{2,}", line.strip()) for line in out.splitlines() if line.startswith("tiny:")]
+    rows = [r for r in lines if len(r) > 1 and r[1] in ("cka", "cka-debiased", "cosine")]  # not Table 2's rows
     assert [(r[0], r[1]) for r in rows] == [
         ("tiny:gpt2", "cka"),
-        ("tiny:gpt2", "frobenius"),
+        ("tiny:gpt2", "cka-debiased"),
+        ("tiny:gpt2", "cosine"),
         ("tiny:llama", "cka"),
-        ("tiny:llama", "frobenius"),
+        ("tiny:llama", "cka-debiased"),
+        ("tiny:llama", "cosine"),
     ]
     assert all(len(r) == 8 and set(r[2:]) <= {HOLDS, FAILS, NOT_MEASURED} for r in rows)
     outcome = check_paths([sweep_folder])
@@ -253,7 +259,7 @@ def test_claims_on_a_sweep_folder(sweep_folder, capsys):
 def bad(tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "garbage.json").write_text("{not json")
-    effdepth.from_states(torch.randn(3, 2, 8, 4), views="center").save(tmp_path / "centred")
+    effdepth.from_states(torch.randn(3, 8, 8, 4), views="token-norm+top2pc").save(tmp_path / "centred")
     (tmp_path / "other.json").write_text(json.dumps({"schema": "effdepth.intervention/1"}))
     return tmp_path
 
@@ -264,7 +270,10 @@ def bad(tmp_path):
         ("empty", r"no result\.json under .*effdepth measure MODEL --views paper"),
         ("missing", r"no such file or folder.*--views paper"),
         ("garbage.json", r"garbage\.json is not a readable result file.*measure first.*--views paper"),
-        ("centred", r"none of the views the claims need .*; it has center; rerun effdepth measure with --views paper"),
+        (
+            "centred",
+            r"none of the views the claims need .*; it has token-norm\+top2pc; rerun effdepth measure with --views paper",
+        ),
         ("other.json", r"other\.json: not an effdepth result.*--views paper"),
     ],
 )

@@ -1,17 +1,15 @@
-"""torchrun (gloo, CPU): the same numbers as one process on the same sequences."""
+"""torchrun (gloo, CPU): the same numbers as one process on the same passages, for their means and for their
+tokens as samples."""
 
 import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
-import torch
 
 import effdepth
 from effdepth.cli.torchrun import main
-from effdepth.data import load_corpus
-from effdepth.distributed import measure_distributed, shares
+from effdepth.distributed import measure_distributed
 from effdepth.options import Options
 
 OPTIONS = [
@@ -27,6 +25,8 @@ OPTIONS = [
     "default,drop-pos0,top1pc",
     "--pooling",
     "none",
+    "--tokens-per-passage",
+    "5",
 ]
 
 
@@ -35,44 +35,6 @@ def corpus(tmp_path_factory):
     p = tmp_path_factory.mktemp("corpus") / "text.txt"
     p.write_text("Friends, Romans, countrymen, lend me your ears; I come to bury Caesar, not to praise him. " * 40)
     return str(p)
-
-
-def test_shares_are_contiguous_whole_pairs_and_cover_everything():
-    for total in range(2, 16):
-        for world in range(1, total // 2 + 1):
-            bounds = shares(total, world)
-            assert bounds[0][0] == 0 and bounds[-1][1] == total
-            assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
-            # Every share starts on a pair; they differ by at most one pair (and the odd last sequence).
-            assert all(lo % 2 == 0 for lo, _ in bounds)
-            pairs = [(h - l) // 2 for l, h in bounds]
-            assert max(pairs) - min(pairs) <= 1
-
-
-def test_a_share_of_the_corpus_keeps_the_mask():
-    ids = torch.arange(12).reshape(4, 3)
-    mask = torch.ones_like(ids)
-    mask[2, 2] = 0
-    corpus = load_corpus({"input_ids": ids, "attention_mask": mask})
-    part = corpus.rows(2, 4)
-    assert part.input_ids.tolist() == [[6, 7, 8], [9, 10, 11]] and part.attention_mask.tolist() == [
-        [1, 1, 0],
-        [1, 1, 1],
-    ]
-    assert corpus.lengths() == [3, 3, 2, 3] and part.sha256 == corpus.sha256  # provenance: the whole corpus
-
-
-def _same(a, b):
-    assert list(a.views) == list(b.views)
-    for name in a.views:
-        va, vb = a.views[name], b.views[name]
-        assert vb.deff == pytest.approx(va.deff, rel=1e-9) and vb.sequences == va.sequences and vb.tokens == va.tokens
-        assert np.allclose(vb.similarity, va.similarity, rtol=1e-9, atol=0)
-        for key in ("deff", "ratio", "reference_matched", "correlated_updates"):
-            assert vb.ci[key] == pytest.approx(
-                va.ci[key], rel=1e-9
-            )  # the bootstrap saw the same units in the same order
-    assert a.config["pc_estimate"] == b.config["pc_estimate"]
 
 
 def torchrun_measure(model_dir, corpus, options, out):
@@ -89,17 +51,14 @@ def torchrun_measure(model_dir, corpus, options, out):
     )
 
 
-def test_torchrun_two_processes_match_one(model_dir, corpus, tmp_path):
+def test_torchrun_token_samples_give_one_processs_numbers(model_dir, corpus, tmp_path):
+    """--pooling none: each rank samples its passages' tokens (drawn by the passage's index, not the rank)."""
     out = tmp_path / "out"
     proc = torchrun_measure(model_dir, corpus, OPTIONS, out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "2 processes" in proc.stdout
     distributed = effdepth.load(out)
-    assert distributed.provenance["run"]["distributed"] == {
-        "world_size": 2,
-        "backend": "gloo",
-        "shares": [[0, 4], [4, 7]],
-    }
+    assert distributed.token_samples and distributed.provenance["run"]["distributed"]["batches"] == [2, 2]
     single = effdepth.measure(
         str(model_dir),
         corpus,
@@ -110,8 +69,11 @@ def test_torchrun_two_processes_match_one(model_dir, corpus, tmp_path):
         views="default,drop-pos0,top1pc",
         progress=False,
         pooling="none",
+        tokens_per_passage=5,
     )
-    _same(single, distributed)
+    for key in ("views", "similarities"):
+        assert_close(distributed.to_dict()[key], single.to_dict()[key])
+    assert distributed.config["reduction"] == single.config["reduction"]
 
 
 def test_torchrun_passage_mode_gives_one_processs_numbers_exactly(model_dir, corpus, tmp_path):
@@ -174,16 +136,16 @@ def one_process_group(tmp_path):
     dist.destroy_process_group()
 
 
-def test_in_process_group_of_one(one_process_group, model_dir, corpus):
-    kwargs = dict(seq_len=16, num_seqs=5, batch_size=2, bootstrap=20, views="default,center")
+def test_in_process_group_of_one(one_process_group, model_dir, corpus, tmp_path):
+    kwargs = dict(seq_len=16, num_seqs=5, batch_size=2, bootstrap=20, views="default,top1pc", pooling="none")
     distributed = measure_distributed(
-        Options.build(model=str(model_dir), corpus=corpus, **kwargs, pooling="none"), progress=False
+        Options.build(model=str(model_dir), corpus=corpus, **kwargs), progress=False, folder=tmp_path
     )
-    _same(effdepth.measure(str(model_dir), corpus, progress=False, **kwargs, pooling="none"), distributed)
-    with pytest.raises(effdepth.EffdepthError, match="exact is not supported"):
-        measure_distributed(
-            Options.build(model=str(model_dir), corpus=corpus, views="top1pc", pc_estimate="exact", pooling="none")
-        )
+    single = effdepth.measure(str(model_dir), corpus, progress=False, **kwargs)
+    for key in ("views", "similarities"):
+        assert_close(distributed.to_dict()[key], single.to_dict()[key])
+    with pytest.raises(effdepth.EffdepthError, match="pass folder="):
+        measure_distributed(Options.build(model=str(model_dir), corpus=corpus))
 
 
 def test_without_torchrun_a_one_line_error(monkeypatch, capsys, model_dir):
@@ -196,20 +158,6 @@ def test_without_torchrun_a_one_line_error(monkeypatch, capsys, model_dir):
     assert "--device-map does not combine" in capsys.readouterr().err
     with pytest.raises(effdepth.EffdepthError, match="no torch.distributed process group"):
         measure_distributed(Options.build(model=str(model_dir), pooling="none"))
-
-
-def test_every_rank_fits_on_the_calibration_set_one_process_uses(one_process_group, model_dir, corpus):
-    # 256-token sequences in batches of 4: the calibration set is the first 8 sequences (2 batches,
-    # at least 8 sequences and 2,048 tokens), not the first batch.
-    kwargs = dict(
-        seq_len=256, num_seqs=9, batch_size=4, bootstrap=20, views="top1pc", similarity="frobenius", surrogate_seqs=0
-    )
-    distributed = measure_distributed(
-        Options.build(model=str(model_dir), corpus=corpus, **kwargs, pooling="none"), progress=False
-    )
-    single = effdepth.measure(str(model_dir), corpus, progress=False, **kwargs, pooling="none")
-    _same(single, distributed)
-    assert distributed.config["pc_estimate"]["calibration"] == {"sequences": 8, "tokens": 2048}
 
 
 LEAVES_NO_GLOO_THREADS = """
@@ -245,7 +193,7 @@ def test_leaving_the_group_stops_its_threads(inside, model_dir, corpus):
     # a whole measurement covers whatever else loading imports.
     if inside == "measure":
         inside = (
-            f"import effdepth; effdepth.measure({str(model_dir)!r}, {corpus!r}, seq_len=16, num_seqs=2, "
+            f"import effdepth; effdepth.measure({str(model_dir)!r}, {corpus!r}, seq_len=16, num_seqs=4, "
             "batch_size=2, bootstrap=0, views='default,top1pc', progress=False, pooling='none')"
         )
     script = LEAVES_NO_GLOO_THREADS.format(inside=inside)
@@ -289,7 +237,7 @@ def test_a_failed_write_is_one_line_and_every_ranks_error(monkeypatch, capsys, m
             "--seq-len",
             "16",
             "--num-seqs",
-            "2",
+            "4",
             "--batch-size",
             "2",
             "--bootstrap",

@@ -46,7 +46,8 @@ FLAG_VALUES = {
     ),
     "--dtype": st.sampled_from(["float32", "float16", "int8", ""]),
     "--device": st.sampled_from(["cpu", "cuda", "tpu", ""]),
-    "--pc-estimate": st.sampled_from(["exact", "calibration", "guess"]),
+    "--pooling": st.sampled_from(["mean", "none", "max"]),
+    "--tokens-per-passage": NUMBERS,
     "--corpus": st.sampled_from(["GOOD", "/nonexistent", "", "hf:", "hf:a:b:c:d", "shakespeare!"]),
 }
 

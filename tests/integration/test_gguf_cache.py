@@ -36,7 +36,7 @@ def gguf_file(tmp_path_factory):
 
 
 def load(path, **options):
-    return prepare(LoadOptions(model=str(path), corpus=TEXT, seq_len=16, num_seqs=3, **options), progress=False)
+    return prepare(LoadOptions(model=str(path), corpus=TEXT, seq_len=16, num_seqs=4, **options), progress=False)
 
 
 def states(prepared):
@@ -96,7 +96,7 @@ def test_the_first_load_parses_the_file_once(gguf_file, cache, monkeypatch):
 def test_the_result_names_the_gguf_file_and_its_sha256(gguf_file, cache):
     import hashlib
 
-    r = effdepth.measure(str(gguf_file), TEXT, seq_len=16, num_seqs=3, bootstrap=0, progress=False, pooling="none")
+    r = effdepth.measure(str(gguf_file), TEXT, seq_len=16, num_seqs=4, bootstrap=0, progress=False, pooling="none")
     model = r.provenance["model"]
     sha = hashlib.sha256(gguf_file.read_bytes()).hexdigest()
     assert model["source"] == "gguf" and model["path"] == str(gguf_file.resolve()) and model["sha256"] == sha
@@ -175,7 +175,7 @@ def test_a_corrupt_or_truncated_gguf_gives_a_one_line_error(gguf_file, cache, tm
             "--seq-len",
             "8",
             "--num-seqs",
-            "2",
+            "4",
             "--out",
             str(tmp_path / "out"),
             "--no-progress",
@@ -185,7 +185,7 @@ def test_a_corrupt_or_truncated_gguf_gives_a_one_line_error(gguf_file, cache, tm
     assert code == 2 and len(err) == 1 and err[0].startswith("effdepth: error: ") and message in err[0], err
     assert not (tmp_path / "out").exists()
     with pytest.raises(EffdepthError, match=message):
-        effdepth.measure(str(bad), TEXT, seq_len=16, num_seqs=3, bootstrap=0, progress=False, pooling="none")
+        effdepth.measure(str(bad), TEXT, seq_len=16, num_seqs=4, bootstrap=0, progress=False, pooling="none")
     assert not [p for p in (cache / "gguf").glob("*") if p.name != "hashes"]  # nothing half-written
 
 
@@ -200,7 +200,7 @@ def test_no_progress_hides_the_conversion_bar(gguf_file, cache, tmp_path, capsys
         "--seq-len",
         "8",
         "--num-seqs",
-        "2",
+        "4",
         "--bootstrap",
         "0",
         "--no-figures",

@@ -13,8 +13,9 @@ from effdepth.capture.registry import resolve_architecture
 from effdepth.cli import main
 from effdepth.errors import EffdepthError
 from effdepth.intervene import InterventionResult, load_intervention, measure_with_carry, save_intervention
-from effdepth.measure import measure_prepared, prepare
+from effdepth.measure import prepare
 from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
+from effdepth.passage_measure import measure_passages, passage_loss
 from effdepth.report.tables import intervention_table
 from effdepth.tiny import tiny_model
 
@@ -47,13 +48,15 @@ def our_hook_count(model):
 
 
 def test_carry_one_reproduces_unmodified_result_exactly(llama):
-    prepared = prepare(LoadOptions(model=llama, corpus=IDS), progress=False)
-    analysis = AnalysisOptions(pooling="none", views="default,drop-pos0", bootstrap=20)
-    plain = measure_prepared(prepared, analysis, with_loss=True, run=RunOptions(progress=False))
-    carried = measure_with_carry(prepared, 1.0, "all", analysis, progress=False)
-    for name in plain.views:
-        assert carried.to_dict()["views"][name] == plain.to_dict()["views"][name]
-    assert carried.extras["loss"] == plain.extras["loss"]
+    ids = torch.randint(0, 256, (6, 12), generator=torch.Generator().manual_seed(3))
+    prepared = prepare(LoadOptions(model=llama, corpus=ids), progress=False)
+    for pooling in ("mean", "none"):
+        analysis = AnalysisOptions(pooling=pooling, views="default,drop-pos0", bootstrap=20)
+        plain = measure_passages(prepared, analysis, run=RunOptions(progress=False))
+        carried = measure_with_carry(prepared, 1.0, "all", analysis, progress=False)
+        for name in plain.views:
+            assert carried.to_dict()["views"][name] == plain.to_dict()["views"][name]
+        assert carried.extras["loss"] == passage_loss(prepared, prepared.tokens, analysis.batch_size)
     assert carried.extras["intervention"] == {
         "carry": 1.0,
         "layers": [1, 2, 3],
@@ -361,10 +364,6 @@ def test_cli_intervene_and_recompose(model_dir, tmp_path, capsys):
             4,
             "--bootstrap",
             20,
-            "--similarity",
-            "cka,frobenius",
-            "--pooling",
-            "none",
             "--out",
             tmp_path / "iv",
             "--no-progress",
@@ -380,13 +379,11 @@ def test_cli_intervene_and_recompose(model_dir, tmp_path, capsys):
         ["recompose", tmp_path / "iv" / "carry-1", "--carry", "1,0.5,0", "--out", tmp_path / "rc"], capsys
     )
     assert code == 0, err
-    assert "D_eff decorrelated" in out
+    assert "D_eff decorrelated" in out and "R_matched" in out
     rec = json.loads((tmp_path / "rc" / "recompose.json").read_text())
-    measured = json.loads((tmp_path / "iv" / "carry-1" / "result.json").read_text())["similarities"]["frobenius"][
-        "default"
-    ]
-    assert rec["rows"][0]["deff"] == pytest.approx(measured["deff"], rel=1e-10)
-    assert rec["decorrelated"]["deff"] == pytest.approx(measured["references"]["matched"], rel=1e-10)
+    measured = json.loads((tmp_path / "iv" / "carry-1" / "result.json").read_text())["views"]["default"]
+    assert abs(rec["rows"][0]["deff"] - measured["deff"]) < 1e-9  # a carry-<lam>/ result keeps its pooled vectors
+    assert rec["decorrelated"]["measured_reference_matched"] == measured["references"]["matched"]
 
 
 @pytest.mark.parametrize(
@@ -406,7 +403,7 @@ def test_cli_intervene_and_recompose(model_dir, tmp_path, capsys):
 )
 def test_cli_bad_input_exits_2_with_one_line(argv, message, model_dir, tmp_path, capsys):
     result_dir = tmp_path / "r"
-    effdepth.from_states(torch.randn(4, 2, 8, 16)).save(result_dir)
+    effdepth.from_states(torch.randn(4, 6, 8, 16)).save(result_dir)
     corpus = tmp_path / "text.txt"
     corpus.write_text("To be, or not to be, that is the question. " * 20)
     argv = [{"MODEL": model_dir, "RESULT": result_dir, "CORPUS": corpus}.get(a, a) for a in argv]

@@ -1,4 +1,5 @@
-"""The notebook API on Hugging Face models: capture, Accumulator, from_hidden_states.
+"""The notebook API on Hugging Face models: capture, Accumulator, from_hidden_states, for a passage's mean and
+for its tokens as samples (--pooling none).
 
 Everything here needs only transformers (no TransformerLens, no nnsight):
 tests/integration/test_transformer_lens.py and test_nnsight.py cover those.
@@ -6,7 +7,6 @@ tests/integration/test_transformer_lens.py and test_nnsight.py cover those.
 
 import subprocess
 import sys
-import warnings
 
 import pytest
 import torch
@@ -14,11 +14,11 @@ import torch
 import effdepth
 from effdepth.capture.registry import resolve_architecture
 from effdepth.errors import EffdepthError
-from effdepth.notebook import DEFAULT_SIMILARITY
 from effdepth.tiny import TINY_HIDDEN, TINY_LAYERS, tiny_model
 
 FAMILIES = ("gpt2", "llama")
 BATCH = 3
+TOKENS = {"pooling": "none", "tokens_per_passage": 5}
 
 
 def token_ids(rows=6, cols=12, seed=0):
@@ -27,23 +27,12 @@ def token_ids(rows=6, cols=12, seed=0):
 
 def measured(model, ids, **options):
     options = {"bootstrap": 0, "batch_size": BATCH, "progress": False, **options}
-    return effdepth.measure(model, ids, **options, pooling="none")
-
-
-def fit_rows(ids) -> int:
-    """The calibration set effdepth.measure fits on (the first sequences, up to 8 and 2,048 tokens)."""
-    from effdepth.numerics.fits import calibration_prefix
-
-    return calibration_prefix([ids.shape[1]] * ids.shape[0])
+    return effdepth.measure(model, ids, **options)
 
 
 def accumulated(model, ids, views=("default",), **options):
-    acc = effdepth.Accumulator(views, **{"pooling": "none", **options})
+    acc = effdepth.Accumulator(views, **{"bootstrap": 0, **options})
     with effdepth.capture(model) as states, torch.no_grad():
-        if any(v.needs_fit for v in acc.views):  # the fit phase, on what measure() fits on
-            for i in range(0, fit_rows(ids), BATCH):
-                model(ids[i : min(i + BATCH, fit_rows(ids))])
-                acc.fit(states)
         for i in range(0, ids.shape[0], BATCH):
             model(ids[i : i + BATCH])
             acc.update(states)
@@ -88,54 +77,39 @@ def test_capture_yields_the_pre_norm_stream_one_tensor_per_state(family_model):
     assert "S_0..S_3" in repr(states)
 
 
-def test_without_fit_the_first_batch_is_the_fitted_set_and_fit_comes_first():
-    model = tiny_model("llama")
-    ids = token_ids()
-    acc = effdepth.Accumulator(["top1pc"], pooling="none")
-    with effdepth.capture(model) as states, torch.no_grad():
-        model(ids[:BATCH])
-        acc.update(states)
-        info = acc.result().config["pc_estimate"]
-        assert (
-            info["calibration"] == {"sequences": BATCH, "tokens": BATCH * ids.shape[1]} and "first batch" in info["how"]
-        )
-        with pytest.raises(EffdepthError, match="before the first update"):
-            acc.fit(states)
-
-
 def test_capture_refuses_to_be_read_before_a_forward_pass():
     with effdepth.capture(tiny_model("llama")) as states:
         with pytest.raises(EffdepthError, match="no forward pass"):
             states.tensor
 
 
-@pytest.mark.parametrize("views", [("default",), ("default", "drop-pos0", "token-norm", "center", "top1pc")])
-def test_accumulator_updated_in_a_loop_equals_one_measure(family_model, views):
+@pytest.mark.parametrize("views", [("default",), ("default", "drop-pos0", "token-norm", "top1pc")])
+def test_token_samples_accumulated_in_a_loop_equal_one_measure(family_model, views):
     family, model = family_model
     ids = token_ids()
-    one = measured(model, ids, views=views)
-    loop = accumulated(model, ids, views).result()
+    one = measured(model, ids, views=views, **TOKENS)
+    loop = accumulated(model, ids, views, **TOKENS).result()
     assert_same_numbers(loop, one, tol=1e-9)
-    assert loop.config["similarity"] == one.config["similarity"] == DEFAULT_SIMILARITY
+    assert loop.config["reduction"] == one.config["reduction"]
     assert loop.provenance["model"]["source"] == "capture" and loop.provenance["model"]["model_type"] == family
 
 
 def test_accumulator_bootstrap_and_similarity_pass_through_like_measure():
     model = tiny_model("gpt2")
     ids = token_ids()
-    one = measured(model, ids, bootstrap=50, seed=3, similarity="token")
-    acc = accumulated(model, ids, bootstrap=50, seed=3, similarity="token")
+    one = measured(model, ids, bootstrap=50, seed=3, similarity="cosine", **TOKENS)
+    acc = accumulated(model, ids, bootstrap=50, seed=3, similarity="cosine", **TOKENS)
     assert_same_numbers(acc.result(), one, tol=1e-9)
-    # result() may override the similarity: the statistics do not depend on it.
+    # result() may ask for another similarity: every one comes from the same samples.
     assert_same_numbers(
-        acc.result(similarity="frobenius", bootstrap=0), measured(model, ids, similarity="frobenius"), tol=1e-9
+        acc.result(similarity="cka", bootstrap=0), measured(model, ids, similarity="cka", seed=3, **TOKENS), tol=1e-9
     )
 
 
 def test_accumulator_result_views_subset_reset_and_errors():
     model = tiny_model("llama")
     ids = token_ids()
-    acc = accumulated(model, ids, ("default", "token-norm"))
+    acc = accumulated(model, ids, ("default", "token-norm"), **TOKENS)
     assert list(acc.result(views="token-norm").views) == ["token-norm"]
     assert list(acc.result().views) == ["default", "token-norm"]
     assert acc.sequences == 6 and acc.tokens == 6 * 12
@@ -150,34 +124,39 @@ def test_accumulator_result_views_subset_reset_and_errors():
         acc.result()
     with pytest.raises(EffdepthError, match="similarity"):
         effdepth.Accumulator(similarity="nope", pooling="none")
+    with pytest.raises(EffdepthError, match="keeps tokens, not means"):
+        effdepth.Accumulator(views="length", pooling="none")
 
 
-def test_accumulator_takes_a_list_of_tensors_or_one_tensor():
-    s = torch.randn(4, 2, 6, 8, dtype=torch.float64)
-    a, b, c = (effdepth.Accumulator(pooling="none") for _ in range(3))
+@pytest.mark.parametrize("pooling", ["mean", "none"])
+def test_accumulator_takes_a_list_of_tensors_or_one_tensor(pooling):
+    s = torch.randn(4, 5, 6, 8, dtype=torch.float64)
+    a, b, c = (effdepth.Accumulator(pooling=pooling, bootstrap=0) for _ in range(3))
     a.update(s)
     b.update(list(s))
-    c.update(tuple(s[:, 0]))  # (seq, d) states: one sequence each
-    c.update(tuple(s[:, 1]))
+    for p in range(5):
+        c.update(tuple(s[:, p]))  # (seq, d) states: one passage each
     assert_same_numbers(a.result(), b.result(), tol=0)
     assert_same_numbers(a.result(), c.result(), tol=1e-12)
-    assert_same_numbers(a.result(), effdepth.from_states(s), tol=1e-12)
+    assert_same_numbers(a.result(), effdepth.from_states(s, pooling=pooling), tol=1e-12)
 
 
-def test_padding_from_the_mask_never_enters_a_statistic():
+@pytest.mark.parametrize("pooling", ["mean", "none"])
+def test_padding_from_the_mask_never_enters_a_sample(pooling):
     g = torch.Generator().manual_seed(1)
-    s = torch.randn(4, 2, 9, 8, dtype=torch.float64, generator=g)
-    mask = torch.ones(2, 9, dtype=torch.long)
+    s = torch.randn(4, 4, 9, 8, dtype=torch.float64, generator=g)
+    mask = torch.ones(4, 9, dtype=torch.long)
     mask[1, 6:] = 0  # right padding
     mask[0, :2] = 0  # left padding
     garbage = s.clone()
     garbage[:, 1, 6:] = 1e6
     garbage[:, 0, :2] = -1e6
-    padded = effdepth.Accumulator(pooling="none")
+    padded = effdepth.Accumulator(pooling=pooling, bootstrap=0)
     padded.update(garbage, mask=mask)
-    trimmed = effdepth.Accumulator(pooling="none")
+    trimmed = effdepth.Accumulator(pooling=pooling, bootstrap=0)
     trimmed.update(s[:, 0, 2:])
     trimmed.update(s[:, 1, :6])
+    trimmed.update(s[:, 2:])
     assert_same_numbers(padded.result(), trimmed.result(), tol=1e-12)
     with pytest.raises(EffdepthError, match="mask must be"):
         padded.update(s, mask=mask[:, :5])
@@ -190,7 +169,7 @@ def test_a_training_loop_measures_every_n_steps_without_changing_training():
     def train(with_capture):
         model = tiny_model("llama", seed=1).train()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        acc, results = effdepth.Accumulator(pooling="none"), []
+        acc, results = effdepth.Accumulator(bootstrap=0), []
         context = effdepth.capture(model) if with_capture else None
         states = context.__enter__() if context else None
         try:
@@ -218,21 +197,16 @@ def test_a_training_loop_measures_every_n_steps_without_changing_training():
     assert results[0].default.deff != results[1].default.deff  # the model moved between measurements
 
 
-def test_from_hidden_states_without_model_is_refused_with_the_trap():
+def test_from_hidden_states_refuses_what_is_not_the_tuple():
     model = tiny_model("llama")
     with torch.no_grad():
-        out = model(token_ids(2, 8), output_hidden_states=True)
-    with pytest.raises(EffdepthError) as info:
-        effdepth.from_hidden_states(out.hidden_states, pooling="none")
-    message = str(info.value)
-    assert "\n" not in message
-    assert "final norm" in message and "model=" in message and "effdepth.capture(model)" in message
+        out = model(token_ids(4, 8), output_hidden_states=True)
     with pytest.raises(EffdepthError, match="tuple of L\\+1 tensors"):
         effdepth.from_hidden_states(torch.stack(out.hidden_states), model=model)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_from_hidden_states_with_model_uses_the_residual_entries(family):
+def test_from_hidden_states_with_token_samples_takes_the_whole_tuple(family):
     model = tiny_model(family)
     ids = token_ids(4, 10)
     mask = torch.ones_like(ids)
@@ -241,31 +215,28 @@ def test_from_hidden_states_with_model_uses_the_residual_entries(family):
         out = model(
             ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp_min(0), output_hidden_states=True
         )
-    with pytest.warns(UserWarning, match=r"S_0\.\.S_2 \(2 of 3 blocks\).*effdepth\.capture\(model\)"):
-        r = effdepth.from_hidden_states(
-            out, attention_mask=mask, model=model, views=("default", "token-norm"), pooling="none"
-        )
-    assert r.config["num_layers"] == TINY_LAYERS - 1 and r.config["hidden_states"]["states"] == "S_0..S_2"
+    r = effdepth.from_hidden_states(out, attention_mask=mask, model=model, views=("default", "token-norm"), **TOKENS)
+    assert r.config["num_layers"] == TINY_LAYERS and r.config["states"] == "hidden"
     assert r.provenance["model"]["source"] == "hidden_states" and r.provenance["model"]["model_type"] == family
-    expected = effdepth.from_states(torch.stack(out.hidden_states[:-1]), mask=mask, views=("default", "token-norm"))
+    expected = effdepth.from_states(
+        torch.stack(out.hidden_states), mask=mask, views=("default", "token-norm"), bootstrap=1000, **TOKENS
+    )
     assert_same_numbers(r, expected, tol=1e-12)
     assert r.default.tokens == int(mask.sum())
     # The padded positions' activations do not matter.
     garbage = [h.clone() for h in out.hidden_states]
     for h in garbage:
         h[0, :3] = 1e4
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        again = effdepth.from_hidden_states(
-            tuple(garbage), attention_mask=mask, model=model, views=("default", "token-norm"), pooling="none"
-        )
+    again = effdepth.from_hidden_states(
+        tuple(garbage), attention_mask=mask, model=model, views=("default", "token-norm"), **TOKENS
+    )
     assert_same_numbers(again, r, tol=1e-12)
 
 
 def test_from_hidden_states_checks_the_tuple_against_the_model():
     model = tiny_model("gpt2")
     with torch.no_grad():
-        out = model(token_ids(2, 8), output_hidden_states=True)
+        out = model(token_ids(4, 8), output_hidden_states=True)
     for pooling in ("mean", "none"):
         with pytest.raises(EffdepthError, match="got 3 hidden states, but this gpt2 model has 3 blocks"):
             effdepth.from_hidden_states(out.hidden_states[:3], model=model, pooling=pooling)
@@ -276,7 +247,7 @@ def test_hugging_face_paths_never_import_transformer_lens_or_nnsight():
         "import sys, torch, effdepth\n"
         "from effdepth.tiny import tiny_model\n"
         "m = tiny_model('gpt2')\n"
-        "effdepth.measure(m, torch.randint(0, 256, (2, 6)), bootstrap=0, progress=False, pooling='none')\n"
+        "effdepth.measure(m, torch.randint(0, 256, (4, 6)), bootstrap=0, progress=False, pooling='none')\n"
         "with effdepth.capture(m) as s:\n"
         "    m(torch.randint(0, 256, (1, 4)))\n"
         "print(sorted(k for k in sys.modules if k.split('.')[0] in ('transformer_lens', 'nnsight')))\n"
@@ -284,13 +255,6 @@ def test_hugging_face_paths_never_import_transformer_lens_or_nnsight():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
-
-
-def test_accumulator_result_under_a_similarity_it_did_not_keep_says_how_to_keep_it():
-    acc = accumulated(tiny_model("llama"), token_ids(), similarity="cka")
-    assert acc.result(similarity="frobenius", bootstrap=0).default.deff > 0  # always kept
-    with pytest.raises(EffdepthError, match=r"token statistics were not accumulated.*similarity including 'token'"):
-        acc.result(similarity="token")
 
 
 # ---------------------------------------------------------------- passage mode (the default): measure's numbers
@@ -335,8 +299,6 @@ def test_capture_and_accumulator_in_your_own_loop_give_measures_number(family):
     loop = acc.result()
     assert loop.passages and loop.default.sequences == 8 and acc.tokens == 8 * 12
     assert_close_numbers(passage_numbers(loop), passage_numbers(one), tol=1e-6)
-    with pytest.raises(EffdepthError, match="token mode's"):
-        acc.fit(states)
     with pytest.raises(EffdepthError, match="which passages start with BOS"):
         effdepth.Accumulator("drop-bos")
 

@@ -33,6 +33,9 @@ VIEWS = (
 # --------------------------------------------------------------------------- naive computation
 
 
+OLD_TOKEN_RESULT = Path(__file__).parent.parent / "data" / "token-mode-result.json"
+
+
 def naive_pooled(model, passages, *, states: str, bos: bool) -> dict:
     """{variant: (L+1, N, d)} float64, each passage run alone (no padding) through output_hidden_states."""
     out = {
@@ -113,7 +116,7 @@ def check_against_naive(prepared, result, states: str, tol: float, views: str = 
 
 def measured(model, corpus, **options):
     opts = Options.build(model=model, corpus=corpus, **{"bootstrap": 0, "views": VIEWS, **options})
-    prepared = prepare(opts.load, progress=False, passages=True)
+    prepared = prepare(opts.load, progress=False)
     return prepared, measure_passages(prepared, opts.analysis, run=RunOptions(progress=False))
 
 
@@ -246,19 +249,6 @@ def test_the_analysis_progress_bar_counts_each_view_as_it_finishes(tmp_path, cap
     assert "1/3" in shown and "drop-bos" in shown and "2/3" in shown and "top1pc" in shown, shown
 
 
-def test_old_token_mode_results_still_load_and_show(tmp_path, capsys):
-    r = effdepth.measure(tiny_model("llama"), ids(4, 16), bootstrap=0, pooling="none", progress=False)
-    path = r.save(tmp_path / "token")
-    data = json.loads(path.read_text())
-    data["config"].pop("pooling", None)  # written before passage mode existed
-    path.write_text(json.dumps(data))
-    loaded = effdepth.load(path)
-    assert not loaded.passages and loaded.default.deff == r.default.deff
-    assert main(["show", str(path.parent)]) == 0
-    with pytest.raises(EffdepthError, match="not a passage-mode result"):
-        analyse_saved(path.parent, progress=False)
-
-
 def test_passage_results_from_before_the_confound_controls_load_show_and_gain_them_by_re_analysis(tmp_path, capsys):
     from effdepth.claims import check_paths
     from effdepth.report.tables import result_summary_text
@@ -362,11 +352,13 @@ def corpus(tmp_path, text):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--num-seqs", "3"], "below 4"),
+        (["--num-seqs", "4"], "below 4"),
         (["--views", "top9pc", "--num-seqs", "8"], "top9pc"),
         (["--protocol", "papr"], "invalid choice: 'papr'"),
-        (["--views", "center"], "not a passage-mode view"),
-        (["--similarity", "frobenius"], "token mode's"),
+        (["--views", "center"], "gone with the old token-level statistics"),
+        (["--similarity", "frobenius"], "gone with the old token-level statistics"),
+        (["--pooling", "none", "--views", "length"], "keeps tokens, not means"),
+        (["--tokens-per-passage", "4"], "add --pooling none"),
     ],
 )
 def test_bad_options_fail_in_one_line_before_the_model_loads(extra, message, tmp_path, capsys):
@@ -564,5 +556,5 @@ def test_the_claims_name_the_structural_reference_f_l_across_passages():
     passages = effdepth.measure(tiny_model("llama"), ids(16, 12), views="paper", bootstrap=20, progress=False)
     text = claims_text(passages) + claims_table(passages).note
     assert "F_L" in text and "F_N" not in text
-    tokens = effdepth.from_states(torch.randn(4, 3, 8, 16), bootstrap=20)
-    assert "entirely below F_N" in claims_text(tokens)  # token mode keeps its N analysed states
+    tokens = effdepth.load(OLD_TOKEN_RESULT)
+    assert "F_N" in claims_text(tokens)  # an old token-mode result keeps its N analysed states

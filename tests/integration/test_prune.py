@@ -90,7 +90,7 @@ def shortgpt_block_influence(prepared) -> np.ndarray:
 
 
 def test_the_block_influence_order_is_shortgpts(model_dir, checked):
-    prepared = prepare(Options.build(model=str(model_dir), **SMALL).load, progress=False, passages=True)
+    prepared = prepare(Options.build(model=str(model_dir), **SMALL).load, progress=False)
     expected = shortgpt_block_influence(prepared)
     np.testing.assert_allclose(checked.scores["block_influence"], expected, rtol=1e-4, atol=1e-7)
     assert checked.orders["block_influence"] == [int(i) + 1 for i in np.argsort(expected, kind="stable")]
@@ -98,7 +98,7 @@ def test_the_block_influence_order_is_shortgpts(model_dir, checked):
 
 
 def test_heldout_passages_are_not_measured_and_the_unpruned_perplexity_is_the_models_loss(model_dir, checked):
-    prepared = prepare(Options.build(model=str(model_dir), **SMALL).load, progress=False, passages=True)
+    prepared = prepare(Options.build(model=str(model_dir), **SMALL).load, progress=False)
     held = heldout_passages(prepared, 8)
     measured = {tuple(prepared.tokens.passage(i).tolist()) for i in range(prepared.tokens.num_passages)}
     assert held.num_passages == 8 and not measured & {tuple(held.passage(i).tolist()) for i in range(8)}

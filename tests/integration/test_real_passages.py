@@ -22,7 +22,6 @@ def real(request):
     return prepare(
         LoadOptions(model=request.param, corpus="shakespeare", seq_len=48, num_seqs=16, passage_split="paragraphs"),
         progress=False,
-        passages=True,
     )
 
 

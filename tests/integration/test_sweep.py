@@ -75,9 +75,10 @@ def test_summary_tables_figure_and_report(finished):
         assert (out / name).is_file(), name
     table = pd.read_parquet(out / "summary.parquet")
     assert list(table.columns) == list(COLUMNS)
-    assert len(table) == 4  # two models x two views
+    assert len(table) == 8  # two models x two views x two estimators (cka brings cka-debiased)
+    assert set(table["similarity"]) == {"cka", "cka-debiased"}
     assert set(table["view"]) == {"default", "drop-pos0"}
-    row = table[(table.model == "tiny:llama") & (table.view == "default")].iloc[0]
+    row = table[(table.model == "tiny:llama") & (table.view == "default") & (table.similarity == "cka")].iloc[0]
     result = effdepth.load(out / row.key)
     assert row.D_eff == pytest.approx(result.default.deff) and row.L == 3 and row.status == "ok"
     assert row.D_eff_lo <= row.D_eff <= row.D_eff_hi
@@ -159,7 +160,7 @@ def test_interrupted_sweep_finishes_without_recomputing(tmp_path, corpus, monkey
     )
     assert calls == ["tiny:gpt_neox"]
     assert outcome.counts == {"done": 1, "ok": 1}
-    assert [r["status"] for r in outcome.rows] == ["ok", "ok"]
+    assert {r["status"] for r in outcome.rows} == {"ok"} and len({r["model"] for r in outcome.rows}) == 2
 
 
 def test_a_model_interrupted_midway_continues_from_its_partial_statistics(tmp_path, corpus, monkeypatch):
@@ -167,22 +168,24 @@ def test_a_model_interrupted_midway_continues_from_its_partial_statistics(tmp_pa
     import os
     import signal
 
+    from effdepth import passage_measure
     from effdepth.checkpoint import MeasurementInterrupted
-    from effdepth.measure import MeasurementState
 
-    update = MeasurementState.update
+    real = passage_measure.pooled_batches
 
-    def update_then_terminate(self, *args):
-        update(self, *args)
-        os.kill(os.getpid(), signal.SIGTERM)  # caught by measure: it stops after this batch
+    def terminate_after_the_first_batch(*args, **kwargs):
+        for i, item in enumerate(real(*args, **kwargs)):
+            if i == 0:
+                os.kill(os.getpid(), signal.SIGTERM)  # caught by measure: it stops after this batch
+            yield item
 
     options = {**SMALL, "batch_size": 2}
-    monkeypatch.setattr(MeasurementState, "update", update_then_terminate)
+    monkeypatch.setattr(passage_measure, "pooled_batches", terminate_after_the_first_batch)
     with pytest.raises(MeasurementInterrupted, match="rerun the same command"):
         sweep(["tiny:gpt2"], tmp_path, corpus=corpus, **options, pooling="none")
     assert list(tmp_path.rglob("checkpoint/state.json")) and not list(tmp_path.rglob("result.json"))
 
-    monkeypatch.setattr(MeasurementState, "update", update)
+    monkeypatch.setattr(passage_measure, "pooled_batches", real)
     outcome = sweep(["tiny:gpt2"], tmp_path, corpus=corpus, figures=False, report=False, **options, pooling="none")
     result = effdepth.load(tmp_path / outcome.rows[0]["key"])
     assert result.provenance["run"]["resumed_from"] == 2 and result.default.sequences == 4
@@ -278,7 +281,7 @@ def test_tiny_suite_from_the_command_line_offline(tmp_path, capsys):
     assert code == 0, err
     assert "tiny:gemma2" in out and "5 measured" in out
     table = pd.read_csv(tmp_path / "summary.csv")
-    assert len(table) == 5 and (table.status == "ok").all()
+    assert table.model.nunique() == 5 and (table.status == "ok").all()
     assert (tmp_path / "report.html").is_file() and (tmp_path / "suite.pdf").is_file()
 
 
@@ -352,4 +355,4 @@ def test_a_reader_that_leaves_stops_the_lines_not_the_sweep(tmp_path, corpus, mo
     )
     assert code == 0
     table = pd.read_csv(tmp_path / "summary.csv")
-    assert len(table) == 2 and (table.status == "ok").all()
+    assert table.model.nunique() == 2 and (table.status == "ok").all()

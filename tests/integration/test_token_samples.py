@@ -8,7 +8,6 @@ import torch
 
 from effdepth.data.tokenizers import byte_tokenizer
 from effdepth.measure import prepare
-from effdepth.numerics.sampling import TokenReduction
 from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
 from effdepth.passage_measure import measure_passages
 from effdepth.tiny import tiny_model
@@ -46,8 +45,10 @@ def naive_token_deff(model, passages, drop_first: bool, debiased: bool) -> float
 
 
 def check(prepared, tol):
-    analysis = AnalysisOptions(views="default,drop-pos0", states="hidden", bootstrap=20, batch_size=5, surrogate_seqs=0)
-    result = measure_passages(prepared, analysis, run=RunOptions(progress=False), tokens=TokenReduction(None))
+    analysis = AnalysisOptions(
+        views="default,drop-pos0", states="hidden", bootstrap=20, batch_size=5, surrogate_seqs=0, pooling="none"
+    )
+    result = measure_passages(prepared, analysis, run=RunOptions(progress=False))
     assert result.config["reduction"]["samples"] == "tokens" and "confounds" not in result.extras
     assert result.config["reduction"]["per_variant"]["default"] == prepared.tokens.tokens
     for view, drop_first in (("default", False), ("drop-pos0", True)):
@@ -67,14 +68,12 @@ def test_the_token_reduction_of_a_tiny_model_equals_a_naive_token_level_cka():
         num_seqs=8,
         passage_split="paragraphs",
     )
-    prepared = prepare(load, progress=False, passages=True)
+    prepared = prepare(load, progress=False)
     assert len(set(prepared.tokens.lengths.tolist())) > 1
     check(prepared, tol=1e-9)
 
 
 @pytest.mark.slow
 def test_the_token_reduction_of_smollm2_equals_a_naive_token_level_cka():
-    prepared = prepare(
-        LoadOptions(model="smollm2-135m", corpus="shakespeare", seq_len=24, num_seqs=8), progress=False, passages=True
-    )
+    prepared = prepare(LoadOptions(model="smollm2-135m", corpus="shakespeare", seq_len=24, num_seqs=8), progress=False)
     check(prepared, tol=1e-6)

@@ -75,6 +75,7 @@ def test_local_checkpoints_measured_in_training_order(local_run, checkpoints):
     out, code, calls = local_run
     assert code == 0
     table = pd.read_csv(out / "trajectory.csv")
+    table = table[table.similarity == "cka"].reset_index(drop=True)
     assert table["revision"].tolist() == ["step-0", "step-100", "step-200"]
     assert table["step"].tolist() == [0, 100, 200]
     assert table["tokens_seen"].tolist() == [0, 100_000, 200_000]
@@ -93,7 +94,8 @@ def test_local_checkpoints_measured_in_training_order(local_run, checkpoints):
 def test_duplicated_checkpoint_is_flagged_not_measured(local_run, checkpoints):
     out, _, calls = local_run
     assert sorted(calls) == sorted(str(checkpoints / n) for n in ("step-0", "step-100"))
-    table = pd.read_csv(out / "trajectory.csv").set_index("revision")
+    table = pd.read_csv(out / "trajectory.csv")
+    table = table[table.similarity == "cka"].set_index("revision")
     assert table.loc["step-200", "status"] == "duplicate" and table.loc["step-200", "duplicate_of"] == "step-100"
     assert table.loc["step-200", "weights"] == table.loc["step-100", "weights"] != table.loc["step-0", "weights"]
     assert table.loc["step-200", "weights_source"] == "file sha256"
@@ -206,7 +208,7 @@ def fake_hub(monkeypatch):
     def measure_job(payload):
         state.measured.append(payload["revision"])
         g = torch.Generator().manual_seed(len(state.measured))
-        return effdepth.from_states(torch.randn(7, 3, 8, 16, generator=g, dtype=torch.float64).cumsum(0), bootstrap=20)
+        return effdepth.from_states(torch.randn(7, 8, 8, 16, generator=g, dtype=torch.float64).cumsum(0), bootstrap=20)
 
     monkeypatch.setattr(huggingface_hub, "list_repo_refs", list_repo_refs)
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
@@ -226,7 +228,7 @@ def test_hub_auto_flags_identical_branches(fake_hub, tmp_path):
     assert rows["main"]["final"] and rows["main"]["duplicate_of"] == "step143000"
     assert (tmp_path / "trajectory.png").is_file()
     table = pd.read_parquet(tmp_path / "trajectory.parquet")
-    assert table["revision"].tolist()[-1] == "main" and (table["status"] == "duplicate").sum() == 2
+    assert table["revision"].tolist()[-1] == "main" and (table["status"] == "duplicate").sum() == 2 * 2  # cka, debiased
 
 
 def test_hub_every_k_and_lists(fake_hub, tmp_path):
@@ -281,7 +283,7 @@ PYTHIA_ALL = ["main", "step0"] + [f"step{2**i}" for i in range(10)] + [f"step{k 
 
 
 def test_a_preset_measures_its_log_spaced_checkpoints_and_records_itself(fake_hub, tmp_path, capsys, monkeypatch):
-    states = torch.randn(4, 2, 8, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64).cumsum(0)
+    states = torch.randn(4, 8, 8, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64).cumsum(0)
     monkeypatch.setattr(
         sweep_module,
         "measure_job",  # 25 checkpoints: a result without resamples each

@@ -138,8 +138,8 @@ def test_bridge_stream_gives_the_same_deff_as_the_hugging_face_model(family, mod
 def test_bridge_tokenizes_text_with_its_own_tokenizer(model_folder):
     folder = model_folder("gpt2")
     texts = ["To be, or not to be, that is the question. " * 8, "Whether 'tis nobler in the mind to suffer. " * 8]
-    tl = measured(bridge("gpt2", folder), texts, seq_len=16, num_seqs=4)
-    hf = measured(tiny_model("gpt2"), texts, seq_len=16, num_seqs=4, tokenizer=folder_tokenizer(folder))
+    tl = measured(bridge("gpt2", folder), texts, seq_len=16, num_seqs=4, bos="always")
+    hf = measured(tiny_model("gpt2"), texts, seq_len=16, num_seqs=4, tokenizer=folder_tokenizer(folder), bos="always")
     assert tl.provenance["corpus"]["sha256"] == hf.provenance["corpus"]["sha256"]
     assert tl.provenance["corpus"]["bos_token_id"] == 256
     assert_close_results(tl, hf)
@@ -155,7 +155,7 @@ def test_processed_bridge_with_centred_writing_weights_is_refused(model_folder):
     assert "from_pretrained_no_processing" in message and "allow_processed=True" in message
     with pytest.raises(EffdepthError, match="allow_processed=True"):
         effdepth.capture(processed).__enter__()
-    accepted = measured(processed, token_ids(), allow_processed=True, similarity="frobenius")
+    accepted = measured(processed, token_ids(), allow_processed=True, similarity="cosine")
     record = accepted.provenance["model"]["weight_processing"]
     assert (
         record["center_writing_weights"] is True
@@ -163,11 +163,11 @@ def test_processed_bridge_with_centred_writing_weights_is_refused(model_folder):
         and record["stream_changed"] is True
     )
     # Centring removes each token's mean: the stream, and so D_eff, is not the model's own.
-    # (frobenius: cka's own per-sequence centring hides part of the change.)
+    # (cosine: cka's own centring across samples hides part of the change.)
     assert (
         abs(
             accepted.views["drop-pos0"].deff
-            - measured(tiny_model("gpt2"), token_ids(), similarity="frobenius").views["drop-pos0"].deff
+            - measured(tiny_model("gpt2"), token_ids(), similarity="cosine").views["drop-pos0"].deff
         )
         > 1e-4
     )
@@ -186,7 +186,7 @@ def test_processed_rms_bridge_keeps_the_stream_and_is_accepted(model_folder):
 def test_capture_and_accumulator_on_a_bridge_equal_measure(model_folder):
     b = bridge("llama", model_folder("llama"))
     ids = token_ids()
-    acc = effdepth.Accumulator(VIEWS, pooling="none")
+    acc = effdepth.Accumulator(VIEWS, pooling="none", bootstrap=0)
     with effdepth.capture(b) as states, torch.no_grad():
         for i in range(0, ids.shape[0], 3):
             b(ids[i : i + 3], return_type=None)

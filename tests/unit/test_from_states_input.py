@@ -13,39 +13,44 @@ def test_a_mask_that_does_not_match_the_states_is_refused():
     with pytest.raises(EffdepthError, match=r"mask of shape \(4, 5\) does not match.*must be \(4, 10\)"):
         effdepth.from_states(torch.randn(7, 4, 10, 16), mask=torch.ones(4, 5))
     with pytest.raises(EffdepthError, match=r"mask of shape \(4, 10\).*must be \(40,\) or \(1, 40\)"):
-        effdepth.from_states(torch.randn(7, 40, 16), mask=torch.ones(4, 10))
+        effdepth.from_states(torch.randn(7, 40, 16), mask=torch.ones(4, 10), pooling="none")
 
 
-def test_a_matching_mask_counts_only_real_tokens():
+@pytest.mark.parametrize("pooling", ["mean", "none"])
+def test_a_matching_mask_counts_only_real_tokens(pooling):
     mask = torch.ones(4, 10, dtype=torch.bool)
     mask[:, 7:] = False
-    r = effdepth.from_states(torch.randn(7, 4, 10, 16), mask=mask)
+    r = effdepth.from_states(torch.randn(7, 4, 10, 16), mask=mask, pooling=pooling)
     assert r.default.tokens == 28
-    one = effdepth.from_states(torch.randn(7, 40, 16), mask=torch.arange(40) < 30, similarity="frobenius")
-    assert one.default.tokens == 30
 
 
-def test_one_sequence_under_cka_is_a_one_line_error_naming_the_way_out():
-    # Token-mode cka compares the sequences of a pair: one sequence has none.
-    with pytest.raises(EffdepthError, match="at least two sequences.*frobenius or token first") as info:
-        effdepth.from_states(torch.randn(4, 6, 8))
+@pytest.mark.parametrize("pooling", ["mean", "none"])
+@pytest.mark.parametrize("shape", [(4, 3, 6, 8), (4, 6, 8)])
+def test_too_few_passages_is_a_one_line_error_naming_the_way_out(pooling, shape):
+    # Passages are the bootstrap's units and the debiased estimator pairs four of them, whatever the samples.
+    with pytest.raises(EffdepthError, match="needs at least 4") as info:
+        effdepth.from_states(torch.randn(*shape), pooling=pooling)
     assert "\n" not in str(info.value)
 
 
 def test_nan_in_user_states_names_the_layer_not_a_dtype():
-    s = torch.randn(4, 2, 6, 8, dtype=torch.float64)
+    s = torch.randn(4, 6, 6, 8, dtype=torch.float64)
     s[2, 1, 3, 0] = float("nan")
     with pytest.raises(EffdepthError, match=r"states\[2\] contains NaN") as info:
         effdepth.from_states(s)
     assert "--dtype" not in str(info.value)
 
 
-def test_all_zero_states_and_a_lone_sequence_with_bootstrap_warn():
+def test_all_zero_states_warn_and_enough_passages_do_not():
     with pytest.warns(UserWarning, match="every state is zero"):
-        effdepth.from_states(torch.zeros(4, 2, 6, 8))
-    with pytest.warns(UserWarning, match="one sequence"):
-        r = effdepth.from_states(torch.randn(4, 6, 8), bootstrap=200, similarity="frobenius")
-    assert r.default.ci is None
+        effdepth.from_states(torch.zeros(4, 6, 6, 8))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        effdepth.from_states(torch.randn(4, 3, 6, 8), bootstrap=20)
+        effdepth.from_states(torch.randn(4, 24, 6, 8), bootstrap=20)
+
+
+def test_more_tokens_per_passage_than_the_reduction_allows_is_refused():
+    with pytest.raises(EffdepthError, match="--tokens-per-passage must be a whole number of 1 or more"):
+        effdepth.from_states(torch.randn(4, 6, 6, 8), pooling="none", tokens_per_passage=0)
+    with pytest.raises(EffdepthError, match="add --pooling none or leave it out"):
+        effdepth.from_states(torch.randn(4, 6, 6, 8), tokens_per_passage=3)

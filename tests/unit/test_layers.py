@@ -27,7 +27,7 @@ LAYERS = (
     ("checkpoint", "executors"),
     ("measure", "passage_measure"),
     ("notebook", "distributed"),
-    ("intervene", "null", "prune"),
+    ("intervene", "recompose", "null", "prune"),
     ("experiment",),
     ("sweep",),
     ("trajectory",),

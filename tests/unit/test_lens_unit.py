@@ -14,7 +14,7 @@ import torch
 import effdepth
 from effdepth.capture.external import _centred, adapt_external, library_of, weight_processing
 from effdepth.errors import EffdepthError
-from effdepth.notebook import DEFAULT_SIMILARITY, state_batch
+from effdepth.notebook import state_batch
 from effdepth.tiny import tiny_model
 
 
@@ -177,8 +177,7 @@ def test_state_batches_and_their_errors():
 def test_accumulator_default_similarity_follows_measure():
     from effdepth.options import AnalysisOptions
 
-    assert (DEFAULT_SIMILARITY,) == AnalysisOptions(pooling="none").similarity
-    assert inspect.signature(effdepth.Accumulator).parameters["similarity"].default is None  # each mode's own default
+    assert inspect.signature(effdepth.Accumulator).parameters["similarity"].default is None  # measure's default
     for pooling in ("mean", "none"):
         assert effdepth.Accumulator(pooling=pooling).analysis.similarity == AnalysisOptions(pooling=pooling).similarity
     assert all(

@@ -28,13 +28,3 @@ def decoder_forward(
     runner = arch.decoder if arch.decoder is not None else model
     with torch.inference_mode():
         runner(**kwargs)
-
-
-def model_forward_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """Full forward (LM head included) for the next-token loss; the hooks still capture."""
-    kwargs = {"input_ids": input_ids, "use_cache": False}
-    if attention_mask is not None and not bool(attention_mask.all()):
-        kwargs["attention_mask"] = attention_mask
-        kwargs["position_ids"] = position_ids_for(attention_mask)
-    with torch.inference_mode():
-        return model(**kwargs).logits

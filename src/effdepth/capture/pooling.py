@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from ..errors import EffdepthError
 from ..numerics.pooling import PassagePooler
-from .batches import forward_error, input_device, is_out_of_memory
+from .devices import forward_error, input_device, is_out_of_memory
 from .forward import decoder_forward
 from .hooks import HookSet, hidden_from_input, hidden_from_output
 

@@ -7,13 +7,11 @@ import contextlib
 import os
 import re
 import sys
+from dataclasses import fields
 from pathlib import Path
 
-from ..data.passages import BOS_CHOICES, SPLITS
 from ..errors import EffdepthError
-from ..numerics.fits import PC_ESTIMATES
-from ..numerics.similarities import PASSAGE, TOKEN, all_similarities, specs
-from ..options import DEFAULTS, PASSAGE_DEFAULTS, POOLINGS, PROTOCOLS, STATES, RunOptions
+from ..options import AnalysisOptions, LoadOptions, RunOptions
 
 
 class Parser(argparse.ArgumentParser):
@@ -72,177 +70,54 @@ MODEL_HELP = (
 )
 
 
-def similarity_choices(mode: str) -> str:
-    """A mode's similarities as ``--similarity``'s help lists them: its default and companions said.
-
-    >>> similarity_choices("passage")
-    'cka (default, always with cka-debiased beside it), cka-debiased, cosine'
-    """
-
-    def choice(spec) -> str:
-        notes = (["default"] if spec.default else []) + [f"always with {c} beside it" for c in spec.companions]
-        return f"{spec.name} ({', '.join(notes)})" if notes else spec.name
-
-    return ", ".join(choice(spec) for spec in specs(mode))
-
-
 def add_model_argument(p: argparse.ArgumentParser) -> None:
     """The optional positional MODEL of every command that loads one model."""
     p.add_argument("model", nargs="?", default=None, help=MODEL_HELP)
 
 
+def add_option_arguments(p: argparse.ArgumentParser, cls, *, names=None, default=..., help_suffix: str = "") -> None:
+    """The flags of the dataclass ``cls``'s options declared for the command line
+    (:func:`effdepth.options.option`), in declaration order; ``names`` keeps some of them, ``default``
+    sets every one's default (e.g. ``None``: "the saved result's"), ``help_suffix`` ends every help.
+
+    >>> from effdepth.options import AnalysisOptions
+    >>> q = Parser(prog="x"); add_option_arguments(q, AnalysisOptions, names=("bootstrap", "pooling"))
+    >>> q.parse_args(["--pooling", "none"]).pooling, q.parse_args([]).bootstrap
+    ('none', 1000)
+    """
+    converters = {"int": int_arg, "float": float_arg}
+    for f in fields(cls):
+        meta = f.metadata
+        if not meta.get("cli") or (names is not None and f.name not in names):
+            continue
+        flags = meta["flags"] or ("--" + f.name.replace("_", "-"),)
+        text = meta["help"] if default is ... else re.sub(r"\s*\(default[^()]*\)", "", meta["help"])
+        kwargs = {"dest": f.name, "help": text + help_suffix}
+        value = meta["cli_default"] if default is ... else default
+        if meta["kind"] == "flag":
+            kwargs.update(action="store_true", default=False if value is None and default is ... else value)
+        elif meta["kind"] == "no-flag":
+            kwargs.update(action="store_false", default=True if default is ... else value)
+        else:
+            kwargs["default"] = ",".join(value) if isinstance(value, tuple) else value
+            if meta["kind"] in converters:
+                kwargs["type"] = converters[meta["kind"]]
+            if meta["choices"] is not None:
+                kwargs["choices"] = tuple(meta["choices"])
+            if meta["metavar"] is not None:
+                kwargs["metavar"] = meta["metavar"]
+        p.add_argument(*flags, **kwargs)
+
+
 def add_measure_arguments(p: argparse.ArgumentParser) -> None:
-    """Measurement options shared by every command that measures (see :class:`effdepth.options.Options`)."""
-    p.add_argument("--revision", default=None, help="model revision (branch, tag or commit) on the hub")
-    p.add_argument(
-        "--tokenizer",
-        default=None,
-        metavar="PATH_OR_ID",
-        help="tokenizer for text corpora when the model has none (or another): a folder, a Hugging Face id or a .gguf file",
-    )
-    p.add_argument(
-        "--corpus", default=None, help="shakespeare (default), a text/JSONL file or folder, or hf:NAME[:CONFIG[:SPLIT]]"
-    )
-    p.add_argument(
-        "--protocol",
-        default=None,
-        choices=tuple(PROTOCOLS),
-        help="a named set of settings: paper = 10,000 FineWeb-Edu passages of <= 512 tokens, bfloat16, "
-        "--states hidden, cka (flags given beside it win, and are recorded)",
-    )
-    p.add_argument(
-        "--pooling",
-        default=None,
-        choices=POOLINGS,
-        help="mean (default): passage mode, each layer mean-pooled per passage and compared across passages "
-        "(the paper's protocol); none: token mode, compared across the tokens of each sequence",
-    )
-    p.add_argument(
-        "--seq-len",
-        type=int_arg,
-        default=None,
-        help=f"tokens per passage at most (passage mode, default {PASSAGE_DEFAULTS['seq_len']}) or per sequence "
-        f"(token mode, default {DEFAULTS['seq_len']}), special tokens included",
-    )
-    p.add_argument(
-        "--num-seqs",
-        "--num-passages",
-        dest="num_seqs",
-        type=int_arg,
-        default=None,
-        help=f"passages (default {PASSAGE_DEFAULTS['num_seqs']}) or token-mode sequences (default {DEFAULTS['num_seqs']})",
-    )
-    p.add_argument(
-        "--batch-size",
-        type=int_arg,
-        default=DEFAULTS["batch_size"],
-        help=f"sequences per forward pass (default {DEFAULTS['batch_size']})",
-    )
-    p.add_argument(
-        "--states",
-        default=None,
-        choices=STATES,
-        help="blocks (default): hooks on the decoder blocks, before the final norm; hidden: transformers' "
-        "hidden_states[1:], whose last entry is the final norm's output (the paper's convention; passage mode)",
-    )
-    p.add_argument(
-        "--bos",
-        default=None,
-        choices=BOS_CHOICES,
-        help="passage mode: special tokens as the tokenizer adds them (auto, default), BOS always first, or none",
-    )
-    p.add_argument(
-        "--passage-split",
-        default=None,
-        choices=SPLITS,
-        help="windows (default): each document cut into consecutive windows of exactly --seq-len tokens "
-        "(equal lengths: no first-token x length confound); paragraphs: documents cut at blank lines, "
-        "packed into passages of at most --seq-len; document: each document's first tokens (--protocol "
-        "paper)",
-    )
-    p.add_argument(
-        "--similarity",
-        default=None,
-        metavar="NAME[,NAME...]|all",
-        help=f"passage mode: {similarity_choices(PASSAGE)}, or all; token mode: {similarity_choices(TOKEN)}, a "
-        f"comma list (the first is the primary), or all ({', '.join(all_similarities(TOKEN))}). Every one "
-        "comes from the same forward passes",
-    )
-    p.add_argument(
-        "--bootstrap-units",
-        type=int_arg,
-        default=None,
-        metavar="G",
-        help="passage mode: passages are resampled in G blocks of consecutive passages, so each resample "
-        "costs G^2 per layer pair whatever N (default 128; one passage per block when N <= G)",
-    )
-    p.add_argument(
-        "--surrogate-seqs",
-        default=None,
-        metavar="K|all",
-        help="the first K sequences of the corpus feed the surrogate streams of the calibrated references "
-        "(default all; 0 to skip)",
-    )
-    p.add_argument(
-        "--max-memory",
-        default="4GiB",
-        metavar="SIZE",
-        help="memory the analysis may hold, e.g. 64GiB (default 4GiB): passage mode's Gram tiles, unit sums "
-        "and the layers it keeps (more memory, fewer passes over the pooled vectors; the same numbers); "
-        "token mode's cka-full cross-products",
-    )
-    p.add_argument("--include-embedding", action="store_true", help="analyse S_0..S_L (N = L+1) instead of S_1..S_L")
-    p.add_argument(
-        "--views",
-        default="default",
-        help="comma-separated views, or 'paper'; passage mode: default, drop-pos0, drop-bos, length, "
-        "token-norm, top{k}pc and their '+' compositions (paper = default,drop-pos0,token-norm,top1pc,"
-        "top3pc; drop-pos0 and length are measured in every result, as controls); token mode: "
-        "default, drop-pos0, pos0-only, token-norm, center, top{k}pc[-shared]",
-    )
-    p.add_argument(
-        "--pc-estimate",
-        choices=PC_ESTIMATES,
-        default="calibration",
-        help="how center/top-k PC views fit, in a forward pass before measuring: calibration (default) on the first sequences holding >= 8 sequences and 2048 tokens, or exact on every sequence",
-    )
-    p.add_argument(
-        "--bootstrap",
-        type=int_arg,
-        default=DEFAULTS["bootstrap"],
-        help=f"bootstrap resamples over passages (token mode: sequences), 0 to skip (default {DEFAULTS['bootstrap']})",
-    )
-    p.add_argument(
-        "--seed", type=int_arg, default=DEFAULTS["seed"], help="seed for sequence sampling and bootstrap (default 0)"
-    )
-    p.add_argument(
-        "--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on CPU, bfloat16 on CUDA)"
-    )
-    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
-    p.add_argument("--device-map", default=None, help="'auto' to spread a large model over the GPUs (accelerate)")
-    p.add_argument("--trust-remote-code", action="store_true", help="allow the model repository's own code to run")
-    p.add_argument(
-        "--allow-pickle", action="store_true", help="allow pickle (.bin) weights; safetensors are required otherwise"
-    )
-    p.add_argument(
-        "--no-bos",
-        dest="add_bos",
-        action="store_false",
-        help="token mode: do not prepend BOS to each sequence (passage mode: the same as --bos never)",
-    )
-    p.add_argument(
-        "--blocks-path", default=None, help="attribute path of the decoder blocks, for models outside the registry"
-    )
-    p.add_argument("--embedding-path", default=None, help="attribute path of the token embedding, with --blocks-path")
+    """Every measurement option as a flag, built from its declaration (:mod:`effdepth.options`), and ``--offline``."""
+    for cls in (LoadOptions, AnalysisOptions, RunOptions):
+        add_option_arguments(p, cls)
     p.add_argument(
         "--offline",
         action="store_true",
         help="read only the local Hugging Face cache (sets HF_HUB_OFFLINE=1); fill it with 'effdepth fetch' where there is internet",
     )
-    p.add_argument(
-        "--allow-long", action="store_true", help="allow --seq-len beyond the positions the model's config states"
-    )
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
 
 
 def add_executor_arguments(p: argparse.ArgumentParser) -> None:

@@ -48,16 +48,29 @@ def register(sub) -> dict:
 
     r = sub.add_parser(
         "recompose",
-        help="offline carry sweep and decorrelation of a saved result",
-        description="Rebuild the measured stream from its updates without running the model: S'_l = lam S'_{l-1} + U_l "
-        "(carry sweep), and the same with the updates orthogonalised in order, energies kept (decorrelated; at lam = 1 "
-        "this equals R_matched). Uses only the result's increment Gram matrix, so always the frobenius similarity.",
+        help="offline carry sweep and decorrelation of a saved passage-mode result",
+        description="Rebuild a saved passage-mode result's stream without running the model, from the pooled "
+        "vectors kept beside its result.json: increments X_0 = P_0, X_l = P_l - P_{l-1}, carry sweep "
+        "S'_l = lam S'_{l-1} + X_l (mean pooling is linear, so this is exactly pooling the recomposed token "
+        "stream), and the same with the increments centred across passages, orthogonalised in order and kept "
+        "at their energies (decorrelated). Each stream is analysed as the result was (its similarities, "
+        "embedding state, seed), so lam = 1 gives the measured D_eff back; the decorrelated stream at lam = 1 "
+        "is shown beside R_matched with the difference (under CKA they are not equal). Views: default, "
+        "drop-bos, drop-pos0, length and their compositions (token-norm and top{k}pc are not linear in the "
+        "states). Writes recompose.json with --out.",
     )
-    r.add_argument("result", help="result.json (or its folder) written by effdepth measure")
+    r.add_argument("result", help="result.json (or its folder) of a passage-mode measurement, its pooled/ beside it")
     r.add_argument(
         "--carry", default="1,0.9,0.75,0.5", help="comma-separated carry values in [0, 1] (default 1,0.9,0.75,0.5)"
     )
     r.add_argument("--view", default=None, help="which view of the result (default: its first)")
+    r.add_argument(
+        "--bootstrap",
+        type=int_arg,
+        default=0,
+        help="bootstrap resamples per recomposed stream, for intervals (default 0: none, the quick answer)",
+    )
+    r.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
     r.add_argument("--out", "-o", default=None, help="also write recompose.json into this folder")
 
     e = sub.add_parser(
@@ -182,18 +195,20 @@ def _keywords(options: Options) -> dict:
 def cmd_recompose(args) -> int:
     from ..capture.intervention import parse_carry
     from ..files import write_json_atomic
-    from ..intervene import recompose_report
     from ..loading import load
+    from ..options import validate_options
+    from ..recompose import recompose_report
     from ..result import Result
 
     carries = parse_carry(args.carry)
+    validate_options(bootstrap=args.bootstrap)  # before reading the pooled vectors
     result = load(args.result)
     if not isinstance(result, Result):
         raise EffdepthError(
             f"{args.result} is not a measurement's result; effdepth recompose rebuilds the stream of "
             "one (result.json of effdepth measure, or a carry-<lam>/ folder of an intervention)"
         )
-    data, text = recompose_report(result, carries, view=args.view)
+    data, text = recompose_report(result, carries, view=args.view, bootstrap=args.bootstrap, progress=args.progress)
     print(text)
     if args.out:
         path = ensure_writable(Path(args.out)) / "recompose.json"

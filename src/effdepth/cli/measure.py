@@ -7,14 +7,14 @@ import sys
 from pathlib import Path
 
 from ..errors import EffdepthError
-from ..options import Options
+from ..options import AnalysisOptions, Options
 from .arguments import (
     add_measure_arguments,
     add_model_argument,
+    add_option_arguments,
     default_out,
     ensure_writable,
     float_arg,
-    int_arg,
     output_folder,
     run_options_from_args,
 )
@@ -55,27 +55,9 @@ def register(sub) -> dict:
         "similarities, intervals, the embedding state. No model is loaded.",
     )
     a.add_argument("result", help="the folder of a passage-mode result (holding result.json and pooled/)")
-    a.add_argument("--views", default=None, help="views to compute (default: those of the result)")
-    a.add_argument(
-        "--similarity",
-        default=None,
-        metavar="NAME[,NAME...]|all",
-        help="cka, cka-debiased, cosine or all (default: those of the result)",
-    )
-    a.add_argument("--bootstrap", type=int_arg, default=None, help="bootstrap resamples (default: the result's)")
-    a.add_argument(
-        "--bootstrap-units", type=int_arg, default=None, metavar="G", help="resampling units (default: the result's)"
-    )
-    a.add_argument(
-        "--seed", type=int_arg, default=None, help="seed of the resamples and surrogates (default: the result's)"
-    )
-    a.add_argument("--include-embedding", action="store_true", default=None, help="analyse S_0..S_L (N = L+1)")
-    a.add_argument("--surrogate-seqs", default=None, metavar="0|all", help="0 skips the calibrated references")
-    a.add_argument(
-        "--max-memory",
-        default=None,
-        metavar="SIZE",
-        help="memory the analysis may hold: Gram tiles, unit sums, kept layers (default: the result's)",
+    # The analysis options that apply after the forward pass, declared once in effdepth.options.
+    add_option_arguments(
+        a, AnalysisOptions, names=AnalysisOptions.AFTER_FORWARD, default=None, help_suffix=" (default: the result's)"
     )
     a.add_argument("--out", "-o", default=None, help="write the new result here (default: in place of the old one)")
     a.add_argument("--no-figures", dest="figures", action="store_false", help="do not write the figures")

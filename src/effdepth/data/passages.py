@@ -44,7 +44,7 @@ import torch
 
 from effdepth.errors import EffdepthError
 
-from ..numerics.similarities import PASSAGE, fewest_samples
+from ..numerics.similarities import fewest_samples
 from .corpus import check_tokenizer, is_token_ids, load_corpus
 from .packing import HF_POOL_FACTOR, special_id, tokenizer_len, tokenizer_name
 from .text_sources import resolve_text_source
@@ -103,6 +103,15 @@ class Passages:
     def passage(self, index: int) -> np.ndarray:
         return self.ids[self.offsets[index] : self.offsets[index + 1]]
 
+    @property
+    def input_ids(self) -> torch.Tensor:
+        """Every passage as one ``(N, T)`` tensor, right-padded with 0 (equal-length windows have no padding).
+
+        >>> Passages.from_rows([[5, 6, 7], [8, 9]]).input_ids.tolist()
+        [[5, 6, 7], [8, 9, 0]]
+        """
+        return self.batch(range(self.num_passages))[0]
+
     def batch(self, indices, pad_id: int = 0) -> tuple:
         """``(input_ids, attention_mask)`` of the passages ``indices``, right-padded to the longest.
 
@@ -146,7 +155,7 @@ def check_passage_options(max_len, num_passages, bos, split) -> None:
             f"--seq-len must be an integer >= 2 (the longest passage, in tokens: the drop-pos0 control "
             f"pools from the second token), got {max_len!r}"
         )
-    least = fewest_samples(PASSAGE).min_samples
+    least = fewest_samples().min_samples
     if not isinstance(num_passages, int) or isinstance(num_passages, bool) or num_passages < least:
         raise EffdepthError(
             f"--num-seqs {num_passages} is below {least}: similarity across passages needs at least {least} passages"
@@ -167,7 +176,7 @@ def check_given_rows(mask: np.ndarray) -> None:
     ...
     effdepth.errors.EffdepthError: 3 row(s) of token ids given: similarity across passages needs at least 4 passages (one per row); give 4 or more rows
     """
-    rows, least = int(mask.shape[0]), fewest_samples(PASSAGE).min_samples
+    rows, least = int(mask.shape[0]), fewest_samples().min_samples
     if rows < least:
         raise EffdepthError(
             f"{rows} row(s) of token ids given: similarity across passages needs at least {least} "

@@ -1,4 +1,4 @@
-"""Passage mode over torchrun ranks: each rank pools its share of the batches, rank 0 analyses.
+"""A measurement over torchrun ranks: each rank pools (or samples) its share of the batches, rank 0 analyses.
 
 Every rank loads the model and the same passages, and takes the batches a
 single process would run (longest passages first, ``--batch-size`` at a
@@ -45,8 +45,9 @@ def measure_passages_distributed(options, folder: Path, *, progress: bool = True
 
     from ..capture.pooling import PassageForward, pooled_batches
     from ..measure import prepare
-    from ..numerics.passage_views import variants_for
+    from ..numerics.passage_views import variants_for, views_variants
     from ..numerics.pooling import PassagePooler
+    from ..numerics.sampling import TokenSampler
     from ..passage_measure import (
         _check_finite,
         _hidden_size,
@@ -64,31 +65,37 @@ def measure_passages_distributed(options, folder: Path, *, progress: bool = True
     comm = comm_device()
     started = time.perf_counter()
     prepared = agreed(
-        lambda: prepare(options.load, progress=progress and rank == 0, passages=True),
+        lambda: prepare(options.load, progress=progress and rank == 0),
         "loading the model and passages",
         comm,
     )
     lm, arch, passages = prepared.lm, prepared.arch, prepared.tokens
     width = _hidden_size(lm)
     agreed(lambda: check_before_forward(passages, arch.num_layers, width, analysis), "checking the passages", comm)
-    variants = variants_for(analysis.view_specs)
+    tokens = analysis.token_reduction
+    variants = variants_for(analysis.view_specs) if tokens is None else views_variants(analysis.view_specs)
     shards = Path(folder) / SHARDS
     mine = batches_of(passages.lengths, analysis.batch_size, rank, world)
     rows = [i for batch in mine for i in batch]
 
     def pool_my_batches() -> None:
+        lengths, bos = passages.lengths[rows], passages.starts_with_bos[rows]
         shard = PooledStore.create(
             shards / f"rank-{rank}",
             variants,
             layers=arch.num_layers + 1,
             width=width,
-            lengths=passages.lengths[rows],
-            starts_with_bos=passages.starts_with_bos[rows],
+            lengths=lengths,
+            starts_with_bos=bos,
             extra={"rows": rows},
+            offsets=None if tokens is None else tokens.offsets(lengths, bos, variants),
         )
         where = {passage: k for k, passage in enumerate(rows)}
         forward = PassageForward(analysis.batch_size, analysis.states, _pad_id(lm), progress and rank == 0)
-        pooler = PassagePooler(variants, arch.num_layers)
+        if tokens is None:
+            pooler = PassagePooler(variants, arch.num_layers)
+        else:  # drawn by each passage's index in the corpus: the same tokens as in one process
+            pooler = TokenSampler(variants, arch.num_layers, k=tokens.k, seed=tokens.seed)
         order = np.asarray(rows, dtype=np.int64)
         for indices, pooled, sums in pooled_batches(lm.model, arch, passages, order, pooler, forward):
             _check_finite(pooled, indices, lm)
@@ -99,7 +106,8 @@ def measure_passages_distributed(options, folder: Path, *, progress: bool = True
     if rank != 0:
         return None
     try:
-        store = gather_shards(shards, world, passages, variants, arch.num_layers + 1, width)
+        offsets = None if tokens is None else tokens.offsets(passages.lengths, passages.starts_with_bos, variants)
+        store = gather_shards(shards, world, passages, variants, arch.num_layers + 1, width, offsets)
     finally:
         shutil.rmtree(shards, ignore_errors=True)
     result = analyse_store(store, analysis, progress=progress, seq_len=prepared.load.seq_len)
@@ -120,8 +128,10 @@ def measure_passages_distributed(options, folder: Path, *, progress: bool = True
     return result
 
 
-def gather_shards(shards: Path, world: int, passages, variants, layers: int, width: int) -> PooledStore:
-    """Rank 0: one store of every passage from the ranks' shards (each row where its passage belongs)."""
+def gather_shards(
+    shards: Path, world: int, passages, variants, layers: int, width: int, offsets: dict | None = None
+) -> PooledStore:
+    """Rank 0: one store of every passage from the ranks' shards (each passage's rows where it belongs)."""
     store = PooledStore.create(
         temporary_folder() / "pooled",
         variants,
@@ -129,6 +139,7 @@ def gather_shards(shards: Path, world: int, passages, variants, layers: int, wid
         width=width,
         lengths=passages.lengths,
         starts_with_bos=passages.starts_with_bos,
+        offsets=offsets,
     )
     written = 0
     for r in range(world):
@@ -137,8 +148,11 @@ def gather_shards(shards: Path, world: int, passages, variants, layers: int, wid
         if shard.written != len(rows):
             raise EffdepthError(f"rank {r} wrote {shard.written} of its {len(rows)} passages; measure again")
         arrays = shard.arrays()
-        pooled = np.stack([np.asarray(arrays[v]) for v in variants])
-        store.write(rows, pooled, np.asarray(shard.token_sums).transpose(1, 0, 2))
+        if offsets is None:
+            samples = np.stack([np.asarray(arrays[v]) for v in variants])
+        else:  # each variant's samples, the shard's passages back to back in its row order
+            samples = {v: np.asarray(arrays[v]) for v in variants}
+        store.write(rows, samples, np.asarray(shard.token_sums).transpose(1, 0, 2))
         written += len(rows)
         shard.close()
     store.commit(written)

@@ -36,7 +36,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..capture.intervention import parse_layers
-from ..options import DEFAULT_SIMILARITY
 from ..provenance import provenance_record
 from ..results_carry import ExperimentResult
 from .setting import CarryExperiment
@@ -73,14 +72,11 @@ def carry_experiment(
         "data": data.info,
         "model": "LlamaForCausalLM (byte vocabulary, untied embeddings, intermediate 4 x d_model)",
         "optimizer": "AdamW(betas=(0.9, 0.95), weight_decay=0.1), clip 1.0, linear warm-up then cosine to 10%",
-        "similarity": "cka" if spec.pooling == "mean" else DEFAULT_SIMILARITY,
+        "similarity": "cka",
         "paper_differences": spec.paper_differences(),
-        "measured_with": "the checkpoint's own carry (effdepth_carry in its config), "
-        + (
-            "held-out sequences as passages, cka across passages"
-            if spec.pooling == "mean"
-            else f"{DEFAULT_SIMILARITY} similarity"
-        )
+        "measured_with": "the checkpoint's own carry (effdepth_carry in its config), held-out sequences as "
+        + ("passages" if spec.pooling == "mean" else "passages, their tokens as samples")
+        + ", cka across samples"
         + ", default view",
     }
     result = ExperimentResult(config, records, provenance_record(started=started))

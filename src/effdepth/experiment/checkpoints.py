@@ -92,7 +92,7 @@ def measure_checkpoint(
     stored_lam, stored_layers = checkpoint_carry(path)
     lam = stored_lam if carry is None else carry
     opts = Options.build(model=str(path), corpus=corpus, **options)  # as effdepth.measure: passage mode unless told
-    prepared = prepare(opts.load, progress=progress, passages=opts.analysis.passages)
+    prepared = prepare(opts.load, progress=progress)
     return measure_with_carry(
         prepared,
         lam,
@@ -113,11 +113,7 @@ def checkpoint_record(spec, model, lam, seed, step, train_losses, data, folder: 
     model.eval()
     ckpt = save_checkpoint(model, folder / f"step-{step}")
     # Measured from the saved folder, as a user would: proves the checkpoint round-trips.
-    how = (
-        {"pooling": "mean", "seq_len": spec.seq_len, "num_seqs": int(data.held_out.shape[0])}
-        if spec.pooling == "mean"
-        else {}
-    )
+    how = {"pooling": spec.pooling, "seq_len": spec.seq_len, "num_seqs": int(data.held_out.shape[0])}
     # No surrogate streams: the experiment compares carries, not a model with its references.
     result = measure_checkpoint(
         ckpt,

@@ -10,7 +10,6 @@ from dataclasses import asdict, dataclass
 
 from ..capture.intervention import check_carry_on, format_carry, parse_carry, parse_layers
 from ..errors import EffdepthError
-from ..options import DEFAULT_SIMILARITY
 
 #: What differs from the paper's S17 run even with ``--paper``: said wherever the comparison is shown.
 PAPER_DIFFERENCES = (
@@ -48,7 +47,7 @@ class CarryExperiment:
     bootstrap: int = 200
     corpus: str = "shakespeare"
     device: str | None = None
-    pooling: str = "mean"  # held-out sequences measured as passages (the paper's protocol); "none": token mode
+    pooling: str = "mean"  # held-out sequences measured as passages (the paper's); "none": their tokens as samples
     paper: bool = False  # the paper's S17 setting (:meth:`paper_setting`), its Table S14 shown beside ours
 
     @classmethod
@@ -84,16 +83,16 @@ class CarryExperiment:
         parse_layers(self.carry_layers, self.layers if _positive_int(self.layers) else None, "--carry-layers")
         check_carry_on(self.carry_on)
         if self.pooling not in ("none", "mean"):
-            raise EffdepthError(f"pooling {self.pooling!r}: none (token mode) or mean (passages)")
+            raise EffdepthError(f"pooling {self.pooling!r}: mean (passages) or none (their tokens as samples)")
         for name in ("layers", "d_model", "heads", "steps", "batch_size", "seeds", "eval_seqs"):
             if not _positive_int(getattr(self, name)):
                 raise EffdepthError(
                     f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)!r}"
                 )
-        if self.pooling == "mean" and self.eval_seqs < 4:
+        if self.eval_seqs < 4:
             raise EffdepthError(
                 f"--eval-seqs {self.eval_seqs} is below 4: the held-out sequences are measured as passages, "
-                "and similarity across passages needs at least 4"
+                "and the bootstrap and the debiased estimator need at least 4"
             )
         if self.d_model % self.heads or (self.d_model // self.heads) % 2:
             raise EffdepthError(
@@ -115,13 +114,13 @@ class CarryExperiment:
 
     def paper_differences(self) -> list:
         """How this setting differs from the paper's S17 run, one phrase per difference (carry per block
-        or per sublayer, token or passage mode, carry values, seeds, sizes, training), then what differs
+        or per sublayer, tokens or passage means as samples, carry values, seeds, sizes, training), then what differs
         even with ``--paper`` (:data:`PAPER_DIFFERENCES`).
 
         >>> CarryExperiment().paper_differences()[:2]
         ['one carry per block (the paper: in every attention and MLP sublayer)', 'gamma 1, 0.75, 0.5 (the paper: 1, 0.75, 0.5, 0.25)']
         >>> CarryExperiment(pooling="none").paper_differences()[1]
-        'held-out sequences in token mode, cka per sequence (the paper: as passages, cka across passages)'
+        'held-out sequences with their tokens as samples (the paper: one mean per passage)'
         >>> len(CarryExperiment.paper_setting().paper_differences())
         2
         """
@@ -130,10 +129,7 @@ class CarryExperiment:
         if self.carry_on != paper.carry_on:
             out.append("one carry per block (the paper: in every attention and MLP sublayer)")
         if self.pooling != paper.pooling:
-            out.append(
-                f"held-out sequences in token mode, {DEFAULT_SIMILARITY} per sequence (the paper: as passages, cka "
-                "across passages)"
-            )
+            out.append("held-out sequences with their tokens as samples (the paper: one mean per passage)")
         if str(self.carry_layers).strip().lower() != "all":
             out.append(f"the carry on blocks {self.carry_layers} only (the paper: every block)")
         if tuple(parse_carry(self.carries)) != paper.carries:

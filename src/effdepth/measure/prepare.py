@@ -1,4 +1,4 @@
-"""Loading for a measurement: a model and a corpus -> the token sequences (or passages) to run.
+"""Loading for a measurement: a model and a corpus -> the passages to run.
 
 :func:`prepare` loads the model and the corpus once, for one or several
 measurements (e.g. the carry values of an intervention), and checks before
@@ -41,7 +41,7 @@ def stored_carry(model) -> dict | None:
 
 @dataclass
 class Prepared:
-    """A loaded model, its resolved architecture, the token sequences to run and the options they came from."""
+    """A loaded model, its resolved architecture, the passages to run (``tokens``) and the options they came from."""
 
     lm: object
     arch: object
@@ -53,19 +53,18 @@ class Prepared:
         return self.load.add_bos
 
 
-def prepare(load: LoadOptions | Options, *, progress: bool = True, passages: bool = False) -> Prepared:
-    """Load the model and the corpus once, for one or several measurements
-    (e.g. the carry values of an intervention). With ``passages``, the corpus
-    becomes :class:`~effdepth.data.passages.Passages` (passage mode), else
-    fixed-length token sequences (token mode).
+def prepare(load: LoadOptions | Options, *, progress: bool = True) -> Prepared:
+    """Load the model and the corpus (as :class:`~effdepth.data.passages.Passages`) once, for one or several
+    measurements (e.g. the carry values of an intervention).
 
     >>> import torch
     >>> from effdepth.tiny import tiny_model
-    >>> p = prepare(LoadOptions(model=tiny_model("llama"), corpus=torch.randint(0, 256, (2, 8))), progress=False)
-    >>> p.arch.num_layers, tuple(p.tokens.input_ids.shape)
-    (3, (2, 8))
+    >>> p = prepare(LoadOptions(model=tiny_model("llama"), corpus=torch.randint(0, 256, (4, 8))), progress=False)
+    >>> p.arch.num_layers, p.tokens.num_passages
+    (3, 4)
     """
-    from ..data.corpus import is_token_ids, load_corpus
+    from ..data.corpus import is_token_ids
+    from ..data.passages import load_passages
     from ..hub import check_measure_inputs
     from ..models import (
         ModelSource,
@@ -114,22 +113,15 @@ def prepare(load: LoadOptions | Options, *, progress: bool = True, passages: boo
                     f"model {source.info.get('id')!r} has no tokenizer effdepth can load, and corpus "
                     f"'{label}' is text; {tokenizer_hint()}"
                 )
-    if passages:
-        from ..data.passages import load_passages
-
-        tokens = load_passages(
-            load.corpus,
-            tokenizer,
-            max_len=load.seq_len,
-            num_passages=load.num_seqs,
-            seed=load.seed,
-            bos=load.bos,
-            split=load.passage_split,
-        )
-    else:
-        tokens = load_corpus(
-            load.corpus, tokenizer, seq_len=load.seq_len, num_seqs=load.num_seqs, seed=load.seed, add_bos=load.add_bos
-        )
+    tokens = load_passages(
+        load.corpus,
+        tokenizer,
+        max_len=load.seq_len,
+        num_passages=load.num_seqs,
+        seed=load.seed,
+        bos=load.bos,
+        split=load.passage_split,
+    )
 
     if external is not None and external.architecture is not None:  # TransformerLens runs through its own hooks
         lm, arch = external.loaded(dtype=load.dtype, device=load.device), external.architecture
@@ -146,10 +138,9 @@ def prepare(load: LoadOptions | Options, *, progress: bool = True, passages: boo
         arch = resolve_architecture(lm.model, blocks_path=load.blocks_path, embedding_path=load.embedding_path)
         if external is not None:  # nnsight: recorded in the provenance
             lm.info.update(external.info)
-    ids = torch.from_numpy(tokens.ids) if passages else tokens.input_ids
-    _check_vocabulary(ids, lm.info.get("vocab_size"))
+    _check_vocabulary(torch.from_numpy(tokens.ids), lm.info.get("vocab_size"))
     if not load.allow_long:
-        longest = int(tokens.lengths.max()) if passages else int(tokens.input_ids.shape[1])
+        longest = int(tokens.lengths.max())
         check_sequence_length(longest, getattr(lm.model, "config", None), lm.info.get("id") or "the model")
     return Prepared(lm, arch, tokens, load)
 

@@ -52,11 +52,10 @@ from .references import reference_fl
 from .sample_hsic import LayerStack, stack_sums
 from .sampling import sample_units
 from .sensitivity import sensitivity_numbers
-from .similarities import PASSAGE, PASSAGE_SIMILARITIES, fewest_samples, parse_similarities
+from .similarities import SIMILARITIES, fewest_samples, parse_similarities
 from .similarity import deff
 
 #: Passage mode's similarity specs by name (:mod:`~effdepth.numerics.similarities.passage`).
-SIMILARITIES = PASSAGE_SIMILARITIES
 #: Resampling units unless told otherwise: each a block of consecutive passages (one passage each when N is smaller).
 DEFAULT_BOOTSTRAP_UNITS = 128
 
@@ -82,12 +81,12 @@ class AnalysisPlan:
     def __post_init__(self):
         object.__setattr__(self, "specs", tuple(parse_views(self.views)))
         object.__setattr__(self, "views", tuple(v.name for v in self.specs))
-        object.__setattr__(self, "similarities", parse_similarities(self.similarities, PASSAGE))
+        object.__setattr__(self, "similarities", parse_similarities(self.similarities))
 
 
 def check_samples(samples: int, width: int, num_layers: int, plan: AnalysisPlan) -> None:
     """One-line errors for pooled data too small for the plan (before anything is computed)."""
-    least = fewest_samples(PASSAGE)  # any passage-mode similarity: effdepth analyse may ask for another
+    least = fewest_samples()  # any passage-mode similarity: effdepth analyse may ask for another
     if samples < least.min_samples:
         raise EffdepthError(
             f"{samples} passage(s) measured: similarity across passages needs at least {least.min_samples} "
@@ -271,7 +270,9 @@ def analyse_pooled(
         },
     }
     reference = reference_fl(num_layers + plan.include_embedding)
-    confounds: dict = {sim: confound_table(views, reference, LEVEL) for sim, views in context.deff_draws.items()}
+    confounds: dict = (
+        {sim: confound_table(views, reference, LEVEL) for sim, views in context.deff_draws.items()} if controls else {}
+    )
     confounds["notes"] = notes
     if context.equal_lengths:
         confounds["length_is_default"] = (

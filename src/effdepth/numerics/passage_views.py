@@ -126,16 +126,16 @@ def _before_pooling(step) -> bool:
 
 
 def parse_view(text: str) -> PassageView:
-    """One view from its text; a one-line error names what is not a passage-mode component.
+    """One view from its text; a one-line error names what is not a view component.
 
     >>> parse_view("default"), parse_view("drop-bos+top3pc").top_pcs
     (PassageView(name='default', steps=()), 3)
     >>> parse_view("center")
     Traceback (most recent call last):
     ...
-    effdepth.errors.EffdepthError: view 'center' is not a passage-mode view (center is token mode's, for --pooling none); passage-mode views combine drop-pos0, drop-bos, length, token-norm, top{k}pc with '+', or use 'paper'
+    effdepth.errors.EffdepthError: view 'center' is gone with the old token-level statistics (every estimator centres each layer across samples already); views combine drop-pos0, drop-bos, length, token-norm, top{k}pc with '+', or use 'paper'
     """
-    steps = parse_steps(text, "passage")
+    steps = parse_steps(text)
     return PassageView("+".join(s.text for s in steps) or "default", steps)
 
 

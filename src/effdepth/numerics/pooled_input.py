@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import EffdepthError
-from .similarities import PASSAGE, fewest_samples
+from .similarities import fewest_samples
 
 
 def checked_pooled(pooled, lengths=None) -> np.ndarray:
@@ -45,7 +45,7 @@ def checked_pooled(pooled, lengths=None) -> np.ndarray:
             f"pooled vectors of {count} state(s): D_eff compares at least two states (S_0..S_L with "
             "L >= 1); give one matrix per state"
         )
-    least = fewest_samples(PASSAGE)
+    least = fewest_samples()
     if samples < least.min_samples:
         raise EffdepthError(
             f"pooled vectors of {samples} passage(s): similarity across passages needs at least "

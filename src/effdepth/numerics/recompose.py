@@ -1,21 +1,24 @@
-"""Offline recomposition of a measured stream from its increments (docs/method.md#residual-carry).
+"""Offline recomposition of a measured stream from its increments (docs/method.md#recomposition).
 
-No model is run: for the frobenius similarity every state Gram matrix that
-the recomposed stream would have follows from the Gram matrix ``G_X`` of the
-increments X_0 = S_0, X_l = U_l = S_l - S_{l-1}, which every result keeps
-(``ViewResult.statistics["gram_increments"]``).
+Pure numpy on a stack of states ``(L+1, N, d)``: in passage mode the pooled
+vectors P_0..P_L of N passages (:mod:`effdepth.recompose` reads them from a
+saved result and analyses what comes out). Everything here is linear in the
+states, and pooling a passage by its mean is linear in its token states, so
+recomposing the pooled vectors is exactly pooling the recomposed token stream.
 
-- Carry sweep: ``S'_0 = S_0``, ``S'_l = lam * S'_{l-1} + U_l``, so
-  ``S'_l = sum_{k<=l} lam^(l-k) X_k`` and ``G' = A G_X A^T`` with
-  ``A[l, k] = lam^(l-k)`` for ``k <= l``. ``lam = 1`` gives back the measured
-  states (A is the lower-triangular ones matrix T).
-- Decorrelated recomposition: Gram-Schmidt on X_0, X_1, ..., X_L in that
-  order, each result rescaled to its original energy |X_l|^2. The new
-  increments are orthogonal with the same energies, so their Gram matrix is
-  ``diag(|X_l|^2)`` and ``G' = A diag A^T``. At ``lam = 1`` this is the process
-  R_matched describes, so its D_eff equals R_matched exactly. (It assumes
-  enough dimensions for L+1 orthogonal increments, which the Gram matrix
-  never checks: it is a statement about the process, not about one basis.)
+- Increments: ``X_0 = S_0``, ``X_l = S_l - S_{l-1}`` (explicit differences).
+- Carry sweep: ``S'_0 = S_0``, ``S'_l = lam S'_{l-1} + X_l``, so
+  ``S'_l = sum_{k<=l} lam^(l-k) X_k = (A X)_l`` with ``A = carry_matrix(L+1, lam)``.
+  ``lam = 1`` gives back the measured states (A is the lower-triangular ones
+  matrix).
+- Decorrelation: the increments centred across the N samples, orthogonalised
+  in order X_0, X_1, ..., X_L (Gram-Schmidt under the Frobenius inner product
+  of the N x d matrices), each rescaled to its original energy
+  ``|X_l - mean|_F^2``: no two increments correlate across samples, and each
+  keeps its size. This is the process the matched reference describes; under
+  CKA it is not an identity (Frobenius-orthogonal increments may still share
+  covariance directions, and CKA weighs a layer by its covariance norm, not its
+  energy), so :mod:`effdepth.recompose` reports the difference.
 """
 
 from __future__ import annotations
@@ -23,9 +26,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import EffdepthError
-from .metrics import NO_COSINE_SUMMARIES, analysed_slice
-from .references import reference_fl
-from .similarity import deff, squared_cosine_from_gram
+
+#: An increment whose part orthogonal to the earlier ones is below this fraction of its norm lies in their span.
+SPAN_TOLERANCE = 1e-10
 
 
 def carry_matrix(num_states: int, lam: float) -> np.ndarray:
@@ -41,119 +44,83 @@ def carry_matrix(num_states: int, lam: float) -> np.ndarray:
     return np.where(power >= 0, np.power(float(lam), np.clip(power, 0, None)), 0.0)
 
 
-def carried_gram(gram_increments: np.ndarray, lam: float) -> np.ndarray:
-    """State Gram matrix ``A G_X A^T`` of the carry sweep with carry ``lam``.
+def increments(states) -> np.ndarray:
+    """``X_0 = S_0``, ``X_l = S_l - S_{l-1}`` of a stack ``(L+1, ...)``, in float64.
 
-    >>> carried_gram(np.eye(2), 1.0)
-    array([[1., 1.],
-           [1., 2.]])
+    >>> increments(np.array([[1.0], [3.0], [2.0]])).ravel().tolist()
+    [1.0, 2.0, -1.0]
     """
-    g = np.asarray(gram_increments, dtype=np.float64)
-    a = carry_matrix(g.shape[-1], lam)
-    return a @ g @ a.T
+    s = np.asarray(states, dtype=np.float64)
+    if s.ndim < 1 or s.shape[0] < 2:
+        raise EffdepthError(f"need states S_0..S_L with L >= 1 stacked on the first axis, got shape {s.shape}")
+    return np.concatenate([s[:1], np.diff(s, axis=0)])
 
 
-def decorrelated_gram(gram_increments: np.ndarray, lam: float = 1.0) -> np.ndarray:
-    """State Gram matrix of the increments orthogonalised in order, energies kept.
+def carried(incs, lam: float) -> np.ndarray:
+    """The carry sweep ``S'_l = sum_{k<=l} lam^(l-k) X_k`` of increments ``(L+1, ...)``: ``A X``.
 
-    >>> decorrelated_gram(np.array([[1.0, 0.9], [0.9, 1.0]]))
-    array([[1., 1.],
-           [1., 2.]])
+    >>> carried(np.array([[1.0], [1.0], [1.0]]), 0.5).ravel().tolist()
+    [1.0, 1.5, 1.75]
     """
-    g = np.asarray(gram_increments, dtype=np.float64)
-    return carried_gram(np.diag(np.diagonal(g)), lam)
+    x = np.asarray(incs, dtype=np.float64)
+    a = carry_matrix(x.shape[0], lam)
+    return (a @ x.reshape(x.shape[0], -1)).reshape(x.shape)
 
 
-def state_gram_deff(gram_states: np.ndarray, include_embedding: bool) -> dict:
-    """D_eff, F_N and their ratio from a state Gram matrix over S_0..S_L (frobenius).
+def centred(incs) -> np.ndarray:
+    """Each increment ``(L+1, N, d)`` with its mean over the N samples (axis 1) taken out.
 
-    >>> state_gram_deff(np.eye(4), include_embedding=False)["deff"]
-    3.0
+    >>> centred(np.array([[[1.0], [3.0]]])).ravel().tolist()
+    [-1.0, 1.0]
     """
-    sl = analysed_slice(include_embedding)
-    sim = squared_cosine_from_gram(np.asarray(gram_states, dtype=np.float64)[sl, sl])
-    d = float(deff(sim))
-    fl = reference_fl(sim.shape[-1])
-    return {"deff": d, "reference": fl, "ratio": d / fl}
+    x = np.asarray(incs, dtype=np.float64)
+    return x - x.mean(axis=1, keepdims=True)
 
 
-def recompose_carry(result_or_view, carries, include_embedding: bool | None = None) -> list:
-    """D_eff of the carry sweep of a measured stream, one dict per carry value.
+def decorrelated_increments(incs) -> np.ndarray:
+    """The increments ``(L+1, N, d)`` centred across samples and orthogonalised in order under the
+    Frobenius inner product (Gram-Schmidt, computed by a Householder QR), each rescaled to the
+    energy it had centred. A zero increment stays zero; one that lies in the span of the earlier
+    ones (more increments than N d, or a repeated one) cannot keep its energy and is refused.
 
-    Each dict has ``lam``, ``deff``, ``reference`` (F_N), ``ratio`` and
-    ``deff_decorrelated`` (the same sweep with the updates orthogonalised in
-    order). ``result_or_view`` is a :class:`~effdepth.result.Result` (its
-    first view), a :class:`~effdepth.result.ViewResult`, or a Gram matrix of
-    the increments; ``include_embedding`` defaults to what the result used.
-    Always the frobenius similarity: the Gram matrix holds nothing per token.
+    >>> x = np.array([[[1.0], [-1.0]], [[2.0], [0.0]]])   # L = 1, N = 2, d = 1: X_1 centred is (1, -1) = X_0
+    >>> decorrelated_increments(x)
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: increment 1 lies in the span of the increments before it (centred across the 2 samples, 1 feature(s) each): it has no part left to decorrelate; the decorrelated recomposition needs L+1 = 2 independent increments (more samples or width than increments)
+    >>> z = decorrelated_increments(np.array([[[1.0, 0.0], [-1.0, 0.0]], [[3.0, 1.0], [1.0, -1.0]]]))
+    >>> abs(float(np.sum(z[0] * z[1]))) < 1e-12, round(float(np.sum(z[1] ** 2)), 12)   # orthogonal, energy kept
+    (True, 4.0)
+    """
+    c = centred(incs)
+    count = c.shape[0]
+    flat = c.reshape(count, -1)
+    energy = np.linalg.norm(flat, axis=1)
+    kept = np.flatnonzero(energy > 0)  # a zero increment stays zero and takes no direction from the others
+    out = np.zeros_like(flat)
+    if kept.size == 0:
+        return out.reshape(c.shape)
+    q, r = np.linalg.qr(flat[kept].T)  # q: (N d, m) with m = min(N d, increments kept)
+    for j, layer in enumerate(kept):
+        left = abs(r[j, j]) if j < r.shape[0] else 0.0
+        if left <= SPAN_TOLERANCE * energy[layer]:
+            samples, width = c.shape[1], int(np.prod(c.shape[2:], dtype=np.int64))
+            raise EffdepthError(
+                f"increment {layer} lies in the span of the increments before it (centred across the "
+                f"{samples} samples, {width} feature(s) each): it has no part left to decorrelate; the "
+                f"decorrelated recomposition needs L+1 = {count} independent increments (more samples or "
+                "width than increments)"
+            )
+        out[layer] = q[:, j] * (np.sign(r[j, j]) * energy[layer])
+    return out.reshape(c.shape)
 
-    >>> import effdepth, torch
-    >>> r = effdepth.from_states(torch.randn(5, 2, 8, 16, dtype=torch.float64), similarity="frobenius")
-    >>> rows = recompose_carry(r, [1.0, 0.5])
-    >>> abs(rows[0]["deff"] - r.default.deff) < 1e-12
+
+def recomposed(states, lam: float, *, decorrelate: bool = False) -> np.ndarray:
+    """States ``(L+1, N, d)`` rebuilt from their increments with carry ``lam`` (decorrelated first when asked).
+
+    >>> s = np.cumsum(np.random.default_rng(0).normal(size=(4, 6, 3)), axis=0)
+    >>> bool(np.allclose(recomposed(s, 1.0), s, rtol=0, atol=1e-12))
     True
     """
-    gram, include = _increment_gram(result_or_view, include_embedding)
-    rows = []
-    for lam in carries:
-        lam = _check_lam(lam)
-        row = {"lam": lam, **state_gram_deff(carried_gram(gram, lam), include)}
-        row["deff_decorrelated"] = state_gram_deff(decorrelated_gram(gram, lam), include)["deff"]
-        rows.append(row)
-    return rows
-
-
-def recompose_decorrelated(result_or_view, include_embedding: bool | None = None, carry: float = 1.0) -> dict:
-    """D_eff of the stream rebuilt from its updates orthogonalised in order (energies kept).
-
-    At ``carry = 1`` this equals R_matched (``view.references["matched"]``)
-    for the frobenius similarity: the decorrelated stream is exactly the
-    process that reference describes.
-
-    >>> import effdepth, torch
-    >>> r = effdepth.from_states(torch.randn(5, 2, 8, 16, dtype=torch.float64), similarity="frobenius")
-    >>> d = recompose_decorrelated(r)
-    >>> abs(d["deff"] - r.default.references["matched"]) < 1e-12
-    True
-    """
-    gram, include = _increment_gram(result_or_view, include_embedding)
-    lam = _check_lam(carry)
-    return {"lam": lam, **state_gram_deff(decorrelated_gram(gram, lam), include)}
-
-
-def _increment_gram(result_or_view, include_embedding: bool | None) -> tuple:
-    view = getattr(result_or_view, "default", result_or_view)
-    config = getattr(result_or_view, "config", {}) or {}
-    stats = getattr(view, "statistics", None)
-    if stats is None:
-        gram = np.asarray(result_or_view, dtype=np.float64)
-    elif "gram_increments" in stats:
-        gram = np.asarray(stats["gram_increments"], dtype=np.float64)
-    elif "hsic" in stats or "hsic_full" in stats:
-        raise EffdepthError(
-            f"view {getattr(view, 'name', '?')!r} has no increment statistics (gram_increments): {NO_COSINE_SUMMARIES}"
-        )
-    else:
-        raise EffdepthError(
-            "this result has no increment statistics (gram_increments); re-measure it with this effdepth version"
-        )
-    if gram.ndim != 2 or gram.shape[0] != gram.shape[1] or gram.shape[0] < 2:
-        raise EffdepthError(f"need a square (L+1) x (L+1) increment Gram matrix with L >= 1, got shape {gram.shape}")
-    if include_embedding is None:
-        include_embedding = config.get("include_embedding")
-    if include_embedding is None and stats is not None:
-        # A bare view knows how many states it analysed: L+1 with the embedding, L without.
-        include_embedding = int(view.num_states) == gram.shape[0]
-    return gram, bool(include_embedding)
-
-
-def _check_lam(lam) -> float:
-    try:
-        value = float(lam)
-    except (TypeError, ValueError):
-        value = float("nan")
-    if not 0.0 <= value <= 1.0:  # also refuses nan
-        raise EffdepthError(
-            f"carry value {lam!r} is outside [0, 1]; 1 is the measured stream, 0 keeps only each update"
-        )
-    return value
+    x = increments(states)
+    return carried(decorrelated_increments(x) if decorrelate else x, lam)

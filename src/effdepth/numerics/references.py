@@ -50,30 +50,6 @@ def energy_ratio_matrix(energies: np.ndarray) -> np.ndarray:
     return back(torch.where(positive, lo / torch.where(positive, hi, 1.0), 1.0))
 
 
-def ratio_matrix_sum(energies: torch.Tensor) -> torch.Tensor:
-    """``energy_ratio_matrix(energies).sum(0)`` for energies ``(tokens, N)`` that never decrease
-    along N (every reference's cumulative energies do), as one matrix product.
-
-    With E_i <= E_j for i < j the ratio is E_i / E_j, so its sum over tokens
-    is entry (i, j) of ``E^T (1/E)``; a token whose E_j is zero (so is every
-    earlier E_i) counts 1, and the lower triangle mirrors the upper. O(N^2 t)
-    multiply-adds in one product instead of elementwise minima, maxima and
-    divisions over a ``(tokens, N, N)`` array.
-
-    >>> e = torch.tensor([[1.0, 2.0, 4.0], [0.0, 0.0, 3.0]], dtype=torch.float64)
-    >>> bool(torch.allclose(ratio_matrix_sum(e), energy_ratio_matrix(e).sum(0), rtol=1e-15))
-    True
-    """
-    t, n = energies.shape
-    positive = energies > 0
-    inverse = torch.where(positive, 1.0 / torch.where(positive, energies, 1.0), 0.0)
-    upper = torch.triu(energies.T @ inverse, diagonal=1)
-    upper += torch.triu((~positive).sum(0, dtype=torch.float64).expand(n, n), diagonal=1)
-    out = upper + upper.T
-    out.diagonal().fill_(float(t))  # E_i / E_i, and two zeros: 1 per token
-    return out
-
-
 def reference_from_energies(energies: np.ndarray) -> np.ndarray:
     """R(E) = N^2 / sum_ij min(E_i,E_j)/max(E_i,E_j) for cumulative energies E.
 

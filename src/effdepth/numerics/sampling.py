@@ -37,14 +37,12 @@ class TokenReduction:
     def describe(self) -> dict:
         return {"reduction": "tokens", "tokens_per_passage": self.k, "seed": self.seed}
 
-    def offsets(self, passages, variants) -> dict:
-        """``{variant: (N+1,)}``: where each passage's samples start, per variant (:func:`sample_offsets`)."""
+    def offsets(self, lengths, starts_with_bos, variants) -> dict:
+        """``{variant: (N+1,)}``: where each passage's samples start, per variant (:func:`sample_offsets`), for
+        passages of ``lengths`` tokens, ``starts_with_bos`` marking those whose first token is BOS."""
         from .passage_views import parse_view
 
-        return {
-            v: sample_offsets(sample_counts(passages.lengths, passages.starts_with_bos, parse_view(v), self.k))
-            for v in variants
-        }
+        return {v: sample_offsets(sample_counts(lengths, starts_with_bos, parse_view(v), self.k)) for v in variants}
 
 
 def selection_key(variant) -> int:

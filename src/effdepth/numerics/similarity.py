@@ -1,66 +1,8 @@
-"""Similarity matrices, decay profile and D_eff (docs/method.md#similarity and #deff)."""
+"""A similarity matrix -> its decay profile and D_eff (docs/method.md#deff)."""
 
 from __future__ import annotations
 
 import numpy as np
-
-
-def squared_cosine_from_gram(gram: np.ndarray) -> np.ndarray:
-    """Frobenius similarity ``<S_i,S_j>^2 / (|S_i|^2 |S_j|^2)`` from a Gram matrix.
-
-    >>> squared_cosine_from_gram(np.array([[1.0, 1.0], [1.0, 2.0]]))
-    array([[1. , 0.5],
-           [0.5, 1. ]])
-    """
-    g = np.asarray(gram, dtype=np.float64)
-    diag = np.diagonal(g, axis1=-2, axis2=-1)
-    denom = diag[..., :, None] * diag[..., None, :]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        sim = np.where(denom > 0, g * g / np.where(denom > 0, denom, 1.0), 0.0)
-    # A zero state is identical to itself; elsewhere rounding can push a
-    # squared cosine a hair above 1.
-    n = g.shape[-1]
-    sim[..., np.arange(n), np.arange(n)] = 1.0
-    return np.clip(sim, 0.0, 1.0)
-
-
-def cka_from_hsic(hsic: np.ndarray, clip: bool = True) -> np.ndarray:
-    """Linear CKA ``h_ij / sqrt(h_ii h_jj)`` from (summed) HSIC matrices.
-
-    Biased HSIC of PSD kernels is never negative, so CKA lies in [0, 1]
-    (``clip`` keeps rounding there); a cross-sequence HSIC may dip below 0,
-    and ``clip=False`` leaves it, unbiased. A layer with zero centred energy
-    is identical to itself and unlike the rest.
-
-    >>> cka_from_hsic(np.array([[4.0, 1.0], [1.0, 1.0]]))
-    array([[1. , 0.5],
-           [0.5, 1. ]])
-    """
-    h = np.asarray(hsic, dtype=np.float64)
-    diag = np.diagonal(h, axis1=-2, axis2=-1)
-    denom = np.sqrt(np.clip(diag[..., :, None] * diag[..., None, :], 0.0, None))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        sim = np.where(denom > 0, h / np.where(denom > 0, denom, 1.0), 0.0)
-    n = h.shape[-1]
-    sim[..., np.arange(n), np.arange(n)] = 1.0
-    # A non-finite HSIC stays NaN: read as "unlike the rest", it would look like a real result.
-    broken = ~np.isfinite(diag[..., :, None]) | ~np.isfinite(diag[..., None, :]) | ~np.isfinite(h)
-    return np.where(broken, np.nan, np.clip(sim, 0.0, 1.0) if clip else sim)
-
-
-def cosine_from_gram(gram: np.ndarray) -> np.ndarray:
-    """Signed cosine ``<A_i,A_j> / (|A_i| |A_j|)`` from a Gram matrix.
-
-    >>> cosine_from_gram(np.array([[4.0, -2.0], [-2.0, 1.0]]))
-    array([[ 1., -1.],
-           [-1.,  1.]])
-    """
-    g = np.asarray(gram, dtype=np.float64)
-    norms = np.sqrt(np.clip(np.diagonal(g, axis1=-2, axis2=-1), 0.0, None))
-    denom = norms[..., :, None] * norms[..., None, :]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cos = np.where(denom > 0, g / np.where(denom > 0, denom, 1.0), 0.0)
-    return np.clip(cos, -1.0, 1.0)
 
 
 def deff(similarity: np.ndarray) -> np.ndarray:

@@ -24,24 +24,22 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from ..data.corpus import check_corpus_spec, is_token_ids
-from ..data.passages import check_passage_options
+from ..data.passages import BOS_CHOICES, SPLITS, check_passage_options
 from ..errors import EffdepthError, UnknownOption
 from ..numerics import passage_analysis, passage_views
-from ..numerics.similarities import PASSAGE, TOKEN, parse_similarities
-from ..numerics.views import parse_views
+from ..numerics.similarities import parse_similarities, similarity_choices
 from .checks import (
     MIN_BOOTSTRAP,
     at_least,
     check_device,
     check_dtype,
-    check_kernel_length,
     check_revision_target,
     check_tokenizer_spec,
-    check_views_have_values,
     is_whole,
     parse_bytes,
     validate_options,
 )
+from .declare import option
 from .defaults import (
     DEFAULT_MAX_MEMORY,
     DEFAULT_SIMILARITY,
@@ -78,6 +76,7 @@ __all__ = [
     "check_protocol",
     "check_revision_target",
     "check_tokenizer_spec",
+    "option",
     "parse_bytes",
     "resolve_defaults",
     "validate_options",
@@ -95,25 +94,57 @@ class LoadOptions:
     16
     """
 
-    model: object = None
-    revision: str | None = None
-    corpus: object = None
-    tokenizer: object = None
-    seq_len: int = DEFAULTS["seq_len"]
-    num_seqs: int = DEFAULTS["num_seqs"]
-    seed: int = DEFAULTS["seed"]
-    add_bos: bool = True
-    bos: str = "auto"
-    passage_split: str = "windows"
-    dtype: object = None
-    device: str | None = None
-    device_map: str | None = None
-    trust_remote_code: bool = False
-    allow_pickle: bool = False
-    blocks_path: str | None = None
-    embedding_path: str | None = None
-    allow_long: bool = False
-    allow_processed: bool = False
+    model: object = option(None, "the model to measure", cli=False)  # the commands' positional MODEL
+    revision: str | None = option(None, "model revision (branch, tag or commit) on the hub")
+    corpus: object = option(None, "shakespeare (default), a text/JSONL file or folder, or hf:NAME[:CONFIG[:SPLIT]]")
+    tokenizer: object = option(
+        None,
+        "tokenizer for text corpora when the model has none (or another): a folder, a Hugging Face id or a .gguf file",
+        metavar="PATH_OR_ID",
+    )
+    seq_len: int = option(
+        DEFAULTS["seq_len"],
+        f"tokens per passage at most, special tokens included (default {PASSAGE_DEFAULTS['seq_len']}; "
+        f"{DEFAULTS['seq_len']} with --pooling none)",
+        kind="int",
+        cli_default=None,
+    )
+    num_seqs: int = option(
+        DEFAULTS["num_seqs"],
+        f"passages (default {PASSAGE_DEFAULTS['num_seqs']}; {DEFAULTS['num_seqs']} with --pooling none)",
+        flags=("--num-seqs", "--num-passages"),
+        kind="int",
+        cli_default=None,
+    )
+    seed: int = option(DEFAULTS["seed"], "the passages' draw (and, in the analysis, the resamples)", cli=False)
+    add_bos: bool = option(True, "the same as --bos never", flags=("--no-bos",), kind="no-flag")
+    bos: str = option(
+        "auto",
+        "special tokens as the tokenizer adds them (auto, default), BOS always first, or none",
+        choices=BOS_CHOICES,
+        cli_default=None,
+    )
+    passage_split: str = option(
+        "windows",
+        "windows (default): each document cut into consecutive windows of exactly --seq-len tokens (equal "
+        "lengths: no first-token x length confound); paragraphs: documents cut at blank lines, packed into "
+        "passages of at most --seq-len; document: each document's first tokens (--protocol paper)",
+        choices=SPLITS,
+        cli_default=None,
+    )
+    dtype: object = option(None, "float32, bfloat16 or float16 (default: float32 on CPU, bfloat16 on CUDA)")
+    device: str | None = option(None, "cpu, cuda or cuda:N (default: cuda when available)")
+    device_map: str | None = option(None, "'auto' to spread a large model over the GPUs (accelerate)")
+    trust_remote_code: bool = option(False, "allow the model repository's own code to run", kind="flag")
+    allow_pickle: bool = option(False, "allow pickle (.bin) weights; safetensors are required otherwise", kind="flag")
+    blocks_path: str | None = option(None, "attribute path of the decoder blocks, for models outside the registry")
+    embedding_path: str | None = option(None, "attribute path of the token embedding, with --blocks-path")
+    allow_long: bool = option(False, "allow --seq-len beyond the positions the model's config states", kind="flag")
+    allow_processed: bool = option(
+        False,
+        "measure a TransformerLens model whose writing weights were centred (not the model's own stream)",
+        cli=False,
+    )
 
     def __post_init__(self):
         validate_options(
@@ -140,47 +171,100 @@ class AnalysisOptions:
     """How to analyse the states: views, similarity, references, intervals.
 
     ``views`` is normalised to the tuple of view names (``"paper"`` expanded).
+    ``pooling`` is how a passage gives its samples: ``"mean"`` (one per passage,
+    the paper's) or ``"none"`` (its tokens, ``tokens_per_passage`` of them drawn
+    under the seed, or every one; :mod:`effdepth.numerics.sampling`).
 
-    >>> AnalysisOptions(views="paper").views[:2], AnalysisOptions(views="paper", pooling="none").views[:2]
-    (('default', 'drop-pos0'), ('default', 'drop-pos0'))
+    >>> AnalysisOptions(views="paper").views[:2], AnalysisOptions(pooling="none", tokens_per_passage=8).tokens_per_passage
+    (('default', 'drop-pos0'), 8)
     """
 
-    views: tuple = ("default",)
-    similarity: tuple | None = None
-    pooling: str = "mean"
-    states: str = "blocks"
-    include_embedding: bool = False
-    pc_estimate: str = "calibration"
-    bootstrap: int = DEFAULTS["bootstrap"]
-    seed: int = DEFAULTS["seed"]
-    batch_size: int = DEFAULTS["batch_size"]
-    surrogate_seqs: int | None = None
-    max_memory: int = DEFAULT_MAX_MEMORY
-    bootstrap_units: int = passage_analysis.DEFAULT_BOOTSTRAP_UNITS
-    protocol: str | None = None
+    views: tuple = option(
+        ("default",),
+        "comma-separated views, or 'paper': default, drop-pos0, drop-bos, length, token-norm, top{k}pc and their "
+        "'+' compositions (paper = default,drop-pos0,token-norm,top1pc,top3pc; drop-pos0 and length are measured "
+        "in every passage-mean result, as controls; --pooling none has no length views)",
+        cli_default="default",
+    )
+    similarity: tuple | None = option(
+        None,
+        f"{similarity_choices()}, a comma list (the first is the primary), or all. Every one comes from the same "
+        "forward passes",
+        metavar="NAME[,NAME...]|all",
+    )
+    pooling: str = option(
+        "mean",
+        "how a passage gives its samples: mean (default): one per passage, each layer mean-pooled and compared "
+        "across passages (the paper's protocol); none: its tokens (see --tokens-per-passage), compared across "
+        "every token of every passage",
+        choices=POOLINGS,
+        cli_default=None,
+    )
+    tokens_per_passage: int | None = option(
+        None,
+        "with --pooling none: K tokens per passage drawn under --seed (default: every token)",
+        kind="int",
+        metavar="K",
+    )
+    states: str = option(
+        "blocks",
+        "blocks (default): hooks on the decoder blocks, before the final norm; hidden: transformers' "
+        "hidden_states[1:], whose last entry is the final norm's output (the paper's convention)",
+        choices=STATES,
+        cli_default=None,
+    )
+    include_embedding: bool = option(False, "analyse S_0..S_L (N = L+1) instead of S_1..S_L", kind="flag")
+    bootstrap: int = option(
+        DEFAULTS["bootstrap"],
+        f"bootstrap resamples over passages (whole passages, their tokens too), 0 to skip (default {DEFAULTS['bootstrap']})",
+        kind="int",
+    )
+    seed: int = option(
+        DEFAULTS["seed"], "seed for the passages' draw, the token reduction and the bootstrap (default 0)", kind="int"
+    )
+    batch_size: int = option(
+        DEFAULTS["batch_size"], f"passages per forward pass (default {DEFAULTS['batch_size']})", kind="int"
+    )
+    surrogate_seqs: int | None = option(
+        None,
+        "the calibrated references (surrogate streams of the measured covariances): all (default) or 0 to skip",
+        metavar="K|all",
+    )
+    max_memory: int = option(
+        DEFAULT_MAX_MEMORY,
+        "memory the analysis may hold, e.g. 64GiB (default 4GiB): its Gram tiles or cross-products, unit sums and "
+        "the layers it keeps (more memory, fewer passes over the stored samples; the same numbers)",
+        metavar="SIZE",
+        cli_default="4GiB",
+    )
+    bootstrap_units: int = option(
+        passage_analysis.DEFAULT_BOOTSTRAP_UNITS,
+        "passages are resampled in G blocks of consecutive passages, so each resample costs G^2 per layer pair "
+        "whatever N (default 128; one passage per block when N <= G)",
+        kind="int",
+        metavar="G",
+        cli_default=None,
+    )
+    protocol: str | None = option(
+        None,
+        "a named set of settings: paper = 10,000 FineWeb-Edu passages of <= 512 tokens, bfloat16, --states hidden, "
+        "cka (flags given beside it win, and are recorded)",
+        choices=tuple(PROTOCOLS),
+    )
 
     def __post_init__(self):
         validate_options(
             batch_size=self.batch_size,
             bootstrap=self.bootstrap,
-            pc_estimate=self.pc_estimate,
             seed=self.seed,
             pooling=self.pooling,
             states=self.states,
             bootstrap_units=self.bootstrap_units,
         )
         check_protocol(self.protocol)
-        if self.passages:
-            object.__setattr__(self, "similarity", parse_similarities(self.similarity, PASSAGE))
-            object.__setattr__(self, "views", tuple(v.name for v in passage_views.parse_views(self.views)))
-        else:
-            if self.states != "blocks":
-                raise EffdepthError(
-                    "--states hidden is passage mode's (the paper's convention); token mode (--pooling none) "
-                    "reads the blocks"
-                )
-            object.__setattr__(self, "similarity", parse_similarities(self.similarity, TOKEN))
-            object.__setattr__(self, "views", tuple(v.name for v in parse_views(self.views)))
+        object.__setattr__(self, "similarity", parse_similarities(self.similarity))
+        object.__setattr__(self, "views", tuple(v.name for v in passage_views.parse_views(self.views)))
+        self._check_token_reduction()
         object.__setattr__(self, "bootstrap", int(self.bootstrap))
         object.__setattr__(self, "batch_size", int(self.batch_size))
         object.__setattr__(self, "max_memory", parse_bytes(self.max_memory))
@@ -195,12 +279,40 @@ class AnalysisOptions:
                 )
             else:
                 object.__setattr__(self, "surrogate_seqs", int(self.surrogate_seqs))
-        if not self.passages:
-            check_views_have_values(self.view_specs, self.similarity[0])
 
-    #: The options that shape the accumulated statistics: a resumed run must match them (batch
-    #: size, intervals and the memory budget do not change what is accumulated).
-    STATISTICS_FIELDS = ("views", "similarity", "include_embedding", "pc_estimate", "seed", "surrogate_seqs", "pooling")
+    def _check_token_reduction(self) -> None:
+        """``tokens_per_passage`` belongs to the token reduction, and the token reduction keeps tokens, not means."""
+        if self.tokens_per_passage is not None:
+            if self.passages:
+                raise EffdepthError(
+                    "--tokens-per-passage draws tokens as samples, which --pooling none does; passage mode "
+                    "(--pooling mean) takes one mean per passage: add --pooling none or leave it out"
+                )
+            if not is_whole(self.tokens_per_passage) or int(self.tokens_per_passage) < 1:
+                raise EffdepthError(
+                    f"--tokens-per-passage must be a whole number of 1 or more (or left out for every token), "
+                    f"got {self.tokens_per_passage}"
+                )
+            object.__setattr__(self, "tokens_per_passage", int(self.tokens_per_passage))
+        if not self.passages:
+            length = [v.name for v in self.view_specs if v.has("length")]
+            if length:
+                raise EffdepthError(
+                    f"view {length[0]} regresses each passage's token count out of its mean, and --pooling none "
+                    "keeps tokens, not means; leave out length views"
+                )
+
+    #: The options that apply after the forward pass: ``effdepth analyse`` may change them on saved samples.
+    AFTER_FORWARD = (
+        "views",
+        "similarity",
+        "bootstrap",
+        "bootstrap_units",
+        "seed",
+        "include_embedding",
+        "surrogate_seqs",
+        "max_memory",
+    )
 
     def to_dict(self) -> dict:
         """Every analysis option, JSON-able.
@@ -210,14 +322,6 @@ class AnalysisOptions:
         """
         return {f.name: _describe(getattr(self, f.name)) for f in fields(self)}
 
-    def statistics_dict(self) -> dict:
-        """The options of :data:`STATISTICS_FIELDS`: what a checkpoint's statistics belong to.
-
-        >>> sorted(AnalysisOptions().statistics_dict())[:3]
-        ['include_embedding', 'pc_estimate', 'pooling']
-        """
-        return {k: v for k, v in self.to_dict().items() if k in self.STATISTICS_FIELDS}
-
     @property
     def primary_similarity(self) -> str:
         """The first similarity: the one ``result.views`` holds."""
@@ -225,12 +329,19 @@ class AnalysisOptions:
 
     @property
     def passages(self) -> bool:
-        """Passage mode (``pooling="mean"``, the default): similarity across passages."""
+        """Passage mode (``pooling="mean"``, the default): one sample per passage, its mean."""
         return self.pooling == "mean"
 
     @property
+    def token_reduction(self):
+        """The token reduction of ``pooling="none"`` (None in passage mode)."""
+        from ..numerics.sampling import TokenReduction
+
+        return None if self.passages else TokenReduction(self.tokens_per_passage, self.seed)
+
+    @property
     def view_specs(self) -> list:
-        return passage_views.parse_views(self.views) if self.passages else parse_views(self.views)
+        return passage_views.parse_views(self.views)
 
     def analysis_plan(self, device: str = "cpu") -> "passage_analysis.AnalysisPlan":
         """Passage mode's analysis stage for these options.
@@ -259,12 +370,12 @@ class RunOptions:
     30.0
     """
 
-    progress: bool = True
-    checkpoint: str | Path | None = None
-    resume: bool = False
-    checkpoint_every_s: float = 30.0
+    progress: bool = option(True, "hide progress bars", flags=("--no-progress",), kind="no-flag")
+    checkpoint: str | Path | None = option(None, "the folder a run keeps its partial samples in", cli=False)
+    resume: bool = option(False, "continue the run saved in checkpoint", cli=False)
+    checkpoint_every_s: float = option(30.0, "save partial samples this often, in seconds", cli=False)
     #: What a checkpoint records about the run (its options and the command that continues it).
-    record: dict | None = None
+    record: dict | None = option(None, "what a checkpoint records about the run", cli=False)
 
 
 _LOAD = tuple(f.name for f in fields(LoadOptions))
@@ -311,8 +422,7 @@ class Options:
         values = resolve_defaults(values)
         load = LoadOptions(**{k: v for k, v in values.items() if k in _LOAD})
         analysis = AnalysisOptions(**{k: v for k, v in values.items() if k in _ANALYSIS})
-        check_kernel_length(load, analysis)
-        if analysis.passages and not is_token_ids(load.corpus):
+        if not is_token_ids(load.corpus):
             check_passage_options(load.seq_len, load.num_seqs, load.bos, load.passage_split)
             passage_views.check_top_pcs(analysis.view_specs, load.num_seqs, 1 << 62)
         return cls(load, analysis)

@@ -8,9 +8,6 @@ from pathlib import Path
 
 from ..data.passages import BOS_CHOICES, SPLITS
 from ..errors import EffdepthError
-from ..numerics.cka import ViewUnavailable, require_cka_view
-from ..numerics.fits import PC_ESTIMATES
-from ..numerics.similarities import COSINE_SIMILARITIES, get_similarity
 from .defaults import DEFAULTS, MAX_BOOTSTRAP, POOLINGS, STATES
 
 
@@ -111,13 +108,12 @@ def parse_bytes(value) -> int:
 
 _CHECKS = {
     "seq_len": at_least(
-        2, "--seq-len must be at least 2 (the drop-pos0 control and token mode need a token after position 0), got {v}"
+        2, "--seq-len must be at least 2 (the drop-pos0 control needs a token after position 0), got {v}"
     ),
     "num_seqs": at_least(1, "--num-seqs must be at least 1, got {v}"),
     "batch_size": at_least(1, "--batch-size must be at least 1, got {v}"),
     "seed": at_least(0, "--seed must be a non-negative integer, got {v}"),
     "bootstrap": _check_bootstrap,
-    "pc_estimate": _check_choice("--pc-estimate", PC_ESTIMATES),
     "pooling": _check_choice("--pooling", POOLINGS),
     "states": _check_choice("--states", STATES),
     "bos": _check_choice("--bos", BOS_CHOICES),
@@ -133,7 +129,7 @@ def validate_options(**values) -> None:
     >>> validate_options(seq_len=1)
     Traceback (most recent call last):
     ...
-    effdepth.errors.EffdepthError: --seq-len must be at least 2 (the drop-pos0 control and token mode need a token after position 0), got 1
+    effdepth.errors.EffdepthError: --seq-len must be at least 2 (the drop-pos0 control needs a token after position 0), got 1
     """
     for name, value in values.items():
         _CHECKS[name](value)
@@ -199,49 +195,3 @@ def check_dtype(dtype) -> None:
 
     if dtype.lower() not in DTYPES:
         raise EffdepthError(f"unknown dtype {dtype!r}; choose from float32, bfloat16, float16")
-
-
-def check_kernel_length(load, analysis) -> None:
-    """A token-mode kernel similarity first in ``--similarity`` needs its fewest tokens per sequence in some
-    view: refuse sequences too short for every view before anything loads (``load``, ``analysis``: the
-    :class:`~effdepth.options.LoadOptions` and :class:`~effdepth.options.AnalysisOptions`)."""
-    if analysis.passages or not isinstance(load.corpus, (str, type(None))):
-        return
-    spec = get_similarity(analysis.primary_similarity)
-    if spec.additive:
-        return
-    least = spec.min_samples
-    shortest_loss = min(1 if view.selection == "drop-pos0" else 0 for view in analysis.view_specs)
-    if load.seq_len - shortest_loss < least:
-        raise EffdepthError(
-            f"--seq-len {load.seq_len} leaves fewer than {least} tokens per sequence in every view, "
-            f"and {spec.name} needs {least} ({spec.min_reason}); use --seq-len {least + shortest_loss} "
-            f"or more, or {_cosine_first()}"
-        )
-
-
-def check_views_have_values(specs, similarity: str) -> None:
-    """Refuse, before anything runs, a token-mode run whose every view has no value under its primary similarity.
-
-    >>> from effdepth.numerics.views import parse_views
-    >>> check_views_have_values(parse_views("pos0-only"), "cka")
-    Traceback (most recent call last):
-    ...
-    effdepth.errors.EffdepthError: no view has a cka value (pos0-only keeps one token per sequence; cka needs at least 4); add a view such as default, or put frobenius or token first in --similarity
-    """
-    if get_similarity(similarity).additive:
-        return
-    reasons = []
-    for spec in specs:
-        try:
-            require_cka_view(spec, similarity)
-            return
-        except ViewUnavailable as exc:
-            reasons.append(exc.reason)
-    raise EffdepthError(
-        f"no view has a {similarity} value ({'; '.join(reasons)}); add a view such as default, or {_cosine_first()}"
-    )
-
-
-def _cosine_first() -> str:
-    return f"put {' or '.join(COSINE_SIMILARITIES)} first in --similarity"

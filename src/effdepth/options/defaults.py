@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 from ..data.paper import PAPER_CORPUS
 from ..errors import EffdepthError
-from ..numerics.similarities import TOKEN, default_similarity
+from ..numerics.similarities import default_similarity
 
 MAX_BOOTSTRAP = 100_000
-#: Defaults shared by both modes, and token mode's sequence sizes (``--pooling none``).
+#: Defaults shared by both poolings, and the sizes of ``--pooling none`` (every token a sample: fewer passages).
 DEFAULTS = {"seq_len": 256, "num_seqs": 32, "batch_size": 8, "bootstrap": 1000, "seed": 0}
-#: Passage mode's sizes (the default mode): passages of at most 512 tokens, as the paper's.
+#: The sizes of ``--pooling mean`` (the default): passages of at most 512 tokens, as the paper's.
 PASSAGE_DEFAULTS = {"seq_len": 512, "num_seqs": 1024}
 POOLINGS = ("mean", "none")
 STATES = ("blocks", "hidden")
@@ -58,8 +58,8 @@ def check_protocol(name) -> None:
         raise EffdepthError(f"unknown --protocol {name!r}; known: {', '.join(PROTOCOLS)}")
 
 
-#: The similarity of a token-mode measurement unless told otherwise (docs/method.md#why-cka).
-DEFAULT_SIMILARITY = default_similarity(TOKEN)
+#: The similarity of a measurement unless told otherwise (docs/method.md#why-cka).
+DEFAULT_SIMILARITY = default_similarity()
 DEFAULT_MAX_MEMORY = 4 * 2**30
 
 

@@ -27,7 +27,7 @@ def write_report(paths, output=None, fmt: str | None = None, failed=None) -> lis
 
     >>> import effdepth, torch, tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = effdepth.from_states(torch.randn(5, 2, 8, 16).cumsum(0)).save(d / "run")
+    >>> _ = effdepth.from_states(torch.randn(5, 8, 8, 16).cumsum(0)).save(d / "run")
     >>> [p.name for p in write_report([d], d / "report.html")]
     ['report.html']
     """

@@ -17,7 +17,7 @@ results live beside this module: :mod:`.figures_suite`,
 :mod:`.figures_experiment`, :mod:`.figures_null` and :mod:`.figures_prune`.
 
 >>> import effdepth, torch, tempfile
->>> r = effdepth.from_states(torch.randn(7, 3, 8, 16).cumsum(0), bootstrap=20)
+>>> r = effdepth.from_states(torch.randn(7, 8, 8, 16).cumsum(0), bootstrap=20)
 >>> [p.name for p in write_figures(r, tempfile.mkdtemp())][:2]
 ['similarity.png', 'similarity.pdf']
 """
@@ -31,8 +31,6 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..numerics import passage_analysis
-from ..numerics.similarities import SIMILARITIES
 from ..result import Result, ViewResult
 from .content.model import interval
 from .content.model import level as ci_level
@@ -56,6 +54,7 @@ from .figures_layers import layers_figure
 from .figures_ratios import sensitivity_figure, views_figure
 from .numbers import fmt
 from .style import OKABE_ITO, new_figure, save_figure, style
+from .wording import similarity_labels
 
 #: The figure files :func:`write_figures` may write; a rewrite removes those the new result does not produce.
 STANDARD_STEMS = ("similarity", "profile", "attribution", "views", "layers", "sensitivity", "confounds", "sample_size")
@@ -74,13 +73,13 @@ def similarity_figure(result: Result | ViewResult, view: str | None = None) -> F
     """Heatmap of the layer-by-layer similarity sim_ij of one view.
 
     >>> import effdepth, torch
-    >>> fig = similarity_figure(effdepth.from_states(torch.randn(5, 2, 8, 16).cumsum(0)))
+    >>> fig = similarity_figure(effdepth.from_states(torch.randn(5, 8, 8, 16).cumsum(0)))
     >>> fig.axes[0].get_xlabel()
     'layer j'
     """
     v, ctx = chosen_view(result, view)
     sim = matrix(v.similarity)
-    first = _first_layer(v)
+    first = ctx["first_layer"] if "first_layer" in ctx else _first_layer(v)
     n = sim.shape[0]
     with style():
         fig = new_figure(5.0, 4.2)
@@ -109,7 +108,7 @@ def profile_figure(result: Result | ViewResult, view: str | None = None) -> Figu
     """Decay profile P(k) with its bootstrap band and the reference profiles.
 
     >>> import effdepth, torch
-    >>> fig = profile_figure(effdepth.from_states(torch.randn(5, 3, 8, 16).cumsum(0), bootstrap=20))
+    >>> fig = profile_figure(effdepth.from_states(torch.randn(5, 8, 8, 16).cumsum(0), bootstrap=20))
     >>> fig.axes[0].get_ylabel()
     'mean similarity $P(k)$'
     """
@@ -179,7 +178,7 @@ def attribution_figure(result: Result | ViewResult, view: str | None = None) -> 
     the first two are R_init and R_matched.
 
     >>> import effdepth, torch
-    >>> fig = attribution_figure(effdepth.from_states(torch.randn(5, 2, 8, 16).cumsum(0)))
+    >>> fig = attribution_figure(effdepth.from_states(torch.randn(5, 8, 8, 16).cumsum(0)))
     >>> [t.get_text().split()[0] for t in fig.axes[0].get_xticklabels()][1:4]
     ['initial', 'size', 'correlated']
     """
@@ -266,9 +265,9 @@ def write_figures(result: Result, folder, view: str | None = None) -> list[Path]
     (``views.*`` of an earlier many-view result) are removed.
 
     >>> import effdepth, torch, tempfile
-    >>> r = effdepth.from_states(torch.randn(5, 2, 8, 16).cumsum(0))
+    >>> r = effdepth.from_states(torch.randn(5, 8, 8, 16).cumsum(0))
     >>> sorted({p.stem for p in write_figures(r, tempfile.mkdtemp())})
-    ['attribution', 'layers', 'profile', 'similarity']
+    ['attribution', 'confounds', 'layers', 'profile', 'sample_size', 'sensitivity', 'similarity']
     """
     folder = Path(folder)
     paths = []
@@ -323,8 +322,8 @@ def standard_figures(result: Result, view: str | None = None):
 
 def _similarity_label(ctx: dict) -> str:
     name = ctx["similarity"]
-    spec = (passage_analysis.SIMILARITIES if ctx.get("passages") else SIMILARITIES).get(name)
-    return f"similarity: {spec.axis_label} ({name})" if spec else f"similarity: {name}"
+    labels = similarity_labels(name, bool(ctx.get("passages")))
+    return f"similarity: {labels[1]} ({name})" if labels else f"similarity: {name}"
 
 
 def _first_layer(v: ViewResult) -> int:

@@ -44,9 +44,9 @@ def chosen_view(result: Result | ViewResult, view: str | None) -> tuple[ViewResu
     of a bare view names its similarity and the general symbol F_N.
 
     >>> import effdepth, torch
-    >>> v, ctx = chosen_view(effdepth.from_states(torch.randn(3, 2, 4, 8)), None)
+    >>> v, ctx = chosen_view(effdepth.from_states(torch.randn(3, 8, 4, 8)), None)
     >>> v.name, ctx["reference"]
-    ('default', '$F_N$')
+    ('default', '$F_L$')
     """
     if isinstance(result, ViewResult):  # a bare view does not say its mode: the general symbol
         return result, {"similarity": result.definition, "reference": F_N}
@@ -61,7 +61,7 @@ def context(result: Result) -> dict:
     """Whose figure it is and in which mode: label, similarity, several views or not, the reference's symbol.
 
     >>> import effdepth, torch
-    >>> context(effdepth.from_states(torch.randn(3, 2, 4, 8)))["similarity"]
+    >>> context(effdepth.from_states(torch.randn(3, 8, 4, 8)))["similarity"]
     'cka'
     """
     # Passage mode's N states are the L block outputs; the paper names their reference F_L.
@@ -71,6 +71,7 @@ def context(result: Result) -> dict:
         "multi": len(result.views) > 1,
         "passages": result.passages,
         "reference": F_L if result.passages else F_N,
+        "first_layer": 0 if result.config.get("include_embedding") else 1,
     }
 
 

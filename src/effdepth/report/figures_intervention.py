@@ -17,7 +17,7 @@ def intervention_figure(ir, view: str | None = None):
 
     >>> import effdepth, torch
     >>> from effdepth.results_carry import InterventionResult
-    >>> rs = {lam: effdepth.from_states(torch.randn(4, 2, 8, 16)) for lam in (1.0, 0.5)}
+    >>> rs = {lam: effdepth.from_states(torch.randn(4, 8, 8, 16)) for lam in (1.0, 0.5)}
     >>> intervention_figure(InterventionResult((1.0, 0.5), (1, 2, 3), rs)).axes[0].get_xlabel()
     'carry $\\\\lambda$'
     """

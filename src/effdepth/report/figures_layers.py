@@ -9,7 +9,6 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..errors import EffdepthError
-from ..numerics.metrics import NO_COSINE_SUMMARIES
 from ..result import Result, ViewResult
 from .figures_common import array, chosen_view, figure_title, layer_ticks, matrix, positive
 from .style import OKABE_ITO, new_figure, style
@@ -21,7 +20,7 @@ def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figur
     Missing values (``None``/non-finite in the JSON) are drawn as gaps.
 
     >>> import effdepth, torch
-    >>> fig = layers_figure(effdepth.from_states(torch.randn(5, 2, 8, 16).cumsum(0)))
+    >>> fig = layers_figure(effdepth.from_states(torch.randn(5, 8, 8, 16).cumsum(0)))
     >>> len(fig.axes)
     3
     """
@@ -29,7 +28,10 @@ def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figur
     if not v.update_energy and v.update_sizes:
         return passage_layers_figure(v, ctx)
     if not v.update_energy:
-        raise EffdepthError(f"view {v.name!r} has no per-layer update summary: {NO_COSINE_SUMMARIES}")
+        raise EffdepthError(
+            f"view {v.name!r} has no per-layer update summary (an old token-mode result measured under kernel "
+            "similarities alone kept none); measure again"
+        )
     energy = array(v.update_energy)
     layers = np.arange(1, len(energy) + 1)
     tokens = max(1, int(v.tokens or 1))

@@ -21,9 +21,9 @@ def views_figure(result: Result) -> Figure:
     """D_eff / F_N of every view, with intervals; the line at 1 is F_N.
 
     >>> import effdepth, torch
-    >>> r = effdepth.from_states(torch.randn(5, 3, 8, 16).cumsum(0), views="default,center", bootstrap=20)
+    >>> r = effdepth.from_states(torch.randn(5, 8, 8, 16).cumsum(0), views="default,drop-pos0", bootstrap=20)
     >>> [t.get_text() for t in views_figure(r).axes[0].get_yticklabels()]
-    ['default', 'center']
+    ['default', 'drop-pos0']
     """
     labels, ratios, intervals = [], [], []
     for name, v in result.views.items():
@@ -45,7 +45,7 @@ def sensitivity_figure(result: Result) -> Figure:
     """D_eff of the default view under every lag, taper and aggregation, over that form's own reference.
 
     >>> import effdepth, torch
-    >>> r = effdepth.from_states(torch.randn(5, 3, 8, 16).cumsum(0), bootstrap=0)
+    >>> r = effdepth.from_states(torch.randn(5, 8, 8, 16).cumsum(0), bootstrap=0)
     >>> len(sensitivity_figure(r).axes[0].get_yticklabels())
     9
     """
@@ -73,7 +73,7 @@ def comparison_figure(results: list, labels: list | None = None) -> Figure:
     """D_eff / F_N (N = L, or L + 1 with the embedding) of several results, each its first view, with intervals.
 
     >>> import effdepth, torch
-    >>> rs = [effdepth.from_states(torch.randn(5, 2, 8, 16).cumsum(0)) for _ in range(2)]
+    >>> rs = [effdepth.from_states(torch.randn(5, 8, 8, 16).cumsum(0)) for _ in range(2)]
     >>> len(comparison_figure(rs, ["a", "b"]).axes[0].get_yticklabels())
     2
     """

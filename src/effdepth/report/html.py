@@ -108,7 +108,7 @@ def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> s
 
     >>> import effdepth, torch, pathlib
     >>> from effdepth.report.sources import Source
-    >>> r = effdepth.from_states(torch.randn(5, 2, 8, 16).cumsum(0), bootstrap=0)
+    >>> r = effdepth.from_states(torch.randn(5, 8, 8, 16).cumsum(0), bootstrap=0)
     >>> page = render_html([Source(pathlib.Path("result.json"), r, "0" * 64, "demo")])
     >>> page.startswith("<!DOCTYPE html>") and "data:image/png;base64," in page
     True

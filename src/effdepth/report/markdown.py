@@ -32,7 +32,7 @@ def render_markdown(
 
     >>> import effdepth, torch, pathlib
     >>> from effdepth.report.sources import Source
-    >>> r = effdepth.from_states(torch.randn(5, 2, 8, 16).cumsum(0))
+    >>> r = effdepth.from_states(torch.randn(5, 8, 8, 16).cumsum(0))
     >>> text, images = render_markdown([Source(pathlib.Path("result.json"), r, "0" * 64, "demo")])
     >>> sorted(images)[0], text.startswith("# Effective depth")
     ('report_files/attribution.png', True)

@@ -32,8 +32,8 @@ def view_order(result) -> list:
     """Every view name of ``result`` (measured under some similarity, or unavailable), in the order asked for.
 
     >>> import effdepth, torch
-    >>> view_order(effdepth.from_states(torch.randn(3, 2, 8, 4), views="default,pos0-only", similarity="cka,frobenius"))
-    ['default', 'pos0-only']
+    >>> view_order(effdepth.from_states(torch.randn(3, 8, 8, 4), views="default,drop-pos0", similarity="cka,cosine"))
+    ['default', 'drop-pos0']
     """
     names = list(result.config.get("views") or [])
     for views in list(result.similarities.values()) + list((result.unavailable or {}).values()):
@@ -48,9 +48,9 @@ def view_entries(result, similarity: str | None = None) -> list:
     (default: the primary); a view without a value there has its reason.
 
     >>> import effdepth, torch
-    >>> r = effdepth.from_states(torch.randn(3, 2, 8, 4), views="default,pos0-only")
+    >>> r = effdepth.from_states(torch.randn(3, 8, 8, 4), views="default,drop-pos0")
     >>> [(n, v is None, reason[:9]) for n, v, reason in view_entries(r) if v is None]
-    [('pos0-only', True, 'pos0-only')]
+    []
     """
     similarity = similarity or result.primary_similarity
     views = result.similarities.get(similarity, {})
@@ -68,7 +68,7 @@ def has_calibrated(result, similarity: str | None = None) -> bool:
     """Whether any view (under ``similarity``) has the calibrated references (docs/method.md#calibrated-references).
 
     >>> import effdepth, torch
-    >>> has_calibrated(effdepth.from_states(torch.randn(3, 2, 8, 4), surrogate_seqs=None))
+    >>> has_calibrated(effdepth.from_states(torch.randn(3, 8, 8, 4)))
     True
     """
     views = result.similarities.get(similarity or result.primary_similarity, {})
@@ -82,7 +82,7 @@ def differing(sources: list) -> list:
 
     >>> import effdepth, torch, pathlib
     >>> from effdepth.report.sources import Source
-    >>> r = effdepth.from_states(torch.randn(3, 2, 8, 4))
+    >>> r = effdepth.from_states(torch.randn(3, 8, 8, 4))
     >>> [c for c, _ in differing([Source(pathlib.Path("a/result.json"), r, ""), Source(pathlib.Path("b/result.json"), r, "")])]
     ['folder', 'tokens/seq']
     """

@@ -31,7 +31,7 @@ def find_result_files(paths) -> list[Path]:
 
     >>> import effdepth, torch, tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = effdepth.from_states(torch.randn(3, 2, 4, 8)).save(d / "a")
+    >>> _ = effdepth.from_states(torch.randn(3, 8, 4, 8)).save(d / "a")
     >>> [p.relative_to(d).as_posix() for p in find_result_files([d])]
     ['a/result.json']
     """
@@ -65,7 +65,7 @@ def load_sources(paths) -> list[Source]:
     :class:`~effdepth.EffdepthError` naming it.
 
     >>> import effdepth, torch, tempfile
-    >>> p = effdepth.from_states(torch.randn(3, 2, 4, 8)).save(tempfile.mkdtemp())
+    >>> p = effdepth.from_states(torch.randn(3, 8, 4, 8)).save(tempfile.mkdtemp())
     >>> [s.label for s in load_sources([p])]
     ['states']
     """
@@ -81,7 +81,7 @@ def sort_by_ratio(sources: list[Source]) -> list[Source]:
     """Most sub-reference first (lowest D_eff / F_N of the first view); missing ratios last.
 
     >>> import effdepth, torch
-    >>> s = [Source(Path("x"), effdepth.from_states(torch.randn(3, 2, 4, 8)), "")]
+    >>> s = [Source(Path("x"), effdepth.from_states(torch.randn(3, 8, 4, 8)), "")]
     >>> len(sort_by_ratio(s))
     1
     """
@@ -97,7 +97,7 @@ def result_label(result: Result) -> str:
     """A short name for a result: the model id, with ``@revision`` unless main, and ``carry LAM`` when intervened.
 
     >>> import effdepth, torch
-    >>> result_label(effdepth.from_states(torch.randn(3, 2, 4, 8)))
+    >>> result_label(effdepth.from_states(torch.randn(3, 8, 4, 8)))
     'states'
     """
     model = result.provenance.get("model") or {}

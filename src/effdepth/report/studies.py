@@ -225,7 +225,7 @@ def intervention_content(ir, view: str | None = None) -> Table:
 
     >>> import effdepth, torch
     >>> from effdepth.results_carry import InterventionResult
-    >>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 2, 8, 16))})
+    >>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 8, 8, 16))})
     >>> intervention_content(ir).header[:3]
     ['lam', 'D_eff', 'CI']
     """
@@ -246,8 +246,10 @@ def intervention_content(ir, view: str | None = None) -> Table:
         ]
         for r in ir.rows(view)
     ]
-    passages = ir.results[ir.carries[0]].passages  # passage mode's reference is the paper's F_L
-    header = [("F_L" if passages and c == "F_N" else c) for c in INTERVENTION_COLUMNS]
+    first = ir.results[ir.carries[0]]
+    # The paper's F_L over the L block outputs; with S_0 included, N = L+1 states and F_N.
+    paper = first.passages and not first.config.get("include_embedding")
+    header = [("F_L" if paper and c == "F_N" else c) for c in INTERVENTION_COLUMNS]
     return Table(header, rows, [False] + [True] * (len(INTERVENTION_COLUMNS) - 1))
 
 
@@ -430,8 +432,8 @@ def suite_table(rows: list[dict]) -> Table:
 
 
 def recompose_table(rows: list[dict]) -> Table:
-    """The offline recomposition of a view (:func:`effdepth.numerics.recompose.recompose_carry`'s rows):
-    D_eff recomposed and decorrelated, F_N and the ratio per carry.
+    """The offline recomposition of a view (:func:`effdepth.recompose.recompose_rows`' rows): D_eff
+    recomposed and decorrelated (with their intervals when bootstrapped), F_N and the ratio per carry.
 
     >>> recompose_table([{"lam": 1.0, "deff": 1.2, "deff_decorrelated": 1.3, "reference": 1.5, "ratio": 0.8}]).rows[0][0].text
     '1'
@@ -439,16 +441,18 @@ def recompose_table(rows: list[dict]) -> Table:
     from ..capture.intervention import format_carry
 
     header = ["lam", "D_eff recomposed", "D_eff decorrelated", "F_N", "ratio"]
-    body = [
-        [
-            Cell(format_carry(r["lam"])),
-            Cell(fmt(r["deff"])),
-            Cell(fmt(r["deff_decorrelated"])),
-            Cell(fmt(r["reference"])),
-            Cell(fmt(r["ratio"])),
-        ]
-        for r in rows
-    ]
+    body = []
+    for r in rows:
+        ci = r.get("ci") or {}
+        body.append(
+            [
+                Cell(format_carry(r["lam"])),
+                Cell(fmt(r["deff"]), fmt_interval(ci.get("deff"))),
+                Cell(fmt(r["deff_decorrelated"]), fmt_interval(ci.get("deff_decorrelated"))),
+                Cell(fmt(r["reference"])),
+                Cell(fmt(r["ratio"])),
+            ]
+        )
     return Table(header, body, [False] + [True] * 4)
 
 

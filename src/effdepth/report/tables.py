@@ -26,7 +26,7 @@ def result_summary_text(result: Result) -> str:
     similarity (and carry).
 
     >>> import effdepth, torch
-    >>> "R_matched" in result_summary_text(effdepth.from_states(torch.randn(3, 2, 4, 8)))
+    >>> "R_matched" in result_summary_text(effdepth.from_states(torch.randn(3, 8, 4, 8)))
     True
     """
     return content_text(result_content(result), extras_table(result))
@@ -67,7 +67,7 @@ def intervention_table(ir, view: str | None = None) -> str:
 
     >>> import effdepth, torch
     >>> from effdepth.results_carry import InterventionResult
-    >>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 2, 8, 16))})
+    >>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 8, 8, 16))})
     >>> intervention_table(ir).split()[:3]
     ['lam', 'D_eff', 'CI']
     """
@@ -81,7 +81,7 @@ def intervention_headline(ir) -> str:
 
     >>> import effdepth, torch
     >>> from effdepth.results_carry import InterventionResult
-    >>> ir = InterventionResult((1.0,), (1, 2), {1.0: effdepth.from_states(torch.randn(4, 2, 8, 16))})
+    >>> ir = InterventionResult((1.0,), (1, 2), {1.0: effdepth.from_states(torch.randn(4, 8, 8, 16))})
     >>> intervention_headline(ir).split(";")[1].split(")")[0]
     ' carry on blocks 1,2'
     """
@@ -172,7 +172,7 @@ def intervention_text(ir) -> str:
 
     >>> import effdepth, torch
     >>> from effdepth.results_carry import InterventionResult
-    >>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 2, 8, 16))})
+    >>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 8, 8, 16))})
     >>> intervention_text(ir).splitlines()[2]
     'view default:'
     """
@@ -230,7 +230,7 @@ def show_text(obj) -> str:
     """What ``effdepth show`` prints for anything :func:`effdepth.load` returns.
 
     >>> import effdepth, torch
-    >>> show_text(effdepth.from_states(torch.randn(3, 2, 4, 8))).startswith("model states")
+    >>> show_text(effdepth.from_states(torch.randn(3, 8, 4, 8))).startswith("model states")
     True
     """
     from ..loading import SavedStudy, SavedTrajectory
@@ -256,7 +256,7 @@ def claims_text(result: Result, label: str | None = None) -> str:
     """``effdepth claims`` of one result: what was measured, the verdicts, the numbers behind each, the paper.
 
     >>> import effdepth, torch
-    >>> claims_text(effdepth.from_states(torch.randn(4, 3, 8, 16), similarity="frobenius")).splitlines()[0][:30]
+    >>> claims_text(effdepth.from_states(torch.randn(4, 8, 8, 16))).splitlines()[0][:30]
     'Does states reproduce the pape'
     """
     from ..verdicts import claim_tests
@@ -292,7 +292,7 @@ def claims_sweep_text(entries: list, failed: list = ()) -> str:
     ``entries`` are ``(label, Result)``; ``failed`` are ``(model, error)`` of models a sweep could not measure.
 
     >>> import effdepth, torch
-    >>> r = effdepth.from_states(torch.randn(4, 3, 8, 16), similarity="frobenius", bootstrap=20)
+    >>> r = effdepth.from_states(torch.randn(4, 8, 8, 16), bootstrap=20)
     >>> claims_sweep_text([("a", r), ("b", r)]).splitlines()[0].split()[:4]
     ['model', 'similarity', '(1)', '(2)']
     """

@@ -6,14 +6,13 @@ result was measured under and what the paper's abstract reports, in the
 words defined here.
 
 >>> similarity_name("cka")
-'cka (cross-sequence linear CKA)'
+"cka (linear CKA across passages, biased HSIC: the paper's)"
 >>> carry_text({"intervention": {"carry": 0.5, "layers": [1, 2], "all_layers": False}})
 'residual carry 0.5 on blocks 1,2'
 """
 
 from __future__ import annotations
 
-from ..numerics import passage_analysis
 from ..numerics.similarities import SIMILARITIES
 
 #: The attribution's one sign convention (docs/method.md#attribution), used by every table, figure and caption.
@@ -50,16 +49,38 @@ PAPER_NOTE = (
 )
 
 CALIBRATED = {"structural_cal": "R_structural_cal", "matched_cal": "R_matched_cal"}
+#: The similarities of old token-mode results (statistics summed over tokens), as those files name them:
+#: ``(label, axis label)``, so they show as they were saved.
+OLD_TOKEN_SIMILARITIES = {
+    "frobenius": ("squared cosine of the flattened states", r"$\cos^2(S_i, S_j)$"),
+    "token": ("mean per-token squared cosine", r"token mean of $\cos^2(s_i, s_j)$"),
+    "cka": ("cross-sequence linear CKA", "cross-sequence linear CKA"),
+    "cka-full": ("pooled linear CKA", "linear CKA, tokens pooled"),
+}
 
 
-def similarity_name(similarity: str, passages: bool = False) -> str:
-    """The similarity's name with what it is, for headlines and captions (``passages``: passage mode's meaning).
+def similarity_labels(similarity: str, passages: bool = True) -> tuple | None:
+    """``(label, axis label)`` of a similarity, or None for one unknown; ``passages=False``: as an old
+    token-mode result names it.
 
-    >>> similarity_name("token"), similarity_name("cka", passages=True)
+    >>> similarity_labels("token", passages=False)[0], similarity_labels("token")
+    ('mean per-token squared cosine', None)
+    """
+    if not passages:
+        return OLD_TOKEN_SIMILARITIES.get(similarity)
+    spec = SIMILARITIES.get(similarity)
+    return None if spec is None else (spec.label, spec.axis_label)
+
+
+def similarity_name(similarity: str, passages: bool = True) -> str:
+    """The similarity's name with what it is, for headlines and captions (``passages=False``: an old
+    token-mode result's meaning).
+
+    >>> similarity_name("token", passages=False), similarity_name("cka")
     ('token (mean per-token squared cosine)', "cka (linear CKA across passages, biased HSIC: the paper's)")
     """
-    spec = (passage_analysis.SIMILARITIES if passages else SIMILARITIES).get(similarity)
-    return f"{similarity} ({spec.label})" if spec else similarity
+    labels = similarity_labels(similarity, passages)
+    return f"{similarity} ({labels[0]})" if labels else similarity
 
 
 def intervention(extras: dict | None) -> dict | None:
@@ -101,8 +122,8 @@ def context(result, similarity: str | None = None) -> str:
     """What a table of ``result`` shows: the similarity, and the carry when intervened.
 
     >>> import effdepth, torch
-    >>> context(effdepth.from_states(torch.randn(3, 2, 4, 8), similarity="frobenius"))
-    'similarity frobenius'
+    >>> context(effdepth.from_states(torch.randn(3, 8, 4, 8)))
+    'similarity cka'
     """
     parts = [f"similarity {similarity or result.primary_similarity}"]
     carry = carry_text(result.extras)

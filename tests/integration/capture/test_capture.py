@@ -78,14 +78,14 @@ def test_gpt2_s0_includes_position_embeddings():
 
 def test_left_padding_is_masked_and_positions_shift():
     model = tiny_model("gpt2")
-    ids = torch.randint(0, 250, (2, 8), generator=torch.Generator().manual_seed(2))
+    ids = torch.randint(0, 250, (4, 8), generator=torch.Generator().manual_seed(2))
     plain = effdepth.measure(model, ids, bootstrap=0, progress=False, pooling="none").default
-    padded_ids = torch.cat([torch.full((2, 3), 258), ids], dim=1)
-    mask = torch.cat([torch.zeros(2, 3), torch.ones(2, 8)], dim=1).long()
+    padded_ids = torch.cat([torch.full((4, 3), 258), ids], dim=1)
+    mask = torch.cat([torch.zeros(4, 3), torch.ones(4, 8)], dim=1).long()
     padded = effdepth.measure(
         model, {"input_ids": padded_ids, "attention_mask": mask}, bootstrap=0, progress=False, pooling="none"
     ).default
-    assert padded.tokens == 16
+    assert padded.tokens == 32
     assert padded.deff == pytest.approx(plain.deff, rel=1e-4)
 
 

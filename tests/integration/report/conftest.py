@@ -1,12 +1,15 @@
 """Results to report on, made once per session: a tiny real run and synthetic states."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
 import effdepth
 from effdepth.tiny import tiny_model
+
+OLD_TOKEN_RESULT = Path(__file__).parents[2] / "data" / "token-mode-result.json"
 
 
 @pytest.fixture(scope="session")
@@ -20,23 +23,16 @@ def tiny_result():
 
 @pytest.fixture(scope="session")
 def tiny_token_result():
-    """The same model and tokens in token mode (--pooling none): one similarity, per-token summaries."""
-    torch.manual_seed(0)
-    return effdepth.measure(
-        tiny_model("llama"),
-        torch.randint(0, 256, (6, 16)),
-        views="paper",
-        bootstrap=100,
-        pooling="none",
-        progress=False,
-    )
+    """An old token-mode result (statistics summed over tokens), as the version before the token reduction
+    saved it: a tiny Llama, views default and top1pc, cka and frobenius, 50 resamples."""
+    return effdepth.load(OLD_TOKEN_RESULT)
 
 
 @pytest.fixture(scope="session")
 def synthetic_result():
     """A random walk over 30 layers (as many as SmolLM2): ticks and markers must stay readable."""
     g = torch.Generator().manual_seed(1)
-    states = torch.randn(31, 6, 12, 32, generator=g).cumsum(0)
+    states = torch.randn(31, 16, 12, 32, generator=g).cumsum(0)
     return effdepth.from_states(states, views="default,drop-pos0,token-norm", bootstrap=100)
 
 
@@ -44,27 +40,28 @@ def synthetic_result():
 def bare_result():
     """One view, no bootstrap (``ci is None``), the embedding included (layers 0..L)."""
     g = torch.Generator().manual_seed(2)
-    return effdepth.from_states(torch.randn(7, 3, 10, 16, generator=g).cumsum(0), include_embedding=True, bootstrap=0)
+    return effdepth.from_states(torch.randn(7, 8, 10, 16, generator=g).cumsum(0), include_embedding=True, bootstrap=0)
 
 
 @pytest.fixture(scope="session")
-def gappy_result(tmp_path_factory, synthetic_result):
-    """Non-finite values saved as null in the JSON, then loaded back: plotted as gaps."""
-    r = effdepth.Result.from_dict(synthetic_result.to_dict())
+def gappy_result(tmp_path_factory, tiny_token_result):
+    """Non-finite values saved as null in the JSON, then loaded back: plotted as gaps (an old token-mode result,
+    whose views keep the per-layer update summary)."""
+    r = effdepth.Result.from_dict(tiny_token_result.to_dict())
     v = r.views["default"]
-    v.update_energy[3] = math.nan
-    v.update_energy[4] = 0.0  # cannot be shown on a log axis either
-    v.update_state_cosine[5] = math.inf
-    v.related["block_influence"][6] = math.nan
+    v.update_energy[0] = math.nan
+    v.update_energy[1] = 0.0  # cannot be shown on a log axis either
+    v.update_state_cosine[2] = math.inf
+    v.related["block_influence"][1] = math.nan
     v.similarity[0][1] = math.nan
-    v.profile[2] = math.nan
-    r.views["token-norm"].ratio = math.nan
-    r.views["token-norm"].ci["ratio"] = [math.nan, 1.0]
+    v.profile[1] = math.nan
+    r.views["top1pc"].ratio = math.nan
+    r.views["top1pc"].ci["ratio"] = [math.nan, 1.0]
     v.ci["correlated_updates"] = [math.nan, 0.1]
     r.extras["loss"] = {"mean": 2.25, "perplexity": math.exp(2.25), "tokens": 96}
     path = r.save(tmp_path_factory.mktemp("gappy"))
     loaded = effdepth.load(path)
-    assert loaded.views["default"].update_energy[3] is None  # the premise: JSON null, not NaN
+    assert loaded.views["default"].update_energy[0] is None  # the premise: JSON null, not NaN
     return loaded
 
 

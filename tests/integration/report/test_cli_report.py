@@ -5,8 +5,10 @@ import re
 
 import pytest
 
+import effdepth
 from effdepth.cli import main
 from effdepth.data import byte_tokenizer
+from effdepth.report import figures
 from effdepth.tiny import tiny_model
 
 
@@ -61,7 +63,8 @@ def test_report_markdown(bare_result, tmp_path, capsys):
     assert code == 0, err
     text = out.read_text(encoding="utf-8")
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
-    assert images[0] == "report_files/comparison.png" and len(images) == 1 + 4 + 4  # comparison, 2 results
+    per_result = len(list(figures.standard_figures(bare_result)))
+    assert images[0] == "report_files/comparison.png" and len(images) == 1 + 2 * per_result  # comparison, 2 results
     for rel in images:
         assert (out.parent / rel).read_bytes()[:4] == b"\x89PNG"
     assert "| view | D_eff |" in text and "| default |" in text and "### Provenance" in text
@@ -82,8 +85,11 @@ def test_markdown_follows_the_suffix(saved, tmp_path, capsys):
     assert (tmp_path / "notes.md").read_text().startswith("# Effective depth of states")
     assert sorted(p.name for p in (tmp_path / "notes_files").iterdir()) == [
         "attribution.png",
+        "confounds.png",
         "layers.png",
         "profile.png",
+        "sample_size.png",
+        "sensitivity.png",
         "similarity.png",
     ]
 
@@ -177,8 +183,8 @@ def test_measure_writes_figures_next_to_the_result(model_dir, flag, tmp_path, ca
     assert code == 0, err
     names = sorted(p.name for p in out.iterdir())
     if flag:
-        assert names == ["result.json"] and "wrote 10 figures" not in stdout
+        assert names == ["pooled", "result.json"] and "figures to" not in stdout
     else:
-        stems = ["attribution", "layers", "profile", "similarity", "views"]
-        assert names == sorted([f"{s}.{e}" for s in stems for e in ("pdf", "png")] + ["result.json"])
-        assert f"wrote 10 figures to {out}" in stdout
+        stems = [stem for stem, _ in figures.standard_figures(effdepth.load(out))]
+        assert names == sorted([f"{s}.{e}" for s in stems for e in ("pdf", "png")] + ["pooled", "result.json"])
+        assert f"wrote {2 * len(stems)} figures to {out}" in stdout

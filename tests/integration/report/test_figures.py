@@ -53,7 +53,8 @@ def test_write_figures_makes_every_figure(which, request, tmp_path):
 def test_single_view_without_intervals(bare_result, tmp_path):
     assert bare_result.default.ci is None and len(bare_result.views) == 1
     stems = {p.stem for p in write_figures(bare_result, tmp_path)}
-    assert stems == {"similarity", "profile", "attribution", "layers"}  # no views figure for one view
+    # no views figure for one view
+    assert stems == {"similarity", "profile", "attribution", "layers", "sensitivity", "confounds", "sample_size"}
     for stem in stems:
         assert_real_png(tmp_path / f"{stem}.png")
 
@@ -75,8 +76,8 @@ def test_missing_values_are_gaps(gappy_result, tmp_path):
         assert_real_png(save_figure(fig, tmp_path / stem, formats=("png",))[0])
     fig = figures_layers.layers_figure(gappy_result)
     energy = fig.axes[0].lines[0].get_ydata()
-    assert np.isnan(energy[3]) and np.isnan(energy[4]) and np.isfinite(energy[5])
-    assert np.isnan(fig.axes[2].lines[0].get_ydata()[6])
+    assert np.isnan(energy[0]) and np.isnan(energy[1]) and np.isfinite(energy[2])
+    assert np.isnan(fig.axes[2].lines[0].get_ydata()[1])
 
 
 def test_attribution_waterfall_ends_at_deff(tiny_result):
@@ -132,7 +133,7 @@ def test_plotting_needs_no_display(saved, tmp_path):
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["8", "False"]  # every figure, and pyplot (GUI state) never touched
+    assert out.stdout.split() == ["14", "False"]  # every figure, and pyplot (GUI state) never touched
     assert_real_png(tmp_path / "profile.png")
 
 
@@ -141,23 +142,13 @@ def first_layer_on_the_axes(result, view: str) -> int:
     return round(figures.similarity_figure(result, view).axes[0].get_xlim()[0] + 0.5)
 
 
-def test_a_view_without_update_summaries_gets_every_figure_but_the_per_layer_one(tmp_path):
+def test_a_transformed_view_gets_its_figures_and_layers_start_where_the_states_do(tmp_path):
     import torch
 
-    from effdepth.errors import EffdepthError
-
-    states = torch.randn(6, 3, 10, 16, dtype=torch.float64).cumsum(0)
+    states = torch.randn(6, 8, 10, 16, dtype=torch.float64).cumsum(0)
     r = effdepth.from_states(states, views="default,top1pc", similarity="cka", bootstrap=20)
-    (tmp_path / "layers.png").write_bytes(b"stale")
     written = {p.stem for p in write_figures(r, tmp_path, view="top1pc")}
-    assert written == {"similarity", "profile", "attribution", "views"}
-    assert not (tmp_path / "layers.png").exists()  # a stale one describes another view
-    with pytest.raises(
-        EffdepthError, match=r"view 'top1pc' has no per-layer update summary.*--similarity cka,frobenius"
-    ):
-        figures_layers.layers_figure(r, "top1pc")
-    # The similarity axes still start at layer 1 (read from the kernel totals, not the empty summary).
+    assert {"similarity", "profile", "attribution", "layers", "views"} <= written
     assert first_layer_on_the_axes(r, "top1pc") == first_layer_on_the_axes(r, "default") == 1
     with_s0 = effdepth.from_states(states, views="default,top1pc", similarity="cka", include_embedding=True)
     assert first_layer_on_the_axes(with_s0, "top1pc") == first_layer_on_the_axes(with_s0, "default") == 0
-    assert "layers" in {p.stem for p in write_figures(r, tmp_path / "default")}

@@ -205,7 +205,7 @@ def _one_pixel_png() -> str:
 def test_missing_values_show_as_not_available(gappy_result, tmp_path):
     out = write_report([gappy_result.save(tmp_path / "g")], tmp_path / "g.html")[0]
     text = out.read_text(encoding="utf-8")
-    assert "<td>token-norm</td>" in text and "n/a" in text
+    assert "<td>top1pc</td>" in text and "n/a" in text
     assert "loss.perplexity" in text and "Extra measurements" in text
 
 

@@ -1,152 +1,66 @@
-"""from_states against an independent naive computation written here."""
+"""from_states against an independent naive computation written here: for a passage's mean and for its tokens
+as samples, with padding, the embedding state and both CKA estimators."""
 
 import numpy as np
 import pytest
 import torch
+from naive_hsic import naive_biased, naive_debiased
 
 import effdepth
 
 
-def from_states(states, **options):
-    """These closed forms and identities are the cosine families': frobenius unless a test says otherwise."""
-    options.setdefault("similarity", "frobenius")
-    return effdepth.from_states(states, **options)
+def naive_deff(samples, include_embedding, debiased):
+    """D_eff = N^2 / sum of the CKA matrix, straight from docs/method.md, with loops."""
+    layers = samples if include_embedding else samples[1:]
+    hsic = naive_debiased if debiased else naive_biased
+    h = np.array([[hsic(a, b) for b in layers] for a in layers])
+    cka = h / np.sqrt(np.outer(np.diag(h), np.diag(h)))
+    return len(layers) ** 2 / cka.sum()
 
 
-def naive(states, include_embedding=False, similarity="frobenius"):
-    """Straight from docs/method.md, with loops and no shared code."""
-    S = np.asarray(states, dtype=np.float64)  # (M, tokens, d)
-    M = S.shape[0]
-    idx = list(range(M)) if include_embedding else list(range(1, M))
-    N = len(idx)
-    sim = np.zeros((N, N))
-    for a, i in enumerate(idx):
-        for b, j in enumerate(idx):
-            if similarity == "frobenius":
-                sim[a, b] = np.sum(S[i] * S[j]) ** 2 / (np.sum(S[i] ** 2) * np.sum(S[j] ** 2))
-            else:
-                cs = [(S[i, t] @ S[j, t]) ** 2 / ((S[i, t] @ S[i, t]) * (S[j, t] @ S[j, t])) for t in range(S.shape[1])]
-                sim[a, b] = np.mean(cs)
-    d = N * N / sim.sum()
-    profile = [np.mean([sim[i, i + k] for i in range(N - k)]) for k in range(N)]
-    U = [S[l] - S[l - 1] for l in range(1, M)]
-    e0 = np.sum(S[0] ** 2)
-    eu = np.array([np.sum(u**2) for u in U])
-
-    def R(E):
-        return len(E) ** 2 / sum(min(x, y) / max(x, y) for x in E for y in E)
-
-    a = e0 / eu.mean()
-    E_init = [a + l for l in range(1, M)]
-    E_size = list(np.cumsum(eu))
-    E_matched = [e0 + c for c in np.cumsum(eu)]
-    if include_embedding:
-        E_init = [a] + E_init
-        E_size = [eu.mean()] + [eu.mean() + c for c in np.cumsum(eu)]
-        E_matched = [e0] + E_matched
-    refs = {"init": R(E_init), "size": R(E_size), "matched": R(E_matched)}
-    if similarity == "token":
-
-        def token_energies(t):
-            e0t = S[0, t] @ S[0, t]
-            eut = np.array([U[k][t] @ U[k][t] for k in range(M - 1)])
-            at = e0t / eut.mean()
-            init = [at + l for l in range(1, M)]
-            size = list(np.cumsum(eut))
-            matched = [e0t + c for c in np.cumsum(eut)]
-            if include_embedding:
-                init, size, matched = (
-                    [at] + init,
-                    [eut.mean()] + [eut.mean() + c for c in np.cumsum(eut)],
-                    [e0t] + matched,
-                )
-            return {"init": init, "size": size, "matched": matched}
-
-        def mean_ratio(name):
-            per_token = [token_energies(t)[name] for t in range(S.shape[1])]
-            return np.mean([[[min(x, y) / max(x, y) for y in E] for x in E] for E in per_token], axis=0)
-
-        refs = {k: N * N / mean_ratio(k).sum() for k in refs}
-    X = ([S[0]] if include_embedding else []) + U
-    upd_cos = np.array([[np.sum(a * b) / np.sqrt(np.sum(a**2) * np.sum(b**2)) for b in X] for a in X])
-    cos_prev = [
-        np.sum(U[l - 1] * S[l - 1]) / np.sqrt(np.sum(U[l - 1] ** 2) * np.sum(S[l - 1] ** 2)) for l in range(1, M)
-    ]
-    bi = [
-        1
-        - np.mean(
-            [S[l - 1, t] @ S[l, t] / np.linalg.norm(S[l - 1, t]) / np.linalg.norm(S[l, t]) for t in range(S.shape[1])]
-        )
-        for l in range(1, M)
-    ]
-    return dict(
-        deff=d,
-        sim=sim,
-        profile=profile,
-        refs=refs,
-        upd_cos=upd_cos,
-        cos_prev=cos_prev,
-        block_influence=bi,
-        fl=2 * N / (N + 1),
-    )
+def naive_samples(states, mask, pooling):
+    """Per layer, the samples: each passage's mean over its real tokens, or every real token; float32, as the
+    store keeps them."""
+    per_passage = [s[:, mask[b]] for b, s in enumerate(np.moveaxis(states, 1, 0))]  # each (L+1, T_b, d)
+    if pooling == "mean":
+        samples = np.stack([p.mean(axis=1) for p in per_passage], axis=1)
+    else:
+        samples = np.concatenate(per_passage, axis=1)
+    return samples.astype(np.float32).astype(np.float64)
 
 
-def random_walk(L=6, tokens=7, d=10, seed=0):
-    rng = np.random.default_rng(seed)
-    s = np.cumsum(rng.standard_normal((L + 1, tokens, d)) * np.linspace(3, 1, L + 1)[:, None, None] + 0.3, axis=0)
-    return s
-
-
+@pytest.mark.parametrize("pooling", ["mean", "none"])
 @pytest.mark.parametrize("include", [False, True])
-@pytest.mark.parametrize("similarity", ["frobenius", "token"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_matches_naive(include, similarity, seed):
-    s = random_walk(seed=seed)
-    ref = naive(s, include, similarity)
-    v = from_states(torch.from_numpy(s), include_embedding=include, similarity=similarity).default
-    assert v.deff == pytest.approx(ref["deff"], rel=1e-12)
-    assert v.reference == pytest.approx(ref["fl"], rel=1e-15)
-    np.testing.assert_allclose(v.similarity, ref["sim"], rtol=1e-12)
-    np.testing.assert_allclose(v.profile, ref["profile"], rtol=1e-12)
-    np.testing.assert_allclose(v.update_cosine, ref["upd_cos"], rtol=1e-11, atol=1e-13)
-    np.testing.assert_allclose(v.update_state_cosine, ref["cos_prev"], rtol=1e-11, atol=1e-13)
-    np.testing.assert_allclose(v.related["block_influence"], ref["block_influence"], rtol=1e-10, atol=1e-13)
-    for k in ("init", "size", "matched"):
-        assert v.references[k] == pytest.approx(ref["refs"][k], rel=1e-12)
-    assert v.deff == pytest.approx(v.reference - sum(v.attribution.values()), rel=1e-12)
+def test_matches_naive(pooling, include, seed):
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(5, 7, 6, 4, generator=g, dtype=torch.float64).cumsum(0)
+    mask = torch.ones(7, 6, dtype=torch.bool)
+    mask[2, 4:] = False
+    mask[5, :2] = False
+    r = effdepth.from_states(s, mask=mask, pooling=pooling, include_embedding=include)
+    samples = naive_samples(s.numpy(), mask.numpy(), pooling)
+    for similarity, debiased in (("cka", False), ("cka-debiased", True)):
+        want = naive_deff(samples, include, debiased)
+        assert r.view("default", similarity).deff == pytest.approx(want, rel=1e-10), similarity
+    assert r.default.tokens == int(mask.sum())
+
+
+def test_k_tokens_per_passage_are_drawn_from_the_passage_and_reproducible():
+    s = torch.randn(4, 6, 10, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64).cumsum(0)
+    one = effdepth.from_states(s, pooling="none", tokens_per_passage=3, seed=4)
+    again = effdepth.from_states(s, pooling="none", tokens_per_passage=3, seed=4)
+    other = effdepth.from_states(s, pooling="none", tokens_per_passage=3, seed=5)
+    assert one.config["reduction"]["per_variant"]["default"] == 18 and one.default.sequences == 6
+    assert one.default.deff == again.default.deff != other.default.deff
+    assert one.config["reduction"]["tokens_per_passage"] == 3 and one.token_samples
 
 
 def test_profile_form_equals_matrix_form():
     from effdepth.numerics.similarity import deff, deff_from_profile
 
-    v = from_states(torch.from_numpy(random_walk())).default
+    r = effdepth.from_states(torch.randn(6, 8, 4, 5, generator=torch.Generator().manual_seed(2)).cumsum(0))
+    v = r.default
     assert float(deff_from_profile(np.array(v.profile))) == pytest.approx(
         float(deff(np.array(v.similarity))), rel=1e-12
     )
-
-
-def test_update_energy_uses_explicit_differences():
-    # Nearly parallel huge states with tiny updates: expanding |S_l - S_{l-1}|^2
-    # from the state Gram matrix would lose every digit.
-    rng = np.random.default_rng(0)
-    base = rng.standard_normal((5, 64)) * 1e8
-    L = 4
-    ups = rng.standard_normal((L, 5, 64)) * 1e-2
-    s = np.concatenate([base[None], base[None] + np.cumsum(ups, axis=0)])
-    v = from_states(torch.from_numpy(s)).default
-    expected = (ups**2).sum(axis=(1, 2))
-    np.testing.assert_allclose(v.update_energy, expected, rtol=1e-6)
-
-
-def test_batch_units_and_mask():
-    # Padding positions carry garbage and must not enter any statistic.
-    s = random_walk(L=4, tokens=12, d=8)
-    batch = np.stack([s[:, :6], s[:, 6:]], axis=1)  # (M, 2, 6, d)
-    padded = np.concatenate([batch, np.full((5, 2, 3, 8), 1e30)], axis=2)
-    mask = np.concatenate([np.ones((2, 6)), np.zeros((2, 3))], axis=1)
-    a = from_states(torch.from_numpy(batch)).default
-    b = from_states(torch.from_numpy(padded), mask=torch.from_numpy(mask)).default
-    whole = from_states(torch.from_numpy(s)).default
-    assert a.deff == pytest.approx(b.deff, rel=1e-12)
-    assert a.deff == pytest.approx(whole.deff, rel=1e-12)
-    assert a.sequences == 2 and whole.sequences == 1

@@ -14,12 +14,6 @@ from effdepth.numerics.references import reference_fl
 from effdepth.numerics.sampling import TokenReduction, TokenSampler, sample_counts, sample_offsets, sample_units
 
 
-class FakePassages:
-    def __init__(self, lengths, starts_with_bos):
-        self.lengths = np.asarray(lengths)
-        self.starts_with_bos = np.asarray(starts_with_bos)
-
-
 def sampled(states, mask, bos, variants, k, seed=0, batch=4):
     """Each variant's samples (L+1, S, d) in passage order, batch by batch as a forward would give them."""
     layers, n = states.shape[0], states.shape[1]
@@ -56,7 +50,7 @@ def test_the_token_reduction_equals_a_naive_token_level_cka(k):
     states, mask, bos, lengths = token_states()
     variants = ["default", "drop-pos0", "drop-bos", "token-norm"]
     samples = sampled(states, mask, bos, variants, k)
-    offsets = TokenReduction(k).offsets(FakePassages(lengths, bos.numpy()), variants)
+    offsets = TokenReduction(k).offsets(lengths, bos.numpy(), variants)
     for v in variants:
         assert samples[v].shape[1] == offsets[v][-1]
     plan = AnalysisPlan(views="default,drop-pos0,drop-bos,token-norm,top1pc", bootstrap=0, calibrated=False)
@@ -107,7 +101,7 @@ def test_the_isotropic_null_of_the_token_reduction_lands_on_f_l_under_the_debias
     mask = torch.ones(passages, longest)
     bos = torch.zeros(passages, dtype=torch.bool)
     samples = sampled(states, mask, bos, ["default"], 8)
-    offsets = TokenReduction(8).offsets(FakePassages(np.full(passages, longest), bos.numpy()), ["default"])
+    offsets = TokenReduction(8).offsets(np.full(passages, longest), bos.numpy(), ["default"])
     out = analyse_pooled(samples, AnalysisPlan(bootstrap=0, calibrated=False), offsets=offsets)
     ratio = out["similarities"]["cka-debiased"]["default"]["deff"] / reference_fl(layers)
     assert ratio == pytest.approx(1.0, abs=0.02)

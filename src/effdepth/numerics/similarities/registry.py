@@ -1,215 +1,171 @@
-"""Every similarity of both modes, looked up and parsed by mode.
+"""Every similarity, looked up and parsed.
 
-:data:`REGISTRY` holds each mode's specs in order (the order reports list
-them in). ``--similarity`` is read by :func:`parse_similarities` alone, for
-either mode; a name of the other mode is refused with the mode it belongs to.
-The registry checks its specs when it is built, so a spec that could not work
-fails at import.
+:data:`SIMILARITIES` holds the specs in order (the order reports list them
+in). ``--similarity`` is read by :func:`parse_similarities` alone; a name of
+the token-level statistics the token reduction replaced is refused with what
+to use instead. The registry checks its specs when it is built, so a spec
+that could not work fails at import.
 """
 
 from __future__ import annotations
 
 from ...errors import EffdepthError
 from ..hsic_resample import ESTIMATORS
-from . import passage, token
-from .spec import PASSAGE, POOLING, TOKEN, UNITS, Similarity
+from . import builtin
+from .spec import Similarity
 
-#: Token mode's specs by name (the default mode of these functions).
-SIMILARITIES = {s.name: s for s in token.SPECS}
-#: Passage mode's specs by name.
-PASSAGE_SIMILARITIES = {s.name: s for s in passage.SPECS}
-REGISTRY = {TOKEN: SIMILARITIES, PASSAGE: PASSAGE_SIMILARITIES}
-NAMES = tuple(SIMILARITIES)
+#: The specs by name, in registry order.
+SIMILARITIES = {s.name: s for s in builtin.SPECS}
+#: Similarities of the token-level statistics that the token reduction (``--pooling none``) replaced.
+REMOVED = ("frobenius", "token", "cka-full")
 
 
-def _registry(mode: str) -> dict:
-    try:
-        return REGISTRY[mode]
-    except (KeyError, TypeError):
-        raise EffdepthError(f"unknown mode {mode!r}; choose from {', '.join(REGISTRY)}") from None
+def specs() -> tuple:
+    """The specs, in registry order.
 
-
-def specs(mode: str) -> tuple:
-    """A mode's specs, in registry order.
-
-    >>> [s.name for s in specs("passage")]
+    >>> [s.name for s in specs()]
     ['cka', 'cka-debiased', 'cosine']
     """
-    return tuple(_registry(mode).values())
+    return tuple(SIMILARITIES.values())
 
 
-def names(mode: str) -> tuple:
-    """A mode's similarity names, in registry order.
-
-    >>> names("token")
-    ('frobenius', 'token', 'cka', 'cka-full')
-    """
-    return tuple(_registry(mode))
+def names() -> tuple:
+    """The similarity names, in registry order."""
+    return tuple(SIMILARITIES)
 
 
-def find_similarity(name, mode: str = TOKEN) -> Similarity | None:
-    """The spec of ``name`` in ``mode``, or None.
+def find_similarity(name) -> Similarity | None:
+    """The spec of ``name``, or None.
 
-    >>> find_similarity("cosine", "passage").references, find_similarity("cosine", "token")
+    >>> find_similarity("cosine").references, find_similarity("frobenius")
     (False, None)
     """
     try:
-        return _registry(mode).get(name)
+        return SIMILARITIES.get(name)
     except TypeError:  # an unhashable name is no similarity
         return None
 
 
-def get_similarity(name, mode: str = TOKEN) -> Similarity:
-    """The spec of ``name`` in ``mode``; a one-line error for an unknown one.
+def get_similarity(name) -> Similarity:
+    """The spec of ``name``; a one-line error for an unknown one.
 
-    >>> get_similarity("token").reference_matrices
+    >>> get_similarity("cka").kernel
     True
-    >>> get_similarity("cosine")
-    Traceback (most recent call last):
-    ...
-    effdepth.errors.EffdepthError: unknown similarity 'cosine'; choose from frobenius, token, cka, cka-full (cosine is passage mode's: --pooling mean)
     """
-    spec = find_similarity(name, mode)
+    spec = find_similarity(name)
     if spec is None:
-        other = _other_mode(name, mode)
-        belongs = f" ({name} is {other} mode's: --pooling {POOLING[other]})" if other else ""
-        raise EffdepthError(f"unknown similarity {name!r}; choose from {', '.join(names(mode))}{belongs}")
+        raise EffdepthError(_unknown(name))
     return spec
 
 
-def default_similarity(mode: str) -> str:
-    """The similarity a mode measures unless told otherwise.
+def default_similarity() -> str:
+    """The similarity measured unless told otherwise.
 
-    >>> default_similarity("token"), default_similarity("passage")
-    ('cka', 'cka')
+    >>> default_similarity()
+    'cka'
     """
-    return next(s.name for s in specs(mode) if s.default)
+    return next(s.name for s in specs() if s.default)
 
 
-def all_similarities(mode: str) -> tuple:
-    """What ``--similarity all`` means in a mode: the default first, then the others it names.
+def all_similarities() -> tuple:
+    """What ``--similarity all`` means: the default first, then the others it names.
 
-    >>> all_similarities("token"), all_similarities("passage")
-    (('cka', 'frobenius', 'token'), ('cka', 'cka-debiased', 'cosine'))
+    >>> all_similarities()
+    ('cka', 'cka-debiased', 'cosine')
     """
-    first = default_similarity(mode)
-    return (first,) + tuple(s.name for s in specs(mode) if s.in_all and s.name != first)
+    first = default_similarity()
+    return (first,) + tuple(s.name for s in specs() if s.in_all and s.name != first)
 
 
-def parse_similarities(value, mode: str) -> tuple:
-    """``--similarity`` in ``mode``: one name, a comma list, ``all`` or a sequence (empty: the mode's
-    default) -> the similarities without repeats, the primary first, each followed by its companions.
+def parse_similarities(value) -> tuple:
+    """``--similarity``: one name, a comma list, ``all`` or a sequence (empty: the default) -> the
+    similarities without repeats, the primary first, each followed by its companions.
 
-    >>> parse_similarities("token,cka", "token"), parse_similarities("cka", "passage")
-    (('token', 'cka'), ('cka', 'cka-debiased'))
-    >>> parse_similarities("frobenius", "passage")
+    >>> parse_similarities("cosine,cka"), parse_similarities(None)
+    (('cosine', 'cka', 'cka-debiased'), ('cka', 'cka-debiased'))
+    >>> parse_similarities("frobenius")
     Traceback (most recent call last):
     ...
-    effdepth.errors.EffdepthError: --similarity 'frobenius' is token mode's (--pooling none): passage mode measures cka, cka-debiased, cosine, a comma list of them, or all
+    effdepth.errors.EffdepthError: --similarity 'frobenius' is gone with the old token-level statistics: every similarity is now computed across samples, and --pooling none takes each passage's tokens as the samples; choose cka, cka-debiased, cosine, a comma list of them, or all
     """
-    value = value or (default_similarity(mode),)
+    value = value or (default_similarity(),)
     out: list = []
     for raw in value.split(",") if isinstance(value, str) else list(value):
         name = str(raw).strip()
-        for n in all_similarities(mode) if name == "all" else (name,):
-            spec = find_similarity(n, mode)
+        for n in all_similarities() if name == "all" else (name,):
+            spec = find_similarity(n)
             if spec is None:
-                raise EffdepthError(_unknown(n, mode))
+                raise EffdepthError(_unknown(n))
             out += [m for m in (n, *spec.companions) if m not in out]
     return tuple(out)
 
 
-def validate_similarities(similarities) -> tuple:
-    """Token-mode similarities as :func:`parse_similarities` reads them; none at all stays none (the
-    additive statistics alone).
+def fewest_samples() -> Similarity:
+    """The spec that needs the most samples: every run has at least its ``min_samples``, so stored
+    samples can be analysed again under any similarity.
 
-    >>> validate_similarities("cka,frobenius"), validate_similarities(())
-    (('cka', 'frobenius'), ())
-    """
-    if not similarities and not isinstance(similarities, str):
-        return ()
-    return parse_similarities(similarities, TOKEN)
-
-
-def fewest_samples(mode: str) -> Similarity:
-    """The spec that needs the most samples in a mode: every run of the mode has at least its
-    ``min_samples``, so stored pooled vectors can be analysed again under any similarity.
-
-    >>> s = fewest_samples("passage"); s.name, s.min_samples
+    >>> s = fewest_samples(); s.name, s.min_samples
     ('cka-debiased', 4)
     """
-    return max(specs(mode), key=lambda s: s.min_samples)
+    return max(specs(), key=lambda s: s.min_samples)
 
 
-def names_where(predicate, mode: str = TOKEN) -> tuple:
-    """The names of a mode's similarities a predicate on the spec holds for, in registry order.
+def names_where(predicate) -> tuple:
+    """The names of the similarities a predicate on the spec holds for, in registry order.
 
-    >>> names_where(lambda s: s.additive)
-    ('frobenius', 'token')
+    >>> names_where(lambda s: s.kernel)
+    ('cka', 'cka-debiased')
     """
-    return tuple(s.name for s in specs(mode) if predicate(s))
+    return tuple(s.name for s in specs() if predicate(s))
 
 
-#: Token-mode similarities with statistics of their own (the additive ones are kept for every run).
-KERNEL_SIMILARITIES = names_where(lambda s: not s.additive)
-#: Token-mode similarities read from the additive statistics of every stream they measure.
-COSINE_SIMILARITIES = names_where(lambda s: s.additive)
+def similarity_choices() -> str:
+    """The similarities as ``--similarity``'s help lists them: the default and companions said.
 
-
-def keeps_cosine_sums(similarities) -> bool:
-    """Whether every stream keeps the additive (cosine) sums under ``similarities``: a cosine
-    similarity (:data:`COSINE_SIMILARITIES`) among them, or none at all (the additive
-    statistics alone are asked for).
-
-    >>> keeps_cosine_sums(("cka",)), keeps_cosine_sums(("cka", "token")), keeps_cosine_sums(())
-    (False, True, True)
+    >>> similarity_choices()
+    'cka (default, always with cka-debiased beside it), cka-debiased, cosine'
     """
-    return not similarities or any(s in COSINE_SIMILARITIES for s in similarities)
+
+    def choice(spec) -> str:
+        notes = (["default"] if spec.default else []) + [f"always with {c} beside it" for c in spec.companions]
+        return f"{spec.name} ({', '.join(notes)})" if notes else spec.name
+
+    return ", ".join(choice(spec) for spec in specs())
 
 
-def _other_mode(name, mode: str) -> str | None:
-    return next((m for m in REGISTRY if m != mode and find_similarity(name, m) is not None), None)
+def _unknown(name) -> str:
+    listed = ", ".join(names())
+    if name in REMOVED:
+        return (
+            f"--similarity {name!r} is gone with the old token-level statistics: every similarity is now "
+            "computed across samples, and --pooling none takes each passage's tokens as the samples; "
+            f"choose {listed}, a comma list of them, or all"
+        )
+    return f"--similarity must be one of {listed}, a comma list of them, or all; got {name!r}"
 
 
-def _unknown(name: str, mode: str) -> str:
-    """The one-line error for ``--similarity name`` in ``mode``, naming the mode it belongs to."""
-    other = _other_mode(name, mode)
-    listed = ", ".join(names(mode))
-    if mode == PASSAGE:
-        belongs = f" is {other} mode's (--pooling {POOLING[other]})" if other else ""
-        return f"--similarity {name!r}{belongs}: passage mode measures {listed}, a comma list of them, or all"
-    belongs = f", which is {other} mode's (--pooling {POOLING[other]})" if other else ""
-    return f"--similarity must be one of {listed}, a comma list of them, or all; got {name!r}{belongs}"
-
-
-def _check(mode: str, spec: Similarity) -> None:
+def _check(spec: Similarity) -> None:
     """Refuse a spec the rest of the package could not use (at import, not mid-run)."""
     problems = [
-        spec.mode != mode and f"a {spec.mode}-mode spec",
-        spec.unit not in UNITS[mode] and f"unit {spec.unit!r} is not one of {', '.join(UNITS[mode])}",
         spec.min_samples < 1 and "min_samples must be at least 1",
         spec.min_samples > 1 and not spec.min_reason and "a minimum above 1 needs its min_reason",
-        any(c not in REGISTRY[mode] for c in spec.companions) and "a companion is not of its mode",
+        any(c not in SIMILARITIES for c in spec.companions) and "a companion is not registered",
+        (spec.estimator is None) == (spec.matrix is None) and "give either estimator or matrix",
+        spec.estimator is not None
+        and spec.estimator not in ESTIMATORS
+        and f"estimator must be one of {', '.join(ESTIMATORS)}",
+        spec.references and not spec.kernel and "matched references come from an HSIC estimator",
     ]
-    if mode == PASSAGE:
-        problems += [
-            (spec.estimator is None) == (spec.matrix is None) and "give either estimator or matrix",
-            spec.estimator is not None
-            and spec.estimator not in ESTIMATORS
-            and f"estimator must be one of {', '.join(ESTIMATORS)}",
-            spec.references and not spec.kernel and "matched references come from an HSIC estimator",
-        ]
     found = [p for p in problems if p]
     if found:
-        raise EffdepthError(f"similarity {spec.name!r} ({mode} mode): {'; '.join(found)}")
+        raise EffdepthError(f"similarity {spec.name!r}: {'; '.join(found)}")
 
 
 def _check_registry() -> None:
-    for mode, registered in REGISTRY.items():
-        for spec in registered.values():
-            _check(mode, spec)
-        if sum(s.default for s in registered.values()) != 1:
-            raise EffdepthError(f"{mode} mode needs exactly one default similarity")
+    for spec in SIMILARITIES.values():
+        _check(spec)
+    if sum(s.default for s in SIMILARITIES.values()) != 1:
+        raise EffdepthError("the registry needs exactly one default similarity")
 
 
 _check_registry()

@@ -27,9 +27,9 @@ def result_content(result: Result) -> ResultContent:
     """What every format shows of ``result``: its mode's headline, summary and sections.
 
     >>> import effdepth, torch
-    >>> c = result_content(effdepth.from_states(torch.randn(3, 2, 4, 8)))
+    >>> c = result_content(effdepth.from_states(torch.randn(3, 8, 4, 8)))
     >>> c.headline[0].startswith("model states"), [s.heading for s in c.sections]
-    (True, ['Views', 'References'])
+    (True, ['Views', 'Confounds: first position and passage length', 'Sample size', 'References', 'Attribution, similarity cka', 'Update diagnostic, similarity cka', 'Update norm ratio per layer, view default', 'Maximum lag, taper and aggregation, similarity cka'])
     """
     return passage_content(result) if result.passages else token_content(result)
 

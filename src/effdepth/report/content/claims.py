@@ -17,9 +17,9 @@ def claims_table(result: Result) -> Table:
     (holds / fails / not measured), the abstract's own statement last (docs/method.md#claims).
 
     >>> import effdepth, torch
-    >>> t = claims_table(effdepth.from_states(torch.randn(4, 3, 8, 16), bootstrap=20))
+    >>> t = claims_table(effdepth.from_states(torch.randn(4, 8, 8, 16), bootstrap=20))
     >>> t.header, len(t.rows)
-    (['#', 'claim', 'cka', "paper's abstract"], 6)
+    (['#', 'claim', 'cka', 'cka-debiased', "paper's abstract"], 6)
     """
     sims = list(result.similarities)
     grid = verdict_grid(check_claims(result))
@@ -45,9 +45,9 @@ def claims_evidence(result: Result) -> list:
     """The numbers behind every verdict of :func:`claims_table`, one line each.
 
     >>> import effdepth, torch
-    >>> same = torch.randn(1, 3, 8, 16).repeat(4, 1, 1, 1)       # every layer alike: D_eff = 1 < F_N
-    >>> claims_evidence(effdepth.from_states(same, similarity="frobenius", bootstrap=20))[0].split(": ")[:3]
-    ['(1) frobenius', 'holds', 'default']
+    >>> same = torch.randn(1, 8, 8, 16).repeat(4, 1, 1, 1)       # every layer alike: D_eff = 1 < F_N
+    >>> claims_evidence(effdepth.from_states(same, bootstrap=20))[0].split(": ")[:3]
+    ['(1) cka', 'holds', 'default']
     """
     number = {name: i for i, (name, _, _) in enumerate(CLAIMS, start=1)}
     sims = list(result.similarities)
@@ -94,10 +94,10 @@ def verdicts_table(entries: list) -> Table:
     :data:`~effdepth.verdicts.CLAIMS`.
 
     >>> import effdepth, torch
-    >>> same = torch.randn(1, 3, 8, 16).repeat(4, 1, 1, 1)       # every layer alike: D_eff = 1 < F_N
-    >>> r = effdepth.from_states(same, similarity="frobenius", bootstrap=20)
+    >>> same = torch.randn(1, 8, 8, 16).repeat(4, 1, 1, 1)       # every layer alike: D_eff = 1 < F_N
+    >>> r = effdepth.from_states(same, bootstrap=20)
     >>> [c.text for c in verdicts_table([("a", r)]).rows[0][:3]]
-    ['a', 'frobenius', 'holds']
+    ['a', 'cka', 'holds']
     """
     rows = []
     for label, result in entries:
@@ -114,9 +114,9 @@ def tally_table(entries: list) -> Table:
     measured), with the range of the gaps where the sub-reference claim holds, beside the paper's abstract.
 
     >>> import effdepth, torch
-    >>> r = effdepth.from_states(torch.randn(4, 3, 8, 16), similarity="frobenius", bootstrap=20)
+    >>> r = effdepth.from_states(torch.randn(4, 8, 8, 16), bootstrap=20)
     >>> tally_table([("a", r), ("b", r)]).header
-    ['claim', 'frobenius', "paper's abstract (16 models)"]
+    ['claim', 'cka', 'cka-debiased', "paper's abstract (16 models)"]
     """
     grids = [(result, verdict_grid(check_claims(result))) for _, result in entries]
     sims = list(dict.fromkeys(sim for result, _ in grids for sim in result.similarities))

@@ -24,7 +24,7 @@ def comparison_table(sources: list) -> Table:
 
     >>> import effdepth, torch, pathlib
     >>> from effdepth.report.sources import Source
-    >>> r = effdepth.from_states(torch.randn(3, 2, 4, 8))
+    >>> r = effdepth.from_states(torch.randn(3, 8, 4, 8))
     >>> t = comparison_table([Source(pathlib.Path(f"{x}/result.json"), r, "", x) for x in "ab"])
     >>> t.header[:8]
     ['#', 'model', 'revision', 'L', 'N', 'corpus', 'folder', 'tokens/seq']
@@ -120,8 +120,8 @@ def passage_sections(entries: list) -> list:
     >>> r = effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (8, 12)), bootstrap=0, progress=False)
     >>> [s.anchor for s in passage_sections([("a", r), ("b", r), ("c", r)])]
     ['table2', 'ordering']
-    >>> passage_sections([("t", effdepth.from_states(torch.randn(3, 2, 4, 8)))])
-    []
+    >>> [s.anchor for s in passage_sections([("t", effdepth.from_states(torch.randn(3, 8, 4, 8)))])]
+    ['table2']
     """
     table2 = table2_section(entries)
     if table2 is None:

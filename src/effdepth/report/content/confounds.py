@@ -148,7 +148,7 @@ def confound_warnings(result: Result) -> list:
         return []
     table = confounds(result)
     if table is None:
-        return [f"note: {OLDER}"]
+        return [] if result.token_samples else [f"note: {OLDER}"]
     out = []
     for name in CONTROLS:
         moved = [sim for sim in result.similarities if (table.get(sim) or {}).get(name, {}).get("outside")]

@@ -18,7 +18,7 @@ def title(source: Source) -> str:
     """The page title of one result (its label says the carry of an intervened model).
 
     >>> import effdepth, torch, pathlib
-    >>> title(Source(pathlib.Path("r.json"), effdepth.from_states(torch.randn(3, 2, 4, 8)), "", "states"))
+    >>> title(Source(pathlib.Path("r.json"), effdepth.from_states(torch.randn(3, 8, 4, 8)), "", "states"))
     'Effective depth of states'
     """
     return f"Effective depth of {source.label}"
@@ -28,7 +28,7 @@ def model_name(result: Result) -> str:
     """The model's id (``states`` for states given directly), with its revision unless it is ``main``.
 
     >>> import effdepth, torch
-    >>> model_name(effdepth.from_states(torch.randn(3, 2, 4, 8)))
+    >>> model_name(effdepth.from_states(torch.randn(3, 8, 4, 8)))
     'states'
     """
     model = result.provenance.get("model", {})
@@ -63,7 +63,7 @@ def extras_rows(result: Result) -> list:
     """Extra measurements (e.g. ``loss``), flattened to ``(key, value)``; numbers as every table writes them.
 
     >>> import effdepth, torch
-    >>> r = effdepth.from_states(torch.randn(3, 2, 4, 8))
+    >>> r = effdepth.from_states(torch.randn(3, 8, 4, 8))
     >>> r.extras["loss"] = {"mean": 2.5, "perplexity": 12.18, "tokens": 90}
     >>> extras_rows(r)
     [('loss.mean', '2.500'), ('loss.perplexity', '12.180'), ('loss.tokens', '90')]
@@ -90,7 +90,7 @@ def provenance_groups(source: Source) -> list:
     Values are strings, or :class:`~.model.Folded` for long lists.
 
     >>> import effdepth, torch, pathlib
-    >>> r = effdepth.from_states(torch.randn(3, 2, 4, 8))
+    >>> r = effdepth.from_states(torch.randn(3, 8, 4, 8))
     >>> [g for g, _ in provenance_groups(Source(pathlib.Path("r.json"), r, "0" * 64))][:2]
     ['result file', 'model']
     """

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...data.paper import table2_row, table2_source
-from ...numerics.similarities import PASSAGE, default_similarity, names_where, specs
+from ...numerics.similarities import default_similarity, names_where, specs
 from ...result import Result, ViewResult
 from ..numbers import fmt
-from ..wording import ATTRIBUTION, passage_wording, similarity_name
+from ..wording import ATTRIBUTION, carry_text, passage_wording, similarity_name
 from . import robustness
 from .confounds import confound_warnings, confounds_section, lengths_text, sample_size_section
 from .facts import device_rows, model_name, model_rows
@@ -30,9 +30,9 @@ from .model import (
 )
 
 #: The similarities that are CKA estimators (they have references and a finite-sample null).
-KERNELS = names_where(lambda s: s.kernel, PASSAGE)
+KERNELS = names_where(lambda s: s.kernel)
 #: The debiased estimator, always measured beside the paper's similarity.
-DEBIASED = next(s.name for s in specs(PASSAGE) if s.companion_of == default_similarity(PASSAGE))
+DEBIASED = next(s.name for s in specs() if s.companion_of == default_similarity())
 #: The references of a CKA estimator, with the paper's names.
 REFERENCE_COLUMNS = (
     ("init", "R_init"),
@@ -71,19 +71,34 @@ def headline_lines(result: Result) -> list:
         [
             f"model {model_name(result)} ({c.get('num_layers')} layers; {states}), corpus {corpus.get('name', '?')}: "
             f"{v.sequences:,} passages of at most {c.get('seq_len')} tokens (mean {c.get('mean_passage_tokens', '?')}){protocol}",
-            f"similarity across passages: {similarity_name(result.primary_similarity, passages=True)}"
-            + "".join(
-                f"; also {similarity_name(s, passages=True)}"
-                for s in result.similarities
-                if s != result.primary_similarity
-            ),
+            f"similarity across passages: {similarity_name(result.primary_similarity)}"
+            + "".join(f"; also {similarity_name(s)}" for s in result.similarities if s != result.primary_similarity),
             f"D_eff = {fmt(v.deff)} {interval(v, 'deff')}  vs  F_L = {fmt(v.reference)}: D_eff/L {fmt(v.deff / v.num_states)}, "
             f"ratio {fmt(v.ratio)}, gap {fmt(v.gap_pct, 1, signed=True)}%  [view {v.name}, {result.primary_similarity}, "
             f"N = {v.num_states} states]",
         ]
+        + sample_lines(result)
         + null_lines(result)
         + confound_warnings(result)
+        + carry_lines(result)
     )
+
+
+def sample_lines(result: Result) -> list:
+    """What a sample is, when it is not a passage's mean: the token reduction's tokens."""
+    reduction = result.config.get("reduction")
+    if not reduction:
+        return []
+    k = reduction.get("tokens_per_passage")
+    count = (reduction.get("per_variant") or {}).get("default")
+    each = f"{k} tokens drawn from each passage" if k else "every token of each passage"
+    return [f"samples: {each} (--pooling none){f', {count:,} in all' if count else ''}, resampled by whole passages"]
+
+
+def carry_lines(result: Result) -> list:
+    """The carry of an intervened model (its numbers are not the plain model's)."""
+    carry = carry_text(result.extras)
+    return [f"intervened model: {carry} (not the plain model; docs/method.md#carry-in-model)"] if carry else []
 
 
 def null_lines(result: Result) -> list:
@@ -108,7 +123,7 @@ def summary_rows(result: Result) -> list:
             "states analysed N",
             f"{v.num_states}: S_1..S_L, {c.get('states_meaning') or c.get('states') or 'block outputs'}",
         ),
-        ("similarity", "; ".join(similarity_name(s, passages=True) for s in result.similarities)),
+        ("similarity", "; ".join(similarity_name(s) for s in result.similarities)),
         ("corpus", f"{corpus.get('name', 'n/a')} (sha256 {str(corpus.get('sha256'))[:16]}…)"),
         (
             "passages",

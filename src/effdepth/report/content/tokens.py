@@ -1,6 +1,7 @@
-"""What a report says about a token-mode result (similarities across tokens; docs/method.md): the
-headline, the summary and its sections, the views and references under the primary similarity and,
-with several similarities, the definition sensitivity.
+"""What a report says about an old token-mode result (statistics summed over tokens, written before the token
+reduction; docs/method.md#token-reduction): the headline, the summary and its sections, the views and
+references under the primary similarity and, with several similarities, the definition sensitivity. It
+reads the saved fields only; tests/integration/report/test_old_token_results.py shows such a file.
 """
 
 from __future__ import annotations
@@ -25,31 +26,20 @@ from .model import (
 
 
 def token_content(result: Result) -> ResultContent:
-    """The headline, summary and sections of a token-mode result.
-
-    >>> import effdepth, torch
-    >>> c = token_content(effdepth.from_states(torch.randn(3, 2, 4, 8)))
-    >>> [s.label for s in c.sections]
-    ['views, similarity cka', 'references, similarity cka']
-    """
+    """The headline, summary and sections of an old token-mode result."""
     return ResultContent(headline_lines(result), summary_rows(result), sections(result))
 
 
 def headline_lines(result: Result) -> list:
     """What was measured, on what, with which similarity (and carry); then the main number in one
-    sentence (:func:`headline`); then the carry of an intervened model.
-
-    >>> import effdepth, torch
-    >>> headline_lines(effdepth.from_states(torch.randn(3, 2, 4, 8)))[1].startswith("D_eff = ")
-    True
-    """
+    sentence (:func:`headline`); then the carry of an intervened model."""
     c, v = result.config, result.default
     corpus = result.provenance.get("corpus", {})
     others = [s for s in result.similarities if s != result.primary_similarity]
     lines = [
         f"model {model_name(result)} ({c.get('num_layers')} layers), "
         + (f"corpus {corpus.get('name')} ({v.sequences} x {c.get('seq_len')} tokens), " if corpus else "")
-        + f"similarity {similarity_name(result.primary_similarity)}"
+        + f"similarity {similarity_name(result.primary_similarity, passages=False)}"
         + (f", also {' and '.join(others)}" if others else "")
         + f", N = {v.num_states} states"
         + (" incl. embedding" if c.get("include_embedding") else ""),
@@ -62,12 +52,7 @@ def headline_lines(result: Result) -> list:
 
 
 def headline(result: Result) -> str:
-    """The main finding in one sentence, with the similarity, the tokens per sequence and any carry.
-
-    >>> import effdepth, torch
-    >>> "similarity cka" in headline(effdepth.from_states(torch.randn(3, 2, 4, 8)))
-    True
-    """
+    """The main finding in one sentence, with the similarity, the tokens per sequence and any carry."""
     v = result.default
     ci = interval(v, "deff")
     tokens = result.config.get("seq_len")
@@ -95,7 +80,7 @@ def summary_rows(result: Result) -> list:
     also = f"; also {', '.join(others)} (see Definition sensitivity)" if others else ""
     rows = model_rows(result) + [
         ("states analysed N", f"{v.num_states}: {states}"),
-        ("similarity", similarity_name(result.primary_similarity) + also),
+        ("similarity", similarity_name(result.primary_similarity, passages=False) + also),
     ]
     carry = carry_text(result.extras)
     if carry:
@@ -147,11 +132,6 @@ def view_rows(result: Result, similarity: str | None, width: int, row) -> list:
 def views_table(result: Result, similarity: str | None = None) -> Table:
     """One row per view under ``similarity`` (default: the primary): D_eff, F_N, ratio, gap,
     sub-reference, the attribution terms; ``unavailable`` (with the reason) where there is no value.
-
-    >>> import effdepth, torch
-    >>> t = views_table(effdepth.from_states(torch.randn(3, 2, 8, 4), views="default,pos0-only"))
-    >>> [(row[0].text, row[1].text) for row in t.rows][1]
-    ('pos0-only', 'unavailable')
     """
     lv = level(result.default)
     header = ["view", "D_eff", "F_N", "D_eff / F_N", "gap %", "sub-ref.", *(label for _, label in TERMS)]
@@ -181,10 +161,6 @@ def views_table(result: Result, similarity: str | None = None) -> Table:
 def references_table(result: Result, similarity: str | None = None) -> Table:
     """The references of each view, with intervals: F_N, R_init, R_size, R_matched and, when measured,
     R_structural_cal and R_matched_cal (docs/method.md#calibrated-references).
-
-    >>> import effdepth, torch
-    >>> references_table(effdepth.from_states(torch.randn(3, 2, 4, 8), surrogate_seqs=None)).header[-3:]
-    ['R_structural_cal', 'R_matched_cal', 'D_eff']
     """
     calibrated = has_calibrated(result, similarity)
     header = (
@@ -218,11 +194,6 @@ def references_table(result: Result, similarity: str | None = None) -> Table:
 def sensitivity_table(result: Result) -> Table | None:
     """Definition sensitivity: D_eff / F_N (and D_eff) per view and similarity, with intervals; None
     with one similarity. A view without a value under a similarity reads ``unavailable``, with the reason.
-
-    >>> import effdepth, torch
-    >>> t = sensitivity_table(effdepth.from_states(torch.randn(4, 3, 8, 16), similarity="cka,token"))
-    >>> t.header
-    ['view', 'cka D_eff / F_N', 'token D_eff / F_N', 'cka D_eff', 'token D_eff']
     """
     sims = list(result.similarities)
     if len(sims) < 2:
@@ -244,7 +215,7 @@ def sensitivity_table(result: Result) -> Table | None:
         rows,
         [False] + [True] * (2 * len(sims)),
         note="The same forward passes under each similarity (primary first): "
-        + "; ".join(similarity_name(s) for s in sims)
+        + "; ".join(similarity_name(s, passages=False) for s in sims)
         + ". Brackets: bootstrap intervals."
         + (f" {carry.capitalize()}." if carry else ""),
     )

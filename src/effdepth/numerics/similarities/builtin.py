@@ -1,9 +1,10 @@
-"""Passage mode's similarities (``--pooling mean``, the default; docs/method.md#passage-mode).
+"""The similarities (docs/method.md#passage-mode).
 
-Each compares layers across passages, from their pooled vectors: made of one
-HSIC estimator of :mod:`~effdepth.numerics.hsic_resample` (``estimator``), or
-a matrix computed from the pooled vectors under every resample (``matrix``).
-:mod:`~effdepth.numerics.passage_analysis` computes what the specs say.
+Each compares layers across samples (pooled passages, or their tokens):
+made of one HSIC estimator of :mod:`~effdepth.numerics.hsic_resample`
+(``estimator``), or a matrix computed from the samples under every resample
+(``matrix``). :mod:`~effdepth.numerics.passage_analysis` computes what the
+specs say.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 from ..hsic_plan import F64
 from ..hsic_resample import MIN_SAMPLES, Units
 from ..sample_hsic import LayerStack, layer_pairs
-from .spec import PassageSimilarity
+from .spec import Similarity
 
 
 def resampled_cosine(stack: LayerStack, units: Units, weights: np.ndarray, budget: int, device) -> np.ndarray:
@@ -45,7 +46,7 @@ def resampled_cosine(stack: LayerStack, units: Units, weights: np.ndarray, budge
 
 
 SPECS = (
-    PassageSimilarity(
+    Similarity(
         name="cka",
         label="linear CKA across passages, biased HSIC: the paper's",
         axis_label="linear CKA across passages",
@@ -55,7 +56,7 @@ SPECS = (
         companions=("cka-debiased",),
         estimator="biased",
     ),
-    PassageSimilarity(
+    Similarity(
         name="cka-debiased",
         label="linear CKA across passages, unbiased HSIC (Song et al. 2012)",
         axis_label="debiased linear CKA across passages",
@@ -63,7 +64,7 @@ SPECS = (
         min_reason="the debiased estimator pairs four distinct passages",
         estimator="debiased",
     ),
-    PassageSimilarity(
+    Similarity(
         name="cosine",
         label="mean over passages of the cosine of pooled vectors",
         axis_label="mean cosine of pooled vectors",
