@@ -1,26 +1,30 @@
-"""Speed on a GPU, against a bare bfloat16 forward of the same batches, both protocols.
+"""Speed on a GPU, against a bare bfloat16 forward of the same passages, both poolings.
 
 Builds randomly initialised models of real sizes from their configs (no
-download: Pythia-1.4B and OLMo-2-7B shapes) and measures, in interleaved
-rounds of one run:
+download: Pythia-1.4B and OLMo-2-7B shapes) and, for each, measures in one run
+(seconds for orientation; each ratio taken within a round, the median over
+``--repeats`` interleaved rounds reported):
 
-- passage mode (the default protocol): the forward with effdepth's pooling
-  hooks (every paper-view variant pooled in float64, plus the per-token sums)
-  against a bare forward of the decoder stack over the same passages (target:
-  at most 1.05), then the analysis of the pooled vectors on the GPU (paper
-  views, both CKA estimators, 1,000 resamples, calibrated references), timed
-  against the forward and against the flop model of
-  ``benchmarks/analysis_cost.py`` at this GPU's measured float64 rate;
-- token mode (``--pooling none``): tokens per second of a bare forward, of a
-  plain forward of the whole model (LM head included) and of ``measure``
-  under frobenius (default view; and with ``--views paper``), cka (default
-  view; with the calibrated references; with ``--views paper``) and
-  ``--similarity all --views paper`` with the calibrated references; each
-  one's ratio to the bare forward and its peak GPU memory; and the ratios of
-  ``benchmarks/overhead.py``.
+- passage mode (``--pooling mean``, the default): the forward with effdepth's
+  pooling hooks (every paper-view variant pooled in float64, plus the
+  per-token sums) against a bare forward of the decoder stack over the same
+  ``--passages`` of ``--passage-len`` tokens, batches and order (target: at
+  most 1.05), then the analysis of the pooled vectors on the GPU (paper views,
+  both CKA estimators, 1,000 resamples, calibrated references), timed against
+  the forward and against the flop model of ``benchmarks/analysis_cost.py`` at
+  this GPU's measured float64 rate;
+- the token reduction (``--pooling none``): k = ``--tokens-per-passage``
+  tokens of each of the first ``--token-passages`` passages as samples,
+  through ``measure_passages`` (effdepth's defaults otherwise: the default
+  view, cka + cka-debiased, 1,000 resamples). Its forward + store (each batch's
+  k (L+1) d samples per passage sampled, copied off the GPU and written to the
+  memory-mapped store; the measurement stopped at the analysis's start) against
+  a bare forward of the decoder stack over the same passages, batches and
+  order; then one whole measurement, its forward + store and its analysis of
+  the samples on the GPU each against the bare forward; peak GPU memory of each.
 
-    python benchmarks/gpu.py [--shapes pythia-1.4b,olmo2-7b] [--seq-len 2048] [--batch-size 8] [--batches 4]
-                             [--passages 1024] [--passage-len 512] [--repeats 2] [--json FILE]
+    python benchmarks/gpu.py [--shapes pythia-1.4b,olmo2-7b] [--batch-size 8] [--passages 1024] [--passage-len 512]
+                             [--tokens-per-passage 64] [--token-passages 256] [--repeats 2] [--json FILE]
 
 On a machine without CUDA it says so and exits cleanly (status 0); ``--device
 cpu --shapes tiny`` runs every step on the CPU in seconds (a smoke test of the
@@ -34,8 +38,10 @@ import json
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from functools import partial
 
+import numpy as np
 import torch
 
 SHAPES = {
@@ -90,96 +96,69 @@ def build(shape: str, device: str = "cuda"):
     return model.eval()
 
 
-def bare_forward(model, arch, batches):
-    from effdepth.capture.forward import decoder_forward
-
-    with torch.inference_mode():
-        for ids in batches:
-            decoder_forward(model, arch, ids, None)
+def synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
-def plain_forward(model, batches):
-    """What a user's own script runs: the whole model, LM head included."""
-    with torch.inference_mode():
-        for ids in batches:
-            model(input_ids=ids, use_cache=False)
+def peak_bytes() -> int:
+    return torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
 
 
-def run_measure(model, batches, views, similarity="cka", surrogate_seqs=0):
-    from effdepth.measure import measure
-
-    ids = torch.cat(batches).cpu()
-    return measure(
-        model,
-        ids,
-        batch_size=batches[0].shape[0],
-        views=views,
-        similarity=similarity,
-        pooling="none",
-        surrogate_seqs=surrogate_seqs,
-        bootstrap=0,
-        progress=False,
-    )
-
-
-#: label -> (views, similarity, surrogate sequences: 0 none, None all)
-RUNS = {
-    "frobenius default": ("default", "frobenius", 0),
-    "frobenius --views paper": ("paper", "frobenius", 0),
-    "cka default": ("default", "cka", 0),
-    "cka default + calibrated": ("default", "cka", None),
-    "cka --views paper": ("paper", "cka", 0),
-    "all --views paper + calibrated": ("paper", "all", None),
-}
-
-#: (label, numerator, denominator, target): the ratios of benchmarks/overhead.py, here on the GPU.
-RATIOS = (
-    ("cka / frobenius (default view)", "cka default", "frobenius default", 1.10),
-    ("frobenius: paper views / default view", "frobenius --views paper", "frobenius default", 1.15),
-    ("cka: paper views / default view", "cka --views paper", "cka default", 1.15),
-    ("all + paper + calibrated / frobenius default", "all --views paper + calibrated", "frobenius default", 1.5),
-    ("calibrated references (all sequences) / none", "cka default + calibrated", "cka default", 1.3),
-)
+def reset_peak() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
 
 
 def timed(fn):
-    cuda = torch.cuda.is_available()
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
+    synchronize()
+    reset_peak()
     start = time.perf_counter()
     out = fn()
-    if cuda:
-        torch.cuda.synchronize()
-    return time.perf_counter() - start, torch.cuda.max_memory_allocated() if cuda else 0, out
+    synchronize()
+    return time.perf_counter() - start, peak_bytes(), out
 
 
-def bench_passages(shape: str, args) -> dict:
-    """Passage mode: the pooled forward against a bare one over the same passages, then the analysis."""
-    import numpy as np
-    from analysis_cost import analysis_flops, float64_rate
-    from passages import bare_forward as bare_passages
-    from passages import pooled_arrays, pooled_forward
+def gib(b: int) -> str:
+    return f"{b / 2**30:.1f} GiB"
 
+
+def prepare_passages(model, ids: torch.Tensor, args):
+    """The passages ``ids`` (N, T) prepared for ``model`` (loaded already: nothing is downloaded)."""
     from effdepth.measure import prepare
-    from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled
-    from effdepth.numerics.passage_views import PAPER_VIEWS, parse_views, variants_for
     from effdepth.options import LoadOptions
 
+    load = LoadOptions(model=model, corpus=ids, seq_len=ids.shape[1], num_seqs=ids.shape[0], device=args.device)
+    return prepare(load, progress=False)
+
+
+def bench_shape(shape: str, args) -> dict:
+    """Both poolings on one model built at ``shape``, over one set of random passages."""
     model = build(shape, args.device)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, model.config.vocab_size, (args.passages, args.passage_len), generator=gen)
-    prepared = prepare(
-        LoadOptions(model=model, corpus=ids, seq_len=args.passage_len, num_seqs=args.passages, device=args.device),
-        progress=False,
-        passages=True,
-    )
+    out = {"passages": bench_passages(shape, model, ids, args), "tokens": bench_tokens(shape, model, ids, args)}
+    del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return out
+
+
+def bench_passages(shape: str, model, ids: torch.Tensor, args) -> dict:
+    """Passage mode: the pooled forward against a bare one over the same passages, then the analysis."""
+    from analysis_cost import analysis_flops, float64_rate
+    from passages import bare_forward, pooled_arrays, pooled_forward
+
+    from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled
+    from effdepth.numerics.passage_views import PAPER_VIEWS, parse_views, variants_for
+
+    prepared = prepare_passages(model, ids, args)
     order = list(np.argsort(-prepared.tokens.lengths, kind="stable"))
     variants = variants_for(parse_views(PAPER_VIEWS))
-    bare_passages(prepared, order[: args.batch_size], args.batch_size)  # warm-up
+    bare_forward(prepared, order[: args.batch_size], args.batch_size)  # warm-up (kernels, allocator)
     rounds = []
     for _ in range(args.repeats):
-        bare, _, _ = timed(partial(bare_passages, prepared, order, args.batch_size))
+        bare, _, _ = timed(partial(bare_forward, prepared, order, args.batch_size))
         pooled, peak, (_, chunks) = timed(partial(pooled_forward, prepared, order, args.batch_size, variants))
         rounds.append((bare, pooled))
     arrays = pooled_arrays(chunks, variants, prepared.tokens.num_passages)
@@ -192,17 +171,17 @@ def bench_passages(shape: str, args) -> dict:
     ratio = statistics.median(p / b for b, p in rounds)
     tokens = prepared.tokens.tokens
     print(
-        f"{shape} passages: {args.passages} x {args.passage_len} tokens, batch {args.batch_size}: bare forward "
-        f"{tokens / bare:,.0f} tok/s; pooled forward (paper variants) / bare: {ratio:.3f} (target <= 1.05, peak "
-        f"{peak / 2**30:.1f} GiB)"
+        f"{shape} passages (--pooling mean): {args.passages} x {args.passage_len} tokens, batch {args.batch_size}: "
+        f"bare forward {tokens / bare:,.0f} tok/s; pooled forward (paper variants) / bare: {ratio:.3f} "
+        f"(target <= 1.05, peak {gib(peak)})"
     )
     print(
         f"  analysis (paper views, cka + cka-debiased, 1000 resamples, calibrated) on {args.device}: {analysis:.1f} s "
-        f"= {analysis / bare:.2f}x the bare forward (peak {analysis_peak / 2**30:.1f} GiB); flop model at "
+        f"= {analysis / bare:.2f}x the bare forward (peak {gib(analysis_peak)}); flop model at "
         f"{rate / 1e12:.2f} float64 TFLOP/s predicts {predicted:.1f} s (measured / predicted {analysis / predicted:.2f})"
     )
     sys.stdout.flush()
-    del model, prepared, arrays, chunks
+    del prepared, arrays, chunks
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return {
@@ -215,105 +194,161 @@ def bench_passages(shape: str, args) -> dict:
     }
 
 
-def bench_shape(shape: str, args) -> dict:
-    from costs import model_cka_flop_share
+class _AtAnalysis(Exception):
+    """Raised where the analysis would start: a round times the token reduction's forward + store alone."""
 
-    from effdepth.capture.registry import resolve_architecture
 
-    model = build(shape, args.device)
-    arch = resolve_architecture(model)
-    share = model_cka_flop_share(model, args.seq_len)
-    gen = torch.Generator(device=args.device).manual_seed(0)
-    batches = [
-        torch.randint(0, model.config.vocab_size, (args.batch_size, args.seq_len), device=args.device, generator=gen)
-        for _ in range(args.batches)
-    ]
-    tokens = args.batches * args.batch_size * args.seq_len
-    bare_forward(model, arch, batches[:1])  # warm-up (kernels, allocator)
-    run_measure(model, batches[:1], "paper", "all", None)
-    times = {name: [] for name in ("bare", "plain", *RUNS)}
-    peaks = {}
-    # Interleaved rounds: each ratio is taken within a round, the median over rounds reported.
+@contextmanager
+def phases(stop: bool):
+    """The phases of one ``measure_passages`` call within the block: ``forward`` (to the analysis's start: the
+    forward passes, the sampling and the store) and ``analysis``, seconds and peak GPU bytes each. ``stop``: end
+    the measurement where its analysis would start (its store is discarded, as after any failure)."""
+    from effdepth import passage_measure
+
+    real = passage_measure.analyse_store
+    seen: dict = {}
+
+    def split(store, *a, **kw):
+        synchronize()
+        seen["forward"], seen["forward_peak"] = time.perf_counter() - seen["start"], peak_bytes()
+        if stop:
+            raise _AtAnalysis
+        reset_peak()
+        start = time.perf_counter()
+        out = real(store, *a, **kw)
+        synchronize()
+        seen["analysis"], seen["analysis_peak"] = time.perf_counter() - start, peak_bytes()
+        return out
+
+    passage_measure.analyse_store = split
+    synchronize()
+    reset_peak()
+    seen["start"] = time.perf_counter()
+    try:
+        yield seen
+    except _AtAnalysis:
+        pass
+    finally:
+        passage_measure.analyse_store = real
+    if "forward" not in seen:
+        raise SystemExit("the measurement never reached passage_measure.analyse_store: update gpu.phases")
+
+
+def measure_tokens(prepared, args, stop: bool = False) -> tuple:
+    """The token reduction over ``prepared``: ``(phases, result)`` (result None when ``stop``)."""
+    from effdepth.options import AnalysisOptions, RunOptions
+    from effdepth.passage_measure import measure_passages
+
+    analysis = AnalysisOptions(pooling="none", tokens_per_passage=args.tokens_per_passage, batch_size=args.batch_size)
+    result = None
+    with phases(stop) as seen:
+        result = measure_passages(prepared, analysis, run=RunOptions(progress=False))
+    return seen, result
+
+
+def bench_tokens(shape: str, model, ids: torch.Tensor, args) -> dict:
+    """The token reduction: its forward + store against a bare forward over the same passages, then one whole
+    measurement (the analysis of the N k samples on the GPU)."""
+    from passages import bare_forward
+
+    prepared = prepare_passages(model, ids[: args.token_passages], args)
+    order = list(np.argsort(-prepared.tokens.lengths, kind="stable"))  # measure_passages' order
+    bare_forward(prepared, order[: args.batch_size], args.batch_size)  # warm-up, both loops
+    measure_tokens(prepare_passages(model, ids[: max(args.batch_size, 4)], args), args, stop=True)
+    rounds, peaks = [], []
     for _ in range(args.repeats):
-        t, peaks["bare"], _ = timed(partial(bare_forward, model, arch, batches))
-        times["bare"].append(t)
-        t, peaks["plain"], _ = timed(partial(plain_forward, model, batches))
-        times["plain"].append(t)
-        for label, (views, similarity, surrogates) in RUNS.items():
-            t, peaks[label], _ = timed(partial(run_measure, model, batches, views, similarity, surrogates))
-            times[label].append(t)
-    del model, batches
+        bare, _, _ = timed(partial(bare_forward, prepared, order, args.batch_size))
+        seen, _ = measure_tokens(prepared, args, stop=True)
+        rounds.append((bare, seen["forward"]))
+        peaks.append(seen["forward_peak"])
+    bare_before, _, _ = timed(partial(bare_forward, prepared, order, args.batch_size))
+    whole, _, (seen, result) = timed(partial(measure_tokens, prepared, args))
+    samples = result.config["reduction"]["per_variant"]["default"]
+    deff = float(result.default.deff)
+    del result  # its temporary store goes with it
+    bare = statistics.median(b for b, _ in rounds)
+    ratio = statistics.median(f / b for b, f in rounds)
+    tokens = prepared.tokens.tokens
+    k, n = args.tokens_per_passage, prepared.tokens.num_passages
+    print(
+        f"{shape} tokens (--pooling none): k = {k} tokens of each of {n} passages of {args.passage_len} "
+        f"({samples} samples), batch {args.batch_size}: bare forward {tokens / bare:,.0f} tok/s; forward + store / "
+        f"bare: {ratio:.3f} (peak {gib(max(peaks))})"
+    )
+    print(
+        f"  one whole measurement (default view, cka + cka-debiased, 1000 resamples) on {args.device}: {whole:.1f} s "
+        f"= {whole / bare_before:.2f}x the bare forward just before it ({bare_before:.2f} s); forward + store "
+        f"{seen['forward']:.1f} s = {seen['forward'] / bare_before:.2f}x, analysis of the {samples} samples "
+        f"{seen['analysis']:.1f} s = {seen['analysis'] / bare_before:.2f}x (peak {gib(seen['analysis_peak'])})"
+    )
+    sys.stdout.flush()
+    del prepared
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-    def ratio(num, den):
-        return statistics.median(a / b for a, b in zip(times[num], times[den]))
-
-    def gib(b):
-        return f"{b / 2**30:.1f} GiB"
-
-    median = {name: statistics.median(ts) for name, ts in times.items()}
-    print(
-        f"{shape} tokens (--pooling none): bare forward {tokens / median['bare']:,.0f} tok/s (peak {gib(peaks['bare'])}); "
-        f"plain forward with the LM head {tokens / median['plain']:,.0f} tok/s (peak {gib(peaks['plain'])})"
-    )
-    for label in RUNS:
-        print(
-            f"  measure {label:34s} {tokens / median[label]:>12,.0f} tok/s = {ratio('bare', label):.2f} of bare "
-            f"(peak {gib(peaks[label])}) [target >= 0.90]"
-        )
-    print(
-        f"  {'measure cka default / plain forward with LM head':52s} {ratio('cka default', 'plain'):.2f}  [target <= 1]"
-    )
-    print(
-        f"  flop model (benchmarks/costs.py): cka's cross Grams (float32) are {share:.1%} of the decoder's forward flops; "
-        f"times the bfloat16 : float32 rate, their share of its time"
-    )
-    for label, num, den, target in RATIOS:
-        print(f"  {label:52s} {ratio(num, den):.2f}  [target <= {target}]")
-    sys.stdout.flush()
     return {
         "tokens": tokens,
-        "seconds": times,
-        "peak_bytes": peaks,
-        "cka_flop_share": share,
-        "ratios": {label: ratio(num, den) for label, num, den, _ in RATIOS},
+        "samples": samples,
+        "rounds": rounds,
+        "forward_store_over_bare": ratio,
+        "forward_peak_bytes": max(peaks),
+        "whole": {
+            "bare_s": bare_before,
+            "measure_s": whole,
+            "forward_store_s": seen["forward"],
+            "analysis_s": seen["analysis"],
+            "analysis_peak_bytes": seen["analysis_peak"],
+        },
+        "deff": deff,
     }
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="pythia-1.4b,olmo2-7b")
-    ap.add_argument("--seq-len", type=int, default=2048)
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--batches", type=int, default=4)
+    ap.add_argument("--batch-size", type=int, default=8, help="passages per forward pass (default 8)")
     ap.add_argument("--passages", type=int, default=1024, help="passages of the passage-mode section (default 1024)")
     ap.add_argument("--passage-len", type=int, default=512, help="tokens per passage (default 512, the paper's)")
+    ap.add_argument(
+        "--tokens-per-passage", type=int, default=64, help="k of the token reduction's section (default 64)"
+    )
+    ap.add_argument(
+        "--token-passages",
+        type=int,
+        default=256,
+        help="the token reduction's section measures the first this many passages (default 256: with k = 64, "
+        "16,384 samples)",
+    )
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--device", default="cuda", help="cuda (default); cpu runs the script as a smoke test")
     ap.add_argument("--json", help="also write the timings here")
     ap.add_argument(
         "--profile",
         metavar="FILE",
-        help="profile one batch of the heaviest run on the first shape "
+        help="profile one measurement with the token reduction of one batch of passages on the first shape "
         "(torch.profiler) and write its top operators here",
     )
-    args = ap.parse_args()
-    for name in ("seq_len", "batch_size", "batches", "repeats", "passages", "passage_len"):
+    args = ap.parse_args(argv)
+    for name in ("batch_size", "repeats", "passages", "passage_len", "tokens_per_passage", "token_passages"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.token_passages > args.passages:
+        ap.error(f"--token-passages {args.token_passages} exceeds --passages {args.passages}")
+    if args.token_passages < 4:
+        ap.error("--token-passages must be at least 4 (the bootstrap's units)")
     if args.device != "cpu" and not torch.cuda.is_available():
         print("benchmarks/gpu.py: no CUDA device here; run it on a machine with a GPU (nothing measured).")
         return 0
     name = torch.cuda.get_device_name(0) if args.device != "cpu" else "cpu (smoke test, not a benchmark)"
     print(
-        f"device: {name}, torch {torch.__version__}, {'bfloat16' if args.device != 'cpu' else 'float32'}; token mode "
-        f"{args.batches} batches of {args.batch_size} x {args.seq_len} tokens, medians of {args.repeats} interleaved rounds"
+        f"device: {name}, torch {torch.__version__}, {'bfloat16' if args.device != 'cpu' else 'float32'}; "
+        f"passages of {args.passage_len} tokens, batch {args.batch_size}: passage mode over {args.passages}, the "
+        f"token reduction (k = {args.tokens_per_passage}) over the first {args.token_passages}; medians of "
+        f"{args.repeats} interleaved rounds"
     )
     sys.stdout.flush()
     out = {"gpu": name, "torch": torch.__version__, "args": vars(args), "shapes": {}}
     for shape in args.shapes.split(","):
-        out["shapes"][shape] = {"passages": bench_passages(shape, args), "tokens": bench_shape(shape, args)}
+        out["shapes"][shape] = bench_shape(shape, args)
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(out, fh, indent=1)
@@ -323,22 +358,28 @@ def main() -> int:
 
 
 def profile(shape: str, args, path: str) -> None:
-    """Where the time of ``--similarity all --views paper`` with calibrated references goes, per operator."""
+    """Where the time of one measurement with the token reduction goes, per operator (one batch of passages,
+    at least 4: the forward + store and the analysis)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    model = build(shape)
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    batches = [torch.randint(0, model.config.vocab_size, (args.batch_size, args.seq_len), device="cuda", generator=gen)]
-    run_measure(model, batches, "paper", "all", None)
-    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        run_measure(model, batches, "paper", "all", None)
-        torch.cuda.synchronize()
+    model = build(shape, args.device)
+    count = max(args.batch_size, 4)
+    gen = torch.Generator().manual_seed(1)
+    prepared = prepare_passages(
+        model, torch.randint(0, model.config.vocab_size, (count, args.passage_len), generator=gen), args
+    )
+    measure_tokens(prepared, args)  # warm-up
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with torch_profile(activities=activities) as prof:
+        measure_tokens(prepared, args)
+        synchronize()
     averages = prof.key_averages()
+    keys = ("self_device_time_total",) if torch.cuda.is_available() else ()
     with open(path, "w") as fh:
-        for key in ("self_cuda_time_total", "self_cpu_time_total", "cpu_time_total"):
+        for key in (*keys, "self_cpu_time_total", "cpu_time_total"):
             fh.write(f"== sorted by {key}\n{averages.table(sort_by=key, row_limit=30)}\n")
-    print(f"profile of one batch ({shape}, all --views paper + calibrated) written to {path}")
+    print(f"profile of one measurement ({shape}, --pooling none, {count} passages) written to {path}")
 
 
 if __name__ == "__main__":

@@ -75,7 +75,6 @@ def main() -> None:
     prepared = prepare(
         LoadOptions(model=args.model, corpus="shakespeare", seq_len=args.seq_len, num_seqs=args.num_seqs),
         progress=False,
-        passages=True,
     )
     order = list(np.argsort(-prepared.tokens.lengths, kind="stable"))
     variants = variants_for(parse_views(PAPER_VIEWS))

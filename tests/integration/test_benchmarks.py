@@ -1,5 +1,6 @@
 """The benchmark scripts stay runnable (their numbers live in docs/benchmarks.md, written by make bench, never in tests)."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -18,29 +19,15 @@ def test_gpu_benchmark_exits_cleanly_without_cuda():
     assert out.returncode == 0 and "no CUDA device" in out.stdout
 
 
-def test_gpu_benchmark_runs_every_step_as_a_cpu_smoke_test():
-    """Both protocols' sections run end to end (on the CPU, tiny shape), so a lent GPU's minutes go to measuring."""
+def test_gpu_benchmark_runs_every_step_as_a_cpu_smoke_test(tmp_path):
+    """Both poolings' sections and the profile run end to end (on the CPU, tiny shape), so a lent GPU's minutes go
+    to measuring: passage mode's pooled forward and analysis, the token reduction's forward + store and whole
+    measurement (k tokens of each passage as samples)."""
+    timings, profiled = tmp_path / "gpu.json", tmp_path / "profile.txt"
     out = subprocess.run(
-        [
-            sys.executable,
-            "gpu.py",
-            "--device",
-            "cpu",
-            "--shapes",
-            "tiny",
-            "--seq-len",
-            "16",
-            "--batch-size",
-            "4",
-            "--batches",
-            "1",
-            "--passages",
-            "16",
-            "--passage-len",
-            "16",
-            "--repeats",
-            "1",
-        ],
+        [sys.executable, "gpu.py", "--device", "cpu", "--shapes", "tiny", "--batch-size", "4", "--passages", "16"]
+        + ["--passage-len", "16", "--tokens-per-passage", "4", "--token-passages", "8", "--repeats", "1"]
+        + ["--json", str(timings), "--profile", str(profiled)],
         cwd=ROOT / "benchmarks",
         capture_output=True,
         text=True,
@@ -48,20 +35,12 @@ def test_gpu_benchmark_runs_every_step_as_a_cpu_smoke_test():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "pooled forward (paper variants) / bare" in out.stdout and "flop model at" in out.stdout
-    assert "tiny tokens (--pooling none)" in out.stdout and "cka: paper views / default view" in out.stdout
-
-
-def test_the_token_benchmark_measures_in_token_mode():
-    """``benchmarks/overhead.py``'s measurement, on a tiny model: token mode, whatever the default protocol."""
-    from effdepth.measure import prepare
-    from effdepth.options import LoadOptions
-    from effdepth.tiny import tiny_model
-
-    overhead = benchmark_module("overhead")
-    prepared = prepare(LoadOptions(model=tiny_model("llama"), corpus=torch.randint(0, 256, (4, 16))), progress=False)
-    for views, similarity, surrogates in (("default", "frobenius", 0), ("paper", "all", None)):
-        result = overhead.measure_run(prepared, 2, views=views, similarity=similarity, surrogate_seqs=surrogates)
-        assert not result.passages and similarity in ("all", result.primary_similarity)
+    assert "tiny tokens (--pooling none): k = 4 tokens of each of 8 passages" in out.stdout
+    assert "forward + store / bare" in out.stdout and "analysis of the 32 samples" in out.stdout
+    tokens = json.loads(timings.read_text())["shapes"]["tiny"]["tokens"]
+    assert tokens["samples"] == 8 * 4 and tokens["tokens"] == 8 * 16 and len(tokens["rounds"]) == 1
+    assert tokens["whole"]["analysis_s"] > 0 and tokens["whole"]["forward_store_s"] > 0
+    assert "sorted by self_cpu_time_total" in profiled.read_text()
 
 
 @pytest.mark.slow  # the embedded SmolLM2
@@ -98,50 +77,6 @@ def benchmark_module(name):
         return __import__(name)
     finally:
         sys.path.pop(0)
-
-
-@pytest.mark.parametrize("tokens", [(40, 40), (37, 29)])
-def test_the_flop_model_counts_the_products_cka_makes(tokens):
-    # The cost model is only as good as its count: it must equal the flops of the products
-    # pair_cka really runs.
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from effdepth.numerics.cka import pair_cka
-
-    costs = benchmark_module("costs")
-    tp, tq = tokens
-    yp, yq = torch.randn(5, tp, 24), torch.randn(5, tq, 24)
-    with FlopCounterMode(display=False) as counter:
-        pair_cka(yp, yq)
-    counts = {str(op).removeprefix("aten.").split(".")[0]: n for op, n in counter.get_flop_counts()["Global"].items()}
-    assert {k: counts.get(k) for k in ("bmm", "mm")} == costs.pair_flops(5, tp, tq, 24)
-
-
-def test_the_flop_model_of_a_loaded_model_counts_its_blocks():
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    costs = benchmark_module("costs")
-    config = AutoConfig.for_model(
-        "llama",
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=100,
-    )
-    model = AutoModelForCausalLM.from_config(config)
-    per_block = sum(p.numel() for p in model.model.layers[0].parameters())
-    # q and o 64 x 64, k and v 64 x 32 (two key-value heads), the MLP 3 x 64 x 128, two norms
-    assert per_block == 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64
-    want = sum(costs.pair_flops(4, 32, 32, 64).values()) / 2 / (2 * 32 * 3 * per_block + 2 * 3 * 32 * 32 * 64)
-    assert costs.model_cka_flop_share(model, 32) == pytest.approx(want, rel=1e-12)
-
-
-def test_the_flop_model_examples_hold():
-    import doctest
-
-    assert doctest.testmod(benchmark_module("costs")).failed == 0
 
 
 @pytest.mark.parametrize("samples, width", [(64, 16), (1000, 4)], ids=["gram route", "feature route"])
@@ -216,3 +151,35 @@ def test_make_bench_writes_each_benchmark_output_into_the_page(tmp_path, monkeyp
     with pytest.raises(SystemExit, match="broken.py failed"):
         document.main(["--out", str(page)])
     assert "device: H200" in page.read_text()  # a failed run leaves the page as it was
+
+
+def test_the_token_reduction_benchmark_shows_flat_memory_and_a_store_that_grows_with_the_passages(tmp_path):
+    """``benchmarks/tokens.py`` on the tiny Llama at two numbers of passages: it runs end to end, the forward's
+    peak memory stays flat (each batch's samples go to the store, not into memory) while the store grows as
+    N k (L+1) d float32, and the analysis holds about its budget."""
+    out = tmp_path / "tokens.json"
+    # Every token of 32-token passages: 256 passages' samples (L+1 = 4, d = 64) held in memory as float64
+    # would add 16 MiB to the forward's peak, twice the slack below.
+    done = subprocess.run(
+        [sys.executable, "tokens.py", "--model", "tiny-llama", "--passages", "16,256", "--tokens-per-passage", "32"]
+        + ["--seq-len", "32", "--batch-size", "16", "--bootstrap", "10", "--max-memory", "128MiB", "--json", str(out)],
+        cwd=ROOT / "benchmarks",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "forward peak" in done.stdout and "analysis peak within --max-memory 128.0 MiB" in done.stdout
+    small, large = json.loads(out.read_text())["rows"]
+    mib = 1 << 20
+    assert large["forward_peak"] <= 1.5 * small["forward_peak"] + 8 * mib, (
+        small["forward_peak"],
+        large["forward_peak"],
+    )
+    for row in (small, large):
+        count, samples, width = row["store"]["shape"]
+        assert (count, samples) == (4, row["passages"] * 32)
+        assert row["store"]["sample_bytes"] == 4 * count * samples * width <= row["store"]["disk_bytes"]
+        assert {route for *_, route in row["stacks"]} <= {"gram", "feature"} and len(row["stacks"]) >= 2
+        assert row["analysis_peak"] <= row["planned"]["budget"] + 16 * mib  # the interpreter's own allocations
+    assert large["store"]["sample_bytes"] == 16 * small["store"]["sample_bytes"]
