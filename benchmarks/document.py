@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from effdepth.files import write_atomic
+from effdepth.results.files import write_atomic
 
 HERE = Path(__file__).resolve().parent
 

@@ -125,7 +125,7 @@ def gib(b: int) -> str:
 
 def prepare_passages(model, ids: torch.Tensor, args):
     """The passages ``ids`` (N, T) prepared for ``model`` (loaded already: nothing is downloaded)."""
-    from effdepth.measure import prepare
+    from effdepth.measurement import prepare
     from effdepth.options import LoadOptions
 
     load = LoadOptions(model=model, corpus=ids, seq_len=ids.shape[1], num_seqs=ids.shape[0], device=args.device)
@@ -203,7 +203,7 @@ def phases(stop: bool):
     """The phases of one ``measure_passages`` call within the block: ``forward`` (to the analysis's start: the
     forward passes, the sampling and the store) and ``analysis``, seconds and peak GPU bytes each. ``stop``: end
     the measurement where its analysis would start (its store is discarded, as after any failure)."""
-    from effdepth import passage_measure
+    from effdepth.measurement import run as passage_measure
 
     real = passage_measure.analyse_store
     seen: dict = {}
@@ -236,8 +236,8 @@ def phases(stop: bool):
 
 def measure_tokens(prepared, args, stop: bool = False) -> tuple:
     """The token reduction over ``prepared``: ``(phases, result)`` (result None when ``stop``)."""
+    from effdepth.measurement.run import measure_passages
     from effdepth.options import AnalysisOptions, RunOptions
-    from effdepth.passage_measure import measure_passages
 
     analysis = AnalysisOptions(pooling="none", tokens_per_passage=args.tokens_per_passage, batch_size=args.batch_size)
     result = None

@@ -21,9 +21,9 @@ import time
 import numpy as np
 import torch
 
-from effdepth.capture.forward import decoder_forward
-from effdepth.capture.pooling import PassageForward, pooled_batches
-from effdepth.measure import prepare
+from effdepth.measurement import prepare
+from effdepth.measurement.forward import decoder_forward
+from effdepth.measurement.pooling import PassageForward, pooled_batches
 from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled
 from effdepth.numerics.passage_views import PAPER_VIEWS, parse_views, variants_for
 from effdepth.numerics.pooling import PassagePooler

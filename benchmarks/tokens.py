@@ -54,14 +54,14 @@ import torch
 from passages import bare_forward
 
 import effdepth
-from effdepth import passage_measure
-from effdepth.files import binary_size
-from effdepth.measure import prepare
+from effdepth.measurement import prepare
+from effdepth.measurement import run as passage_measure
 from effdepth.numerics import passage_analysis
+from effdepth.numerics.hsic_plan import binary_size
 from effdepth.numerics.passage_analysis import analysis_memory
 from effdepth.options import AnalysisOptions, LoadOptions
 from effdepth.options.checks import parse_bytes
-from effdepth.pooled import PooledStore
+from effdepth.results.store import PooledStore
 
 MIB = float(1 << 20)
 STATUS = Path("/proc/self/status")
@@ -168,7 +168,7 @@ def store_sizes(store: PooledStore) -> dict:
 def load_options(model: str, passages: int, seq_len: int) -> LoadOptions:
     if model == "tiny-llama":
         from effdepth.data.tokenizers import byte_tokenizer
-        from effdepth.tiny import tiny_model
+        from effdepth.models.tiny import tiny_model
 
         torch.manual_seed(0)
         return LoadOptions(

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from effdepth.data import byte_tokenizer
-from effdepth.tiny import tiny_model
+from effdepth.models.tiny import tiny_model
 
 INTEGRATION = Path(__file__).resolve().parent / "integration"
 

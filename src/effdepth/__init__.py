@@ -6,14 +6,14 @@
 1.5
 """
 
-from .errors import EffdepthError
-from .intervene import InterventionResult, intervene
-from .loading import SavedTrajectory, load
-from .measure import from_states, measure
-from .passage_measure import analyse_saved, from_pooled
-from .result import Result, ViewResult
-from .results_carry import ExperimentResult
-from .version import __version__
+from effdepth.errors import EffdepthError
+from effdepth.measurement import from_states, measure
+from effdepth.measurement.run import analyse_saved, from_pooled
+from effdepth.results.carry import ExperimentResult
+from effdepth.results.loading import SavedTrajectory, load
+from effdepth.results.result import Result, ViewResult
+from effdepth.results.version import __version__
+from effdepth.studies.intervene import InterventionResult, intervene
 
 __all__ = [
     "measure",
@@ -32,6 +32,6 @@ __all__ = [
 ]
 
 # The notebook API: your model object, your loop.
-from .notebook import Accumulator, capture, from_hidden_states
+from effdepth.measurement.notebook import Accumulator, capture, from_hidden_states
 
 __all__ += ["capture", "Accumulator", "from_hidden_states"]

@@ -3,10 +3,10 @@
 import huggingface_hub.constants
 import pytest
 
-from effdepth import hub
 from effdepth.data import byte_tokenizer
-from effdepth.hub import needs as hub_needs
-from effdepth.tiny import tiny_model
+from effdepth.models import hub
+from effdepth.models.hub import needs as hub_needs
+from effdepth.models.tiny import tiny_model
 
 
 @pytest.fixture(scope="session")

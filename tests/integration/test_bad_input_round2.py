@@ -9,7 +9,7 @@ import pytest
 
 from effdepth.cli import main
 from effdepth.data import byte_tokenizer
-from effdepth.tiny import tiny_model
+from effdepth.models.tiny import tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,6 @@ CHEAP = [
     (["measure", "--pooling", "none", "{d}/good", "--surrogate-seqs", "-1"], "--surrogate-seqs"),
     (["measure", "--pooling", "none", "{d}/good", "--device", "cuda:7"], "CUDA is not available"),
     (["measure", "--pooling", "none", "{d}/good", "--revision", "main"], "applies to Hugging Face hub models"),
-    (["measure", "--pooling", "none", "{d}/good", "--seq-len", "3"], "fewer than 4 tokens"),
     (["measure", "--pooling", "none", "{d}/good", "--corpus", "{d}/missing.txt"], "does not exist"),
     (["measure", "--pooling", "none", "{d}/good", "--bootstrap", "1"], "fewer cannot bound a 95% interval"),
     (["measure", "--pooling", "none", "tiny:llama"], "effdepth sweep tiny:llama --out DIR"),

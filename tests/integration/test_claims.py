@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import effdepth
-from effdepth.claims import check_paths
 from effdepth.cli import main
-from effdepth.result import Result, ViewResult
-from effdepth.sweep import sweep
-from effdepth.verdicts import CLAIM_NAMES, FAILS, HOLDS, NOT_MEASURED, check_claims, verdict_grid
+from effdepth.results.result import Result, ViewResult
+from effdepth.results.verdicts import CLAIM_NAMES, FAILS, HOLDS, NOT_MEASURED, check_claims, verdict_grid
+from effdepth.scale.sweep import sweep
+from effdepth.studies.claims import check_paths
 
 
 def run(argv, capsys):

@@ -9,8 +9,8 @@ import pytest
 
 import effdepth
 from effdepth.cli.torchrun import main
-from effdepth.distributed import measure_distributed
 from effdepth.options import Options
+from effdepth.scale.distributed import measure_distributed
 
 OPTIONS = [
     "--seq-len",
@@ -38,9 +38,17 @@ def corpus(tmp_path_factory):
 
 
 def torchrun_measure(model_dir, corpus, options, out):
-    """``effdepth.distributed measure`` under torchrun with two gloo ranks on the CPU."""
+    """``effdepth.scale.distributed measure`` under torchrun with two gloo ranks on the CPU."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    command = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "effdepth.distributed"]
+    command = [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "effdepth.scale.distributed",
+    ]
     flags = ["--backend", "gloo", "--device", "cpu", "--out", str(out), "--no-progress", "--no-figures"]
     return subprocess.run(
         [sys.executable, *command, "measure", str(model_dir), "--corpus", corpus, *options, *flags],
@@ -162,7 +170,7 @@ def test_without_torchrun_a_one_line_error(monkeypatch, capsys, model_dir):
 
 LEAVES_NO_GLOO_THREADS = """
 import os, socket, sys, time
-from effdepth.distributed import process_group
+from effdepth.scale.distributed import process_group
 
 def threads():  # torch names its gloo and store threads (gloo_tcp_loop, pt_gloo_runloop, pt_tcpstore_uv)
     names = [open(os.path.join("/proc/self/task", t, "comm")).read() for t in os.listdir("/proc/self/task")]

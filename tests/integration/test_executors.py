@@ -6,11 +6,11 @@ import sys
 import pytest
 
 import effdepth
-import effdepth.sweep as sweep_module
+import effdepth.scale.sweep as sweep_module
 from effdepth.cli import main
 from effdepth.errors import EffdepthError
-from effdepth.executors import LocalExecutor, RayExecutor, make_executor
-from effdepth.sweep import sweep
+from effdepth.scale.executors import LocalExecutor, RayExecutor, make_executor
+from effdepth.scale.sweep import sweep
 
 SMALL = {
     "seq_len": 16,

@@ -9,10 +9,10 @@ import pytest
 from hubcache import add_revision, git_blob_id
 from huggingface_hub.hf_api import BlobLfsInfo, GitRefInfo, GitRefs, RepoSibling
 
-from effdepth import fetch as fetching
-from effdepth import hub
 from effdepth.cli import main
-from effdepth.suites import load_suite
+from effdepth.models import hub
+from effdepth.scale import fetch as fetching
+from effdepth.scale.suites import load_suite
 
 GB = 10**9
 EXTRA = [("README.md", 5000, False), (".gitattributes", 1500, False)]
@@ -287,8 +287,8 @@ def test_a_preset_fetches_its_checkpoints_and_branch_list_for_an_offline_traject
     import torch
 
     import effdepth
-    import effdepth.sweep as sweep_module
-    from effdepth.trajectory import trajectory
+    import effdepth.scale.sweep as sweep_module
+    from effdepth.scale.trajectory import trajectory
 
     repo = "EleutherAI/pythia-1.4b"
     fake_hub.branches = (

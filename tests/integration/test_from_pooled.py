@@ -8,8 +8,8 @@ import torch
 import effdepth
 from effdepth.data.tokenizers import byte_tokenizer
 from effdepth.errors import EffdepthError
-from effdepth.pooled import PooledStore
-from effdepth.tiny import tiny_model
+from effdepth.models.tiny import tiny_model
+from effdepth.results.store import PooledStore
 
 TEXT = ["\n\n".join(f"Paragraph {i}: " + "to be or not to be, " * (2 + i % 5) for i in range(60))]
 

@@ -14,13 +14,13 @@ import shutil
 import pytest
 import torch
 
-from effdepth.capture.forward import decoder_forward
-from effdepth.capture.hooks import ResidualCapture
-from effdepth.capture.pooling import PoolingCapture
 from effdepth.data import assets
 from effdepth.errors import EffdepthError
-from effdepth.measure import prepare
-from effdepth.models import locate_model
+from effdepth.measurement import prepare
+from effdepth.measurement.forward import decoder_forward
+from effdepth.measurement.pooling import PoolingCapture
+from effdepth.models.hooks import ResidualCapture
+from effdepth.models.loading import locate_model
 from effdepth.options import LoadOptions
 
 pytestmark = pytest.mark.slow

@@ -12,13 +12,13 @@ import pytest
 import torch
 
 import effdepth
-from effdepth import gguf_cache
-from effdepth.capture.hooks import ResidualCapture
 from effdepth.cli import main
 from effdepth.errors import EffdepthError
-from effdepth.measure import prepare
+from effdepth.measurement import prepare
+from effdepth.models import gguf as gguf_cache
+from effdepth.models.hooks import ResidualCapture
+from effdepth.models.tiny import tiny_gguf
 from effdepth.options import LoadOptions
-from effdepth.tiny import tiny_gguf
 
 TEXT = ["Tomorrow, and tomorrow, and tomorrow, creeps in this petty pace from day to day. " * 20]
 
@@ -257,7 +257,7 @@ def test_the_hash_is_memoised_per_path_size_and_mtime(tmp_path, cache, monkeypat
 
 
 def test_a_gguf_tokenizer_can_be_named_on_its_own(gguf_file, cache):
-    from effdepth.models import load_named_tokenizer
+    from effdepth.models.loading import load_named_tokenizer
 
     tok = load_named_tokenizer(str(gguf_file))
     assert tok("hé", add_special_tokens=False)["input_ids"] == [104, 195, 169]
@@ -265,7 +265,7 @@ def test_a_gguf_tokenizer_can_be_named_on_its_own(gguf_file, cache):
 
 
 def test_a_named_gguf_tokenizer_comes_from_the_copy_once_there_is_one(gguf_file, cache, monkeypatch):
-    from effdepth.models import load_named_tokenizer
+    from effdepth.models.loading import load_named_tokenizer
 
     load(gguf_file)  # makes the copy
     monkeypatch.setattr(gguf_cache, "parse_once", lambda **k: pytest.fail("parsed the GGUF file again"))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import effdepth
-from effdepth.tiny import tiny_model
+from effdepth.models.tiny import tiny_model
 
 pytestmark = pytest.mark.gpu
 

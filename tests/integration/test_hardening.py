@@ -16,12 +16,12 @@ import effdepth
 from effdepth.cli import main
 from effdepth.data import byte_tokenizer
 from effdepth.errors import EffdepthError
-from effdepth.tiny import tiny_model
+from effdepth.models.tiny import tiny_model
 
 SLOW_RUN = textwrap.dedent(
     """
     import importlib, os, sys, time, pathlib
-    m = importlib.import_module("effdepth.capture.pooling")
+    m = importlib.import_module("effdepth.measurement.pooling")
     pause = float(os.environ.get("EFFDEPTH_TEST_PAUSE", "0.3"))
     at = int(os.environ["EFFDEPTH_TEST_AT"])
     real = m.decoder_forward
@@ -218,7 +218,7 @@ def test_resume_without_checkpoint_is_a_clear_error(model_dir, corpus, tmp_path,
 
 
 def test_out_of_memory_halves_the_batch_and_keeps_the_numbers(monkeypatch):
-    m = importlib.import_module("effdepth.capture.pooling")
+    m = importlib.import_module("effdepth.measurement.pooling")
     model = tiny_model("llama")
     ids = torch.randint(0, 256, (8, 12), generator=torch.Generator().manual_seed(0))
     expected = effdepth.measure(model, ids, batch_size=8, bootstrap=50, progress=False, pooling="none")

@@ -7,17 +7,17 @@ import torch
 from torch import nn
 
 import effdepth
-from effdepth.capture.hooks import ResidualCapture
-from effdepth.capture.intervention import ResidualCarry, parse_carry, parse_layers, replace_hidden
-from effdepth.capture.registry import resolve_architecture
 from effdepth.cli import main
 from effdepth.errors import EffdepthError
-from effdepth.intervene import InterventionResult, load_intervention, measure_with_carry, save_intervention
-from effdepth.measure import prepare
+from effdepth.measurement import prepare
+from effdepth.measurement.interventions import ResidualCarry, parse_carry, parse_layers, replace_hidden
+from effdepth.measurement.run import measure_passages, passage_loss
+from effdepth.models.hooks import ResidualCapture
+from effdepth.models.registry import resolve_architecture
+from effdepth.models.tiny import tiny_model
 from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
-from effdepth.passage_measure import measure_passages, passage_loss
 from effdepth.report.tables import intervention_table
-from effdepth.tiny import tiny_model
+from effdepth.studies.intervene import InterventionResult, load_intervention, measure_with_carry, save_intervention
 
 IDS = torch.tensor(
     [[256, 84, 111, 32, 98, 101, 32, 111, 114, 32, 110, 111], [256, 87, 104, 97, 116, 32, 105, 115, 32, 97, 32, 109]]

@@ -6,7 +6,7 @@ import torch
 
 import effdepth
 from effdepth.errors import EffdepthError
-from effdepth.tiny import tiny_model
+from effdepth.models.tiny import tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import torch
 
 import effdepth
 from effdepth.data import byte_tokenizer
-from effdepth.tiny import TINY_LAYERS, tiny_model
+from effdepth.models.tiny import TINY_LAYERS, tiny_model
 
 VIEWS = ("default", "drop-pos0", "token-norm", "top1pc")
 

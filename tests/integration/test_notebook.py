@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import effdepth
-from effdepth.capture.registry import resolve_architecture
 from effdepth.errors import EffdepthError
-from effdepth.tiny import TINY_HIDDEN, TINY_LAYERS, tiny_model
+from effdepth.models.registry import resolve_architecture
+from effdepth.models.tiny import TINY_HIDDEN, TINY_LAYERS, tiny_model
 
 FAMILIES = ("gpt2", "llama")
 BATCH = 3
@@ -245,7 +245,7 @@ def test_from_hidden_states_checks_the_tuple_against_the_model():
 def test_hugging_face_paths_never_import_transformer_lens_or_nnsight():
     code = (
         "import sys, torch, effdepth\n"
-        "from effdepth.tiny import tiny_model\n"
+        "from effdepth.models.tiny import tiny_model\n"
         "m = tiny_model('gpt2')\n"
         "effdepth.measure(m, torch.randint(0, 256, (4, 6)), bootstrap=0, progress=False, pooling='none')\n"
         "with effdepth.capture(m) as s:\n"

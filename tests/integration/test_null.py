@@ -9,8 +9,8 @@ import pytest
 
 from effdepth import load
 from effdepth.cli import main
-from effdepth.null import config_sha256, random_model, random_weight_null, weights_sha256
 from effdepth.options import Options, RunOptions
+from effdepth.studies.null import config_sha256, random_model, random_weight_null, weights_sha256
 
 SMALL = {"num_seqs": 16, "seq_len": 32, "bootstrap": 0}
 
@@ -20,7 +20,7 @@ def model_dir(tmp_path_factory):
     from transformers import AutoModelForCausalLM
 
     from effdepth.data.tokenizers import byte_tokenizer
-    from effdepth.tiny import tiny_config
+    from effdepth.models.tiny import tiny_config
 
     folder = tmp_path_factory.mktemp("null") / "tiny-llama"
     AutoModelForCausalLM.from_config(tiny_config("llama")).save_pretrained(folder)
@@ -29,7 +29,7 @@ def model_dir(tmp_path_factory):
 
 
 def test_seeds_give_different_weights_and_the_same_config():
-    from effdepth.tiny import tiny_config
+    from effdepth.models.tiny import tiny_config
 
     config = tiny_config("llama")
     a, b, again = random_model(config, 0), random_model(config, 1), random_model(config, 0)

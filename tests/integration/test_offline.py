@@ -14,12 +14,12 @@ import pytest
 from hubcache import add_revision
 
 import effdepth
-import effdepth.sweep as sweep_module
-from effdepth import hub
+import effdepth.scale.sweep as sweep_module
 from effdepth.cli import main
 from effdepth.errors import EffdepthError
-from effdepth.hub import network
-from effdepth.trajectory import trajectory
+from effdepth.models import hub
+from effdepth.models.hub import network
+from effdepth.scale.trajectory import trajectory
 
 REPO = "EleutherAI/pythia-70m"
 SMALL = ["--seq-len", "16", "--num-seqs", "4", "--bootstrap", "0", "--no-progress", "--no-figures"]

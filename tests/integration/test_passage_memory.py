@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import effdepth
-from effdepth import passage_measure
-from effdepth.pooled import PooledStore
+from effdepth.measurement import run as passage_measure
+from effdepth.results.store import PooledStore
 
 STATUS = Path("/proc/self/status")
 pytestmark = pytest.mark.skipif(
@@ -35,7 +35,7 @@ def rss_anon_bytes() -> int:
 def wide_model(width: int = 256, layers: int = 6):
     from transformers import AutoModelForCausalLM
 
-    from effdepth.tiny import tiny_config
+    from effdepth.models.tiny import tiny_config
 
     config = tiny_config("llama")
     config.hidden_size, config.intermediate_size, config.num_hidden_layers = width, 2 * width, layers

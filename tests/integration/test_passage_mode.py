@@ -14,15 +14,15 @@ import torch
 from naive_hsic import naive_biased, naive_debiased
 
 import effdepth
-from effdepth import passage_measure
-from effdepth.checkpoint import MeasurementInterrupted
 from effdepth.cli import main
 from effdepth.data.tokenizers import byte_tokenizer
 from effdepth.errors import EffdepthError
-from effdepth.measure import prepare
+from effdepth.measurement import prepare
+from effdepth.measurement import run as passage_measure
+from effdepth.measurement.checkpoint import MeasurementInterrupted
+from effdepth.measurement.run import analyse_saved, measure_passages
+from effdepth.models.tiny import tiny_model
 from effdepth.options import Options, RunOptions
-from effdepth.passage_measure import analyse_saved, measure_passages
-from effdepth.tiny import tiny_model
 
 VIEWS = (
     "default,drop-pos0,drop-bos,token-norm,top1pc,top3pc,length,drop-bos+token-norm,drop-pos0+token-norm,"
@@ -146,7 +146,7 @@ def test_every_view_and_estimator_equals_a_naive_numpy_computation(family):
 
 def test_block_states_differ_from_hidden_states_only_in_the_final_norm():
     from effdepth.data.tokenizers import byte_tokenizer
-    from effdepth.pooled import PooledStore
+    from effdepth.results.store import PooledStore
 
     model = tiny_model("llama")
     arrays = {}
@@ -250,8 +250,8 @@ def test_the_analysis_progress_bar_counts_each_view_as_it_finishes(tmp_path, cap
 
 
 def test_passage_results_from_before_the_confound_controls_load_show_and_gain_them_by_re_analysis(tmp_path, capsys):
-    from effdepth.claims import check_paths
     from effdepth.report.tables import result_summary_text
+    from effdepth.studies.claims import check_paths
 
     r = effdepth.measure(tiny_model("llama"), ids(16, 12), bootstrap=20, views="default,top1pc", progress=False)
     path = r.save(tmp_path / "old")
@@ -324,7 +324,7 @@ def saved_model(folder, layers: int = 3):
     from transformers import AutoModelForCausalLM
 
     from effdepth.data.tokenizers import byte_tokenizer
-    from effdepth.tiny import tiny_config
+    from effdepth.models.tiny import tiny_config
 
     config = tiny_config("llama")
     config.num_hidden_layers = layers
@@ -352,7 +352,7 @@ def corpus(tmp_path, text):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--num-seqs", "4"], "below 4"),
+        (["--num-seqs", "3"], "below 4"),
         (["--views", "top9pc", "--num-seqs", "8"], "top9pc"),
         (["--protocol", "papr"], "invalid choice: 'papr'"),
         (["--views", "center"], "gone with the old token-level statistics"),
@@ -466,8 +466,8 @@ def test_token_ids_from_python_are_checked_before_the_forward_pass(corpus_, mess
 
 def test_a_passage_that_is_bos_alone_is_refused_under_drop_bos():
     from effdepth.data.passages import Passages
+    from effdepth.measurement.run import check_before_forward
     from effdepth.options import AnalysisOptions
-    from effdepth.passage_measure import check_before_forward
 
     passages = Passages.from_rows([[5, 6, 7]] * 4 + [[5]], bos_token_id=5)
     check_before_forward(passages, 3, 16, AnalysisOptions(views="default", bootstrap=0))
@@ -477,8 +477,8 @@ def test_a_passage_that_is_bos_alone_is_refused_under_drop_bos():
 
 def test_one_token_passages_and_seq_len_1_refuse_drop_pos0_in_one_line(tmp_path, capsys):
     from effdepth.data.passages import Passages
+    from effdepth.measurement.run import check_before_forward
     from effdepth.options import AnalysisOptions
-    from effdepth.passage_measure import check_before_forward
 
     passages = Passages.from_rows([[5, 6, 7]] * 4 + [[8]])
     with pytest.raises(EffdepthError, match=r"passage\(s\) 4 hold one token") as caught:

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from effdepth.capture.intervention import BlockSkip
-from effdepth.capture.registry import resolve_architecture
 from effdepth.cli import main
 from effdepth.data.tokenizers import byte_tokenizer
-from effdepth.measure import prepare
+from effdepth.measurement import prepare
+from effdepth.measurement.interventions import BlockSkip
+from effdepth.models.registry import resolve_architecture
+from effdepth.models.tiny import tiny_model
 from effdepth.options import Options, RunOptions
-from effdepth.prune import heldout_loss, heldout_passages, parse_skip, prune_check
-from effdepth.tiny import tiny_model
+from effdepth.studies.prune import heldout_loss, heldout_passages, parse_skip, prune_check
 
 SMALL = {"num_seqs": 16, "seq_len": 32, "bootstrap": 0}
 

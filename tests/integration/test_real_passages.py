@@ -7,9 +7,9 @@ import pytest
 from test_passage_mode import VIEWS, check_against_naive
 
 from effdepth.data.passages import load_passages
-from effdepth.measure import prepare
+from effdepth.measurement import prepare
+from effdepth.measurement.run import measure_passages
 from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
-from effdepth.passage_measure import measure_passages
 
 pytestmark = pytest.mark.slow
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 import effdepth
-from effdepth.capture.hooks import ResidualCapture
 from effdepth.data.passages import load_passages
-from effdepth.measure import Prepared, prepare
+from effdepth.measurement import Prepared, prepare
+from effdepth.measurement.run import measure_passages
+from effdepth.models.hooks import ResidualCapture
 from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
-from effdepth.passage_measure import measure_passages
 
 pytestmark = pytest.mark.slow
 TOKENS = {"pooling": "none", "tokens_per_passage": 16}
@@ -88,8 +88,8 @@ def test_the_embedded_gguf_loads_from_its_dequantised_copy_bit_for_bit(smol):
 
     from transformers import AutoModelForCausalLM
 
-    from effdepth import gguf_cache
     from effdepth.data import smollm2_gguf
+    from effdepth.models import gguf as gguf_cache
 
     path = smollm2_gguf()
     info = smol.lm.info
@@ -123,7 +123,7 @@ def smol_256():
 @pytest.fixture(scope="module")
 def smol_passages(smol_256):
     """The same loaded model in passage mode (the default protocol's estimators), 16 passages of up to 48 tokens."""
-    from effdepth.passage_measure import measure_passages
+    from effdepth.measurement.run import measure_passages
 
     load = LoadOptions(
         model=smol_256.lm.model, tokenizer=smol_256.lm.tokenizer, corpus="shakespeare", seq_len=48, num_seqs=16
@@ -146,7 +146,7 @@ def test_sensitivity_and_the_update_diagnostic_on_the_real_model(smol_passages, 
     update diagnostic), and D_eff under a maximum lag and as a participation ratio (the sensitivity study),
     each equal to a naive numpy computation; effdepth sensitivity of the saved result prints the same."""
     from effdepth.cli import main
-    from effdepth.pooled import PooledStore
+    from effdepth.results.store import PooledStore
 
     r = smol_passages
     v = r.default

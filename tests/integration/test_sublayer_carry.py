@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from effdepth.capture.hooks import hidden_from_input, hidden_from_output
-from effdepth.capture.intervention import ResidualCarry, SublayerCarry, carry_hooks, sublayer_branches
-from effdepth.capture.registry import resolve_architecture
 from effdepth.errors import EffdepthError
-from effdepth.tiny import TINY_MODEL_TYPES, tiny_model
+from effdepth.measurement.interventions import ResidualCarry, SublayerCarry, carry_hooks, sublayer_branches
+from effdepth.models.hooks import hidden_from_input, hidden_from_output
+from effdepth.models.registry import resolve_architecture
+from effdepth.models.tiny import TINY_MODEL_TYPES, tiny_model
 
 
 def ids():
@@ -89,7 +89,7 @@ def test_a_carried_block_outputs_lam_squared_h_plus_lam_attn_plus_mlp(family):
 
 
 def test_every_registered_family_has_a_tiny_model():
-    from effdepth.capture.registry import ARCHITECTURES
+    from effdepth.models.registry import ARCHITECTURES
 
     assert set(ARCHITECTURES) <= set(TINY_MODEL_TYPES)
 

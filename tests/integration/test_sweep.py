@@ -6,12 +6,12 @@ import pandas as pd
 import pytest
 
 import effdepth
-import effdepth.sweep as sweep_module
+import effdepth.scale.sweep as sweep_module
 from effdepth.cli import main
 from effdepth.errors import EffdepthError
 from effdepth.options import Options
-from effdepth.suites import SuiteModel
-from effdepth.sweep import COLUMNS, Job, job_folder, job_options, make_jobs, slug, sweep
+from effdepth.scale.suites import SuiteModel
+from effdepth.scale.sweep import COLUMNS, Job, job_folder, job_options, make_jobs, slug, sweep
 
 SMALL = {"seq_len": 16, "num_seqs": 4, "bootstrap": 20, "batch_size": 4}
 
@@ -168,8 +168,8 @@ def test_a_model_interrupted_midway_continues_from_its_partial_statistics(tmp_pa
     import os
     import signal
 
-    from effdepth import passage_measure
-    from effdepth.checkpoint import MeasurementInterrupted
+    from effdepth.measurement import run as passage_measure
+    from effdepth.measurement.checkpoint import MeasurementInterrupted
 
     real = passage_measure.pooled_batches
 
@@ -197,7 +197,7 @@ def test_a_model_interrupted_midway_continues_from_its_partial_statistics(tmp_pa
 
 
 def test_a_measurement_interruption_is_not_a_model_failure(tmp_path, corpus, monkeypatch):
-    from effdepth.checkpoint import MeasurementInterrupted
+    from effdepth.measurement.checkpoint import MeasurementInterrupted
 
     def interrupted(payload):
         raise MeasurementInterrupted("interrupted by SIGTERM after 2 of 4 sequences")

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from effdepth.data.tokenizers import byte_tokenizer
-from effdepth.measure import prepare
+from effdepth.measurement import prepare
+from effdepth.measurement.run import measure_passages
+from effdepth.models.tiny import tiny_model
 from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
-from effdepth.passage_measure import measure_passages
-from effdepth.tiny import tiny_model
 
 TEXT = ["\n\n".join(f"Paragraph {i}: " + "to be or not to be, " * (2 + i % 5) for i in range(40))]
 

@@ -9,7 +9,7 @@ import effdepth
 from effdepth.cli import main
 from effdepth.data import byte_tokenizer
 from effdepth.errors import EffdepthError
-from effdepth.tiny import tiny_model
+from effdepth.models.tiny import tiny_model
 
 TEXT = "Out, out, brief candle! Life's but a walking shadow, a poor player. " * 40
 

@@ -11,14 +11,14 @@ import torch
 from huggingface_hub.hf_api import BlobLfsInfo, GitRefInfo, GitRefs, RepoSibling
 
 import effdepth
-import effdepth.sweep as sweep_module
+import effdepth.scale.sweep as sweep_module
 from effdepth.cli import main
 from effdepth.data import byte_tokenizer
 from effdepth.errors import EffdepthError
+from effdepth.models.tiny import tiny_model
 from effdepth.report.figures_trajectory import trajectory_figure
-from effdepth.revisions import PYTHIA_TOKENS_PER_STEP
-from effdepth.tiny import tiny_model
-from effdepth.trajectory import trajectory
+from effdepth.scale.revisions import PYTHIA_TOKENS_PER_STEP
+from effdepth.scale.trajectory import trajectory
 
 SMALL = ["--seq-len", "16", "--num-seqs", "4", "--bootstrap", "20", "--no-progress"]
 
@@ -129,7 +129,7 @@ def test_a_single_model_folder_is_not_a_trajectory(checkpoints, tmp_path):
 
 
 def test_a_folder_without_config_is_said_to_be_skipped(checkpoints, tmp_path):
-    from effdepth.trajectory import discover, select
+    from effdepth.scale.trajectory import discover, select
 
     notes = select(discover(checkpoints), "auto")[1]
     assert "skipped logs/: no config.json, so not a saved checkpoint" in notes
@@ -326,8 +326,8 @@ def test_a_preset_measures_its_log_spaced_checkpoints_and_records_itself(fake_hu
 
 
 def test_the_olmo2_preset_spaces_stage1_only(fake_hub):
-    from effdepth.suites.trajectories import trajectory_preset
-    from effdepth.trajectory import discover, select
+    from effdepth.scale.suites.trajectories import trajectory_preset
+    from effdepth.scale.trajectory import discover, select
 
     steps = [0, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000, 400000, 596057]
     stage1 = [f"stage1-step{s}-tokens{round(s * 8.39 / 1000)}B" for s in steps]

@@ -26,7 +26,7 @@ import torch
 import effdepth
 from effdepth.data import byte_tokenizer
 from effdepth.errors import EffdepthError
-from effdepth.tiny import TINY_LAYERS, tiny_model
+from effdepth.models.tiny import TINY_LAYERS, tiny_model
 
 FAMILIES = ("gpt2", "llama")
 TOL = 1e-5

@@ -1,4 +1,4 @@
-"""The pure parts of effdepth.hub: file selection, cache reading, the offline switch, the probe, messages."""
+"""The pure parts of effdepth.models.hub: file selection, cache reading, the offline switch, the probe, messages."""
 
 import hashlib
 import json
@@ -9,10 +9,10 @@ import time
 import huggingface_hub.constants
 import pytest
 
-from effdepth import fetch as fetching
-from effdepth import hub
 from effdepth.errors import EffdepthError
-from effdepth.hub import network
+from effdepth.models import hub
+from effdepth.models.hub import network
+from effdepth.scale import fetch as fetching
 
 PYTHIA = [
     "config.json",

@@ -14,24 +14,16 @@ PACKAGE = Path(effdepth.__file__).parent
 # Lowest first. A module may import its own layer and the layers below it,
 # never one above. Entries name a module or a package (all it holds).
 LAYERS = (
-    ("version", "errors", "files", "provenance"),
+    ("errors",),
     ("numerics",),
-    ("data", "tiny"),
-    ("hub",),
-    ("models", "gguf_cache", "quiet"),
-    ("capture",),
+    ("results",),
+    ("data",),
+    ("models",),
     ("options",),
-    ("pooled", "result", "results_carry", "loading", "verdicts"),
+    ("measurement",),
     ("report",),
-    ("revisions", "suites"),
-    ("checkpoint", "executors"),
-    ("measure", "passage_measure"),
-    ("notebook", "distributed"),
-    ("intervene", "recompose", "null", "prune"),
-    ("experiment",),
-    ("sweep",),
-    ("trajectory",),
-    ("fetch", "claims"),
+    ("studies",),
+    ("scale",),
     ("cli",),
 )
 # The package's own __init__ is the public facade: it may import every layer but cli.
@@ -148,3 +140,10 @@ def test_no_function_takes_more_than_ten_parameters():
                 if count > 10:
                     long.append(f"{module_name(path)}.{node.name} ({count})")
     assert long == []
+
+
+def test_few_nouns_at_the_top_and_no_name_shadows_a_subpackage():
+    entries = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__")
+    assert len(entries) <= 12, entries
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert not packages & set(effdepth.__all__), "a public name hides a subpackage"

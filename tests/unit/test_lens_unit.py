@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import effdepth
-from effdepth.capture.external import _centred, adapt_external, library_of, weight_processing
 from effdepth.errors import EffdepthError
-from effdepth.notebook import state_batch
-from effdepth.tiny import tiny_model
+from effdepth.measurement.notebook import state_batch
+from effdepth.models.external import _centred, adapt_external, library_of, weight_processing
+from effdepth.models.tiny import tiny_model
 
 
 def in_module(name, module, bases=(torch.nn.Module,), **attrs):

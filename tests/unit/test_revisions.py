@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from effdepth.errors import EffdepthError
-from effdepth.revisions import (
+from effdepth.scale.revisions import (
     PYTHIA_TOKENS_PER_STEP,
     check_revision,
     log_spaced_picks,

@@ -9,10 +9,10 @@ import os
 import sys
 import traceback
 
-from ..errors import EffdepthError
-from ..version import __version__
-from . import carry, claims, fetch, measure, null, prune, report, scale, sensitivity
-from .arguments import Parser, default_out, ensure_writable, silence_stdout
+from effdepth.cli import carry, claims, fetch, measure, null, prune, report, scale, sensitivity
+from effdepth.cli.arguments import Parser, default_out, ensure_writable, silence_stdout
+from effdepth.errors import EffdepthError
+from effdepth.results.version import __version__
 
 __all__ = ["main", "build_parser", "default_out", "ensure_writable"]
 
@@ -38,8 +38,8 @@ def build_parser() -> tuple:
 
 def run_command(command, args) -> int:
     """Apply ``--offline`` before anything reads from the hub, and keep the hub library's retry chatter quiet."""
-    from ..errors import command_line
-    from ..hub import quiet_hub, set_offline
+    from effdepth.errors import command_line
+    from effdepth.models.hub import quiet_hub, set_offline
 
     if getattr(args, "offline", False):
         set_offline(True)

@@ -2,6 +2,6 @@
 
 import sys
 
-from . import main
+from effdepth.cli import main
 
 sys.exit(main())

@@ -10,8 +10,8 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from ..errors import EffdepthError
-from ..options import AnalysisOptions, LoadOptions, RunOptions
+from effdepth.errors import EffdepthError
+from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
 
 
 class Parser(argparse.ArgumentParser):
@@ -146,7 +146,7 @@ def add_executor_arguments(p: argparse.ArgumentParser) -> None:
 
 def executor_from_args(args):
     """The executor the flags of :func:`add_executor_arguments` ask for (checked before any work)."""
-    from ..executors import make_executor
+    from effdepth.scale.executors import make_executor
 
     return make_executor(
         args.executor, ray_address=args.ray_address, gpus_per_task=args.gpus_per_task, cpus_per_task=args.cpus_per_task

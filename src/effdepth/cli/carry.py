@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..capture.intervention import CARRY_ON
-from ..errors import EffdepthError
-from ..options import Options
-from .arguments import (
+from effdepth.cli.arguments import (
     Parser,
     add_measure_arguments,
     add_model_argument,
@@ -16,6 +13,9 @@ from .arguments import (
     float_arg,
     int_arg,
 )
+from effdepth.errors import EffdepthError
+from effdepth.measurement.interventions import CARRY_ON
+from effdepth.options import Options
 
 
 def register(sub) -> dict:
@@ -24,7 +24,7 @@ def register(sub) -> dict:
         help="measure D_eff and loss with the residual carry scaled",
         description="For each carry lam, blocks output lam * s_{l-1} + (s_l - s_{l-1}) (lam = 1: the unmodified model); "
         "D_eff, references and next-token loss are measured on the same passages, as effdepth measure measures them "
-        "(passage mode; --pooling none: token mode), so carry 1 gives measure's number. Writes intervention.json, "
+        "(--pooling none: each passage's tokens as samples), so carry 1 gives measure's number. Writes intervention.json, "
         "carry-<lam>/result.json and intervention.{png,pdf}. For the offline version from a saved result see 'effdepth recompose'.",
     )
     add_model_argument(i)
@@ -87,7 +87,7 @@ def register(sub) -> dict:
         "held-out sequences WITH its carry (stored as effdepth_carry in the config; a plain 'effdepth measure' of such a "
         "checkpoint measures the lam = 1 model). Writes DIR/experiment.json and DIR/experiment.{png,pdf}.",
     )
-    from ..experiment import CarryExperiment
+    from effdepth.studies.experiment import CarryExperiment
 
     d = CarryExperiment()
     c.add_argument(
@@ -165,9 +165,9 @@ def register(sub) -> dict:
 
 
 def cmd_intervene(args) -> int:
-    from ..capture.intervention import check_layer_spec, parse_carry
-    from ..intervene import intervene, save_intervention
-    from ..report.tables import intervention_headline, intervention_table
+    from effdepth.measurement.interventions import check_layer_spec, parse_carry
+    from effdepth.report.tables import intervention_headline, intervention_table
+    from effdepth.studies.intervene import intervene, save_intervention
 
     options = Options.from_args(args)
     # Bad carry values or layers fail before the output folder and the weights.
@@ -193,12 +193,12 @@ def _keywords(options: Options) -> dict:
 
 
 def cmd_recompose(args) -> int:
-    from ..capture.intervention import parse_carry
-    from ..files import write_json_atomic
-    from ..loading import load
-    from ..options import validate_options
-    from ..recompose import recompose_report
-    from ..result import Result
+    from effdepth.measurement.interventions import parse_carry
+    from effdepth.options import validate_options
+    from effdepth.results.files import write_json_atomic
+    from effdepth.results.loading import load
+    from effdepth.results.result import Result
+    from effdepth.studies.recompose import recompose_report
 
     carries = parse_carry(args.carry)
     validate_options(bootstrap=args.bootstrap)  # before reading the pooled vectors
@@ -218,13 +218,13 @@ def cmd_recompose(args) -> int:
 
 
 def cmd_experiment(args) -> int:
-    from ..experiment import CarryExperiment, carry_experiment
-    from ..report.tables import (
+    from effdepth.report.tables import (
         experiment_final_table,
         experiment_headline,
         experiment_paper_table,
         experiment_step_table,
     )
+    from effdepth.studies.experiment import CarryExperiment, carry_experiment
 
     given = dict(
         carries=args.carry,

@@ -25,7 +25,7 @@ def register(sub) -> dict:
 
 
 def cmd_claims(args) -> int:
-    from ..claims import check_paths
+    from effdepth.studies.claims import check_paths
 
     print(check_paths(args.results).text())
     return 0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import EffdepthError
-from .arguments import log_line
+from effdepth.cli.arguments import log_line
+from effdepth.errors import EffdepthError
 
 #: ``--protocol`` fetches 1/20 more documents than it has passages: a document of fewer than a
 #: passage's minimum tokens is skipped, and the run then reads the next one.
@@ -86,7 +86,7 @@ def protocol_corpus(protocol: str | None, corpora: list, documents: int | None) 
     >>> protocol_corpus("paper", [], None)
     (['hf:HuggingFaceFW/fineweb-edu:sample-10BT:train'], 10500)
     """
-    from ..options import PROTOCOLS, check_protocol
+    from effdepth.options import PROTOCOLS, check_protocol
 
     check_protocol(protocol)
     if protocol is None:
@@ -97,8 +97,8 @@ def protocol_corpus(protocol: str | None, corpora: list, documents: int | None) 
 
 
 def cmd_fetch(args) -> int:
-    from ..fetch import plan_fetch, run_fetch
-    from ..hub import hub_cache
+    from effdepth.models.hub import hub_cache
+    from effdepth.scale.fetch import plan_fetch, run_fetch
 
     corpora, documents = protocol_corpus(args.protocol, args.corpus, args.documents)
     if not args.models and not corpora:
@@ -128,7 +128,7 @@ def cmd_fetch(args) -> int:
     verb = "would fetch into" if args.dry_run else "cache:"
     print(f"\n{verb} {plan.cache_dir}{where}")
     if any(item.documents is not None for item in plan.items):
-        from ..data.corpus_prefix import corpora_dir
+        from effdepth.data.corpus_prefix import corpora_dir
 
         print(f"first documents of hf: corpora: {corpora_dir()} (EFFDEPTH_CACHE)")
     if plan.problems:

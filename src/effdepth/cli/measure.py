@@ -6,9 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..errors import EffdepthError
-from ..options import AnalysisOptions, Options
-from .arguments import (
+from effdepth.cli.arguments import (
     add_measure_arguments,
     add_model_argument,
     add_option_arguments,
@@ -18,6 +16,8 @@ from .arguments import (
     output_folder,
     run_options_from_args,
 )
+from effdepth.errors import EffdepthError
+from effdepth.options import AnalysisOptions, Options
 
 #: Flags that say where and how to run, not what to measure: never saved for a resume.
 _NOT_SAVED = ("help", "resume", "out", "progress", "checkpoint_every", "figures")
@@ -77,8 +77,8 @@ def register(sub) -> dict:
 
 
 def cmd_measure(args) -> int:
-    from ..checkpoint import checkpoint_dir
-    from ..measure import run_measurement
+    from effdepth.measurement import run_measurement
+    from effdepth.measurement.checkpoint import checkpoint_dir
 
     if args.resume:
         adopt_saved_flags(args, checkpoint_dir(Path(args.resume)))
@@ -139,7 +139,7 @@ def explicit_dests(args) -> set:
 def adopt_saved_flags(args, folder: Path) -> None:
     """``--resume DIR`` alone continues the run saved there: its flags are taken from the checkpoint;
     flags typed now must equal the saved ones (they decide which numbers the statistics are)."""
-    from ..checkpoint import saved_run
+    from effdepth.measurement.checkpoint import saved_run
 
     saved = (saved_run(folder) or {}).get("flags")
     if not saved:
@@ -182,8 +182,8 @@ def resume_command(args, out: Path) -> str:
 
 def write_result(result, out: Path, *, figures: bool, note: str = "") -> None:
     """Save ``result`` in ``out``, print its tables, and write its figures."""
-    from ..report.figures import remove_stale_figures, write_figures
-    from ..report.tables import result_summary_text
+    from effdepth.report.figures import remove_stale_figures, write_figures
+    from effdepth.report.tables import result_summary_text
 
     path = result.save(out)
     print(result_summary_text(result))
@@ -201,7 +201,7 @@ def write_result(result, out: Path, *, figures: bool, note: str = "") -> None:
 
 
 def cmd_analyse(args) -> int:
-    from ..passage_measure import ANALYSIS_CHANGES, analyse_saved
+    from effdepth.measurement.run import ANALYSIS_CHANGES, analyse_saved
 
     changes = {k: getattr(args, k) for k in ANALYSIS_CHANGES if getattr(args, k) is not None}
     result = analyse_saved(Path(args.result), progress=args.progress, **changes)
@@ -211,8 +211,8 @@ def cmd_analyse(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from ..loading import load
-    from ..report.tables import show_text
+    from effdepth.report.tables import show_text
+    from effdepth.results.loading import load
 
     print(show_text(load(args.result)))
     return 0

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import EffdepthError
-from ..options import Options
-from .arguments import add_measure_arguments, add_model_argument, default_out, output_folder, run_options_from_args
+from effdepth.cli.arguments import (
+    add_measure_arguments,
+    add_model_argument,
+    default_out,
+    output_folder,
+    run_options_from_args,
+)
+from effdepth.errors import EffdepthError
+from effdepth.options import Options
 
 
 def register(sub) -> dict:
@@ -49,10 +55,10 @@ def parse_seeds(text: str) -> list:
 
 
 def cmd_null(args) -> int:
-    from ..null import random_weight_null
-    from ..report.figures_null import null_figure
-    from ..report.style import save_figure
-    from ..report.tables import study_text
+    from effdepth.report.figures_null import null_figure
+    from effdepth.report.style import save_figure
+    from effdepth.report.tables import study_text
+    from effdepth.studies.null import random_weight_null
 
     seeds = parse_seeds(args.seeds)
     options = Options.from_args(args)

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..options import Options
-from .arguments import add_measure_arguments, add_model_argument, default_out, output_folder, run_options_from_args
+from effdepth.cli.arguments import (
+    add_measure_arguments,
+    add_model_argument,
+    default_out,
+    output_folder,
+    run_options_from_args,
+)
+from effdepth.options import Options
 
 
 def register(sub) -> dict:
@@ -31,10 +37,10 @@ def register(sub) -> dict:
 
 
 def cmd_prune_check(args) -> int:
-    from ..prune import parse_skip, prune_check
-    from ..report.figures_prune import prune_figure
-    from ..report.style import save_figure
-    from ..report.tables import study_text
+    from effdepth.report.figures_prune import prune_figure
+    from effdepth.report.style import save_figure
+    from effdepth.report.tables import study_text
+    from effdepth.studies.prune import parse_skip, prune_check
 
     skips = parse_skip(args.skip)
     options = Options.from_args(args)

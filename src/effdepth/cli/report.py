@@ -32,7 +32,7 @@ def register(sub) -> dict:
 
 
 def cmd_report(args) -> int:
-    from ..report.build import write_report
+    from effdepth.report.build import write_report
 
     written = write_report(args.results, args.output, args.format)
     extra = f" and {len(written) - 1} images in {written[1].parent}/" if len(written) > 1 else ""

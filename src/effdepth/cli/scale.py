@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import EffdepthError
-from ..options import Options
-from .arguments import (
+from effdepth.cli.arguments import (
     Parser,
     add_executor_arguments,
     add_measure_arguments,
@@ -16,6 +14,8 @@ from .arguments import (
     output_folder,
     run_options_from_args,
 )
+from effdepth.errors import EffdepthError
+from effdepth.options import Options
 
 
 def register(sub) -> dict:
@@ -49,7 +49,7 @@ def register(sub) -> dict:
     w.add_argument("--no-figures", dest="figures", action="store_false", help="do not write DIR/suite.{png,pdf}")
     w.add_argument("--no-report", dest="report", action="store_false", help="do not write DIR/report.html")
 
-    from ..suites.trajectories import preset_names
+    from effdepth.scale.suites.trajectories import preset_names
 
     t = sub.add_parser(
         "trajectory",
@@ -84,7 +84,7 @@ def register(sub) -> dict:
 
 
 def cmd_suite(args) -> int:
-    from ..suites import load_suite, suite_names
+    from effdepth.scale.suites import load_suite, suite_names
 
     if args.suite_command == "list":
         for name in suite_names():
@@ -98,8 +98,8 @@ def cmd_suite(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from ..report.tables import suite_summary_text
-    from ..sweep import sweep
+    from effdepth.report.tables import suite_summary_text
+    from effdepth.scale.sweep import sweep
 
     options = Options.from_args(args, revision=None)  # the revision is each model's (make_jobs checks it)
     executor = executor_from_args(args)
@@ -122,7 +122,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_trajectory(args) -> int:
-    from ..trajectory import trajectory
+    from effdepth.scale.trajectory import trajectory
 
     if args.revision is not None:
         raise EffdepthError("trajectory takes --revisions (auto, every:K, log:K or a list), not --revision")

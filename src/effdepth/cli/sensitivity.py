@@ -10,7 +10,7 @@ def register(sub) -> dict:
         description="For each saved result: D_eff of a view under the maximum lags 1, 5, 25 and full, the Bartlett, "
         "Parzen and Tukey-Hanning tapers, and the participation-ratio, effective-rank and threshold-count "
         "aggregations, each against the same form on orthogonal equal updates, with bootstrap intervals (passage "
-        "mode; token-mode results give the values of their saved similarity matrix). With three or more results (a "
+        "mode; old token-mode results give the values of their saved similarity matrix). With three or more results (a "
         "sweep's folder): the Spearman correlation of the models' ordering under each form with the Bartlett one. "
         "Reads only the result files: seconds.",
     )
@@ -27,9 +27,9 @@ def register(sub) -> dict:
 
 def sensitivity_text(sources, view: str = "default", similarity: str | None = None) -> str:
     """Every result's table, then the ordering table when there are three or more."""
-    from ..errors import EffdepthError
-    from ..report.content import robustness
-    from ..report.plain import table_text
+    from effdepth.errors import EffdepthError
+    from effdepth.report.content import robustness
+    from effdepth.report.plain import table_text
 
     parts = []
     for source in sources:
@@ -49,7 +49,7 @@ def sensitivity_text(sources, view: str = "default", similarity: str | None = No
 
 
 def cmd_sensitivity(args) -> int:
-    from ..report.sources import load_sources
+    from effdepth.report.sources import load_sources
 
     print(sensitivity_text(load_sources(args.results), args.view, args.similarity))
     return 0

@@ -1,4 +1,4 @@
-"""``torchrun --nproc-per-node N -m effdepth.distributed measure MODEL ...``: one measurement over several processes."""
+"""``torchrun --nproc-per-node N -m effdepth.scale.distributed measure MODEL ...``: one measurement over several processes."""
 
 from __future__ import annotations
 
@@ -6,16 +6,16 @@ import os
 import sys
 from pathlib import Path
 
-from ..errors import EffdepthError
-from ..options import Options
-from .arguments import Parser, add_measure_arguments, add_model_argument, default_out, ensure_writable
+from effdepth.cli.arguments import Parser, add_measure_arguments, add_model_argument, default_out, ensure_writable
+from effdepth.errors import EffdepthError
+from effdepth.options import Options
 
 
 def build_parser() -> Parser:
     parser = Parser(
-        prog="effdepth.distributed",
+        prog="effdepth.scale.distributed",
         description="Measure one model over several processes (torchrun). Example: "
-        "torchrun --nproc-per-node 2 -m effdepth.distributed measure MODEL --out DIR",
+        "torchrun --nproc-per-node 2 -m effdepth.scale.distributed measure MODEL --out DIR",
     )
     sub = parser.add_subparsers(dest="command", parser_class=Parser, metavar="COMMAND", required=True)
     m = sub.add_parser("measure", help="measure D_eff of one model, sequences shared by the ranks")
@@ -35,8 +35,8 @@ def build_parser() -> Parser:
 
 
 def main(argv=None) -> int:
-    """``python -m effdepth.distributed measure ...`` under torchrun; returns the exit status."""
-    from ..distributed import PeerFailed, process_group
+    """``python -m effdepth.scale.distributed measure ...`` under torchrun; returns the exit status."""
+    from effdepth.scale.distributed import PeerFailed, process_group
 
     rank = int(os.environ.get("RANK", 0))
     try:
@@ -63,8 +63,8 @@ def _measure_command(args) -> int:
     import torch
     import torch.distributed as dist
 
-    from ..distributed import agreed, comm_device, measure_distributed
-    from .measure import write_result
+    from effdepth.cli.measure import write_result
+    from effdepth.scale.distributed import agreed, comm_device, measure_distributed
 
     options = Options.from_args(args)
     if options.load.device is None and torch.cuda.is_available():

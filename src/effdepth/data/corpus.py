@@ -24,9 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from effdepth.errors import EffdepthError, tokenizer_hint
-
-from .packing import (
+from effdepth.data.packing import (
     HF_POOL_FACTOR,
     cached_stream,
     choose_chunks,
@@ -38,7 +36,8 @@ from .packing import (
     tokenizer_len,
     tokenizer_name,
 )
-from .text_sources import ACCEPTED_FORMS, TextSource, resolve_text_source
+from effdepth.data.text_sources import ACCEPTED_FORMS, TextSource, resolve_text_source
+from effdepth.errors import EffdepthError, tokenizer_hint
 
 
 @dataclass(frozen=True, eq=False)

@@ -27,10 +27,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from effdepth.data.assets import cache_dir
 from effdepth.errors import EffdepthError
-from effdepth.files import write_atomic
-
-from .assets import cache_dir
+from effdepth.results.files import write_atomic
 
 #: Part of every copy's description; bump when the layout or the meaning of a field changes.
 PREFIX_FORMAT = 1

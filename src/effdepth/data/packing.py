@@ -29,10 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from effdepth.data.corpus_prefix import texts_sha256
 from effdepth.errors import EffdepthError
-from effdepth.files import write_atomic
-
-from .corpus_prefix import texts_sha256
+from effdepth.results.files import write_atomic
 
 #: For Hugging Face datasets only this many times the requested chunks are
 #: read (from the start of the split), so a huge dataset is not read in full.

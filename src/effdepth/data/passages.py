@@ -42,12 +42,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from effdepth.data.corpus import check_tokenizer, is_token_ids, load_corpus
+from effdepth.data.packing import HF_POOL_FACTOR, special_id, tokenizer_len, tokenizer_name
+from effdepth.data.text_sources import resolve_text_source
 from effdepth.errors import EffdepthError
-
-from ..numerics.similarities import fewest_samples
-from .corpus import check_tokenizer, is_token_ids, load_corpus
-from .packing import HF_POOL_FACTOR, special_id, tokenizer_len, tokenizer_name
-from .text_sources import resolve_text_source
+from effdepth.numerics.similarities import fewest_samples
 
 BOS_CHOICES = ("auto", "always", "never")
 SPLITS = ("windows", "paragraphs", "document")

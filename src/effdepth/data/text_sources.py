@@ -20,9 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from effdepth.data.corpus_prefix import CorpusPrefix, cached_prefix, write_prefix
 from effdepth.errors import EffdepthError
-
-from .corpus_prefix import CorpusPrefix, cached_prefix, write_prefix
 
 #: Suffixes read from a folder; anything else under the folder is skipped.
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text", ".jsonl")

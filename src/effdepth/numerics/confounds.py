@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .intervals import percentile_interval
+from effdepth.numerics.intervals import percentile_interval
 
 #: Subsample sizes as fractions of the units: N/8, N/4, N/2 (N itself is the full estimate).
 SUBSAMPLE_FRACTIONS = (8, 4, 2)

@@ -32,6 +32,8 @@ least budget a stack can work in.
 
 from __future__ import annotations
 
+import math
+
 #: Bytes a stack may hold unless told otherwise (``--max-memory``'s default).
 DEFAULT_BUDGET_BYTES = 4 << 30
 #: Bytes of one float64 value.
@@ -178,3 +180,19 @@ def stack_plan(
     plan["chunk"] = resample_chunk(count, samples, units, budget_bytes)
     plan["peak_bytes"] = int(max(build, resample_bytes(count, samples, units, plan["chunk"])))
     return plan
+
+
+def binary_size(n: int, *, round_up: bool = False) -> str:
+    """Bytes in the largest binary unit that keeps a number of at least 1, one decimal (as --max-memory takes
+    them); ``round_up``: a size of at least ``n`` (what a budget must be).
+
+    >>> binary_size(1 << 30), binary_size(3 * 2**20 // 2), binary_size(1000), binary_size(0)
+    ('1.0 GiB', '1.5 MiB', '1000 B', '0 B')
+    >>> binary_size(4242547840, round_up=True), binary_size(1025, round_up=True), binary_size(3, round_up=True)
+    ('4.0 GiB', '1.1 KiB', '3 B')
+    """
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            value = math.ceil(n / scale * 10) / 10 if round_up else n / scale
+            return f"{value:.1f} {unit}"
+    return f"{int(n)} B"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .hsic_plan import RESAMPLE_CHUNK
+from effdepth.numerics.hsic_plan import RESAMPLE_CHUNK
 
 #: The debiased estimator needs four distinct samples.
 MIN_SAMPLES = 4

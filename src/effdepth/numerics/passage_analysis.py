@@ -38,22 +38,28 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from ..errors import EffdepthError
-from ..files import binary_size
-from .confounds import Subsamples, confound_table, subsample_curve
-from .hsic_plan import DEFAULT_BUDGET_BYTES, F64, hsic_route, least_stack_bytes, stack_plan
-from .hsic_resample import Units, resample_weights, resampled_hsic
-from .intervals import LEVEL, percentile_interval, split_draws
-from .passage_metrics import REFERENCE_NAMES, analysed, cka, kernel_numbers, plain_numbers
-from .passage_stacks import IsotropicSurrogate, Kept, MatchedSurrogate, PooledStates, Updates
-from .passage_views import CONTROLS, PassageView, check_top_pcs, parse_view, parse_views
-from .pooling import TOKEN_SUMS
-from .references import reference_fl
-from .sample_hsic import LayerStack, stack_sums
-from .sampling import sample_units
-from .sensitivity import sensitivity_numbers
-from .similarities import SIMILARITIES, fewest_samples, parse_similarities
-from .similarity import deff
+from effdepth.errors import EffdepthError
+from effdepth.numerics.confounds import Subsamples, confound_table, subsample_curve
+from effdepth.numerics.hsic_plan import (
+    DEFAULT_BUDGET_BYTES,
+    F64,
+    binary_size,
+    hsic_route,
+    least_stack_bytes,
+    stack_plan,
+)
+from effdepth.numerics.hsic_resample import Units, resample_weights, resampled_hsic
+from effdepth.numerics.intervals import LEVEL, percentile_interval, split_draws
+from effdepth.numerics.passage_metrics import REFERENCE_NAMES, analysed, cka, kernel_numbers, plain_numbers
+from effdepth.numerics.passage_stacks import IsotropicSurrogate, Kept, MatchedSurrogate, PooledStates, Updates
+from effdepth.numerics.passage_views import CONTROLS, PassageView, check_top_pcs, parse_view, parse_views
+from effdepth.numerics.pooling import TOKEN_SUMS
+from effdepth.numerics.references import reference_fl
+from effdepth.numerics.sample_hsic import LayerStack, stack_sums
+from effdepth.numerics.sampling import sample_units
+from effdepth.numerics.sensitivity import sensitivity_numbers
+from effdepth.numerics.similarities import SIMILARITIES, fewest_samples, parse_similarities
+from effdepth.numerics.similarity import deff
 
 #: Passage mode's similarity specs by name (:mod:`~effdepth.numerics.similarities.passage`).
 #: Resampling units unless told otherwise: each a block of consecutive passages (one passage each when N is smaller).

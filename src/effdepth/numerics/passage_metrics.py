@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .references import energy_ratio_matrix, gap_attribution, matched_energies, reference_fl, reference_from_energies
-from .similarity import decay_profile, deff
+from effdepth.numerics.references import (
+    energy_ratio_matrix,
+    gap_attribution,
+    matched_energies,
+    reference_fl,
+    reference_from_energies,
+)
+from effdepth.numerics.similarity import decay_profile, deff
 
 #: The matched references of a CKA estimator (docs/method.md#matched-references), by their paper names.
 REFERENCE_NAMES = ("init", "size", "matched", "corr")

@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .hsic_plan import F64
-from .sample_hsic import LayerStack, centred
+from effdepth.numerics.hsic_plan import F64
+from effdepth.numerics.sample_hsic import LayerStack, centred
 
 
 class PooledStates(LayerStack):

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import EffdepthError
-from .view_components import parse_steps, pooled_variants
+from effdepth.errors import EffdepthError
+from effdepth.numerics.view_components import parse_steps, pooled_variants
 
 #: ``--views paper`` in passage mode: the paper's controls (PAPER-PROTOCOL section 4), position 0 left out
 #: symmetrically for every model, BOS or not.

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import EffdepthError
-from .similarities import fewest_samples
+from effdepth.errors import EffdepthError
+from effdepth.numerics.similarities import fewest_samples
 
 
 def checked_pooled(pooled, lengths=None) -> np.ndarray:

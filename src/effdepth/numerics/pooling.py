@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .passage_views import parse_view
+from effdepth.numerics.passage_views import parse_view
 
 #: The per-token sums kept per passage and layer l = 1..L.
 TOKEN_SUMS = ("cos_prev", "update_norm", "prev_norm")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .similarity import deff
+from effdepth.numerics.similarity import deff
 
 
 def leave_one_out_deff(similarity: np.ndarray) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Offline recomposition of a measured stream from its increments (docs/method.md#recomposition).
 
 Pure numpy on a stack of states ``(L+1, N, d)``: in passage mode the pooled
-vectors P_0..P_L of N passages (:mod:`effdepth.recompose` reads them from a
+vectors P_0..P_L of N passages (:mod:`effdepth.studies.recompose` reads them from a
 saved result and analyses what comes out). Everything here is linear in the
 states, and pooling a passage by its mean is linear in its token states, so
 recomposing the pooled vectors is exactly pooling the recomposed token stream.
@@ -18,14 +18,14 @@ recomposing the pooled vectors is exactly pooling the recomposed token stream.
   keeps its size. This is the process the matched reference describes; under
   CKA it is not an identity (Frobenius-orthogonal increments may still share
   covariance directions, and CKA weighs a layer by its covariance norm, not its
-  energy), so :mod:`effdepth.recompose` reports the difference.
+  energy), so :mod:`effdepth.studies.recompose` reports the difference.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import EffdepthError
+from effdepth.errors import EffdepthError
 
 #: An increment whose part orthogonal to the earlier ones is below this fraction of its norm lies in their span.
 SPAN_TOLERANCE = 1e-10

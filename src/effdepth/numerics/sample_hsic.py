@@ -32,8 +32,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .hsic_plan import DEFAULT_BUDGET_BYTES, hsic_route, stack_plan
-from .hsic_resample import StackSums, Units, resample_weights, resampled_hsic
+from effdepth.numerics.hsic_plan import DEFAULT_BUDGET_BYTES, hsic_route, stack_plan
+from effdepth.numerics.hsic_resample import StackSums, Units, resample_weights, resampled_hsic
 
 
 class LayerStack:

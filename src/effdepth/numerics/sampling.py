@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .hsic_resample import Units
-from .pooling import TOKEN_SUMS, token_sums
+from effdepth.numerics.hsic_resample import Units
+from effdepth.numerics.pooling import TOKEN_SUMS, token_sums
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class TokenReduction:
     def offsets(self, lengths, starts_with_bos, variants) -> dict:
         """``{variant: (N+1,)}``: where each passage's samples start, per variant (:func:`sample_offsets`), for
         passages of ``lengths`` tokens, ``starts_with_bos`` marking those whose first token is BOS."""
-        from .passage_views import parse_view
+        from effdepth.numerics.passage_views import parse_view
 
         return {v: sample_offsets(sample_counts(lengths, starts_with_bos, parse_view(v), self.k)) for v in variants}
 
@@ -125,7 +125,7 @@ class TokenSampler:
     """
 
     def __init__(self, variants, num_layers: int, *, k: int | None, seed: int):
-        from .passage_views import parse_view
+        from effdepth.numerics.passage_views import parse_view
 
         self.variants = tuple(variants)
         self._views = {v: parse_view(v) for v in self.variants}

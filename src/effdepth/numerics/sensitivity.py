@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .references import energy_ratio_matrix
-from .similarity import decay_profile
+from effdepth.numerics.references import energy_ratio_matrix
+from effdepth.numerics.similarity import decay_profile
 
 TAPERS = ("bartlett", "parzen", "tukey-hanning")
 #: The paper's maximum lags (S6); ``None`` is the full K = N - 1.

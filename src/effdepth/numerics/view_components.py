@@ -28,8 +28,8 @@ from typing import Callable
 
 import torch
 
-from ..errors import EffdepthError
-from .passage_stacks import LengthRegressed, TopRemoved
+from effdepth.errors import EffdepthError
+from effdepth.numerics.passage_stacks import LengthRegressed, TopRemoved
 
 #: A view holds at most one component per slot, and applies them in this order.
 SLOTS = ("selection", "token-norm", "length", "principal directions")

@@ -23,12 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from ..data.corpus import check_corpus_spec, is_token_ids
-from ..data.passages import BOS_CHOICES, SPLITS, check_passage_options
-from ..errors import EffdepthError, UnknownOption
-from ..numerics import passage_analysis, passage_views
-from ..numerics.similarities import parse_similarities, similarity_choices
-from .checks import (
+from effdepth.data.corpus import check_corpus_spec, is_token_ids
+from effdepth.data.passages import BOS_CHOICES, SPLITS, check_passage_options
+from effdepth.errors import EffdepthError, UnknownOption
+from effdepth.numerics import passage_analysis, passage_views
+from effdepth.numerics.similarities import parse_similarities, similarity_choices
+from effdepth.options.checks import (
     MIN_BOOTSTRAP,
     at_least,
     check_device,
@@ -39,8 +39,8 @@ from .checks import (
     parse_bytes,
     validate_options,
 )
-from .declare import option
-from .defaults import (
+from effdepth.options.declare import option
+from effdepth.options.defaults import (
     DEFAULT_MAX_MEMORY,
     DEFAULT_SIMILARITY,
     DEFAULTS,
@@ -335,7 +335,7 @@ class AnalysisOptions:
     @property
     def token_reduction(self):
         """The token reduction of ``pooling="none"`` (None in passage mode)."""
-        from ..numerics.sampling import TokenReduction
+        from effdepth.numerics.sampling import TokenReduction
 
         return None if self.passages else TokenReduction(self.tokens_per_passage, self.seed)
 

@@ -6,9 +6,9 @@ import math
 import re
 from pathlib import Path
 
-from ..data.passages import BOS_CHOICES, SPLITS
-from ..errors import EffdepthError
-from .defaults import DEFAULTS, MAX_BOOTSTRAP, POOLINGS, STATES
+from effdepth.data.passages import BOS_CHOICES, SPLITS
+from effdepth.errors import EffdepthError
+from effdepth.options.defaults import DEFAULTS, MAX_BOOTSTRAP, POOLINGS, STATES
 
 
 def at_least(minimum: int, message: str):
@@ -167,7 +167,7 @@ def check_tokenizer_spec(tokenizer) -> None:
     >>> check_tokenizer_spec("EleutherAI/pythia-70m")
     """
     if isinstance(tokenizer, str):
-        from ..models import check_tokenizer_path
+        from effdepth.models.loading import check_tokenizer_path
 
         check_tokenizer_path(tokenizer)
 
@@ -179,7 +179,7 @@ def check_device(device) -> None:
     """
     if device in (None, "auto", "cpu"):
         return
-    from ..models import resolve_device
+    from effdepth.models.loading import resolve_device
 
     resolve_device(device)
 
@@ -191,7 +191,7 @@ def check_dtype(dtype) -> None:
     """
     if dtype is None or dtype == "auto" or not isinstance(dtype, str):
         return
-    from ..models import DTYPES
+    from effdepth.models.loading import DTYPES
 
     if dtype.lower() not in DTYPES:
         raise EffdepthError(f"unknown dtype {dtype!r}; choose from float32, bfloat16, float16")

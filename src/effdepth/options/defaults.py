@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..data.paper import PAPER_CORPUS
-from ..errors import EffdepthError
-from ..numerics.similarities import default_similarity
+from effdepth.data.paper import PAPER_CORPUS
+from effdepth.errors import EffdepthError
+from effdepth.numerics.similarities import default_similarity
 
 MAX_BOOTSTRAP = 100_000
 #: Defaults shared by both poolings, and the sizes of ``--pooling none`` (every token a sample: fewer passages).

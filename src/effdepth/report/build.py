@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import EffdepthError
-from ..files import write_atomic
-from .sources import failed_models, load_sources
-from .studies import STUDY_FILES, find_studies
+from effdepth.errors import EffdepthError
+from effdepth.report.sources import failed_models, load_sources
+from effdepth.report.studies import STUDY_FILES, find_studies
+from effdepth.results.files import write_atomic
 
 FORMATS = ("html", "md")
 
@@ -41,11 +41,11 @@ def write_report(paths, output=None, fmt: str | None = None, failed=None) -> lis
         failed = failed_models(paths)
     _prepare_folder(output.parent)
     if fmt == "html":
-        from .html import render_html
+        from effdepth.report.html import render_html
 
         write_atomic(output, render_html(sources, failed=failed, studies=studies).encode("utf-8"))
         return [output]
-    from .markdown import render_markdown
+    from effdepth.report.markdown import render_markdown
 
     files_dir = f"{output.stem}_files"
     text, images = render_markdown(sources, files_dir, failed=failed, studies=studies)

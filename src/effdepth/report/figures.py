@@ -31,10 +31,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..result import Result, ViewResult
-from .content.model import interval
-from .content.model import level as ci_level
-from .figures_common import (
+from effdepth.report.content.model import interval
+from effdepth.report.content.model import level as ci_level
+from effdepth.report.figures_common import (
     DEFF,
     F_N,
     R_INIT,
@@ -49,12 +48,13 @@ from .figures_common import (
     num,
     pair,
 )
-from .figures_confounds import confounds_figure, sample_size_figure
-from .figures_layers import layers_figure
-from .figures_ratios import sensitivity_figure, views_figure
-from .numbers import fmt
-from .style import OKABE_ITO, new_figure, save_figure, style
-from .wording import similarity_labels
+from effdepth.report.figures_confounds import confounds_figure, sample_size_figure
+from effdepth.report.figures_layers import layers_figure
+from effdepth.report.figures_ratios import sensitivity_figure, views_figure
+from effdepth.report.numbers import fmt
+from effdepth.report.style import OKABE_ITO, new_figure, save_figure, style
+from effdepth.report.wording import similarity_labels
+from effdepth.results.result import Result, ViewResult
 
 #: The figure files :func:`write_figures` may write; a rewrite removes those the new result does not produce.
 STANDARD_STEMS = ("similarity", "profile", "attribution", "views", "layers", "sensitivity", "confounds", "sample_size")

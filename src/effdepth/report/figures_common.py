@@ -13,10 +13,10 @@ import textwrap
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..errors import EffdepthError
-from ..result import Result, ViewResult
-from .sources import result_label
-from .style import OKABE_ITO
+from effdepth.errors import EffdepthError
+from effdepth.report.sources import result_label
+from effdepth.report.style import OKABE_ITO
+from effdepth.results.result import Result, ViewResult
 
 #: How each reference profile is drawn: (label, colour, line style, marker).
 REFERENCE_STYLES = {
@@ -36,7 +36,7 @@ REFERENCE_STYLES = {
 }
 
 DEFF, R_INIT, R_MATCHED = r"$D_\mathrm{eff}$", r"$R_\mathrm{init}$", r"$R_\mathrm{matched}$"
-F_N, F_L = "$F_N$", "$F_L$"  # the structural reference: token mode's N states; passage mode's L block outputs
+F_N, F_L = "$F_N$", "$F_L$"  # the structural reference: the L block outputs (an old token-mode result: its N states)
 
 
 def chosen_view(result: Result | ViewResult, view: str | None) -> tuple[ViewResult, dict]:

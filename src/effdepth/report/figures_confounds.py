@@ -8,13 +8,13 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..numerics.passage_views import CONTROLS
-from ..result import Result
-from .content.confounds import confounds
-from .content.model import level as ci_level
-from .figures_common import DEFF, F_L, context, figure_title, num, pair
-from .figures_ratios import ratio_dot_figure
-from .style import OKABE_ITO, new_figure, style
+from effdepth.numerics.passage_views import CONTROLS
+from effdepth.report.content.confounds import confounds
+from effdepth.report.content.model import level as ci_level
+from effdepth.report.figures_common import DEFF, F_L, context, figure_title, num, pair
+from effdepth.report.figures_ratios import ratio_dot_figure
+from effdepth.report.style import OKABE_ITO, new_figure, style
+from effdepth.results.result import Result
 
 #: Each estimator's colour and marker in the sample-size figure.
 ESTIMATOR_STYLES = (
@@ -28,7 +28,7 @@ def confounds_figure(result: Result) -> Figure | None:
     """D_eff / F_L of default and each control under every similarity, with intervals (None without a confounds table).
 
     >>> import effdepth, torch
-    >>> from effdepth.tiny import tiny_model
+    >>> from effdepth.models.tiny import tiny_model
     >>> r = effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (8, 12)), bootstrap=20, progress=False)
     >>> [t.get_text() for t in confounds_figure(r).axes[0].get_yticklabels()][:3]
     ['default (cka)', 'drop-pos0 (cka)', 'length (cka)']
@@ -59,7 +59,7 @@ def sample_size_figure(result: Result) -> Figure | None:
     subsamples, and the full estimate with its interval, one line per CKA estimator (None without a curve).
 
     >>> import effdepth, torch
-    >>> from effdepth.tiny import tiny_model
+    >>> from effdepth.models.tiny import tiny_model
     >>> r = effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (64, 12)), bootstrap=20, progress=False)
     >>> sample_size_figure(r).axes[0].get_xlabel()
     'passages (log scale)'

@@ -1,7 +1,7 @@
 """The figure of a carry experiment: D_eff and loss against lam, and against the training step.
 
-Takes an :class:`~effdepth.results_carry.ExperimentResult` (read through its
-``config`` and ``summary()``); :func:`effdepth.experiment.carry.save_experiment`
+Takes an :class:`~effdepth.results.carry.ExperimentResult` (read through its
+``config`` and ``summary()``); :func:`effdepth.studies.experiment.carry.save_experiment`
 saves it as ``DIR/experiment.{png,pdf}``.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..results_carry import summary_interval
-from .style import OKABE_ITO, new_figure, style
+from effdepth.report.style import OKABE_ITO, new_figure, style
+from effdepth.results.carry import summary_interval
 
 _LAM_STYLES = (
     ("blue", "-", "o"),
@@ -29,13 +29,13 @@ def experiment_figure(result):
     Bands and error bars span the seeds (min to max) with several seeds, the
     bootstrap interval with one.
 
-    >>> from effdepth.results_carry import ExperimentResult
+    >>> from effdepth.results.carry import ExperimentResult
     >>> recs = [{"lam": lam, "seed": 0, "step": step, "deff": 1.2, "deff_ci": None, "reference": 1.6, "reference_matched": 1.4,
     ...          "loss": 2.0} for lam in (1.0, 0.5) for step in (0, 4)]
     >>> len(experiment_figure(ExperimentResult({"layers": 2, "d_model": 16}, recs)).axes)
     4
     """
-    from ..capture.intervention import format_carry
+    from effdepth.results.carry import format_carry
 
     summary = result.summary()
     carries = list(dict.fromkeys(s["lam"] for s in summary))

@@ -1,7 +1,7 @@
 """The figure of an intervention: D_eff, F_N and the matched references against the carry lam, with the loss.
 
-Takes an :class:`~effdepth.results_carry.InterventionResult` (read through its
-attributes and ``rows()``); :func:`effdepth.intervene.save_intervention` saves
+Takes an :class:`~effdepth.results.carry.InterventionResult` (read through its
+attributes and ``rows()``); :func:`effdepth.studies.intervene.save_intervention` saves
 it as ``DIR/intervention.{png,pdf}``.
 """
 
@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .style import OKABE_ITO, new_figure, style
+from effdepth.report.style import OKABE_ITO, new_figure, style
 
 
 def intervention_figure(ir, view: str | None = None):
     """D_eff (with its interval), F_N and the matched references against lam; loss on a second axis.
 
     >>> import effdepth, torch
-    >>> from effdepth.results_carry import InterventionResult
+    >>> from effdepth.results.carry import InterventionResult
     >>> rs = {lam: effdepth.from_states(torch.randn(4, 8, 8, 16)) for lam in (1.0, 0.5)}
     >>> intervention_figure(InterventionResult((1.0, 0.5), (1, 2, 3), rs)).axes[0].get_xlabel()
     'carry $\\\\lambda$'

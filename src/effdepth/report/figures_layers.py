@@ -1,6 +1,6 @@
-"""The per-layer figure of a view: token mode's update and state energies, the update-state cosine and
-block influence; passage mode's update sizes across passages, the update-to-state norm ratio (pooled
-vectors and tokens) and block influence, with their intervals.
+"""The per-layer figure of a view: the update sizes across samples, the update-to-state norm ratio (samples
+and tokens) and block influence, with their intervals; an old token-mode result's update and state energies,
+update-state cosine and block influence.
 """
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..errors import EffdepthError
-from ..result import Result, ViewResult
-from .figures_common import array, chosen_view, figure_title, layer_ticks, matrix, positive
-from .style import OKABE_ITO, new_figure, style
+from effdepth.errors import EffdepthError
+from effdepth.report.figures_common import array, chosen_view, figure_title, layer_ticks, matrix, positive
+from effdepth.report.style import OKABE_ITO, new_figure, style
+from effdepth.results.result import Result, ViewResult
 
 
 def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figure:

@@ -1,6 +1,6 @@
 """The figure of a random-weight null: the trained model's D_eff/L beside each random initialisation's.
 
-Takes what ``null.json`` holds (:meth:`effdepth.null.NullResult.record`); ``effdepth null`` saves it as
+Takes what ``null.json`` holds (:meth:`effdepth.studies.null.NullResult.record`); ``effdepth null`` saves it as
 ``DIR/null.{png,pdf}``, and reports draw it again from the saved file.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .style import OKABE_ITO, new_figure, style
+from effdepth.report.style import OKABE_ITO, new_figure, style
 
 
 def null_figure(record: dict):

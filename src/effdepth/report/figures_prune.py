@@ -1,7 +1,7 @@
 """The figure of a pruning boundary check: held-out perplexity after skipping k blocks in each order, and
 where each block falls in the two orders.
 
-Takes what ``prune.json`` holds (:meth:`effdepth.prune.PruneResult.record`); ``effdepth prune-check`` saves
+Takes what ``prune.json`` holds (:meth:`effdepth.studies.prune.PruneResult.record`); ``effdepth prune-check`` saves
 it as ``DIR/prune.{png,pdf}``, and reports draw it again from the saved file.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..numerics.pruning import order_positions
-from .numbers import fmt
-from .style import OKABE_ITO, new_figure, style
+from effdepth.numerics.pruning import order_positions
+from effdepth.report.numbers import fmt
+from effdepth.report.style import OKABE_ITO, new_figure, style
 
 ORDER_STYLE = {
     "block_influence": ("block influence (ShortGPT)", OKABE_ITO["vermillion"], "o", "-"),

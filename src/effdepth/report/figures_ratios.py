@@ -9,12 +9,12 @@ import math
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..result import Result
-from .content.model import level as ci_level
-from .figures_common import DEFF, F_L, F_N, context, figure_title, num, pair
-from .numbers import fmt
-from .sources import result_label
-from .style import OKABE_ITO, new_figure, style
+from effdepth.report.content.model import level as ci_level
+from effdepth.report.figures_common import DEFF, F_L, F_N, context, figure_title, num, pair
+from effdepth.report.numbers import fmt
+from effdepth.report.sources import result_label
+from effdepth.report.style import OKABE_ITO, new_figure, style
+from effdepth.results.result import Result
 
 
 def views_figure(result: Result) -> Figure:
@@ -49,7 +49,7 @@ def sensitivity_figure(result: Result) -> Figure:
     >>> len(sensitivity_figure(r).axes[0].get_yticklabels())
     9
     """
-    from .content.robustness import label, variant_numbers
+    from effdepth.report.content.robustness import label, variant_numbers
 
     v = result.default
     numbers, with_intervals = variant_numbers(v)

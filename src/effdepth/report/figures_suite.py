@@ -1,7 +1,7 @@
 """The figure of a sweep: D_eff, F_N and their ratio per model, grouped by family.
 
 Takes the sweep's summary rows (plain dicts, one per job and view, as in
-``summary.csv``); :func:`effdepth.sweep.write_outputs` saves it as
+``summary.csv``); :func:`effdepth.scale.sweep.write_outputs` saves it as
 ``DIR/suite.{png,pdf}``.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 
-from .numbers import format_params
-from .rows import lead_rows
-from .style import OKABE_ITO, new_figure, style
+from effdepth.report.numbers import format_params
+from effdepth.report.rows import lead_rows
+from effdepth.report.style import OKABE_ITO, new_figure, style
 
 #: Okabe-Ito colours in the order families get them (yellow left out: too light on white).
 #: F_N and the ratio-1 line are black, so no family is.

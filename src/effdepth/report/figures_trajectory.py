@@ -2,14 +2,14 @@
 mode) the update diagnostic: D_eff/L of the updates beside D_eff/L of the states.
 
 Takes the trajectory's rows (plain dicts, as in ``trajectory.csv``);
-:func:`effdepth.trajectory.trajectory` saves it as ``DIR/trajectory.{png,pdf}``.
+:func:`effdepth.scale.trajectory.trajectory` saves it as ``DIR/trajectory.{png,pdf}``.
 """
 
 from __future__ import annotations
 
-from .figures_common import REFERENCE_STYLES
-from .rows import lead_rows
-from .style import OKABE_ITO, new_figure, style
+from effdepth.report.figures_common import REFERENCE_STYLES
+from effdepth.report.rows import lead_rows
+from effdepth.report.style import OKABE_ITO, new_figure, style
 
 
 def trajectory_figure(rows: list[dict], title: str = ""):

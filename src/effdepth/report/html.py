@@ -13,14 +13,14 @@ import re
 from datetime import datetime, timezone
 from html import escape
 
-from ..version import __version__
-from .content import Cell, Folded, Section, Table, result_content
-from .content.captions import comparison_png, figure_text, render_figures
-from .content.claims import claims_evidence, claims_table
-from .content.compare import comparison_table, passage_sections
-from .content.facts import extras_rows, provenance_groups
-from .content.facts import title as result_title
-from .sources import Source
+from effdepth.report.content import Cell, Folded, Section, Table, result_content
+from effdepth.report.content.captions import comparison_png, figure_text, render_figures
+from effdepth.report.content.claims import claims_evidence, claims_table
+from effdepth.report.content.compare import comparison_table, passage_sections
+from effdepth.report.content.facts import extras_rows, provenance_groups
+from effdepth.report.content.facts import title as result_title
+from effdepth.report.sources import Source
+from effdepth.results.version import __version__
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
 
@@ -113,7 +113,7 @@ def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> s
     >>> page.startswith("<!DOCTYPE html>") and "data:image/png;base64," in page
     True
     """
-    from .sources import sort_by_ratio
+    from effdepth.report.sources import sort_by_ratio
 
     if sort:
         sources = sort_by_ratio(sources)
@@ -135,7 +135,7 @@ def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> s
     if several:
         body.append(_comparison_section(sources))
     for k, study in enumerate(studies, start=1):
-        from .style import figure_png
+        from effdepth.report.style import figure_png
 
         heading = _study_heading(study)
         tables = "".join(_section(s) for s in study.sections())

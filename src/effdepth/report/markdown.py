@@ -9,14 +9,14 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from ..version import __version__
-from .content import Folded, Section, Table, result_content
-from .content.captions import comparison_png, figure_text, render_figures
-from .content.claims import claims_evidence, claims_table
-from .content.compare import comparison_table, passage_sections
-from .content.facts import extras_rows, provenance_groups
-from .content.facts import title as result_title
-from .sources import Source
+from effdepth.report.content import Folded, Section, Table, result_content
+from effdepth.report.content.captions import comparison_png, figure_text, render_figures
+from effdepth.report.content.claims import claims_evidence, claims_table
+from effdepth.report.content.compare import comparison_table, passage_sections
+from effdepth.report.content.facts import extras_rows, provenance_groups
+from effdepth.report.content.facts import title as result_title
+from effdepth.report.sources import Source
+from effdepth.results.version import __version__
 
 # Intraword "_" (D_eff) and brackets not followed by "(", "[" or ":" never form Markdown syntax;
 # leaving them bare keeps the source readable when pasted.
@@ -37,7 +37,7 @@ def render_markdown(
     >>> sorted(images)[0], text.startswith("# Effective depth")
     ('report_files/attribution.png', True)
     """
-    from .sources import sort_by_ratio
+    from effdepth.report.sources import sort_by_ratio
 
     if sort:
         sources = sort_by_ratio(sources)
@@ -74,7 +74,7 @@ def render_markdown(
         figure, caption = figure_text("comparison", all(s.result.passages for s in sources))
         out += [_image(name, "comparison"), "", f"_{esc(figure)}._ {esc(caption)}", ""]
     for k, study in enumerate(studies, start=1):
-        from .style import figure_png
+        from effdepth.report.style import figure_png
 
         name = f"{files_dir}/study-{k}-{study.kind}.png"
         images[name] = figure_png(study.figure())

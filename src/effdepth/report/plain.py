@@ -8,7 +8,7 @@ everything a report says about one result.
 
 from __future__ import annotations
 
-from .content.model import ResultContent, Section, Table
+from effdepth.report.content.model import ResultContent, Section, Table
 
 
 def render_table(header: list, rows: list, numeric: list | None = None) -> str:

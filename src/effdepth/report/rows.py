@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .wording import carry_value
+from effdepth.report.wording import carry_value
 
 #: ``(column, how to read it from a Source)`` of a comparison; shown when the results differ in it.
 #: Tokens per sequence is always shown: the default view's D_eff moves with it (docs/method.md#why-cka).

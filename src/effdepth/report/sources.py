@@ -8,10 +8,10 @@ import math
 from pathlib import Path
 from typing import NamedTuple
 
-from ..errors import EffdepthError
-from ..loading import load
-from ..result import Result
-from .wording import carry_value
+from effdepth.errors import EffdepthError
+from effdepth.report.wording import carry_value
+from effdepth.results.loading import load
+from effdepth.results.result import Result
 
 
 class Source(NamedTuple):

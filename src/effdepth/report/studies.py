@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .content.model import Cell, Section, Table
-from .numbers import fmt, fmt_interval, format_params
-from .rows import lead_rows
+from effdepth.report.content.model import Cell, Section, Table
+from effdepth.report.numbers import fmt, fmt_interval, format_params
+from effdepth.report.rows import lead_rows
 
 STUDY_FILES = {
     "null.json": "null",
@@ -88,22 +88,22 @@ class Study:
 
     def figure(self):
         if self.kind == "null":
-            from .figures_null import null_figure
+            from effdepth.report.figures_null import null_figure
 
             return null_figure(self.record)
         if self.kind == "prune":
-            from .figures_prune import prune_figure
+            from effdepth.report.figures_prune import prune_figure
 
             return prune_figure(self.record)
         if self.kind == "intervention":
-            from .figures_intervention import intervention_figure
+            from effdepth.report.figures_intervention import intervention_figure
 
             return intervention_figure(self.record)
         if self.kind == "experiment":
-            from .figures_experiment import experiment_figure
+            from effdepth.report.figures_experiment import experiment_figure
 
             return experiment_figure(self.record)
-        from .figures_trajectory import trajectory_figure
+        from effdepth.report.figures_trajectory import trajectory_figure
 
         return trajectory_figure(self.record.rows, title=study_subject("trajectory", self.record))
 
@@ -128,12 +128,12 @@ def study_subject(kind: str, record) -> str:
 def study_kind(obj) -> str | None:
     """The study kind of anything :func:`effdepth.load` returns, ``None`` for a result.
 
-    >>> from effdepth.loading import SavedTrajectory
+    >>> from effdepth.results.loading import SavedTrajectory
     >>> study_kind(SavedTrajectory("m", [])), study_kind(object())
     ('trajectory', None)
     """
-    from ..loading import SavedStudy, SavedTrajectory
-    from ..results_carry import ExperimentResult, InterventionResult
+    from effdepth.results.carry import ExperimentResult, InterventionResult
+    from effdepth.results.loading import SavedStudy, SavedTrajectory
 
     if isinstance(obj, SavedStudy):
         return obj.kind
@@ -149,7 +149,7 @@ def study_kind(obj) -> str | None:
 
 def find_studies(paths) -> list:
     """Every study file in ``paths`` (files, or folders searched below), in path order."""
-    from ..loading import SavedStudy, load
+    from effdepth.results.loading import SavedStudy, load
 
     found = []
     for p in map(Path, paths):
@@ -221,15 +221,15 @@ def prune_table(record: dict) -> Table:
 
 def intervention_content(ir, view: str | None = None) -> Table:
     """D_eff with its interval, F_N, ratio, references and loss per carry value of an
-    :class:`~effdepth.results_carry.InterventionResult` (the first view unless ``view`` is given).
+    :class:`~effdepth.results.carry.InterventionResult` (the first view unless ``view`` is given).
 
     >>> import effdepth, torch
-    >>> from effdepth.results_carry import InterventionResult
+    >>> from effdepth.results.carry import InterventionResult
     >>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 8, 8, 16))})
     >>> intervention_content(ir).header[:3]
     ['lam', 'D_eff', 'CI']
     """
-    from ..capture.intervention import format_carry
+    from effdepth.results.carry import format_carry
 
     rows = [
         [
@@ -254,7 +254,7 @@ def intervention_content(ir, view: str | None = None) -> Table:
 
 
 def intervention_sections(ir) -> list:
-    """One section per view of an :class:`~effdepth.results_carry.InterventionResult`: its table against the carry."""
+    """One section per view of an :class:`~effdepth.results.carry.InterventionResult`: its table against the carry."""
     first = ir.results[ir.carries[0]]
     return [Section(f"view {name}", intervention_content(ir, name)) for name in first.views]
 
@@ -278,16 +278,15 @@ def experiment_sections(result) -> list:
 
 def experiment_final_content(result) -> Table:
     """D_eff, F_N, ratio, references and losses against lam at the last step of an
-    :class:`~effdepth.results_carry.ExperimentResult`.
+    :class:`~effdepth.results.carry.ExperimentResult`.
 
-    >>> from effdepth.results_carry import ExperimentResult
+    >>> from effdepth.results.carry import ExperimentResult
     >>> rec = {"lam": 1.0, "seed": 0, "step": 3, "deff": 1.2, "deff_ci": [1.1, 1.3], "reference": 1.6, "ratio": 0.75,
     ...        "reference_init": 1.5, "reference_size": 1.6, "reference_matched": 1.4, "loss": 2.0, "train_loss": 2.1}
     >>> [c.text for c in experiment_final_content(ExperimentResult({}, [rec])).rows[0][:3]]
     ['1', '1.200', '[1.100, 1.300]']
     """
-    from ..capture.intervention import format_carry
-    from ..results_carry import summary_interval
+    from effdepth.results.carry import format_carry, summary_interval
 
     last = max(r["step"] for r in result.records)
     rows = [s for s in result.summary() if s["step"] == last]
@@ -316,14 +315,14 @@ def experiment_paper_content(result) -> Table:
     """The last step of a carry experiment beside the paper's Table S14: D_eff/L, the held-out loss and
     the mean update-to-state norm ratio per carry value, ours (mean and min-max over seeds) and the paper's.
 
-    >>> from effdepth.results_carry import ExperimentResult
+    >>> from effdepth.results.carry import ExperimentResult
     >>> rec = {"lam": 1.0, "seed": 0, "step": 3, "deff": 1.2, "deff_ci": None, "reference": 1.6, "loss": 2.0,
     ...        "norm_ratio": 0.3, "num_states": 12}
     >>> [c.text for c in experiment_paper_content(ExperimentResult({"layers": 12}, [rec])).rows[0][:3]]
     ['1', '0.100', '0.094 [0.093, 0.095]']
     """
-    from ..capture.intervention import format_carry
-    from ..data.paper import table_s14, table_s14_source
+    from effdepth.data.paper import table_s14, table_s14_source
+    from effdepth.results.carry import format_carry
 
     paper = {row.gamma: row for row in table_s14()}
     last = max(r["step"] for r in result.records)
@@ -363,12 +362,12 @@ def experiment_paper_content(result) -> Table:
 def experiment_step_content(result) -> Table:
     """D_eff (mean over seeds) and held-out loss against the training step, one column pair per lam.
 
-    >>> from effdepth.results_carry import ExperimentResult
+    >>> from effdepth.results.carry import ExperimentResult
     >>> recs = [{"lam": lam, "seed": 0, "step": 3, "deff": 1.2, "reference": 1.6, "loss": 2.0} for lam in (1.0, 0.5)]
     >>> experiment_step_content(ExperimentResult({}, recs)).header[:2]
     ['step', 'D_eff lam=1']
     """
-    from ..capture.intervention import format_carry
+    from effdepth.results.carry import format_carry
 
     summary = result.summary()
     carries = list(dict.fromkeys(s["lam"] for s in summary))
@@ -432,13 +431,13 @@ def suite_table(rows: list[dict]) -> Table:
 
 
 def recompose_table(rows: list[dict]) -> Table:
-    """The offline recomposition of a view (:func:`effdepth.recompose.recompose_rows`' rows): D_eff
+    """The offline recomposition of a view (:func:`effdepth.studies.recompose.recompose_rows`' rows): D_eff
     recomposed and decorrelated (with their intervals when bootstrapped), F_N and the ratio per carry.
 
     >>> recompose_table([{"lam": 1.0, "deff": 1.2, "deff_decorrelated": 1.3, "reference": 1.5, "ratio": 0.8}]).rows[0][0].text
     '1'
     """
-    from ..capture.intervention import format_carry
+    from effdepth.results.carry import format_carry
 
     header = ["lam", "D_eff recomposed", "D_eff decorrelated", "F_N", "ratio"]
     body = []

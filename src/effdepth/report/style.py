@@ -28,8 +28,8 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ..errors import EffdepthError
-from ..files import write_atomic
+from effdepth.errors import EffdepthError
+from effdepth.results.files import write_atomic
 
 DPI = 150
 

@@ -11,11 +11,11 @@ written by :mod:`.plain`, so the terminal, HTML and Markdown carry the same numb
 
 from __future__ import annotations
 
-from ..result import Result
-from .content import result_content
-from .content.facts import extras_table
-from .plain import content_text, section_text, table_text
-from .wording import carry_text
+from effdepth.report.content import result_content
+from effdepth.report.content.facts import extras_table
+from effdepth.report.plain import content_text, section_text, table_text
+from effdepth.report.wording import carry_text
+from effdepth.results.result import Result
 
 # --------------------------------------------------------------------------- one result
 
@@ -53,7 +53,7 @@ def suite_summary_text(rows: list[dict]) -> str:
     >>> suite_summary_text([row]).splitlines()[2].split()[-5:]
     ['2.000', '[1.800,', '2.200]', '0.500', 'ok']
     """
-    from .studies import suite_table
+    from effdepth.report.studies import suite_table
 
     return table_text(suite_table(rows))
 
@@ -62,16 +62,16 @@ def suite_summary_text(rows: list[dict]) -> str:
 
 
 def intervention_table(ir, view: str | None = None) -> str:
-    """The rows of an :class:`~effdepth.results_carry.InterventionResult` as a plain-text table
+    """The rows of an :class:`~effdepth.results.carry.InterventionResult` as a plain-text table
     (the first view unless ``view`` is given; :func:`~effdepth.report.studies.intervention_content`).
 
     >>> import effdepth, torch
-    >>> from effdepth.results_carry import InterventionResult
+    >>> from effdepth.results.carry import InterventionResult
     >>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 8, 8, 16))})
     >>> intervention_table(ir).split()[:3]
     ['lam', 'D_eff', 'CI']
     """
-    from .studies import intervention_content
+    from effdepth.report.studies import intervention_content
 
     return table_text(intervention_content(ir, view))
 
@@ -80,7 +80,7 @@ def intervention_headline(ir) -> str:
     """One line about an intervention: model, the blocks carried, corpus size, similarity, view and N.
 
     >>> import effdepth, torch
-    >>> from effdepth.results_carry import InterventionResult
+    >>> from effdepth.results.carry import InterventionResult
     >>> ir = InterventionResult((1.0,), (1, 2), {1.0: effdepth.from_states(torch.randn(4, 8, 8, 16))})
     >>> intervention_headline(ir).split(";")[1].split(")")[0]
     ' carry on blocks 1,2'
@@ -106,15 +106,15 @@ def intervention_headline(ir) -> str:
 
 def experiment_final_table(result) -> str:
     """D_eff, F_N, ratio, references and losses against lam at the last step of an
-    :class:`~effdepth.results_carry.ExperimentResult` (:func:`~effdepth.report.studies.experiment_final_content`).
+    :class:`~effdepth.results.carry.ExperimentResult` (:func:`~effdepth.report.studies.experiment_final_content`).
 
-    >>> from effdepth.results_carry import ExperimentResult
+    >>> from effdepth.results.carry import ExperimentResult
     >>> rec = {"lam": 1.0, "seed": 0, "step": 3, "deff": 1.2, "deff_ci": [1.1, 1.3], "reference": 1.6, "ratio": 0.75,
     ...        "reference_init": 1.5, "reference_size": 1.6, "reference_matched": 1.4, "loss": 2.0, "train_loss": 2.1}
     >>> experiment_final_table(ExperimentResult({}, [rec])).splitlines()[2].split()[:3]
     ['1', '1.200', '[1.100,']
     """
-    from .studies import experiment_final_content
+    from effdepth.report.studies import experiment_final_content
 
     return table_text(experiment_final_content(result))
 
@@ -123,13 +123,13 @@ def experiment_paper_table(result) -> str:
     """The last step of a carry experiment beside the paper's Table S14
     (:func:`~effdepth.report.studies.experiment_paper_content`), with where the paper's numbers come from.
 
-    >>> from effdepth.results_carry import ExperimentResult
+    >>> from effdepth.results.carry import ExperimentResult
     >>> rec = {"lam": 1.0, "seed": 0, "step": 3, "deff": 1.2, "deff_ci": None, "reference": 1.6, "loss": 2.0,
     ...        "norm_ratio": 0.3, "num_states": 12}
     >>> experiment_paper_table(ExperimentResult({"layers": 12}, [rec])).splitlines()[2].split()[:3]
     ['1', '0.100', '0.094']
     """
-    from .studies import experiment_paper_content
+    from effdepth.report.studies import experiment_paper_content
 
     return table_text(experiment_paper_content(result))
 
@@ -137,12 +137,12 @@ def experiment_paper_table(result) -> str:
 def experiment_step_table(result) -> str:
     """D_eff (mean over seeds) and held-out loss against the training step, one column pair per lam.
 
-    >>> from effdepth.results_carry import ExperimentResult
+    >>> from effdepth.results.carry import ExperimentResult
     >>> recs = [{"lam": lam, "seed": 0, "step": 3, "deff": 1.2, "reference": 1.6, "loss": 2.0} for lam in (1.0, 0.5)]
     >>> experiment_step_table(ExperimentResult({}, recs)).split()[:3]
     ['step', 'D_eff', 'lam=1']
     """
-    from .studies import experiment_step_content
+    from effdepth.report.studies import experiment_step_content
 
     return table_text(experiment_step_content(result))
 
@@ -150,7 +150,7 @@ def experiment_step_table(result) -> str:
 def experiment_headline(result) -> str:
     """One line about a carry experiment: the model trained, the training, what was measured.
 
-    >>> from effdepth.results_carry import ExperimentResult
+    >>> from effdepth.results.carry import ExperimentResult
     >>> cfg = {"layers": 4, "d_model": 96, "steps": 300, "batch_size": 16, "seq_len": 128, "seed_list": [0], "eval_seqs": 32,
     ...        "similarity": "cka"}
     >>> experiment_headline(ExperimentResult(cfg, [])).split(",")[0]
@@ -171,12 +171,12 @@ def intervention_text(ir) -> str:
     """An intervention as ``effdepth show`` prints it: the headline, then the table of each view.
 
     >>> import effdepth, torch
-    >>> from effdepth.results_carry import InterventionResult
+    >>> from effdepth.results.carry import InterventionResult
     >>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 8, 8, 16))})
     >>> intervention_text(ir).splitlines()[2]
     'view default:'
     """
-    from .studies import intervention_sections
+    from effdepth.report.studies import intervention_sections
 
     return "\n\n".join([intervention_headline(ir)] + [section_text(s) for s in intervention_sections(ir)])
 
@@ -184,7 +184,7 @@ def intervention_text(ir) -> str:
 def experiment_text(result) -> str:
     """A carry experiment as ``effdepth show`` prints it: headline, the last step, the steps.
 
-    >>> from effdepth.results_carry import ExperimentResult
+    >>> from effdepth.results.carry import ExperimentResult
     >>> cfg = {"layers": 2, "d_model": 8, "steps": 3, "batch_size": 2, "seq_len": 8, "seed_list": [0], "eval_seqs": 2,
     ...        "similarity": "cka"}
     >>> rec = {"lam": 1.0, "seed": 0, "step": 3, "deff": 1.2, "deff_ci": None, "reference": 1.33, "ratio": 0.9, "loss": 2.0,
@@ -192,7 +192,7 @@ def experiment_text(result) -> str:
     >>> experiment_text(ExperimentResult(cfg, [rec])).splitlines()[0].split(",")[0]
     'carry experiment: 2-layer Llama'
     """
-    from .studies import experiment_sections
+    from effdepth.report.studies import experiment_sections
 
     if not result.records:
         return experiment_headline(result) + "\n\nno checkpoint was measured"
@@ -200,13 +200,13 @@ def experiment_text(result) -> str:
 
 
 def trajectory_text(saved) -> str:
-    """A saved trajectory (:class:`~effdepth.loading.SavedTrajectory`) as ``effdepth show`` prints it.
+    """A saved trajectory (:class:`~effdepth.results.loading.SavedTrajectory`) as ``effdepth show`` prints it.
 
-    >>> from effdepth.loading import SavedTrajectory
+    >>> from effdepth.results.loading import SavedTrajectory
     >>> print(trajectory_text(SavedTrajectory("m", [], duplicates={"step2": "step1"})).splitlines()[-1])
     step2: same weights as step1 (flagged, not measured again)
     """
-    from .studies import trajectory_content
+    from effdepth.report.studies import trajectory_content
 
     lines = [f"trajectory of {saved.model}: {len({r['revision'] for r in saved.rows})} checkpoints"]
     if saved.rows:  # the table's note names the preset and the duplicates
@@ -221,7 +221,7 @@ def trajectory_text(saved) -> str:
 
 def study_text(kind: str, record: dict) -> str:
     """The table of a saved study (``null`` or ``prune``: what its JSON holds), as terminal text."""
-    from .studies import null_table, prune_table
+    from effdepth.report.studies import null_table, prune_table
 
     return table_text(null_table(record) if kind == "null" else prune_table(record))
 
@@ -233,11 +233,11 @@ def show_text(obj) -> str:
     >>> show_text(effdepth.from_states(torch.randn(3, 8, 4, 8))).startswith("model states")
     True
     """
-    from ..loading import SavedStudy, SavedTrajectory
-    from ..results_carry import ExperimentResult, InterventionResult
+    from effdepth.results.carry import ExperimentResult, InterventionResult
+    from effdepth.results.loading import SavedStudy, SavedTrajectory
 
     if isinstance(obj, SavedStudy):
-        from .studies import Study
+        from effdepth.report.studies import Study
 
         return f"{Study(obj.kind, obj.record, obj.path).title}\n{study_text(obj.kind, obj.record)}"
     if isinstance(obj, InterventionResult):
@@ -259,10 +259,10 @@ def claims_text(result: Result, label: str | None = None) -> str:
     >>> claims_text(effdepth.from_states(torch.randn(4, 8, 8, 16))).splitlines()[0][:30]
     'Does states reproduce the pape'
     """
-    from ..verdicts import claim_tests
-    from .content.claims import claims_evidence, claims_table
-    from .sources import result_label
-    from .wording import PAPER_NOTE
+    from effdepth.report.content.claims import claims_evidence, claims_table
+    from effdepth.report.sources import result_label
+    from effdepth.report.wording import PAPER_NOTE
+    from effdepth.results.verdicts import claim_tests
 
     c = result.config
     carry = carry_text(result.extras)
@@ -296,9 +296,9 @@ def claims_sweep_text(entries: list, failed: list = ()) -> str:
     >>> claims_sweep_text([("a", r), ("b", r)]).splitlines()[0].split()[:4]
     ['model', 'similarity', '(1)', '(2)']
     """
-    from ..verdicts import CLAIMS
-    from .content.claims import tally_table, verdicts_table
-    from .wording import PAPER_NOTE
+    from effdepth.report.content.claims import tally_table, verdicts_table
+    from effdepth.report.wording import PAPER_NOTE
+    from effdepth.results.verdicts import CLAIMS
 
     lines = [
         table_text(verdicts_table(entries)),
@@ -320,8 +320,8 @@ def claims_sweep_text(entries: list, failed: list = ()) -> str:
 def passage_comparison_text(entries: list) -> str:
     """The passage-mode results among ``entries`` (``(label, Result)``) in the layout of the paper's Table 2,
     the paper's row beside ours, under its heading; ``""`` when none is in passage mode."""
-    from .content.compare import table2_section
-    from .content.confounds import confound_warnings, confounds_comparison_table
+    from effdepth.report.content.compare import table2_section
+    from effdepth.report.content.confounds import confound_warnings, confounds_comparison_table
 
     section = table2_section(entries)
     if section is None:

@@ -13,7 +13,7 @@ words defined here.
 
 from __future__ import annotations
 
-from ..numerics.similarities import SIMILARITIES
+from effdepth.numerics.similarities import SIMILARITIES
 
 #: The attribution's one sign convention (docs/method.md#attribution), used by every table, figure and caption.
 ATTRIBUTION = (

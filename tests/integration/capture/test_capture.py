@@ -4,11 +4,11 @@ import pytest
 import torch
 
 import effdepth
-from effdepth.capture.forward import decoder_forward
-from effdepth.capture.hooks import ResidualCapture
-from effdepth.capture.registry import resolve_architecture
 from effdepth.errors import EffdepthError
-from effdepth.tiny import TINY_HIDDEN, TINY_LAYERS, TINY_MODEL_TYPES, tiny_model
+from effdepth.measurement.forward import decoder_forward
+from effdepth.models.hooks import ResidualCapture
+from effdepth.models.registry import resolve_architecture
+from effdepth.models.tiny import TINY_HIDDEN, TINY_LAYERS, TINY_MODEL_TYPES, tiny_model
 
 
 @pytest.fixture(scope="module", params=TINY_MODEL_TYPES)

@@ -10,13 +10,13 @@ import types
 import huggingface_hub
 import pytest
 
-from effdepth import hub
 from effdepth.cli import main
 from effdepth.data.corpus_prefix import cached_prefix, prefix_folder
 from effdepth.data.paper import PAPER_CORPUS
 from effdepth.data.passages import load_passages
 from effdepth.data.tokenizers import byte_tokenizer
 from effdepth.errors import EffdepthError
+from effdepth.models import hub
 
 SPEC = "hf:acme/docs:default:train"
 # Blank rows are skipped by the stream and do not count as documents, but they count as rows.
@@ -172,7 +172,7 @@ def test_measure_protocol_paper_runs_offline_from_the_copy(tmp_path, monkeypatch
 
     from effdepth import load
     from effdepth.data.corpus_prefix import write_prefix
-    from effdepth.tiny import tiny_config
+    from effdepth.models.tiny import tiny_config
 
     monkeypatch.setenv("EFFDEPTH_CACHE", str(tmp_path / "effdepth-cache"))
     folder = tmp_path / "tiny-llama"

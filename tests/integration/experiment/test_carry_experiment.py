@@ -9,7 +9,9 @@ from safetensors.torch import load_file
 
 from effdepth.cli import main
 from effdepth.errors import EffdepthError
-from effdepth.experiment import (
+from effdepth.measurement import measure
+from effdepth.report.tables import experiment_final_table, experiment_headline, experiment_step_table
+from effdepth.studies.experiment import (
     CarryExperiment,
     carry_experiment,
     checkpoint_carry,
@@ -17,9 +19,7 @@ from effdepth.experiment import (
     measure_checkpoint,
     split_corpus,
 )
-from effdepth.experiment.training import batch_order, new_model
-from effdepth.measure import measure
-from effdepth.report.tables import experiment_final_table, experiment_headline, experiment_step_table
+from effdepth.studies.experiment.training import batch_order, new_model
 
 TEXT = [
     "Now is the winter of our discontent made glorious summer by this sun of York. " * 30,
@@ -229,7 +229,7 @@ def test_cli_experiment(tmp_path, capsys):
 
 
 def test_a_sublayer_carry_experiment_trains_and_measures_with_the_papers_carry(tmp_path):
-    from effdepth.experiment.checkpoints import checkpoint_carry_on
+    from effdepth.studies.experiment.checkpoints import checkpoint_carry_on
 
     record = carry_experiment(
         out=tmp_path, progress=False, **{**TINY, "carries": (0.5,), "steps": 2, "carry_on": "sublayers"}

@@ -109,7 +109,7 @@ def save_model(folder: Path, model_type: str, seed: int, *, pickle: bool = False
     import torch
     from transformers import AutoModelForCausalLM
 
-    from effdepth.tiny import tiny_config
+    from effdepth.models.tiny import tiny_config
 
     config = tiny_config(model_type)
     config.vocab_size = VOCAB

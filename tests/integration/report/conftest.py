@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import effdepth
-from effdepth.tiny import tiny_model
+from effdepth.models.tiny import tiny_model
 
 OLD_TOKEN_RESULT = Path(__file__).parents[2] / "data" / "token-mode-result.json"
 

@@ -8,8 +8,8 @@ import pytest
 import effdepth
 from effdepth.cli import main
 from effdepth.data import byte_tokenizer
+from effdepth.models.tiny import tiny_model
 from effdepth.report import figures
-from effdepth.tiny import tiny_model
 
 
 def run(argv, capsys):

@@ -11,7 +11,7 @@ import torch
 import effdepth
 from effdepth.cli import main
 from effdepth.cli.measure import write_result
-from effdepth.intervene import save_intervention
+from effdepth.models.tiny import tiny_model
 from effdepth.report import figures
 from effdepth.report.build import write_report
 from effdepth.report.content import captions, compare, tokens
@@ -19,9 +19,9 @@ from effdepth.report.numbers import fmt
 from effdepth.report.sources import load_sources
 from effdepth.report.tables import experiment_final_table, intervention_table, result_summary_text, suite_summary_text
 from effdepth.report.wording import ATTRIBUTION
-from effdepth.results_carry import ExperimentResult, InterventionResult
-from effdepth.sweep import sweep
-from effdepth.tiny import tiny_model
+from effdepth.results.carry import ExperimentResult, InterventionResult
+from effdepth.scale.sweep import sweep
+from effdepth.studies.intervene import save_intervention
 
 
 def run(argv, capsys):
@@ -214,7 +214,7 @@ def test_report_writes_htm(saved, tmp_path, capsys):
 @pytest.fixture(scope="module")
 def trajectory_folder(tmp_path_factory):
     from effdepth.data import byte_tokenizer
-    from effdepth.trajectory import trajectory
+    from effdepth.scale.trajectory import trajectory
 
     d = tmp_path_factory.mktemp("traj")
     for step, seed in ((0, 0), (100, 1)):

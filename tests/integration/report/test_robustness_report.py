@@ -10,9 +10,9 @@ import pytest
 import effdepth
 from effdepth.cli import main
 from effdepth.numerics.sensitivity import LABELS, sensitivity_numbers
-from effdepth.pooled import PooledStore
 from effdepth.report import figures, figures_layers, figures_ratios
 from effdepth.report.numbers import fmt
+from effdepth.results.store import PooledStore
 
 
 def run(argv, capsys, code=0):

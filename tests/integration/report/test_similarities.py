@@ -10,11 +10,11 @@ import torch
 
 import effdepth
 from effdepth.cli import main
+from effdepth.models.tiny import tiny_model
 from effdepth.report import figures
-from effdepth.suites import SuiteModel
-from effdepth.sweep import COLUMNS, Job, result_rows, write_table
-from effdepth.tiny import tiny_model
-from effdepth.trajectory import TRAJECTORY_COLUMNS
+from effdepth.scale.suites import SuiteModel
+from effdepth.scale.sweep import COLUMNS, Job, result_rows, write_table
+from effdepth.scale.trajectory import TRAJECTORY_COLUMNS
 
 OLD_TOKEN_RESULT = Path(__file__).parents[2] / "data" / "token-mode-result.json"
 

@@ -4,8 +4,8 @@ import pytest
 
 from effdepth.cli import main
 from effdepth.errors import EffdepthError
-from effdepth.suites import SuiteModel, check_model_id, load_suite, parse_suite, resolve_models, suite_names
-from effdepth.tiny import TINY_MODEL_TYPES
+from effdepth.models.tiny import TINY_MODEL_TYPES
+from effdepth.scale.suites import SuiteModel, check_model_id, load_suite, parse_suite, resolve_models, suite_names
 
 # The paper's Table 2 (PAPER-PROTOCOL.md section 2), as hub ids.
 PAPER16 = (

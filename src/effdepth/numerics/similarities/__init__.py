@@ -10,7 +10,7 @@ Adding a similarity: one spec in :mod:`.builtin` with what it is computed
 from (docs/design.md, "Adding a plug-in"), and its tests.
 """
 
-from .registry import (
+from effdepth.numerics.similarities.registry import (
     REMOVED,
     SIMILARITIES,
     all_similarities,
@@ -24,7 +24,7 @@ from .registry import (
     similarity_choices,
     specs,
 )
-from .spec import Similarity
+from effdepth.numerics.similarities.spec import Similarity
 
 __all__ = [
     "REMOVED",

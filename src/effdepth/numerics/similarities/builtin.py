@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..hsic_plan import F64
-from ..hsic_resample import MIN_SAMPLES, Units
-from ..sample_hsic import LayerStack, layer_pairs
-from .spec import Similarity
+from effdepth.numerics.hsic_plan import F64
+from effdepth.numerics.hsic_resample import MIN_SAMPLES, Units
+from effdepth.numerics.sample_hsic import LayerStack, layer_pairs
+from effdepth.numerics.similarities.spec import Similarity
 
 
 def resampled_cosine(stack: LayerStack, units: Units, weights: np.ndarray, budget: int, device) -> np.ndarray:

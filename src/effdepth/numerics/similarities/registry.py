@@ -9,10 +9,10 @@ that could not work fails at import.
 
 from __future__ import annotations
 
-from ...errors import EffdepthError
-from ..hsic_resample import ESTIMATORS
-from . import builtin
-from .spec import Similarity
+from effdepth.errors import EffdepthError
+from effdepth.numerics.hsic_resample import ESTIMATORS
+from effdepth.numerics.similarities import builtin
+from effdepth.numerics.similarities.spec import Similarity
 
 #: The specs by name, in registry order.
 SIMILARITIES = {s.name: s for s in builtin.SPECS}

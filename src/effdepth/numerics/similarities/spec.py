@@ -54,6 +54,6 @@ class Similarity:
         >>> get_similarity("cka-debiased").companion_of, get_similarity("cka").companion_of
         ('cka', None)
         """
-        from .registry import specs  # the registry is built from the specs
+        from effdepth.numerics.similarities.registry import specs  # the registry is built from the specs
 
         return next((s.name for s in specs() if self.name in s.companions), None)

@@ -17,10 +17,10 @@ writers render the same objects, so the three formats carry the same numbers.
 
 from __future__ import annotations
 
-from ...result import Result
-from .model import Cell, Folded, ResultContent, Section, Table
-from .passages import passage_content
-from .tokens import token_content
+from effdepth.report.content.model import Cell, Folded, ResultContent, Section, Table
+from effdepth.report.content.passages import passage_content
+from effdepth.report.content.tokens import token_content
+from effdepth.results.result import Result
 
 
 def result_content(result: Result) -> ResultContent:

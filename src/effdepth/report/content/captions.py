@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...result import Result
-from ..wording import ATTRIBUTION, passage_wording
+from effdepth.report.wording import ATTRIBUTION, passage_wording
+from effdepth.results.result import Result
 
 FIGURES = {
     "similarity": (
@@ -86,8 +86,8 @@ def figure_text(stem: str, passages: bool = False) -> tuple:
 
 def render_figures(result: Result) -> list:
     """The standard figures of ``result`` as :class:`RenderedFigure`, with titles and captions."""
-    from ..figures import standard_figures
-    from ..style import figure_png
+    from effdepth.report.figures import standard_figures
+    from effdepth.report.style import figure_png
 
     out = []
     for stem, fig in standard_figures(result):
@@ -98,7 +98,7 @@ def render_figures(result: Result) -> list:
 
 def comparison_png(sources: list) -> bytes:
     """The comparison figure of several results (:class:`~..sources.Source`) as PNG bytes."""
-    from ..figures_ratios import comparison_figure
-    from ..style import figure_png
+    from effdepth.report.figures_ratios import comparison_figure
+    from effdepth.report.style import figure_png
 
     return figure_png(comparison_figure([s.result for s in sources], [s.label for s in sources]))

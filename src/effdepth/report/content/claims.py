@@ -5,11 +5,20 @@ and how many models each claim holds for.
 
 from __future__ import annotations
 
-from ...result import Result
-from ...verdicts import CLAIM_NAMES, CLAIMS, HOLDS, NOT_MEASURED, Comparison, check_claims, claim_tests, verdict_grid
-from ..numbers import fmt, fmt_interval
-from ..wording import PAPER_ABSTRACT, PAPER_NOTE, carry_text
-from .model import TERMS, Cell, Table
+from effdepth.report.content.model import TERMS, Cell, Table
+from effdepth.report.numbers import fmt, fmt_interval
+from effdepth.report.wording import PAPER_ABSTRACT, PAPER_NOTE, carry_text
+from effdepth.results.result import Result
+from effdepth.results.verdicts import (
+    CLAIM_NAMES,
+    CLAIMS,
+    HOLDS,
+    NOT_MEASURED,
+    Comparison,
+    check_claims,
+    claim_tests,
+    verdict_grid,
+)
 
 
 def claims_table(result: Result) -> Table:
@@ -59,7 +68,7 @@ def claims_evidence(result: Result) -> list:
 def verdict_evidence(v) -> str:
     """A verdict's comparisons, terms and reason in words.
 
-    >>> from effdepth.verdicts import Verdict
+    >>> from effdepth.results.verdicts import Verdict
     >>> verdict_evidence(Verdict("not-pos0", "cka", "not measured", reason="no drop-pos0 view"))
     'not measured: no drop-pos0 view'
     """
@@ -91,7 +100,7 @@ def comparison_text(c: Comparison) -> str:
 
 def verdicts_table(entries: list) -> Table:
     """One row per result (``(label, Result)``) and similarity, one column per claim, numbered as
-    :data:`~effdepth.verdicts.CLAIMS`.
+    :data:`~effdepth.results.verdicts.CLAIMS`.
 
     >>> import effdepth, torch
     >>> same = torch.randn(1, 8, 8, 16).repeat(4, 1, 1, 1)       # every layer alike: D_eff = 1 < F_N

@@ -6,15 +6,15 @@ taper and aggregation.
 
 from __future__ import annotations
 
-from ...data.paper import table2_source
-from ...result import Result
-from ..numbers import fmt
-from ..rows import differing
-from ..wording import ATTRIBUTION
-from . import robustness
-from .facts import plain
-from .model import TERMS, Cell, Section, Table, number_cell, sortable, sub_reference, value_cell
-from .passages import DEBIASED, null_ratio_cell, paper_row, per_layer_cell, ratio_cell
+from effdepth.data.paper import table2_source
+from effdepth.report.content import robustness
+from effdepth.report.content.facts import plain
+from effdepth.report.content.model import TERMS, Cell, Section, Table, number_cell, sortable, sub_reference, value_cell
+from effdepth.report.content.passages import DEBIASED, null_ratio_cell, paper_row, per_layer_cell, ratio_cell
+from effdepth.report.numbers import fmt
+from effdepth.report.rows import differing
+from effdepth.report.wording import ATTRIBUTION
+from effdepth.results.result import Result
 
 
 def comparison_table(sources: list) -> Table:
@@ -116,7 +116,7 @@ def passage_sections(entries: list) -> list:
     aggregation; none when no result is in passage mode.
 
     >>> import effdepth, torch
-    >>> from effdepth.tiny import tiny_model
+    >>> from effdepth.models.tiny import tiny_model
     >>> r = effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (8, 12)), bootstrap=0, progress=False)
     >>> [s.anchor for s in passage_sections([("a", r), ("b", r), ("c", r)])]
     ['table2', 'ordering']

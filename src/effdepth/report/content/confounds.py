@@ -9,10 +9,10 @@ how to add them.
 
 from __future__ import annotations
 
-from ...numerics.passage_views import CONTROLS
-from ...result import Result
-from ..numbers import fmt, fmt_interval
-from .model import Cell, Section, Table
+from effdepth.numerics.passage_views import CONTROLS
+from effdepth.report.content.model import Cell, Section, Table
+from effdepth.report.numbers import fmt, fmt_interval
+from effdepth.results.result import Result
 
 #: What each row of the confounds table removes.
 REMOVES = {
@@ -28,7 +28,7 @@ OLDER = (
 
 
 def confounds(result: Result) -> dict | None:
-    """The result's confounds table (``None`` for a token-mode result or an older one)."""
+    """The result's confounds table (``None`` for tokens as samples, an old token-mode result, or one measured before the controls)."""
     return (result.extras or {}).get("confounds") if result.passages else None
 
 
@@ -36,7 +36,7 @@ def lengths_text(result: Result) -> str | None:
     """The passage lengths in one line: min, quartiles, max and the share at --seq-len.
 
     >>> import effdepth, torch
-    >>> from effdepth.tiny import tiny_model
+    >>> from effdepth.models.tiny import tiny_model
     >>> r = effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (8, 12)), bootstrap=0, progress=False)
     >>> lengths_text(r)
     'every passage 12 tokens'
@@ -140,7 +140,7 @@ def confound_warnings(result: Result) -> list:
     D_eff moved by more than its interval's half-width between N/2 and N passages; for an older
     passage-mode result, one line that says how to add the controls.
 
-    >>> from effdepth.result import Result
+    >>> from effdepth.results.result import Result
     >>> confound_warnings(Result(views={}, config={"pooling": "mean", "similarity": "cka"}))
     ['note: measured before the confound controls: effdepth analyse DIR adds the length control and the sample-size curve without a forward pass; the drop-pos0 control needs effdepth measure again']
     """
@@ -178,7 +178,7 @@ def confounds_comparison_table(entries: list) -> Table | None:
     result holds a confounds table.
 
     >>> import effdepth, torch
-    >>> from effdepth.tiny import tiny_model
+    >>> from effdepth.models.tiny import tiny_model
     >>> r = effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (8, 12)), bootstrap=20, progress=False)
     >>> confounds_comparison_table([("a", r)]).header[:4]
     ['model', 'similarity', 'default /F_L', 'drop-pos0 /F_L']

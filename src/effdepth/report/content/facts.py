@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from ...result import SCHEMA, Result
-from ..numbers import fmt
-from ..sources import Source
-from .model import Cell, Folded, Table
+from effdepth.report.content.model import Cell, Folded, Table
+from effdepth.report.numbers import fmt
+from effdepth.report.sources import Source
+from effdepth.results.result import SCHEMA, Result
 
 #: Lists longer than this are folded (HTML) or shortened (Markdown) in the provenance.
 LONG_LIST = 12

@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ...result import ViewResult
-from ..numbers import fmt, fmt_interval
+from effdepth.report.numbers import fmt, fmt_interval
+from effdepth.results.result import ViewResult
 
 
 @dataclass

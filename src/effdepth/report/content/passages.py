@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...data.paper import table2_row, table2_source
-from ...numerics.similarities import default_similarity, names_where, specs
-from ...result import Result, ViewResult
-from ..numbers import fmt
-from ..wording import ATTRIBUTION, carry_text, passage_wording, similarity_name
-from . import robustness
-from .confounds import confound_warnings, confounds_section, lengths_text, sample_size_section
-from .facts import device_rows, model_name, model_rows
-from .model import (
+from effdepth.data.paper import table2_row, table2_source
+from effdepth.numerics.similarities import default_similarity, names_where, specs
+from effdepth.report.content import robustness
+from effdepth.report.content.confounds import confound_warnings, confounds_section, lengths_text, sample_size_section
+from effdepth.report.content.facts import device_rows, model_name, model_rows
+from effdepth.report.content.model import (
     TERMS,
     Cell,
     ResultContent,
@@ -28,6 +25,9 @@ from .model import (
     sub_reference,
     value_cell,
 )
+from effdepth.report.numbers import fmt
+from effdepth.report.wording import ATTRIBUTION, carry_text, passage_wording, similarity_name
+from effdepth.results.result import Result, ViewResult
 
 #: The similarities that are CKA estimators (they have references and a finite-sample null).
 KERNELS = names_where(lambda s: s.kernel)
@@ -48,7 +48,7 @@ def passage_content(result: Result) -> ResultContent:
     """The headline, summary and sections of a passage-mode result.
 
     >>> import effdepth, torch
-    >>> from effdepth.tiny import tiny_model
+    >>> from effdepth.models.tiny import tiny_model
     >>> r = effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (8, 12)), bootstrap=0, progress=False)
     >>> c = passage_content(r)
     >>> c.headline[2].startswith("D_eff = "), [s.title for s in c.sections][:3]
@@ -149,7 +149,7 @@ def summary_rows(result: Result) -> list:
 def samples_text(result: Result) -> str:
     """What one sample is: a passage's mean (the paper's), or under the token reduction its tokens.
 
-    >>> from effdepth.result import Result
+    >>> from effdepth.results.result import Result
     >>> samples_text(Result(views={}, config={"reduction": {"samples": "tokens", "per_variant": {"default": 96}}}))
     'the tokens of each passage (default 96), units of whole passages'
     """

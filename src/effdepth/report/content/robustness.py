@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...numerics.sensitivity import LABELS, sensitivity_numbers, spearman
-from ...result import Result, ViewResult
-from ..numbers import fmt
-from .model import Cell, Table, interval, level
+from effdepth.numerics.sensitivity import LABELS, sensitivity_numbers, spearman
+from effdepth.report.content.model import Cell, Table, interval, level
+from effdepth.report.numbers import fmt
+from effdepth.results.result import Result, ViewResult
 
 
 def label(key: str, states: int | None = None) -> str:
@@ -31,7 +31,7 @@ def label(key: str, states: int | None = None) -> str:
 
 def variant_numbers(v: ViewResult) -> tuple:
     """``({key: {"deff", "reference", "gap_pct"}}, with_intervals)``: what the result saved, or, for a result
-    without it (token mode), the same forms of its saved similarity matrix, without intervals."""
+    without it (an old token-mode result), the same forms of its saved similarity matrix, without intervals."""
     if v.sensitivity:
         return v.sensitivity, v.ci is not None
     computed = sensitivity_numbers(np.asarray(v.similarity, dtype=np.float64))

@@ -6,12 +6,8 @@ reads the saved fields only; tests/integration/report/test_old_token_results.py 
 
 from __future__ import annotations
 
-from ...result import Result
-from ..numbers import fmt
-from ..rows import has_calibrated, view_entries
-from ..wording import ATTRIBUTION, CALIBRATED, carry_text, context, similarity_name
-from .facts import device_rows, model_name, model_rows
-from .model import (
+from effdepth.report.content.facts import device_rows, model_name, model_rows
+from effdepth.report.content.model import (
     TERMS,
     Cell,
     ResultContent,
@@ -23,6 +19,10 @@ from .model import (
     sub_reference,
     unavailable_row,
 )
+from effdepth.report.numbers import fmt
+from effdepth.report.rows import has_calibrated, view_entries
+from effdepth.report.wording import ATTRIBUTION, CALIBRATED, carry_text, context, similarity_name
+from effdepth.results.result import Result
 
 
 def token_content(result: Result) -> ResultContent:

@@ -1,8 +1,0 @@
-"""``torchrun ... -m effdepth.distributed measure MODEL ...``: the command line lives in :mod:`effdepth.cli.torchrun`."""
-
-import sys
-
-from ..cli.torchrun import main
-
-if __name__ == "__main__":
-    sys.exit(main())

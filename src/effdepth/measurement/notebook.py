@@ -1,0 +1,358 @@
+"""D_eff from the model object you already hold, in your own loop.
+
+- :func:`capture`: ``with effdepth.capture(model) as states: model(ids)``
+  gives S_0..S_L (before the final norm), one ``(batch, seq, d)`` tensor per
+  state, for a Hugging Face model, an nnsight wrapper or a TransformerLens
+  model.
+- :class:`Accumulator`: feed it those states batch by batch (a training loop
+  can measure every N steps); ``.result()`` is the same :class:`Result` as
+  :func:`effdepth.measure` over the same passages. It keeps each passage's
+  pooled vectors (float32, as measure's store; ``pooling="none"``: its
+  sampled tokens), never the token states.
+- :func:`from_hidden_states`: Hugging Face's ``output_hidden_states`` tuple,
+  whose last entry is the final norm's output: the paper's convention, so it
+  gives ``effdepth.measure(..., states="hidden")``'s number.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import replace
+
+import torch
+
+from effdepth.errors import EffdepthError
+from effdepth.measurement.run import PooledBatches
+from effdepth.models.external import TRANSFORMER_LENS, adapt_external
+from effdepth.models.hooks import ResidualCapture
+from effdepth.models.registry import resolve_architecture
+from effdepth.options import AnalysisOptions
+from effdepth.results.result import Result
+
+CAPTURE_HOW = "with effdepth.capture(model) as states: model(ids)"
+
+
+class CapturedStates(Sequence):
+    """S_0..S_L of the latest forward pass inside :func:`capture`.
+
+    ``states[l]`` is S_l, ``(batch, seq, d)``; ``states.tensor`` all of them,
+    ``(L+1, batch, seq, d)``, in the model's dtype and device, detached. The
+    buffer is reused by the next forward pass of the same shape: ``clone()``
+    what you want to keep.
+    """
+
+    def __init__(self, capture: ResidualCapture, num_layers: int, info: dict):
+        self._capture = capture
+        self.num_layers = num_layers
+        self.info = info
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        if self._capture.states is None:
+            raise EffdepthError(
+                f"no forward pass has run inside the capture yet; call the model inside the block: {CAPTURE_HOW}"
+            )
+        return self._capture.states
+
+    def __len__(self) -> int:
+        return self.num_layers + 1
+
+    def __getitem__(self, index):
+        return self.tensor[index]
+
+    def __repr__(self) -> str:
+        shape = "empty" if self._capture.states is None else "x".join(map(str, self._capture.states.shape[1:]))
+        return f"CapturedStates(S_0..S_{self.num_layers}, {shape})"
+
+
+@contextlib.contextmanager
+def capture(model, *, allow_processed: bool = False):
+    """Capture the residual stream S_0..S_L of every forward pass run inside the block.
+
+    ``model``: a Hugging Face causal LM, an nnsight ``LanguageModel`` /
+    ``TransformersModel`` (call it, or its ``._module``, inside the block),
+    or a TransformerLens ``HookedTransformer`` / ``TransformerBridge`` (a
+    model with centred writing weights is refused unless
+    ``allow_processed=True``). States are read by hooks before the final norm
+    and hold the latest batch only; gradients are untouched.
+
+    >>> import effdepth, torch
+    >>> from effdepth.models.tiny import tiny_model
+    >>> model = tiny_model("llama")
+    >>> with effdepth.capture(model) as states:
+    ...     logits = model(torch.randint(0, 256, (2, 8))).logits
+    >>> len(states), tuple(states[0].shape)
+    (4, (2, 8, 64))
+    """
+    external = adapt_external(model, allow_processed=allow_processed)
+    if external is not None and external.architecture is not None:
+        arch, info = external.architecture, external.info
+        recorder = arch.capture()
+    else:
+        module = external.model if external is not None else model
+        arch = resolve_architecture(module)
+        info = {
+            "class": type(module).__name__,
+            "model_type": arch.model_type,
+            "id": getattr(module, "name_or_path", None) or None,
+            **(external.info if external is not None else {}),
+        }
+        recorder = ResidualCapture(arch)
+    with recorder:
+        yield CapturedStates(recorder, arch.num_layers, {"source": "capture", **info})
+
+
+class Accumulator:
+    """D_eff from batches of states you feed it: your loop, effdepth's statistics.
+
+    ``update(states, mask=None)`` takes what :func:`capture` yields, a
+    ``(L+1, batch, seq, d)`` tensor, or a list of L+1 ``(batch, seq, d)``
+    (or ``(seq, d)``) tensors, each row a passage; ``mask`` ``(batch, seq)``
+    marks real tokens (padding never enters a statistic). ``result()``
+    returns the same :class:`~effdepth.results.result.Result` as
+    :func:`effdepth.measure` over the same passages and options: each
+    passage's states mean-pooled as measure pools them (``pooling="none"``:
+    its tokens, ``tokens_per_passage`` of them drawn as measure draws them),
+    then measure's analysis, confounds and sample-size curve included.
+    ``reset()`` starts over, e.g. every N training steps.
+
+    >>> import effdepth, torch
+    >>> from effdepth.models.tiny import tiny_model
+    >>> model, acc = tiny_model("gpt2"), effdepth.Accumulator(bootstrap=0)
+    >>> with effdepth.capture(model) as states, torch.no_grad():
+    ...     for _ in range(3):
+    ...         _ = model(torch.randint(0, 256, (2, 8)))
+    ...         acc.update(states)
+    >>> r = acc.result()
+    >>> r.passages, r.default.sequences, r.default.reference
+    (True, 6, 1.5)
+    """
+
+    def __init__(
+        self,
+        views=("default",),
+        similarity=None,
+        *,
+        pooling: str = "mean",
+        tokens_per_passage: int | None = None,
+        include_embedding: bool = False,
+        bootstrap: int = 1000,
+        seed: int = 0,
+    ):
+        options = {
+            "views": views,
+            "similarity": similarity,
+            "pooling": pooling,
+            "tokens_per_passage": tokens_per_passage,
+            "include_embedding": include_embedding,
+            "seed": seed,
+            "bootstrap": bootstrap,
+        }
+        self.analysis = AnalysisOptions(**{k: v for k, v in options.items() if v is not None})
+        self.views = self.analysis.view_specs
+        self._samples = PooledBatches(self.analysis)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every batch (the views and options stay)."""
+        self._samples.reset()
+        self.num_layers: int | None = None
+        self._model: dict | None = None
+
+    @property
+    def sequences(self) -> int:
+        """Passages (sequences) fed so far."""
+        return self._samples.sequences
+
+    @property
+    def tokens(self) -> int:
+        return self._samples.tokens_seen
+
+    def update(self, states, mask=None) -> None:
+        """Add one batch of states; nothing of it is kept but its samples (pooled vectors, or sampled tokens)."""
+        s = self._checked(states)
+        if isinstance(states, CapturedStates) and self._model is None:
+            self._model = states.info
+        self._samples.update(s, _mask(mask, s))
+
+    def _checked(self, states) -> torch.Tensor:
+        """The states as ``(L+1, batch, seq, d)``, with as many states as the earlier batches."""
+        s = state_batch(states)
+        if self.num_layers is None:
+            self.num_layers = int(s.shape[0]) - 1
+        elif s.shape[0] - 1 != self.num_layers:
+            raise EffdepthError(
+                f"this batch has {s.shape[0]} states but earlier ones had {self.num_layers + 1}; one Accumulator per model (reset() to start over)"
+            )
+        return s
+
+    def result(
+        self, views=None, similarity: str | None = None, *, bootstrap: int | None = None, seed: int | None = None
+    ) -> Result:
+        """The :class:`~effdepth.results.result.Result` of every batch so far.
+
+        ``views`` (a subset of those accumulated) and ``similarity`` default
+        to the Accumulator's own.
+        """
+        if self.sequences == 0:
+            raise EffdepthError("the Accumulator has no states yet; call update(states) with at least one batch first")
+        changes = {
+            k: v for k, v in {"similarity": similarity, "bootstrap": bootstrap, "seed": seed}.items() if v is not None
+        }
+        if views is not None:
+            wanted = [v.name for v in replace(self.analysis, views=views).view_specs]
+            have = [v.name for v in self.views]
+            missing = [w for w in wanted if w not in have]
+            if missing:
+                raise EffdepthError(
+                    f"view {missing[0]!r} was not accumulated (have {', '.join(have)}); name it when creating the Accumulator: Accumulator(views=...)"
+                )
+            changes["views"] = tuple(wanted)
+        return self._samples.result(
+            replace(self.analysis, **changes), self.num_layers, self._model or {"source": "states"}
+        )
+
+
+def from_hidden_states(
+    hidden_states,
+    attention_mask=None,
+    *,
+    model=None,
+    views=("default",),
+    similarity=None,
+    pooling: str = "mean",
+    tokens_per_passage: int | None = None,
+    include_embedding: bool = False,
+    bootstrap: int = 1000,
+    seed: int = 0,
+) -> Result:
+    """D_eff from the ``hidden_states`` tuple of ``model(..., output_hidden_states=True)``, each row a passage.
+
+    Its last entry is the final norm's output, not S_L, in every supported
+    family. The tuple is taken as the paper takes it (``hidden_states[0..L]``,
+    the last through the final norm), so this gives ``effdepth.measure(...,
+    states="hidden")``'s number over the same passages and options, and the
+    result says so (``config["hidden_states"]``); ``model=`` checks the
+    tuple's length and names the model in the record. ``attention_mask``
+    marks real tokens; padding never enters a statistic. For the states
+    before the final norm, capture them: ``with effdepth.capture(model) as
+    states: model(ids)``.
+
+    >>> import effdepth, torch
+    >>> from effdepth.models.tiny import tiny_model
+    >>> model = tiny_model("llama")
+    >>> out = model(torch.randint(0, 256, (6, 8)), output_hidden_states=True)
+    >>> r = effdepth.from_hidden_states(out.hidden_states, model=model, bootstrap=0)
+    >>> r.config["num_layers"], r.config["states"], r.config["hidden_states"]["same_as"]
+    (3, 'hidden', "effdepth.measure(..., states='hidden') over the same passages")
+    """
+    hidden = getattr(hidden_states, "hidden_states", hidden_states)
+    if not isinstance(hidden, (tuple, list)) or not all(isinstance(h, torch.Tensor) for h in hidden) or len(hidden) < 2:
+        raise EffdepthError(
+            "hidden_states must be the tuple of L+1 tensors from model(..., output_hidden_states=True); "
+            "for a (L+1, batch, seq, d) tensor of residual states use effdepth.from_states"
+        )
+    if model is not None:
+        module, arch, external = _hidden_states_model(model)
+        if len(hidden) != arch.num_layers + 1:
+            raise EffdepthError(
+                f"got {len(hidden)} hidden states, but this {arch.model_type} model has {arch.num_layers} "
+                f"blocks, so output_hidden_states=True gives {arch.num_layers + 1}; pass the whole tuple "
+                "from the same model"
+            )
+    acc = Accumulator(
+        views,
+        similarity,
+        pooling=pooling,
+        tokens_per_passage=tokens_per_passage,
+        include_embedding=include_embedding,
+        bootstrap=bootstrap,
+        seed=seed,
+    )
+    acc.update(list(hidden), attention_mask)
+    result = acc.result()
+    last = len(hidden) - 1
+    result.config.update(
+        {
+            "states": "hidden",
+            "states_meaning": "transformers' hidden_states[1:]: the blocks' outputs, the last through the final norm",
+        }
+    )
+    result.config["hidden_states"] = {
+        "states": f"hidden_states[0..{last}], the last through the final norm: the paper's convention",
+        "same_as": "effdepth.measure(..., states='hidden') over the same passages",
+        "before_the_final_norm": CAPTURE_HOW,
+    }
+    if model is not None:
+        result.provenance["model"] = _model_record(module, arch, external)
+    return result
+
+
+def _hidden_states_model(model) -> tuple:
+    """``(module, architecture, external wrapper or None)`` of the model that produced a hidden_states tuple."""
+    external = adapt_external(model, allow_processed=True)
+    if external is not None and external.library == TRANSFORMER_LENS:
+        raise EffdepthError(
+            f"TransformerLens models give no hidden_states tuple; use effdepth.measure(model, corpus) or {CAPTURE_HOW}"
+        )
+    module = external.model if external is not None else model
+    return module, resolve_architecture(module), external
+
+
+def _model_record(module, arch, external) -> dict:
+    return {
+        "source": "hidden_states",
+        "class": type(module).__name__,
+        "model_type": arch.model_type,
+        "id": getattr(module, "name_or_path", None) or None,
+        **(external.info if external is not None else {}),
+    }
+
+
+def state_batch(states) -> torch.Tensor:
+    """States as one ``(L+1, batch, seq, d)`` tensor, detached.
+
+    >>> tuple(state_batch([torch.zeros(5, 4)] * 3).shape)
+    (3, 1, 5, 4)
+    """
+    if isinstance(states, CapturedStates):
+        s = states.tensor
+    elif isinstance(states, (list, tuple)):
+        if len(states) < 2 or not all(isinstance(t, torch.Tensor) for t in states):
+            raise EffdepthError(
+                f"states must be at least two tensors S_0..S_L (one per state), got {len(states)} items"
+            )
+        shapes = {tuple(t.shape) for t in states}
+        if len(shapes) != 1:
+            raise EffdepthError(f"every state must have the same shape (batch, seq, d), got {sorted(shapes)}")
+        s = torch.stack([t.detach() for t in states])
+    elif isinstance(states, torch.Tensor):
+        s = states
+    else:
+        raise EffdepthError(
+            f"states must be what effdepth.capture yields, a (L+1, batch, seq, d) tensor or a list of tensors, got {type(states).__name__}"
+        )
+    s = s.detach()
+    if s.dim() == 3:
+        s = s[:, None]
+    if s.dim() != 4 or s.shape[0] < 2 or s.shape[2] < 1:
+        raise EffdepthError(
+            f"states must be shaped (L+1, batch, seq, d) or (L+1, seq, d) with L >= 1, got {tuple(s.shape)}"
+        )
+    if not torch.is_floating_point(s):
+        s = s.to(torch.float64)
+    return s
+
+
+def _mask(mask, states: torch.Tensor) -> torch.Tensor | None:
+    if mask is None:
+        return None
+    m = torch.as_tensor(mask)
+    if m.dim() == 1:
+        m = m[None]
+    if tuple(m.shape) != tuple(states.shape[1:3]):
+        raise EffdepthError(
+            f"mask must be (batch, seq) = {tuple(states.shape[1:3])} like the states, got {tuple(m.shape)}"
+        )
+    return m.bool()

@@ -1,0 +1,63 @@
+"""Quiet loading: library chatter and progress bars held back while a model, tokenizer or copy
+is loaded or written, so a run prints only its own lines. Errors still propagate."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+
+
+@contextlib.contextmanager
+def progress_bars(progress: bool):
+    """``progress=False`` hides transformers' own bars while loading (the GGUF de-quantiser's bar is
+    plain tqdm: :func:`effdepth.models.gguf.parse_once` hides that one).
+
+    >>> with progress_bars(False):
+    ...     pass
+    """
+    if progress:
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+@contextlib.contextmanager
+def quiet_loading():
+    """Silence transformers' and the hub's log lines, warnings and prints while loading.
+
+    >>> with quiet_loading():
+    ...     print("not shown")
+    """
+    from effdepth.models.hub import quiet_hub
+
+    logger = logging.getLogger("transformers")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), quiet_hub():
+            warnings.simplefilter("ignore")
+            with silenced_stdout():
+                yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def silenced_stdout():
+    """Hold back what a library prints while it writes files (e.g. ``save_pretrained``).
+
+    >>> with silenced_stdout():
+    ...     print("not shown")
+    """
+    with contextlib.redirect_stdout(io.StringIO()):
+        yield

@@ -1,0 +1,79 @@
+"""What a result needs to be traced: library versions, code version, machine."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+from effdepth.results.version import __version__
+
+
+def code_version() -> dict:
+    """effdepth's version and, when run from a git checkout, its commit (and whether it was modified)."""
+    out = {"effdepth": __version__, "git_commit": None, "git_dirty": None}
+    root = Path(__file__).resolve().parents[2]
+    if (root / ".git").exists():
+        try:
+            commit = subprocess.run(
+                ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+            ).stdout.strip()
+            dirty = subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=True,
+            ).stdout.strip()
+            out.update(git_commit=commit or None, git_dirty=bool(dirty))
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return out
+
+
+def library_versions() -> dict:
+    out = {"python": sys.version.split()[0]}
+    for name in ("torch", "transformers", "numpy", "gguf", "accelerate", "datasets"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def machine() -> dict:
+    import torch
+
+    out = {"platform": platform.platform(), "cpu_threads": torch.get_num_threads()}
+    if torch.cuda.is_available():
+        out["cuda"] = torch.version.cuda
+        out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return out
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def provenance_record(
+    *, model: dict | None = None, corpus: dict | None = None, started: float | None = None, **facts
+) -> dict:
+    """The one provenance record of every result, study and experiment: what was measured (``model``,
+    ``corpus``), effdepth's code version, the libraries, the machine, when, how long since ``started``
+    (a ``time.perf_counter()``), then ``facts`` (the run's own: tokens measured, retries, ...).
+
+    >>> r = provenance_record(model={"id": "m"}, tokens_measured=12)
+    >>> list(r)[:2], r["tokens_measured"], "python" in r["libraries"]
+    (['model', 'code'], 12, True)
+    """
+    record = {} if model is None else {"model": model}
+    if corpus is not None:
+        record["corpus"] = corpus
+    record.update(code=code_version(), libraries=library_versions(), machine=machine(), created=now())
+    if started is not None:
+        record["elapsed_s"] = round(time.perf_counter() - started, 3)
+    return {**record, **facts}

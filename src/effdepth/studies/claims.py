@@ -1,0 +1,139 @@
+"""``effdepth claims``: does a model reproduce the paper? (docs/method.md#claims)
+
+The abstract's five claims and a sixth of ours, judged on saved results for every similarity
+they hold (the verdicts themselves are :mod:`effdepth.results.verdicts`, shared with
+the report):
+
+1. ``sub-reference``: D_eff < F_N in the default view (the whole interval below).
+2. ``correlated-updates``: D_eff < R_matched (the correlated-updates term's
+   interval above 0) and that term the largest of the three.
+3. ``not-pos0``: sub-reference under ``drop-pos0`` (position 0 left out, whatever token it
+   holds; passage mode reads it from the confounds table when it is not a view).
+4. ``controls``: sub-reference under ``token-norm`` or under ``top1pc``.
+5. ``calibrated``: D_eff < R_matched_cal, the calibrated reference (the whole
+   D_eff interval below the calibrated value's interval).
+6. ``not-length``: sub-reference under the ``length`` control (passage mode:
+   each passage's token count regressed out of every layer).
+
+Each is ``holds``, ``fails`` or ``not measured`` (no such view, no interval,
+no calibrated reference, or no value under that similarity). One result gets
+a table (claims x similarities) and the numbers behind each verdict; several
+(a sweep's folder, or many files) get one row per model and similarity and a
+tally next to what the abstract reports. Whatever the verdicts, the check
+succeeds; only input it cannot read is an error.
+
+>>> import effdepth, torch, tempfile, pathlib
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> _ = effdepth.from_states(torch.randn(4, 8, 8, 16), bootstrap=20).save(d / "run")
+>>> outcome = check_paths([d / "run"])
+>>> [c.label for c in outcome.checked], len(outcome.checked[0].verdicts)
+(['states'], 12)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from effdepth.errors import EffdepthError
+from effdepth.report.sources import failed_models, load_sources
+from effdepth.results.result import Result
+from effdepth.results.verdicts import (
+    CLAIMS,
+    FAILS,
+    HOLDS,
+    NOT_MEASURED,
+    Verdict,
+    check_claims,
+    require_claim_views,
+    verdict_grid,
+)
+
+__all__ = [
+    "CLAIMS",
+    "HOLDS",
+    "FAILS",
+    "NOT_MEASURED",
+    "Verdict",
+    "Checked",
+    "ClaimsOutcome",
+    "check_claims",
+    "check_paths",
+    "claims_rows",
+    "verdict_grid",
+]
+
+MEASURE_FIRST = "measure first: effdepth measure MODEL --views paper --out DIR"
+
+
+@dataclass
+class Checked:
+    """One result file, its label among the others, and its verdicts."""
+
+    path: Path
+    label: str
+    result: Result
+    verdicts: list
+
+
+@dataclass
+class ClaimsOutcome:
+    """Every result checked, and the models a sweep could not measure (``(model, error)``)."""
+
+    checked: list
+    failed: list = field(default_factory=list)
+
+    def text(self) -> str:
+        """What ``effdepth claims`` prints: the full check of one result, or the per-model table of several;
+        passage-mode results first beside the paper's Table 2 (a row each: D_eff, D_eff/L, gap, the difference).
+
+        >>> import effdepth, torch
+        >>> r = effdepth.from_states(torch.randn(4, 8, 8, 16), bootstrap=20)
+        >>> ClaimsOutcome([Checked(Path("a"), "a", r, []), Checked(Path("b"), "b", r, [])]).text().split()[:2]
+        ['Beside', 'the']
+        """
+        from effdepth.report.tables import claims_sweep_text, claims_text, passage_comparison_text
+
+        if len(self.checked) == 1 and not self.failed:
+            c = self.checked[0]
+            verdicts = claims_text(c.result, c.label)
+        else:
+            verdicts = claims_sweep_text([(c.label, c.result) for c in self.checked], self.failed)
+        beside = passage_comparison_text([(c.label, c.result) for c in self.checked])
+        return f"{beside}\n\n{verdicts}" if beside else verdicts
+
+
+def check_paths(paths) -> ClaimsOutcome:
+    """Load every result named by ``paths`` (``result.json`` files, a run's folder, a sweep's folder:
+    every ``result.json`` below it) and judge the claims on each.
+
+    A path without results, a file that is not a readable result, or a result with none of the views
+    the claims read is a one-line :class:`~effdepth.EffdepthError` that says what to run.
+
+    >>> import tempfile
+    >>> check_paths([tempfile.mkdtemp()])
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: no result.json under ...; pass the --out folder of an effdepth run or a result.json; measure first: effdepth measure MODEL --views paper --out DIR
+    """
+    try:
+        sources = load_sources(paths)
+    except EffdepthError as exc:
+        raise EffdepthError(f"{exc}; {MEASURE_FIRST}") from None
+    for source in sources:
+        require_claim_views(source.result, where=str(source.path))
+    checked = [Checked(s.path, s.label, s.result, check_claims(s.result)) for s in sources]
+    return ClaimsOutcome(checked, failed_models(paths))
+
+
+def claims_rows(result, label: str | None = None) -> list:
+    """Plain rows (one per claim and similarity): model, claim, similarity, status.
+
+    >>> import effdepth, torch
+    >>> rows = claims_rows(effdepth.from_states(torch.randn(4, 8, 6, 8)))
+    >>> rows[0]["claim"], rows[0]["similarity"], rows[0]["status"]
+    ('sub-reference', 'cka', 'not measured')
+    """
+    return [
+        {"model": label, "claim": v.claim, "similarity": v.similarity, "status": v.status} for v in check_claims(result)
+    ]

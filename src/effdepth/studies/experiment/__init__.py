@@ -1,0 +1,23 @@
+"""Controlled experiments: small models trained from scratch, then measured like any other.
+
+>>> from effdepth.studies.experiment import CarryExperiment
+>>> CarryExperiment().checkpoint_steps()
+[0, 75, 150, 225, 300]
+"""
+
+from effdepth.results.carry import ExperimentResult, load_experiment
+from effdepth.studies.experiment.carry import carry_experiment, save_experiment
+from effdepth.studies.experiment.checkpoints import checkpoint_carry, measure_checkpoint
+from effdepth.studies.experiment.setting import CarryExperiment
+from effdepth.studies.experiment.training import split_corpus
+
+__all__ = [
+    "CarryExperiment",
+    "ExperimentResult",
+    "carry_experiment",
+    "checkpoint_carry",
+    "load_experiment",
+    "measure_checkpoint",
+    "save_experiment",
+    "split_corpus",
+]

@@ -1,0 +1,103 @@
+"""Trained control for the residual carry (docs/method.md#residual-carry): small models trained from scratch with a fixed carry.
+
+Every run trains the same tiny Llama-architecture model (byte vocabulary,
+identical initialisation and data order for a given seed) with one change:
+every block (or the chosen ones) outputs ``lam * s_{l-1} + (s_l - s_{l-1})``,
+applied by the same :class:`~effdepth.measurement.interventions.ResidualCarry` (or, with
+``carry_on="sublayers"``, :class:`~effdepth.measurement.interventions.SublayerCarry`)
+hooks the in-model intervention uses. Gradients flow through them.
+
+Checkpoints are standard Hugging Face folders (model and tokenizer),
+``DIR/lam-<lam>/seed-<k>/step-<N>/``, with the carry stored in the config as
+``effdepth_carry`` and ``effdepth_carry_layers``. The carry is not part of the
+Llama code: a plain ``effdepth measure`` (or ``from_pretrained``) of such a
+checkpoint runs it with lam = 1, a different model from the one trained.
+:func:`~.checkpoints.measure_checkpoint` reads the stored carry and applies it; this
+experiment measures every checkpoint that way, on held-out sequences that
+no training batch contains.
+
+Runs are deterministic under a seed on the CPU (``torch.manual_seed`` before
+initialisation, a seeded data order, the same held-out draw for every run);
+on a GPU, kernels may differ in the last bits between runs.
+
+Results: ``DIR/experiment.json`` (every checkpoint's numbers and the
+per-(lam, step) summary over seeds) and ``DIR/experiment.{png,pdf}``; each
+checkpoint's full result is in ``DIR/lam-<lam>/seed-<k>/results/step-<N>.json``.
+
+The setting and its differences from the paper's are :mod:`.setting`, one
+training run :mod:`.training`, saving and measuring a checkpoint
+:mod:`.checkpoints`; this module runs the experiment and saves it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from effdepth.measurement.interventions import parse_layers
+from effdepth.results.carry import ExperimentResult
+from effdepth.results.provenance import provenance_record
+from effdepth.studies.experiment.setting import CarryExperiment
+from effdepth.studies.experiment.training import split_corpus, train_run
+
+
+def carry_experiment(
+    spec: CarryExperiment | None = None, out="runs/carry-experiment", *, progress: bool = True, **overrides
+) -> ExperimentResult:
+    """Train one model per (lam, seed), measure every checkpoint with its carry, save the summary.
+
+    ``overrides`` are :class:`CarryExperiment` fields (``carries``, ``steps``, ``layers``...).
+
+    >>> import tempfile
+    >>> r = carry_experiment(out=tempfile.mkdtemp(), carries=(1, 0.5), layers=2, d_model=16, heads=2, steps=2,
+    ...                      seq_len=16, batch_size=2, eval_seqs=4, bootstrap=0, progress=False)
+    >>> [(s["lam"], s["step"]) for s in r.summary()][-1]
+    (0.5, 2)
+    """
+    spec = CarryExperiment(**{**asdict(spec or CarryExperiment()), **overrides}).checked()
+    out = Path(out)
+    started = time.perf_counter()
+    data = split_corpus(spec.corpus, seq_len=spec.seq_len, eval_seqs=spec.eval_seqs, seed=spec.seed)
+    records = []
+    for seed in spec.seed_list():
+        for lam in spec.carries:
+            records += train_run(spec, lam, seed, data, out, progress=progress)
+    config = {
+        **asdict(spec),
+        "carries": list(spec.carries),
+        "seed_list": spec.seed_list(),
+        "checkpoint_steps": spec.checkpoint_steps(),
+        "carry_layers_resolved": list(parse_layers(spec.carry_layers, spec.layers)),
+        "data": data.info,
+        "model": "LlamaForCausalLM (byte vocabulary, untied embeddings, intermediate 4 x d_model)",
+        "optimizer": "AdamW(betas=(0.9, 0.95), weight_decay=0.1), clip 1.0, linear warm-up then cosine to 10%",
+        "similarity": "cka",
+        "paper_differences": spec.paper_differences(),
+        "measured_with": "the checkpoint's own carry (effdepth_carry in its config), held-out sequences as "
+        + ("passages" if spec.pooling == "mean" else "passages, their tokens as samples")
+        + ", cka across samples"
+        + ", default view",
+    }
+    result = ExperimentResult(config, records, provenance_record(started=started))
+    save_experiment(result, out)
+    return result
+
+
+def save_experiment(result: ExperimentResult, folder, figure: bool = True) -> Path:
+    """Write ``experiment.json`` (:meth:`ExperimentResult.save`), then ``experiment.{png,pdf}``, atomically.
+
+    >>> import tempfile
+    >>> recs = [{"lam": lam, "seed": 0, "step": step, "deff": 1.2, "deff_ci": None, "reference": 1.6, "reference_matched": 1.4,
+    ...          "loss": 2.0} for lam in (1.0, 0.5) for step in (0, 4)]
+    >>> p = save_experiment(ExperimentResult({"layers": 2, "d_model": 16}, recs), tempfile.mkdtemp())
+    >>> sorted(f.name for f in p.parent.iterdir())
+    ['experiment.json', 'experiment.pdf', 'experiment.png']
+    """
+    path = result.save(folder)
+    if figure:
+        from effdepth.report.figures_experiment import experiment_figure
+        from effdepth.report.style import save_figure
+
+        save_figure(experiment_figure(result), Path(folder) / "experiment")
+    return path

@@ -1,0 +1,145 @@
+"""The residual-carry intervention in a model (docs/method.md#residual-carry): D_eff and loss against the carry lam.
+
+For each carry value lam the chosen blocks output ``lam * s_{l-1} + (s_l - s_{l-1})``
+(see :class:`~effdepth.measurement.interventions.ResidualCarry`), or with ``carry_on="sublayers"``
+the paper's ``h <- lam h + attn(LN h)``, ``h <- lam h + mlp(LN h)`` in each of them
+(:class:`~effdepth.measurement.interventions.SublayerCarry`); the model and the
+corpus are loaded once and every lam is measured on the same tokens, with the
+next-token loss. lam = 1 is the unmodified model.
+
+:func:`save_intervention` writes ``DIR/intervention.json`` (every per-lam
+result inside), ``DIR/carry-<lam>/result.json`` and the figure
+``DIR/intervention.{png,pdf}``. The result itself
+(:class:`~effdepth.results.carry.InterventionResult`) is in the result layer,
+its table in :mod:`effdepth.report.tables` and its figure in
+:mod:`effdepth.report.figures_intervention`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from effdepth.measurement import prepare
+from effdepth.measurement.interventions import carry_hooks, check_carry_on, check_layer_spec, parse_carry, parse_layers
+from effdepth.options import AnalysisOptions, Options, RunOptions
+
+# The result itself lives in the result layer; re-exported here for ``from effdepth.studies.intervene import ...``.
+from effdepth.results.carry import INTERVENTION_SCHEMA as SCHEMA
+from effdepth.results.carry import InterventionResult, carry_folder, intervention_row, load_intervention
+from effdepth.results.provenance import provenance_record
+from effdepth.results.result import Result
+
+__all__ = [
+    "DEFAULT_CARRY",
+    "SCHEMA",
+    "InterventionResult",
+    "carry_folder",
+    "intervene",
+    "intervention_row",
+    "load_intervention",
+    "measure_with_carry",
+    "save_intervention",
+]
+
+DEFAULT_CARRY = (1.0, 0.9, 0.75, 0.5)
+
+
+def save_intervention(ir: InterventionResult, folder, figure: bool = True) -> Path:
+    """Save ``ir`` (:meth:`InterventionResult.save`: ``carry-<lam>/result.json``, ``intervention.json``),
+    then its figure ``intervention.{png,pdf}``; returns the path of ``intervention.json``.
+
+    >>> import effdepth, torch, tempfile
+    >>> ir = InterventionResult((1.0, 0.5), (1, 2), {lam: effdepth.from_states(torch.randn(4, 6, 8, 16)) for lam in (1.0, 0.5)})
+    >>> p = save_intervention(ir, tempfile.mkdtemp())
+    >>> sorted(f.name for f in p.parent.glob("intervention.*"))
+    ['intervention.json', 'intervention.pdf', 'intervention.png']
+    """
+    path = ir.save(folder)
+    if figure:
+        from effdepth.report.figures_intervention import intervention_figure
+        from effdepth.report.style import save_figure
+
+        save_figure(intervention_figure(ir), Path(folder) / "intervention")
+    return path
+
+
+def intervene(
+    model=None,
+    corpus=None,
+    *,
+    carry=DEFAULT_CARRY,
+    layers="all",
+    carry_on: str = "blocks",
+    progress: bool = True,
+    **options,
+) -> InterventionResult:
+    """Measure D_eff and the next-token loss with the residual carry set to each lam.
+
+    ``carry``: values in [0, 1] (a sequence or ``"1,0.9,0.5"``); ``layers``:
+    ``"all"``, ``"A-B"``, ``"1,3,5"`` or a list of 1-based block numbers;
+    ``carry_on``: ``"blocks"`` (one carry per block) or ``"sublayers"`` (the
+    paper's, in every attention and MLP sublayer: :class:`~effdepth.measurement.interventions.SublayerCarry`).
+    ``options`` are :func:`effdepth.measure`'s (``seq_len``, ``num_seqs``,
+    ``batch_size``, ``bootstrap``, ``similarity``, ``include_embedding``,
+    ``views``, ``dtype``, ``device``, ``pooling``...), measured as
+    :func:`effdepth.measure` measures them: passage mode unless
+    ``pooling="none"``, so carry 1 gives measure's number exactly. The model
+    and corpus are loaded once; each lam gets a full :class:`~effdepth.Result`
+    (all views), with the next-token loss over the same passages.
+
+    >>> import effdepth, torch
+    >>> from effdepth.models.tiny import tiny_model
+    >>> ir = effdepth.intervene(tiny_model("llama"), torch.randint(0, 256, (4, 12)), carry=(1, 0.5),
+    ...                         bootstrap=0, progress=False)
+    >>> [row["lam"] for row in ir.rows()]
+    [1.0, 0.5]
+    """
+    carries = parse_carry(carry)
+    check_layer_spec(layers)
+    check_carry_on(carry_on)
+    # Every option fails here, before minutes of loading weights.
+    opts = Options.build(model=model, corpus=corpus, **options)
+    started = time.perf_counter()
+    prepared = prepare(opts.load, progress=progress)
+    blocks = parse_layers(layers, prepared.arch.num_layers)
+    results = {}
+    for lam in tqdm(carries, desc="carry", unit="value", disable=not progress or len(carries) < 2, leave=False):
+        results[lam] = measure_with_carry(prepared, lam, blocks, opts.analysis, progress=progress, on=carry_on)
+    config = {
+        "carries": list(carries),
+        "layers": list(blocks),
+        "carry_on": carry_on,
+        "all_layers": len(blocks) == prepared.arch.num_layers,
+        "layer_spec": layers if isinstance(layers, str) else list(layers),
+        **results[carries[0]].config,
+    }
+    return InterventionResult(carries, blocks, results, config, provenance_record(started=started))
+
+
+def measure_with_carry(
+    prepared, lam: float, layers, analysis: AnalysisOptions | None = None, *, progress: bool = True, on: str = "blocks"
+) -> Result:
+    """One measurement, with the next-token loss over the same passages, inside the carry ``on`` blocks or
+    sublayers: :func:`~effdepth.measurement.run.measure_passages` as :func:`effdepth.measure` runs it.
+
+    The carry is recorded in ``result.extras["intervention"]``.
+    """
+    from effdepth.measurement.run import measure_passages, passage_loss
+
+    analysis = analysis or AnalysisOptions()
+    blocks = parse_layers(layers, prepared.arch.num_layers)
+    for block in blocks:  # blocks that cannot take a carry (TransformerLens) say so before any forward pass
+        prepared.arch.blocks[block - 1]
+    with carry_hooks(prepared.arch, lam, blocks, on=on):
+        result = measure_passages(prepared, analysis, run=RunOptions(progress=progress))
+        result.extras["loss"] = passage_loss(prepared, prepared.tokens, analysis.batch_size)
+    result.extras["intervention"] = {
+        "carry": float(lam),
+        "layers": list(blocks),
+        "carry_on": on,
+        "all_layers": len(blocks) == prepared.arch.num_layers,
+    }
+    return result
