@@ -12,6 +12,7 @@ import numpy as np
 from effdepth.numerics.references import (
     energy_ratio_matrix,
     gap_attribution,
+    headline,
     matched_energies,
     reference_fl,
     reference_from_energies,
@@ -126,8 +127,7 @@ def kernel_numbers(state_hsic: np.ndarray, update_hsic: np.ndarray, include_embe
     out = {
         "similarity": sim,
         "deff": d,
-        "ratio": d / fl,
-        "gap_pct": 100.0 * (1.0 - d / fl),
+        **headline(d, fl),
         "profile": decay_profile(sim),
     }
     out.update({f"reference_{r}": v for r, v in refs.items()})
@@ -156,8 +156,7 @@ def plain_numbers(sim: np.ndarray) -> dict:
     return {
         "similarity": sim,
         "deff": d,
-        "ratio": d / fl,
-        "gap_pct": 100.0 * (1.0 - d / fl),
+        **headline(d, fl),
         "profile": decay_profile(sim),
         "reference_profiles": {"fl": _fl_profile(n, d.shape)},
     }

@@ -33,6 +33,16 @@ def reference_fl(n: int) -> float:
     return 2.0 * n / (n + 1.0)
 
 
+def headline(deff, reference) -> dict:
+    """The headline of a D_eff against its structural reference: their ratio and the gap in percent.
+
+    >>> {k: round(v, 6) for k, v in headline(1.2, 1.5).items()}
+    {'ratio': 0.8, 'gap_pct': 20.0}
+    """
+    ratio = deff / reference
+    return {"ratio": ratio, "gap_pct": 100.0 * (1.0 - ratio)}
+
+
 def energy_ratio_matrix(energies: np.ndarray) -> np.ndarray:
     """Pairwise ``min(E_i, E_j) / max(E_i, E_j)``: the similarity of two states
     of an orthogonal-increment process with cumulative energies ``E``.

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from effdepth.errors import EffdepthError
 from effdepth.numerics.hsic_resample import Units
 from effdepth.numerics.pooling import TOKEN_SUMS, token_sums
 
@@ -42,6 +43,15 @@ class TokenReduction:
         passages of ``lengths`` tokens, ``starts_with_bos`` marking those whose first token is BOS."""
         from effdepth.numerics.passage_views import parse_view
 
+        for v in variants:
+            kept = sample_counts(lengths, starts_with_bos, parse_view(v), None)
+            short = np.flatnonzero(kept < (self.k or 0))
+            if len(short):
+                raise EffdepthError(
+                    f"--tokens-per-passage {self.k} is more than passage(s) {', '.join(map(str, short[:4]))} hold "
+                    f"(as few as {int(kept[short].min())} tokens under view {v}); lower it, leave it out for every "
+                    "token, or give longer passages (--seq-len, --passage-split windows)"
+                )
         return {v: sample_offsets(sample_counts(lengths, starts_with_bos, parse_view(v), self.k)) for v in variants}
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from effdepth.numerics.references import energy_ratio_matrix
+from effdepth.numerics.references import energy_ratio_matrix, headline
 from effdepth.numerics.similarity import decay_profile
 
 TAPERS = ("bartlett", "parzen", "tukey-hanning")
@@ -155,7 +155,7 @@ def sensitivity_numbers(similarity: np.ndarray) -> dict:
         out[name] = {
             "deff": value,
             "reference": np.full(value.shape, reference),
-            "gap_pct": 100.0 * (1.0 - value / reference),
+            "gap_pct": headline(value, reference)["gap_pct"],
         }
     return out
 
