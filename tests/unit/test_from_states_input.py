@@ -59,7 +59,9 @@ def test_more_tokens_per_passage_than_the_reduction_allows_is_refused():
 def test_more_tokens_per_passage_than_a_passage_holds_is_one_line():
     mask = torch.ones(4, 6, dtype=torch.bool)
     mask[2, 3:] = False
-    with pytest.raises(EffdepthError, match=r"--tokens-per-passage 5 is more than passage\(s\) 2 hold \(as few as 3") as e:
+    with pytest.raises(
+        EffdepthError, match=r"--tokens-per-passage 5 is more than passage\(s\) 2 hold \(as few as 3"
+    ) as e:
         effdepth.from_states(torch.randn(4, 4, 6, 8), mask=mask, pooling="none", tokens_per_passage=5)
     assert "\n" not in str(e.value)
     assert effdepth.from_states(torch.randn(4, 4, 6, 8), mask=mask, pooling="none", tokens_per_passage=3).default.deff
