@@ -135,6 +135,8 @@ class _CarryHooks(HookSet):
         self.arch = arch
         self.lam = check_carry(lam)
         self.layers = parse_layers(layers, arch.num_layers)
+        # Resolved at once, lam = 1 included: blocks that cannot take a carry (TransformerLens) say so here.
+        self._targets = [arch.blocks[layer - 1] for layer in self.layers]
         self.hooks_at_one = bool(hooks_at_one)
         self._blocks: list = []
 
@@ -144,8 +146,7 @@ class _CarryHooks(HookSet):
     def register(self):
         if self.lam == 1.0 and not self.hooks_at_one:
             return
-        for layer in self.layers:
-            block = self.arch.blocks[layer - 1]
+        for layer, block in zip(self.layers, self._targets):
             if block in _ACTIVE:
                 raise EffdepthError(f"block {layer} already has a residual carry applied; nesting would apply it twice")
             _ACTIVE.add(block)

@@ -261,17 +261,20 @@ def from_hidden_states(
                 f"blocks, so output_hidden_states=True gives {arch.num_layers + 1}; pass the whole tuple "
                 "from the same model"
             )
-    acc = Accumulator(
-        views,
-        similarity,
+    from effdepth.measurement import from_states
+
+    result = from_states(
+        state_batch(list(hidden)),
+        mask=attention_mask,
+        views=views,
+        similarity=similarity,
         pooling=pooling,
         tokens_per_passage=tokens_per_passage,
         include_embedding=include_embedding,
         bootstrap=bootstrap,
         seed=seed,
     )
-    acc.update(list(hidden), attention_mask)
-    result = acc.result()
+    result.config["given"] = "hidden_states (effdepth.from_hidden_states)"
     last = len(hidden) - 1
     result.config.update(
         {

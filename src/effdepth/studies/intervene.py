@@ -131,8 +131,6 @@ def measure_with_carry(
 
     analysis = analysis or AnalysisOptions()
     blocks = parse_layers(layers, prepared.arch.num_layers)
-    for block in blocks:  # blocks that cannot take a carry (TransformerLens) say so before any forward pass
-        prepared.arch.blocks[block - 1]
     with carry_hooks(prepared.arch, lam, blocks, on=on):
         result = measure_passages(prepared, analysis, run=RunOptions(progress=progress))
         result.extras["loss"] = passage_loss(prepared, prepared.tokens, analysis.batch_size)
