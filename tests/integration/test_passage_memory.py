@@ -4,15 +4,13 @@ passages; the analysis holds no more than its --max-memory budget."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import torch
-
-import effdepth
-from effdepth.measurement import run as passage_measure
-from effdepth.results.store import PooledStore
 
 STATUS = Path("/proc/self/status")
 pytestmark = pytest.mark.skipif(
@@ -20,65 +18,15 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-class ForwardDone(Exception):
-    pass
+FORWARD_PEAK = """
+import json
+import torch
+from transformers import AutoModelForCausalLM
 
-
-def rss_anon_bytes() -> int:
-    """Anonymous resident memory: the heap and tensors, not the store's file-backed pages."""
-    for line in STATUS.read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no RssAnon in /proc/self/status")
-
-
-def wide_model(width: int = 256, layers: int = 6):
-    from transformers import AutoModelForCausalLM
-
-    from effdepth.models.tiny import tiny_config
-
-    config = tiny_config("llama")
-    config.hidden_size, config.intermediate_size, config.num_hidden_layers = width, 2 * width, layers
-    config.num_attention_heads = config.num_key_value_heads = 4
-    config.head_dim = width // 4
-    torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(config).eval()
-
-
-def forward_growth(model, passages: int, monkeypatch) -> int:
-    """Peak growth of anonymous memory over the forward stage (sampled after every batch written)."""
-    peak = {"start": rss_anon_bytes(), "max": 0}
-    write = PooledStore.write
-
-    def sampled_write(self, indices, pooled, sums):
-        write(self, indices, pooled, sums)
-        peak["max"] = max(peak["max"], rss_anon_bytes())
-
-    def stop(*args, **kwargs):
-        raise ForwardDone
-
-    monkeypatch.setattr(PooledStore, "write", sampled_write)
-    monkeypatch.setattr(passage_measure, "analyse_store", stop)
-    ids = torch.randint(0, 256, (passages, 4), generator=torch.Generator().manual_seed(0))
-    with pytest.raises(ForwardDone):
-        effdepth.measure(model, ids, batch_size=256, bootstrap=0, progress=False)
-    return peak["max"] - peak["start"]
-
-
-def test_forward_memory_is_flat_in_the_number_of_passages(monkeypatch):
-    model = wide_model()
-    forward_growth(model, 256, monkeypatch)  # warm up: allocator pools, lazy imports
-    small = forward_growth(model, 256, monkeypatch)
-    large = forward_growth(model, 4096, monkeypatch)
-    in_memory = 4096 * (model.config.num_hidden_layers + 1) * model.config.hidden_size * 8  # (L+1, N, d) float64
-    # The allocator's own growth varies by several MB from run to run; holding the pooled vectors would add 58 MB.
-    assert large - small < in_memory / 3, (small, large, in_memory)
-
-
-ANALYSIS_PEAK = """
-import json, sys, threading
-import numpy as np
-from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled, analysis_memory
+import effdepth
+from effdepth.measurement import run as passage_measure
+from effdepth.models.tiny import tiny_config
+from effdepth.results.store import PooledStore
 
 
 def rss_anon():
@@ -87,13 +35,89 @@ def rss_anon():
             return int(line.split()[1]) * 1024
 
 
-folder, budget, layers, samples, width = sys.argv[1], int(sys.argv[2]), *map(int, sys.argv[3:6])
+class ForwardDone(Exception):
+    pass
+
+
+def stop(*args, **kwargs):
+    raise ForwardDone
+
+
+config = tiny_config("llama")
+config.hidden_size, config.intermediate_size, config.num_hidden_layers = 256, 512, 6
+config.num_attention_heads = config.num_key_value_heads = 4
+config.head_dim = 64
+torch.manual_seed(0)
+model = AutoModelForCausalLM.from_config(config).eval()
+peak = {}
+write = PooledStore.write
+
+
+def sampled_write(self, indices, pooled, sums):
+    write(self, indices, pooled, sums)
+    peak["max"] = max(peak["max"], rss_anon())
+
+
+PooledStore.write, passage_measure.analyse_store = sampled_write, stop
+
+
+def forward_growth(passages):
+    peak["start"] = peak["max"] = rss_anon()
+    ids = torch.randint(0, 256, (passages, 4), generator=torch.Generator().manual_seed(0))
+    try:
+        effdepth.measure(model, ids, batch_size=256, bootstrap=0, progress=False)
+    except ForwardDone:
+        return peak["max"] - peak["start"]
+    raise AssertionError("the measurement never reached the analysis")
+
+
+forward_growth(256)  # warm up: allocator pools, lazy imports
+small, large = forward_growth(256), forward_growth(4096)
+print(json.dumps({"small": small, "large": large, "layers": 6, "width": 256}))
+"""
+
+
+def in_fresh_process(script: str, *args) -> dict:
+    """A script's JSON line, run in a fresh process whose allocator hands every block over 128 KiB back
+    at once (so resident memory is what is held, not what was once held)."""
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
+    out = subprocess.run(
+        [sys.executable, "-c", script, *(str(a) for a in args)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_forward_memory_is_flat_in_the_number_of_passages():
+    """Peak growth of anonymous memory over the forward stage (sampled after every batch written), for
+    256 and 4,096 passages of a tiny Llama 256 wide."""
+    out = in_fresh_process(FORWARD_PEAK)
+    in_memory = 4096 * (out["layers"] + 1) * out["width"] * 8  # (L+1, N, d) float64
+    # holding the pooled vectors would add 58 MB
+    assert out["large"] - out["small"] < in_memory / 3, (out, in_memory)
+
+
+ANALYSIS_PEAK = """
+import json, sys, threading
+import numpy as np
+from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled, analysis_memory, analysis_units
+
+
+def rss_anon():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+
+
+folder, budget, layers, samples, width, resamples, calibrated, per_passage = sys.argv[1], *map(int, sys.argv[2:9])
 stored = np.lib.format.open_memmap(folder + "/default.npy", mode="w+", dtype=np.float32, shape=(layers + 1, samples, width))
 stored[:] = np.cumsum(np.random.default_rng(0).standard_normal(stored.shape, dtype=np.float32), axis=0)
 stored.flush()
 del stored
 pooled = {"default": np.load(folder + "/default.npy", mmap_mode="r")}
-plan = AnalysisPlan(views=("default",), bootstrap=20, calibrated=False, max_memory=budget)
+offsets = {"default": np.arange(0, samples + 1, per_passage)} if per_passage > 1 else None
+plan = AnalysisPlan(views=("default",), bootstrap=resamples, calibrated=bool(calibrated), max_memory=budget)
+units = analysis_units(samples // per_passage, plan, offsets)
 start = peak = rss_anon()
 done = threading.Event()
 
@@ -104,33 +128,33 @@ def sample():
         peak = max(peak, rss_anon())
 
 
-thread = threading.Thread(target=sample)
+thread = threading.Thread(target=sample, daemon=True)
 thread.start()
-out = analyse_pooled(pooled, plan)
-done.set()
+try:
+    out = analyse_pooled(pooled, plan, offsets=offsets)
+finally:
+    done.set()
 thread.join()
-print(json.dumps({"growth": peak - start, "predicted": analysis_memory(samples, layers, width, plan)["peak_bytes"],
+print(json.dumps({"growth": peak - start, "predicted": analysis_memory(samples, layers, width, plan, units)["peak_bytes"],
                   "passes": out["analysis"]["memory"]["passes"]}))
 """
 
 
-def analysis_peak(folder: Path, budget: int, layers: int, samples: int, width: int) -> dict:
-    """Peak growth of anonymous memory over one analysis, in a fresh process whose allocator hands every
-    block over 128 KiB back at once (so resident memory is what is held, not what was once held)."""
-    import json
-    import os
-    import subprocess
-
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
-    out = subprocess.run(
-        [sys.executable, "-c", ANALYSIS_PEAK, str(folder), str(budget), str(layers), str(samples), str(width)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+def analysis_peak(
+    folder: Path,
+    budget: int,
+    layers: int,
+    samples: int,
+    width: int,
+    *,
+    resamples: int = 20,
+    calibrated: bool = False,
+    per_passage: int = 1,
+) -> dict:
+    """Peak growth of anonymous memory over one analysis in a fresh process; ``per_passage`` > 1: the
+    token reduction, that many samples of each passage."""
+    args = (budget, layers, samples, width, resamples, int(calibrated), per_passage)
+    return in_fresh_process(ANALYSIS_PEAK, folder, *args)
 
 
 def test_the_analysis_holds_no_more_than_its_budget(tmp_path):
@@ -145,3 +169,14 @@ def test_the_analysis_holds_no_more_than_its_budget(tmp_path):
     slack = 16 << 20  # the interpreter's and the libraries' own allocations
     assert small["growth"] < (64 << 20) + slack and small["growth"] < small["predicted"] + slack, small
     assert large["growth"] > 3 * view and large["growth"] < large["predicted"] + slack, (large, view)
+
+
+def test_the_token_reductions_analysis_holds_no_more_than_its_plan(tmp_path):
+    """benchmarks/tokens.py's shapes: 64 passages x 4 tokens, L = 30, d = 576, 1,000 resamples with the
+    calibrated references, within 256 MiB. Units of whole passages hold few samples, so the Gram route's
+    products of blocks and the 1,061 weight rows' (M, M) draws, not the layers, fill the budget; the
+    plan counts them (it once planned 178 MiB here and the analysis held 219)."""
+    budget = 256 << 20
+    out = analysis_peak(tmp_path, budget, 30, 256, 576, resamples=1000, calibrated=True, per_passage=4)
+    slack = 16 << 20
+    assert out["growth"] < budget and out["growth"] < out["predicted"] + slack, out

@@ -37,6 +37,7 @@ from effdepth.numerics.passage_analysis import (
     SIMILARITIES,
     analyse_pooled,
     analysis_memory,
+    analysis_units,
     check_analysis_memory,
     check_samples,
     one_pass_bytes,
@@ -98,11 +99,11 @@ def check_before_forward(passages, num_layers: int, width: int, analysis: Analys
     """
     plan = analysis.analysis_plan()
     check_samples(passages.num_passages, width, num_layers, plan)
-    samples = _num_samples(passages, analysis)
-    check_analysis_memory(samples, num_layers, width, plan)
-    passes = analysis_memory(samples, num_layers, width, plan)["stack"]["passes"]
+    units = _analysis_units(passages, analysis)
+    check_analysis_memory(units.samples, num_layers, width, plan, units)
+    passes = analysis_memory(units.samples, num_layers, width, plan, units)["stack"]["passes"]
     if passes > MANY_PASSES:
-        need = binary_size(one_pass_bytes(samples, num_layers, width, plan), round_up=True)
+        need = binary_size(one_pass_bytes(units.samples, num_layers, width, plan, units), round_up=True)
         warnings.warn(
             f"within --max-memory {binary_size(plan.max_memory)} the analysis reads each stack of pooled "
             f"vectors {passes} times (the same numbers, more time); --max-memory {need.replace(' ', '')} reads "
@@ -127,13 +128,14 @@ def check_before_forward(passages, num_layers: int, width: int, analysis: Analys
             )
 
 
-def _num_samples(passages, analysis: AnalysisOptions) -> int:
-    """How many samples the analysis reads per layer: one per passage, or the token reduction's most."""
+def _analysis_units(passages, analysis: AnalysisOptions):
+    """The bootstrap's units of the largest stack the analysis will form (their samples: one per passage, or
+    the token reduction's most)."""
     tokens = analysis.token_reduction
-    if tokens is None:
-        return passages.num_passages
-    offsets = tokens.offsets(passages.lengths, passages.starts_with_bos, views_variants(analysis.view_specs))
-    return max(int(o[-1]) for o in offsets.values())
+    offsets = None
+    if tokens is not None:
+        offsets = tokens.offsets(passages.lengths, passages.starts_with_bos, views_variants(analysis.view_specs))
+    return analysis_units(passages.num_passages, analysis.analysis_plan(), offsets)
 
 
 def _discard_unsaved(folder: Path, temporary: bool, run) -> None:

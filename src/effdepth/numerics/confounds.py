@@ -28,6 +28,8 @@ from effdepth.numerics.intervals import percentile_interval
 SUBSAMPLE_FRACTIONS = (8, 4, 2)
 #: Random nested draws per size.
 SUBSAMPLE_DRAWS = 20
+#: Weight rows of the subsamples at most (every size kept).
+SUBSAMPLE_ROWS = len(SUBSAMPLE_FRACTIONS) * SUBSAMPLE_DRAWS
 #: A subsample holds at least this many passages (the debiased estimator needs four distinct samples).
 MIN_SUBSAMPLE = 4
 

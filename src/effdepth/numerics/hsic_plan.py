@@ -23,11 +23,17 @@ routes: on the feature side each pair of units costs a d x d inner product,
 cheap exactly when d is small, which is when that route is chosen.
 
 **Memory.** ``budget_bytes`` bounds what a stack holds: the unit sums, a few
-layers in flight, the Gram tiles (or the units' cross-products), and the
-centred layers kept resident when they fit in half of what is left (else
-they are produced again for every tile or block of layers: more passes over
-the stored vectors, the same numbers). :func:`least_stack_bytes` is the
-least budget a stack can work in.
+layers in flight, the Gram tiles and their blocks' products (or the units'
+cross-products), the centred layers kept resident when they fit in half of
+what is left (else they are produced again for every tile or block of
+layers: more passes over the stored vectors, the same numbers), and both
+estimators under every weight row. :func:`least_stack_bytes` is the least
+budget a stack can work in.
+
+``units`` is a number of units (blocks of consecutive samples whose sizes
+differ by at most one) or the :class:`~effdepth.numerics.hsic_resample.Units`
+themselves (the token reduction's units hold whole passages: their sizes
+may differ more, and every unit is padded to the largest).
 """
 
 from __future__ import annotations
@@ -44,8 +50,24 @@ F64 = 8
 LAYERS_IN_FLIGHT = 6
 #: (R, M, N) arrays the resampling holds at once per chunk of resamples.
 RESAMPLE_ARRAYS = 6
+#: (R, M, M) arrays the resampling holds at once per chunk of resamples, besides the estimators' output.
+RESAMPLE_MATRICES = 6
+#: The estimators every weight row gives (biased and debiased): (rows, M, M) each.
+ESTIMATOR_COUNT = 2
 #: Resamples computed together at most.
 RESAMPLE_CHUNK = 128
+
+
+def unit_shape(samples: int, units) -> tuple:
+    """``(count, largest)``: how many units and the samples of the largest, for a number of balanced
+    blocks or for :class:`~effdepth.numerics.hsic_resample.Units`.
+
+    >>> unit_shape(10, 4)
+    (4, 3)
+    """
+    if hasattr(units, "sizes"):
+        return int(units.count), int(units.sizes.max())
+    return int(units), -(-int(samples) // int(units))  # sizes differ by at most one
 
 
 def gram_fraction(units: int, tile_units: int) -> float:
@@ -69,7 +91,7 @@ def route_flops(count: int, samples: int, width: int, units: int, tile_units: in
     >>> f = route_flops(65, 10_000, 5120, 128, tile_units=46); f["feature"] < f["gram"]
     False
     """
-    m, n, d, g = count, samples, width, units
+    m, n, d, (g, _) = count, samples, width, unit_shape(samples, units)
     pairs = m * (m + 1) // 2
     return {
         "gram": (2 * m * n * n * d + 2 * m * m * n * n) * gram_fraction(g, tile_units),
@@ -77,89 +99,122 @@ def route_flops(count: int, samples: int, width: int, units: int, tile_units: in
     }
 
 
-def _unit_size(samples: int, units: int) -> int:
-    return -(-int(samples) // int(units))  # the largest unit: sizes differ by at most one
-
-
-def persisted_bytes(count: int, samples: int, units: int) -> int:
+def persisted_bytes(count: int, samples: int, units) -> int:
     """The unit sums a stack keeps: rows, pair blocks and diagonals (:class:`~effdepth.numerics.hsic_resample.StackSums`)."""
-    g, pairs = units, count * (count + 1) // 2
+    (g, _), pairs = unit_shape(samples, units), count * (count + 1) // 2
     return F64 * (count * samples * g + pairs * g * g + pairs * g + count * samples)
 
 
-def fixed_bytes(count: int, samples: int, width: int, units: int) -> int:
+def fixed_bytes(count: int, samples: int, width: int, units) -> int:
     """What a stack holds on either route besides its tiles or cross-products and resident layers."""
     return persisted_bytes(count, samples, units) + LAYERS_IN_FLIGHT * F64 * samples * width
 
 
-def gram_tile_bytes(count: int, samples: int, units: int, tile_units: int) -> int:
-    """A tile of ``tile_units`` units of every Gram matrix and its reordered copy (unit-padded)."""
-    size = _unit_size(samples, units)
-    return 2 * F64 * count * units * size * tile_units * size
+def gram_tile_bytes(count: int, samples: int, units, tile_units: int) -> int:
+    """A tile of ``tile_units`` column units of every Gram matrix as (unit, unit) blocks (unit-padded), and
+    besides it either one layer's tile as it is formed or the blocks' products: every pair of matrices'
+    inner product of every block, (blocks, M, M), and its pairs i <= j.
+
+    >>> gram_tile_bytes(3, 8, 4, 1) == 8 * (3 * 4 * 2 * 2 + 4 * (3 * 3 + 6))
+    True
+    """
+    g, size = unit_shape(samples, units)
+    blocks = g * tile_units
+    pairs = count * (count + 1) // 2
+    return F64 * blocks * (count * size * size + max(size * size, count * count + pairs))
 
 
-def feature_pair_bytes(samples: int, width: int, units: int) -> int:
+def feature_pair_bytes(samples: int, width: int, units) -> int:
     """One pair's cross-products of every unit (and their flattened copy) and the two padded layers."""
-    size = _unit_size(samples, units)
-    return F64 * (2 * units * width * width + 2 * units * size * width)
+    g, size = unit_shape(samples, units)
+    return F64 * (2 * g * width * width + 2 * g * size * width)
 
 
-def resample_bytes(count: int, samples: int, units: int, chunk: int) -> int:
-    """The resampling of a stack: its sums and the (R, M, N) arrays of ``chunk`` resamples."""
-    return persisted_bytes(count, samples, units) + RESAMPLE_ARRAYS * F64 * chunk * count * samples
+def output_bytes(count: int, rows: int) -> int:
+    """Both estimators of every pair of a stack under ``rows`` weight rows (the estimate and its resamples)."""
+    return ESTIMATOR_COUNT * F64 * int(rows) * count * count
 
 
-def least_stack_bytes(count: int, samples: int, width: int, units: int, route: str | None = None) -> int:
+def resample_row_bytes(count: int, samples: int, units) -> int:
+    """What one resample of a chunk holds: its (M, N) arrays, the pair blocks' quadratic forms and the
+    (M, M) sums both estimators are made of."""
+    g, _ = unit_shape(samples, units)
+    pairs = count * (count + 1) // 2
+    return F64 * (RESAMPLE_ARRAYS * count * samples + 2 * pairs * g + RESAMPLE_MATRICES * count * count)
+
+
+def resample_bytes(count: int, samples: int, units, chunk: int, rows: int = 1) -> int:
+    """The resampling of a stack: its sums, ``chunk`` resamples at once, and both estimators under all ``rows``."""
+    return (
+        persisted_bytes(count, samples, units)
+        + chunk * resample_row_bytes(count, samples, units)
+        + output_bytes(count, rows)
+    )
+
+
+def least_stack_bytes(count: int, samples: int, width: int, units, route: str | None = None, rows: int = 1) -> int:
     """The least budget a stack can be computed in: one unit per Gram tile (or one resident layer on
-    the feature route), one resample at a time.
+    the feature route), one resample at a time (of ``rows`` weight rows in all).
 
     >>> round(least_stack_bytes(65, 10_000, 5120, 128) / 2**30, 2)  # Qwen3.5-27B's stack at N = 10,000
-    3.95
+    3.57
     """
     route = route or "gram"
+    g, size = unit_shape(samples, units)
     build = fixed_bytes(count, samples, width, units) + (
         gram_tile_bytes(count, samples, units, 1)
         if route == "gram"
-        else feature_pair_bytes(samples, width, units) + F64 * _unit_size(samples, units) * units * width
+        else feature_pair_bytes(samples, width, units) + F64 * size * g * width
     )
-    return max(build, resample_bytes(count, samples, units, 1))
+    return max(build, resample_bytes(count, samples, units, 1, rows))
 
 
-def hsic_route(count: int, samples: int, width: int, units: int, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> str:
+def hsic_route(
+    count: int, samples: int, width: int, units, budget_bytes: int = DEFAULT_BUDGET_BYTES, rows: int = 1
+) -> str:
     """``"gram"`` or ``"feature"``: the route of fewer flops whose least working set fits the budget.
 
     >>> hsic_route(7, 10_000, 512, 128), hsic_route(65, 10_000, 5120, 128), hsic_route(3, 12, 64, 12)
     ('feature', 'gram', 'gram')
     """
-    tile_units = stack_plan(count, samples, width, units, budget_bytes, "gram")["tile_units"]
+    tile_units = stack_plan(count, samples, width, units, budget_bytes, "gram", rows)["tile_units"]
     flops = route_flops(count, samples, width, units, tile_units)
-    fits = least_stack_bytes(count, samples, width, units, "feature") <= budget_bytes
+    fits = least_stack_bytes(count, samples, width, units, "feature", rows) <= budget_bytes
     return "feature" if fits and flops["feature"] < flops["gram"] else "gram"
 
 
-def resample_chunk(count: int, samples: int, units: int, budget_bytes: int) -> int:
-    """Resamples computed at once: as many as the budget holds, 1 to :data:`RESAMPLE_CHUNK`.
+def resample_chunk(count: int, samples: int, units, budget_bytes: int, rows: int = 1) -> int:
+    """Resamples computed at once: as many as the budget holds besides the sums and the output, 1 to
+    :data:`RESAMPLE_CHUNK`.
 
-    >>> resample_chunk(65, 10_000, 128, 4 << 30), resample_chunk(65, 10_000, 128, 1 << 30)
-    (107, 3)
+    >>> resample_chunk(65, 10_000, 128, 4 << 30, 1001), resample_chunk(65, 10_000, 128, 1 << 30, 1001)
+    (91, 1)
     """
-    free = budget_bytes - persisted_bytes(count, samples, units)
-    return int(max(1, min(RESAMPLE_CHUNK, free // (RESAMPLE_ARRAYS * F64 * count * samples))))
+    free = budget_bytes - persisted_bytes(count, samples, units) - output_bytes(count, rows)
+    return int(max(1, min(RESAMPLE_CHUNK, free // resample_row_bytes(count, samples, units))))
 
 
 def stack_plan(
-    count: int, samples: int, width: int, units: int, budget_bytes: int = DEFAULT_BUDGET_BYTES, route: str | None = None
+    count: int,
+    samples: int,
+    width: int,
+    units,
+    budget_bytes: int = DEFAULT_BUDGET_BYTES,
+    route: str | None = None,
+    rows: int = 1,
 ) -> dict:
     """How a stack is computed within ``budget_bytes``, and what it holds at its peak: the route, whether
     its centred layers stay resident (Gram) or how many are held per block (feature), the units per
-    Gram tile, the passes over the stack's layers, the resamples per chunk and the peak in bytes.
+    Gram tile, the passes over the stack's layers, the resamples per chunk (of ``rows`` weight rows:
+    the estimate and its resamples) and the peak in bytes.
 
     >>> p = stack_plan(65, 10_000, 5120, 128, 4 << 30); p["route"], p["resident"], p["passes"], p["peak_bytes"] <= 4 << 30
-    ('gram', False, 128, True)
+    ('gram', False, 64, True)
     >>> p = stack_plan(65, 10_000, 5120, 128, 64 << 30); p["resident"], p["passes"], p["tile_units"]
-    (True, 1, 46)
+    (True, 1, 91)
     """
-    route = route or hsic_route(count, samples, width, units, budget_bytes)
+    route = route or hsic_route(count, samples, width, units, budget_bytes, rows)
+    g, size = unit_shape(samples, units)
     fixed = fixed_bytes(count, samples, width, units)
     layer = F64 * samples * width
     plan = {"route": route, "resident": False, "held": 0, "tile_units": 0}
@@ -167,18 +222,18 @@ def stack_plan(
         free = budget_bytes - fixed
         plan["resident"] = count * layer <= free // 2
         tile_budget = free - (count * layer if plan["resident"] else 0)
-        plan["tile_units"] = int(max(1, min(units, tile_budget // gram_tile_bytes(count, samples, units, 1))))
-        tiles = -(-units // plan["tile_units"])
+        plan["tile_units"] = int(max(1, min(g, tile_budget // gram_tile_bytes(count, samples, units, 1))))
+        tiles = -(-g // plan["tile_units"])
         plan["passes"] = 1 if plan["resident"] else tiles
         build = fixed + gram_tile_bytes(count, samples, units, plan["tile_units"]) + count * layer * plan["resident"]
     else:
-        padded = F64 * _unit_size(samples, units) * units * width
+        padded = F64 * size * g * width
         free = budget_bytes - fixed - feature_pair_bytes(samples, width, units)
         plan["held"] = int(max(1, min(count, free // padded)))
         plan["passes"] = -(-count // plan["held"])
         build = fixed + feature_pair_bytes(samples, width, units) + plan["held"] * padded
-    plan["chunk"] = resample_chunk(count, samples, units, budget_bytes)
-    plan["peak_bytes"] = int(max(build, resample_bytes(count, samples, units, plan["chunk"])))
+    plan["chunk"] = resample_chunk(count, samples, units, budget_bytes, rows)
+    plan["peak_bytes"] = int(max(build, resample_bytes(count, samples, units, plan["chunk"], rows)))
     return plan
 
 

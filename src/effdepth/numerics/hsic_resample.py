@@ -116,12 +116,13 @@ def resampled_hsic(sums: StackSums, weights, *, chunk: int = RESAMPLE_CHUNK) -> 
     otherwise it is NaN.
     """
     c_all = torch.as_tensor(np.asarray(weights), dtype=torch.float64, device=sums.rows.device)
-    out: dict = {key: [] for key in ESTIMATORS}
+    out = {key: np.empty((c_all.shape[0], sums.size, sums.size)) for key in ESTIMATORS}
     for start in range(0, c_all.shape[0], chunk):
         part = _resampled_chunk(sums, c_all[start : start + chunk])
-        for key in out:
-            out[key].append(part[key])
-    return {key: torch.cat(values).cpu().numpy() for key, values in out.items()}
+        for key, values in out.items():
+            values[start : start + chunk] = part[key].cpu().numpy()
+        del part
+    return out
 
 
 def _resampled_chunk(sums: StackSums, c: torch.Tensor) -> dict:

@@ -39,13 +39,14 @@ import numpy as np
 import torch
 
 from effdepth.errors import EffdepthError
-from effdepth.numerics.confounds import Subsamples, confound_table, subsample_curve
+from effdepth.numerics.confounds import SUBSAMPLE_ROWS, Subsamples, confound_table, subsample_curve
 from effdepth.numerics.hsic_plan import (
     DEFAULT_BUDGET_BYTES,
     F64,
     binary_size,
     hsic_route,
     least_stack_bytes,
+    output_bytes,
     stack_plan,
 )
 from effdepth.numerics.hsic_resample import Units, resample_weights, resampled_hsic
@@ -64,6 +65,9 @@ from effdepth.numerics.similarity import deff
 #: Passage mode's similarity specs by name (:mod:`~effdepth.numerics.similarities.passage`).
 #: Resampling units unless told otherwise: each a block of consecutive passages (one passage each when N is smaller).
 DEFAULT_BOOTSTRAP_UNITS = 128
+#: (rows, M, M) float64 arrays a similarity's numbers hold at once: both stacks' HSIC (both estimators),
+#: its similarity and update similarity, and their transients (measured: tests/integration/test_passage_memory.py).
+NUMBER_ARRAYS = 12
 
 
 @dataclass(frozen=True)
@@ -112,69 +116,105 @@ def bootstrap_unit_count(samples: int, plan: AnalysisPlan) -> int:
     return Units.blocks(samples, plan.bootstrap_units).count
 
 
-def analysis_memory(samples: int, num_layers: int, width: int, plan: AnalysisPlan) -> dict:
-    """How the analysis of N = ``samples`` pooled vectors of L+1 states (width d) uses ``plan.max_memory``:
+def analysis_units(passages: int, plan: AnalysisPlan, offsets: dict | None = None) -> Units:
+    """The bootstrap's units of the largest stack the analysis forms: blocks of consecutive passages, or
+    under the token reduction (``offsets``) the same blocks in sample space, of the variant holding the
+    most samples (:func:`~effdepth.numerics.sampling.sample_units`)."""
+    units = Units.blocks(passages, bootstrap_unit_count(passages, plan))
+    if not offsets:
+        return units
+    return max((sample_units(units, o) for o in offsets.values()), key=lambda u: (u.samples, int(u.sizes.max())))
+
+
+def analysis_memory(samples: int, num_layers: int, width: int, plan: AnalysisPlan, units: Units | None = None) -> dict:
+    """How the analysis of N = ``samples`` pooled vectors of L+1 states (width d) uses ``plan.max_memory``
+    (``units``: the bootstrap's units in sample space, :func:`analysis_units`; blocks of the samples
+    when not given):
 
     - ``kept``: a view's L+1 float64 matrices stay in memory when they fit a quarter of the budget (else
       every use reads them again from the stored float32 vectors);
+    - ``draws_bytes``: the states' HSIC under every weight row (the estimate, the resamples and the
+      subsamples), both estimators, held while the updates' stack is computed;
     - ``stack``: the largest HSIC stack's plan within the rest (:func:`~.hsic_plan.stack_plan`: its
-      route, resident layers or passes, tiles, resample chunk and peak);
+      route, resident layers or passes, tiles, resample chunk and peak, its own estimators included);
     - ``eigen``: a top-k view's eigendecomposition, ``min(N, d)^2`` float64 (three copies);
+    - ``numbers_bytes``: a similarity's numbers made from both stacks' HSIC under every weight row;
     - ``least_bytes``: the least budget the analysis works in; ``peak_bytes``: what it holds at most.
 
     >>> m = analysis_memory(10_000, 64, 5120, AnalysisPlan(views="paper", max_memory=4 << 30))
     >>> m["kept"], m["stack"]["route"], m["peak_bytes"] <= 4 << 30, round(m["least_bytes"] / 2**30, 2)
-    (False, 'gram', True, 3.95)
+    (False, 'gram', True, 3.64)
     """
-    units = bootstrap_unit_count(samples, plan)
+    units = units if units is not None else Units.blocks(samples, plan.bootstrap_units)
     count = num_layers + 1
     budget = int(plan.max_memory)
+    rows = weight_rows(plan)
     view_bytes = F64 * count * samples * width
+    draws = output_bytes(count, rows)
+    numbers = NUMBER_ARRAYS * F64 * rows * count * count
     eigen = 3 * F64 * min(samples, width) ** 2 if any(v.top_pcs for v in plan.specs) else 0
-    least = max(least_stack_bytes(count, samples, width, units, "gram"), eigen + F64 * samples * width)
+    least = max(
+        least_stack_bytes(count, samples, width, units, "gram", rows) + draws, eigen + F64 * samples * width, numbers
+    )
     kept = view_bytes <= budget // 4 and budget - view_bytes >= least
-    stack = stack_plan(count, samples, width, units, budget - view_bytes * kept)
+    stack_budget = budget - view_bytes * kept - draws
+    stack = stack_plan(count, samples, width, units, stack_budget, rows=rows)
     return {
         "budget_bytes": budget,
         "kept": kept,
+        "stack_budget_bytes": int(stack_budget),
         "stack": stack,
+        "draws_bytes": int(draws),
         "eigen_bytes": eigen,
+        "numbers_bytes": int(numbers),
         "least_bytes": int(least),
-        "peak_bytes": int(view_bytes * kept + max(stack["peak_bytes"], eigen)),
+        "peak_bytes": int(view_bytes * kept + max(stack["peak_bytes"] + draws, eigen, numbers)),
     }
 
 
-def one_pass_bytes(samples: int, num_layers: int, width: int, plan: AnalysisPlan) -> int:
+def weight_rows(plan: AnalysisPlan) -> int:
+    """The weight rows a stack is resampled under at most: the estimate, the resamples and the subsamples."""
+    return 1 + int(plan.bootstrap) + (SUBSAMPLE_ROWS if plan.controls else 0)
+
+
+def one_pass_bytes(samples: int, num_layers: int, width: int, plan: AnalysisPlan, units: Units | None = None) -> int:
     """The least budget (to 0.1 GiB) in which every stack reads its layers once.
 
     >>> round(one_pass_bytes(10_000, 64, 5120, AnalysisPlan()) / 2**30, 1)
-    52.8
+    52.9
     """
     step = 2**30 // 10
     low, high = 1, 1
-    while analysis_memory(samples, num_layers, width, replace(plan, max_memory=high * step))["stack"]["passes"] > 1:
+    while (
+        analysis_memory(samples, num_layers, width, replace(plan, max_memory=high * step), units)["stack"]["passes"] > 1
+    ):
         low, high = high, high * 2
     while high - low > 1:
         middle = (low + high) // 2
-        passes = analysis_memory(samples, num_layers, width, replace(plan, max_memory=middle * step))["stack"]["passes"]
+        passes = analysis_memory(samples, num_layers, width, replace(plan, max_memory=middle * step), units)["stack"][
+            "passes"
+        ]
         low, high = (low, middle) if passes == 1 else (middle, high)
     return high * step
 
 
-def check_analysis_memory(samples: int, num_layers: int, width: int, plan: AnalysisPlan) -> None:
+def check_analysis_memory(
+    samples: int, num_layers: int, width: int, plan: AnalysisPlan, units: Units | None = None
+) -> None:
     """A one-line error, before any forward pass, when ``--max-memory`` is below the analysis's least working set.
 
     >>> check_analysis_memory(10_000, 64, 5120, AnalysisPlan(max_memory=1 << 30))
     Traceback (most recent call last):
     ...
-    effdepth.errors.EffdepthError: --max-memory 1.0 GiB is below the 4.0 GiB the analysis needs at least for 10,000 passages, 65 states of width 5120 and 128 bootstrap units; use --max-memory 4.0GiB or more, or fewer --bootstrap-units
+    effdepth.errors.EffdepthError: --max-memory 1.0 GiB is below the 3.7 GiB the analysis needs at least for 10,000 samples, 65 states of width 5120 and 128 bootstrap units; use --max-memory 3.7GiB or more, or fewer --bootstrap-units
     """
-    memory = analysis_memory(samples, num_layers, width, plan)
+    memory = analysis_memory(samples, num_layers, width, plan, units)
     if plan.max_memory < memory["least_bytes"]:
         need = binary_size(memory["least_bytes"], round_up=True)
+        count = units.count if units is not None else bootstrap_unit_count(samples, plan)
         raise EffdepthError(
             f"--max-memory {binary_size(plan.max_memory)} is below the {need} the analysis needs at least for "
-            f"{samples:,} passages, {num_layers + 1} states of width {width} and {bootstrap_unit_count(samples, plan)} "
+            f"{samples:,} samples, {num_layers + 1} states of width {width} and {count} "
             f"bootstrap units; use --max-memory {need.replace(' ', '')} or more, or fewer --bootstrap-units"
         )
 
@@ -216,17 +256,18 @@ def analyse_pooled(
     num_layers = count - 1
     passages = samples if offsets is None else len(next(iter(offsets.values()))) - 1
     check_samples(passages, width, num_layers, plan)
-    check_analysis_memory(samples, num_layers, width, plan)
+    largest = analysis_units(passages, plan, offsets)
+    check_analysis_memory(samples, num_layers, width, plan, largest)
     if lengths is None and any(v.has("length") for v in plan.specs):
         raise EffdepthError(
             "the length view regresses each passage's token count out, and no lengths were given; "
             "give lengths=, or leave out length views"
         )
-    memory = analysis_memory(samples, num_layers, width, plan)
+    memory = analysis_memory(samples, num_layers, width, plan, largest)
     device = torch.device(plan.device)
     units = Units.blocks(passages, bootstrap_unit_count(passages, plan))
     weights = resample_weights(units.count, plan.bootstrap, plan.seed)
-    budget = int(plan.max_memory) - (Kept.bytes(PooledStates(first, "cpu")) if memory["kept"] else 0)
+    budget = memory["stack_budget_bytes"]
     controls = plan.controls and offsets is None
     subsamples = Subsamples.draw(units, plan.seed) if plan.controls else Subsamples.none(units)
     context = _Context(
@@ -298,7 +339,7 @@ class _Context:
     num_layers: int
     token_sums: np.ndarray | None
     lengths: np.ndarray | None
-    budget: int  # bytes for the stacks, besides a view kept in memory
+    budget: int  # bytes for the stacks, besides a view kept in memory and the states' HSIC
     subsamples: Subsamples
     _structural: dict = field(default_factory=dict)
     routes: set = field(default_factory=set)
@@ -329,44 +370,49 @@ class _Context:
         return sim.matrix(stack, self.units, self.weights, self.budget, self.device)
 
     def view(self, spec: PassageView, states: LayerStack) -> dict:
-        """Every similarity's summary of one view (``states``: its S_0..S_L, the view applied)."""
-        draws: dict = {}
+        """Every similarity's summary of one view (``states``: its S_0..S_L, the view applied).
+
+        The references' D_eff draws come first, and each similarity is summarised as soon as its draws
+        are made: no stack is computed while a similarity's (R, M, M) draws are held (what is held is
+        what :func:`analysis_memory` counts)."""
+        ratio = self._norm_ratio(states)
+        references = self._calibrated(spec, states) if self.plan.calibrated else {}
+        related = self._related() if spec.variant == "default" else {}
+        out = {}
+        for sim, draws in self._similarity_draws(spec, states):
+            if spec.name in ("default", *CONTROLS):
+                self.deff_draws.setdefault(sim, {})[spec.name] = draws["deff"]
+            draws["sensitivity"] = sensitivity_numbers(draws["similarity"])
+            draws["update_norm_ratio"] = ratio
+            for name, values in references.items():
+                draws[f"reference_{name}"] = values[sim]
+            out[sim] = self._summary(sim, draws, related)
+            del draws  # before the next similarity's draws are made
+        return out
+
+    def _similarity_draws(self, spec: PassageView, states: LayerStack):
+        """``(similarity, its draws)`` one similarity at a time: the HSIC estimators' from the states' and the
+        updates' HSIC (both estimators of one stack at once), then the direct ones'."""
         if self.kernel:
             hs = self._state_hsic(spec, states)
             hf = self._hsic(Updates(states))
             for sim in self.kernel:
-                draws[sim.name] = kernel_numbers(hs[sim.estimator], hf[sim.estimator], self.plan.include_embedding)
+                yield sim.name, kernel_numbers(hs[sim.estimator], hf[sim.estimator], self.plan.include_embedding)
+            del hs, hf
         kept = analysed(self.plan.include_embedding)
         for sim in self.direct:
-            draws[sim.name] = plain_numbers(self._matrix(sim, states)[:, kept, kept])
-        if spec.name in ("default", *CONTROLS):
-            for sim, d in draws.items():
-                self.deff_draws.setdefault(sim, {})[spec.name] = d["deff"]
-        ratio = self._norm_ratio(states)
-        for d in draws.values():
-            d["sensitivity"] = sensitivity_numbers(d["similarity"])
-            d["update_norm_ratio"] = ratio
-        if self.plan.calibrated:
-            for name, values in self._calibrated(spec, states).items():
-                for sim, d in values.items():
-                    draws[sim][f"reference_{name}"] = d
-        related = self._related() if spec.variant == "default" else {}
-        return {sim: self._summary(sim, d, related) for sim, d in draws.items()}
+            yield sim.name, plain_numbers(self._matrix(sim, states)[:, kept, kept])
 
     def _hsic(self, stack: LayerStack, weights: np.ndarray | None = None) -> dict:
         """Both HSIC estimators of every pair of the stack, under the estimate and every resample (or
         under ``weights``)."""
-        plan = stack_plan(
-            stack.count,
-            stack.samples,
-            self.width,
-            self.units.count,
-            self.budget,
-            hsic_route(stack.count, stack.samples, self.width, self.units.count, self.budget),
-        )
+        weights = self.weights if weights is None else weights
+        rows = len(weights)
+        route = hsic_route(stack.count, stack.samples, self.width, self.units, self.budget, rows)
+        plan = stack_plan(stack.count, stack.samples, self.width, self.units, self.budget, route, rows)
         self.routes.add(plan["route"])
         sums = stack_sums(stack, self.units, budget_bytes=self.budget, route=plan["route"])
-        return resampled_hsic(sums, self.weights if weights is None else weights, chunk=plan["chunk"])
+        return resampled_hsic(sums, weights, chunk=plan["chunk"])
 
     def _state_hsic(self, spec: PassageView, states: LayerStack) -> dict:
         """The states' HSIC under the estimate and every resample; for the default view, also under the

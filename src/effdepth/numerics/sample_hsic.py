@@ -147,16 +147,18 @@ def _gram_sums(stack: LayerStack, units: Units, budget: int, dtype) -> StackSums
     K_m is symmetric, so a tile of column units ``lo..hi`` forms only the rows of units ``lo`` and on
     (about half of every K_m over all tiles); what lies above it is the transpose of what the tile
     formed: its pair blocks are mirrored from the tile's, and its row sums are the tile's column sums.
-    Every unit is padded with zero samples to the size of the largest, so unit sums are reshapes (a
-    zero sample adds nothing to any sum). Tiles hold at least one unit.
+    Each layer's tile goes straight into its place among the (unit, unit) blocks of every layer, each
+    unit padded with zero samples to the size of the largest (a zero sample adds nothing to any sum);
+    one batched product of those blocks with themselves then gives every pair's block sums. Tiles hold
+    at least one unit.
     """
     count, n, d = stack.count, stack.samples, stack.width
     device = stack.device
     g, size = units.count, int(units.sizes.max())
-    plan = stack_plan(count, n, d, g, budget, "gram")
+    plan = stack_plan(count, n, d, units, budget, "gram")
     per_unit = plan["tile_units"]
     layers = _CentredLayers(stack, keep=plan["resident"])
-    slots = units.index(device) * size + _offsets_in_units(units, device)  # each sample's padded position
+    unit_of, within = units.index(device), _offsets_in_units(units, device)
     pairs, ii, jj = _pairs(count, device)
     pair_blocks = torch.zeros(len(pairs), g, g, dtype=torch.float64, device=device)
     rows = torch.zeros(count, n, g, dtype=torch.float64, device=device)
@@ -165,33 +167,36 @@ def _gram_sums(stack: LayerStack, units: Units, budget: int, dtype) -> StackSums
         hi = min(g, lo + per_unit)
         below = slice(int(units.bounds[lo]), n)  # the samples of units lo..g-1: the tile's rows
         cols = slice(int(units.bounds[lo]), int(units.bounds[hi]))
-        row_slots, col_slots = slots[below] - lo * size, slots[cols] - lo * size
-        tiles = torch.zeros(count, (g - lo) * size, (hi - lo) * size, dtype=torch.float64, device=device)
+        row_unit, col_unit = unit_of[below] - lo, unit_of[cols] - lo
+        # blocks[a, b, m, p, q] = K_m[p-th sample of unit lo+a, q-th sample of unit lo+b]
+        blocks = torch.zeros(g - lo, hi - lo, count, size, size, dtype=torch.float64, device=device)
+        where = (row_unit[:, None], col_unit[None, :], within[below][:, None], within[cols][None, :])
         for m, y in enumerate(layers):
             if lo == 0:
                 diag[m] = (y * y).sum(dim=1)
             tile = (y[below].to(dtype) @ y[cols].to(dtype).T).to(torch.float64)  # (rows, samples of the tile's units)
-            tiles[m][row_slots[:, None], col_slots[None, :]] = tile
+            blocks[:, :, m][where] = tile
+            rows[m, below, lo:hi] = torch.zeros(tile.shape[0], hi - lo, dtype=torch.float64, device=device).index_add_(
+                1, col_unit, tile
+            )
+            # the row sums of the tile's own samples over the units below it: K is symmetric
+            if hi < g:
+                below_tile = torch.zeros(g - lo, tile.shape[1], dtype=torch.float64, device=device).index_add_(
+                    0, row_unit, tile
+                )
+                rows[m, cols, hi:] = below_tile[hi - lo :].T
             del tile
-        rows[:, below, lo:hi] = tiles.reshape(count, (g - lo) * size, hi - lo, size).sum(-1)[:, row_slots]
-        # the row sums of the tile's own samples over the units below it: K is symmetric
-        if hi < g:
-            below_tile = tiles[:, (hi - lo) * size :].reshape(count, g - hi, size, (hi - lo) * size).sum(2)
-            rows[:, cols, hi:] = below_tile[:, :, col_slots].transpose(1, 2)
         # sum_{a in g, b in h} K_i[a,b] K_j[a,b] for every (g, h) and every (i, j): one batched product
         # of the stack's (g, h) blocks with themselves.
-        blocks = (
-            tiles.reshape(count, g - lo, size, hi - lo, size)
-            .permute(1, 3, 0, 2, 4)
-            .reshape((g - lo) * (hi - lo), count, size * size)
-        )
-        del tiles
-        inner = torch.bmm(blocks, blocks.transpose(1, 2)).reshape(g - lo, hi - lo, count, count)
+        flat = blocks.view((g - lo) * (hi - lo), count, size * size)
+        inner = torch.bmm(flat, flat.transpose(1, 2)).view(g - lo, hi - lo, count, count)
+        del flat, blocks
         pair_blocks[:, lo:, lo:hi] = inner[:, :, ii, jj].permute(2, 0, 1)
         pair_blocks[:, lo:hi, hi:] = pair_blocks[:, hi:, lo:hi].transpose(1, 2)  # the blocks above the tile's
-        del blocks, inner
-    index = units.index(device)
-    pair_diag = torch.zeros(len(pairs), g, dtype=torch.float64, device=device).index_add_(1, index, diag[ii] * diag[jj])
+        del inner
+    pair_diag = torch.zeros(len(pairs), g, dtype=torch.float64, device=device).index_add_(
+        1, unit_of, diag[ii] * diag[jj]
+    )
     return StackSums(pair_blocks, pair_diag, rows, diag, pairs, units, "gram")
 
 
@@ -218,7 +223,7 @@ def _feature_sums(stack: LayerStack, units: Units, budget: int) -> StackSums:
         out[slots] = y
         return out.reshape(g, size, d)
 
-    for i, yi, j, yj in layer_pairs(stack, stack_plan(count, n, d, g, budget, "feature")["held"], padded):
+    for i, yi, j, yj in layer_pairs(stack, stack_plan(count, n, d, units, budget, "feature")["held"], padded):
         cross = torch.bmm(yi.transpose(1, 2), yj).reshape(g, d * d)  # C_g = Yc_i[g]^T Yc_j[g]
         pair_blocks[where[(i, j)]] = cross @ cross.T
         del cross
