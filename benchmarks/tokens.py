@@ -58,7 +58,7 @@ from effdepth.measurement import prepare
 from effdepth.measurement import run as passage_measure
 from effdepth.numerics import passage_analysis
 from effdepth.numerics.hsic_plan import binary_size
-from effdepth.numerics.passage_analysis import analysis_memory
+from effdepth.numerics.passage_analysis import analysis_memory, analysis_units
 from effdepth.options import AnalysisOptions, LoadOptions
 from effdepth.options.checks import parse_bytes
 from effdepth.results.store import PooledStore
@@ -161,6 +161,7 @@ def store_sizes(store: PooledStore) -> dict:
         "disk_bytes": sum(p.stat().st_size for p in files),
         "sample_bytes": sum(int(a.nbytes) for a in store.arrays().values()),
         "samples": {v: int(a.shape[1]) for v, a in store.arrays().items()},
+        "offsets": {v: store.offsets(v).tolist() for v in store.arrays()},
         "shape": [int(x) for x in next(iter(store.arrays().values())).shape],
     }
 
@@ -207,7 +208,9 @@ def child(args, passages: int, timed: bool) -> dict:
     seconds = {**probe.seconds, **({"bare": [before, bare_forward(prepared, order, args.batch_size)]} if timed else {})}
     count, _, width = probe.store["shape"]
     samples = max(probe.store["samples"].values())
-    planned = analysis_memory(samples, count - 1, width, AnalysisOptions(**analysis).analysis_plan())
+    plan = AnalysisOptions(**analysis).analysis_plan()
+    offsets = {v: np.asarray(o) for v, o in probe.store.pop("offsets").items()}
+    planned = analysis_memory(samples, count - 1, width, plan, analysis_units(passages, plan, offsets))
     return {
         "passages": passages,
         "tokens": int(prepared.tokens.tokens),
