@@ -320,9 +320,8 @@ def _bodies(source, tokenizer: Any, budget: int, split: str, want: int) -> tuple
     """``(passage token lists, documents read, whether every document was read, the longest document's tokens)``."""
     bodies: list = []
     documents = longest = 0
-    for text in source.documents:
+    for tokens, starts in _tokenized_documents(source, tokenizer):
         documents += 1
-        tokens, starts = _document_tokens(tokenizer, text)
         longest = max(longest, len(tokens))
         if split == "windows":
             bodies += windows(tokens, budget)
@@ -334,6 +333,46 @@ def _bodies(source, tokenizer: Any, budget: int, split: str, want: int) -> tuple
     if documents == 0:
         raise EffdepthError(f"corpus '{source.name}' has no non-empty documents; give a corpus with text in it")
     return bodies, documents, True, longest
+
+
+#: Each document's tokens of the in-memory corpora read in this process, by (tokenizer, documents): models
+#: that share a tokenizer (a sweep over a family, a null's seeds) tokenize their corpus once. Streamed
+#: corpora are never kept, nor one of more than :data:`KEPT_TOKENS` tokens; at most
+#: :data:`TOKENIZED_CORPORA_KEPT` corpora are, as int32 (4 bytes a token).
+TOKENIZED_CORPORA_KEPT = 2
+KEPT_TOKENS = 1 << 25
+_tokenized: dict = {}
+
+
+def _tokenized_documents(source, tokenizer: Any):
+    """Each document's ``(token ids, paragraph starts)``, in order."""
+    key = None if source.lazy else _corpus_key(source.documents, tokenizer)
+    if key in _tokenized:
+        for ids, starts in _tokenized[key]:
+            yield ids.tolist(), starts
+        return
+    kept = []
+    for text in source.documents:
+        tokens, starts = _document_tokens(tokenizer, text)
+        if key is not None:
+            kept.append((np.asarray(tokens, dtype=np.int32), starts))
+        yield tokens, starts
+    if key is not None and sum(len(ids) for ids, _ in kept) <= KEPT_TOKENS:
+        while len(_tokenized) >= TOKENIZED_CORPORA_KEPT:
+            _tokenized.pop(next(iter(_tokenized)))
+        _tokenized[key] = kept
+
+
+def _corpus_key(documents: list, tokenizer: Any) -> tuple | None:
+    """What a corpus's tokens depend on: the fast tokenizer's whole definition and every document's text
+    (None for a slow tokenizer, whose Python side may tokenize differently)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    if backend is None:
+        return None
+    text = hashlib.sha256()
+    for document in documents:
+        text.update(document.encode("utf-8", "surrogatepass") + b"\0")
+    return hashlib.sha256(backend.to_str().encode()).hexdigest(), text.hexdigest()
 
 
 def windows(tokens: list, size: int) -> list:

@@ -52,8 +52,8 @@ LAYERS_IN_FLIGHT = 6
 RESAMPLE_ARRAYS = 6
 #: (R, M, M) arrays the resampling holds at once per chunk of resamples, besides the estimators' output.
 RESAMPLE_MATRICES = 6
-#: The estimators every weight row gives (biased and debiased): (rows, M, M) each.
-ESTIMATOR_COUNT = 2
+#: The HSIC estimators a stack gives under every weight row, by key: (rows, M, M) each.
+ESTIMATORS = ("biased", "debiased")
 #: Resamples computed together at most.
 RESAMPLE_CHUNK = 128
 
@@ -132,7 +132,7 @@ def feature_pair_bytes(samples: int, width: int, units) -> int:
 
 def output_bytes(count: int, rows: int) -> int:
     """Both estimators of every pair of a stack under ``rows`` weight rows (the estimate and its resamples)."""
-    return ESTIMATOR_COUNT * F64 * int(rows) * count * count
+    return len(ESTIMATORS) * F64 * int(rows) * count * count
 
 
 def resample_row_bytes(count: int, samples: int, units) -> int:

@@ -29,12 +29,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from effdepth.numerics.hsic_plan import RESAMPLE_CHUNK
+from effdepth.numerics.hsic_plan import ESTIMATORS, RESAMPLE_CHUNK
 
 #: The debiased estimator needs four distinct samples.
 MIN_SAMPLES = 4
-#: The HSIC estimators :func:`resampled_hsic` gives, by key.
-ESTIMATORS = ("biased", "debiased")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import pytest
 
 from effdepth.errors import EffdepthError
 from effdepth.numerics import similarities
-from effdepth.numerics.hsic_resample import ESTIMATORS
+from effdepth.numerics.hsic_plan import ESTIMATORS
 from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled
 from effdepth.numerics.similarities import (
     REMOVED,

@@ -10,7 +10,7 @@ that could not work fails at import.
 from __future__ import annotations
 
 from effdepth.errors import EffdepthError
-from effdepth.numerics.hsic_resample import ESTIMATORS
+from effdepth.numerics.hsic_plan import ESTIMATORS
 from effdepth.numerics.similarities import builtin
 from effdepth.numerics.similarities.spec import Similarity
 
