@@ -127,6 +127,18 @@ def test_gram_tiles_under_a_small_memory_budget_give_the_same_sums():
         np.testing.assert_allclose(tiled[key], whole[key], rtol=1e-12, atol=1e-14)
 
 
+def assert_the_sums_of_the_whole_grams(sums, mats: list, units: Units) -> None:
+    """Every pair's unit blocks and every matrix's unit row sums, against the whole K_m formed naively."""
+    grams = [(m - m.mean(0)) @ (m - m.mean(0)).T for m in mats]
+    member = [units.index().numpy() == u for u in range(units.count)]
+    for p, (i, j) in enumerate(sums.pairs):
+        naive = [[(grams[i] * grams[j])[np.ix_(a, b)].sum() for b in member] for a in member]
+        np.testing.assert_allclose(sums.pair_blocks[p].numpy(), naive, rtol=1e-12, atol=1e-12)
+    for m, k in enumerate(grams):
+        naive_rows = np.stack([k[:, b].sum(1) for b in member], axis=1)
+        np.testing.assert_allclose(sums.rows[m].numpy(), naive_rows, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("budget,tile_units", [(4096, 1), (22_600, 2), (26_200, 3), (None, 7)])
 def test_the_gram_routes_unit_sums_equal_those_of_the_whole_grams_whatever_the_tiles(budget, tile_units):
     """Tiles form only the lower triangle of unit blocks; mirrored, the sums are those of the whole K_m
@@ -138,34 +150,20 @@ def test_the_gram_routes_unit_sums_equal_those_of_the_whole_grams_whatever_the_t
     kwargs = {} if budget is None else {"budget_bytes": budget}
     sums = stack_sums([torch.from_numpy(m) for m in mats], units, **kwargs)
     assert sums.route == "gram"
-    grams = [(m - m.mean(0)) @ (m - m.mean(0)).T for m in mats]
-    member = [units.index().numpy() == u for u in range(units.count)]
-    for p, (i, j) in enumerate(sums.pairs):
-        naive = [[(grams[i] * grams[j])[np.ix_(a, b)].sum() for b in member] for a in member]
-        np.testing.assert_allclose(sums.pair_blocks[p].numpy(), naive, rtol=1e-12, atol=1e-12)
-    for m, k in enumerate(grams):
-        naive_rows = np.stack([k[:, b].sum(1) for b in member], axis=1)
-        np.testing.assert_allclose(sums.rows[m].numpy(), naive_rows, rtol=1e-12, atol=1e-12)
+    assert_the_sums_of_the_whole_grams(sums, mats, units)
     assert stack_plan(3, 23, 5, 7, budget or 4 << 30, "gram")["tile_units"] == tile_units
 
 
 @pytest.mark.parametrize("budget", [4096, None])
-def test_both_routes_give_the_whole_grams_unit_sums_on_units_of_very_different_sizes(budget):
+@pytest.mark.parametrize("route", ["gram", "feature"])
+def test_both_routes_give_the_whole_grams_unit_sums_on_units_of_very_different_sizes(route, budget):
     """The token reduction's units hold whole passages (here 1, 7, 3 and 12 samples): every unit is padded
     to the largest, on both routes and whatever the tiles."""
     mats = stack(4, n=23, d=5, m=3)
     units = Units(np.array([0, 1, 8, 11, 23]))
-    grams = [(m - m.mean(0)) @ (m - m.mean(0)).T for m in mats]
-    member = [units.index().numpy() == u for u in range(units.count)]
-    for route in ("gram", "feature"):
-        kwargs = {} if budget is None else {"budget_bytes": budget}
-        sums = stack_sums([torch.from_numpy(m) for m in mats], units, route=route, **kwargs)
-        for p, (i, j) in enumerate(sums.pairs):
-            naive = [[(grams[i] * grams[j])[np.ix_(a, b)].sum() for b in member] for a in member]
-            np.testing.assert_allclose(sums.pair_blocks[p].numpy(), naive, rtol=1e-12, atol=1e-12)
-        for m, k in enumerate(grams):
-            naive_rows = np.stack([k[:, b].sum(1) for b in member], axis=1)
-            np.testing.assert_allclose(sums.rows[m].numpy(), naive_rows, rtol=1e-12, atol=1e-12)
+    kwargs = {} if budget is None else {"budget_bytes": budget}
+    sums = stack_sums([torch.from_numpy(m) for m in mats], units, route=route, **kwargs)
+    assert_the_sums_of_the_whole_grams(sums, mats, units)
 
 
 def test_float32_gram_tiles_of_centred_data_stay_close_to_float64_even_with_a_huge_offset():
