@@ -75,6 +75,11 @@ def add_model_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", default=None, help=MODEL_HELP)
 
 
+def option_flags(declared) -> tuple:
+    """A declared option's spellings on the command line (``--name-with-dashes`` unless declared otherwise)."""
+    return declared.metadata["flags"] or ("--" + declared.name.replace("_", "-"),)
+
+
 def add_option_arguments(p: argparse.ArgumentParser, cls, *, names=None, default=..., help_suffix: str = "") -> None:
     """The flags of the dataclass ``cls``'s options declared for the command line
     (:func:`effdepth.options.option`), in declaration order; ``names`` keeps some of them, ``default``
@@ -90,7 +95,7 @@ def add_option_arguments(p: argparse.ArgumentParser, cls, *, names=None, default
         meta = f.metadata
         if not meta.get("cli") or (names is not None and f.name not in names):
             continue
-        flags = meta["flags"] or ("--" + f.name.replace("_", "-"),)
+        flags = option_flags(f)
         text = meta["help"] if default is ... else re.sub(r"\s*\(default[^()]*\)", "", meta["help"])
         kwargs = {"dest": f.name, "help": text + help_suffix}
         value = meta["cli_default"] if default is ... else default

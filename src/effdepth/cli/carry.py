@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 from effdepth.cli.arguments import (
     Parser,
     add_measure_arguments,
     add_model_argument,
+    add_option_arguments,
     default_out,
     ensure_writable,
-    float_arg,
     int_arg,
+    option_flags,
 )
 from effdepth.errors import EffdepthError
 from effdepth.measurement.interventions import CARRY_ON
@@ -89,77 +91,8 @@ def register(sub) -> dict:
     )
     from effdepth.studies.experiment import CarryExperiment
 
-    d = CarryExperiment()
-    c.add_argument(
-        "--carry",
-        default=",".join(f"{x:g}" for x in d.carries),
-        help=f"carry values in [0, 1] (default {','.join(f'{x:g}' for x in d.carries)})",
-    )
-    c.add_argument(
-        "--carry-layers", default=d.carry_layers, help="blocks that get the carry: all (default), A-B or a list"
-    )
-    c.add_argument(
-        "--carry-on",
-        choices=CARRY_ON,
-        default=d.carry_on,
-        help="blocks (default) or sublayers (the paper's: every attention and MLP sublayer)",
-    )
-    c.add_argument("--layers", type=int_arg, default=d.layers, help=f"number of blocks (default {d.layers})")
-    c.add_argument("--d-model", type=int_arg, default=d.d_model, help=f"hidden size (default {d.d_model})")
-    c.add_argument("--heads", type=int_arg, default=d.heads, help=f"attention heads (default {d.heads})")
-    c.add_argument("--steps", type=int_arg, default=d.steps, help=f"training steps (default {d.steps})")
-    c.add_argument(
-        "--batch-size", type=int_arg, default=d.batch_size, help=f"sequences per step (default {d.batch_size})"
-    )
-    c.add_argument(
-        "--seq-len", type=int_arg, default=d.seq_len, help=f"tokens per sequence, BOS included (default {d.seq_len})"
-    )
-    c.add_argument("--lr", type=float_arg, default=d.lr, help=f"peak learning rate (default {d.lr:g})")
-    c.add_argument("--warmup", type=int_arg, default=d.warmup, help=f"warm-up steps (default {d.warmup})")
-    c.add_argument(
-        "--save-every",
-        type=int_arg,
-        default=None,
-        help="checkpoint interval in steps (default: steps / 4; step 0 and the last are always saved)",
-    )
-    c.add_argument(
-        "--seed",
-        type=int_arg,
-        default=d.seed,
-        help=f"first seed: initialisation, data order, held-out draw (default {d.seed})",
-    )
-    c.add_argument(
-        "--seeds",
-        type=int_arg,
-        default=d.seeds,
-        help=f"number of seeds per carry value, for intervals over seeds (default {d.seeds})",
-    )
-    c.add_argument(
-        "--eval-seqs",
-        type=int_arg,
-        default=d.eval_seqs,
-        help=f"held-out sequences measured at each checkpoint (default {d.eval_seqs})",
-    )
-    c.add_argument(
-        "--bootstrap",
-        type=int_arg,
-        default=d.bootstrap,
-        help=f"bootstrap resamples per measurement (default {d.bootstrap})",
-    )
-    c.add_argument(
-        "--corpus",
-        default=d.corpus,
-        help="training and held-out text: shakespeare (default), a text/JSONL file or folder",
-    )
-    c.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
+    add_option_arguments(c, CarryExperiment)
     c.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
-    c.add_argument(
-        "--paper",
-        action="store_true",
-        help="the paper's S17 setting (12 layers, n_embd 384, 6 heads, block 256, batch 64, lr 1e-3, 5,000 "
-        "steps, gamma 1,0.75,0.5,0.25, every sublayer, 3 seeds, measured as passages) and its Table S14 "
-        "beside ours; a GPU job. Options typed with it override single values",
-    )
     c.add_argument("--out", "-o", default="runs/carry-experiment", help="output folder (default runs/carry-experiment)")
     return {"intervene": cmd_intervene, "recompose": cmd_recompose, "experiment": cmd_experiment}
 
@@ -226,30 +159,10 @@ def cmd_experiment(args) -> int:
     )
     from effdepth.studies.experiment import CarryExperiment, carry_experiment
 
-    given = dict(
-        carries=args.carry,
-        carry_layers=args.carry_layers,
-        carry_on=args.carry_on,
-        layers=args.layers,
-        d_model=args.d_model,
-        heads=args.heads,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        seq_len=args.seq_len,
-        lr=args.lr,
-        warmup=args.warmup,
-        save_every=args.save_every,
-        seed=args.seed,
-        seeds=args.seeds,
-        eval_seqs=args.eval_seqs,
-        bootstrap=args.bootstrap,
-        corpus=args.corpus,
-        device=args.device,
-    )
+    declared = [f for f in fields(CarryExperiment) if f.metadata.get("cli") and f.name != "paper"]
+    given = {f.name: getattr(args, f.name) for f in declared}
     if args.paper:  # the paper's values, but for what was typed
-        typed = {
-            name for name in given if _typed(args, "--" + ("carry" if name == "carries" else name.replace("_", "-")))
-        }
+        typed = {f.name for f in declared if any(_typed(args, flag) for flag in option_flags(f))}
         spec = CarryExperiment.paper_setting(**{k: v for k, v in given.items() if k in typed}).checked()
     else:
         spec = CarryExperiment(**given).checked()

@@ -9,7 +9,8 @@ import math
 from dataclasses import asdict, dataclass
 
 from effdepth.errors import EffdepthError
-from effdepth.measurement.interventions import check_carry_on, format_carry, parse_carry, parse_layers
+from effdepth.measurement.interventions import CARRY_ON, check_carry_on, format_carry, parse_carry, parse_layers
+from effdepth.options import option
 
 #: What differs from the paper's S17 run even with ``--paper``: said wherever the comparison is shown.
 PAPER_DIFFERENCES = (
@@ -21,6 +22,14 @@ PAPER_DIFFERENCES = (
 PASSAGE_DIFFERENCE = "D_eff on held-out sequences as passages, under the biased CKA"
 
 
+#: The carry values an experiment trains unless told otherwise.
+DEFAULT_CARRIES = (1.0, 0.75, 0.5)
+
+
+def _carry_list(carries: tuple) -> str:
+    return ",".join(f"{x:g}" for x in carries)
+
+
 @dataclass
 class CarryExperiment:
     """Everything that defines a carry experiment; the defaults finish in minutes on 2 CPU cores.
@@ -29,26 +38,50 @@ class CarryExperiment:
     (1.0, 0.75, 0.5)
     """
 
-    carries: tuple = (1.0, 0.75, 0.5)
-    carry_layers: str = "all"
-    carry_on: str = "blocks"  # or "sublayers": the paper's carry in every attention and MLP sublayer
-    layers: int = 4
-    d_model: int = 96
-    heads: int = 4
-    steps: int = 300
-    batch_size: int = 16
-    seq_len: int = 128
-    lr: float = 3e-3
-    warmup: int = 30
-    save_every: int | None = None  # default: steps // 4
-    seed: int = 0
-    seeds: int = 1
-    eval_seqs: int = 32
-    bootstrap: int = 200
-    corpus: str = "shakespeare"
-    device: str | None = None
-    pooling: str = "mean"  # held-out sequences measured as passages (the paper's); "none": their tokens as samples
-    paper: bool = False  # the paper's S17 setting (:meth:`paper_setting`), its Table S14 shown beside ours
+    carries: tuple = option(
+        DEFAULT_CARRIES,
+        f"carry values in [0, 1], comma-separated (default {_carry_list(DEFAULT_CARRIES)})",
+        flags=("--carry",),
+        metavar="CARRY[,CARRY...]",
+        cli_default=_carry_list(DEFAULT_CARRIES),
+    )
+    carry_layers: str = option("all", "blocks that get the carry: all (default), A-B or a list")
+    carry_on: str = option(
+        "blocks",
+        "blocks (default) or sublayers (the paper's: every attention and MLP sublayer)",
+        choices=CARRY_ON,
+    )
+    layers: int = option(4, "number of blocks (default 4)", kind="int")
+    d_model: int = option(96, "hidden size (default 96)", kind="int")
+    heads: int = option(4, "attention heads (default 4)", kind="int")
+    steps: int = option(300, "training steps (default 300)", kind="int")
+    batch_size: int = option(16, "sequences per step (default 16)", kind="int")
+    seq_len: int = option(128, "tokens per sequence, BOS included (default 128)", kind="int")
+    lr: float = option(3e-3, "peak learning rate (default 0.003)", kind="float")
+    warmup: int = option(30, "warm-up steps (default 30)", kind="int")
+    save_every: int | None = option(
+        None, "checkpoint interval in steps (default: steps / 4; step 0 and the last are always saved)", kind="int"
+    )
+    seed: int = option(0, "first seed: initialisation, data order, held-out draw (default 0)", kind="int")
+    seeds: int = option(1, "number of seeds per carry value, for intervals over seeds (default 1)", kind="int")
+    eval_seqs: int = option(32, "held-out sequences measured at each checkpoint (default 32)", kind="int")
+    bootstrap: int = option(200, "bootstrap resamples per measurement (default 200)", kind="int")
+    corpus: str = option(
+        "shakespeare", "training and held-out text: shakespeare (default), a text/JSONL file or folder"
+    )
+    device: str | None = option(None, "cpu, cuda or cuda:N (default: cuda when available)")
+    pooling: str = option(
+        "mean",
+        "held-out sequences measured as passages (mean, the paper's) or with their tokens as samples (none)",
+        cli=False,
+    )
+    paper: bool = option(
+        False,
+        "the paper's S17 setting (12 layers, n_embd 384, 6 heads, block 256, batch 64, lr 1e-3, 5,000 steps, "
+        "gamma 1,0.75,0.5,0.25, every sublayer, 3 seeds, measured as passages) and its Table S14 beside ours; "
+        "a GPU job. Options typed with it override single values",
+        kind="flag",
+    )
 
     @classmethod
     def paper_setting(cls, **overrides) -> "CarryExperiment":
