@@ -1,6 +1,6 @@
 """A cost model of passage mode's analysis, checked against measured time, and projected to paper16 sizes.
 
-The analysis (numerics/passage_analysis.py) computes, per view, the HSIC
+The analysis (numerics/analysis.py) computes, per view, the HSIC
 stacks of the states (M = L + 1 matrices of N passages x d), of the updates
 (M - 1) and of the matched surrogate (M), and once per distinct top-PC count
 the structural surrogate (M - 1: the analysed layers); the states of default
@@ -24,7 +24,7 @@ blocks; no LM head).
 
 Memory: what the analysis holds within ``--max-memory`` (the least budget it
 works in, its peak, how often it passes over the stored vectors) is
-``passage_analysis.analysis_memory``, the function the analysis sizes itself
+``numerics.analysis.analysis_memory``, the function the analysis sizes itself
 with; the projection prints it at paper16 shapes.
 
 The check: the float64 rate of a batched matrix product is measured here,
@@ -45,18 +45,18 @@ import time
 import numpy as np
 import torch
 
-from effdepth.numerics.confounds import Subsamples
-from effdepth.numerics.hsic_plan import gram_fraction, stack_plan
-from effdepth.numerics.hsic_resample import Units
-from effdepth.numerics.passage_analysis import (
+from effdepth.numerics.analysis import (
     DEFAULT_BOOTSTRAP_UNITS,
     AnalysisPlan,
     analyse_pooled,
     analysis_memory,
     one_pass_bytes,
 )
-from effdepth.numerics.passage_views import CONTROLS, PAPER_VIEWS, parse_views
+from effdepth.numerics.confounds import Subsamples
+from effdepth.numerics.hsic_plan import gram_fraction, stack_plan
+from effdepth.numerics.hsic_resample import Units
 from effdepth.numerics.sample_hsic import DEFAULT_BUDGET_BYTES
+from effdepth.numerics.views import CONTROLS, PAPER_VIEWS, parse_views
 
 #: H200 SXM peak dense throughput (NVIDIA's data sheet): float64 tensor cores, bfloat16 tensor cores.
 H200_FP64_FLOPS = 67e12

@@ -75,7 +75,7 @@ SECTIONS = (
         "largest for the small models, whose forward costs least per passage.\n"
         "Measured time exceeds the counted flops at small sizes (centring, PC removal, the surrogates'\n"
         "generation and reading the store are not counted). The memory table is what\n"
-        "`passage_analysis.analysis_memory` plans with (a test checks a run's resident memory against\n"
+        "`numerics.analysis.analysis_memory` plans with (a test checks a run's resident memory against\n"
         "it); a stack whose centred layers exceed the budget reads its layers again for every tile:\n"
         "time, not numbers.",
         "analysis_cost.py",
@@ -90,7 +90,7 @@ SECTIONS = (
         "loading the model) stays flat in N: each batch's samples go to the memory-mapped store, whose\n"
         "pages are the file's, and the store on disk grows as N k (L+1) d float32 (plus each passage's\n"
         "per-token sums). The analysis of the N k samples takes each HSIC stack's route (Gram or feature)\n"
-        "within a small `--max-memory` (256 MiB): `passage_analysis.analysis_memory`'s plan (the view\n"
+        "within a small `--max-memory` (256 MiB): `numerics.analysis.analysis_memory`'s plan (the view\n"
         "kept in memory or read again from the store, passes over the stored samples per stack, planned\n"
         "peak) beside the measured peak of anonymous memory over the analysis (a measured peak above the\n"
         "plan is memory the plan does not count). At the largest N, the forward + store's and the\n"

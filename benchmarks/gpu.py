@@ -149,8 +149,8 @@ def bench_passages(shape: str, model, ids: torch.Tensor, args) -> dict:
     from analysis_cost import analysis_flops, float64_rate
     from passages import bare_forward, pooled_arrays, pooled_forward
 
-    from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled
-    from effdepth.numerics.passage_views import PAPER_VIEWS, parse_views, variants_for
+    from effdepth.numerics.analysis import AnalysisPlan, analyse_pooled
+    from effdepth.numerics.views import PAPER_VIEWS, parse_views, variants_for
 
     prepared = prepare_passages(model, ids, args)
     order = list(np.argsort(-prepared.tokens.lengths, kind="stable"))

@@ -24,9 +24,9 @@ import torch
 from effdepth.measurement import prepare
 from effdepth.measurement.forward import decoder_forward
 from effdepth.measurement.pooling import PassageForward, pooled_batches
-from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled
-from effdepth.numerics.passage_views import PAPER_VIEWS, parse_views, variants_for
+from effdepth.numerics.analysis import AnalysisPlan, analyse_pooled
 from effdepth.numerics.pooling import PassagePooler
+from effdepth.numerics.views import PAPER_VIEWS, parse_views, variants_for
 from effdepth.options import LoadOptions
 
 

@@ -14,7 +14,7 @@ each passage drawn under the seed (``--tokens-per-passage``); it prints:
   are the file's (memory-mapped, written back and dropped by the kernel), not
   the process's: the memory stays flat in N while the store grows as N;
 - the analysis of the N k samples: each HSIC stack's route (Gram or feature,
-  with its M matrices), the plan of ``passage_analysis.analysis_memory``
+  with its M matrices), the plan of ``numerics.analysis.analysis_memory``
   within ``--max-memory`` (the view kept in memory or read again, passes over
   the stored samples per stack, planned peak) and the measured peak of
   anonymous memory over the analysis;
@@ -56,9 +56,9 @@ from passages import bare_forward
 import effdepth
 from effdepth.measurement import prepare
 from effdepth.measurement import run as passage_measure
-from effdepth.numerics import passage_analysis
+from effdepth.numerics import analysis as numerics_analysis
+from effdepth.numerics.analysis import analysis_memory, analysis_units
 from effdepth.numerics.hsic_plan import binary_size
-from effdepth.numerics.passage_analysis import analysis_memory, analysis_units
 from effdepth.options import AnalysisOptions, LoadOptions
 from effdepth.options.checks import parse_bytes
 from effdepth.results.store import PooledStore
@@ -110,7 +110,7 @@ class Probe:
     @contextmanager
     def hooked(self):
         """Sample while the measurement runs; the hooks wrap the store's writes, the analysis and its stacks."""
-        write, analyse, stack_sums = PooledStore.write, passage_measure.analyse_store, passage_analysis.stack_sums
+        write, analyse, stack_sums = PooledStore.write, passage_measure.analyse_store, numerics_analysis.stack_sums
 
         def sampled_write(store, *args, **kwargs):
             write(store, *args, **kwargs)
@@ -136,7 +136,7 @@ class Probe:
             return out
 
         thread = threading.Thread(target=self._run, daemon=True) if self.every_s else None
-        PooledStore.write, passage_measure.analyse_store, passage_analysis.stack_sums = (
+        PooledStore.write, passage_measure.analyse_store, numerics_analysis.stack_sums = (
             sampled_write,
             timed_analysis,
             recorded,
@@ -149,7 +149,7 @@ class Probe:
             self._done.set()
             if thread is not None:
                 thread.join()
-            PooledStore.write, passage_measure.analyse_store, passage_analysis.stack_sums = write, analyse, stack_sums
+            PooledStore.write, passage_measure.analyse_store, numerics_analysis.stack_sums = write, analyse, stack_sums
         if "analysis" not in self.seconds:
             raise SystemExit("the measurement never reached passage_measure.analyse_store: update the probe's hooks")
 
@@ -299,7 +299,7 @@ def report(args, rows: list, timed: dict) -> None:
     )
     print(
         f"the analysis of the N k samples within --max-memory {binary_size(args.max_memory)}: each HSIC stack's "
-        "route, passage_analysis.analysis_memory's plan, and the measured peak of anonymous memory over the analysis"
+        "route, numerics.analysis.analysis_memory's plan, and the measured peak of anonymous memory over the analysis"
     )
     print(
         f"{'N':>5} {'samples':>7} {'stacks: route (M matrices)':<26} {'view kept':>9} {'passes':>6} "

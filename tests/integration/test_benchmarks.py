@@ -85,8 +85,9 @@ def test_the_analysis_cost_model_counts_the_stacks_the_analysis_computes(monkeyp
     route each really takes."""
     import numpy as np
 
-    from effdepth.numerics import passage_analysis, sample_hsic
-    from effdepth.numerics.passage_views import PAPER_VIEWS
+    from effdepth.numerics import analysis as numerics_analysis
+    from effdepth.numerics import sample_hsic
+    from effdepth.numerics.views import PAPER_VIEWS
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
@@ -94,7 +95,7 @@ def test_the_analysis_cost_model_counts_the_stacks_the_analysis_computes(monkeyp
     finally:
         sys.path.pop(0)
     shapes, rows = [], []
-    real, real_resampled = sample_hsic.stack_sums, passage_analysis.resampled_hsic
+    real, real_resampled = sample_hsic.stack_sums, numerics_analysis.resampled_hsic
 
     def counted(matrices, units, **kwargs):
         stack = sample_hsic.as_stack(matrices)
@@ -105,16 +106,16 @@ def test_the_analysis_cost_model_counts_the_stacks_the_analysis_computes(monkeyp
         rows.append(len(weights))
         return real_resampled(sums, weights, **kwargs)
 
-    monkeypatch.setattr(passage_analysis, "stack_sums", counted)
-    monkeypatch.setattr(passage_analysis, "resampled_hsic", counted_rows)
+    monkeypatch.setattr(numerics_analysis, "stack_sums", counted)
+    monkeypatch.setattr(numerics_analysis, "resampled_hsic", counted_rows)
     layers, resamples = 3, 20
     pooled = np.cumsum(np.random.default_rng(0).standard_normal((layers + 1, samples, width)), axis=0)
     lengths = np.random.default_rng(1).integers(8, 64, size=samples)  # varying: the length control is computed
     for views in (PAPER_VIEWS, "top1pc"):  # the controls are views, or stacks of their own
         shapes.clear(), rows.clear()
-        passage_analysis.analyse_pooled(
+        numerics_analysis.analyse_pooled(
             {v: pooled for v in ("default", "drop-pos0", "token-norm")},
-            passage_analysis.AnalysisPlan(views=views, bootstrap=resamples),
+            numerics_analysis.AnalysisPlan(views=views, bootstrap=resamples),
             lengths=lengths,
         )
         flops = [

@@ -39,8 +39,8 @@ def naive_token_deff(model, input_ids, k=None, seed=0):
     rows = []
     for b in range(states.shape[1]):
         kept = np.ones(states.shape[2], dtype=bool)
-        from effdepth.numerics.passage_views import parse_view
         from effdepth.numerics.sampling import selection_key
+        from effdepth.numerics.views import parse_view
 
         positions = sample_positions(kept, k, seed, b, selection_key(parse_view("default")))
         rows.append(states[:, b, positions])

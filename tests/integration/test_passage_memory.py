@@ -100,7 +100,7 @@ def test_forward_memory_is_flat_in_the_number_of_passages():
 ANALYSIS_PEAK = """
 import json, sys, threading
 import numpy as np
-from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled, analysis_memory, analysis_units
+from effdepth.numerics.analysis import AnalysisPlan, analyse_pooled, analysis_memory, analysis_units
 
 
 def rss_anon():

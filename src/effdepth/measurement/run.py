@@ -4,7 +4,7 @@ One forward pass per batch of passages (longest first, so an out-of-memory
 retry happens early); every layer is pooled by a hook as the blocks produce
 it (:mod:`effdepth.measurement.pooling`) and written to a memory-mapped store
 (:mod:`effdepth.results.store`), so memory stays flat in the number of passages.
-The analysis (:mod:`effdepth.numerics.passage_analysis`) then reads the
+The analysis (:mod:`effdepth.numerics.analysis`) then reads the
 store; :func:`analyse_saved` runs it again on a saved result, without a model.
 """
 
@@ -31,9 +31,7 @@ from effdepth.measurement.checkpoint import (
     save_checkpoint,
 )
 from effdepth.measurement.pooling import PassageForward, pooled_batches
-from effdepth.numerics.confounds import length_distribution
-from effdepth.numerics.hsic_plan import binary_size
-from effdepth.numerics.passage_analysis import (
+from effdepth.numerics.analysis import (
     SIMILARITIES,
     analyse_pooled,
     analysis_memory,
@@ -42,9 +40,11 @@ from effdepth.numerics.passage_analysis import (
     check_samples,
     one_pass_bytes,
 )
-from effdepth.numerics.passage_views import variants_for, views_variants
+from effdepth.numerics.confounds import length_distribution
+from effdepth.numerics.hsic_plan import binary_size
 from effdepth.numerics.pooling import PassagePooler
 from effdepth.numerics.sampling import TokenSampler
+from effdepth.numerics.views import variants_for, views_variants
 from effdepth.options import AnalysisOptions
 from effdepth.results.provenance import code_version, now, provenance_record
 from effdepth.results.result import Result, view_results
@@ -266,7 +266,7 @@ def analysed_result(
     """The :class:`Result` of pooled vectors (``{variant: (L+1, N, d)}``) under ``analysis``: every view
     under every similarity, and in ``extras`` the passage lengths, the confounds table and the sample-size
     curve (docs/method.md#passage-mode); config and provenance hold only the analysis. ``offsets``: the
-    token reduction's samples (:func:`~effdepth.numerics.passage_analysis.analyse_pooled`)."""
+    token reduction's samples (:func:`~effdepth.numerics.analysis.analyse_pooled`)."""
     plan = analysis.analysis_plan(device=device)
     with tqdm(total=len(plan.specs), desc="analysing views", unit="view", disable=not progress, leave=False) as bar:
         out = analyse_pooled(

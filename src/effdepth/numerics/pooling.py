@@ -4,7 +4,7 @@ Called once per layer as the states come out of a block, so the states of
 a batch are never held for all layers at once. Every variant of a layer is
 one weighted sum over the passage's tokens: ``weights (B, V, T) @ states
 (B, T, d)``, each variant's weights made by its view components
-(:meth:`~effdepth.numerics.passage_views.PassageView.pooling_weights`: the
+(:meth:`~effdepth.numerics.views.PassageView.pooling_weights`: the
 tokens kept, padding never among them, divided by their number, and for
 token-norm by each token's norm).
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from effdepth.numerics.passage_views import parse_view
+from effdepth.numerics.views import parse_view
 
 #: The per-token sums kept per passage and layer l = 1..L.
 TOKEN_SUMS = ("cos_prev", "update_norm", "prev_norm")

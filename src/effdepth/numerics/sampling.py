@@ -41,7 +41,7 @@ class TokenReduction:
     def offsets(self, lengths, starts_with_bos, variants) -> dict:
         """``{variant: (N+1,)}``: where each passage's samples start, per variant (:func:`sample_offsets`), for
         passages of ``lengths`` tokens, ``starts_with_bos`` marking those whose first token is BOS."""
-        from effdepth.numerics.passage_views import parse_view
+        from effdepth.numerics.views import parse_view
 
         for v in variants:
             kept = sample_counts(lengths, starts_with_bos, parse_view(v), None)
@@ -58,7 +58,7 @@ class TokenReduction:
 def selection_key(variant) -> int:
     """A stable number for the tokens a variant selects (its selection steps alone: token-norm selects as default).
 
-    >>> from effdepth.numerics.passage_views import parse_view
+    >>> from effdepth.numerics.views import parse_view
     >>> selection_key(parse_view("default")) == selection_key(parse_view("token-norm"))
     True
     """
@@ -86,7 +86,7 @@ def sample_positions(kept: np.ndarray, k: int | None, seed: int, passage: int, k
 def sample_counts(lengths, starts_with_bos, variant, k: int | None) -> np.ndarray:
     """How many samples each passage gives under ``variant``: its kept positions, at most ``k``.
 
-    >>> from effdepth.numerics.passage_views import parse_view
+    >>> from effdepth.numerics.views import parse_view
     >>> sample_counts([4, 6], [True, False], parse_view("drop-bos"), 4).tolist()
     [3, 4]
     """
@@ -135,7 +135,7 @@ class TokenSampler:
     """
 
     def __init__(self, variants, num_layers: int, *, k: int | None, seed: int):
-        from effdepth.numerics.passage_views import parse_view
+        from effdepth.numerics.views import parse_view
 
         self.variants = tuple(variants)
         self._views = {v: parse_view(v) for v in self.variants}

@@ -12,11 +12,11 @@ What a component does, before pooling: ``keep`` (which tokens a passage
 gives: pooled, or sampled by the token reduction) and ``weigh`` (each token's
 weight, given the token norms); after pooling: ``pooled``, a transform of
 each layer's N x d matrix of samples (a layer stack,
-:mod:`effdepth.numerics.passage_stacks`), called as ``pooled(stack, k,
+:mod:`effdepth.numerics.stacks`), called as ``pooled(stack, k,
 lengths)`` with each passage's token count.
 
 :func:`parse_steps` reads a view's text from the registry; the view spec is
-:class:`effdepth.numerics.passage_views.PassageView`.
+:class:`effdepth.numerics.views.PassageView`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 
 from effdepth.errors import EffdepthError
-from effdepth.numerics.passage_stacks import LengthRegressed, TopRemoved
+from effdepth.numerics.stacks import LengthRegressed, TopRemoved
 
 #: A view holds at most one component per slot, and applies them in this order.
 SLOTS = ("selection", "token-norm", "length", "principal directions")

@@ -26,7 +26,8 @@ from pathlib import Path
 from effdepth.data.corpus import check_corpus_spec, is_token_ids
 from effdepth.data.passages import BOS_CHOICES, SPLITS, check_passage_options
 from effdepth.errors import EffdepthError, UnknownOption
-from effdepth.numerics import passage_analysis, passage_views
+from effdepth.numerics import analysis as numerics_analysis
+from effdepth.numerics import views as numerics_views
 from effdepth.numerics.similarities import parse_similarities, similarity_choices
 from effdepth.options.checks import (
     MIN_BOOTSTRAP,
@@ -238,7 +239,7 @@ class AnalysisOptions:
         cli_default="4GiB",
     )
     bootstrap_units: int = option(
-        passage_analysis.DEFAULT_BOOTSTRAP_UNITS,
+        numerics_analysis.DEFAULT_BOOTSTRAP_UNITS,
         "passages are resampled in G blocks of consecutive passages, so each resample costs G^2 per layer pair "
         "whatever N (default 128; one passage per block when N <= G)",
         kind="int",
@@ -263,7 +264,7 @@ class AnalysisOptions:
         )
         check_protocol(self.protocol)
         object.__setattr__(self, "similarity", parse_similarities(self.similarity))
-        object.__setattr__(self, "views", tuple(v.name for v in passage_views.parse_views(self.views)))
+        object.__setattr__(self, "views", tuple(v.name for v in numerics_views.parse_views(self.views)))
         self._check_token_reduction()
         object.__setattr__(self, "bootstrap", int(self.bootstrap))
         object.__setattr__(self, "batch_size", int(self.batch_size))
@@ -341,15 +342,15 @@ class AnalysisOptions:
 
     @property
     def view_specs(self) -> list:
-        return passage_views.parse_views(self.views)
+        return numerics_views.parse_views(self.views)
 
-    def analysis_plan(self, device: str = "cpu") -> "passage_analysis.AnalysisPlan":
+    def analysis_plan(self, device: str = "cpu") -> "numerics_analysis.AnalysisPlan":
         """Passage mode's analysis stage for these options.
 
         >>> AnalysisOptions(views="paper", bootstrap=0).analysis_plan().similarities
         ('cka', 'cka-debiased')
         """
-        return passage_analysis.AnalysisPlan(
+        return numerics_analysis.AnalysisPlan(
             views=self.views,
             similarities=self.similarity,
             include_embedding=self.include_embedding,
@@ -424,7 +425,7 @@ class Options:
         analysis = AnalysisOptions(**{k: v for k, v in values.items() if k in _ANALYSIS})
         if not is_token_ids(load.corpus):
             check_passage_options(load.seq_len, load.num_seqs, load.bos, load.passage_split)
-            passage_views.check_top_pcs(analysis.view_specs, load.num_seqs, 1 << 62)
+            numerics_views.check_top_pcs(analysis.view_specs, load.num_seqs, 1 << 62)
         return cls(load, analysis)
 
     @classmethod

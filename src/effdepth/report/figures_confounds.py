@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from effdepth.numerics.passage_views import CONTROLS
+from effdepth.numerics.views import CONTROLS
 from effdepth.report.content.confounds import confounds
 from effdepth.report.content.model import level as ci_level
 from effdepth.report.figures_common import DEFF, F_L, context, figure_title, num, pair

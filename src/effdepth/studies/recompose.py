@@ -24,8 +24,8 @@ from tqdm.auto import tqdm
 
 from effdepth.errors import EffdepthError
 from effdepth.measurement.interventions import parse_carry
-from effdepth.numerics.passage_views import PassageView, parse_view
 from effdepth.numerics.recompose import carried, decorrelated_increments, increments
+from effdepth.numerics.views import PassageView, parse_view
 from effdepth.results.result import Result
 
 __all__ = ["DEFAULT_CARRY", "SCHEMA", "recompose_report", "recompose_rows", "recomposable_view"]

@@ -12,15 +12,15 @@ from naive_hsic import naive_biased, naive_debiased
 from effdepth.data.passages import load_passages, windows
 from effdepth.data.tokenizers import byte_tokenizer
 from effdepth.errors import EffdepthError
+from effdepth.numerics.analysis import AnalysisPlan, analyse_pooled
 from effdepth.numerics.confounds import Subsamples, confound_table, length_distribution
 from effdepth.numerics.hsic_resample import Units, resample_weights, resampled_hsic
-from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled
-from effdepth.numerics.passage_metrics import cka
-from effdepth.numerics.passage_stacks import LengthRegressed, length_basis
+from effdepth.numerics.metrics import cka
 from effdepth.numerics.pooling import PassagePooler
 from effdepth.numerics.references import reference_fl
 from effdepth.numerics.sample_hsic import TensorStack, stack_sums
 from effdepth.numerics.similarity import deff
+from effdepth.numerics.stacks import LengthRegressed, length_basis
 
 
 def planted(samples=256, layers=8, width=64, longest=40, sink=200.0, seed=0):

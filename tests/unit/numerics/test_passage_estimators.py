@@ -10,9 +10,9 @@ import pytest
 import torch
 from naive_hsic import naive_biased, naive_copy_aware_biased, naive_debiased
 
-from effdepth.numerics import passage_analysis
-from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled
-from effdepth.numerics.passage_metrics import (
+from effdepth.numerics import analysis as numerics_analysis
+from effdepth.numerics.analysis import AnalysisPlan, analyse_pooled
+from effdepth.numerics.metrics import (
     cka,
     correlated_reference_similarity,
     kernel_numbers,
@@ -102,7 +102,7 @@ def test_the_route_follows_the_shapes_and_both_give_the_same_numbers(monkeypatch
     states = isotropic_updates(1000, 6, 3, seed=3)
     plan = AnalysisPlan(views=("default", "top1pc"), bootstrap=30)
     feature = analyse_pooled({"default": states}, plan)
-    monkeypatch.setattr(passage_analysis, "hsic_route", lambda *args, **kwargs: "gram")
+    monkeypatch.setattr(numerics_analysis, "hsic_route", lambda *args, **kwargs: "gram")
     gram = analyse_pooled({"default": states}, plan)
     assert feature["analysis"]["hsic_routes"] == ["feature"] and gram["analysis"]["hsic_routes"] == ["gram"]
     for sim in ("cka", "cka-debiased"):
@@ -315,7 +315,7 @@ def naive_cosine_deff(states: np.ndarray, counts: np.ndarray) -> float:
 
 @pytest.mark.parametrize("view", ["default", "top1pc"])
 def test_cosine_equals_a_naive_numpy_computation_with_its_resamples(view):
-    from effdepth.numerics.passage_analysis import LEVEL
+    from effdepth.numerics.analysis import LEVEL
 
     rng = np.random.default_rng(6)
     states = np.cumsum(rng.normal(size=(5, 40, 6)) + np.array([2.0, 0, 0, 0, 0, 0]), axis=0)
@@ -391,7 +391,7 @@ def test_results_do_not_depend_on_the_memory_budget(view):
     """At the least budget (these shapes: the Gram tiles', not the resamples') every stack streams its
     layers through one-unit Gram tiles, a resample at a time; with plenty the view and its centred layers
     stay in memory: the same numbers."""
-    from effdepth.numerics.passage_analysis import analysis_memory
+    from effdepth.numerics.analysis import analysis_memory
 
     states = isotropic_updates(64, 16, 4, seed=2)
     plan = AnalysisPlan(views=(view,), bootstrap=50, similarities=("cka", "cosine"))

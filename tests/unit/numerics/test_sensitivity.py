@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled
+from effdepth.numerics.analysis import AnalysisPlan, analyse_pooled
 from effdepth.numerics.references import energy_ratio_matrix, reference_fl
 from effdepth.numerics.sensitivity import (
     effective_rank,

@@ -9,8 +9,8 @@ import pytest
 
 from effdepth.errors import EffdepthError
 from effdepth.numerics import similarities
+from effdepth.numerics.analysis import AnalysisPlan, analyse_pooled
 from effdepth.numerics.hsic_plan import ESTIMATORS
-from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled
 from effdepth.numerics.similarities import (
     REMOVED,
     SIMILARITIES,

@@ -7,11 +7,11 @@ import pytest
 import torch
 from naive_hsic import naive_biased, naive_debiased
 
+from effdepth.numerics.analysis import AnalysisPlan, analyse_pooled
 from effdepth.numerics.hsic_resample import Units
-from effdepth.numerics.passage_analysis import AnalysisPlan, analyse_pooled
-from effdepth.numerics.passage_views import parse_view
 from effdepth.numerics.references import reference_fl
 from effdepth.numerics.sampling import TokenReduction, TokenSampler, sample_counts, sample_offsets, sample_units
+from effdepth.numerics.views import parse_view
 
 
 def sampled(states, mask, bos, variants, k, seed=0, batch=4):

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from effdepth.errors import EffdepthError
-from effdepth.numerics import passage_views
+from effdepth.numerics import views as numerics_views
 from effdepth.numerics.pooling import PassagePooler
 from effdepth.numerics.view_components import COMPONENTS, REMOVED, SLOTS, Step, parse_steps
 
-parse_view = passage_views.parse_view
+parse_view = numerics_views.parse_view
 
 
 def written(component, k=2):
@@ -75,11 +75,11 @@ def test_every_passage_variant_pools_as_its_components_say():
     mask[3, :2] = 0  # left padding
     first_is_bos = torch.tensor([True, False, True, True, False])
     x = torch.randn(2, b, t, d, generator=g, dtype=torch.float64)
-    pooler = PassagePooler(passage_views.VARIANTS, num_layers=1)
+    pooler = PassagePooler(numerics_views.VARIANTS, num_layers=1)
     pooler.start(mask, first_is_bos)
     for layer in range(2):
         pooler.layer(layer, x[layer])
-    for i, variant in enumerate(passage_views.VARIANTS):
+    for i, variant in enumerate(numerics_views.VARIANTS):
         for p in range(b):
             kept = [j for j in range(t) if mask[p, j]]
             if ("drop-bos" in variant and first_is_bos[p]) or "drop-pos0" in variant:
@@ -91,10 +91,10 @@ def test_every_passage_variant_pools_as_its_components_say():
 
 
 def test_passage_views_differ_after_pooling_by_their_pooled_stage_alone():
-    a, b = passage_views.parse_view("token-norm+top2pc"), passage_views.parse_view("token-norm")
+    a, b = numerics_views.parse_view("token-norm+top2pc"), numerics_views.parse_view("token-norm")
     assert a.variant == b.variant == "token-norm"
     assert [s.text for s in a.pooled_stage] == ["top2pc"] and b.pooled_stage == ()
-    assert passage_views.VARIANTS == (
+    assert numerics_views.VARIANTS == (
         "default",
         "drop-pos0",
         "drop-bos",

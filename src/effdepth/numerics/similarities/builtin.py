@@ -3,7 +3,7 @@
 Each compares layers across samples (pooled passages, or their tokens):
 made of one HSIC estimator of :mod:`~effdepth.numerics.hsic_resample`
 (``estimator``), or a matrix computed from the samples under every resample
-(``matrix``). :mod:`~effdepth.numerics.passage_analysis` computes what the
+(``matrix``). :mod:`~effdepth.numerics.analysis` computes what the
 specs say.
 """
 

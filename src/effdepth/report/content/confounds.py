@@ -9,7 +9,7 @@ how to add them.
 
 from __future__ import annotations
 
-from effdepth.numerics.passage_views import CONTROLS
+from effdepth.numerics.views import CONTROLS
 from effdepth.report.content.model import Cell, Section, Table
 from effdepth.report.numbers import fmt, fmt_interval
 from effdepth.results.result import Result

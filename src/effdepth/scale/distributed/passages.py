@@ -55,9 +55,9 @@ def measure_passages_distributed(options, folder: Path, *, progress: bool = True
         check_before_forward,
         passage_config,
     )
-    from effdepth.numerics.passage_views import variants_for, views_variants
     from effdepth.numerics.pooling import PassagePooler
     from effdepth.numerics.sampling import TokenSampler
+    from effdepth.numerics.views import variants_for, views_variants
     from effdepth.scale.distributed import agreed, comm_device
 
     analysis = options.analysis

@@ -13,7 +13,7 @@ file. For each view:
    L, and ``matched_cal``, the measured initial state plus the measured
    updates with their passages permuted independently per layer, both
    through the same view and estimator;
-4. the numbers of :mod:`~effdepth.numerics.passage_metrics`, the point
+4. the numbers of :mod:`~effdepth.numerics.metrics`, the point
    estimate from row 0 and percentile intervals from the resamples.
 
 Every view, stack and surrogate is resampled with the same unit weights, so
@@ -25,7 +25,7 @@ the sample-size curve (D_eff on nested subsets of the units, extra weight
 rows of the default view's states stack).
 
 The states of a view, its updates and its surrogates are layer stacks
-(:mod:`~effdepth.numerics.passage_stacks`) produced one layer at a time from
+(:mod:`~effdepth.numerics.stacks`) produced one layer at a time from
 the stored float32 vectors; :func:`analysis_memory` says what is kept within
 ``plan.max_memory`` and :func:`check_analysis_memory` refuses a budget below
 the least working set.
@@ -51,9 +51,7 @@ from effdepth.numerics.hsic_plan import (
 )
 from effdepth.numerics.hsic_resample import Units, resample_weights, resampled_hsic
 from effdepth.numerics.intervals import LEVEL, percentile_interval, split_draws
-from effdepth.numerics.passage_metrics import REFERENCE_NAMES, analysed, cka, kernel_numbers, plain_numbers
-from effdepth.numerics.passage_stacks import IsotropicSurrogate, Kept, MatchedSurrogate, PooledStates, Updates
-from effdepth.numerics.passage_views import CONTROLS, PassageView, check_top_pcs, parse_view, parse_views
+from effdepth.numerics.metrics import REFERENCE_NAMES, analysed, cka, kernel_numbers, plain_numbers
 from effdepth.numerics.pooling import TOKEN_SUMS
 from effdepth.numerics.references import reference_fl
 from effdepth.numerics.sample_hsic import LayerStack, stack_sums
@@ -61,6 +59,8 @@ from effdepth.numerics.sampling import sample_units
 from effdepth.numerics.sensitivity import sensitivity_numbers
 from effdepth.numerics.similarities import SIMILARITIES, fewest_samples, parse_similarities
 from effdepth.numerics.similarity import deff
+from effdepth.numerics.stacks import IsotropicSurrogate, Kept, MatchedSurrogate, PooledStates, Updates
+from effdepth.numerics.views import CONTROLS, PassageView, check_top_pcs, parse_view, parse_views
 
 #: Passage mode's similarity specs by name (:mod:`~effdepth.numerics.similarities.passage`).
 #: Resampling units unless told otherwise: each a block of consecutive passages (one passage each when N is smaller).
