@@ -257,13 +257,13 @@ def analyse_pooled(
     passages = samples if offsets is None else len(next(iter(offsets.values()))) - 1
     check_samples(passages, width, num_layers, plan)
     largest = analysis_units(passages, plan, offsets)
-    check_analysis_memory(samples, num_layers, width, plan, largest)
+    check_analysis_memory(largest.samples, num_layers, width, plan, largest)
     if lengths is None and any(v.has("length") for v in plan.specs):
         raise EffdepthError(
             "the length view regresses each passage's token count out, and no lengths were given; "
             "give lengths=, or leave out length views"
         )
-    memory = analysis_memory(samples, num_layers, width, plan, largest)
+    memory = analysis_memory(largest.samples, num_layers, width, plan, largest)
     device = torch.device(plan.device)
     units = Units.blocks(passages, bootstrap_unit_count(passages, plan))
     weights = resample_weights(units.count, plan.bootstrap, plan.seed)
