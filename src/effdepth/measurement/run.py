@@ -99,7 +99,7 @@ def check_before_forward(passages, num_layers: int, width: int, analysis: Analys
     """
     plan = analysis.analysis_plan()
     check_samples(passages.num_passages, width, num_layers, plan)
-    units = _analysis_units(passages, analysis)
+    units = _analysis_units(passages, analysis, plan)
     check_analysis_memory(units.samples, num_layers, width, plan, units)
     passes = analysis_memory(units.samples, num_layers, width, plan, units)["stack"]["passes"]
     if passes > MANY_PASSES:
@@ -128,14 +128,14 @@ def check_before_forward(passages, num_layers: int, width: int, analysis: Analys
             )
 
 
-def _analysis_units(passages, analysis: AnalysisOptions):
+def _analysis_units(passages, analysis: AnalysisOptions, plan):
     """The bootstrap's units of the largest stack the analysis will form (their samples: one per passage, or
     the token reduction's most)."""
     tokens = analysis.token_reduction
     offsets = None
     if tokens is not None:
         offsets = tokens.offsets(passages.lengths, passages.starts_with_bos, views_variants(analysis.view_specs))
-    return analysis_units(passages.num_passages, analysis.analysis_plan(), offsets)
+    return analysis_units(passages.num_passages, plan, offsets)
 
 
 def _discard_unsaved(folder: Path, temporary: bool, run) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from effdepth.errors import EffdepthError
+from effdepth.models.registry import ARCHITECTURES
 
 TINY_LAYERS = 3
 TINY_HIDDEN = 64
@@ -60,24 +61,8 @@ _FAMILY_OVERRIDES = {
     },
 }
 
-TINY_MODEL_TYPES = (
-    "gpt2",
-    "gpt_neox",
-    "llama",
-    "mistral",
-    "phi3",
-    "qwen2",
-    "qwen3",
-    "qwen3_5_text",
-    "qwen3_5",
-    "olmo",
-    "olmo2",
-    "olmo3",
-    "gemma",
-    "gemma2",
-    "gemma3_text",
-    "gemma3",
-)
+#: Every supported architecture has a tiny random model.
+TINY_MODEL_TYPES = tuple(ARCHITECTURES)
 
 
 def tiny_config(model_type: str):
