@@ -48,18 +48,18 @@ def pooled_forward(prepared, order, batch_size: int, variants) -> tuple:
         for indices, pooled, _ in pooled_batches(
             prepared.lm.model, prepared.arch, prepared.tokens, order, pooler, forward
         ):
-            chunks.append((indices, pooled.numpy()))
+            chunks.append((indices, {v: x.numpy() for v, x in pooled.items()}))
     elapsed = time.perf_counter() - start
     return elapsed, chunks
 
 
 def pooled_arrays(chunks, variants, count: int) -> dict:
-    """(V, L+1, B, d) chunks -> {variant: (L+1, N, d)} in passage order."""
-    first = chunks[0][1]
-    out = {v: np.zeros((first.shape[1], count, first.shape[3])) for v in variants}
+    """{variant: (L+1, B, d)} chunks -> {variant: (L+1, N, d)} in passage order."""
+    first = chunks[0][1][variants[0]]
+    out = {v: np.zeros((first.shape[0], count, first.shape[2])) for v in variants}
     for indices, pooled in chunks:
-        for k, v in enumerate(variants):
-            out[v][:, indices] = pooled[k]
+        for v in variants:
+            out[v][:, indices] = pooled[v]
     return out
 
 

@@ -7,8 +7,9 @@
 """
 
 from effdepth.errors import EffdepthError
-from effdepth.measurement import from_states, measure
-from effdepth.measurement.run import analyse_saved, from_pooled
+from effdepth.measurement import measure
+from effdepth.measurement.notebook import Accumulator, capture, from_hidden_states, from_pooled, from_states
+from effdepth.measurement.run import analyse_saved
 from effdepth.results.carry import ExperimentResult
 from effdepth.results.loading import SavedTrajectory, load
 from effdepth.results.result import Result, ViewResult
@@ -29,9 +30,8 @@ __all__ = [
     "ViewResult",
     "EffdepthError",
     "__version__",
+    # The notebook API: your model object, your loop.
+    "capture",
+    "Accumulator",
+    "from_hidden_states",
 ]
-
-# The notebook API: your model object, your loop.
-from effdepth.measurement.notebook import Accumulator, capture, from_hidden_states
-
-__all__ += ["capture", "Accumulator", "from_hidden_states"]

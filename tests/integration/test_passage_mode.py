@@ -466,23 +466,23 @@ def test_token_ids_from_python_are_checked_before_the_forward_pass(corpus_, mess
 
 def test_a_passage_that_is_bos_alone_is_refused_under_drop_bos():
     from effdepth.data.passages import Passages
-    from effdepth.measurement.run import check_before_forward
+    from effdepth.measurement.run import measurement_plan
     from effdepth.options import AnalysisOptions
 
     passages = Passages.from_rows([[5, 6, 7]] * 4 + [[5]], bos_token_id=5)
-    check_before_forward(passages, 3, 16, AnalysisOptions(views="default", bootstrap=0))
+    measurement_plan(passages, 3, 16, AnalysisOptions(views="default", bootstrap=0))
     with pytest.raises(EffdepthError, match=r"passage\(s\) 4 hold BOS alone"):
-        check_before_forward(passages, 3, 16, AnalysisOptions(views="drop-bos", bootstrap=0))
+        measurement_plan(passages, 3, 16, AnalysisOptions(views="drop-bos", bootstrap=0))
 
 
 def test_one_token_passages_and_seq_len_1_refuse_drop_pos0_in_one_line(tmp_path, capsys):
     from effdepth.data.passages import Passages
-    from effdepth.measurement.run import check_before_forward
+    from effdepth.measurement.run import measurement_plan
     from effdepth.options import AnalysisOptions
 
     passages = Passages.from_rows([[5, 6, 7]] * 4 + [[8]])
     with pytest.raises(EffdepthError, match=r"passage\(s\) 4 hold one token") as caught:
-        check_before_forward(passages, 3, 16, AnalysisOptions(views="drop-pos0", bootstrap=0))
+        measurement_plan(passages, 3, 16, AnalysisOptions(views="drop-pos0", bootstrap=0))
     assert len(str(caught.value).splitlines()) == 1
     assert main(["measure", "tiny:llama", "--seq-len", "1", "--out", str(tmp_path / "x"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()

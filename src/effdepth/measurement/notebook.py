@@ -1,4 +1,4 @@
-"""D_eff from the model object you already hold, in your own loop.
+"""D_eff from what you already hold: the model object in your own loop, its states, or pooled vectors.
 
 - :func:`capture`: ``with effdepth.capture(model) as states: model(ids)``
   gives S_0..S_L (before the final norm), one ``(batch, seq, d)`` tensor per
@@ -6,28 +6,39 @@
   model.
 - :class:`Accumulator`: feed it those states batch by batch (a training loop
   can measure every N steps); ``.result()`` is the same :class:`Result` as
-  :func:`effdepth.measure` over the same passages. It keeps each passage's
-  pooled vectors (float32, as measure's store; ``pooling="none"``: its
-  sampled tokens), never the token states.
+  :func:`effdepth.measure` over the same passages. Its batches go through
+  measure's pooling loop (:func:`~effdepth.measurement.pooling.pool_into`)
+  into memory: each passage's pooled vectors (float32, as measure's store;
+  ``pooling="none"``: its sampled tokens), never the token states.
+- :func:`from_states`: states of whole passages at once, ``(L+1, batch, seq, d)``.
 - :func:`from_hidden_states`: Hugging Face's ``output_hidden_states`` tuple,
   whose last entry is the final norm's output: the paper's convention, so it
   gives ``effdepth.measure(..., states="hidden")``'s number.
+- :func:`from_pooled`: one pooled vector per passage and state, pooled elsewhere.
+
+Their bootstrap defaults to :class:`~effdepth.options.AnalysisOptions`' (1000
+resamples), but for :func:`from_states`, whose docstring says why.
 """
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 
+import numpy as np
 import torch
 
 from effdepth.errors import EffdepthError
-from effdepth.measurement.run import PooledBatches
+from effdepth.measurement.pooling import given_batches, pool_into
+from effdepth.measurement.run import analysed_result
 from effdepth.models.external import TRANSFORMER_LENS, adapt_external
 from effdepth.models.hooks import ResidualCapture
 from effdepth.models.registry import resolve_architecture
+from effdepth.numerics.sampling import sample_reduction
 from effdepth.options import AnalysisOptions
+from effdepth.results.provenance import provenance_record
 from effdepth.results.result import Result
 
 CAPTURE_HOW = "with effdepth.capture(model) as states: model(ids)"
@@ -137,7 +148,7 @@ class Accumulator:
         pooling: str = "mean",
         tokens_per_passage: int | None = None,
         include_embedding: bool = False,
-        bootstrap: int = 1000,
+        bootstrap: int = AnalysisOptions.bootstrap,
         seed: int = 0,
     ):
         options = {
@@ -151,30 +162,47 @@ class Accumulator:
         }
         self.analysis = AnalysisOptions(**{k: v for k, v in options.items() if v is not None})
         self.views = self.analysis.view_specs
-        self._samples = PooledBatches(self.analysis)
+        bos = [v.name for v in self.views if v.has("drop-bos")]
+        if bos:
+            raise EffdepthError(
+                f"view {bos[0]} needs to know which passages start with BOS, and states do not say; use "
+                "drop-pos0 (position 0 left out, whatever it holds) or effdepth.measure"
+            )
+        self.reduction = sample_reduction(self.analysis.pooling, self.analysis.tokens_per_passage, self.analysis.seed)
+        self.variants = self.reduction.variants(self.views)
         self.reset()
 
     def reset(self) -> None:
         """Forget every batch (the views and options stay)."""
-        self._samples.reset()
+        self._kept = KeptSamples()
+        self._lengths: list = []
         self.num_layers: int | None = None
         self._model: dict | None = None
 
     @property
     def sequences(self) -> int:
         """Passages (sequences) fed so far."""
-        return self._samples.sequences
+        return int(sum(len(n) for n in self._lengths))
 
     @property
     def tokens(self) -> int:
-        return self._samples.tokens_seen
+        return int(sum(n.sum() for n in self._lengths))
 
     def update(self, states, mask=None) -> None:
         """Add one batch of states; nothing of it is kept but its samples (pooled vectors, or sampled tokens)."""
         s = self._checked(states)
         if isinstance(states, CapturedStates) and self._model is None:
             self._model = states.info
-        self._samples.update(s, _mask(mask, s))
+        real = torch.ones(s.shape[1:3], dtype=torch.bool) if mask is None else _mask(mask, s)
+        lengths = real.sum(dim=1)
+        if bool((lengths == 0).any()):
+            raise EffdepthError(
+                f"passage {int(torch.nonzero(lengths == 0)[0])} of this batch has no real token by its "
+                "mask; leave it out, or mark its tokens with True/1"
+            )
+        pooler = self.reduction.pooler(self.variants, self.num_layers)
+        pool_into(self._kept, given_batches(s, real, pooler, first=self.sequences))
+        self._lengths.append(lengths.cpu().numpy().astype(np.int64))
 
     def _checked(self, states) -> torch.Tensor:
         """The states as ``(L+1, batch, seq, d)``, with as many states as the earlier batches."""
@@ -209,9 +237,46 @@ class Accumulator:
                     f"view {missing[0]!r} was not accumulated (have {', '.join(have)}); name it when creating the Accumulator: Accumulator(views=...)"
                 )
             changes["views"] = tuple(wanted)
-        return self._samples.result(
-            replace(self.analysis, **changes), self.num_layers, self._model or {"source": "states"}
+        analysis = replace(self.analysis, **changes)
+        lengths = np.concatenate(self._lengths)
+        result = analysed_result(
+            {v: np.concatenate([batch[v] for batch in self._kept.batches], axis=1) for v in self.variants},
+            analysis,
+            token_sums=np.concatenate(self._kept.sums, axis=1).transpose(1, 0, 2),
+            lengths=lengths,
+            seq_len=int(lengths.max()),
+            progress=False,
+            offsets=self.reduction.offsets(lengths, np.zeros(len(lengths), dtype=bool), self.variants),
         )
+        result.config.update(
+            {
+                "pooling": analysis.pooling,
+                "num_layers": self.num_layers,
+                "num_passages": len(lengths),
+                "num_seqs": len(lengths),
+                "seq_len": int(lengths.max()),
+                "mean_passage_tokens": round(float(lengths.mean()), 2),
+                "states": "blocks",
+                "given": "states (effdepth.Accumulator)",
+            }
+        )
+        result.provenance = provenance_record(
+            model=self._model or {"source": "states"}, tokens_measured=int(lengths.sum())
+        )
+        return result
+
+
+class KeptSamples:
+    """The Accumulator's store: the batches :func:`~effdepth.measurement.pooling.pool_into` writes, kept in
+    memory (float32, as measure's store keeps them on disk)."""
+
+    def __init__(self):
+        self.batches: list = []
+        self.sums: list = []
+
+    def write(self, indices, samples: dict, sums) -> None:
+        self.batches.append({v: np.asarray(x, dtype=np.float32) for v, x in samples.items()})
+        self.sums.append(np.asarray(sums, dtype=np.float64))
 
 
 def from_hidden_states(
@@ -224,7 +289,7 @@ def from_hidden_states(
     pooling: str = "mean",
     tokens_per_passage: int | None = None,
     include_embedding: bool = False,
-    bootstrap: int = 1000,
+    bootstrap: int = AnalysisOptions.bootstrap,
     seed: int = 0,
 ) -> Result:
     """D_eff from the ``hidden_states`` tuple of ``model(..., output_hidden_states=True)``, each row a passage.
@@ -261,8 +326,6 @@ def from_hidden_states(
                 f"blocks, so output_hidden_states=True gives {arch.num_layers + 1}; pass the whole tuple "
                 "from the same model"
             )
-    from effdepth.measurement import from_states
-
     result = from_states(
         state_batch(list(hidden)),
         mask=attention_mask,
@@ -289,6 +352,164 @@ def from_hidden_states(
     }
     if model is not None:
         result.provenance["model"] = _model_record(module, arch, external)
+    return result
+
+
+def from_states(
+    states,
+    *,
+    mask=None,
+    views=("default",),
+    similarity=None,
+    pooling: str = "mean",
+    tokens_per_passage: int | None = None,
+    include_embedding: bool = False,
+    bootstrap: int = 0,
+    seed: int = 0,
+) -> Result:
+    """D_eff and everything else from states you already have, each row a passage.
+
+    ``states`` is ``(L+1, batch, seq, d)`` (``states[0]`` = S_0), at least 4
+    passages (the bootstrap's units); ``mask`` (``(batch, seq)``) marks real
+    tokens. Each passage is pooled and analysed as
+    :func:`effdepth.measure` does (``pooling="none"``: its tokens are the
+    samples, ``tokens_per_passage`` of them drawn as measure draws them), so
+    the same passages give measure's number, with its confounds and
+    sample-size curve. Unlike :func:`measure` (1000 resamples), ``bootstrap``
+    defaults to 0 here: states already in memory are a quick look (often in a
+    loop), where 1000 resamples would cost more than the states themselves;
+    ask for intervals explicitly.
+
+    >>> import effdepth, torch
+    >>> walk = torch.randn(4, 16, 6, 8, dtype=torch.float64).cumsum(0)   # S_0..S_3 of 16 passages of 6 tokens
+    >>> r = effdepth.from_states(walk)
+    >>> r.passages, r.default.sequences, r.extras["passage_lengths"]["equal"]
+    (True, 16, True)
+    >>> effdepth.from_states(walk[:, :4], pooling="none").config["reduction"]["per_variant"]   # 24 tokens
+    {'default': 24}
+    """
+    s = torch.as_tensor(states)
+    three_d = s.dim() == 3
+    s = s[:, None] if three_d else s
+    if s.dim() != 4 or s.shape[0] < 2 or s.shape[2] < 1:
+        raise EffdepthError(
+            f"states must be shaped (L+1, batch, seq, d) or (L+1, seq, d) with L >= 1, got {tuple(torch.as_tensor(states).shape)}"
+        )
+    if not torch.is_floating_point(s):
+        s = s.to(torch.float64)
+    m = _checked_mask(mask, s, three_d=three_d)
+    _check_user_states(s)
+    acc = Accumulator(
+        views,
+        similarity,
+        pooling=pooling,
+        tokens_per_passage=tokens_per_passage,
+        include_embedding=include_embedding,
+        bootstrap=bootstrap,
+        seed=seed,
+    )
+    acc.update(s.detach(), m)
+    result = acc.result()
+    result.config["given"] = "states (effdepth.from_states)"
+    return result
+
+
+def _checked_mask(mask, states: torch.Tensor, three_d: bool) -> torch.Tensor | None:
+    """The mask as ``(batch, seq)`` booleans, or a one-line error when it does not fit the states."""
+    if mask is None:
+        return None
+    m = torch.as_tensor(mask)
+    batch, seq = int(states.shape[1]), int(states.shape[2])
+    if three_d and m.dim() == 1:
+        m = m[None]
+    if tuple(m.shape) != (batch, seq):
+        want = f"({seq},) or (1, {seq})" if three_d else f"({batch}, {seq})"
+        raise EffdepthError(
+            f"mask of shape {tuple(torch.as_tensor(mask).shape)} does not match states of shape {tuple(states.shape) if not three_d else (states.shape[0],) + tuple(states.shape[2:])}: "
+            f"it must be {want}, one entry per token (True/1 = real token)"
+        )
+    if not bool(m.any()):
+        raise EffdepthError(
+            "the mask marks no real token (every row is padding): nothing to measure; mark real tokens with True/1"
+        )
+    return m.bool()
+
+
+def _check_user_states(states: torch.Tensor) -> None:
+    """Problems with states a user brings, said in their terms (no model ran here)."""
+    finite = torch.isfinite(states).flatten(1).all(dim=1)
+    if not bool(finite.all()):
+        layer = int(torch.nonzero(~finite)[0])
+        raise EffdepthError(
+            f"states[{layer}] contains NaN or infinite values; from_states takes them as given, so check how they were computed"
+        )
+    if not bool(states.flatten(1).abs().amax(dim=1).gt(0).any()):
+        warnings.warn(
+            "every state is zero: nothing varies across samples, so every similarity is undefined (NaN) and "
+            "D_eff says nothing about a model",
+            stacklevel=3,
+        )
+
+
+def from_pooled(
+    pooled,
+    *,
+    lengths=None,
+    views=("default",),
+    similarity=None,
+    include_embedding: bool = False,
+    bootstrap: int = AnalysisOptions.bootstrap,
+    seed: int = 0,
+    bootstrap_units: int | None = None,
+    progress: bool = False,
+) -> Result:
+    """The paper's number from pooled vectors you already have: one vector per passage and state.
+
+    ``pooled`` is ``(L+1, N, d)`` (S_0..S_L of N passages) or a list of L+1 ``(N, d)`` matrices;
+    ``lengths`` each passage's token count (for the ``length`` control and the length distribution);
+    the analysis is :func:`effdepth.measure`'s passage mode (both CKA estimators, the references,
+    the confounds table without the drop-pos0 control, whose pooling needs the tokens, and the
+    sample-size curve), so the same pooled vectors give measure's numbers.
+
+    >>> import effdepth, numpy as np
+    >>> walk = np.cumsum(np.random.default_rng(0).normal(size=(4, 64, 16)), axis=0)   # S_0..S_3 of 64 passages
+    >>> r = effdepth.from_pooled(walk, bootstrap=0)
+    >>> r.passages, r.default.num_states, round(r.default.reference, 3)
+    (True, 3, 1.5)
+    >>> effdepth.from_pooled(walk[:, :3])
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: pooled vectors of 3 passage(s): similarity across passages needs at least 4 (the debiased estimator pairs four distinct passages); give 4 or more rows per state
+    """
+    from effdepth.numerics.pooled_input import checked_pooled
+
+    array = checked_pooled(pooled, lengths)
+    options = {
+        "views": views,
+        "include_embedding": include_embedding,
+        "bootstrap": bootstrap,
+        "seed": seed,
+        "similarity": similarity,
+        "bootstrap_units": bootstrap_units,
+    }
+    analysis = AnalysisOptions(pooling="mean", **{k: v for k, v in options.items() if v is not None})
+    missing = [v.name for v in analysis.view_specs if v.variant != "default"]
+    if missing:
+        raise EffdepthError(
+            f"view(s) {', '.join(missing)} pool tokens otherwise than the mean, and only the mean pooled "
+            "vectors were given; use views made of default, length and top{k}pc"
+        )
+    result = analysed_result(
+        {"default": array}, analysis, lengths=None if lengths is None else np.asarray(lengths), progress=progress
+    )
+    result.config.update(
+        {
+            "num_layers": array.shape[0] - 1,
+            "num_passages": array.shape[1],
+            "given": "pooled vectors (effdepth.from_pooled)",
+        }
+    )
+    result.provenance = provenance_record(model={"id": "pooled vectors", "source": "given"})
     return result
 
 

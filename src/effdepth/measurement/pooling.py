@@ -1,11 +1,16 @@
-"""Passages -> pooled vectors: one forward pass per batch, each layer pooled by a hook as it is produced.
+"""Passages -> samples: one forward pass per batch, each layer pooled by a hook as it is produced, into a store.
 
 No buffer of all layers' states exists: the hook on block l hands its output
-to a :class:`~effdepth.numerics.pooling.PassagePooler` and returns, so memory
+to the reduction's pooler (:class:`~effdepth.numerics.pooling.PassagePooler`
+or :class:`~effdepth.numerics.sampling.TokenSampler`) and returns, so memory
 holds one layer's float64 copy (and the previous one) at a time. States are
 read before the final norm (``states="blocks"``), or, as transformers'
 ``hidden_states`` give them (``states="hidden"``, the paper's convention),
 with the final norm applied to the last block's output.
+
+:func:`pooled_batches` (a model's forward passes) and :func:`given_batches`
+(states a user gives) yield the same batches of samples, and :func:`pool_into`,
+the one loop of every entry point, writes them into a store.
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ from effdepth.errors import EffdepthError
 from effdepth.measurement.devices import forward_error, input_device, is_out_of_memory
 from effdepth.measurement.forward import decoder_forward
 from effdepth.models.hooks import HookSet, hidden_from_input, hidden_from_output
-from effdepth.numerics.pooling import PassagePooler
 
 STATES = ("blocks", "hidden")
 
@@ -30,6 +34,7 @@ class PoolingCapture(HookSet):
     >>> from effdepth.models.tiny import tiny_model
     >>> from effdepth.models.registry import resolve_architecture
     >>> lm = tiny_model("llama"); arch = resolve_architecture(lm)
+    >>> from effdepth.numerics.pooling import PassagePooler
     >>> pooler = PassagePooler(["default"], arch.num_layers)
     >>> pooler.start(torch.ones(2, 5), torch.tensor([False, False]))
     >>> with PoolingCapture(arch, pooler), torch.inference_mode():
@@ -38,7 +43,7 @@ class PoolingCapture(HookSet):
     (1, 4, 2, 64)
     """
 
-    def __init__(self, arch, pooler: PassagePooler, states: str = "blocks"):
+    def __init__(self, arch, pooler, states: str = "blocks"):
         if states not in STATES:
             raise EffdepthError(f"--states must be one of {', '.join(STATES)}, got {states!r}")
         if states == "hidden" and arch.final_norm is None:
@@ -75,12 +80,51 @@ class PoolingCapture(HookSet):
 
 @dataclass(frozen=True)
 class PassageForward:
-    """How the forward passes over passages run: passages per batch, which states, the padding id."""
+    """How the forward passes over passages run: passages per batch, which states, the padding id (and the
+    model's dtype, which an error about non-finite states names)."""
 
     batch_size: int
     states: str = "blocks"
     pad_id: int = 0
     progress: bool = True
+    dtype: str | None = None
+
+    @classmethod
+    def of(cls, lm, analysis, progress: bool) -> "PassageForward":
+        """The forward passes of a loaded model under :class:`~effdepth.options.AnalysisOptions`."""
+        return cls(analysis.batch_size, analysis.states, pad_id(lm), progress, lm.info.get("dtype"))
+
+
+def pad_id(lm) -> int:
+    """The id padding takes: the tokenizer's pad token, else its end of sequence, else 0."""
+    tok = getattr(lm, "tokenizer", None)
+    for name in ("pad_token_id", "eos_token_id"):
+        value = getattr(tok, name, None)
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def pool_into(store, batches, *, after_batch=None) -> None:
+    """Write every batch of samples, ``(indices, {variant: samples}, sums)`` from :func:`pooled_batches` or
+    :func:`given_batches`, into ``store`` at its passages' rows: the one loop of ``measure``, the
+    Accumulator and torchrun's ranks. ``after_batch()`` runs after each batch (a checkpoint) and stops
+    the loop when it returns true (an interrupt)."""
+    for indices, samples, sums in batches:
+        store.write(indices, samples, sums)
+        if after_batch is not None and after_batch():
+            return
+
+
+def given_batches(states: torch.Tensor, mask: torch.Tensor, pooler, first: int):
+    """Yield states a user gives, ``(L+1, B, T, d)`` with ``mask`` (B, T), as one batch of samples pooled as
+    the forward passes' hooks pool theirs: passages ``first`` to ``first + B - 1``, none known to start with BOS."""
+    indices = list(range(first, first + int(states.shape[1])))
+    pooler.start(mask.to(states.device), torch.zeros(len(indices), dtype=torch.bool), indices)
+    for layer in range(states.shape[0]):
+        pooler.layer(layer, states[layer])
+    pooler.finish()
+    yield indices, pooler.output(), pooler.sums.cpu()
 
 
 def pooled_batches(
@@ -88,17 +132,18 @@ def pooled_batches(
     arch,
     passages,
     order,
-    pooler: PassagePooler,
+    pooler,
     forward: PassageForward,
     *,
     start: int = 0,
     facts: dict | None = None,
 ):
-    """Yield ``(indices, pooled, sums)`` per forward pass over the passages ``order[start:]``:
-    ``pooled`` (V, L+1, B, d) float64 and ``sums`` (L, B, 3) on the CPU.
+    """Yield ``(indices, samples, sums)`` per forward pass over the passages ``order[start:]``:
+    ``samples`` ``{variant: (L+1, s, d)}`` float64 (``pooler.output()``) and ``sums`` (L, B, 3) on the CPU.
 
     Out of memory in a batch halves the batch size and retries it (pooling is per
     passage, so no number changes); ``facts`` records the batch size used and the retries.
+    Non-finite states are refused in one line.
     """
     facts = facts if facts is not None else {}
     device = input_device(arch, model)
@@ -146,12 +191,13 @@ def pooled_batches(
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
                 continue
+            check_finite(pooled, indices, forward.dtype)
             yield indices, pooled, sums
             bar.update(int(lengths[indices].sum()))
             i += len(indices)
 
 
-def _pool_external(arch, pooler: PassagePooler, ids: torch.Tensor, mask: torch.Tensor, states: str) -> None:
+def _pool_external(arch, pooler, ids: torch.Tensor, mask: torch.Tensor, states: str) -> None:
     """An architecture that runs through its own hooks (TransformerLens) fills a buffer of all states: pool it."""
     if states == "hidden":
         raise EffdepthError(
@@ -162,3 +208,17 @@ def _pool_external(arch, pooler: PassagePooler, ids: torch.Tensor, mask: torch.T
         for layer in range(capture.states.shape[0]):
             pooler.layer(layer, capture.states[layer])
     pooler.finish()
+
+
+def check_finite(samples: dict, indices, dtype: str | None) -> None:
+    """One line for non-finite states in a batch's ``samples`` ``{variant: (L+1, s, d)}``."""
+    finite = torch.stack([torch.isfinite(x.reshape(x.shape[0], -1)).all(dim=1) for x in samples.values()])
+    if bool(finite.all()):
+        return
+    layer = int(torch.nonzero(~finite.all(dim=0))[0])
+    hint = " (float16 overflows on massive activations: use --dtype bfloat16 or float32)" if dtype == "float16" else ""
+    shown = ", ".join(str(int(i)) for i in list(indices)[:4]) + (", ..." if len(indices) > 4 else "")
+    raise EffdepthError(
+        f"non-finite states at layer {layer} (S_{layer}, model dtype {dtype}) in passages {shown}: the model "
+        f"overflowed or was given non-finite weights{hint}"
+    )

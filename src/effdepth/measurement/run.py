@@ -1,10 +1,13 @@
-"""Passage mode, the default: passages -> pooled vectors on disk -> the analysis -> a result (docs/method.md#passage-mode).
+"""The default path, top to bottom: passages -> forward with hooks -> samples -> store -> analysis -> result.
 
-One forward pass per batch of passages (longest first, so an out-of-memory
-retry happens early); every layer is pooled by a hook as the blocks produce
-it (:mod:`effdepth.measurement.pooling`) and written to a memory-mapped store
-(:mod:`effdepth.results.store`), so memory stays flat in the number of passages.
-The analysis (:mod:`effdepth.numerics.analysis`) then reads the
+:func:`measure_passages` plans the run once (:func:`measurement_plan`: the
+reduction, its stored variants and offsets, the analysis sized for the
+passages, everything refused before the first forward pass), then runs one
+forward pass per batch of passages (longest first, so an out-of-memory retry
+happens early), every layer pooled by a hook as the blocks produce it
+(:mod:`effdepth.measurement.pooling`) into a memory-mapped store
+(:mod:`effdepth.results.store`), so memory stays flat in the number of
+passages. The analysis (:mod:`effdepth.numerics.analysis`) then reads the
 store; :func:`analyse_saved` runs it again on a saved result, without a model.
 """
 
@@ -15,6 +18,7 @@ import signal
 import time
 import warnings
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,28 +34,27 @@ from effdepth.measurement.checkpoint import (
     remove_checkpoint,
     save_checkpoint,
 )
-from effdepth.measurement.pooling import PassageForward, pooled_batches
-from effdepth.numerics.analysis import (
-    SIMILARITIES,
-    analyse_pooled,
-    analysis_memory,
-    analysis_units,
-    check_analysis_memory,
-    check_samples,
-    one_pass_bytes,
-)
+from effdepth.measurement.pooling import PassageForward, pad_id, pool_into, pooled_batches
+from effdepth.numerics.analysis import SIMILARITIES, SizedPlan, analyse_pooled, one_pass_bytes, sized_plan
 from effdepth.numerics.confounds import length_distribution
 from effdepth.numerics.hsic_plan import binary_size
-from effdepth.numerics.pooling import PassagePooler
-from effdepth.numerics.sampling import TokenSampler
-from effdepth.numerics.views import variants_for, views_variants
+from effdepth.numerics.sampling import sample_reduction
 from effdepth.options import AnalysisOptions
-from effdepth.results.provenance import code_version, now, provenance_record
+from effdepth.results.provenance import provenance_record
 from effdepth.results.result import Result, view_results
 from effdepth.results.store import POOLED_DIR, PooledStore, mark_movable, temporary_folder
 from effdepth.results.version import __version__
 
-__all__ = ["measure_passages", "analyse_store", "analyse_saved", "analysed_result", "from_pooled", "passage_config"]
+__all__ = [
+    "measure_passages",
+    "measurement_plan",
+    "measured_result",
+    "analyse_store",
+    "analyse_saved",
+    "analysed_result",
+    "passage_config",
+    "passage_loss",
+]
 
 #: More passes than this over the pooled vectors per stack, and a run says how much memory reads them once.
 MANY_PASSES = 16
@@ -68,42 +71,74 @@ def measure_passages(prepared, analysis: AnalysisOptions, *, run, started: float
     same store, views, estimators, references and bootstrap).
     """
     started = time.perf_counter() if started is None else started
-    lm, arch, passages = prepared.lm, prepared.arch, prepared.tokens
-    tokens = analysis.token_reduction
-    variants = variants_for(analysis.view_specs) if tokens is None else views_variants(analysis.view_specs)
-    width = _hidden_size(lm)
-    check_before_forward(passages, arch.num_layers, width, analysis)
-    fingerprint = passage_fingerprint(prepared, analysis, variants)
-    if tokens is not None:
-        fingerprint["tokens"] = tokens.describe()
-    folder, temporary = _store_folder(run)
+    plan = measurement_plan(
+        prepared.tokens, prepared.arch.num_layers, hidden_size(prepared.lm), analysis, device=analysis_device()
+    )
+    fingerprint = {**passage_fingerprint(prepared, analysis, plan.variants), **plan.reduction.fingerprint()}
+    folder = _store_folder(run)
     try:
-        return _measure_into(folder, temporary, prepared, analysis, run, fingerprint, variants, width, started)
+        return _measure_into(folder, prepared, plan, run, fingerprint, started)
     except BaseException:
-        _discard_unsaved(folder, temporary, run)
+        _discard_unsaved(folder, run)
         raise
 
 
-def check_before_forward(passages, num_layers: int, width: int, analysis: AnalysisOptions) -> None:
-    """Everything the analysis will refuse, refused before the first forward pass and the first file:
-    too few passages, a model with one analysed state, a top-k view beyond the rank, a memory budget
-    below the analysis's least working set, a drop-bos view of a passage that is BOS alone, and a drop-pos0
-    view of a passage of one token.
+@dataclass(frozen=True)
+class MeasurementPlan:
+    """What one measurement does, made once before its first forward pass (:func:`measurement_plan`) and
+    handed on to the pooling, the store and the analysis."""
+
+    analysis: AnalysisOptions
+    reduction: object  # MeanReduction or TokenReduction (numerics.pooling, numerics.sampling)
+    variants: tuple  # the stored variants
+    passages: object
+    sized: SizedPlan  # the analysis sized for the passages' samples (their offsets under the token reduction)
+
+    def pooler(self):
+        return self.reduction.pooler(self.variants, self.sized.num_layers)
+
+    def store(self, folder, rows=None, extra: dict | None = None) -> PooledStore:
+        """A new store for the passages' samples, or for those of ``rows`` (a torchrun rank's shard)."""
+        rows = slice(None) if rows is None else rows
+        lengths, bos = self.passages.lengths[rows], self.passages.starts_with_bos[rows]
+        return PooledStore.create(
+            folder,
+            self.variants,
+            layers=self.sized.num_layers + 1,
+            width=self.sized.width,
+            lengths=lengths,
+            starts_with_bos=bos,
+            extra=extra,
+            offsets=self.reduction.offsets(lengths, bos, self.variants),
+        )
+
+
+def measurement_plan(passages, num_layers: int, width: int, analysis: AnalysisOptions, device: str = "cpu"):
+    """The :class:`MeasurementPlan` of ``passages``, after everything the analysis will refuse is refused
+    before the first forward pass and the first file: too few passages, a model with one analysed state,
+    a top-k view beyond the rank, a memory budget below the analysis's least working set, a drop-bos view
+    of a passage that is BOS alone, and a drop-pos0 view of a passage of one token.
 
     >>> from effdepth.data.passages import Passages
     >>> p = Passages.from_rows([[1, 2]] * 4)
-    >>> check_before_forward(p, 1, 8, AnalysisOptions(bootstrap=0))
+    >>> measurement_plan(p, 1, 8, AnalysisOptions(bootstrap=0))
     Traceback (most recent call last):
     ...
     effdepth.errors.EffdepthError: the model has one layer: D_eff compares at least two states; add --include-embedding to compare S_0 with S_1, or measure a deeper model
     """
-    plan = analysis.analysis_plan()
-    check_samples(passages.num_passages, width, num_layers, plan)
-    units = _analysis_units(passages, analysis, plan)
-    check_analysis_memory(units.samples, num_layers, width, plan, units)
-    passes = analysis_memory(units.samples, num_layers, width, plan, units)["stack"]["passes"]
+    reduction = sample_reduction(analysis.pooling, analysis.tokens_per_passage, analysis.seed)
+    variants = reduction.variants(analysis.view_specs)
+    plan = analysis.analysis_plan(device=device)
+    sized = sized_plan(
+        plan,
+        passages.num_passages,
+        num_layers,
+        width,
+        reduction.offsets(passages.lengths, passages.starts_with_bos, variants),
+    )
+    passes = sized.memory["stack"]["passes"]
     if passes > MANY_PASSES:
-        need = binary_size(one_pass_bytes(units.samples, num_layers, width, plan, units), round_up=True)
+        need = binary_size(one_pass_bytes(sized.units.samples, num_layers, width, plan, sized.units), round_up=True)
         warnings.warn(
             f"within --max-memory {binary_size(plan.max_memory)} the analysis reads each stack of pooled "
             f"vectors {passes} times (the same numbers, more time); --max-memory {need.replace(' ', '')} reads "
@@ -126,103 +161,70 @@ def check_before_forward(passages, num_layers: int, width: int, analysis: Analys
                 "hold one token and would pool to zero vectors; give passages of 2+ tokens (--seq-len 2 "
                 "or more) or leave out drop-pos0 views"
             )
+    return MeasurementPlan(analysis, reduction, variants, passages, sized)
 
 
-def _analysis_units(passages, analysis: AnalysisOptions, plan):
-    """The bootstrap's units of the largest stack the analysis will form (their samples: one per passage, or
-    the token reduction's most)."""
-    tokens = analysis.token_reduction
-    offsets = None
-    if tokens is not None:
-        offsets = tokens.offsets(passages.lengths, passages.starts_with_bos, views_variants(analysis.view_specs))
-    return analysis_units(passages.num_passages, plan, offsets)
-
-
-def _discard_unsaved(folder: Path, temporary: bool, run) -> None:
-    """After a failure: pooled vectors that no checkpoint names cannot be resumed, so they go (and the
-    folder made for them, when that leaves it empty). A checkpoint that was saved (an interrupted or
-    long run, or any --resume) stays for ``--resume``."""
-    if temporary:
-        shutil.rmtree(folder, ignore_errors=True)
-        return
-    if run.resume or (folder / "state.json").is_file():
-        return
-    shutil.rmtree(folder / POOLED_DIR, ignore_errors=True)
-    try:
-        folder.rmdir()
-    except OSError:
-        pass
-
-
-def _measure_into(
-    folder: Path,
-    temporary: bool,
-    prepared,
-    analysis: AnalysisOptions,
-    run,
-    fingerprint: dict,
-    variants,
-    width: int,
-    started: float,
-) -> Result:
+def _measure_into(folder: Path, prepared, plan: MeasurementPlan, run, fingerprint: dict, started: float) -> Result:
     """The forward passes into the store in ``folder``, then the analysis (see :func:`measure_passages`)."""
     lm, arch, passages = prepared.lm, prepared.arch, prepared.tokens
-    tokens = analysis.token_reduction
+    store, facts = _open_store(folder, run, fingerprint, plan)
+    facts["batch_size_used"] = plan.analysis.batch_size
     order = np.argsort(-passages.lengths, kind="stable")  # longest first: memory trouble shows at once
-    offsets = None if tokens is None else tokens.offsets(passages.lengths, passages.starts_with_bos, variants)
-    store, facts = _open_store(folder, run, fingerprint, passages, variants, arch.num_layers + 1, width, offsets)
-    facts["batch_size_used"] = analysis.batch_size
-    pooler = (
-        PassagePooler(variants, arch.num_layers)
-        if tokens is None
-        else TokenSampler(variants, arch.num_layers, k=tokens.k, seed=tokens.seed)
-    )
-    pad_id = _pad_id(lm)
-    written = store.written
-    last_save = time.monotonic()
+    forward = PassageForward.of(lm, plan.analysis, run.progress)
     with graceful_interrupts() as interrupted:
+        batches = pooled_batches(
+            lm.model, arch, passages, order, plan.pooler(), forward, start=store.written, facts=facts
+        )
         try:
-            forward = PassageForward(analysis.batch_size, analysis.states, pad_id, run.progress)
-            for indices, pooled, sums in pooled_batches(
-                lm.model, arch, passages, order, pooler, forward, start=written, facts=facts
-            ):
-                _check_finite(pooled, indices, lm)
-                store.write(indices, as_numpy(pooled), sums.numpy())
-                written += len(indices)
-                if run.checkpoint is not None and (
-                    interrupted or time.monotonic() - last_save > run.checkpoint_every_s
-                ):
-                    _save_progress(store, written, run, fingerprint)
-                    last_save = time.monotonic()
-                if interrupted:
-                    break
+            pool_into(store, batches, after_batch=_checkpoints(store, run, fingerprint, interrupted))
         except KeyboardInterrupt:
             interrupted.signal = interrupted.signal or signal.SIGINT
             if run.checkpoint is not None:
-                _save_progress(store, written, run, fingerprint)
+                _save_progress(store, run, fingerprint)
     if interrupted:
         where = ""
         if run.checkpoint is not None:
             command = (run.record or {}).get("command") or f"--resume {Path(run.checkpoint).parent}"
             where = f"; pooled vectors saved in {run.checkpoint}, continue with: {command}"
         raise MeasurementInterrupted(
-            f"interrupted by {signal.Signals(interrupted.signal).name} after {written} of "
+            f"interrupted by {signal.Signals(interrupted.signal).name} after {store.filled} of "
             f"{passages.num_passages} passages{where}",
             interrupted.signal,
         )
-    if run.checkpoint is not None:  # every passage pooled: a failed analysis resumes without a forward pass
-        _save_progress(store, written, run, fingerprint)
-    else:
-        store.commit(written)
-    result = analyse_store(store, analysis, progress=run.progress, seq_len=prepared.load.seq_len)
-    result.config.update(passage_config(prepared, analysis))
-    result.provenance.update(_provenance(prepared, started, facts))
+    if run.checkpoint is None:
+        store.commit()
+        result = measured_result(store, plan, prepared, started=started, facts=facts, progress=run.progress)
+        _remove_with(result, store.folder.parent)
+        return result
+    _save_progress(store, run, fingerprint)  # every passage pooled: a failed analysis resumes without a forward pass
+    result = measured_result(store, plan, prepared, started=started, facts=facts, progress=run.progress)
+    remove_checkpoint(Path(run.checkpoint))  # its files; the pooled vectors stay until the result is saved
+    return result
+
+
+def _checkpoints(store: PooledStore, run, fingerprint: dict, interrupted):
+    """After each batch: the progress saved when a checkpoint is due (every ``run.checkpoint_every_s``, and
+    at an interrupt); true at an interrupt, which stops the forward passes."""
+    last_save = time.monotonic()
+
+    def after_batch() -> bool:
+        nonlocal last_save
+        if run.checkpoint is not None and (interrupted or time.monotonic() - last_save > run.checkpoint_every_s):
+            _save_progress(store, run, fingerprint)
+            last_save = time.monotonic()
+        return bool(interrupted)
+
+    return after_batch
+
+
+def measured_result(store: PooledStore, plan: MeasurementPlan, prepared, *, started: float, facts: dict, progress=True):
+    """The :class:`Result` of a measurement's store: the analysis of its plan, what was measured, and the
+    provenance record (``facts``: the run's own, retries and resumes)."""
+    result = analyse_store(store, plan.analysis, progress=progress, seq_len=prepared.load.seq_len, sized=plan.sized)
+    result.config.update(passage_config(prepared, plan.analysis))
+    result.provenance = provenance_record(model=prepared.lm.info, passages=prepared.tokens, started=started, run=facts)
     result.pooled = store.folder
     mark_movable(store.folder)
-    if temporary:
-        _remove_with(result, store.folder.parent)
-    elif run.checkpoint is not None:
-        remove_checkpoint(Path(run.checkpoint))  # its files; the pooled vectors stay until the result is saved
     return result
 
 
@@ -233,22 +235,23 @@ def analyse_store(
     progress: bool = True,
     device: str | None = None,
     seq_len: int | None = None,
+    sized: SizedPlan | None = None,
 ) -> Result:
-    """The :class:`Result` of the pooled vectors in ``store`` under ``analysis`` (config and provenance
-    hold only the analysis; the caller adds what was measured). ``extras`` holds the passage lengths
-    (``seq_len``: the longest a passage could be), the confounds table and the sample-size curve."""
+    """The :class:`Result` of the pooled vectors in ``store`` under ``analysis`` (``sized``: the plan a
+    measurement made before its forward passes); config and provenance hold only the analysis; the caller
+    adds what was measured. ``extras`` holds the passage lengths (``seq_len``: the longest a passage could
+    be), the confounds table and the sample-size curve."""
     arrays = store.arrays()
-    check_stored_variants(analysis, list(arrays), list(arrays))
-    offsets = {v: store.offsets(v) for v in arrays} if store.reduction == "tokens" else None
     return analysed_result(
         arrays,
         analysis,
+        sized=sized,
         token_sums=np.asarray(store.token_sums),
         lengths=store.lengths,
         seq_len=seq_len,
         progress=progress,
-        device=device or _analysis_device(),
-        offsets=offsets,
+        device=device or analysis_device(),
+        offsets={v: store.offsets(v) for v in arrays} if store.reduction == "tokens" else None,
     )
 
 
@@ -256,6 +259,7 @@ def analysed_result(
     pooled: dict,
     analysis: AnalysisOptions,
     *,
+    sized: SizedPlan | None = None,
     token_sums=None,
     lengths=None,
     seq_len: int | None = None,
@@ -263,24 +267,25 @@ def analysed_result(
     device: str = "cpu",
     offsets: dict | None = None,
 ) -> Result:
-    """The :class:`Result` of pooled vectors (``{variant: (L+1, N, d)}``) under ``analysis``: every view
-    under every similarity, and in ``extras`` the passage lengths, the confounds table and the sample-size
-    curve (docs/method.md#passage-mode); config and provenance hold only the analysis. ``offsets``: the
-    token reduction's samples (:func:`~effdepth.numerics.analysis.analyse_pooled`)."""
-    plan = analysis.analysis_plan(device=device)
-    with tqdm(total=len(plan.specs), desc="analysing views", unit="view", disable=not progress, leave=False) as bar:
+    """The :class:`Result` of pooled vectors (``{variant: (L+1, N, d)}``) under ``analysis`` (``sized``: its
+    plan, when a measurement made it already): every view under every similarity, and in ``extras`` the
+    passage lengths, the confounds table and the sample-size curve (docs/method.md#passage-mode); config and
+    provenance hold only the analysis. ``offsets``: the token reduction's samples
+    (:func:`~effdepth.numerics.analysis.analyse_pooled`)."""
+    plan = sized or analysis.analysis_plan(device=device)
+    with tqdm(total=len(analysis.views), desc="analysing views", unit="view", disable=not progress, leave=False) as bar:
         out = analyse_pooled(
             pooled, plan, token_sums=token_sums, lengths=lengths, progress=_view_started(bar), offsets=offsets
         )
         bar.update(bar.total - bar.n)
     by_sim = {sim: view_results(views) for sim, views in out["similarities"].items()}
-    primary, *rest = plan.similarities
+    primary, *rest = analysis.similarity
     config = {
         **analysis.to_dict(),
         "similarity": primary,
-        "similarities": list(plan.similarities),
+        "similarities": list(analysis.similarity),
         "passage_analysis": out["analysis"],
-        "similarity_labels": {s: SIMILARITIES[s].label for s in plan.similarities},
+        "similarity_labels": {s: SIMILARITIES[s].label for s in analysis.similarity},
     }
     extras = {"confounds": out["confounds"], "sample_size": out["sample_size"]}
     if offsets is not None:  # the samples are tokens: the confounds of a passage's mean do not apply
@@ -295,159 +300,6 @@ def analysed_result(
     return Result(
         views=by_sim[primary], config=config, provenance={}, others={s: by_sim[s] for s in rest}, extras=extras
     )
-
-
-class PooledBatches:
-    """States given batch by batch (:class:`effdepth.Accumulator`, :func:`effdepth.from_states`): each
-    passage's samples as :func:`effdepth.measure` takes them (its mean, float64 sums kept float32 as its store
-    keeps them; or under ``pooling="none"`` its tokens, drawn as the token reduction draws them), and the
-    passages' lengths; ``result`` analyses them as measure does."""
-
-    def __init__(self, analysis: AnalysisOptions):
-        bos = [v.name for v in analysis.view_specs if v.has("drop-bos")]
-        if bos:
-            raise EffdepthError(
-                f"view {bos[0]} needs to know which passages start with BOS, and states do not say; use "
-                "drop-pos0 (position 0 left out, whatever it holds) or effdepth.measure"
-            )
-        self.tokens = analysis.token_reduction
-        self.variants = (
-            variants_for(analysis.view_specs) if self.tokens is None else views_variants(analysis.view_specs)
-        )
-        self.reset()
-
-    def reset(self) -> None:
-        self._pooled, self._sums, self._lengths = [], [], []
-
-    @property
-    def sequences(self) -> int:
-        return int(sum(len(n) for n in self._lengths))
-
-    @property
-    def tokens_seen(self) -> int:
-        return int(sum(n.sum() for n in self._lengths))
-
-    def update(self, states: torch.Tensor, mask: torch.Tensor | None) -> None:
-        real = torch.ones(states.shape[1:3], dtype=torch.bool) if mask is None else mask
-        lengths = real.sum(dim=1)
-        if bool((lengths == 0).any()):
-            raise EffdepthError(
-                f"passage {int(torch.nonzero(lengths == 0)[0])} of this batch has no real token by its "
-                "mask; leave it out, or mark its tokens with True/1"
-            )
-        num_layers, bos = int(states.shape[0]) - 1, torch.zeros(states.shape[1], dtype=torch.bool)
-        if self.tokens is None:
-            pooler = PassagePooler(self.variants, num_layers)
-            pooler.start(real.to(states.device), bos)
-        else:
-            pooler = TokenSampler(self.variants, num_layers, k=self.tokens.k, seed=self.tokens.seed)
-            pooler.start(real.to(states.device), bos, range(self.sequences, self.sequences + len(lengths)))
-        for layer in range(states.shape[0]):
-            pooler.layer(layer, states[layer])
-        pooler.finish()
-        if self.tokens is None:  # (V, L+1, B, d), as the store keeps it
-            self._pooled.append(pooler.pooled.cpu().numpy().astype(np.float32))
-        else:
-            self._pooled.append({v: x.numpy().astype(np.float32) for v, x in pooler.output().items()})
-        self._sums.append(pooler.sums.cpu().numpy())
-        self._lengths.append(lengths.cpu().numpy().astype(np.int64))
-
-    def result(self, analysis: AnalysisOptions, num_layers: int, model: dict) -> Result:
-        lengths = np.concatenate(self._lengths)
-        if self.tokens is None:
-            pooled = np.concatenate(self._pooled, axis=2)
-            arrays, offsets = {v: pooled[i] for i, v in enumerate(self.variants)}, None
-        else:
-            arrays = {v: np.concatenate([batch[v] for batch in self._pooled], axis=1) for v in self.variants}
-            offsets = self.tokens.offsets(lengths, np.zeros(len(lengths), dtype=bool), self.variants)
-        width = next(iter(arrays.values())).shape[-1]
-        check_samples(len(lengths), width, num_layers, analysis.analysis_plan())
-        result = analysed_result(
-            arrays,
-            analysis,
-            token_sums=np.concatenate(self._sums, axis=1).transpose(1, 0, 2),
-            lengths=lengths,
-            seq_len=int(lengths.max()),
-            progress=False,
-            offsets=offsets,
-        )
-        result.config.update(
-            {
-                "pooling": analysis.pooling,
-                "num_layers": num_layers,
-                "num_passages": len(lengths),
-                "num_seqs": len(lengths),
-                "seq_len": int(lengths.max()),
-                "mean_passage_tokens": round(float(lengths.mean()), 2),
-                "states": "blocks",
-                "given": "states (effdepth.Accumulator)",
-            }
-        )
-        result.provenance = provenance_record(model=model, tokens_measured=int(lengths.sum()))
-        return result
-
-
-def from_pooled(
-    pooled,
-    *,
-    lengths=None,
-    views=("default",),
-    similarity=None,
-    include_embedding: bool = False,
-    bootstrap: int = 1000,
-    seed: int = 0,
-    bootstrap_units: int | None = None,
-    progress: bool = False,
-) -> Result:
-    """The paper's number from pooled vectors you already have: one vector per passage and state.
-
-    ``pooled`` is ``(L+1, N, d)`` (S_0..S_L of N passages) or a list of L+1 ``(N, d)`` matrices;
-    ``lengths`` each passage's token count (for the ``length`` control and the length distribution);
-    the analysis is :func:`effdepth.measure`'s passage mode (both CKA estimators, the references,
-    the confounds table without the drop-pos0 control, whose pooling needs the tokens, and the
-    sample-size curve), so the same pooled vectors give measure's numbers.
-
-    >>> import effdepth, numpy as np
-    >>> walk = np.cumsum(np.random.default_rng(0).normal(size=(4, 64, 16)), axis=0)   # S_0..S_3 of 64 passages
-    >>> r = effdepth.from_pooled(walk, bootstrap=0)
-    >>> r.passages, r.default.num_states, round(r.default.reference, 3)
-    (True, 3, 1.5)
-    >>> effdepth.from_pooled(walk[:, :3])
-    Traceback (most recent call last):
-    ...
-    effdepth.errors.EffdepthError: pooled vectors of 3 passage(s): similarity across passages needs at least 4 (the debiased estimator pairs four distinct passages); give 4 or more rows per state
-    """
-    from effdepth.numerics.pooled_input import checked_pooled
-
-    array = checked_pooled(pooled, lengths)
-    options = {
-        "views": views,
-        "include_embedding": include_embedding,
-        "bootstrap": bootstrap,
-        "seed": seed,
-        "similarity": similarity,
-        "bootstrap_units": bootstrap_units,
-    }
-    analysis = AnalysisOptions(pooling="mean", **{k: v for k, v in options.items() if v is not None})
-    missing = [v.name for v in analysis.view_specs if v.variant != "default"]
-    if missing:
-        raise EffdepthError(
-            f"view(s) {', '.join(missing)} pool tokens otherwise than the mean, and only the mean pooled "
-            "vectors were given; use views made of default, length and top{k}pc"
-        )
-    check_samples(array.shape[1], array.shape[2], array.shape[0] - 1, analysis.analysis_plan())
-    result = analysed_result(
-        {"default": array}, analysis, lengths=None if lengths is None else np.asarray(lengths), progress=progress
-    )
-    result.config.update(
-        {
-            "num_layers": array.shape[0] - 1,
-            "num_passages": array.shape[1],
-            "given": "pooled vectors (effdepth.from_pooled)",
-        }
-    )
-    result.provenance = provenance_record(model={"id": "pooled vectors", "source": "given"})
-    return result
 
 
 def _view_started(bar):
@@ -518,12 +370,7 @@ def analyse_saved(path, *, progress: bool = True, device: str | None = None, **c
     result = analyse_store(store, analysis, progress=progress, device=device, seq_len=c.get("seq_len"))
     measured = {k: v for k, v in c.items() if k not in result.config}
     result.config = {**measured, **result.config}
-    result.provenance = dict(saved.provenance)
-    result.provenance["analysed"] = {
-        "created": now(),
-        "code": code_version(),
-        "changes": {k: _plain(v) for k, v in changes.items()},
-    }
+    result.provenance = provenance_record(saved=saved.provenance, changes={k: _plain(v) for k, v in changes.items()})
     result.extras = {**saved.extras, **result.extras}
     result.pooled = saved.pooled
     return result
@@ -599,54 +446,59 @@ def passage_fingerprint(prepared, analysis: AnalysisOptions, variants) -> dict:
     }
 
 
-def _open_store(
-    folder: Path, run, fingerprint: dict, passages, variants, layers: int, width: int, offsets: dict | None = None
-) -> tuple:
+def _open_store(folder: Path, run, fingerprint: dict, plan: MeasurementPlan) -> tuple:
+    """``(store, facts)``: the store of a resumed run (its fingerprint checked), or a new one."""
     facts = {"oom_retries": 0, "resumed_from": 0}
     store_dir = folder / POOLED_DIR
-    if run.resume:
-        if run.checkpoint is None:
-            raise EffdepthError("resume needs the folder of the interrupted run (--resume DIR)")
-        load_checkpoint(folder)  # one line when nothing was saved there, or it is damaged
-        store = PooledStore.open(store_dir, writable=True)
-        saved = store.meta.get("fingerprint", {})
-        differ = sorted(k for k in set(saved) | set(fingerprint) if saved.get(k) != fingerprint.get(k))
-        if differ:
-            raise CheckpointMismatch(
-                f"cannot resume: the saved run differs in {', '.join(differ)}; rerun with the same "
-                "model, corpus and options, or start over without --resume"
-            )
-        facts["resumed_from"] = store.written
-        return store, facts
-    store = PooledStore.create(
-        store_dir,
-        variants,
-        layers=layers,
-        width=width,
-        lengths=passages.lengths,
-        starts_with_bos=passages.starts_with_bos,
-        extra={"fingerprint": fingerprint},
-        offsets=offsets,
-    )
+    if not run.resume:
+        return plan.store(store_dir, extra={"fingerprint": fingerprint}), facts
+    if run.checkpoint is None:
+        raise EffdepthError("resume needs the folder of the interrupted run (--resume DIR)")
+    load_checkpoint(folder)  # one line when nothing was saved there, or it is damaged
+    store = PooledStore.open(store_dir, writable=True)
+    saved = store.meta.get("fingerprint", {})
+    differ = sorted(k for k in set(saved) | set(fingerprint) if saved.get(k) != fingerprint.get(k))
+    if differ:
+        raise CheckpointMismatch(
+            f"cannot resume: the saved run differs in {', '.join(differ)}; rerun with the same "
+            "model, corpus and options, or start over without --resume"
+        )
+    facts["resumed_from"] = store.written
     return store, facts
 
 
-def _save_progress(store: PooledStore, written: int, run, fingerprint: dict) -> None:
-    store.commit(written)
+def _save_progress(store: PooledStore, run, fingerprint: dict) -> None:
+    store.commit()
     save_checkpoint(
         Path(run.checkpoint),
         {},
-        {"fingerprint": fingerprint, "run": run.record, "pooled": POOLED_DIR, "written": written},
+        {"fingerprint": fingerprint, "run": run.record, "pooled": POOLED_DIR, "written": store.written},
     )
 
 
-def _store_folder(run) -> tuple:
-    """``(folder, temporary)``: the checkpoint folder, or a new temporary one."""
-    if run.checkpoint is not None:
-        folder = Path(run.checkpoint)
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder, False
-    return temporary_folder(), True
+def _store_folder(run) -> Path:
+    """The checkpoint folder, or a new temporary one."""
+    if run.checkpoint is None:
+        return temporary_folder()
+    folder = Path(run.checkpoint)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _discard_unsaved(folder: Path, run) -> None:
+    """After a failure: pooled vectors that no checkpoint names cannot be resumed, so they go (and the
+    folder made for them, when that leaves it empty). A checkpoint that was saved (an interrupted or
+    long run, or any --resume) stays for ``--resume``."""
+    if run.checkpoint is None:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    if run.resume or (folder / "state.json").is_file():
+        return
+    shutil.rmtree(folder / POOLED_DIR, ignore_errors=True)
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
 
 
 def _remove_with(result: Result, folder: Path) -> None:
@@ -654,7 +506,8 @@ def _remove_with(result: Result, folder: Path) -> None:
     weakref.finalize(result, shutil.rmtree, str(folder), True)
 
 
-def _hidden_size(lm) -> int:
+def hidden_size(lm) -> int:
+    """The width of the model's residual stream: its config's ``hidden_size``, else its input embedding's."""
     width = lm.info.get("hidden_size")
     if not width:
         embedding = lm.model.get_input_embeddings() if hasattr(lm.model, "get_input_embeddings") else None
@@ -667,6 +520,10 @@ def _hidden_size(lm) -> int:
     return int(width)
 
 
+def analysis_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def passage_loss(prepared, passages, batch_size: int) -> dict:
     """Mean next-token loss and perplexity of the full model (LM head included) over ``passages``, padding
     masked, longest first; any hooks registered on the model (a carry, skipped blocks) apply."""
@@ -674,7 +531,7 @@ def passage_loss(prepared, passages, batch_size: int) -> dict:
 
     model = prepared.lm.model
     device = next(model.parameters()).device
-    pad = _pad_id(prepared.lm)
+    pad = pad_id(prepared.lm)
     loss = LossAccumulator()
     order = np.argsort(-passages.lengths, kind="stable")
     step = max(1, int(batch_size))
@@ -684,46 +541,3 @@ def passage_loss(prepared, passages, batch_size: int) -> dict:
             ids, mask = ids.to(device), mask.to(device)
             loss.update(model(input_ids=ids, attention_mask=mask).logits, ids, mask)
     return loss.compute()
-
-
-def _pad_id(lm) -> int:
-    tok = getattr(lm, "tokenizer", None)
-    for name in ("pad_token_id", "eos_token_id"):
-        value = getattr(tok, name, None)
-        if isinstance(value, int):
-            return value
-    return 0
-
-
-def as_numpy(pooled):
-    """A batch's pooled vectors (a tensor) or the token reduction's samples (a dict of tensors) as numpy."""
-    return {v: x.numpy() for v, x in pooled.items()} if isinstance(pooled, dict) else pooled.numpy()
-
-
-def _check_finite(pooled, indices, lm) -> None:
-    """One line for non-finite states in a batch: ``pooled`` (V, L+1, B, d), or the token reduction's
-    ``{variant: (L+1, s, d)}``."""
-    parts = list(pooled.values()) if isinstance(pooled, dict) else [pooled.transpose(0, 1)]  # each (L+1, ...)
-    finite = torch.stack([torch.isfinite(x.reshape(x.shape[0], -1)).all(dim=1) for x in parts])  # (parts, L+1)
-    if bool(finite.all()):
-        return
-    layer = int(torch.nonzero(~finite.all(dim=0))[0])
-    dtype = lm.info.get("dtype")
-    hint = " (float16 overflows on massive activations: use --dtype bfloat16 or float32)" if dtype == "float16" else ""
-    shown = ", ".join(str(int(i)) for i in list(indices)[:4]) + (", ..." if len(indices) > 4 else "")
-    raise EffdepthError(
-        f"non-finite states at layer {layer} (S_{layer}, model dtype {dtype}) in passages {shown}: the model "
-        f"overflowed or was given non-finite weights{hint}"
-    )
-
-
-def _analysis_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _provenance(prepared, started: float, facts: dict) -> dict:
-    passages = prepared.tokens
-    corpus = {"name": passages.name, "sha256": passages.sha256, **passages.info}
-    return provenance_record(
-        model=prepared.lm.info, corpus=corpus, started=started, tokens_measured=passages.tokens, run=facts
-    )

@@ -27,7 +27,7 @@ rows of the default view's states stack).
 The states of a view, its updates and its surrogates are layer stacks
 (:mod:`~effdepth.numerics.stacks`) produced one layer at a time from
 the stored float32 vectors; :func:`analysis_memory` says what is kept within
-``plan.max_memory`` and :func:`check_analysis_memory` refuses a budget below
+``plan.max_memory`` and :func:`sized_plan` refuses a budget below
 the least working set.
 """
 
@@ -198,30 +198,48 @@ def one_pass_bytes(samples: int, num_layers: int, width: int, plan: AnalysisPlan
     return high * step
 
 
-def check_analysis_memory(
-    samples: int, num_layers: int, width: int, plan: AnalysisPlan, units: Units | None = None
-) -> None:
-    """A one-line error, before any forward pass, when ``--max-memory`` is below the analysis's least working set.
+@dataclass(frozen=True)
+class SizedPlan:
+    """An :class:`AnalysisPlan` sized for its samples (:func:`sized_plan`): made once per measurement, before
+    the forward passes, and handed on to the analysis."""
 
-    >>> check_analysis_memory(10_000, 64, 5120, AnalysisPlan(max_memory=1 << 30))
+    plan: AnalysisPlan
+    passages: int
+    num_layers: int
+    width: int
+    offsets: dict | None  # the token reduction's: where each passage's samples start, per variant
+    units: Units  # the bootstrap's units of the largest stack (:func:`analysis_units`)
+    memory: dict  # :func:`analysis_memory` of that stack
+
+
+def sized_plan(
+    plan: AnalysisPlan, passages: int, num_layers: int, width: int, offsets: dict | None = None
+) -> SizedPlan:
+    """``plan`` for the samples of ``passages`` passages (``offsets``: the token reduction's), L+1 states of
+    width d; one-line errors, before any forward pass, when they are too few for it or ``--max-memory`` is
+    below the analysis's least working set.
+
+    >>> sized_plan(AnalysisPlan(max_memory=1 << 30), 10_000, 64, 5120)
     Traceback (most recent call last):
     ...
     effdepth.errors.EffdepthError: --max-memory 1.0 GiB is below the 3.7 GiB the analysis needs at least for 10,000 samples, 65 states of width 5120 and 128 bootstrap units; use --max-memory 3.7GiB or more, or fewer --bootstrap-units
     """
-    memory = analysis_memory(samples, num_layers, width, plan, units)
+    check_samples(passages, width, num_layers, plan)
+    units = analysis_units(passages, plan, offsets)
+    memory = analysis_memory(units.samples, num_layers, width, plan, units)
     if plan.max_memory < memory["least_bytes"]:
         need = binary_size(memory["least_bytes"], round_up=True)
-        count = units.count if units is not None else bootstrap_unit_count(samples, plan)
         raise EffdepthError(
             f"--max-memory {binary_size(plan.max_memory)} is below the {need} the analysis needs at least for "
-            f"{samples:,} samples, {num_layers + 1} states of width {width} and {count} "
+            f"{units.samples:,} samples, {num_layers + 1} states of width {width} and {units.count} "
             f"bootstrap units; use --max-memory {need.replace(' ', '')} or more, or fewer --bootstrap-units"
         )
+    return SizedPlan(plan, passages, num_layers, width, offsets, units, memory)
 
 
 def analyse_pooled(
     pooled: dict,
-    plan: AnalysisPlan,
+    plan: AnalysisPlan | SizedPlan,
     *,
     token_sums: np.ndarray | None = None,
     lengths: np.ndarray | None = None,
@@ -241,7 +259,8 @@ def analyse_pooled(
 
     ``offsets`` (the token reduction, :mod:`~effdepth.numerics.sampling`) says, per variant, where each
     passage's samples start in its array (N+1): the samples are tokens, a unit holds whole passages, and
-    the confound controls, which are about a passage's mean, are left out.
+    the confound controls, which are about a passage's mean, are left out. ``plan`` may be the
+    :class:`SizedPlan` a measurement made before its forward passes (it holds the offsets).
 
     >>> rng = np.random.default_rng(0)
     >>> states = np.cumsum(rng.normal(size=(4, 64, 8)), axis=0)   # S_0..S_3 of 64 passages
@@ -251,19 +270,23 @@ def analyse_pooled(
     >>> sorted(out["confounds"]["cka"]), out["confounds"]["notes"]["length"]
     (['default'], 'no passage lengths given')
     """
-    first = next(iter(pooled.values()))
-    count, samples, width = (int(x) for x in first.shape)
-    num_layers = count - 1
-    passages = samples if offsets is None else len(next(iter(offsets.values()))) - 1
-    check_samples(passages, width, num_layers, plan)
-    largest = analysis_units(passages, plan, offsets)
-    check_analysis_memory(largest.samples, num_layers, width, plan, largest)
+    if not isinstance(plan, SizedPlan):
+        count, samples, width = (int(x) for x in next(iter(pooled.values())).shape)
+        passages = samples if offsets is None else len(next(iter(offsets.values()))) - 1
+        plan = sized_plan(plan, passages, count - 1, width, offsets)
+    sized, plan = plan, plan.plan
+    offsets, passages, num_layers, width, memory = (
+        sized.offsets,
+        sized.passages,
+        sized.num_layers,
+        sized.width,
+        sized.memory,
+    )
     if lengths is None and any(v.has("length") for v in plan.specs):
         raise EffdepthError(
             "the length view regresses each passage's token count out, and no lengths were given; "
             "give lengths=, or leave out length views"
         )
-    memory = analysis_memory(largest.samples, num_layers, width, plan, largest)
     device = torch.device(plan.device)
     units = Units.blocks(passages, bootstrap_unit_count(passages, plan))
     weights = resample_weights(units.count, plan.bootstrap, plan.seed)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from effdepth.numerics.views import parse_view
+from effdepth.numerics.views import parse_view, variants_for
 
 #: The per-token sums kept per passage and layer l = 1..L.
 TOKEN_SUMS = ("cos_prev", "update_norm", "prev_norm")
@@ -71,6 +71,32 @@ def token_sums(
     cos = torch.where(denom > 0, dots / torch.where(denom > 0, denom, 1.0), 0.0)
     update = torch.linalg.vector_norm(states - previous, dim=-1)
     return torch.stack([(cos * real).sum(1), (update * real).sum(1), (prev_norms * real).sum(1)], dim=1)
+
+
+class MeanReduction:
+    """The mean reduction, the paper's: a passage gives one sample per layer, the mean of its tokens.
+
+    A reduction says which variants a measurement stores (the views' and the controls'), makes the
+    pooler its forward passes feed, and says where each passage's samples start in the store (``None``:
+    one row per passage); :class:`~effdepth.numerics.sampling.TokenReduction` is the other.
+
+    >>> from effdepth.numerics.views import parse_views
+    >>> MeanReduction().variants(parse_views("top1pc")), MeanReduction().offsets([3, 4], [False, False], ["default"])
+    (('default', 'drop-pos0'), None)
+    """
+
+    def variants(self, views) -> tuple:
+        return variants_for(views)
+
+    def pooler(self, variants, num_layers: int) -> "PassagePooler":
+        return PassagePooler(variants, num_layers)
+
+    def offsets(self, lengths, starts_with_bos, variants) -> None:
+        return None
+
+    def fingerprint(self) -> dict:
+        """What stored samples of this reduction add to a checkpoint's fingerprint (the mean: nothing)."""
+        return {}
 
 
 class PassagePooler:
@@ -134,9 +160,10 @@ class PassagePooler:
         """Forget what the current batch gave (an out-of-memory retry runs it again)."""
         self.pooled = None
 
-    def output(self) -> torch.Tensor:
-        """``(V, L+1, B, d)`` of the batch, on the CPU."""
-        return self.pooled.cpu()
+    def output(self) -> dict:
+        """``{variant: (L+1, B, d)}`` of the batch, on the CPU (as :class:`~effdepth.numerics.sampling.TokenSampler`)."""
+        pooled = self.pooled.cpu()
+        return {v: pooled[i] for i, v in enumerate(self.variants)}
 
     def finish(self) -> None:
         """Drop the last layer's copy."""

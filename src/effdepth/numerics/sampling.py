@@ -25,24 +25,40 @@ import torch
 
 from effdepth.errors import EffdepthError
 from effdepth.numerics.hsic_resample import Units
-from effdepth.numerics.pooling import TOKEN_SUMS, token_sums
+from effdepth.numerics.pooling import TOKEN_SUMS, MeanReduction, token_sums
+from effdepth.numerics.views import parse_view, views_variants
+
+
+def sample_reduction(pooling: str, tokens_per_passage: int | None = None, seed: int = 0):
+    """The reduction ``--pooling`` names: ``mean`` (one sample per passage) or ``none`` (its tokens).
+
+    >>> sample_reduction("none", 8).pooler(["default"], 2).k
+    8
+    """
+    return MeanReduction() if pooling == "mean" else TokenReduction(tokens_per_passage, seed)
 
 
 @dataclass(frozen=True)
 class TokenReduction:
-    """The token reduction's choices: ``k`` positions per passage (``None``: every kept token), drawn under ``seed``."""
+    """The token reduction: ``k`` positions per passage (``None``: every kept token), drawn under ``seed``;
+    a reduction as :class:`~effdepth.numerics.pooling.MeanReduction` is (only the views' variants: the
+    controls are about a passage's mean)."""
 
     k: int | None = None
     seed: int = 0
 
-    def describe(self) -> dict:
-        return {"reduction": "tokens", "tokens_per_passage": self.k, "seed": self.seed}
+    def variants(self, views) -> tuple:
+        return views_variants(views)
+
+    def pooler(self, variants, num_layers: int) -> "TokenSampler":
+        return TokenSampler(variants, num_layers, k=self.k, seed=self.seed)
+
+    def fingerprint(self) -> dict:
+        return {"tokens": {"reduction": "tokens", "tokens_per_passage": self.k, "seed": self.seed}}
 
     def offsets(self, lengths, starts_with_bos, variants) -> dict:
         """``{variant: (N+1,)}``: where each passage's samples start, per variant (:func:`sample_offsets`), for
         passages of ``lengths`` tokens, ``starts_with_bos`` marking those whose first token is BOS."""
-        from effdepth.numerics.views import parse_view
-
         for v in variants:
             kept = sample_counts(lengths, starts_with_bos, parse_view(v), None)
             short = np.flatnonzero(kept < (self.k or 0))
@@ -58,7 +74,6 @@ class TokenReduction:
 def selection_key(variant) -> int:
     """A stable number for the tokens a variant selects (its selection steps alone: token-norm selects as default).
 
-    >>> from effdepth.numerics.views import parse_view
     >>> selection_key(parse_view("default")) == selection_key(parse_view("token-norm"))
     True
     """
@@ -86,7 +101,6 @@ def sample_positions(kept: np.ndarray, k: int | None, seed: int, passage: int, k
 def sample_counts(lengths, starts_with_bos, variant, k: int | None) -> np.ndarray:
     """How many samples each passage gives under ``variant``: its kept positions, at most ``k``.
 
-    >>> from effdepth.numerics.views import parse_view
     >>> sample_counts([4, 6], [True, False], parse_view("drop-bos"), 4).tolist()
     [3, 4]
     """
@@ -135,8 +149,6 @@ class TokenSampler:
     """
 
     def __init__(self, variants, num_layers: int, *, k: int | None, seed: int):
-        from effdepth.numerics.views import parse_view
-
         self.variants = tuple(variants)
         self._views = {v: parse_view(v) for v in self.variants}
         self._keys = {v: selection_key(view) for v, view in self._views.items()}

@@ -1,16 +1,20 @@
-"""Files that are never half-written, file fingerprints, and sizes in bytes written as people read them.
+"""Files that are never half-written, one writer per output folder, and file fingerprints.
 
 Every file effdepth writes goes to a temporary file in the destination's
 folder and is renamed into place, so a reader or a crash sees the old file or
-the new one, never a mixture.
+the new one, never a mixture; and a run holds its output folder
+(:func:`one_writer`), so two runs never mix their files in one folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import socket
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +95,66 @@ def read_json(path, what: str, default_name: str):
         raise EffdepthError(
             f"{path} is not a readable {what} file ({type(exc).__name__}); was it written by effdepth?"
         ) from None
+
+
+#: The file in an output folder that says which run writes it (held with an OS lock while the run lasts).
+WRITER = ".effdepth-writer"
+
+
+@contextlib.contextmanager
+def one_writer(folder):
+    """Hold ``folder`` as its one writer for the block; a second run refuses at once, in one line that
+    names the first (its pid and host). The hold is the operating system's lock on ``folder/.effdepth-writer``,
+    so a run that dies holds nothing: its file, naming a process that is gone, is taken over.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> with one_writer(folder), one_writer(folder):
+    ...     pass  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    effdepth.errors.EffdepthError: ... is being written by another effdepth run (pid ...); wait for it to finish, or write this run to another folder (--out)
+    >>> with one_writer(folder):
+    ...     (folder / WRITER).is_file()
+    True
+    >>> (folder / WRITER).exists()
+    False
+    """
+    import fcntl
+
+    path = Path(folder) / WRITER
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _writer(fd)
+            os.close(fd)
+            raise EffdepthError(
+                f"{path.parent} is being written by another effdepth run (pid {holder.get('pid', '?')} on "
+                f"{holder.get('host', '?')}); wait for it to finish, or write this run to another folder (--out)"
+            ) from None
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break  # else the file was a finished run's, removed as we opened it: open the new one
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())
+    try:
+        yield path.parent
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def _writer(fd: int) -> dict:
+    """What the holder of the lock on ``fd`` wrote about itself (it writes just after taking the lock)."""
+    for _ in range(20):
+        with contextlib.suppress(ValueError):
+            return json.loads(os.pread(fd, 4096, 0))
+        time.sleep(0.05)
+    return {}
 
 
 def file_sha256(path) -> str:

@@ -60,19 +60,26 @@ def now() -> str:
 
 
 def provenance_record(
-    *, model: dict | None = None, corpus: dict | None = None, started: float | None = None, **facts
+    *, model: dict | None = None, passages=None, started: float | None = None, saved: dict | None = None, **facts
 ) -> dict:
-    """The one provenance record of every result, study and experiment: what was measured (``model``,
-    ``corpus``), effdepth's code version, the libraries, the machine, when, how long since ``started``
-    (a ``time.perf_counter()``), then ``facts`` (the run's own: tokens measured, retries, ...).
+    """The one provenance record of every result, study and experiment: what was measured (``model``, and
+    ``passages``: the corpus they came from and the tokens measured), effdepth's code version, the libraries,
+    the machine, when, how long since ``started`` (a ``time.perf_counter()``), then ``facts`` (the run's own:
+    retries, ...). ``saved``: the record of a saved result analysed again, kept whole, with when, with which
+    code and ``facts`` (what changed) under ``analysed``.
 
     >>> r = provenance_record(model={"id": "m"}, tokens_measured=12)
     >>> list(r)[:2], r["tokens_measured"], "python" in r["libraries"]
     (['model', 'code'], 12, True)
+    >>> list(provenance_record(saved=r, changes={"bootstrap": 10})["analysed"])
+    ['created', 'code', 'changes']
     """
+    if saved is not None:
+        return {**saved, "analysed": {"created": now(), "code": code_version(), **facts}}
     record = {} if model is None else {"model": model}
-    if corpus is not None:
-        record["corpus"] = corpus
+    if passages is not None:
+        record["corpus"] = {"name": passages.name, "sha256": passages.sha256, **passages.info}
+        facts = {"tokens_measured": passages.tokens, **facts}
     record.update(code=code_version(), libraries=library_versions(), machine=machine(), created=now())
     if started is not None:
         record["elapsed_s"] = round(time.perf_counter() - started, 3)

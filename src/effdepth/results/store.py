@@ -39,7 +39,7 @@ class PooledStore:
     >>> import tempfile
     >>> s = PooledStore.create(Path(tempfile.mkdtemp()) / "p", ["default"], layers=3, width=2, lengths=np.ones(4, int),
     ...                        starts_with_bos=np.zeros(4, bool))
-    >>> s.write([1, 3], np.ones((1, 3, 2, 2)), np.zeros((2, 2, 3))); s.commit(2)
+    >>> s.write([1, 3], {"default": np.ones((3, 2, 2))}, np.zeros((2, 2, 3))); s.commit()
     >>> PooledStore.open(s.folder).arrays()["default"][:, 1].tolist()
     [[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]
     """
@@ -47,6 +47,7 @@ class PooledStore:
     def __init__(self, folder: Path, meta: dict, mode: str):
         self.folder = Path(folder)
         self.meta = meta
+        self.filled = int(meta["written"])  # passages written so far, committed or not
         samples = meta.get("samples") or {}  # the token reduction: each variant's samples; else one per passage
         self._pooled = {
             v: np.lib.format.open_memmap(
@@ -125,18 +126,16 @@ class PooledStore:
     def written(self) -> int:
         return int(self.meta["written"])
 
-    def write(self, indices, pooled, sums: np.ndarray) -> None:
-        """Put one batch at its passages' rows: ``pooled`` (V, L+1, B, d), or for the token reduction
-        ``{variant: (L+1, s, d)}`` (the passages' samples back to back); ``sums`` (L, B, 3)."""
+    def write(self, indices, samples: dict, sums) -> None:
+        """Put one batch at its passages' rows: ``samples`` ``{variant: (L+1, s, d)}`` (the passages' samples
+        back to back, one each but for the token reduction), ``sums`` (L, B, 3)."""
         rows = np.asarray(indices, dtype=np.int64)
-        for v, name in enumerate(self.meta["variants"]):
-            if isinstance(pooled, dict):
-                offsets = self.offsets(name)
-                at = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in rows] or [np.zeros(0, np.int64)])
-                self._pooled[name][:, at] = np.asarray(pooled[name], dtype=np.float32)
-            else:
-                self._pooled[name][:, rows] = np.asarray(pooled[v], dtype=np.float32)
+        for name in self.meta["variants"]:
+            offsets = self.offsets(name)
+            at = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in rows] or [np.zeros(0, np.int64)])
+            self._pooled[name][:, at] = np.asarray(samples[name], dtype=np.float32)
         self._sums[rows] = np.asarray(sums, dtype=np.float64).transpose(1, 0, 2)
+        self.filled += len(rows)
 
     def offsets(self, variant: str) -> np.ndarray:
         """``(N+1,)`` where each passage's rows start in ``variant``'s array (one row each but for the token reduction).
@@ -157,11 +156,11 @@ class PooledStore:
         """``mean`` (one pooled vector per passage) or ``tokens`` (sampled tokens)."""
         return self.meta.get("reduction", "mean")
 
-    def commit(self, written: int) -> None:
-        """Flush the arrays, then record that the first ``written`` passages of the order are in them."""
+    def commit(self) -> None:
+        """Flush the arrays, then record that the passages written so far (the first of the order) are in them."""
         for array in (*self._pooled.values(), self._sums):
             array.flush()
-        self.meta["written"] = int(written)
+        self.meta["written"] = self.filled
         write_json_atomic(self.folder / "store.json", self.meta)
 
     def arrays(self) -> dict:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from effdepth.errors import EffdepthError
-from effdepth.results.store import PooledStore, mark_movable, temporary_folder
+from effdepth.results.store import PooledStore, temporary_folder
 
 SHARDS = ".effdepth-shards"
 
@@ -44,20 +44,8 @@ def measure_passages_distributed(options, folder: Path, *, progress: bool = True
     import torch.distributed as dist
 
     from effdepth.measurement import prepare
-    from effdepth.measurement.pooling import PassageForward, pooled_batches
-    from effdepth.measurement.run import (
-        _check_finite,
-        _hidden_size,
-        _pad_id,
-        _provenance,
-        analyse_store,
-        as_numpy,
-        check_before_forward,
-        passage_config,
-    )
-    from effdepth.numerics.pooling import PassagePooler
-    from effdepth.numerics.sampling import TokenSampler
-    from effdepth.numerics.views import variants_for, views_variants
+    from effdepth.measurement.pooling import PassageForward, pool_into, pooled_batches
+    from effdepth.measurement.run import hidden_size, measured_result, measurement_plan
     from effdepth.scale.distributed import agreed, comm_device
 
     analysis = options.analysis
@@ -70,48 +58,28 @@ def measure_passages_distributed(options, folder: Path, *, progress: bool = True
         comm,
     )
     lm, arch, passages = prepared.lm, prepared.arch, prepared.tokens
-    width = _hidden_size(lm)
-    agreed(lambda: check_before_forward(passages, arch.num_layers, width, analysis), "checking the passages", comm)
-    tokens = analysis.token_reduction
-    variants = variants_for(analysis.view_specs) if tokens is None else views_variants(analysis.view_specs)
+    plan = agreed(
+        lambda: measurement_plan(passages, arch.num_layers, hidden_size(lm), analysis), "checking the passages", comm
+    )
     shards = Path(folder) / SHARDS
-    mine = batches_of(passages.lengths, analysis.batch_size, rank, world)
-    rows = [i for batch in mine for i in batch]
+    rows = [i for batch in batches_of(passages.lengths, analysis.batch_size, rank, world) for i in batch]
 
     def pool_my_batches() -> None:
-        lengths, bos = passages.lengths[rows], passages.starts_with_bos[rows]
-        shard = PooledStore.create(
-            shards / f"rank-{rank}",
-            variants,
-            layers=arch.num_layers + 1,
-            width=width,
-            lengths=lengths,
-            starts_with_bos=bos,
-            extra={"rows": rows},
-            offsets=None if tokens is None else tokens.offsets(lengths, bos, variants),
-        )
+        shard = plan.store(shards / f"rank-{rank}", rows=rows, extra={"rows": rows})
         where = {passage: k for k, passage in enumerate(rows)}
-        forward = PassageForward(analysis.batch_size, analysis.states, _pad_id(lm), progress and rank == 0)
-        if tokens is None:
-            pooler = PassagePooler(variants, arch.num_layers)
-        else:  # drawn by each passage's index in the corpus: the same tokens as in one process
-            pooler = TokenSampler(variants, arch.num_layers, k=tokens.k, seed=tokens.seed)
-        order = np.asarray(rows, dtype=np.int64)
-        for indices, pooled, sums in pooled_batches(lm.model, arch, passages, order, pooler, forward):
-            _check_finite(pooled, indices, lm)
-            shard.write([where[i] for i in indices], as_numpy(pooled), sums.numpy())
-        shard.commit(len(rows))
+        forward = PassageForward.of(lm, analysis, progress and rank == 0)
+        # drawn by each passage's index in the corpus (the token reduction): the same tokens as in one process
+        batches = pooled_batches(lm.model, arch, passages, np.asarray(rows, dtype=np.int64), plan.pooler(), forward)
+        pool_into(shard, (([where[i] for i in indices], samples, sums) for indices, samples, sums in batches))
+        shard.commit()
 
     agreed(pool_my_batches, "measuring passages", comm)
     if rank != 0:
         return None
     try:
-        offsets = None if tokens is None else tokens.offsets(passages.lengths, passages.starts_with_bos, variants)
-        store = gather_shards(shards, world, passages, variants, arch.num_layers + 1, width, offsets)
+        store = gather_shards(shards, world, plan)
     finally:
         shutil.rmtree(shards, ignore_errors=True)
-    result = analyse_store(store, analysis, progress=progress, seq_len=prepared.load.seq_len)
-    result.config.update(passage_config(prepared, analysis))
     facts = {
         "batch_size_used": analysis.batch_size,
         "oom_retries": 0,
@@ -122,38 +90,18 @@ def measure_passages_distributed(options, folder: Path, *, progress: bool = True
             "batches": [len(batches_of(passages.lengths, analysis.batch_size, r, world)) for r in range(world)],
         },
     }
-    result.provenance.update(_provenance(prepared, started, facts))
-    result.pooled = store.folder
-    mark_movable(store.folder)
-    return result
+    return measured_result(store, plan, prepared, started=started, facts=facts, progress=progress)
 
 
-def gather_shards(
-    shards: Path, world: int, passages, variants, layers: int, width: int, offsets: dict | None = None
-) -> PooledStore:
-    """Rank 0: one store of every passage from the ranks' shards (each passage's rows where it belongs)."""
-    store = PooledStore.create(
-        temporary_folder() / "pooled",
-        variants,
-        layers=layers,
-        width=width,
-        lengths=passages.lengths,
-        starts_with_bos=passages.starts_with_bos,
-        offsets=offsets,
-    )
-    written = 0
+def gather_shards(shards: Path, world: int, plan) -> PooledStore:
+    """Rank 0: one store of every passage from the ranks' shards (each passage's samples where they belong)."""
+    store = plan.store(temporary_folder() / "pooled")
     for r in range(world):
         shard = PooledStore.open(shards / f"rank-{r}")
         rows = np.asarray(shard.meta["rows"], dtype=np.int64)
         if shard.written != len(rows):
             raise EffdepthError(f"rank {r} wrote {shard.written} of its {len(rows)} passages; measure again")
-        arrays = shard.arrays()
-        if offsets is None:
-            samples = np.stack([np.asarray(arrays[v]) for v in variants])
-        else:  # each variant's samples, the shard's passages back to back in its row order
-            samples = {v: np.asarray(arrays[v]) for v in variants}
-        store.write(rows, samples, np.asarray(shard.token_sums).transpose(1, 0, 2))
-        written += len(rows)
+        store.write(rows, shard.arrays(), np.asarray(shard.token_sums).transpose(1, 0, 2))
         shard.close()
-    store.commit(written)
+    store.commit()
     return store
