@@ -97,7 +97,7 @@ def recompose_rows(
     >>> abs(rows[0]["deff"] - effdepth.from_pooled(walk, bootstrap=0).default.deff) < 1e-9
     True
     """
-    from effdepth.measurement.run import from_pooled
+    from effdepth.measurement.notebook import from_pooled
 
     spec = recomposable_view(view)
     analysed_view = "length" if spec.has("length") else "default"
