@@ -79,6 +79,7 @@ def register(sub) -> dict:
 def cmd_measure(args) -> int:
     from effdepth.measurement import run_measurement
     from effdepth.measurement.checkpoint import checkpoint_dir
+    from effdepth.results.files import one_writer
 
     if args.resume:
         adopt_saved_flags(args, checkpoint_dir(Path(args.resume)))
@@ -87,8 +88,8 @@ def cmd_measure(args) -> int:
         raise EffdepthError(
             f"--resume {args.resume} continues in that folder; drop --out {args.out} or make them equal"
         )
-    # A run that fails before writing anything removes the output folder it created.
-    with output_folder(Path(args.resume or args.out or default_out(args.model))) as out:
+    # A run that fails before writing anything removes the output folder it created; one run writes a folder.
+    with output_folder(Path(args.resume or args.out or default_out(args.model))) as out, one_writer(out):
         if not args.resume and (checkpoint_dir(out) / "state.json").is_file():
             print(
                 f"effdepth: {out} holds an unfinished run; starting over (use --resume {out} to continue it instead)",
