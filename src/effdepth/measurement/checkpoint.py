@@ -1,10 +1,10 @@
-"""Interrupt and resume: partial statistics on disk, written atomically.
+"""Interrupt and resume: a measurement's samples on disk, and what they belong to, written atomically.
 
-A measurement keeps per-sequence statistics (small, additive), so stopping
-loses nothing that was accumulated: ``DIR/checkpoint/`` holds them
-(``state.npz``, loaded with ``allow_pickle=False``) and ``state.json`` (what
-they belong to). The JSON is written last and names the arrays file's sha256,
-so a process killed while writing leaves either the previous checkpoint or
+A measurement writes its samples to a store (:mod:`effdepth.results.store`) in
+``DIR/checkpoint/pooled/``, so stopping loses nothing that was written:
+``DIR/checkpoint/state.json``, replaced atomically after the store is flushed,
+says what the samples belong to (the fingerprint) and how many passages are
+in them, so a process killed while writing leaves the previous checkpoint or
 the new one, never a mixture.
 """
 
@@ -12,17 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
-import numpy as np
-
 from effdepth.errors import EffdepthError
-from effdepth.results.files import file_sha256, write_json_atomic
+from effdepth.results.files import write_json_atomic
 
 CHECKPOINT = "checkpoint"
 
@@ -51,45 +47,23 @@ def checkpoint_dir(out) -> Path:
     return Path(out) / CHECKPOINT
 
 
-def save_checkpoint(folder: Path, arrays: dict, meta: dict) -> None:
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".state.", suffix=".npz", dir=folder)
-    os.close(fd)
-    try:
-        np.savez(tmp, **{k: np.asarray(v) for k, v in arrays.items()})
-        digest = file_sha256(Path(tmp))
-        name = f"state-{digest[:16]}.npz"
-        os.replace(tmp, folder / name)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    write_json_atomic(folder / "state.json", {**meta, "arrays": name, "arrays_sha256": digest})
-    for old in folder.glob("state-*.npz"):  # earlier arrays, no longer referenced
-        if old.name != name:
-            old.unlink(missing_ok=True)
+def save_checkpoint(folder: Path, meta: dict) -> None:
+    write_json_atomic(Path(folder) / "state.json", meta)
 
 
-def load_checkpoint(folder: Path) -> tuple:
-    """``(arrays, meta)`` of a checkpoint, verified; a clear error when absent or damaged."""
-    folder = Path(folder)
-    meta_path = folder / "state.json"
+def load_checkpoint(folder: Path) -> dict:
+    """What a checkpoint recorded; a one-line error when it is absent or damaged."""
+    meta_path = Path(folder) / "state.json"
     if not meta_path.is_file():
         raise EffdepthError(
-            f"nothing to resume in {folder.parent}: no {CHECKPOINT}/state.json; run without --resume to start"
+            f"nothing to resume in {Path(folder).parent}: no {CHECKPOINT}/state.json; run without --resume to start"
         )
     try:
-        meta = json.loads(meta_path.read_text())
-        arrays_path = folder / meta["arrays"]
-        if file_sha256(arrays_path) != meta["arrays_sha256"]:
-            raise ValueError("checksum mismatch")
-        with np.load(arrays_path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError, KeyError) as exc:
+        return json.loads(meta_path.read_text())
+    except (OSError, ValueError) as exc:
         raise CheckpointMismatch(
             f"the checkpoint in {folder} is damaged ({exc}); delete it and run without --resume"
         ) from None
-    return arrays, meta
 
 
 def saved_run(folder: Path) -> dict | None:

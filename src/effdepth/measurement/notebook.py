@@ -388,16 +388,13 @@ def from_states(
     >>> effdepth.from_states(walk[:, :4], pooling="none").config["reduction"]["per_variant"]   # 24 tokens
     {'default': 24}
     """
-    s = torch.as_tensor(states)
-    three_d = s.dim() == 3
-    s = s[:, None] if three_d else s
-    if s.dim() != 4 or s.shape[0] < 2 or s.shape[2] < 1:
+    given = torch.as_tensor(states)
+    s = state_batch(given)
+    m = _mask(mask, s, given.dim())
+    if m is not None and not bool(m.any()):
         raise EffdepthError(
-            f"states must be shaped (L+1, batch, seq, d) or (L+1, seq, d) with L >= 1, got {tuple(torch.as_tensor(states).shape)}"
+            "the mask marks no real token (every row is padding): nothing to measure; mark real tokens with True/1"
         )
-    if not torch.is_floating_point(s):
-        s = s.to(torch.float64)
-    m = _checked_mask(mask, s, three_d=three_d)
     _check_user_states(s)
     acc = Accumulator(
         views,
@@ -408,31 +405,10 @@ def from_states(
         bootstrap=bootstrap,
         seed=seed,
     )
-    acc.update(s.detach(), m)
+    acc.update(s, m)
     result = acc.result()
     result.config["given"] = "states (effdepth.from_states)"
     return result
-
-
-def _checked_mask(mask, states: torch.Tensor, three_d: bool) -> torch.Tensor | None:
-    """The mask as ``(batch, seq)`` booleans, or a one-line error when it does not fit the states."""
-    if mask is None:
-        return None
-    m = torch.as_tensor(mask)
-    batch, seq = int(states.shape[1]), int(states.shape[2])
-    if three_d and m.dim() == 1:
-        m = m[None]
-    if tuple(m.shape) != (batch, seq):
-        want = f"({seq},) or (1, {seq})" if three_d else f"({batch}, {seq})"
-        raise EffdepthError(
-            f"mask of shape {tuple(torch.as_tensor(mask).shape)} does not match states of shape {tuple(states.shape) if not three_d else (states.shape[0],) + tuple(states.shape[2:])}: "
-            f"it must be {want}, one entry per token (True/1 = real token)"
-        )
-    if not bool(m.any()):
-        raise EffdepthError(
-            "the mask marks no real token (every row is padding): nothing to measure; mark real tokens with True/1"
-        )
-    return m.bool()
 
 
 def _check_user_states(states: torch.Tensor) -> None:
@@ -557,26 +533,28 @@ def state_batch(states) -> torch.Tensor:
         raise EffdepthError(
             f"states must be what effdepth.capture yields, a (L+1, batch, seq, d) tensor or a list of tensors, got {type(states).__name__}"
         )
-    s = s.detach()
-    if s.dim() == 3:
-        s = s[:, None]
+    shape = tuple(s.shape)
+    s = s.detach()[:, None] if s.dim() == 3 else s.detach()
     if s.dim() != 4 or s.shape[0] < 2 or s.shape[2] < 1:
-        raise EffdepthError(
-            f"states must be shaped (L+1, batch, seq, d) or (L+1, seq, d) with L >= 1, got {tuple(s.shape)}"
-        )
+        raise EffdepthError(f"states must be shaped (L+1, batch, seq, d) or (L+1, seq, d) with L >= 1, got {shape}")
     if not torch.is_floating_point(s):
         s = s.to(torch.float64)
     return s
 
 
-def _mask(mask, states: torch.Tensor) -> torch.Tensor | None:
+def _mask(mask, states: torch.Tensor, given_dims: int = 4) -> torch.Tensor | None:
+    """The mask as ``(batch, seq)`` booleans, or a one-line error when it does not fit ``states`` (given with
+    ``given_dims`` dimensions: 3 is one passage, ``(L+1, seq, d)``)."""
     if mask is None:
         return None
     m = torch.as_tensor(mask)
-    if m.dim() == 1:
-        m = m[None]
-    if tuple(m.shape) != tuple(states.shape[1:3]):
+    m = m[None] if m.dim() == 1 else m
+    batch, seq = int(states.shape[1]), int(states.shape[2])
+    if tuple(m.shape) != (batch, seq):
+        one = given_dims == 3
+        shape = (states.shape[0], *states.shape[2:]) if one else tuple(states.shape)
         raise EffdepthError(
-            f"mask must be (batch, seq) = {tuple(states.shape[1:3])} like the states, got {tuple(m.shape)}"
+            f"mask of shape {tuple(torch.as_tensor(mask).shape)} does not match states of shape {tuple(shape)}: mask "
+            f"must be {f'({seq},) or (1, {seq})' if one else f'({batch}, {seq})'}, one entry per token (True/1 = real token)"
         )
     return m.bool()

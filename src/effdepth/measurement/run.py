@@ -471,7 +471,6 @@ def _save_progress(store: PooledStore, run, fingerprint: dict) -> None:
     store.commit()
     save_checkpoint(
         Path(run.checkpoint),
-        {},
         {"fingerprint": fingerprint, "run": run.record, "pooled": POOLED_DIR, "written": store.written},
     )
 
