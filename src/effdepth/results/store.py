@@ -182,19 +182,30 @@ class PooledStore:
 
 
 def place_pooled(source: Path, target: Path) -> Path:
-    """Put a result's pooled vectors at ``target``: moved when the run left them to be moved (a
-    temporary folder, or a finished run's checkpoint, see :func:`mark_movable`), copied from
-    anywhere else; nothing to do when already there. A folder the move empties is removed."""
-    source, target = Path(source), Path(target)
-    if source.resolve() == target.resolve():
+    """Put a result's pooled vectors at ``target``, replacing an older store there whole: moved (a rename
+    within one filesystem) when the run left them to be moved (a temporary folder, or a finished run's
+    checkpoint, see :func:`mark_movable`; the folder the move empties is removed), copied from anywhere
+    else; nothing to do when already there."""
+    source, target = Path(source).resolve(), Path(target)
+    if source == target.resolve():
         return target
-    if source.resolve() not in _MOVABLE:
-        return copy_store(source, target)
-    _MOVABLE.discard(source.resolve())
-    moved = move_store(source, target)
-    with contextlib.suppress(OSError):
-        source.parent.rmdir()  # the temporary or checkpoint folder, when nothing else is in it
-    return moved
+    staging = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if source in _MOVABLE:
+        _MOVABLE.discard(source)
+        try:
+            source.rename(staging)
+        except OSError:  # another filesystem
+            shutil.copytree(source, staging)
+            shutil.rmtree(source, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            source.parent.rmdir()  # the temporary or checkpoint folder, when nothing else is in it
+    else:
+        shutil.copytree(source, staging)
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
 
 
 _MOVABLE: set = set()
@@ -210,34 +221,3 @@ def temporary_folder() -> Path:
     import tempfile
 
     return Path(tempfile.mkdtemp(prefix="effdepth-pooled-")).resolve()
-
-
-def move_store(source: Path, target: Path) -> Path:
-    """Move a finished store into place (a rename within one filesystem); an older store there is replaced."""
-    source, target = Path(source), Path(target)
-    if source.resolve() == target.resolve():
-        return target
-    if target.exists():
-        shutil.rmtree(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        source.rename(target)
-    except OSError:
-        shutil.copytree(source, target)
-        shutil.rmtree(source, ignore_errors=True)
-    return target
-
-
-def copy_store(source: Path, target: Path) -> Path:
-    """Copy a store (e.g. a result saved in a second place); the source stays."""
-    source, target = Path(source), Path(target)
-    if source.resolve() == target.resolve():
-        return target
-    staging = target.with_name(f".{target.name}.tmp")
-    if staging.exists():
-        shutil.rmtree(staging)
-    shutil.copytree(source, staging)
-    if target.exists():
-        shutil.rmtree(target)
-    staging.rename(target)
-    return target
