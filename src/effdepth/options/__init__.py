@@ -54,6 +54,7 @@ from effdepth.options.defaults import (
     check_protocol,
     resolve_defaults,
 )
+from effdepth.options.groups import MODEL_HELP
 
 __all__ = [
     "AnalysisOptions",
@@ -95,7 +96,7 @@ class LoadOptions:
     16
     """
 
-    model: object = option(None, "the model to measure", cli=False)  # the commands' positional MODEL
+    model: object = option(None, MODEL_HELP, flags=(), nargs="?")
     revision: str | None = option(None, "model revision (branch, tag or commit) on the hub")
     corpus: object = option(None, "shakespeare (default), a text/JSONL file or folder, or hf:NAME[:CONFIG[:SPLIT]]")
     tokenizer: object = option(
@@ -374,7 +375,14 @@ class RunOptions:
     progress: bool = option(True, "hide progress bars", flags=("--no-progress",), kind="no-flag")
     checkpoint: str | Path | None = option(None, "the folder a run keeps its partial samples in", cli=False)
     resume: bool = option(False, "continue the run saved in checkpoint", cli=False)
-    checkpoint_every_s: float = option(30.0, "save partial samples this often, in seconds", cli=False)
+    checkpoint_every_s: float = option(
+        30.0,
+        "save partial samples this often, and on Ctrl-C/SIGTERM; a rerun continues them (default {default}; "
+        "sweep and trajectory: with the local executor)",
+        flags=("--checkpoint-every",),
+        kind="float",
+        metavar="SECONDS",
+    )
     #: What a checkpoint records about the run (its options and the command that continues it).
     record: dict | None = option(None, "what a checkpoint records about the run", cli=False)
 
