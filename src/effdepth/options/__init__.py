@@ -218,15 +218,15 @@ class AnalysisOptions:
     include_embedding: bool = option(False, "analyse S_0..S_L (N = L+1) instead of S_1..S_L", kind="flag")
     bootstrap: int = option(
         DEFAULTS["bootstrap"],
-        f"bootstrap resamples over passages (whole passages, their tokens too), 0 to skip (default {DEFAULTS['bootstrap']})",
+        "bootstrap resamples over passages (whole passages, their tokens too), 0 to skip (default {default})",
         kind="int",
     )
     seed: int = option(
-        DEFAULTS["seed"], "seed for the passages' draw, the token reduction and the bootstrap (default 0)", kind="int"
+        DEFAULTS["seed"],
+        "seed for the passages' draw, the token reduction and the bootstrap (default {default})",
+        kind="int",
     )
-    batch_size: int = option(
-        DEFAULTS["batch_size"], f"passages per forward pass (default {DEFAULTS['batch_size']})", kind="int"
-    )
+    batch_size: int = option(DEFAULTS["batch_size"], "passages per forward pass (default {default})", kind="int")
     surrogate_seqs: int | None = option(
         None,
         "the calibrated references (surrogate streams of the measured covariances): all (default) or 0 to skip",
@@ -234,7 +234,7 @@ class AnalysisOptions:
     )
     max_memory: int = option(
         DEFAULT_MAX_MEMORY,
-        "memory the analysis may hold, e.g. 64GiB (default 4GiB): its Gram tiles or cross-products, unit sums and "
+        "memory the analysis may hold, e.g. 64GiB (default {default}): its Gram tiles or cross-products, unit sums and "
         "the layers it keeps (more memory, fewer passes over the stored samples; the same numbers)",
         metavar="SIZE",
         cli_default="4GiB",
