@@ -24,6 +24,16 @@ def run_options_from_args(args, **values) -> RunOptions:
     )
 
 
+def typed(args, flags) -> bool:
+    """Whether one of ``flags`` was typed on the command line (``--flag V`` or ``--flag=V``), not left at its default.
+
+    >>> import argparse
+    >>> typed(argparse.Namespace(argv=["--seed=3"]), ["--seed"]), typed(argparse.Namespace(argv=[]), ["--seed"])
+    (True, False)
+    """
+    return any(a == flag or a.startswith(flag + "=") for a in getattr(args, "argv", None) or [] for flag in flags)
+
+
 @contextlib.contextmanager
 def output_folder(folder: Path):
     """:func:`~effdepth.options.groups.ensure_writable`, and when the block fails, remove the folders it

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import fields
 from pathlib import Path
 
+from effdepth.cli.arguments import typed
 from effdepth.errors import EffdepthError
 from effdepth.options import Options, RunOptions
 from effdepth.options.flags import (
@@ -139,8 +140,8 @@ def cmd_experiment(args) -> int:
     declared = [f for f in fields(CarryExperiment) if f.metadata.get("cli") and f.name != "paper"]
     given = {f.name: getattr(args, f.name) for f in declared}
     if args.paper:  # the paper's values, but for what was typed
-        typed = {f.name for f in declared if any(_typed(args, flag) for flag in option_flags(f))}
-        spec = CarryExperiment.paper_setting(**{k: v for k, v in given.items() if k in typed}).checked()
+        named = {f.name for f in declared if typed(args, option_flags(f))}
+        spec = CarryExperiment.paper_setting(**{k: v for k, v in given.items() if k in named}).checked()
     else:
         spec = CarryExperiment(**given).checked()
     out = ensure_writable(Path(args.out or EXPERIMENT_OUT))
@@ -164,8 +165,3 @@ def cmd_experiment(args) -> int:
         f"\nwrote {out / 'experiment.json'} and {out / 'experiment'}.{{png,pdf}}; checkpoints under {out}/lam-*/seed-*/step-*/"
     )
     return 0
-
-
-def _typed(args, flag: str) -> bool:
-    """Whether ``flag`` was typed on the command line (``--flag V`` or ``--flag=V``)."""
-    return any(a == flag or a.startswith(flag + "=") for a in getattr(args, "argv", []))

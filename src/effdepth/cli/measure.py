@@ -6,7 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from effdepth.cli.arguments import output_folder, run_options_from_args
+from effdepth.cli.arguments import output_folder, run_options_from_args, typed
 from effdepth.errors import EffdepthError
 from effdepth.options import AnalysisOptions, Options, RunOptions
 from effdepth.options.flags import add_measure_arguments, add_option_arguments, add_output_arguments
@@ -106,12 +106,7 @@ def comparable_flag(dest: str, value):
 
 def explicit_dests(args) -> set:
     """The flags the user typed (not left at their defaults), from the command line itself."""
-    argv = getattr(args, "argv", None) or []
-    out = set()
-    for action in _option_actions(args.parser):
-        if any(tok == flag or tok.startswith(flag + "=") for tok in argv for flag in action.option_strings):
-            out.add(action.dest)
-    return out
+    return {action.dest for action in _option_actions(args.parser) if typed(args, action.option_strings)}
 
 
 def adopt_saved_flags(args, folder: Path) -> None:

@@ -11,7 +11,7 @@ def register(sub) -> dict:
         "report",
         help="write an HTML or Markdown report of saved results",
         description="One result: a report with its tables, figures and provenance. Several: a comparison table and "
-        "figure (sorted by D_eff / F_N), then a section per result. The studies in the folders (an intervention, a "
+        "figure (sorted by D_eff / F_L), then a section per result. The studies in the folders (an intervention, a "
         "carry experiment, a trajectory, a random-weight null, a pruning check) get a section each with their tables "
         "and figure. HTML is one self-contained file; Markdown writes its images into <name>_files/ beside it.",
     )

@@ -15,7 +15,9 @@ and the sweep key are made from; :meth:`Options.from_args` reads the command
 line, :meth:`Options.build` the keyword arguments of :func:`effdepth.measure`.
 
 Each option's default and the named protocols are in :mod:`.defaults`; the
-checks of single options and of their combinations in :mod:`.checks`.
+checks of single options and of their combinations in :mod:`.checks`. Every
+command line is built from these declarations (:mod:`.flags`), with the groups
+several commands share (:mod:`.groups`) and each command's own (:mod:`.studies`).
 """
 
 from __future__ import annotations
@@ -54,7 +56,6 @@ from effdepth.options.defaults import (
     check_protocol,
     resolve_defaults,
 )
-from effdepth.options.groups import MODEL_HELP
 
 __all__ = [
     "AnalysisOptions",
@@ -83,6 +84,11 @@ __all__ = [
     "resolve_defaults",
     "validate_options",
 ]
+
+MODEL_HELP = (
+    "Hugging Face id, local folder, .gguf file, or an embedded model by name: smollm2-135m "
+    "(SmolLM2-135M-Instruct, the default) or gemma-3-270m (Gemma-3-270m base)"
+)
 
 
 @dataclass(frozen=True)
@@ -389,7 +395,6 @@ class RunOptions:
 
 _LOAD = tuple(f.name for f in fields(LoadOptions))
 _ANALYSIS = tuple(f.name for f in fields(AnalysisOptions))
-_RUN = tuple(f.name for f in fields(RunOptions))
 
 #: Options that do not change the numbers (statistics are per sequence;
 #: permissions are not measurements): left out of a sweep job's key.

@@ -18,11 +18,6 @@ from effdepth.options.declare import option
 #: Where many jobs run: here, one at a time, or as Ray tasks (:mod:`effdepth.scale.executors`).
 EXECUTORS = ("local", "ray")
 
-MODEL_HELP = (
-    "Hugging Face id, local folder, .gguf file, or an embedded model by name: smollm2-135m "
-    "(SmolLM2-135M-Instruct, the default) or gemma-3-270m (Gemma-3-270m base)"
-)
-
 
 @dataclass(frozen=True)
 class ProgramOptions:

@@ -167,20 +167,3 @@ class TorchrunOptions:
     backend: str | None = option(
         None, "gloo (CPU) or nccl (GPUs); default nccl when CUDA is available", choices=("gloo", "nccl")
     )
-
-
-__all__ = [
-    "AnalyseOptions",
-    "ClaimsOptions",
-    "InterventionOptions",
-    "NullOptions",
-    "PruneOptions",
-    "RecomposeOptions",
-    "ReportOptions",
-    "SensitivityOptions",
-    "ShowOptions",
-    "SuiteOptions",
-    "SweepOptions",
-    "TorchrunOptions",
-    "TrajectoryOptions",
-]
