@@ -34,12 +34,10 @@ def register(sub) -> dict:
         "the same command skips finished models; a failing model leaves error.json and the rest go on. Writes "
         "DIR/summary.{csv,parquet}, DIR/suite.{png,pdf} and DIR/report.html. Exits 1 when a model failed. See docs/scale.md.",
     )
-    add_option_arguments(w, SweepOptions, names=("models",))
-    add_output_arguments(w, None, names=("out",))
+    add_option_arguments(w, SweepOptions)
+    add_output_arguments(w, None)
     add_measure_arguments(w, model=False, run=RUN)
     add_option_arguments(w, ExecutorOptions)
-    add_output_arguments(w, None, names=("figures",))
-    add_option_arguments(w, SweepOptions, names=("report",))
 
     from effdepth.scale.suites.trajectories import preset_names
 
@@ -54,10 +52,9 @@ def register(sub) -> dict:
         "DIR/trajectory.{png,pdf}, D_eff/L and the updates' D_eff/L per checkpoint. See docs/scale.md.",
     )
     add_option_arguments(t, TrajectoryOptions, notes={"model": f" ({', '.join(preset_names())})"})
-    add_output_arguments(t, None, names=("out",))
+    add_output_arguments(t, None)
     add_measure_arguments(t, model=False, run=RUN)
     add_option_arguments(t, ExecutorOptions)
-    add_output_arguments(t, None, names=("figures",))
     return {"suite": cmd_suite, "sweep": cmd_sweep, "trajectory": cmd_trajectory}
 
 
