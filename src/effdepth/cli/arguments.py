@@ -19,9 +19,8 @@ def run_options_from_args(args, **values) -> RunOptions:
     >>> run_options_from_args(argparse.Namespace(progress=False, checkpoint_every_s=5.0)).checkpoint_every_s
     5.0
     """
-    return RunOptions(
-        progress=getattr(args, "progress", True), checkpoint_every_s=getattr(args, "checkpoint_every_s", 30.0), **values
-    )
+    flags = {name: getattr(args, name) for name in ("progress", "checkpoint_every_s") if hasattr(args, name)}
+    return RunOptions(**flags, **values)  # a flag the command does not have keeps its declared default
 
 
 def typed(args, flags) -> bool:

@@ -99,7 +99,7 @@ def _argument(f, default, help_suffix: str) -> dict:
     meta = f.metadata
     value = meta["cli_default"] if default is ... else default
     shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
-    text = meta["help"].replace("{default}", str(shown))
+    text = meta["help"].replace("{default}", f"{shown:g}" if isinstance(shown, float) else str(shown))
     if default is not ...:
         text = re.sub(r"\s*\(default[^()]*\)", "", text)
     kwargs = {"help": text + help_suffix}
