@@ -47,13 +47,13 @@ def test_measure_writes_result_and_prints_table(model_dir, corpus_file, tmp_path
         capsys,
     )
     assert code == 0, err
-    assert "D_eff" in out and "drop-pos0" in out and "R_matched" in out
+    assert "D_eff" in out and "drop-pos0" in out  # the references table (R_matched) is show's: below
     data = json.loads((tmp_path / "r" / "result.json").read_text())
     assert data["config"]["num_seqs"] == 6 and set(data["views"]) == {"default", "drop-pos0"}
     assert data["provenance"]["corpus"]["sha256"]
 
     code, shown, _ = run(["show", tmp_path / "r"], capsys)
-    assert code == 0 and "drop-pos0" in shown
+    assert code == 0 and "drop-pos0" in shown and "R_matched" in shown
 
 
 @pytest.mark.parametrize(
@@ -129,3 +129,26 @@ def test_a_failed_run_keeps_a_folder_it_did_not_create_or_that_holds_something(t
     (kept / "notes").mkdir(parents=True)
     assert run(["measure", "--pooling", "none", tmp_path / "nope.gguf", "--out", kept, "--no-progress"], capsys)[0] == 2
     assert (kept / "notes").is_dir()
+
+
+def test_measure_prints_the_first_tables_and_show_the_rest(model_dir, corpus_file, tmp_path, capsys):
+    """A terminal gets the headline, the views, the confounds and the sample size (the README's block);
+    ``show`` prints every table with its notes, ``show --all`` the options and provenance too."""
+    flags = ["--corpus", corpus_file, "--seq-len", 16, "--num-seqs", 32, "--bootstrap", 50, "--views", "paper"]
+    code, out, err = run(
+        ["measure", model_dir, *flags, "--out", tmp_path / "r", "--no-progress", "--no-figures"], capsys
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) <= 40, out
+    assert lines[2].startswith("D_eff = ") and lines[3].startswith("estimator null (cka, ")
+    for title in ("views:", "confounds: first position and passage length:", "sample size:"):
+        assert title in lines
+    assert "references:" not in lines and "R_matched" not in out
+    assert f"effdepth show {tmp_path / 'r'} prints these tables with their notes and 5 more" in out
+
+    code, shown, _ = run(["show", tmp_path / "r"], capsys)
+    assert code == 0 and "references:" in shown and "R_matched" in shown
+    assert all(line in shown.splitlines() for line in lines[:16])  # the same headline and views
+    code, everything, _ = run(["show", tmp_path / "r", "--all"], capsys)
+    assert everything.startswith(shown.rstrip("\n")) and "configuration:" in everything and "num_seqs" in everything

@@ -8,9 +8,9 @@ import sys
 import pytest
 
 import effdepth
-from effdepth.cli.torchrun import main
 from effdepth.options import Options
 from effdepth.scale.distributed import measure_distributed
+from effdepth.scale.distributed.__main__ import main
 
 OPTIONS = [
     "--seq-len",
@@ -218,7 +218,7 @@ def test_leaving_the_group_stops_its_threads(inside, model_dir, corpus):
 def test_a_failed_write_is_one_line_and_every_ranks_error(monkeypatch, capsys, model_dir, corpus, tmp_path):
     import socket
 
-    import effdepth.cli.measure as cli_measure
+    import effdepth.report.plain as plain
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -233,7 +233,7 @@ def test_a_failed_write_is_one_line_and_every_ranks_error(monkeypatch, capsys, m
             f"cannot write {tmp_path / 'out' / 'result.json'}: No space left on device; choose another output folder"
         )
 
-    monkeypatch.setattr(cli_measure, "write_result", fail)
+    monkeypatch.setattr(plain, "write_result", fail)
     code = main(
         [
             "measure",

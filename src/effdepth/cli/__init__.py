@@ -1,4 +1,5 @@
-"""The ``effdepth`` command line: one module per command group, shared arguments in :mod:`.arguments`.
+"""The ``effdepth`` command line: one module per command group registers its commands (their flags built
+from declarations, :mod:`effdepth.options.flags`); :func:`main` dispatches.
 
 Nothing outside this package imports it; it imports everything it runs.
 """
@@ -10,9 +11,10 @@ import sys
 import traceback
 
 from effdepth.cli import carry, claims, fetch, measure, null, prune, report, scale, sensitivity
-from effdepth.cli.arguments import Parser, default_out, ensure_writable, silence_stdout
+from effdepth.cli.arguments import silence_stdout
 from effdepth.errors import EffdepthError
-from effdepth.results.version import __version__
+from effdepth.options.flags import Parser, add_option_arguments
+from effdepth.options.groups import ProgramOptions, default_out, ensure_writable
 
 __all__ = ["main", "build_parser", "default_out", "ensure_writable"]
 
@@ -28,7 +30,7 @@ def build_parser() -> tuple:
     ['analyse', 'claims', 'experiment']
     """
     parser = Parser(prog="effdepth", description="Effective depth (D_eff) of a transformer's residual stream.")
-    parser.add_argument("--version", action="version", version=f"effdepth {__version__}")
+    add_option_arguments(parser, ProgramOptions)
     sub = parser.add_subparsers(dest="command", parser_class=Parser, metavar="COMMAND")
     commands: dict = {}
     for group in GROUPS:

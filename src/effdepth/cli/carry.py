@@ -5,19 +5,21 @@ from __future__ import annotations
 from dataclasses import fields
 from pathlib import Path
 
-from effdepth.cli.arguments import (
+from effdepth.cli.arguments import typed
+from effdepth.errors import EffdepthError
+from effdepth.options import Options, RunOptions
+from effdepth.options.flags import (
     Parser,
     add_measure_arguments,
-    add_model_argument,
     add_option_arguments,
-    default_out,
-    ensure_writable,
-    int_arg,
+    add_output_arguments,
     option_flags,
 )
-from effdepth.errors import EffdepthError
-from effdepth.measurement.interventions import CARRY_ON
-from effdepth.options import Options
+from effdepth.options.groups import default_out, ensure_writable
+from effdepth.options.studies import InterventionOptions, RecomposeOptions
+
+#: Where ``experiment carry`` writes unless told.
+EXPERIMENT_OUT = "runs/carry-experiment"
 
 
 def register(sub) -> dict:
@@ -29,24 +31,9 @@ def register(sub) -> dict:
         "(--pooling none: each passage's tokens as samples), so carry 1 gives measure's number. Writes intervention.json, "
         "carry-<lam>/result.json and intervention.{png,pdf}. For the offline version from a saved result see 'effdepth recompose'.",
     )
-    add_model_argument(i)
-    i.add_argument(
-        "--carry", default="1,0.9,0.75,0.5", help="comma-separated carry values in [0, 1] (default 1,0.9,0.75,0.5)"
-    )
-    i.add_argument(
-        "--layers",
-        default="all",
-        help="blocks to apply the carry to, 1-based: all (default), A-B, or a list like 1,3,5",
-    )
-    i.add_argument(
-        "--carry-on",
-        choices=CARRY_ON,
-        default="blocks",
-        help="blocks (default): block output lam s_{l-1} + (s_l - s_{l-1}); sublayers (the paper's): "
-        "h <- lam h + attn(LN h), then h <- lam h + mlp(LN h), in every chosen block",
-    )
+    add_option_arguments(i, InterventionOptions)
     add_measure_arguments(i)
-    i.add_argument("--out", "-o", default=None, help="output folder (default: runs/<model>/intervention)")
+    add_output_arguments(i, "runs/<model>/intervention", names=("out",))
 
     r = sub.add_parser(
         "recompose",
@@ -61,19 +48,9 @@ def register(sub) -> dict:
         "drop-bos, drop-pos0, length and their compositions (token-norm and top{k}pc are not linear in the "
         "states). Writes recompose.json with --out.",
     )
-    r.add_argument("result", help="result.json (or its folder) of a passage-mode measurement, its pooled/ beside it")
-    r.add_argument(
-        "--carry", default="1,0.9,0.75,0.5", help="comma-separated carry values in [0, 1] (default 1,0.9,0.75,0.5)"
-    )
-    r.add_argument("--view", default=None, help="which view of the result (default: its first)")
-    r.add_argument(
-        "--bootstrap",
-        type=int_arg,
-        default=0,
-        help="bootstrap resamples per recomposed stream, for intervals (default 0: none, the quick answer)",
-    )
-    r.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
-    r.add_argument("--out", "-o", default=None, help="also write recompose.json into this folder")
+    add_option_arguments(r, RecomposeOptions)
+    add_option_arguments(r, RunOptions, names=("progress",))
+    add_output_arguments(r, "none: recompose.json is written only with --out", names=("out",))
 
     e = sub.add_parser(
         "experiment",
@@ -92,20 +69,21 @@ def register(sub) -> dict:
     from effdepth.studies.experiment import CarryExperiment
 
     add_option_arguments(c, CarryExperiment)
-    c.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
-    c.add_argument("--out", "-o", default="runs/carry-experiment", help="output folder (default runs/carry-experiment)")
+    add_option_arguments(c, RunOptions, names=("progress",))
+    add_output_arguments(c, EXPERIMENT_OUT, names=("out",))
     return {"intervene": cmd_intervene, "recompose": cmd_recompose, "experiment": cmd_experiment}
 
 
 def cmd_intervene(args) -> int:
-    from effdepth.measurement.interventions import check_layer_spec, parse_carry
+    from effdepth.measurement.interventions import check_carry_on, check_layer_spec, parse_carry
     from effdepth.report.tables import intervention_headline, intervention_table
     from effdepth.studies.intervene import intervene, save_intervention
 
     options = Options.from_args(args)
-    # Bad carry values or layers fail before the output folder and the weights.
+    # Bad carry values, layers or places fail before the output folder and the weights.
     carries = parse_carry(args.carry)
     check_layer_spec(args.layers)
+    check_carry_on(args.carry_on)
     out = ensure_writable(Path(args.out) if args.out else default_out(args.model) / "intervention")
     result = intervene(
         carry=carries, layers=args.layers, carry_on=args.carry_on, progress=args.progress, **_keywords(options)
@@ -162,11 +140,11 @@ def cmd_experiment(args) -> int:
     declared = [f for f in fields(CarryExperiment) if f.metadata.get("cli") and f.name != "paper"]
     given = {f.name: getattr(args, f.name) for f in declared}
     if args.paper:  # the paper's values, but for what was typed
-        typed = {f.name for f in declared if any(_typed(args, flag) for flag in option_flags(f))}
-        spec = CarryExperiment.paper_setting(**{k: v for k, v in given.items() if k in typed}).checked()
+        named = {f.name for f in declared if typed(args, option_flags(f))}
+        spec = CarryExperiment.paper_setting(**{k: v for k, v in given.items() if k in named}).checked()
     else:
         spec = CarryExperiment(**given).checked()
-    out = ensure_writable(Path(args.out))
+    out = ensure_writable(Path(args.out or EXPERIMENT_OUT))
     result = carry_experiment(spec, out, progress=args.progress)
     print(experiment_headline(result))
     print()
@@ -187,8 +165,3 @@ def cmd_experiment(args) -> int:
         f"\nwrote {out / 'experiment.json'} and {out / 'experiment'}.{{png,pdf}}; checkpoints under {out}/lam-*/seed-*/step-*/"
     )
     return 0
-
-
-def _typed(args, flag: str) -> bool:
-    """Whether ``flag`` was typed on the command line (``--flag V`` or ``--flag=V``)."""
-    return any(a == flag or a.startswith(flag + "=") for a in getattr(args, "argv", []))

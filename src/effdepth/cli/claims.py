@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from effdepth.options.flags import add_option_arguments
+from effdepth.options.studies import ClaimsOptions
+
 
 def register(sub) -> dict:
     c = sub.add_parser(
@@ -15,12 +18,7 @@ def register(sub) -> dict:
         "paper's Table 2 (D_eff, D_eff/L, gap and the difference). Exits 0 whatever the verdicts. Measure with "
         "--views paper --similarity all to check every claim under every similarity.",
     )
-    c.add_argument(
-        "results",
-        nargs="+",
-        metavar="RESULT_OR_DIR",
-        help="result.json files, a run's folder, or a sweep's folder (every result.json below it)",
-    )
+    add_option_arguments(c, ClaimsOptions)
     return {"claims": cmd_claims}
 
 

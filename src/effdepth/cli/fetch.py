@@ -6,6 +6,9 @@ import sys
 
 from effdepth.cli.arguments import log_line
 from effdepth.errors import EffdepthError
+from effdepth.options import LoadOptions, RunOptions
+from effdepth.options.flags import add_option_arguments
+from effdepth.options.groups import FetchOptions
 
 #: ``--protocol`` fetches 1/20 more documents than it has passages: a document of fewer than a
 #: passage's minimum tokens is skipped, and the run then reads the next one.
@@ -23,61 +26,10 @@ def register(sub) -> dict:
         "(about 50 MB, not the whole dataset). Then measure on a machine without internet with --offline. "
         "See docs/scale.md.",
     )
-    f.add_argument(
-        "models",
-        nargs="*",
-        metavar="SUITE_OR_MODEL",
-        help="suite name (effdepth suite list), suite file, model id, or trajectory preset (paper-olmo2, "
-        "paper-pythia: its checkpoints and the branch list, for an offline trajectory)",
-    )
-    f.add_argument(
-        "--revision",
-        action="append",
-        default=[],
-        help="revision to fetch (repeatable; default main; a suite's own revision wins)",
-    )
-    f.add_argument(
-        "--revisions",
-        default=None,
-        help="checkpoints as for trajectory: auto, every:K, log:K or a comma-separated list",
-    )
-    f.add_argument(
-        "--corpus",
-        action="append",
-        default=[],
-        help="hf:NAME[:CONFIG[:SPLIT]] or shakespeare (repeatable; default shakespeare)",
-    )
-    f.add_argument(
-        "--documents",
-        type=_documents,
-        default=None,
-        metavar="N",
-        help="stream only the first N documents of each hf: corpus into effdepth's cache (what passage mode "
-        "reads, in order) instead of downloading the whole dataset",
-    )
-    f.add_argument(
-        "--protocol",
-        default=None,
-        metavar="NAME",
-        help="also fetch the protocol's corpus: paper = the first FineWeb-Edu documents its 10,000 passages "
-        "come from (with a margin for documents too short to be a passage)",
-    )
-    f.add_argument(
-        "--allow-pickle", action="store_true", help="fetch pickle (.bin) weights when a revision has no safetensors"
-    )
-    f.add_argument("--trust-remote-code", action="store_true", help="also fetch the repository's Python code")
-    f.add_argument(
-        "--cache-dir", default=None, help="Hugging Face cache to fill (default: HF_HUB_CACHE, ~/.cache/huggingface/hub)"
-    )
-    f.add_argument("--dry-run", action="store_true", help="list what would be fetched and its size; download nothing")
-    f.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
+    add_option_arguments(f, FetchOptions)
+    add_option_arguments(f, LoadOptions, names=("allow_pickle", "trust_remote_code"))
+    add_option_arguments(f, RunOptions, names=("progress",))
     return {"fetch": cmd_fetch}
-
-
-def _documents(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise EffdepthError(f"--documents {text!r} is not a positive whole number; e.g. --documents 10500")
-    return int(text)
 
 
 def protocol_corpus(protocol: str | None, corpora: list, documents: int | None) -> tuple[list, int | None]:

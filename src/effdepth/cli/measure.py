@@ -6,21 +6,15 @@ import shlex
 import sys
 from pathlib import Path
 
-from effdepth.cli.arguments import (
-    add_measure_arguments,
-    add_model_argument,
-    add_option_arguments,
-    default_out,
-    ensure_writable,
-    float_arg,
-    output_folder,
-    run_options_from_args,
-)
+from effdepth.cli.arguments import output_folder, run_options_from_args, typed
 from effdepth.errors import EffdepthError
-from effdepth.options import AnalysisOptions, Options
+from effdepth.options import AnalysisOptions, Options, RunOptions
+from effdepth.options.flags import add_measure_arguments, add_option_arguments, add_output_arguments
+from effdepth.options.groups import default_out, ensure_writable
+from effdepth.options.studies import AnalyseOptions, ShowOptions
 
 #: Flags that say where and how to run, not what to measure: never saved for a resume.
-_NOT_SAVED = ("help", "resume", "out", "progress", "checkpoint_every", "figures")
+_NOT_SAVED = ("help", "resume", "out", "progress", "checkpoint_every_s", "figures")
 
 
 def register(sub) -> dict:
@@ -28,23 +22,8 @@ def register(sub) -> dict:
         "measure", help="measure D_eff of one model", description="Measure D_eff of one model on a corpus."
     )
     m.set_defaults(parser=m)
-    add_model_argument(m)
-    add_measure_arguments(m)
-    m.add_argument("--out", "-o", default=None, help="output folder for result.json (default: runs/<model>)")
-    m.add_argument("--resume", metavar="DIR", default=None, help="continue an interrupted run from its output folder")
-    m.add_argument(
-        "--checkpoint-every",
-        type=float_arg,
-        default=30.0,
-        metavar="SECONDS",
-        help="save partial statistics this often (default 30)",
-    )
-    m.add_argument(
-        "--no-figures",
-        dest="figures",
-        action="store_false",
-        help="do not write the figures (PNG and PDF) next to result.json",
-    )
+    add_measure_arguments(m, run=("progress", "checkpoint_every_s"))
+    add_output_arguments(m, "runs/<model>", names=("out", "figures", "resume"))
 
     a = sub.add_parser(
         "analyse",
@@ -54,31 +33,30 @@ def register(sub) -> dict:
         "were pooled), the confound controls and the sample-size curve, "
         "similarities, intervals, the embedding state. No model is loaded.",
     )
-    a.add_argument("result", help="the folder of a passage-mode result (holding result.json and pooled/)")
+    add_option_arguments(a, AnalyseOptions)
     # The analysis options that apply after the forward pass, declared once in effdepth.options.
     add_option_arguments(
         a, AnalysisOptions, names=AnalysisOptions.AFTER_FORWARD, default=None, help_suffix=" (default: the result's)"
     )
-    a.add_argument("--out", "-o", default=None, help="write the new result here (default: in place of the old one)")
-    a.add_argument("--no-figures", dest="figures", action="store_false", help="do not write the figures")
-    a.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
+    add_output_arguments(a, "the result's folder, in place of the old result")
+    add_option_arguments(a, RunOptions, names=("progress",))
 
     s = sub.add_parser(
         "show",
         help="print the tables of a saved result",
-        description="Print a saved result without re-running anything: a measurement (result.json), an "
+        description="Print a saved result without re-running anything: a measurement (result.json: every table "
+        "with its notes, where measure prints the first ones; --all adds its options and provenance), an "
         "intervention (intervention.json), a carry experiment (experiment.json) or a trajectory "
         "(trajectory.json with its trajectory.csv).",
     )
-    s.add_argument(
-        "result", help="result.json, intervention.json, experiment.json or trajectory.json, or the folder holding one"
-    )
+    add_option_arguments(s, ShowOptions)
     return {"measure": cmd_measure, "analyse": cmd_analyse, "show": cmd_show}
 
 
 def cmd_measure(args) -> int:
     from effdepth.measurement import run_measurement
     from effdepth.measurement.checkpoint import checkpoint_dir
+    from effdepth.report.plain import write_result
     from effdepth.results.files import one_writer
 
     if args.resume:
@@ -129,12 +107,7 @@ def comparable_flag(dest: str, value):
 
 def explicit_dests(args) -> set:
     """The flags the user typed (not left at their defaults), from the command line itself."""
-    argv = getattr(args, "argv", None) or []
-    out = set()
-    for action in _option_actions(args.parser):
-        if any(tok == flag or tok.startswith(flag + "=") for tok in argv for flag in action.option_strings):
-            out.add(action.dest)
-    return out
+    return {action.dest for action in _option_actions(args.parser) if typed(args, action.option_strings)}
 
 
 def adopt_saved_flags(args, folder: Path) -> None:
@@ -166,10 +139,10 @@ def resume_command(args, out: Path) -> str:
     """The whole command that continues this run (``--resume DIR`` alone does too, for this version).
 
     >>> import argparse
-    >>> from effdepth.cli.arguments import Parser
-    >>> p = Parser(prog="effdepth measure"); _ = p.add_argument("--seq-len", type=int, default=256)
-    >>> resume_command(argparse.Namespace(parser=p, model="m", seq_len=64), Path("runs/x"))
-    'effdepth measure m --seq-len 64 --resume runs/x'
+    >>> from effdepth.options.flags import Parser
+    >>> p = Parser(prog="effdepth measure"); add_option_arguments(p, AnalysisOptions, names=("seed",))
+    >>> resume_command(argparse.Namespace(parser=p, model="m", seed=3), Path("runs/x"))
+    'effdepth measure m --seed 3 --resume runs/x'
     """
     parts = ["effdepth", "measure"] + ([str(args.model)] if args.model is not None else [])
     for action in _option_actions(args.parser):
@@ -181,28 +154,9 @@ def resume_command(args, out: Path) -> str:
     return shlex.join(parts + ["--resume", str(out)])
 
 
-def write_result(result, out: Path, *, figures: bool, note: str = "") -> None:
-    """Save ``result`` in ``out``, print its tables, and write its figures."""
-    from effdepth.report.figures import remove_stale_figures, write_figures
-    from effdepth.report.tables import result_summary_text
-
-    path = result.save(out)
-    print(result_summary_text(result))
-    print(f"\nwrote {path}{note}")
-    if figures:
-        written = write_figures(result, out)  # also removes standard figures this result does not produce
-        print(f"wrote {len(written)} figures to {out}/: {', '.join(sorted({p.stem for p in written}))} (.png, .pdf)")
-    else:
-        # Figures of an earlier result in this folder would now sit next to numbers they do not show.
-        removed = remove_stale_figures(out)
-        if removed:
-            print(
-                f"removed {len(removed)} figures of an earlier result in {out}/: {', '.join(sorted({p.name for p in removed}))}"
-            )
-
-
 def cmd_analyse(args) -> int:
     from effdepth.measurement.run import ANALYSIS_CHANGES, analyse_saved
+    from effdepth.report.plain import write_result
 
     changes = {k: getattr(args, k) for k in ANALYSIS_CHANGES if getattr(args, k) is not None}
     result = analyse_saved(Path(args.result), progress=args.progress, **changes)
@@ -214,6 +168,22 @@ def cmd_analyse(args) -> int:
 def cmd_show(args) -> int:
     from effdepth.report.tables import show_text
     from effdepth.results.loading import load
+    from effdepth.results.result import Result
 
-    print(show_text(load(args.result)))
+    saved = load(args.result)
+    print(show_text(saved))
+    if args.all and isinstance(saved, Result):
+        print()
+        print(facts_text(saved, args.result))
     return 0
+
+
+def facts_text(result, named) -> str:
+    """What ``show --all`` adds for a measurement: its facts, extra measurements, options and provenance."""
+    from effdepth.report.content import result_content
+    from effdepth.report.content.facts import extras_rows, provenance_groups
+    from effdepth.report.plain import facts_text as plain_facts
+    from effdepth.report.sources import load_sources
+
+    source = load_sources([named])[0]
+    return plain_facts(result_content(result).summary + extras_rows(result), provenance_groups(source))

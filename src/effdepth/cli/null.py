@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from effdepth.cli.arguments import (
-    add_measure_arguments,
-    add_model_argument,
-    default_out,
-    output_folder,
-    run_options_from_args,
-)
+from effdepth.cli.arguments import output_folder, run_options_from_args
 from effdepth.errors import EffdepthError
 from effdepth.options import Options
+from effdepth.options.flags import add_measure_arguments, add_option_arguments, add_output_arguments
+from effdepth.options.groups import default_out
+from effdepth.options.studies import NullOptions
 
 
 def register(sub) -> dict:
@@ -24,15 +21,9 @@ def register(sub) -> dict:
         "D_eff/L and D_eff/F_L of the default view, trained against the seeds' mean and sd.",
     )
     n.set_defaults(parser=n)
-    add_model_argument(n)
     add_measure_arguments(n)
-    n.add_argument(
-        "--seeds",
-        default="5",
-        metavar="K|S1,S2,...",
-        help="K seeds 0..K-1 (default 5), or a comma-separated list of seeds",
-    )
-    n.add_argument("--out", "-o", default=None, help="output folder (default: runs/<model>-null)")
+    add_option_arguments(n, NullOptions)
+    add_output_arguments(n, "runs/<model>-null", names=("out",))
     return {"null": cmd_null}
 
 

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from effdepth.cli.arguments import (
-    add_measure_arguments,
-    add_model_argument,
-    default_out,
-    output_folder,
-    run_options_from_args,
-)
+from effdepth.cli.arguments import output_folder, run_options_from_args
 from effdepth.options import Options
+from effdepth.options.flags import add_measure_arguments, add_option_arguments, add_output_arguments
+from effdepth.options.groups import default_out
+from effdepth.options.studies import PruneOptions
 
 
 def register(sub) -> dict:
@@ -26,13 +23,9 @@ def register(sub) -> dict:
         "prune.json, prune.png and the measured result.",
     )
     p.set_defaults(parser=p)
-    add_model_argument(p)
     add_measure_arguments(p)
-    p.add_argument("--skip", default="1..4", metavar="K|A..B", help="numbers of blocks to skip (default 1..4)")
-    p.add_argument(
-        "--heldout", type=int, default=64, metavar="N", help="held-out passages for the perplexity (default 64)"
-    )
-    p.add_argument("--out", "-o", default=None, help="output folder (default: runs/<model>-prune)")
+    add_option_arguments(p, PruneOptions)
+    add_output_arguments(p, "runs/<model>-prune", names=("out",))
     return {"prune-check": cmd_prune_check}
 
 

@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
+from effdepth.options.flags import add_option_arguments
+from effdepth.options.studies import ReportOptions
+
 
 def register(sub) -> dict:
     r = sub.add_parser(
         "report",
         help="write an HTML or Markdown report of saved results",
         description="One result: a report with its tables, figures and provenance. Several: a comparison table and "
-        "figure (sorted by D_eff / F_N), then a section per result. The studies in the folders (an intervention, a "
+        "figure (sorted by D_eff / F_L), then a section per result. The studies in the folders (an intervention, a "
         "carry experiment, a trajectory, a random-weight null, a pruning check) get a section each with their tables "
         "and figure. HTML is one self-contained file; Markdown writes its images into <name>_files/ beside it.",
     )
-    r.add_argument(
-        "results",
-        nargs="+",
-        metavar="RESULT_OR_DIR",
-        help="result.json files, study files (intervention.json, experiment.json, trajectory.json, null.json, "
-        "prune.json), or folders searched for them",
-    )
-    r.add_argument(
-        "-o", "--output", default=None, help="output file (default report.html, or report.md with --format md)"
-    )
-    r.add_argument(
-        "--format",
-        choices=("html", "md"),
-        default=None,
-        help="html (default) or md; by default taken from the -o suffix",
-    )
+    add_option_arguments(r, ReportOptions)
     return {"report": cmd_report}
 
 

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from effdepth.cli.arguments import (
-    Parser,
-    add_executor_arguments,
-    add_measure_arguments,
-    executor_from_args,
-    int_arg,
-    log_line,
-    output_folder,
-    run_options_from_args,
-)
+from effdepth.cli.arguments import log_line, output_folder, run_options_from_args
 from effdepth.errors import EffdepthError
 from effdepth.options import Options
+from effdepth.options.flags import Parser, add_measure_arguments, add_option_arguments, add_output_arguments
+from effdepth.options.groups import ExecutorOptions
+from effdepth.options.studies import SuiteOptions, SweepOptions, TrajectoryOptions
+
+#: The flags of a sweep or a trajectory beside the measurement's: where the jobs run, how often they save.
+RUN = ("progress", "checkpoint_every_s")
 
 
 def register(sub) -> dict:
@@ -27,7 +24,7 @@ def register(sub) -> dict:
     actions = s.add_subparsers(dest="suite_command", parser_class=Parser, metavar="ACTION", required=True)
     actions.add_parser("list", help="the suites shipped with effdepth")
     show = actions.add_parser("show", help="the models of a suite")
-    show.add_argument("suite", help="a shipped suite name or a suite .yaml file")
+    add_option_arguments(show, SuiteOptions)
 
     w = sub.add_parser(
         "sweep",
@@ -37,17 +34,10 @@ def register(sub) -> dict:
         "the same command skips finished models; a failing model leaves error.json and the rest go on. Writes "
         "DIR/summary.{csv,parquet}, DIR/suite.{png,pdf} and DIR/report.html. Exits 1 when a model failed. See docs/scale.md.",
     )
-    w.add_argument(
-        "models",
-        nargs="+",
-        metavar="SUITE_OR_MODEL",
-        help="suite name (effdepth suite list), suite file, model id, tiny:TYPE or model folder",
-    )
-    w.add_argument("--out", "-o", required=True, help="output folder (results, summary, figure, report)")
-    add_measure_arguments(w)
-    add_executor_arguments(w)
-    w.add_argument("--no-figures", dest="figures", action="store_false", help="do not write DIR/suite.{png,pdf}")
-    w.add_argument("--no-report", dest="report", action="store_false", help="do not write DIR/report.html")
+    add_option_arguments(w, SweepOptions)
+    add_output_arguments(w, None)
+    add_measure_arguments(w, model=False, run=RUN)
+    add_option_arguments(w, ExecutorOptions)
 
     from effdepth.scale.suites.trajectories import preset_names
 
@@ -61,25 +51,10 @@ def register(sub) -> dict:
         "earlier one are flagged, not measured again. Writes DIR/trajectory.{csv,parquet,json} and "
         "DIR/trajectory.{png,pdf}, D_eff/L and the updates' D_eff/L per checkpoint. See docs/scale.md.",
     )
-    t.add_argument(
-        "model", help=f"Hugging Face id, a local folder of checkpoints, or a preset ({', '.join(preset_names())})"
-    )
-    t.add_argument(
-        "--revisions",
-        default=None,
-        help="auto (every checkpoint), every:K (every K-th and the last), log:K (K spaced evenly in log tokens over "
-        "the first training track, plus main) or a comma-separated list (default auto; a preset fixes its own)",
-    )
-    t.add_argument(
-        "--tokens-per-step",
-        type=int_arg,
-        default=None,
-        help="training tokens per step, when the names do not say (Pythia's is known)",
-    )
-    t.add_argument("--out", "-o", required=True, help="output folder")
-    add_measure_arguments(t)
-    add_executor_arguments(t)
-    t.add_argument("--no-figures", dest="figures", action="store_false", help="do not write DIR/trajectory.{png,pdf}")
+    add_option_arguments(t, TrajectoryOptions, notes={"model": f" ({', '.join(preset_names())})"})
+    add_output_arguments(t, None)
+    add_measure_arguments(t, model=False, run=RUN)
+    add_option_arguments(t, ExecutorOptions)
     return {"suite": cmd_suite, "sweep": cmd_sweep, "trajectory": cmd_trajectory}
 
 
@@ -102,7 +77,7 @@ def cmd_sweep(args) -> int:
     from effdepth.scale.sweep import sweep
 
     options = Options.from_args(args, revision=None)  # the revision is each model's (make_jobs checks it)
-    executor = executor_from_args(args)
+    executor = _executor(args)
     with output_folder(Path(args.out)) as out:  # bad models or suites leave no empty folder behind
         outcome = sweep(
             args.models,
@@ -127,7 +102,7 @@ def cmd_trajectory(args) -> int:
     if args.revision is not None:
         raise EffdepthError("trajectory takes --revisions (auto, every:K, log:K or a list), not --revision")
     options = Options.from_args(args)
-    executor = executor_from_args(args)
+    executor = _executor(args)
     with output_folder(Path(args.out)) as out:
         outcome = trajectory(
             args.model,
@@ -147,6 +122,15 @@ def cmd_trajectory(args) -> int:
         f"wrote {', '.join(p.name for p in outcome.files)} in {out}/"
     )
     return 1 if outcome.counts.get("error") else 0
+
+
+def _executor(args):
+    """The executor the flags of :class:`~effdepth.options.groups.ExecutorOptions` ask for, checked before any work."""
+    from effdepth.scale.executors import make_executor
+
+    return make_executor(
+        args.executor, ray_address=args.ray_address, gpus_per_task=args.gpus_per_task, cpus_per_task=args.cpus_per_task
+    )
 
 
 def counts_text(counts: dict) -> str:

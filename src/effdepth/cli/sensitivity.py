@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from effdepth.options.flags import add_option_arguments
+from effdepth.options.studies import SensitivityOptions
+
 
 def register(sub) -> dict:
     s = sub.add_parser(
@@ -14,14 +17,7 @@ def register(sub) -> dict:
         "sweep's folder): the Spearman correlation of the models' ordering under each form with the Bartlett one. "
         "Reads only the result files: seconds.",
     )
-    s.add_argument(
-        "results",
-        nargs="+",
-        metavar="RESULT_OR_DIR",
-        help="result.json files, a run's folder, or a sweep's folder (every result.json below it)",
-    )
-    s.add_argument("--view", default="default", help="the view to read (default: default)")
-    s.add_argument("--similarity", default=None, help="the similarity to read (default: the result's primary one)")
+    add_option_arguments(s, SensitivityOptions)
     return {"sensitivity": cmd_sensitivity}
 
 

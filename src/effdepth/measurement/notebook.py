@@ -36,7 +36,6 @@ from effdepth.measurement.run import analysed_result
 from effdepth.models.external import TRANSFORMER_LENS, adapt_external
 from effdepth.models.hooks import ResidualCapture
 from effdepth.models.registry import resolve_architecture
-from effdepth.numerics.sampling import sample_reduction
 from effdepth.options import AnalysisOptions
 from effdepth.results.provenance import provenance_record
 from effdepth.results.result import Result
@@ -168,7 +167,7 @@ class Accumulator:
                 f"view {bos[0]} needs to know which passages start with BOS, and states do not say; use "
                 "drop-pos0 (position 0 left out, whatever it holds) or effdepth.measure"
             )
-        self.reduction = sample_reduction(self.analysis.pooling, self.analysis.tokens_per_passage, self.analysis.seed)
+        self.reduction = self.analysis.reduction
         self.variants = self.reduction.variants(self.views)
         self.reset()
 

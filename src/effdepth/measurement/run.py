@@ -38,7 +38,6 @@ from effdepth.measurement.pooling import PassageForward, pad_id, pool_into, pool
 from effdepth.numerics.analysis import SIMILARITIES, SizedPlan, analyse_pooled, one_pass_bytes, sized_plan
 from effdepth.numerics.confounds import length_distribution
 from effdepth.numerics.hsic_plan import binary_size
-from effdepth.numerics.sampling import sample_reduction
 from effdepth.options import AnalysisOptions
 from effdepth.results.provenance import provenance_record
 from effdepth.results.result import Result, view_results
@@ -126,7 +125,7 @@ def measurement_plan(passages, num_layers: int, width: int, analysis: AnalysisOp
     ...
     effdepth.errors.EffdepthError: the model has one layer: D_eff compares at least two states; add --include-embedding to compare S_0 with S_1, or measure a deeper model
     """
-    reduction = sample_reduction(analysis.pooling, analysis.tokens_per_passage, analysis.seed)
+    reduction = analysis.reduction
     variants = reduction.variants(analysis.view_specs)
     plan = analysis.analysis_plan(device=device)
     sized = sized_plan(

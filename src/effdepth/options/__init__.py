@@ -15,7 +15,9 @@ and the sweep key are made from; :meth:`Options.from_args` reads the command
 line, :meth:`Options.build` the keyword arguments of :func:`effdepth.measure`.
 
 Each option's default and the named protocols are in :mod:`.defaults`; the
-checks of single options and of their combinations in :mod:`.checks`.
+checks of single options and of their combinations in :mod:`.checks`. Every
+command line is built from these declarations (:mod:`.flags`), with the groups
+several commands share (:mod:`.groups`) and each command's own (:mod:`.studies`).
 """
 
 from __future__ import annotations
@@ -83,6 +85,11 @@ __all__ = [
     "validate_options",
 ]
 
+MODEL_HELP = (
+    "Hugging Face id, local folder, .gguf file, or an embedded model by name: smollm2-135m "
+    "(SmolLM2-135M-Instruct, the default) or gemma-3-270m (Gemma-3-270m base)"
+)
+
 
 @dataclass(frozen=True)
 class LoadOptions:
@@ -95,7 +102,7 @@ class LoadOptions:
     16
     """
 
-    model: object = option(None, "the model to measure", cli=False)  # the commands' positional MODEL
+    model: object = option(None, MODEL_HELP, flags=(), nargs="?")
     revision: str | None = option(None, "model revision (branch, tag or commit) on the hub")
     corpus: object = option(None, "shakespeare (default), a text/JSONL file or folder, or hf:NAME[:CONFIG[:SPLIT]]")
     tokenizer: object = option(
@@ -217,15 +224,15 @@ class AnalysisOptions:
     include_embedding: bool = option(False, "analyse S_0..S_L (N = L+1) instead of S_1..S_L", kind="flag")
     bootstrap: int = option(
         DEFAULTS["bootstrap"],
-        f"bootstrap resamples over passages (whole passages, their tokens too), 0 to skip (default {DEFAULTS['bootstrap']})",
+        "bootstrap resamples over passages (whole passages, their tokens too), 0 to skip (default {default})",
         kind="int",
     )
     seed: int = option(
-        DEFAULTS["seed"], "seed for the passages' draw, the token reduction and the bootstrap (default 0)", kind="int"
+        DEFAULTS["seed"],
+        "seed for the passages' draw, the token reduction and the bootstrap (default {default})",
+        kind="int",
     )
-    batch_size: int = option(
-        DEFAULTS["batch_size"], f"passages per forward pass (default {DEFAULTS['batch_size']})", kind="int"
-    )
+    batch_size: int = option(DEFAULTS["batch_size"], "passages per forward pass (default {default})", kind="int")
     surrogate_seqs: int | None = option(
         None,
         "the calibrated references (surrogate streams of the measured covariances): all (default) or 0 to skip",
@@ -233,7 +240,7 @@ class AnalysisOptions:
     )
     max_memory: int = option(
         DEFAULT_MAX_MEMORY,
-        "memory the analysis may hold, e.g. 64GiB (default 4GiB): its Gram tiles or cross-products, unit sums and "
+        "memory the analysis may hold, e.g. 64GiB (default {default}): its Gram tiles or cross-products, unit sums and "
         "the layers it keeps (more memory, fewer passes over the stored samples; the same numbers)",
         metavar="SIZE",
         cli_default="4GiB",
@@ -334,11 +341,11 @@ class AnalysisOptions:
         return self.pooling == "mean"
 
     @property
-    def token_reduction(self):
-        """The token reduction of ``pooling="none"`` (None in passage mode)."""
-        from effdepth.numerics.sampling import TokenReduction
+    def reduction(self):
+        """What a passage gives as samples (``--pooling``): its mean, or its tokens."""
+        from effdepth.numerics.sampling import sample_reduction
 
-        return None if self.passages else TokenReduction(self.tokens_per_passage, self.seed)
+        return sample_reduction(self.pooling, self.tokens_per_passage, self.seed)
 
     @property
     def view_specs(self) -> list:
@@ -374,14 +381,20 @@ class RunOptions:
     progress: bool = option(True, "hide progress bars", flags=("--no-progress",), kind="no-flag")
     checkpoint: str | Path | None = option(None, "the folder a run keeps its partial samples in", cli=False)
     resume: bool = option(False, "continue the run saved in checkpoint", cli=False)
-    checkpoint_every_s: float = option(30.0, "save partial samples this often, in seconds", cli=False)
+    checkpoint_every_s: float = option(
+        30.0,
+        "save partial samples this often, and on Ctrl-C/SIGTERM; a rerun continues them (default {default}; "
+        "sweep and trajectory: with the local executor)",
+        flags=("--checkpoint-every",),
+        kind="float",
+        metavar="SECONDS",
+    )
     #: What a checkpoint records about the run (its options and the command that continues it).
     record: dict | None = option(None, "what a checkpoint records about the run", cli=False)
 
 
 _LOAD = tuple(f.name for f in fields(LoadOptions))
 _ANALYSIS = tuple(f.name for f in fields(AnalysisOptions))
-_RUN = tuple(f.name for f in fields(RunOptions))
 
 #: Options that do not change the numbers (statistics are per sequence;
 #: permissions are not measurements): left out of a sweep job's key.

@@ -62,21 +62,11 @@ def _check_choice(flag: str, choices):
     return check
 
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 10**3,
-    "kb": 10**3,
-    "kib": 2**10,
-    "m": 10**6,
-    "mb": 10**6,
-    "mib": 2**20,
-    "g": 10**9,
-    "gb": 10**9,
-    "gib": 2**30,
-    "t": 10**12,
-    "tb": 10**12,
-    "tib": 2**40,
+#: Byte units, lower-cased: decimal (k, kb, m, mb, ...) and binary (kib, mib, ...); a bare number is bytes.
+_UNITS = {"": 1, "b": 1} | {
+    name: base**power
+    for power, prefix in enumerate("kmgt", 1)
+    for name, base in ((prefix, 1000), (prefix + "b", 1000), (prefix + "ib", 1024))
 }
 
 
@@ -86,18 +76,17 @@ def parse_bytes(value) -> int:
     >>> parse_bytes("4GiB"), parse_bytes("500MB"), parse_bytes(1024)
     (4294967296, 500000000, 1024)
     """
+    not_a_size = EffdepthError(f"--max-memory must be a size such as 4GiB, 500MB or a number of bytes, got {value!r}")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         number, unit = float(value), ""
     else:
         m = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
         if not m or m.group(2).lower() not in _UNITS:
-            raise EffdepthError(f"--max-memory must be a size such as 4GiB, 500MB or a number of bytes, got {value!r}")
+            raise not_a_size
         try:
             number, unit = float(m.group(1)), m.group(2).lower()
         except ValueError:  # "1.2.3GB", "."
-            raise EffdepthError(
-                f"--max-memory must be a size such as 4GiB, 500MB or a number of bytes, got {value!r}"
-            ) from None
+            raise not_a_size from None
     if not math.isfinite(number * _UNITS[unit]):
         raise EffdepthError(f"--max-memory must be a finite size, got {value!r}")
     size = int(number * _UNITS[unit])

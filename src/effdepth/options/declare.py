@@ -1,7 +1,7 @@
 """One declaration per option: its default, its help, and how the command line spells it.
 
 Every option is a dataclass field made by :func:`option`; the command line's
-flags are built from these declarations (:func:`effdepth.cli.arguments.add_option_arguments`),
+flags and positionals are built from these declarations (:func:`effdepth.options.flags.add_option_arguments`),
 so an option's name, default and help are written once.
 """
 
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import field
 
-#: How a flag reads its value: a whole number, a number, a switch that sets True, or one that sets False.
-KINDS = (None, "int", "float", "flag", "no-flag")
+#: How a flag reads its value: text, a whole number, a number, a switch that sets True, one that sets
+#: False, a repeatable flag (a list of what was given), or the program's version; a function reads its own.
+KINDS = (None, "int", "float", "flag", "no-flag", "append", "version")
 
 
 def option(
@@ -18,16 +19,21 @@ def option(
     help: str,
     *,
     flags: tuple | None = None,
-    kind: str | None = None,
+    kind=None,
     choices=None,
     metavar: str | None = None,
     cli: bool = True,
     cli_default=...,
+    nargs: str | None = None,
+    required: bool = False,
 ):
     """A dataclass field with its help beside it. ``flags``: the command line's spellings (default
-    ``--name-with-dashes``); ``kind``: one of :data:`KINDS`; ``cli=False``: no flag (set in Python, or by
-    another declaration); ``cli_default``: what the command line leaves it at when the flag is not given
-    (default: ``default``; ``None`` lets the protocol or the pooling's sizes fill it in).
+    ``--name-with-dashes``; ``()``: a positional argument, ``nargs`` ``?``, ``*`` or ``+`` for an optional or
+    repeated one); ``kind``: one of :data:`KINDS`, or a function from the text to the value;
+    ``cli=False``: no flag (set in Python, or by another declaration); ``cli_default``: what the command
+    line leaves it at when the flag is not given (default: ``default``; ``None`` lets the protocol or the
+    pooling's sizes fill it in); ``required``: a flag that must be given. ``{default}`` in the help
+    reads the command line's default, so the help never repeats it.
 
     >>> from dataclasses import dataclass, fields
     >>> @dataclass
@@ -36,8 +42,10 @@ def option(
     >>> fields(Sizes)[0].metadata["help"], Sizes().seq_len
     ('tokens per passage', 512)
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind {kind!r}: one of {KINDS}")
+    if kind not in KINDS and not callable(kind):
+        raise ValueError(f"kind {kind!r}: one of {KINDS} or a function")
+    if isinstance(default, (list, dict, set)):
+        raise ValueError("mutable defaults: use a tuple")
     metadata = {
         "help": help,
         "flags": flags,
@@ -46,7 +54,8 @@ def option(
         "metavar": metavar,
         "cli": cli,
         "cli_default": default if cli_default is ... else cli_default,
+        "positional": flags == (),
+        "nargs": nargs,
+        "required": required,
     }
-    if isinstance(default, (list, dict, set)):
-        raise ValueError("mutable defaults: use a tuple")
     return field(default=default, metadata=metadata)

@@ -3,12 +3,19 @@
 The third writer beside :mod:`.html` and :mod:`.markdown`: the same :class:`~.content.model.Table`
 and :class:`~.content.model.Section` objects, so the terminal, HTML and Markdown carry the same
 numbers. :func:`table_text` writes a table, :func:`section_text` a titled one, :func:`content_text`
-everything a report says about one result.
+everything a report says about one result (``effdepth show``), :func:`first_text` what a terminal shows
+after a measurement (:func:`write_result`), :func:`facts_text` the rest of the report (``show --all``).
 """
 
 from __future__ import annotations
 
-from effdepth.report.content.model import ResultContent, Section, Table
+from pathlib import Path
+
+from effdepth.report.content.model import Folded, ResultContent, Section, Table
+
+#: The sections a terminal shows after a measurement, beside the headline and its warnings; ``effdepth
+#: show DIR`` prints them all.
+FIRST_SECTIONS = ("views", "confounds: first position and passage length", "sample size")
 
 
 def render_table(header: list, rows: list, numeric: list | None = None) -> str:
@@ -55,7 +62,7 @@ def table_text(table: Table, note: bool = True) -> str:
     return "\n".join(lines)
 
 
-def section_text(section: Section) -> str:
+def section_text(section: Section, note: bool = True) -> str:
     """A section: its title and context, then its table (the table alone without a title).
 
     >>> from effdepth.report.content import Cell
@@ -65,7 +72,7 @@ def section_text(section: Section) -> str:
     -------
     default
     """
-    table = table_text(section.table)
+    table = table_text(section.table, note)
     return f"{section.label}:\n{table}" if section.label else table
 
 
@@ -76,3 +83,49 @@ def content_text(content: ResultContent, extras: Table | None = None) -> str:
     if extras is not None:
         parts.append(table_text(extras))
     return "\n\n".join(parts)
+
+
+def first_text(content: ResultContent, folder: Path) -> str:
+    """What a terminal shows after a measurement: the headline with its warnings and the first sections
+    (:data:`FIRST_SECTIONS`) without their notes, then where the rest is."""
+    first = [s for s in content.sections if s.title in FIRST_SECTIONS]
+    rest = [s.title for s in content.sections if s.title not in FIRST_SECTIONS]
+    parts = ["\n".join(content.headline)] + [section_text(s, note=False) for s in first]
+    more = f" and {len(rest)} more ({'; '.join(rest)})" if rest else ""
+    parts.append(
+        f"effdepth show {folder} prints these tables with their notes{more}; --all adds the options and provenance"
+    )
+    return "\n\n".join(parts)
+
+
+def facts_text(summary: list, groups: list) -> str:
+    """The measurement's facts (``(label, value)`` pairs) and its provenance groups (``(group, pairs)``,
+    :func:`~effdepth.report.content.facts.provenance_groups`), each a two-column table."""
+
+    def pairs(rows) -> str:
+        return render_table(
+            ["key", "value"], [[k, v.full if isinstance(v, Folded) else v] for k, v in rows], [False, False]
+        )
+
+    parts = [f"facts:\n{pairs(summary)}"] + [f"{group}:\n{pairs(rows)}" for group, rows in groups]
+    return "\n\n".join(parts)
+
+
+def write_result(result, out: Path, *, figures: bool, note: str = "") -> None:
+    """Save ``result`` in ``out``, print its first tables (:func:`first_text`), and write its figures."""
+    from effdepth.report.content import result_content
+    from effdepth.report.figures import remove_stale_figures, write_figures
+
+    path = result.save(out)
+    print(first_text(result_content(result), out))
+    print(f"\nwrote {path}{note}")
+    if figures:
+        written = write_figures(result, out)  # also removes standard figures this result does not produce
+        print(f"wrote {len(written)} figures to {out}/: {', '.join(sorted({p.stem for p in written}))} (.png, .pdf)")
+    else:
+        # Figures of an earlier result in this folder would now sit next to numbers they do not show.
+        removed = remove_stale_figures(out)
+        if removed:
+            print(
+                f"removed {len(removed)} figures of an earlier result in {out}/: {', '.join(sorted({p.name for p in removed}))}"
+            )

@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from effdepth.errors import EffdepthError
+from effdepth.options.groups import EXECUTORS
 
-EXECUTORS = ("local", "ray")
 RAY_MISSING = "the ray executor needs Ray, which is not installed here: pip install 'effdepth[ray]'"
 
 

@@ -10,12 +10,12 @@ import torch
 
 import effdepth
 from effdepth.cli import main
-from effdepth.cli.measure import write_result
 from effdepth.models.tiny import tiny_model
 from effdepth.report import figures
 from effdepth.report.build import write_report
 from effdepth.report.content import captions, compare, tokens
 from effdepth.report.numbers import fmt
+from effdepth.report.plain import write_result
 from effdepth.report.sources import load_sources
 from effdepth.report.tables import experiment_final_table, intervention_table, result_summary_text, suite_summary_text
 from effdepth.report.wording import ATTRIBUTION
