@@ -231,72 +231,63 @@ def source_config(source: ModelSource):
         return None
 
 
-def load_tokenizer(source: ModelSource):
-    """The model's tokenizer, or ``None`` when the model has none we can load.
+def load_tokenizer(source):
+    """The tokenizer of a :class:`ModelSource`, or the one ``--tokenizer`` names: a folder holding
+    tokenizer files, a Hugging Face id or a ``.gguf`` file (from its dequantised copy when the cache has one).
 
-    Raises the model's load error when the model itself cannot be found, so an
-    unknown id is reported as such and not as a missing tokenizer.
-    """
-    from transformers import AutoConfig, AutoTokenizer
-
-    if source.preloaded is not None:
-        return source.preloaded[1]
-
-    try:
-        with quiet_loading():
-            return AutoTokenizer.from_pretrained(source.location, **source.kwargs)
-    except Exception:
-        pass
-    try:
-        with quiet_loading():
-            AutoConfig.from_pretrained(source.location, **source.kwargs)
-    except Exception as exc:
-        raise EffdepthError(_load_error(source.info, exc)) from None
-    return None  # only text corpora need one; they say so clearly
-
-
-def load_named_tokenizer(spec: str | Path):
-    """The tokenizer ``--tokenizer`` names: a folder holding tokenizer files, a Hugging Face id or a
-    ``.gguf`` file (from its dequantised copy when the cache has one).
+    A model with no tokenizer we can load gives ``None`` (only text corpora need one; they say so
+    clearly), a model that cannot be found its load error, so an unknown id is reported as such and not
+    as a missing tokenizer; a named tokenizer that does not load, a one-line error.
 
     >>> from effdepth.data import byte_tokenizer
     >>> import tempfile
     >>> folder = tempfile.mkdtemp()
     >>> _ = byte_tokenizer().save_pretrained(folder)
-    >>> len(load_named_tokenizer(folder))
+    >>> len(load_tokenizer(folder))
     259
     """
-    from transformers import AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
-    text = str(spec)
-    check_tokenizer_path(text)
-    path = Path(text).expanduser()
-    kwargs: dict = {}
+    named = None if isinstance(source, ModelSource) else str(source)
+    source = source if named is None else _tokenizer_source(named)
+    if source.preloaded is not None:
+        return source.preloaded[1]
     gguf = contextlib.nullcontext()
-    if text.endswith(".gguf"):
-        location, kwargs, _ = _gguf_source(path, {"path": str(path)})  # its dequantised copy when the cache has one
-        if kwargs:
-            from effdepth.models.gguf import parse_once
+    if "gguf_file" in source.kwargs:
+        from effdepth.models.gguf import parse_once
 
-            gguf = parse_once(progress=False)
-    elif path.exists():
-        if not path.is_dir():
-            raise EffdepthError(
-                f"tokenizer {text} is a file; give the folder holding its files (tokenizer.json, ...), "
-                "a Hugging Face id or a .gguf file"
-            )
-        location = str(path)
-    else:
-        location = text
+        gguf = parse_once(progress=False)
     try:
         with quiet_loading(), gguf:
-            return AutoTokenizer.from_pretrained(location, **kwargs)
+            return AutoTokenizer.from_pretrained(source.location, **source.kwargs)
     except Exception as exc:
-        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        if named is not None:
+            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise EffdepthError(
+                f"cannot load tokenizer {named}: {reason}; give a folder holding tokenizer files "
+                "(tokenizer.json, ...), a Hugging Face id or a .gguf file"
+            ) from None
+    try:
+        with quiet_loading():
+            AutoConfig.from_pretrained(source.location, **source.kwargs)
+    except Exception as exc:
+        raise EffdepthError(_load_error(source.info, exc)) from None
+    return None
+
+
+def _tokenizer_source(text: str) -> ModelSource:
+    """Where the tokenizer ``--tokenizer`` names loads from."""
+    check_tokenizer_path(text)
+    path = Path(text).expanduser()
+    if text.endswith(".gguf"):
+        location, kwargs, info = _gguf_source(path, {"path": str(path)})  # its dequantised copy when there is one
+        return ModelSource(location, kwargs, info)
+    if path.exists() and not path.is_dir():
         raise EffdepthError(
-            f"cannot load tokenizer {text}: {reason}; give a folder holding tokenizer files "
-            "(tokenizer.json, ...), a Hugging Face id or a .gguf file"
-        ) from None
+            f"tokenizer {text} is a file; give the folder holding its files (tokenizer.json, ...), "
+            "a Hugging Face id or a .gguf file"
+        )
+    return ModelSource(str(path) if path.exists() else text, {}, {"id": text})
 
 
 def check_tokenizer_path(text: str) -> None:
