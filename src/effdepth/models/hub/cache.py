@@ -54,23 +54,14 @@ def weight_files(names, *, allow_pickle: bool = False) -> list[str]:
     ([], ['pytorch_model.bin'])
     """
     top = {n for n in names if "/" not in n}
-    kinds = [("model.safetensors", "model.safetensors.index.json", _SAFETENSORS_SHARD)]
-    if allow_pickle:
-        kinds.append(("pytorch_model.bin", "pytorch_model.bin.index.json", _PICKLE_SHARD))
-    for single, index, shard in kinds[:1]:
-        if single in top:
-            return [single]
-        if index in top:
-            return [index] + sorted(n for n in top if shard.match(n))
+
+    def one_kind(single: str, index: str, shard) -> list:
+        return [single] if single in top else [index] + sorted(filter(shard.match, top)) if index in top else []
+
+    safetensors = one_kind("model.safetensors", "model.safetensors.index.json", _SAFETENSORS_SHARD)
     other = sorted(n for n in top if n.endswith(".safetensors") and not n.startswith("consolidated"))
-    if other:
-        return other
-    for single, index, shard in kinds[1:]:
-        if single in top:
-            return [single]
-        if index in top:
-            return [index] + sorted(n for n in top if shard.match(n))
-    return []
+    pickled = one_kind("pytorch_model.bin", "pytorch_model.bin.index.json", _PICKLE_SHARD) if allow_pickle else []
+    return safetensors or other or pickled
 
 
 def needed_files(names, *, allow_pickle: bool = False, trust_remote_code: bool = False) -> list[str]:
