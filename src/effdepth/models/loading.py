@@ -521,9 +521,9 @@ def no_conversion_requests():
 def _weights_problem(source: str, exc: Exception, info: dict) -> str | None:
     """Why safetensors weights did not load, when the reason is the weights themselves: only pickle
     weights there, or (on the hub) safetensors it lists but did not serve. ``None`` for other failures."""
-    from effdepth.models.hub import pickle_refusal
+    from effdepth.models.hub import Need, pickle_refusal
 
-    what = _model_words(info)
+    what = Need("model", info["id"], info.get("revision")).what
     folder = Path(source)
     if folder.is_dir():
         pickled = not any(folder.glob("*.safetensors")) and any(folder.glob("*.bin"))
@@ -559,18 +559,12 @@ def _hub_weight_files(info: dict) -> tuple[list, bool] | None:
     return weight_files(names), pickle_only(names)
 
 
-def _model_words(info: dict) -> str:
-    """``model 'x/y'``, with its revision when not main."""
-    revision = info.get("revision")
-    return f"model {info['id']!r}" + (f" at revision {revision!r}" if revision not in (None, "main") else "")
-
-
 def _load_error(info: dict, exc: Exception) -> str:
-    reason = " ".join(str(exc).split())[:300] or type(exc).__name__
-    what = _model_words(info)
-    if info["source"] == "hub":
-        from effdepth.models.hub import hub_error_message
+    from effdepth.models.hub import Need, hub_error_message
 
+    reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+    what = Need("model", info["id"], info.get("revision")).what
+    if info["source"] == "hub":
         embedded = "" if "/" in info["id"] else f" (models measurable by name without the hub: {embedded_names()})"
         said = hub_error_message(exc, info["id"], revision=info.get("revision"))  # the hub's answer, in one line
         if said is not None:
