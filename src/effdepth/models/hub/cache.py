@@ -12,13 +12,13 @@ Nothing here reaches the network.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import time
 from pathlib import Path
 
-from effdepth.models.hub.network import offline, quiet_hub
+from effdepth.models.hub.network import offline
+from effdepth.models.quiet import errors_only
 
 #: Top-level files a model needs besides its weights: config, generation
 #: config, tokenizer (json, vocabularies, sentencepiece/tiktoken models, chat templates).
@@ -307,16 +307,11 @@ def _dataset_missing(name: str, config: str | None, split: str) -> str | None:
         import datasets
     except ImportError:
         return "the datasets package is not installed (pip install datasets)"
-    ds_logger = logging.getLogger("datasets")
-    level = ds_logger.level
-    ds_logger.setLevel(logging.ERROR)
     try:
-        with offline(), quiet_hub():
+        with offline(), errors_only("datasets", "huggingface_hub"):
             builder = datasets.load_dataset_builder(name, config)
     except Exception:  # noqa: BLE001 - any failure means: not usable offline
         return "not in the datasets cache"
-    finally:
-        ds_logger.setLevel(level)
     folder = Path(str(getattr(builder, "cache_dir", "") or ""))
     if folder.is_dir() and (any(folder.glob(f"*-{split}.arrow")) or any(folder.glob(f"*-{split}-*.arrow"))):
         return None

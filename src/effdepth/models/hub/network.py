@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import socket
 import sys
@@ -19,6 +18,7 @@ import threading
 from urllib.parse import urlsplit
 
 from effdepth.errors import spelled
+from effdepth.models.quiet import errors_only
 
 #: Seconds the reachability probe waits for name resolution and the TCP connect (each).
 PROBE_TIMEOUT_S = float(os.environ.get("EFFDEPTH_HUB_PROBE_TIMEOUT", "3"))
@@ -102,21 +102,15 @@ def offline(on: bool = True):
             datasets_config.HF_HUB_OFFLINE, datasets_config.HF_DATASETS_OFFLINE = saved_datasets
 
 
-@contextlib.contextmanager
 def quiet_hub():
     """Keep huggingface_hub's retry and fallback warnings out of the terminal (errors still raise).
 
+    >>> import logging
     >>> with quiet_hub():
     ...     logging.getLogger("huggingface_hub").getEffectiveLevel() >= logging.ERROR
     True
     """
-    logger = logging.getLogger("huggingface_hub")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+    return errors_only("huggingface_hub")
 
 
 # --------------------------------------------------------------------------- can the hub be reached?
