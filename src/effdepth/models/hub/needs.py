@@ -274,9 +274,8 @@ def check_on_hub(repo: str, revision: str | None = None, *, allow_pickle: bool =
 def check_gated_access(info, repo: str, revision: str | None) -> None:
     """For a gated repository (its file list is public), whether this machine may download: one ``HEAD``
     of its config, raising what the hub answered. ``info`` is the hub's ``model_info``."""
-    if not getattr(info, "gated", False) or "config.json" not in {
-        s.rfilename for s in getattr(info, "siblings", None) or []
-    }:
+    names = {s.rfilename for s in getattr(info, "siblings", None) or []}
+    if not getattr(info, "gated", False) or "config.json" not in names:
         return
     import huggingface_hub
 
