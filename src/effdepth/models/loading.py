@@ -347,11 +347,8 @@ def load_model(
             "source": "object",
             "revision": None,
         }
-        m = model
-        if dtype is not None:
-            m = m.to(torch_dtype)
-        if device is not None:
-            m = m.to(dev)
+        m = model if dtype is None else model.to(torch_dtype)
+        m = m if device is None else m.to(dev)
         tok = tokenizer
     else:
         source = (

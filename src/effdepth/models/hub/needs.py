@@ -117,12 +117,7 @@ def check_available(needs, *, fix: str, cache_dir=None) -> None:
 
 
 def _missing(needs, cache_dir) -> list[tuple[Need, str]]:
-    out = []
-    for n in needs:
-        reason = n.missing(cache_dir)
-        if reason is not None:
-            out.append((n, reason))
-    return out
+    return [(n, why) for n in needs if (why := n.missing(cache_dir)) is not None]
 
 
 def _listing(lost: list, total: int, shown: int = 6) -> str:

@@ -25,6 +25,11 @@ PROBE_TIMEOUT_S = float(os.environ.get("EFFDEPTH_HUB_PROBE_TIMEOUT", "3"))
 #: The environment variables the offline switch sets (huggingface_hub, datasets).
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 _TRUE = ("1", "ON", "YES", "TRUE")
+# What httpx, requests, socket and huggingface_hub raise when the hub cannot be reached, by class name
+# (none of them need be imported to recognise its errors).
+_NETWORK_ERRORS = frozenset(
+    "ConnectError NetworkError TransportError TimeoutException ConnectionError OfflineModeIsEnabled gaierror TimeoutError".split()
+)
 
 
 # --------------------------------------------------------------------------- the offline switch
@@ -236,20 +241,7 @@ def is_network_error(exc: BaseException) -> bool:
     >>> is_network_error(ConnectionRefusedError()), is_network_error(ValueError("no"))
     (True, False)
     """
-    names = {k.__name__ for k in type(exc).__mro__}
-    return bool(
-        names
-        & {
-            "ConnectError",
-            "NetworkError",
-            "TransportError",
-            "TimeoutException",
-            "ConnectionError",
-            "OfflineModeIsEnabled",
-            "gaierror",
-            "TimeoutError",
-        }
-    )
+    return any(k.__name__ in _NETWORK_ERRORS for k in type(exc).__mro__)
 
 
 def _chain(exc: BaseException | None):
