@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from effdepth.data.corpus_prefix import CorpusPrefix, cached_prefix, write_prefix
-from effdepth.errors import EffdepthError
+from effdepth.errors import EffdepthError, causes
 
 #: Suffixes read from a folder; anything else under the folder is skipped.
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text", ".jsonl")
@@ -320,33 +320,15 @@ def _hf_error(spec: str, exc: Exception) -> EffdepthError:
     )
 
 
-def _chain(exc: BaseException | None) -> list:
-    """``exc`` and what it was raised from (datasets wraps the hub's errors)."""
-    chain, seen = [], set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        chain.append(exc)
-        exc = exc.__cause__ or exc.__context__
-    return chain
-
-
 def _lost_connection(exc: BaseException) -> bool:
     """Whether ``exc`` (or what it was raised from) says the connection failed, not what the hub answered."""
-    return any(
-        {k.__name__ for k in type(e).__mro__}
-        & {
-            "ConnectError",
-            "ConnectionError",
-            "RemoteProtocolError",
-            "ReadError",
-            "TimeoutException",
-            "NetworkError",
-            "TransportError",
-        }
-        for e in _chain(exc)
-    )
+    return any(k.__name__ in _CONNECTION_ERRORS for e in causes(exc) for k in type(e).__mro__)
 
 
+# What httpx, requests and socket raise when a connection fails, by class name (none need be imported).
+_CONNECTION_ERRORS = frozenset(
+    "ConnectError ConnectionError RemoteProtocolError ReadError TimeoutException NetworkError TransportError".split()
+)
 _NO_CONFIG = re.compile(r"BuilderConfig '(?P<config>[^']*)' not found\. Available: \[(?P<have>[^\]]*)\]")
 _NO_SPLIT = re.compile(r"Bad split: (?P<split>\S+?)\.? Available splits: \[(?P<have>[^\]]*)\]")
 
@@ -378,7 +360,7 @@ def _hf_answer(spec: str, exc: Exception) -> str | None:
     from huggingface_hub import constants, errors
 
     endpoint = str(constants.ENDPOINT).rstrip("/")
-    chain = _chain(exc)
+    chain = causes(exc)
     kinds = {k.__name__ for e in chain for k in type(e).__mro__}
     if any(isinstance(e, errors.GatedRepoError) for e in chain) or "is a gated dataset" in text:
         return (
@@ -396,14 +378,8 @@ def _hf_answer(spec: str, exc: Exception) -> str | None:
             f"there is no dataset {name} on the Hugging Face hub at {endpoint} (or it is private and this machine is "
             f"not logged in); check the name in corpus '{spec}', or run `hf auth login` if it is private"
         )
-    status = next(
-        (
-            getattr(getattr(e, "response", None), "status_code", None)
-            for e in chain
-            if isinstance(e, errors.HfHubHTTPError)
-        ),
-        None,
-    )
+    answer = next((e for e in chain if isinstance(e, errors.HfHubHTTPError)), None)
+    status = getattr(getattr(answer, "response", None), "status_code", None)
     if status is not None and status >= 500:
         return (
             f"the Hugging Face hub at {endpoint} answered {status} while reading dataset {name} (a fault on its side); "

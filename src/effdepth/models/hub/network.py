@@ -17,7 +17,7 @@ import sys
 import threading
 from urllib.parse import urlsplit
 
-from effdepth.errors import spelled
+from effdepth.errors import causes, spelled
 from effdepth.models.quiet import errors_only
 
 #: Seconds the reachability probe waits for name resolution and the TCP connect (each).
@@ -244,15 +244,6 @@ def is_network_error(exc: BaseException) -> bool:
     return any(k.__name__ in _NETWORK_ERRORS for k in type(exc).__mro__)
 
 
-def _chain(exc: BaseException | None):
-    """``exc`` and what it was raised from (transformers and datasets wrap the hub's errors)."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
-
-
 def hub_answer(exc: BaseException):
     """The huggingface_hub error ``exc`` is, or was raised from; else ``None``.
 
@@ -261,7 +252,7 @@ def hub_answer(exc: BaseException):
     """
     from huggingface_hub.errors import HfHubHTTPError
 
-    return next((e for e in _chain(exc) if isinstance(e, HfHubHTTPError)), None)
+    return next((e for e in causes(exc) if isinstance(e, HfHubHTTPError)), None)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -277,7 +268,7 @@ def is_transient(exc: BaseException) -> bool:
     return any(
         is_network_error(e)
         or any(k.__name__ in ("RemoteProtocolError", "ReadError", "ConnectionResetError") for k in type(e).__mro__)
-        for e in _chain(exc)
+        for e in causes(exc)
     )
 
 
