@@ -210,7 +210,7 @@ def _jsonl_text(line: str, path: Path, number: int) -> str:
 
 
 def _hf_source(spec: str) -> TextSource:
-    name, config, split = _parse_hf_spec(spec)
+    name, config, split = parse_hf_spec(spec)
     label = f"hf:{name}:{config or ''}:{split}"  # an empty config keeps the label re-parseable
     description = f"Hugging Face dataset {name} (config {config or 'default'}, split {split})"
     prefix = cached_prefix(name, config, split)
@@ -231,7 +231,7 @@ def _hf_source(spec: str) -> TextSource:
 
 
 def _load_hf_dataset(spec: str, *, streaming: bool, revision: str | None = None):
-    name, config, split = _parse_hf_spec(spec)
+    name, config, split = parse_hf_spec(spec)
     try:
         import datasets
     except ImportError as exc:
@@ -268,12 +268,17 @@ def stream_hf_prefix(spec: str, documents: int, *, commit: str | None = None, pr
     ``commit`` pins the dataset revision streamed (the hub's current one when
     ``None``); ``progress(n)`` is called after each document.
     """
-    name, config, split = _parse_hf_spec(spec)
+    name, config, split = parse_hf_spec(spec)
     dataset = _load_hf_dataset(spec, streaming=True, revision=commit)
     return write_prefix(name, config, split, _hf_row_texts(dataset, spec), documents, commit=commit, progress=progress)
 
 
-def _parse_hf_spec(spec: str) -> tuple[str, str | None, str]:
+def parse_hf_spec(spec: str) -> tuple[str, str | None, str]:
+    """``(name, config, split)`` of ``hf:NAME[:CONFIG[:SPLIT]]`` (the split ``train`` unless named).
+
+    >>> parse_hf_spec("hf:wikitext:wikitext-2-raw-v1:test"), parse_hf_spec("hf:wiki")
+    (('wikitext', 'wikitext-2-raw-v1', 'test'), ('wiki', None, 'train'))
+    """
     parts = spec[len("hf:") :].split(":")
     if len(parts) > 3 or not parts[0]:
         raise EffdepthError(
@@ -345,7 +350,7 @@ def _listed(python_list: str) -> str:
 def _hf_answer(spec: str, exc: Exception) -> str | None:
     """What the hub or ``datasets`` said about ``spec``, in one line, when it is one of the answers a
     person can act on (no such dataset, config or split; gated; the hub's own fault)."""
-    name, config, _ = _parse_hf_spec(spec)
+    name, config, _ = parse_hf_spec(spec)
     text = " ".join(str(exc).split())
     if (m := _NO_CONFIG.search(text)) is not None:
         return (

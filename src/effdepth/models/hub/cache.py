@@ -11,12 +11,15 @@ Nothing here reaches the network.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import time
 from pathlib import Path
 
+from effdepth.data.text_sources import parse_hf_spec
+from effdepth.errors import EffdepthError
 from effdepth.models.hub.network import offline
 from effdepth.models.quiet import errors_only
 
@@ -259,16 +262,13 @@ def cached_weight_shas(repo: str, revision: str | None = None, cache_dir=None) -
 def parse_hf_corpus(spec: str) -> tuple[str, str | None, str] | None:
     """``(name, config, split)`` of an ``hf:`` corpus spec; ``None`` for other or malformed specs.
 
-    >>> parse_hf_corpus("hf:wikitext:wikitext-2-raw-v1:test"), parse_hf_corpus("hf:wiki"), parse_hf_corpus("a.txt")
-    (('wikitext', 'wikitext-2-raw-v1', 'test'), ('wiki', None, 'train'), None)
+    >>> parse_hf_corpus("hf:wiki"), parse_hf_corpus("hf:a:b:c:d"), parse_hf_corpus("a.txt")
+    (('wiki', None, 'train'), None, None)
     """
-    if not isinstance(spec, str) or not spec.startswith("hf:"):
-        return None
-    parts = spec[3:].split(":")
-    if len(parts) > 3 or not parts[0]:
-        return None
-    parts += [""] * (3 - len(parts))
-    return parts[0], parts[1] or None, parts[2] or "train"
+    if isinstance(spec, str) and spec.startswith("hf:"):
+        with contextlib.suppress(EffdepthError):
+            return parse_hf_spec(spec)
+    return None
 
 
 def corpus_missing(spec) -> str | None:
