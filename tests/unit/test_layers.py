@@ -91,9 +91,10 @@ def dependencies(path: Path) -> set:
     """The modules ``path`` depends on: the edges of the import graph (see :func:`test_no_import_circles`)."""
     found = set()
     for target, names, _ in import_statements(path):
-        found |= (
-            {target} if names is None else {f"{target}.{n}" if is_module(f"{target}.{n}") else target for n in names}
-        )
+        if names is None:  # import effdepth.a.b
+            found.add(target)
+        for n in names or ():  # from effdepth.a import n: the module n, or a name a defines
+            found.add(f"{target}.{n}" if is_module(f"{target}.{n}") else target)
     return found
 
 
