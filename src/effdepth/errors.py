@@ -66,3 +66,23 @@ def tokenizer_hint() -> str:
         "--tokenizer PATH_OR_ID (a folder holding the tokenizer files, a Hugging Face id or a .gguf file)",
         "tokenizer= a tokenizer object, or the folder, Hugging Face id or .gguf file of one (or give pre-tokenized ids)",
     )
+
+
+def causes(exc: BaseException | None) -> list:
+    """``exc`` and what it was raised from, outermost first (libraries wrap one another's errors).
+
+    >>> try:
+    ...     try:
+    ...         raise KeyError("inner")
+    ...     except KeyError as inner:
+    ...         raise ValueError("outer") from inner
+    ... except ValueError as exc:
+    ...     [type(e).__name__ for e in causes(exc)]
+    ['ValueError', 'KeyError']
+    """
+    chain, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return chain

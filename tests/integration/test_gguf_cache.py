@@ -257,19 +257,19 @@ def test_the_hash_is_memoised_per_path_size_and_mtime(tmp_path, cache, monkeypat
 
 
 def test_a_gguf_tokenizer_can_be_named_on_its_own(gguf_file, cache):
-    from effdepth.models.loading import load_named_tokenizer
+    from effdepth.models.loading import load_tokenizer
 
-    tok = load_named_tokenizer(str(gguf_file))
+    tok = load_tokenizer(str(gguf_file))
     assert tok("hé", add_special_tokens=False)["input_ids"] == [104, 195, 169]
     assert json.loads(json.dumps(tok.bos_token)) == "<bos>"
 
 
 def test_a_named_gguf_tokenizer_comes_from_the_copy_once_there_is_one(gguf_file, cache, monkeypatch):
-    from effdepth.models.loading import load_named_tokenizer
+    from effdepth.models.loading import load_tokenizer
 
     load(gguf_file)  # makes the copy
     monkeypatch.setattr(gguf_cache, "parse_once", lambda **k: pytest.fail("parsed the GGUF file again"))
-    tok = load_named_tokenizer(str(gguf_file))
+    tok = load_tokenizer(str(gguf_file))
     assert tok("hé", add_special_tokens=False)["input_ids"] == [104, 195, 169]
 
 

@@ -51,14 +51,15 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imported_modules(path: Path) -> set:
-    """Every effdepth module ``path`` imports, at module level or inside functions."""
+def import_statements(path: Path):
+    """``(module, names, from_module)`` for every effdepth import in ``path``, at module level or inside
+    functions: the module made absolute, ``names`` None for ``import X``, ``from_module`` False for
+    ``from . import x``."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-    found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.split(".")[0] == "effdepth"}
+            yield from ((a.name, None, True) for a in node.names if a.name.split(".")[0] == "effdepth")
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -66,17 +67,34 @@ def imported_modules(path: Path) -> set:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            if target.split(".")[0] != "effdepth":
-                continue
-            # ``from . import content`` names a module; ``from .x import f`` names x.
-            if node.module:
-                found.add(target)
-            for alias in node.names:
-                candidate = f"{target}.{alias.name}"
-                if (PACKAGE.parent / Path(*candidate.split("."))).with_suffix(".py").exists() or (
-                    PACKAGE.parent / Path(*candidate.split("."))
-                ).is_dir():
-                    found.add(candidate)
+            if target.split(".")[0] == "effdepth":
+                yield target, tuple(a.name for a in node.names), bool(node.module)
+
+
+def is_module(name: str) -> bool:
+    where = PACKAGE.parent / Path(*name.split("."))
+    return where.with_suffix(".py").exists() or where.is_dir()
+
+
+def imported_modules(path: Path) -> set:
+    """Every effdepth module ``path`` imports, at module level or inside functions."""
+    found = set()
+    for target, names, from_module in import_statements(path):
+        # ``from . import content`` names a module; ``from .x import f`` names x.
+        if names is None or from_module:
+            found.add(target)
+        found |= {f"{target}.{n}" for n in names or () if is_module(f"{target}.{n}")}
+    return found
+
+
+def dependencies(path: Path) -> set:
+    """The modules ``path`` depends on: the edges of the import graph (see :func:`test_no_import_circles`)."""
+    found = set()
+    for target, names, _ in import_statements(path):
+        if names is None:  # import effdepth.a.b
+            found.add(target)
+        for n in names or ():  # from effdepth.a import n: the module n, or a name a defines
+            found.add(f"{target}.{n}" if is_module(f"{target}.{n}") else target)
     return found
 
 
@@ -104,6 +122,97 @@ def test_nothing_outside_cli_imports_cli():
         and any(t.startswith("effdepth.cli") for t in imported_modules(p))
     ]
     assert users == []
+
+
+# Circles in modules that other branches are restructuring, each by its members (a strongly connected set of
+# modules): tolerated exactly, so a new circle, or one that grows, still fails. Empty it as they go.
+KNOWN_CIRCLES = {
+    # notebook.py imports from_states from the package __init__, which imports notebook.
+    frozenset({"effdepth.measurement", "effdepth.measurement.notebook"}),
+    # passages.py imports agreed and comm_device from the package __init__, which imports passages.
+    frozenset({"effdepth.scale.distributed", "effdepth.scale.distributed.passages"}),
+}
+
+
+def circles(graph: dict) -> list:
+    """The import circles of ``graph`` (module -> the modules it depends on): one per strongly connected set
+    of modules, as the shortest path from its first member back to it.
+
+    >>> circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "d"}})
+    [['a', 'b', 'c', 'a'], ['d', 'd']]
+    """
+    index, low, stack, found = {}, {}, [], []
+
+    def connect(v):  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            members = set()
+            while v not in members:
+                members.add(stack.pop())
+            if len(members) > 1 or v in graph.get(v, ()):
+                found.append(shortest_circle(graph, members))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return sorted(found)
+
+
+def shortest_circle(graph: dict, members: set) -> list:
+    """The shortest path from the first of ``members`` back to it, within ``members`` (breadth first)."""
+    start = min(members)
+    paths = {w: [start, w] for w in graph[start] if w in members}
+    queue = list(paths)
+    while start not in paths:
+        v = queue.pop(0)
+        for w in sorted(graph[v] & members):
+            if w not in paths:
+                paths[w] = paths[v] + [w]
+                queue.append(w)
+    return paths[start]
+
+
+def import_graph() -> dict:
+    return {module_name(p): dependencies(p) for p in SOURCES}
+
+
+def test_no_import_circles():
+    """No module depends on itself through its imports, not even through one made inside a function (which
+    only defers the circle to the call).
+
+    The graph: a node per module (a package is its ``__init__``). ``import effdepth.a.b`` is an edge to
+    ``effdepth.a.b``; ``from effdepth.a import x`` (or its relative form) an edge to ``effdepth.a.x`` when that
+    is a module, else to ``effdepth.a``, the module that defines or re-exports ``x``. The parent packages Python
+    runs on the way to a module are not edges: a package's ``__init__`` re-exports its own submodules, and
+    counting them would make every submodule that imports a sibling a circle. So a submodule importing a
+    sibling module directly is no circle, while one importing a name from its own package's ``__init__``,
+    which imports it back, is.
+    """
+    found = {frozenset(c): c for c in circles(import_graph())}
+    new = [" -> ".join(c) for members, c in found.items() if members not in KNOWN_CIRCLES]
+    gone = [sorted(members) for members in KNOWN_CIRCLES if members not in found]
+    assert not new, "import circles: " + "; ".join(new)
+    assert not gone, f"KNOWN_CIRCLES lists circles that are gone (remove them): {gone}"
+
+
+def test_the_circle_check_sees_a_made_up_circle():
+    """The check itself must be able to fail: two probes importing each other, one inside a function."""
+    probes = [PACKAGE / "numerics" / "_circle_probe_a.py", PACKAGE / "numerics" / "_circle_probe_b.py"]
+    probes[0].write_text("from effdepth.numerics import _circle_probe_b\n", encoding="utf-8")
+    probes[1].write_text("def f():\n    from ._circle_probe_a import g\n", encoding="utf-8")
+    try:
+        graph = {**import_graph(), **{module_name(p): dependencies(p) for p in probes}}
+        assert [*(module_name(p) for p in probes), module_name(probes[0])] in circles(graph)
+    finally:
+        for probe in probes:
+            probe.unlink()
 
 
 def test_the_walker_sees_function_level_and_relative_imports(tmp_path):

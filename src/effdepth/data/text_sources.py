@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from effdepth.data.corpus_prefix import CorpusPrefix, cached_prefix, write_prefix
-from effdepth.errors import EffdepthError
+from effdepth.errors import EffdepthError, causes
 
 #: Suffixes read from a folder; anything else under the folder is skipped.
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text", ".jsonl")
@@ -210,7 +210,7 @@ def _jsonl_text(line: str, path: Path, number: int) -> str:
 
 
 def _hf_source(spec: str) -> TextSource:
-    name, config, split = _parse_hf_spec(spec)
+    name, config, split = parse_hf_spec(spec)
     label = f"hf:{name}:{config or ''}:{split}"  # an empty config keeps the label re-parseable
     description = f"Hugging Face dataset {name} (config {config or 'default'}, split {split})"
     prefix = cached_prefix(name, config, split)
@@ -231,7 +231,7 @@ def _hf_source(spec: str) -> TextSource:
 
 
 def _load_hf_dataset(spec: str, *, streaming: bool, revision: str | None = None):
-    name, config, split = _parse_hf_spec(spec)
+    name, config, split = parse_hf_spec(spec)
     try:
         import datasets
     except ImportError as exc:
@@ -268,12 +268,17 @@ def stream_hf_prefix(spec: str, documents: int, *, commit: str | None = None, pr
     ``commit`` pins the dataset revision streamed (the hub's current one when
     ``None``); ``progress(n)`` is called after each document.
     """
-    name, config, split = _parse_hf_spec(spec)
+    name, config, split = parse_hf_spec(spec)
     dataset = _load_hf_dataset(spec, streaming=True, revision=commit)
     return write_prefix(name, config, split, _hf_row_texts(dataset, spec), documents, commit=commit, progress=progress)
 
 
-def _parse_hf_spec(spec: str) -> tuple[str, str | None, str]:
+def parse_hf_spec(spec: str) -> tuple[str, str | None, str]:
+    """``(name, config, split)`` of ``hf:NAME[:CONFIG[:SPLIT]]`` (the split ``train`` unless named).
+
+    >>> parse_hf_spec("hf:wikitext:wikitext-2-raw-v1:test"), parse_hf_spec("hf:wiki")
+    (('wikitext', 'wikitext-2-raw-v1', 'test'), ('wiki', None, 'train'))
+    """
     parts = spec[len("hf:") :].split(":")
     if len(parts) > 3 or not parts[0]:
         raise EffdepthError(
@@ -320,33 +325,15 @@ def _hf_error(spec: str, exc: Exception) -> EffdepthError:
     )
 
 
-def _chain(exc: BaseException | None) -> list:
-    """``exc`` and what it was raised from (datasets wraps the hub's errors)."""
-    chain, seen = [], set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        chain.append(exc)
-        exc = exc.__cause__ or exc.__context__
-    return chain
-
-
 def _lost_connection(exc: BaseException) -> bool:
     """Whether ``exc`` (or what it was raised from) says the connection failed, not what the hub answered."""
-    return any(
-        {k.__name__ for k in type(e).__mro__}
-        & {
-            "ConnectError",
-            "ConnectionError",
-            "RemoteProtocolError",
-            "ReadError",
-            "TimeoutException",
-            "NetworkError",
-            "TransportError",
-        }
-        for e in _chain(exc)
-    )
+    return any(k.__name__ in _CONNECTION_ERRORS for e in causes(exc) for k in type(e).__mro__)
 
 
+# What httpx, requests and socket raise when a connection fails, by class name (none need be imported).
+_CONNECTION_ERRORS = frozenset(
+    "ConnectError ConnectionError RemoteProtocolError ReadError TimeoutException NetworkError TransportError".split()
+)
 _NO_CONFIG = re.compile(r"BuilderConfig '(?P<config>[^']*)' not found\. Available: \[(?P<have>[^\]]*)\]")
 _NO_SPLIT = re.compile(r"Bad split: (?P<split>\S+?)\.? Available splits: \[(?P<have>[^\]]*)\]")
 
@@ -363,7 +350,7 @@ def _listed(python_list: str) -> str:
 def _hf_answer(spec: str, exc: Exception) -> str | None:
     """What the hub or ``datasets`` said about ``spec``, in one line, when it is one of the answers a
     person can act on (no such dataset, config or split; gated; the hub's own fault)."""
-    name, config, _ = _parse_hf_spec(spec)
+    name, config, _ = parse_hf_spec(spec)
     text = " ".join(str(exc).split())
     if (m := _NO_CONFIG.search(text)) is not None:
         return (
@@ -378,7 +365,7 @@ def _hf_answer(spec: str, exc: Exception) -> str | None:
     from huggingface_hub import constants, errors
 
     endpoint = str(constants.ENDPOINT).rstrip("/")
-    chain = _chain(exc)
+    chain = causes(exc)
     kinds = {k.__name__ for e in chain for k in type(e).__mro__}
     if any(isinstance(e, errors.GatedRepoError) for e in chain) or "is a gated dataset" in text:
         return (
@@ -396,14 +383,8 @@ def _hf_answer(spec: str, exc: Exception) -> str | None:
             f"there is no dataset {name} on the Hugging Face hub at {endpoint} (or it is private and this machine is "
             f"not logged in); check the name in corpus '{spec}', or run `hf auth login` if it is private"
         )
-    status = next(
-        (
-            getattr(getattr(e, "response", None), "status_code", None)
-            for e in chain
-            if isinstance(e, errors.HfHubHTTPError)
-        ),
-        None,
-    )
+    answer = next((e for e in chain if isinstance(e, errors.HfHubHTTPError)), None)
+    status = getattr(getattr(answer, "response", None), "status_code", None)
     if status is not None and status >= 500:
         return (
             f"the Hugging Face hub at {endpoint} answered {status} while reading dataset {name} (a fault on its side); "

@@ -70,7 +70,6 @@ def prepare(load: LoadOptions | Options, *, progress: bool = True) -> Prepared:
         ModelSource,
         check_sequence_length,
         load_model,
-        load_named_tokenizer,
         load_tokenizer,
         locate_model,
         prepare_source,
@@ -85,7 +84,7 @@ def prepare(load: LoadOptions | Options, *, progress: bool = True) -> Prepared:
         source = external.model
         tokenizer = tokenizer if tokenizer is not None else external.tokenizer
     if isinstance(tokenizer, (str, Path)):  # --tokenizer PATH_OR_ID
-        tokenizer = load_named_tokenizer(tokenizer)
+        tokenizer = load_tokenizer(tokenizer)
     # Tokenizer and corpus first: a bad corpus fails in seconds, before the weights load.
     if not isinstance(source, torch.nn.Module):
         if not isinstance(source, ModelSource):

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from effdepth.data.assets import _display, cache_dir
+from effdepth.data.assets import _display, cache_dir, remove_stale
 from effdepth.errors import EffdepthError
 from effdepth.models.quiet import progress_bars, quiet_loading, silenced_stdout
 from effdepth.results.files import file_sha256 as _sha256  # unmemoised; file_sha256 below memoises large files
@@ -47,7 +47,6 @@ GGUF_DIR = "gguf"
 MANIFEST = "effdepth-gguf.json"
 MANIFEST_FORMAT = 1
 GGUF_MAGIC = b"GGUF"
-_STALE_STAGING_S = 24 * 3600
 # Files smaller than this hash in well under a second and are not memoised (no memo per test file).
 _MEMO_MIN_BYTES = 64 << 20
 
@@ -113,13 +112,7 @@ def find_copy(gguf: str | Path, sha256: str) -> Path | None:
     problem = _check_copy(folder, sha256)
     if problem is None:
         return folder
-    print(
-        f"effdepth: the dequantised copy of {Path(gguf).name} in {_display(folder)} is damaged ({problem}); "
-        "rebuilding it from the GGUF file",
-        file=sys.stderr,
-        flush=True,
-    )
-    discard_copy(folder)
+    discard_to_rebuild(gguf, folder, f"is damaged ({problem})")
     return None
 
 
@@ -293,7 +286,7 @@ def _save_copy(model, tokenizer, gguf: Path, sha256: str, final: Path) -> None:
 
     parent = final.parent
     parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale(parent)
+    remove_stale(parent, ".tmp-*", ".trash-*")
     need = sum(p.numel() * p.element_size() for p in model.parameters()) + (64 << 20)
     free = shutil.disk_usage(parent).free
     if free < need:
@@ -383,6 +376,17 @@ def _check_copy(folder: Path, sha256: str) -> str | None:
     return None
 
 
+def discard_to_rebuild(gguf, folder: Path, problem: str) -> None:
+    """Say in one line on stderr what is wrong with a copy (it is rebuilt from its GGUF file), and discard it."""
+    print(
+        f"effdepth: the dequantised copy of {Path(gguf).name} in {_display(folder)} {problem}; "
+        "rebuilding it from the GGUF file",
+        file=sys.stderr,
+        flush=True,
+    )
+    discard_copy(folder)
+
+
 def discard_copy(folder: Path) -> None:
     """Move a damaged copy aside (one rename) and delete it: a concurrent run never sees it half deleted.
 
@@ -394,15 +398,6 @@ def discard_copy(folder: Path) -> None:
     except OSError:
         return  # gone already, or replaced by a run that rebuilt it
     shutil.rmtree(trash, ignore_errors=True)
-
-
-def _remove_stale(parent: Path) -> None:
-    # A run killed mid-conversion leaves its staging folder; one a day old belongs to no live run.
-    cutoff = time.time() - _STALE_STAGING_S
-    for stale in [*parent.glob(".tmp-*"), *parent.glob(".trash-*")]:
-        with contextlib.suppress(OSError):
-            if stale.stat().st_mtime < cutoff:
-                shutil.rmtree(stale, ignore_errors=True)
 
 
 def _version(package: str) -> str | None:

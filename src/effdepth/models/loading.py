@@ -231,72 +231,63 @@ def source_config(source: ModelSource):
         return None
 
 
-def load_tokenizer(source: ModelSource):
-    """The model's tokenizer, or ``None`` when the model has none we can load.
+def load_tokenizer(source):
+    """The tokenizer of a :class:`ModelSource`, or the one ``--tokenizer`` names: a folder holding
+    tokenizer files, a Hugging Face id or a ``.gguf`` file (from its dequantised copy when the cache has one).
 
-    Raises the model's load error when the model itself cannot be found, so an
-    unknown id is reported as such and not as a missing tokenizer.
-    """
-    from transformers import AutoConfig, AutoTokenizer
-
-    if source.preloaded is not None:
-        return source.preloaded[1]
-
-    try:
-        with quiet_loading():
-            return AutoTokenizer.from_pretrained(source.location, **source.kwargs)
-    except Exception:
-        pass
-    try:
-        with quiet_loading():
-            AutoConfig.from_pretrained(source.location, **source.kwargs)
-    except Exception as exc:
-        raise EffdepthError(_load_error(source.info, exc)) from None
-    return None  # only text corpora need one; they say so clearly
-
-
-def load_named_tokenizer(spec: str | Path):
-    """The tokenizer ``--tokenizer`` names: a folder holding tokenizer files, a Hugging Face id or a
-    ``.gguf`` file (from its dequantised copy when the cache has one).
+    A model with no tokenizer we can load gives ``None`` (only text corpora need one; they say so
+    clearly), a model that cannot be found its load error, so an unknown id is reported as such and not
+    as a missing tokenizer; a named tokenizer that does not load, a one-line error.
 
     >>> from effdepth.data import byte_tokenizer
     >>> import tempfile
     >>> folder = tempfile.mkdtemp()
     >>> _ = byte_tokenizer().save_pretrained(folder)
-    >>> len(load_named_tokenizer(folder))
+    >>> len(load_tokenizer(folder))
     259
     """
-    from transformers import AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
-    text = str(spec)
-    check_tokenizer_path(text)
-    path = Path(text).expanduser()
-    kwargs: dict = {}
+    named = None if isinstance(source, ModelSource) else str(source)
+    source = source if named is None else _tokenizer_source(named)
+    if source.preloaded is not None:
+        return source.preloaded[1]
     gguf = contextlib.nullcontext()
-    if text.endswith(".gguf"):
-        location, kwargs, _ = _gguf_source(path, {"path": str(path)})  # its dequantised copy when the cache has one
-        if kwargs:
-            from effdepth.models.gguf import parse_once
+    if "gguf_file" in source.kwargs:
+        from effdepth.models.gguf import parse_once
 
-            gguf = parse_once(progress=False)
-    elif path.exists():
-        if not path.is_dir():
-            raise EffdepthError(
-                f"tokenizer {text} is a file; give the folder holding its files (tokenizer.json, ...), "
-                "a Hugging Face id or a .gguf file"
-            )
-        location = str(path)
-    else:
-        location = text
+        gguf = parse_once(progress=False)
     try:
         with quiet_loading(), gguf:
-            return AutoTokenizer.from_pretrained(location, **kwargs)
+            return AutoTokenizer.from_pretrained(source.location, **source.kwargs)
     except Exception as exc:
-        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        if named is not None:
+            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise EffdepthError(
+                f"cannot load tokenizer {named}: {reason}; give a folder holding tokenizer files "
+                "(tokenizer.json, ...), a Hugging Face id or a .gguf file"
+            ) from None
+    try:
+        with quiet_loading():
+            AutoConfig.from_pretrained(source.location, **source.kwargs)
+    except Exception as exc:
+        raise EffdepthError(_load_error(source.info, exc)) from None
+    return None
+
+
+def _tokenizer_source(text: str) -> ModelSource:
+    """Where the tokenizer ``--tokenizer`` names loads from."""
+    check_tokenizer_path(text)
+    path = Path(text).expanduser()
+    if text.endswith(".gguf"):
+        location, kwargs, info = _gguf_source(path, {"path": str(path)})  # its dequantised copy when there is one
+        return ModelSource(location, kwargs, info)
+    if path.exists() and not path.is_dir():
         raise EffdepthError(
-            f"cannot load tokenizer {text}: {reason}; give a folder holding tokenizer files "
-            "(tokenizer.json, ...), a Hugging Face id or a .gguf file"
-        ) from None
+            f"tokenizer {text} is a file; give the folder holding its files (tokenizer.json, ...), "
+            "a Hugging Face id or a .gguf file"
+        )
+    return ModelSource(str(path) if path.exists() else text, {}, {"id": text})
 
 
 def check_tokenizer_path(text: str) -> None:
@@ -356,11 +347,8 @@ def load_model(
             "source": "object",
             "revision": None,
         }
-        m = model
-        if dtype is not None:
-            m = m.to(torch_dtype)
-        if device is not None:
-            m = m.to(dev)
+        m = model if dtype is None else model.to(torch_dtype)
+        m = m if device is None else m.to(dev)
         tok = tokenizer
     else:
         source = (
@@ -410,19 +398,10 @@ def _load_source(source: ModelSource, torch_dtype, dev, device_map, allow_pickle
 
 def _rebuild_copy(source: ModelSource, error: Exception, progress: bool) -> ModelSource:
     """A GGUF copy that passed its checks but does not load: say so in one line, remove it, convert again."""
-    import sys
+    from effdepth.models.gguf import discard_to_rebuild
 
-    from effdepth.data.assets import _display
-    from effdepth.models.gguf import discard_copy
-
-    path, copy = Path(source.info["path"]), Path(source.info["weights"]["copy"])
-    print(
-        f"effdepth: the dequantised copy of {path.name} in {_display(copy)} does not load ({str(error)[:200]}); "
-        "rebuilding it from the GGUF file",
-        file=sys.stderr,
-        flush=True,
-    )
-    discard_copy(copy)
+    path = Path(source.info["path"])
+    discard_to_rebuild(path, Path(source.info["weights"]["copy"]), f"does not load ({str(error)[:200]})")
     info = {k: v for k, v in source.info.items() if k != "weights"}
     return prepare_source(ModelSource(str(path.parent), {"gguf_file": path.name}, info), progress=progress)
 
@@ -539,11 +518,9 @@ def no_conversion_requests():
 def _weights_problem(source: str, exc: Exception, info: dict) -> str | None:
     """Why safetensors weights did not load, when the reason is the weights themselves: only pickle
     weights there, or (on the hub) safetensors it lists but did not serve. ``None`` for other failures."""
-    from effdepth.models.hub import pickle_refusal
+    from effdepth.models.hub import Need, pickle_refusal
 
-    what = f"model {info['id']!r}" + (
-        f" at revision {info['revision']!r}" if info.get("revision") not in (None, "main") else ""
-    )
+    what = Need("model", info["id"], info.get("revision")).what
     folder = Path(source)
     if folder.is_dir():
         pickled = not any(folder.glob("*.safetensors")) and any(folder.glob("*.bin"))
@@ -580,13 +557,11 @@ def _hub_weight_files(info: dict) -> tuple[list, bool] | None:
 
 
 def _load_error(info: dict, exc: Exception) -> str:
-    reason = " ".join(str(exc).split())[:300] or type(exc).__name__
-    what = f"model {info['id']!r}" + (
-        f" at revision {info['revision']!r}" if info.get("revision") not in (None, "main") else ""
-    )
-    if info["source"] == "hub":
-        from effdepth.models.hub import hub_error_message
+    from effdepth.models.hub import Need, hub_error_message
 
+    reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+    what = Need("model", info["id"], info.get("revision")).what
+    if info["source"] == "hub":
         embedded = "" if "/" in info["id"] else f" (models measurable by name without the hub: {embedded_names()})"
         said = hub_error_message(exc, info["id"], revision=info.get("revision"))  # the hub's answer, in one line
         if said is not None:

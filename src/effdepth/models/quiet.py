@@ -38,18 +38,29 @@ def quiet_loading():
     >>> with quiet_loading():
     ...     print("not shown")
     """
-    from effdepth.models.hub import quiet_hub
+    with errors_only("transformers", "huggingface_hub"), warnings.catch_warnings(), silenced_stdout():
+        warnings.simplefilter("ignore")
+        yield
 
-    logger = logging.getLogger("transformers")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+
+@contextlib.contextmanager
+def errors_only(*libraries: str):
+    """Only errors from these libraries' loggers inside the block (their retry and fallback warnings
+    would fill the terminal); the levels are restored after.
+
+    >>> with errors_only("datasets"):
+    ...     logging.getLogger("datasets").getEffectiveLevel() >= logging.ERROR
+    True
+    """
+    loggers = [logging.getLogger(name) for name in libraries]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings(), quiet_hub():
-            warnings.simplefilter("ignore")
-            with silenced_stdout():
-                yield
+        yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 @contextlib.contextmanager

@@ -37,23 +37,9 @@ _VL_WRAPPER = Architecture(
 ARCHITECTURES: dict = {
     "gpt2": Architecture("transformer", "transformer.h", "transformer.wte", "transformer.ln_f"),
     "gpt_neox": Architecture("gpt_neox", "gpt_neox.layers", "gpt_neox.embed_in", "gpt_neox.final_layer_norm"),
-    **{
-        t: _LLAMA_LIKE
-        for t in (
-            "llama",
-            "mistral",
-            "phi3",
-            "qwen2",
-            "qwen3",
-            "olmo",
-            "olmo2",
-            "olmo3",
-            "gemma",
-            "gemma2",
-            "gemma3_text",
-            "qwen3_5_text",
-        )
-    },
+    **dict.fromkeys(
+        "llama mistral phi3 qwen2 qwen3 olmo olmo2 olmo3 gemma gemma2 gemma3_text qwen3_5_text".split(), _LLAMA_LIKE
+    ),
     "qwen3_5": _VL_WRAPPER,
     "gemma3": _VL_WRAPPER,
 }

@@ -16,6 +16,8 @@ TINY_LAYERS = 3
 TINY_HIDDEN = 64
 TINY_VOCAB = 259  # matches effdepth.data.byte_tokenizer()
 
+# The byte tokenizer's specials, so every id is inside the tiny vocabulary.
+_BYTE_SPECIALS = {"bos_token_id": 256, "eos_token_id": 257, "pad_token_id": 258}
 _COMMON = {
     "num_hidden_layers": TINY_LAYERS,
     "hidden_size": TINY_HIDDEN,
@@ -25,10 +27,7 @@ _COMMON = {
     "vocab_size": TINY_VOCAB,
     "max_position_embeddings": 512,
     "tie_word_embeddings": False,
-    # The byte tokenizer's specials, so every id is inside the tiny vocabulary.
-    "bos_token_id": 256,
-    "eos_token_id": 257,
-    "pad_token_id": 258,
+    **_BYTE_SPECIALS,
 }
 
 _FAMILY_OVERRIDES = {
@@ -38,9 +37,7 @@ _FAMILY_OVERRIDES = {
         "n_head": 4,
         "vocab_size": TINY_VOCAB,
         "n_positions": 512,
-        "bos_token_id": 256,
-        "eos_token_id": 257,
-        "pad_token_id": 258,
+        **_BYTE_SPECIALS,
     },
     "gpt_neox": {**_COMMON, "num_key_value_heads": None, "rotary_pct": 0.25},
     "gemma": {**_COMMON, "head_dim": 16},

@@ -70,9 +70,8 @@ def _eigenvalues(similarity: np.ndarray) -> np.ndarray:
     s = np.asarray(similarity, dtype=np.float64)
     finite = np.isfinite(s).all(axis=(-2, -1))
     symmetric = np.where(finite[..., None, None], 0.5 * (s + np.swapaxes(s, -1, -2)), 0.0)
-    values = np.where(
-        finite[..., None], np.linalg.eigvalsh(symmetric), np.nan
-    )  # a resample without a similarity has no spectrum
+    # A resample without a similarity has no spectrum.
+    values = np.where(finite[..., None], np.linalg.eigvalsh(symmetric), np.nan)
     return np.clip(values[..., ::-1], 0.0, None)
 
 

@@ -106,9 +106,7 @@ def without_first(tokens: torch.Tensor, first_is_bos: torch.Tensor | None = None
     >>> without_first(torch.tensor([[0.0, 1.0, 1.0], [1.0, 1.0, 0.0]])).tolist()
     [[0.0, 0.0, 1.0], [0.0, 1.0, 0.0]]
     """
-    kept = tokens.clone()
-    kept[torch.arange(tokens.shape[0], device=tokens.device), tokens.argmax(dim=1)] = 0.0
-    return kept
+    return without_bos(tokens, torch.ones(tokens.shape[0], dtype=torch.bool, device=tokens.device))
 
 
 def divide_by_norms(weights: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:

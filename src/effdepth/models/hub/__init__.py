@@ -51,6 +51,7 @@ from effdepth.models.hub.cache import _shakespeare_path as _shakespeare_path
 from effdepth.models.hub.needs import (
     Need,
     check_available,
+    check_gated_access,
     check_measure_inputs,
     check_on_hub,
     corpus_needs,
@@ -90,6 +91,7 @@ __all__ = [
     "cached_commit",
     "cached_weight_shas",
     "check_available",
+    "check_gated_access",
     "check_measure_inputs",
     "check_on_hub",
     "corpus_missing",

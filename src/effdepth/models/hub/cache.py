@@ -11,14 +11,17 @@ Nothing here reaches the network.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import logging
 import os
 import re
 import time
 from pathlib import Path
 
-from effdepth.models.hub.network import offline, quiet_hub
+from effdepth.data.text_sources import parse_hf_spec
+from effdepth.errors import EffdepthError
+from effdepth.models.hub.network import offline
+from effdepth.models.quiet import errors_only
 
 #: Top-level files a model needs besides its weights: config, generation
 #: config, tokenizer (json, vocabularies, sentencepiece/tiktoken models, chat templates).
@@ -54,23 +57,14 @@ def weight_files(names, *, allow_pickle: bool = False) -> list[str]:
     ([], ['pytorch_model.bin'])
     """
     top = {n for n in names if "/" not in n}
-    kinds = [("model.safetensors", "model.safetensors.index.json", _SAFETENSORS_SHARD)]
-    if allow_pickle:
-        kinds.append(("pytorch_model.bin", "pytorch_model.bin.index.json", _PICKLE_SHARD))
-    for single, index, shard in kinds[:1]:
-        if single in top:
-            return [single]
-        if index in top:
-            return [index] + sorted(n for n in top if shard.match(n))
+
+    def one_kind(single: str, index: str, shard) -> list:
+        return [single] if single in top else [index] + sorted(filter(shard.match, top)) if index in top else []
+
+    safetensors = one_kind("model.safetensors", "model.safetensors.index.json", _SAFETENSORS_SHARD)
     other = sorted(n for n in top if n.endswith(".safetensors") and not n.startswith("consolidated"))
-    if other:
-        return other
-    for single, index, shard in kinds[1:]:
-        if single in top:
-            return [single]
-        if index in top:
-            return [index] + sorted(n for n in top if shard.match(n))
-    return []
+    pickled = one_kind("pytorch_model.bin", "pytorch_model.bin.index.json", _PICKLE_SHARD) if allow_pickle else []
+    return safetensors or other or pickled
 
 
 def needed_files(names, *, allow_pickle: bool = False, trust_remote_code: bool = False) -> list[str]:
@@ -268,16 +262,13 @@ def cached_weight_shas(repo: str, revision: str | None = None, cache_dir=None) -
 def parse_hf_corpus(spec: str) -> tuple[str, str | None, str] | None:
     """``(name, config, split)`` of an ``hf:`` corpus spec; ``None`` for other or malformed specs.
 
-    >>> parse_hf_corpus("hf:wikitext:wikitext-2-raw-v1:test"), parse_hf_corpus("hf:wiki"), parse_hf_corpus("a.txt")
-    (('wikitext', 'wikitext-2-raw-v1', 'test'), ('wiki', None, 'train'), None)
+    >>> parse_hf_corpus("hf:wiki"), parse_hf_corpus("hf:a:b:c:d"), parse_hf_corpus("a.txt")
+    (('wiki', None, 'train'), None, None)
     """
-    if not isinstance(spec, str) or not spec.startswith("hf:"):
-        return None
-    parts = spec[3:].split(":")
-    if len(parts) > 3 or not parts[0]:
-        return None
-    parts += [""] * (3 - len(parts))
-    return parts[0], parts[1] or None, parts[2] or "train"
+    if isinstance(spec, str) and spec.startswith("hf:"):
+        with contextlib.suppress(EffdepthError):
+            return parse_hf_spec(spec)
+    return None
 
 
 def corpus_missing(spec) -> str | None:
@@ -316,16 +307,11 @@ def _dataset_missing(name: str, config: str | None, split: str) -> str | None:
         import datasets
     except ImportError:
         return "the datasets package is not installed (pip install datasets)"
-    ds_logger = logging.getLogger("datasets")
-    level = ds_logger.level
-    ds_logger.setLevel(logging.ERROR)
     try:
-        with offline(), quiet_hub():
+        with offline(), errors_only("datasets", "huggingface_hub"):
             builder = datasets.load_dataset_builder(name, config)
     except Exception:  # noqa: BLE001 - any failure means: not usable offline
         return "not in the datasets cache"
-    finally:
-        ds_logger.setLevel(level)
     folder = Path(str(getattr(builder, "cache_dir", "") or ""))
     if folder.is_dir() and (any(folder.glob(f"*-{split}.arrow")) or any(folder.glob(f"*-{split}-*.arrow"))):
         return None

@@ -117,12 +117,7 @@ def check_available(needs, *, fix: str, cache_dir=None) -> None:
 
 
 def _missing(needs, cache_dir) -> list[tuple[Need, str]]:
-    out = []
-    for n in needs:
-        reason = n.missing(cache_dir)
-        if reason is not None:
-            out.append((n, reason))
-    return out
+    return [(n, why) for n in needs if (why := n.missing(cache_dir)) is not None]
 
 
 def _listing(lost: list, total: int, shown: int = 6) -> str:
@@ -262,15 +257,23 @@ def check_on_hub(repo: str, revision: str | None = None, *, allow_pickle: bool =
     names = [s.rfilename for s in getattr(info, "siblings", None) or []]
     if names and not weight_files(names, allow_pickle=allow_pickle) and pickle_only(names):
         raise EffdepthError(pickle_refusal(f"model {repo}{at}"))
-    commit = getattr(info, "sha", None)
-    if getattr(info, "gated", False) and "config.json" in names:
-        try:
-            with quiet_hub():
-                huggingface_hub.get_hf_file_metadata(
-                    huggingface_hub.hf_hub_url(repo, "config.json", revision=commit or revision)
-                )
-        except Exception as exc:  # noqa: BLE001
-            message = None if is_transient(exc) else hub_error_message(exc, repo, revision=revision)
-            if message is not None:
-                raise EffdepthError(message) from None
-    return commit
+    try:
+        check_gated_access(info, repo, revision)
+    except Exception as exc:  # noqa: BLE001
+        message = None if is_transient(exc) else hub_error_message(exc, repo, revision=revision)
+        if message is not None:
+            raise EffdepthError(message) from None
+    return getattr(info, "sha", None)
+
+
+def check_gated_access(info, repo: str, revision: str | None) -> None:
+    """For a gated repository (its file list is public), whether this machine may download: one ``HEAD``
+    of its config, raising what the hub answered. ``info`` is the hub's ``model_info``."""
+    names = {s.rfilename for s in getattr(info, "siblings", None) or []}
+    if not getattr(info, "gated", False) or "config.json" not in names:
+        return
+    import huggingface_hub
+
+    with quiet_hub():
+        url = huggingface_hub.hf_hub_url(repo, "config.json", revision=getattr(info, "sha", None) or revision)
+        huggingface_hub.get_hf_file_metadata(url)

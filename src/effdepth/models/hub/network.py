@@ -11,20 +11,25 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import socket
 import sys
 import threading
 from urllib.parse import urlsplit
 
-from effdepth.errors import spelled
+from effdepth.errors import causes, spelled
+from effdepth.models.quiet import errors_only
 
 #: Seconds the reachability probe waits for name resolution and the TCP connect (each).
 PROBE_TIMEOUT_S = float(os.environ.get("EFFDEPTH_HUB_PROBE_TIMEOUT", "3"))
 #: The environment variables the offline switch sets (huggingface_hub, datasets).
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 _TRUE = ("1", "ON", "YES", "TRUE")
+# What httpx, requests, socket and huggingface_hub raise when the hub cannot be reached, by class name
+# (none of them need be imported to recognise its errors).
+_NETWORK_ERRORS = frozenset(
+    "ConnectError NetworkError TransportError TimeoutException ConnectionError OfflineModeIsEnabled gaierror TimeoutError".split()
+)
 
 
 # --------------------------------------------------------------------------- the offline switch
@@ -102,21 +107,15 @@ def offline(on: bool = True):
             datasets_config.HF_HUB_OFFLINE, datasets_config.HF_DATASETS_OFFLINE = saved_datasets
 
 
-@contextlib.contextmanager
 def quiet_hub():
     """Keep huggingface_hub's retry and fallback warnings out of the terminal (errors still raise).
 
+    >>> import logging
     >>> with quiet_hub():
     ...     logging.getLogger("huggingface_hub").getEffectiveLevel() >= logging.ERROR
     True
     """
-    logger = logging.getLogger("huggingface_hub")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+    return errors_only("huggingface_hub")
 
 
 # --------------------------------------------------------------------------- can the hub be reached?
@@ -242,29 +241,7 @@ def is_network_error(exc: BaseException) -> bool:
     >>> is_network_error(ConnectionRefusedError()), is_network_error(ValueError("no"))
     (True, False)
     """
-    names = {k.__name__ for k in type(exc).__mro__}
-    return bool(
-        names
-        & {
-            "ConnectError",
-            "NetworkError",
-            "TransportError",
-            "TimeoutException",
-            "ConnectionError",
-            "OfflineModeIsEnabled",
-            "gaierror",
-            "TimeoutError",
-        }
-    )
-
-
-def _chain(exc: BaseException | None):
-    """``exc`` and what it was raised from (transformers and datasets wrap the hub's errors)."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
+    return any(k.__name__ in _NETWORK_ERRORS for k in type(exc).__mro__)
 
 
 def hub_answer(exc: BaseException):
@@ -275,7 +252,7 @@ def hub_answer(exc: BaseException):
     """
     from huggingface_hub.errors import HfHubHTTPError
 
-    return next((e for e in _chain(exc) if isinstance(e, HfHubHTTPError)), None)
+    return next((e for e in causes(exc) if isinstance(e, HfHubHTTPError)), None)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -291,7 +268,7 @@ def is_transient(exc: BaseException) -> bool:
     return any(
         is_network_error(e)
         or any(k.__name__ in ("RemoteProtocolError", "ReadError", "ConnectionResetError") for k in type(e).__mro__)
-        for e in _chain(exc)
+        for e in causes(exc)
     )
 
 

@@ -9,13 +9,22 @@ that could not work fails at import.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from effdepth.errors import EffdepthError
 from effdepth.numerics.hsic_plan import ESTIMATORS
 from effdepth.numerics.similarities import builtin
 from effdepth.numerics.similarities.spec import Similarity
 
+
+def _registered(given: tuple) -> dict:
+    """The specs by name, each told which spec brings it as a companion."""
+    brought_by = {c: s.name for s in given for c in s.companions}
+    return {s.name: replace(s, companion_of=brought_by.get(s.name)) for s in given}
+
+
 #: The specs by name, in registry order.
-SIMILARITIES = {s.name: s for s in builtin.SPECS}
+SIMILARITIES = _registered(builtin.SPECS)
 #: Similarities of the token-level statistics that the token reduction (``--pooling none``) replaced.
 REMOVED = ("frobenius", "token", "cka-full")
 

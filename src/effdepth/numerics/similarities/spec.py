@@ -27,6 +27,8 @@ class Similarity:
     >>> from effdepth.numerics.similarities import get_similarity
     >>> get_similarity("cka-debiased").estimator, get_similarity("cosine").kernel
     ('debiased', False)
+    >>> get_similarity("cka-debiased").companion_of, get_similarity("cka").companion_of
+    ('cka', None)
     """
 
     name: str
@@ -40,20 +42,10 @@ class Similarity:
     in_all: bool = True  # part of ``--similarity all``
     estimator: str | None = None
     matrix: Callable | None = None
+    # The similarity that brings this one beside it, if any: filled by the registry from the others' companions.
+    companion_of: str | None = None
 
     @property
     def kernel(self) -> bool:
         """A CKA estimator: made of an HSIC estimator, with matched references and an update similarity."""
         return self.estimator is not None
-
-    @property
-    def companion_of(self) -> str | None:
-        """The similarity that brings this one beside it, if any.
-
-        >>> from effdepth.numerics.similarities import get_similarity
-        >>> get_similarity("cka-debiased").companion_of, get_similarity("cka").companion_of
-        ('cka', None)
-        """
-        from effdepth.numerics.similarities.registry import specs  # the registry is built from the specs
-
-        return next((s.name for s in specs() if self.name in s.companions), None)
