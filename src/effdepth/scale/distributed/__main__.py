@@ -30,7 +30,7 @@ def build_parser() -> Parser:
 
 def main(argv=None) -> int:
     """``python -m effdepth.scale.distributed measure ...`` under torchrun; returns the exit status."""
-    from effdepth.scale.distributed import PeerFailed, process_group
+    from effdepth.scale.distributed.group import PeerFailed, process_group
 
     rank = int(os.environ.get("RANK", 0))
     try:

@@ -46,7 +46,7 @@ def measure_passages_distributed(options, folder: Path, *, progress: bool = True
     from effdepth.measurement import prepare
     from effdepth.measurement.pooling import PassageForward, pool_into, pooled_batches
     from effdepth.measurement.run import hidden_size, measured_result, measurement_plan
-    from effdepth.scale.distributed import agreed, comm_device
+    from effdepth.scale.distributed.group import agreed, comm_device
 
     analysis = options.analysis
     rank, world = dist.get_rank(), dist.get_world_size()
