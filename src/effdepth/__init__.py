@@ -9,10 +9,11 @@
 from effdepth.errors import EffdepthError
 from effdepth.measurement import from_states, measure
 from effdepth.measurement.run import analyse_saved, from_pooled
-from effdepth.results.carry import ExperimentResult
-from effdepth.results.loading import SavedTrajectory, load
+from effdepth.results.loading import load
 from effdepth.results.result import Result, ViewResult
 from effdepth.results.version import __version__
+from effdepth.scale.trajectory import SavedTrajectory
+from effdepth.studies.experiment import ExperimentResult
 from effdepth.studies.intervene import InterventionResult, intervene
 
 __all__ = [

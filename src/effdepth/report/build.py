@@ -7,7 +7,7 @@ from pathlib import Path
 
 from effdepth.errors import EffdepthError
 from effdepth.report.sources import failed_models, load_sources
-from effdepth.report.studies import STUDY_FILES, find_studies
+from effdepth.report.studies import find_studies, study_files
 from effdepth.results.files import write_atomic
 
 FORMATS = ("html", "md")
@@ -59,9 +59,10 @@ def write_report(paths, output=None, fmt: str | None = None, failed=None) -> lis
 
 def _study_only(path: Path) -> bool:
     """Whether ``path`` is a study file, or a folder with a study and no ``result.json`` below it."""
+    names = study_files()
     if path.is_file():
-        return path.name in STUDY_FILES
-    if not path.is_dir() or not any(True for name in STUDY_FILES for _ in path.rglob(name)):
+        return path.name in names
+    if not path.is_dir() or not any(True for name in names for _ in path.rglob(name)):
         return False
     return not any(path.rglob("result.json"))
 
