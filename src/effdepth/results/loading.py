@@ -34,8 +34,9 @@ class StudyKind:
     """A kind of saved study: its record (``<name>.json`` of ``schema``), read back by ``read(data, path)``
     as a ``type``; and what a report says of it: a ``title`` and ``subject`` (what it is of), its
     ``sections`` (report tables), its ``figure`` and its figure's ``caption``, and ``text``, what
-    ``effdepth show`` prints."""
+    ``effdepth show`` prints. ``rank`` orders the kinds where a folder is searched and messages list them."""
 
+    rank: int
     name: str
     schema: str
     type: type
@@ -52,13 +53,16 @@ class StudyKind:
         return f"{self.name}.json"
 
 
-#: Every study kind, by name, in the order a folder is searched.
+#: Every study kind, by name, in the order a folder is searched (by rank, whatever the order of imports).
 KINDS: dict = {}
 
 
 def register(kind: StudyKind) -> StudyKind:
     """Make ``kind`` loadable and reportable (each study's module calls this when imported)."""
     KINDS[kind.name] = kind
+    ranked = sorted(KINDS.values(), key=lambda k: k.rank)
+    KINDS.clear()
+    KINDS.update((k.name, k) for k in ranked)
     return kind
 
 

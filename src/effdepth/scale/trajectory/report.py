@@ -112,6 +112,7 @@ def trajectory_figure(rows: list, title: str = ""):
 
 KIND = register(
     StudyKind(
+        3,
         "trajectory",
         SCHEMA,
         SavedTrajectory,

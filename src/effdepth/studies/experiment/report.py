@@ -235,6 +235,7 @@ def subject(result: ExperimentResult) -> str:
 
 KIND = register(
     StudyKind(
+        2,
         "experiment",
         SCHEMA,
         ExperimentResult,

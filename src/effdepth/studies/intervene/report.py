@@ -156,6 +156,7 @@ def intervention_text(ir: InterventionResult) -> str:
 
 KIND = register(
     StudyKind(
+        1,
         "intervention",
         SCHEMA,
         InterventionResult,

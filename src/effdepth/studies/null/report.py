@@ -99,6 +99,7 @@ def saved_model(saved: SavedStudy) -> str:
 
 KIND = register(
     StudyKind(
+        4,
         "null",
         SCHEMA,
         SavedStudy,

@@ -83,6 +83,7 @@ def prune_table(record: dict) -> Table:
 
 KIND = register(
     StudyKind(
+        5,
         "prune",
         SCHEMA,
         SavedStudy,
