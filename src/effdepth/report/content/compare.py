@@ -7,10 +7,10 @@ taper and aggregation.
 from __future__ import annotations
 
 from effdepth.data.paper import table2_source
-from effdepth.report.content import robustness
 from effdepth.report.content.facts import plain
 from effdepth.report.content.model import TERMS, Cell, Section, Table, number_cell, sortable, sub_reference, value_cell
 from effdepth.report.content.passages import DEBIASED, null_ratio_cell, paper_row, per_layer_cell, ratio_cell
+from effdepth.report.content.robustness import ordering_table
 from effdepth.report.numbers import fmt
 from effdepth.report.rows import differing
 from effdepth.report.wording import ATTRIBUTION, passage_wording
@@ -130,7 +130,7 @@ def passage_sections(entries: list) -> list:
     if table2 is None:
         return []
     out = [table2]
-    ordering = robustness.ordering_table([(label, r) for label, r in entries if r.passages])
+    ordering = ordering_table([(label, r) for label, r in entries if r.passages])
     if ordering is not None:
         out.append(Section("model ordering under other lags, tapers and aggregations", ordering, anchor="ordering"))
     return out
