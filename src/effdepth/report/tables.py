@@ -47,7 +47,9 @@ def show_text(obj) -> str:
     True
     """
     kind = kind_of(obj)
-    return kind.text(obj) if kind is not None else result_summary_text(obj)
+    if kind is None:
+        return result_summary_text(obj)
+    return "\n\n".join([kind.headline(obj)] + [section_text(s) for s in kind.sections(obj)])
 
 
 # --------------------------------------------------------------------------- effdepth claims

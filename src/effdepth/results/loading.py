@@ -33,8 +33,8 @@ from effdepth.results.result import Result, refuse_newer, with_pooled
 class StudyKind:
     """A kind of saved study: its record (``<name>.json`` of ``schema``), read back by ``read(data, path)``
     as a ``type``; and what a report says of it: a ``title`` and ``subject`` (what it is of), its
-    ``sections`` (report tables), its ``figure`` and its figure's ``caption``, and ``text``, what
-    ``effdepth show`` prints. ``rank`` orders the kinds where a folder is searched and messages list them."""
+    ``sections`` (report tables), its ``figure`` and its figure's ``caption``, and the ``headline`` that
+    ``effdepth show`` prints above the sections. ``rank`` orders the kinds where a folder is searched and messages list them."""
 
     rank: int
     name: str
@@ -46,7 +46,7 @@ class StudyKind:
     subject: Callable
     sections: Callable
     figure: Callable
-    text: Callable
+    headline: Callable
 
     @property
     def file(self) -> str:

@@ -2,7 +2,7 @@
 and its figure (:mod:`.figures`).
 
 >>> from effdepth.scale.trajectory.result import SavedTrajectory
->>> print(trajectory_text(SavedTrajectory("m", [], duplicates={"step2": "step1"})).splitlines()[-1])
+>>> print(trajectory_content([], {"step2": "step1"}).note.splitlines()[-1])
 step2: same weights as step1 (flagged, not measured again)
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from effdepth.report.content.model import Cell, Section, Table
 from effdepth.report.numbers import fmt, format_params
-from effdepth.report.plain import table_text
 from effdepth.report.rows import lead_rows
 from effdepth.results.loading import StudyKind, register
 from effdepth.scale.sweep.report import row_cell
@@ -86,17 +85,13 @@ def trajectory_content(rows: list, duplicates: dict | None = None, preset: dict 
     return Table(header, body, [False, True, False, False] + [True] * 6 + [False], note="\n".join(notes))
 
 
-def trajectory_text(saved: SavedTrajectory) -> str:
-    """A saved trajectory as ``effdepth show`` prints it: how many checkpoints, then the table."""
-    lines = [f"trajectory of {saved.model}: {len({r['revision'] for r in saved.rows})} checkpoints"]
-    if saved.rows:  # the table's note names the preset and the duplicates
-        lines += ["", table_text(trajectory_content(saved.rows, saved.duplicates, saved.preset))]
-    elif saved.duplicates:
-        lines += [""] + [
-            f"{dup}: same weights as {original} (flagged, not measured again)"
-            for dup, original in saved.duplicates.items()
-        ]
-    return "\n".join(lines)
+def headline(saved: SavedTrajectory) -> str:
+    """What ``effdepth show`` prints above a saved trajectory's table.
+
+    >>> headline(SavedTrajectory("m", [{"revision": "step1"}, {"revision": "step1"}]))
+    'trajectory of m: 1 checkpoints'
+    """
+    return f"trajectory of {saved.model}: {len({r['revision'] for r in saved.rows})} checkpoints"
 
 
 def subject(saved: SavedTrajectory) -> str:
@@ -124,6 +119,6 @@ KIND = register(
         subject,
         lambda saved: [Section("", trajectory_content(saved.rows, saved.duplicates, saved.preset))],
         lambda saved: trajectory_figure(saved.rows, title=subject(saved)),
-        trajectory_text,
+        headline,
     )
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from effdepth.report.content.model import Cell, Section, Table
 from effdepth.report.numbers import fmt, fmt_interval
-from effdepth.report.plain import section_text, table_text
+from effdepth.report.plain import table_text
 from effdepth.results.loading import StudyKind, register
 from effdepth.studies.experiment.result import SCHEMA, ExperimentResult, summary_interval
 from effdepth.studies.intervene.hooks import format_carry
@@ -220,13 +220,6 @@ def experiment_headline(result: ExperimentResult) -> str:
     )
 
 
-def experiment_text(result: ExperimentResult) -> str:
-    """A carry experiment as ``effdepth show`` prints it: headline, the last step, the steps."""
-    if not result.records:
-        return experiment_headline(result) + "\n\nno checkpoint was measured"
-    return "\n\n".join([experiment_headline(result)] + [section_text(s) for s in experiment_sections(result)])
-
-
 def subject(result: ExperimentResult) -> str:
     c = result.config
     carries = ", ".join(f"{x:g}" for x in c.get("carries") or [])
@@ -246,6 +239,6 @@ KIND = register(
         subject,
         experiment_sections,
         experiment_figure,
-        experiment_text,
+        experiment_headline,
     )
 )

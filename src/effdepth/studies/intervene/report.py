@@ -13,7 +13,7 @@ import numpy as np
 
 from effdepth.report.content.model import Cell, Section, Table
 from effdepth.report.numbers import fmt, fmt_interval
-from effdepth.report.plain import section_text, table_text
+from effdepth.report.plain import table_text
 from effdepth.results.loading import StudyKind, register
 from effdepth.studies.intervene.hooks import format_carry
 from effdepth.studies.intervene.result import SCHEMA, InterventionResult
@@ -143,17 +143,6 @@ def subject(ir: InterventionResult) -> str:
     return str(ir.results[ir.carries[0]].provenance.get("model", {}).get("id", "model"))
 
 
-def intervention_text(ir: InterventionResult) -> str:
-    """An intervention as ``effdepth show`` prints it: the headline, then the table of each view.
-
-    >>> import effdepth, torch
-    >>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 8, 8, 16))})
-    >>> intervention_text(ir).splitlines()[2]
-    'view default:'
-    """
-    return "\n\n".join([intervention_headline(ir)] + [section_text(s) for s in intervention_sections(ir)])
-
-
 KIND = register(
     StudyKind(
         1,
@@ -167,6 +156,6 @@ KIND = register(
         subject,
         intervention_sections,
         intervention_figure,
-        intervention_text,
+        intervention_headline,
     )
 )

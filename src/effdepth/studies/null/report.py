@@ -9,7 +9,6 @@ import numpy as np
 
 from effdepth.report.content.model import Cell, Section, Table
 from effdepth.report.numbers import fmt
-from effdepth.report.plain import table_text
 from effdepth.results.loading import SavedStudy, StudyKind, register
 
 SCHEMA = "effdepth.null/1"
@@ -88,10 +87,6 @@ def null_table(record: dict) -> Table:
     )
 
 
-def _title(saved: SavedStudy) -> str:
-    return f"random-weight null of {saved_model(saved)}\n{table_text(null_table(saved.record))}"
-
-
 def saved_model(saved: SavedStudy) -> str:
     """The model a null or pruning study measured, as its record names it."""
     return (saved.record.get("model") or {}).get("id", "model")
@@ -110,6 +105,6 @@ KIND = register(
         saved_model,
         lambda saved: [Section("", null_table(saved.record))],
         lambda saved: null_figure(saved.record),
-        _title,
+        lambda saved: f"random-weight null of {saved_model(saved)}",
     )
 )

@@ -11,7 +11,6 @@ import numpy as np
 from effdepth.numerics.pruning import order_positions
 from effdepth.report.content.model import Cell, Section, Table
 from effdepth.report.numbers import fmt
-from effdepth.report.plain import table_text
 from effdepth.results.loading import SavedStudy, StudyKind, register
 from effdepth.studies.null.report import saved_model
 
@@ -94,6 +93,6 @@ KIND = register(
         saved_model,
         lambda saved: [Section("", prune_table(saved.record))],
         lambda saved: prune_figure(saved.record),
-        lambda saved: f"pruning boundary check of {saved_model(saved)}\n{table_text(prune_table(saved.record))}",
+        lambda saved: f"pruning boundary check of {saved_model(saved)}",
     )
 )
