@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import effdepth
-from effdepth.report.studies import find_studies
+from effdepth.report.build import find_studies
 from effdepth.report.tables import show_text
 from effdepth.results.loading import KINDS, SavedStudy, StudyKind, files, register
 from effdepth.studies.experiment import ExperimentResult
