@@ -25,33 +25,14 @@ def null_figure(record: dict):
         ax.grid(axis="y", visible=False)
         for y, s in enumerate(reversed(list(summary.values()))):
             seeds = np.asarray(s.get("null_deff_per_layer") or [], dtype=np.float64)
-            ax.plot(
-                seeds,
-                np.full(len(seeds), y),
-                marker="o",
-                markersize=5,
-                linestyle="none",
-                markerfacecolor="white",
-                color=OKABE_ITO["orange"],
-                label="random initialisation (each seed)" if y == 0 else None,
-            )
-            ax.plot(
-                [s["null_deff_per_layer_mean"]],
-                [y],
-                marker="|",
-                markersize=14,
-                color=OKABE_ITO["orange"],
-                label="their mean" if y == 0 else None,
-            )
-            ax.plot(
-                [s["trained_deff_per_layer"]],
-                [y],
-                marker="o",
-                markersize=7,
-                linestyle="none",
-                color=OKABE_ITO["blue"],
-                label="trained" if y == 0 else None,
-            )
+            # Each seed (open), their mean (bar), the trained model (filled); labelled once.
+            for xs, colour, marker, size, face, label in (
+                (seeds, "orange", "o", 5, "white", "random initialisation (each seed)"),
+                ([s["null_deff_per_layer_mean"]], "orange", "|", 14, None, "their mean"),
+                ([s["trained_deff_per_layer"]], "blue", "o", 7, None, "trained"),
+            ):
+                kw = {"marker": marker, "markersize": size, "markerfacecolor": face, "color": OKABE_ITO[colour]}
+                ax.plot(xs, np.full(len(xs), y), linestyle="none", label=label if y == 0 else None, **kw)
         ax.set_yticks(range(len(summary)), list(reversed(list(summary))))
         ax.set_ylim(-0.7, len(summary) - 0.3)
         ax.set_xlabel("$D_\\mathrm{eff}$ / L (default view)")
