@@ -10,10 +10,11 @@ from effdepth.errors import EffdepthError
 from effdepth.measurement import measure
 from effdepth.measurement.notebook import Accumulator, capture, from_hidden_states, from_pooled, from_states
 from effdepth.measurement.run import analyse_saved
-from effdepth.results.carry import ExperimentResult
-from effdepth.results.loading import SavedTrajectory, load
+from effdepth.results.loading import load
 from effdepth.results.result import Result, ViewResult
 from effdepth.results.version import __version__
+from effdepth.scale.trajectory import SavedTrajectory
+from effdepth.studies.experiment import ExperimentResult
 from effdepth.studies.intervene import InterventionResult, intervene
 
 __all__ = [

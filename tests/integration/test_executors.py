@@ -93,7 +93,7 @@ def test_ray_gives_the_same_numbers_as_local(ray_session, tmp_path, broken_model
     assert [r["key"] for r in local.rows] == [r["key"] for r in remote.rows]
     for a, b in zip(local.rows, remote.rows):
         assert a["status"] == b["status"] and a["view"] == b["view"]
-        for column in ("D_eff", "D_eff_lo", "D_eff_hi", "F_N", "R_init", "R_size", "R_matched", "correlated_updates"):
+        for column in ("D_eff", "D_eff_lo", "D_eff_hi", "F_L", "R_init", "R_size", "R_matched", "correlated_updates"):
             assert (a[column] is None and b[column] is None) or b[column] == pytest.approx(
                 a[column], rel=1e-5, abs=1e-9
             ), column

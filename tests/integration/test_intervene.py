@@ -10,14 +10,14 @@ import effdepth
 from effdepth.cli import main
 from effdepth.errors import EffdepthError
 from effdepth.measurement import prepare
-from effdepth.measurement.interventions import ResidualCarry, parse_carry, parse_layers, replace_hidden
 from effdepth.measurement.run import measure_passages, passage_loss
 from effdepth.models.hooks import ResidualCapture
 from effdepth.models.registry import resolve_architecture
 from effdepth.models.tiny import tiny_model
 from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
-from effdepth.report.tables import intervention_table
-from effdepth.studies.intervene import InterventionResult, load_intervention, measure_with_carry, save_intervention
+from effdepth.studies.intervene import InterventionResult, measure_with_carry, save_intervention
+from effdepth.studies.intervene.hooks import ResidualCarry, parse_carry, parse_layers, replace_hidden
+from effdepth.studies.intervene.report import intervention_table
 
 IDS = torch.tensor(
     [[256, 84, 111, 32, 98, 101, 32, 111, 114, 32, 110, 111], [256, 87, 104, 97, 116, 32, 105, 115, 32, 97, 32, 109]]
@@ -313,13 +313,13 @@ def test_intervene_saves_results_table_and_figure(llama, tmp_path):
     ):
         assert (tmp_path / name).is_file(), name
     assert not list(tmp_path.glob(".*tmp"))
-    again = load_intervention(path)
+    again = effdepth.load(path, expect=InterventionResult)
     assert again.rows() == rows
     saved = effdepth.load(tmp_path / "carry-0.5")
     assert saved.extras["intervention"]["layers"] == [2, 3]
     assert saved.default.deff == ir.results[0.5].default.deff
     with pytest.raises(EffdepthError, match="no intervention"):
-        load_intervention(tmp_path / "nothing")
+        effdepth.load(tmp_path / "nothing", expect=InterventionResult)
 
     # effdepth report of the folder: the intervention's table per view and its figure, beside the carried results.
     from effdepth.report.build import write_report

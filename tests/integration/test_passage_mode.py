@@ -551,7 +551,7 @@ def test_top_k_at_least_the_width_is_refused_before_any_forward_pass():
 
 def test_the_claims_name_the_structural_reference_f_l_across_passages():
     from effdepth.report.content.claims import claims_table
-    from effdepth.report.tables import claims_text
+    from effdepth.studies.claims.report import claims_text
 
     passages = effdepth.measure(tiny_model("llama"), ids(16, 12), views="paper", bootstrap=20, progress=False)
     text = claims_text(passages) + claims_table(passages).note

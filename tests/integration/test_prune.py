@@ -14,11 +14,10 @@ import torch
 from effdepth.cli import main
 from effdepth.data.tokenizers import byte_tokenizer
 from effdepth.measurement import prepare
-from effdepth.measurement.interventions import BlockSkip
 from effdepth.models.registry import resolve_architecture
 from effdepth.models.tiny import tiny_model
 from effdepth.options import Options, RunOptions
-from effdepth.studies.prune import heldout_loss, heldout_passages, parse_skip, prune_check
+from effdepth.studies.prune import BlockSkip, heldout_loss, heldout_passages, parse_skip, prune_check
 
 SMALL = {"num_seqs": 16, "seq_len": 32, "bootstrap": 0}
 

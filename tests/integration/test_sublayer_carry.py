@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from effdepth.errors import EffdepthError
-from effdepth.measurement.interventions import ResidualCarry, SublayerCarry, carry_hooks, sublayer_branches
 from effdepth.models.hooks import hidden_from_input, hidden_from_output
 from effdepth.models.registry import resolve_architecture
 from effdepth.models.tiny import TINY_MODEL_TYPES, tiny_model
+from effdepth.studies.intervene.hooks import ResidualCarry, SublayerCarry, carry_hooks, sublayer_branches
 
 
 def ids():

@@ -82,8 +82,8 @@ def test_summary_tables_figure_and_report(finished):
     result = effdepth.load(out / row.key)
     assert row.D_eff == pytest.approx(result.default.deff) and row.L == 3 and row.status == "ok"
     assert row.D_eff_lo <= row.D_eff <= row.D_eff_hi
-    assert row.F_N == pytest.approx(1.5) and row.ratio == pytest.approx(row.D_eff / 1.5)
-    assert row.F_N - row.D_eff == pytest.approx(row.initial_state + row.size_imbalance + row.correlated_updates)
+    assert row.F_L == pytest.approx(1.5) and row.ratio == pytest.approx(row.D_eff / 1.5)
+    assert row.F_L - row.D_eff == pytest.approx(row.initial_state + row.size_imbalance + row.correlated_updates)
     csv = pd.read_csv(out / "summary.csv")
     assert csv["D_eff"].tolist() == pytest.approx(table["D_eff"].tolist())
     assert "tiny:gpt2" in (out / "report.html").read_text()

@@ -16,9 +16,9 @@ from effdepth.cli import main
 from effdepth.data import byte_tokenizer
 from effdepth.errors import EffdepthError
 from effdepth.models.tiny import tiny_model
-from effdepth.report.figures_trajectory import trajectory_figure
 from effdepth.scale.revisions import PYTHIA_TOKENS_PER_STEP
 from effdepth.scale.trajectory import trajectory
+from effdepth.scale.trajectory.figures import trajectory_figure
 
 SMALL = ["--seq-len", "16", "--num-seqs", "4", "--bootstrap", "20", "--no-progress"]
 
@@ -422,7 +422,7 @@ def _row(rev, step, d, status="ok", final=False):
         "D_eff": d,
         "D_eff_lo": d - 0.1,
         "D_eff_hi": d + 0.1,
-        "F_N": 1.9,
+        "F_L": 1.9,
         "R_init": 1.5,
         "R_init_lo": 1.4,
         "R_init_hi": 1.6,

@@ -75,9 +75,9 @@ def register(sub) -> dict:
 
 
 def cmd_intervene(args) -> int:
-    from effdepth.measurement.interventions import check_carry_on, check_layer_spec, parse_carry
-    from effdepth.report.tables import intervention_headline, intervention_table
     from effdepth.studies.intervene import intervene, save_intervention
+    from effdepth.studies.intervene.hooks import check_carry_on, check_layer_spec, parse_carry
+    from effdepth.studies.intervene.report import intervention_headline, intervention_table
 
     options = Options.from_args(args)
     # Bad carry values, layers or places fail before the output folder and the weights.
@@ -104,11 +104,11 @@ def _keywords(options: Options) -> dict:
 
 
 def cmd_recompose(args) -> int:
-    from effdepth.measurement.interventions import parse_carry
     from effdepth.options import validate_options
     from effdepth.results.files import write_json_atomic
     from effdepth.results.loading import load
     from effdepth.results.result import Result
+    from effdepth.studies.intervene.hooks import parse_carry
     from effdepth.studies.recompose import recompose_report
 
     carries = parse_carry(args.carry)
@@ -129,13 +129,13 @@ def cmd_recompose(args) -> int:
 
 
 def cmd_experiment(args) -> int:
-    from effdepth.report.tables import (
+    from effdepth.studies.experiment import CarryExperiment, carry_experiment
+    from effdepth.studies.experiment.report import (
         experiment_final_table,
         experiment_headline,
         experiment_paper_table,
         experiment_step_table,
     )
-    from effdepth.studies.experiment import CarryExperiment, carry_experiment
 
     declared = [f for f in fields(CarryExperiment) if f.metadata.get("cli") and f.name != "paper"]
     given = {f.name: getattr(args, f.name) for f in declared}

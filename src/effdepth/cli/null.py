@@ -46,10 +46,10 @@ def parse_seeds(text: str) -> list:
 
 
 def cmd_null(args) -> int:
-    from effdepth.report.figures_null import null_figure
     from effdepth.report.style import save_figure
     from effdepth.report.tables import study_text
     from effdepth.studies.null import random_weight_null
+    from effdepth.studies.null.report import null_figure
 
     seeds = parse_seeds(args.seeds)
     options = Options.from_args(args)

@@ -30,10 +30,10 @@ def register(sub) -> dict:
 
 
 def cmd_prune_check(args) -> int:
-    from effdepth.report.figures_prune import prune_figure
     from effdepth.report.style import save_figure
     from effdepth.report.tables import study_text
     from effdepth.studies.prune import parse_skip, prune_check
+    from effdepth.studies.prune.report import prune_figure
 
     skips = parse_skip(args.skip)
     options = Options.from_args(args)

@@ -73,8 +73,8 @@ def cmd_suite(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from effdepth.report.tables import suite_summary_text
     from effdepth.scale.sweep import sweep
+    from effdepth.scale.sweep.report import suite_summary_text
 
     options = Options.from_args(args, revision=None)  # the revision is each model's (make_jobs checks it)
     executor = _executor(args)

@@ -10,19 +10,15 @@ workflow (measure, sweep, trajectory, intervene, experiment, ...).
 - :mod:`.rows`: what tables of every format are made of (views per similarity,
   unavailable values and their reasons, what tells results apart).
 - :mod:`.content`: what a report says, the one content model (a result of either
-  mode as headline lines, summary rows and sections of tables); :mod:`.studies`: the
-  saved studies' sections (null, pruning, intervention, carry experiment, trajectory)
-  and the summaries of sweeps.
+  mode as headline lines, summary rows and sections of tables) (each saved study's
+  tables and figure live in its own folder).
 - :mod:`.plain`, :mod:`.html`, :mod:`.markdown`: the three writers of that content;
-  :mod:`.tables`: what each command prints (``effdepth show``, ``effdepth claims``,
-  the ``measure``, ``sweep``, ``trajectory``, ``intervene`` and ``experiment`` output).
+  :mod:`.tables`: what ``effdepth measure``, ``effdepth show`` and ``effdepth claims`` print.
 - :mod:`.style`: the one figure style (palette, rc parameters, canvases, writing PNG + PDF).
 - :mod:`.figures`: the standard figures of a result (with :mod:`.figures_common`,
-  :mod:`.figures_layers`, :mod:`.figures_ratios`); :mod:`.figures_suite`,
-  :mod:`.figures_trajectory`, :mod:`.figures_intervention`, :mod:`.figures_experiment`,
-  :mod:`.figures_null` and :mod:`.figures_prune`: the figures of the other kinds of results.
+  :mod:`.figures_layers`, :mod:`.figures_ratios`, :mod:`.figures_confounds`).
 - :mod:`.build`: ``effdepth report``: one self-contained HTML file, or
-  Markdown with its images beside it, for one result or a comparison.
+  Markdown with its images beside it, for one result or a comparison, and the studies beside them.
 
 Nothing heavy is imported here, so ``effdepth show`` stays fast.
 """

@@ -1,19 +1,69 @@
-"""``effdepth report``: load results, render HTML or Markdown, write atomically."""
+"""``effdepth report``: load results and the studies saved beside them, render HTML or Markdown, write
+atomically. A study (:class:`Study`) gets its title, tables, figure and caption from its kind
+(:class:`~effdepth.results.loading.StudyKind`, which each study registers), so the HTML and the
+Markdown render every study alike."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from effdepth.errors import EffdepthError
 from effdepth.report.sources import failed_models, load_sources
-from effdepth.report.studies import STUDY_FILES, find_studies
 from effdepth.results.files import write_atomic
+from effdepth.results.loading import KINDS, StudyKind, kind_of, load
 
 FORMATS = ("html", "md")
 
 #: The suffixes each format writes; ``-o`` with any other suffix is refused (HTML in a .pdf helps no one).
 SUFFIXES = {"html": (".html", ".htm"), "md": (".md", ".markdown")}
+
+
+@dataclass
+class Study:
+    """A saved study: its kind, what :func:`effdepth.load` read back, and where."""
+
+    spec: StudyKind
+    record: object
+    path: Path
+
+    @property
+    def kind(self) -> str:
+        return self.spec.name
+
+    @property
+    def title(self) -> str:
+        return f"{self.spec.title} of {self.spec.subject(self.record)}"
+
+    @property
+    def caption(self) -> str:
+        return self.spec.caption
+
+    def sections(self) -> list:
+        """The study's :class:`~.content.model.Section` objects in order (a title may be empty)."""
+        return self.spec.sections(self.record)
+
+    def figure(self):
+        return self.spec.figure(self.record)
+
+
+def study_files() -> set:
+    """The names of the files studies save their records in."""
+    return {k.file for k in KINDS.values()}
+
+
+def find_studies(paths) -> list:
+    """Every study file in ``paths`` (files, or folders searched below), in path order."""
+    names, found = study_files(), []
+    for p in map(Path, paths):
+        files = [p] if p.is_file() else sorted(f for name in names for f in p.rglob(name)) if p.is_dir() else []
+        for f in (f for f in files if f.name in names):
+            obj = load(f)
+            kind = kind_of(obj)
+            if kind is not None:
+                found.append(Study(kind, obj, f))
+    return found
 
 
 def write_report(paths, output=None, fmt: str | None = None, failed=None) -> list[Path]:
@@ -59,9 +109,10 @@ def write_report(paths, output=None, fmt: str | None = None, failed=None) -> lis
 
 def _study_only(path: Path) -> bool:
     """Whether ``path`` is a study file, or a folder with a study and no ``result.json`` below it."""
+    names = study_files()
     if path.is_file():
-        return path.name in STUDY_FILES
-    if not path.is_dir() or not any(True for name in STUDY_FILES for _ in path.rglob(name)):
+        return path.name in names
+    if not path.is_dir() or not any(True for name in names for _ in path.rglob(name)):
         return False
     return not any(path.rglob("result.json"))
 

@@ -11,10 +11,8 @@ the similarity heatmap, the decay profile and the gap attribution here, the
 per-layer panels in :mod:`.figures_layers`, the ratio figures (views, lags and
 tapers, comparisons) in :mod:`.figures_ratios`, the confounds and the sample
 size in :mod:`.figures_confounds`; :func:`write_figures` writes
-the standard set next to ``result.json``. The figures of other kinds of
-results live beside this module: :mod:`.figures_suite`,
-:mod:`.figures_trajectory`, :mod:`.figures_intervention`,
-:mod:`.figures_experiment`, :mod:`.figures_null` and :mod:`.figures_prune`.
+the standard set next to ``result.json``. A study's figures live in its folder
+(``effdepth/studies/<name>/``, ``effdepth/scale/{sweep,trajectory}/``).
 
 >>> import effdepth, torch, tempfile
 >>> r = effdepth.from_states(torch.randn(7, 8, 8, 16).cumsum(0), bootstrap=20)

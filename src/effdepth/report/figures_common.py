@@ -2,7 +2,7 @@
 pick a view, title a figure and turn saved numbers (``None`` for non-finite) into arrays.
 
 :mod:`.figures` (the standard figures), :mod:`.figures_layers`, :mod:`.figures_ratios` and
-:mod:`.figures_trajectory` draw with these, so a reference or a title reads the same in every figure.
+:mod:`effdepth.scale.trajectory.figures` draw with these, so a reference or a title reads the same in every figure.
 """
 
 from __future__ import annotations

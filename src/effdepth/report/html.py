@@ -104,7 +104,7 @@ SCRIPT = """
 def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> str:
     """The report of one result, or a comparison of several, as one HTML page; ``failed`` lists
     ``(model, error)`` of a sweep's members that could not be measured; ``studies``
-    (:class:`~effdepth.report.studies.Study`) get a section each, before the results.
+    (:class:`~effdepth.report.build.Study`) get a section each, before the results.
 
     >>> import effdepth, torch, pathlib
     >>> from effdepth.report.sources import Source

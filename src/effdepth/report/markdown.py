@@ -28,7 +28,7 @@ def render_markdown(
 ) -> tuple:
     """``(markdown text, {relative image path: PNG bytes})`` for one result or a comparison;
     ``failed`` lists ``(model, error)`` of a sweep's members that could not be measured; ``studies``
-    (:class:`~effdepth.report.studies.Study`) get a section each, before the results.
+    (:class:`~effdepth.report.build.Study`) get a section each, before the results.
 
     >>> import effdepth, torch, pathlib
     >>> from effdepth.report.sources import Source

@@ -1,2 +1,15 @@
-"""The studies built on a measurement, one module or folder each: the residual-carry intervention and
-recomposition, the trained carry experiment, the random-weight null, the pruning check and the claims check."""
+"""The studies built on a measurement, one folder each (its run, its record, its tables, figure and report
+section): the residual-carry intervention (``intervene/``) and its offline recomposition
+(``recompose.py``), the trained carry experiment (``experiment/``), the random-weight null (``null/``), the
+pruning check (``prune/``) and the claims check (``claims.py``).
+
+Importing this package registers every study's record kind (:func:`effdepth.results.loading.register`),
+so :func:`effdepth.load` and the reports know them.
+"""
+
+from effdepth.studies.experiment import report as experiment_report
+from effdepth.studies.intervene import report as intervene_report
+from effdepth.studies.null import report as null_report
+from effdepth.studies.prune import report as prune_report
+
+REGISTERED = (intervene_report.KIND, experiment_report.KIND, null_report.KIND, prune_report.KIND)

@@ -23,10 +23,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from effdepth.errors import EffdepthError
-from effdepth.measurement.interventions import parse_carry
 from effdepth.numerics.recompose import carried, decorrelated_increments, increments
 from effdepth.numerics.views import PassageView, parse_view
+from effdepth.report.content.model import Cell, Table
+from effdepth.report.numbers import fmt, fmt_interval
 from effdepth.results.result import Result
+from effdepth.studies.intervene.hooks import format_carry, parse_carry
 
 __all__ = ["DEFAULT_CARRY", "SCHEMA", "recompose_report", "recompose_rows", "recomposable_view"]
 
@@ -178,7 +180,6 @@ def recompose_report(
     ([1.0, 0.5], True)
     """
     from effdepth.report.plain import table_text
-    from effdepth.report.studies import recompose_table
     from effdepth.results.store import PooledStore
 
     carries = parse_carry(carries)
@@ -270,8 +271,6 @@ def _measured_view(result: Result, view: str | None) -> tuple:
 
 
 def _note(data: dict) -> str:
-    from effdepth.report.numbers import fmt
-
     m, d = data["measured"], data["decorrelated"]
     head = (
         f"offline recomposition of view {data['view']} ({data['similarity']}, N = {data['num_states']} states, "
@@ -290,3 +289,26 @@ def _note(data: dict) -> str:
             + f"): {DECORRELATED_NOTE}"
         )
     return head + ".\n" + tail + "."
+
+
+def recompose_table(rows: list[dict]) -> Table:
+    """The offline recomposition of a view (:func:`recompose_rows`' rows): D_eff
+    recomposed and decorrelated (with their intervals when bootstrapped), F_L and the ratio per carry.
+
+    >>> recompose_table([{"lam": 1.0, "deff": 1.2, "deff_decorrelated": 1.3, "reference": 1.5, "ratio": 0.8}]).rows[0][0].text
+    '1'
+    """
+    header = ["lam", "D_eff recomposed", "D_eff decorrelated", "F_L", "ratio"]
+    body = []
+    for r in rows:
+        ci = r.get("ci") or {}
+        body.append(
+            [
+                Cell(format_carry(r["lam"])),
+                Cell(fmt(r["deff"]), fmt_interval(ci.get("deff"))),
+                Cell(fmt(r["deff_decorrelated"]), fmt_interval(ci.get("deff_decorrelated"))),
+                Cell(fmt(r["reference"])),
+                Cell(fmt(r["ratio"])),
+            ]
+        )
+    return Table(header, body, [False] + [True] * 4)

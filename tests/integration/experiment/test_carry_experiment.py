@@ -10,15 +10,16 @@ from safetensors.torch import load_file
 from effdepth.cli import main
 from effdepth.errors import EffdepthError
 from effdepth.measurement import measure
-from effdepth.report.tables import experiment_final_table, experiment_headline, experiment_step_table
+from effdepth.results.loading import load
 from effdepth.studies.experiment import (
     CarryExperiment,
+    ExperimentResult,
     carry_experiment,
     checkpoint_carry,
-    load_experiment,
     measure_checkpoint,
     split_corpus,
 )
+from effdepth.studies.experiment.report import experiment_final_table, experiment_headline, experiment_step_table
 from effdepth.studies.experiment.training import batch_order, new_model
 
 TEXT = [
@@ -95,7 +96,7 @@ def test_experiment_outputs(runs):
     data = json.loads((a / "experiment.json").read_text())
     assert data["schema"] == "effdepth.experiment/1"
     assert {(s["lam"], s["step"]) for s in data["summary"]} == {(lam, s) for lam in (1.0, 0.5) for s in (0, 2, 3)}
-    assert load_experiment(a).records == result.records
+    assert load(a, expect=ExperimentResult).records == result.records
     table = experiment_final_table(result)
     assert "bootstrap CI" in table and "R_matched" in table and "train loss" in table
     assert "D_eff lam=0.5" in experiment_step_table(result)

@@ -122,7 +122,7 @@ def test_comparison_sorted_by_ratio(many_report, tiny_result, synthetic_result, 
     comparison = text.split('<section id="comparison">', 1)[1].split("</table>", 1)[0]
     assert '<table class="sortable">' in comparison
     header = re.findall(r"<th[^>]*>(.*?)</th>", comparison)
-    col = header.index("D<sub>eff</sub> / F<sub>N</sub>")
+    col = header.index("D<sub>eff</sub> / F<sub>L</sub>")
     rows = comparison.split("<tbody>", 1)[1].split("</tr>")[:-1]
     shown = [float(re.search(r'data-sort="([^"]+)"', re.findall(r"<td[^>]*>", row)[col]).group(1)) for row in rows]
     assert shown == pytest.approx(sorted(r.default.ratio for r in (tiny_result, synthetic_result, bare_result)))

@@ -1,5 +1,5 @@
 """Labels and output edges (issue "a new user's afternoon"): intervened results say their carry,
-comparisons show what differs, F_N (never F_L) over F_N values, one attribution sign, report suffixes,
+comparisons show what differs, F_L (never F_N) as the one name of the structural reference, one attribution sign, report suffixes,
 every saved kind loads and shows, stale figures go, unreadable result.json is a one-line error."""
 
 import json
@@ -17,11 +17,14 @@ from effdepth.report.content import captions, compare, tokens
 from effdepth.report.numbers import fmt
 from effdepth.report.plain import write_result
 from effdepth.report.sources import load_sources
-from effdepth.report.tables import experiment_final_table, intervention_table, result_summary_text, suite_summary_text
+from effdepth.report.tables import result_summary_text
 from effdepth.report.wording import ATTRIBUTION
-from effdepth.results.carry import ExperimentResult, InterventionResult
 from effdepth.scale.sweep import sweep
-from effdepth.studies.intervene import save_intervention
+from effdepth.scale.sweep.report import suite_summary_text
+from effdepth.studies.experiment import ExperimentResult
+from effdepth.studies.experiment.report import experiment_final_table
+from effdepth.studies.intervene import InterventionResult, save_intervention
+from effdepth.studies.intervene.report import intervention_table
 
 
 def run(argv, capsys):
@@ -108,10 +111,10 @@ def test_comparison_shows_what_differs_and_always_tokens_per_sequence(bare_resul
     assert "tokens/seq" in columns and "seed" not in columns
 
 
-# ---------------------------------------------------------------- 4. F_N, never F_L, over an F_N value
+# ---------------------------------------------------------------- 4. F_L, one name, also over N = L + 1 states
 
 
-def test_embedding_included_says_f_n_with_n(tmp_path):
+def test_embedding_included_says_f_l_with_n(tmp_path):
     outcome = sweep(
         ["tiny:gpt2"],
         tmp_path,
@@ -125,17 +128,17 @@ def test_embedding_included_says_f_n_with_n(tmp_path):
         pooling="none",
     )
     row = outcome.rows[0]
-    assert row["L"] == 3 and row["N"] == 4 and row["F_N"] == pytest.approx(2 * 4 / 5)
+    assert row["L"] == 3 and row["N"] == 4 and row["F_L"] == pytest.approx(2 * 4 / 5)
     header = (tmp_path / "summary.csv").read_text().splitlines()[0].split(",")
-    assert "F_N" in header and "F_L" not in header
+    assert "F_L" in header and "F_N" not in header
     text = suite_summary_text(outcome.rows)
     head, _, line = text.splitlines()[:3]
-    assert "F_N" in head.split() and "F_L" not in text
+    assert "F_L" in head.split() and "F_N" not in text
     assert line.split()[4] == "4" and "1.600" in line
 
     r = effdepth.from_states(torch.randn(4, 8, 8, 16), include_embedding=True)
     ir = InterventionResult((1.0,), (1, 2, 3), {1.0: r})
-    assert "F_N" in intervention_table(ir).splitlines()[0].split() and "F_L" not in intervention_table(ir)
+    assert "F_L" in intervention_table(ir).splitlines()[0].split() and "F_N" not in intervention_table(ir)
     rec = {
         "lam": 1.0,
         "seed": 0,
@@ -150,7 +153,7 @@ def test_embedding_included_says_f_n_with_n(tmp_path):
         "reference_matched": 1.4,
         "train_loss": 2.1,
     }
-    assert "F_N" in experiment_final_table(ExperimentResult({}, [rec])).splitlines()[0].split()
+    assert "F_L" in experiment_final_table(ExperimentResult({}, [rec])).splitlines()[0].split()
 
 
 # ---------------------------------------------------------------- 5. one attribution sign
@@ -287,10 +290,10 @@ def test_load_and_show_a_trajectory(trajectory_folder, capsys):
         ("step-100", 100, "cka"),
         ("step-100", 100, "cka-debiased"),
     ]
-    assert isinstance(loaded.rows[0]["D_eff"], float) and loaded.rows[0]["F_N"] == pytest.approx(1.5)
+    assert isinstance(loaded.rows[0]["D_eff"], float) and loaded.rows[0]["F_L"] == pytest.approx(1.5)
     code, shown, err = run(["show", trajectory_folder], capsys)
     assert code == 0, err
-    assert "trajectory of" in shown and "step-100" in shown and "F_N" in shown
+    assert "trajectory of" in shown and "step-100" in shown and "F_L" in shown
 
     # A trajectory.json without its schema is not taken for one: one line that says what can be read.
     data = json.loads((trajectory_folder / "trajectory.json").read_text())

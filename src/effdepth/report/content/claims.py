@@ -1,6 +1,6 @@
 """Does a result reproduce the paper (docs/method.md#claims)? The verdict of every claim of the
-abstract per similarity, the numbers behind each, and, over several results, the verdicts per model
-and how many models each claim holds for.
+abstract per similarity and the numbers behind each: a result's section in every report. Over several
+results (``effdepth claims``) the claims study says more: :mod:`effdepth.studies.claims.report`.
 """
 
 from __future__ import annotations
@@ -10,10 +10,7 @@ from effdepth.report.numbers import fmt, fmt_interval
 from effdepth.report.wording import PAPER_ABSTRACT, PAPER_NOTE, carry_text
 from effdepth.results.result import Result
 from effdepth.results.verdicts import (
-    CLAIM_NAMES,
     CLAIMS,
-    HOLDS,
-    NOT_MEASURED,
     Comparison,
     check_claims,
     claim_tests,
@@ -93,57 +90,3 @@ def comparison_text(c: Comparison) -> str:
     verdict = {True: "yes", False: "no", None: "undecided"}[c.holds]
     limit = "" if c.right == "0" else f" {side(c.limit, c.limit_interval)}"  # a constant needs no second spelling
     return f"{c.view}: {c.left} {side(c.value, c.interval)} {c.relation} {c.right}{limit}: {verdict}"
-
-
-# --------------------------------------------------------------------------- several results
-
-
-def verdicts_table(entries: list) -> Table:
-    """One row per result (``(label, Result)``) and similarity, one column per claim, numbered as
-    :data:`~effdepth.results.verdicts.CLAIMS`.
-
-    >>> import effdepth, torch
-    >>> same = torch.randn(1, 8, 8, 16).repeat(4, 1, 1, 1)       # every layer alike: D_eff = 1 < F_N
-    >>> r = effdepth.from_states(same, bootstrap=20)
-    >>> [c.text for c in verdicts_table([("a", r)]).rows[0][:3]]
-    ['a', 'cka', 'holds']
-    """
-    rows = []
-    for label, result in entries:
-        grid = verdict_grid(check_claims(result))
-        rows += [
-            [Cell(label), Cell(sim)] + [Cell(grid[n][sim].status) for n in CLAIM_NAMES] for sim in result.similarities
-        ]
-    header = ["model", "similarity"] + [f"({i})" for i in range(1, len(CLAIM_NAMES) + 1)]
-    return Table(header, rows, [False] * len(header))
-
-
-def tally_table(entries: list) -> Table:
-    """Per claim and similarity, for how many of the results (``(label, Result)``) it holds (n.m.: not
-    measured), with the range of the gaps where the sub-reference claim holds, beside the paper's abstract.
-
-    >>> import effdepth, torch
-    >>> r = effdepth.from_states(torch.randn(4, 8, 8, 16), bootstrap=20)
-    >>> tally_table([("a", r), ("b", r)]).header
-    ['claim', 'cka', 'cka-debiased', "paper's abstract (16 models)"]
-    """
-    grids = [(result, verdict_grid(check_claims(result))) for _, result in entries]
-    sims = list(dict.fromkeys(sim for result, _ in grids for sim in result.similarities))
-    rows = []
-    for i, (name, claim, _) in enumerate(CLAIMS, start=1):
-        cells = [Cell(_tally(name, sim, grids)) for sim in sims]
-        rows.append([Cell(f"({i}) {claim}")] + cells + [Cell(PAPER_ABSTRACT[name])])
-    header = ["claim"] + sims + ["paper's abstract (16 models)"]
-    return Table(header, rows, [False] * len(header))
-
-
-def _tally(name: str, sim: str, grids: list) -> str:
-    verdicts = [(result, grid[name][sim]) for result, grid in grids if sim in result.similarities]
-    held = [(result, v) for result, v in verdicts if v.status == HOLDS]
-    unmeasured = sum(v.status == NOT_MEASURED for _, v in verdicts)
-    cell = f"{len(held)} of {len(verdicts)}" + (f" ({unmeasured} n.m.)" if unmeasured else "")
-    if name == "sub-reference" and held:
-        gaps = [result.similarities[sim]["default"].gap_pct for result, _ in held]
-        low, high = fmt(min(gaps), 0), fmt(max(gaps), 0)
-        cell += f", {low}% below" if low == high else f", {low}-{high}% below"
-    return cell

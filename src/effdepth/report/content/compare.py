@@ -7,13 +7,13 @@ taper and aggregation.
 from __future__ import annotations
 
 from effdepth.data.paper import table2_source
-from effdepth.report.content import robustness
 from effdepth.report.content.facts import plain
 from effdepth.report.content.model import TERMS, Cell, Section, Table, number_cell, sortable, sub_reference, value_cell
 from effdepth.report.content.passages import DEBIASED, null_ratio_cell, paper_row, per_layer_cell, ratio_cell
+from effdepth.report.content.robustness import ordering_table
 from effdepth.report.numbers import fmt
 from effdepth.report.rows import differing
-from effdepth.report.wording import ATTRIBUTION
+from effdepth.report.wording import ATTRIBUTION, passage_wording
 from effdepth.results.result import Result
 
 
@@ -30,6 +30,8 @@ def comparison_table(sources: list) -> Table:
     ['#', 'model', 'revision', 'L', 'N', 'corpus', 'folder', 'tokens/seq']
     """
     show_view = any(s.result.default.name != "default" for s in sources)
+    # F_L, the measurement core's name; F_N only when old token-mode results (their N states) are among them.
+    ref = "F_L" if all(s.result.passages for s in sources) else "F_N"
     facts = differing(sources)
     rows = []
     for i, s in enumerate(sources, start=1):
@@ -66,8 +68,8 @@ def comparison_table(sources: list) -> Table:
         + (["view"] if show_view else [])
         + [
             "D_eff",
-            "F_N",
-            "D_eff / F_N",
+            ref,
+            f"D_eff / {ref}",
             "gap %",
             "sub-ref.",
             "R_init",
@@ -91,10 +93,11 @@ def comparison_table(sources: list) -> Table:
         header,
         rows,
         numeric,
-        note="Sorted by D_eff / F_N, lowest first (click a header to re-sort). Each row is "
+        note=f"Sorted by D_eff / {ref}, lowest first (click a header to re-sort). Each row is "
         "the result's first view under its primary similarity. Columns between corpus and D_eff are what tells the "
         f"results apart ({shown}; tokens per sequence always, since the default view's D_eff moves with it). "
-        "N = L (block outputs) or L + 1 (embedding included); F_N = 2N/(N+1). " + ATTRIBUTION,
+        f"N = L (block outputs) or L + 1 (embedding included); {ref} = 2N/(N+1). "
+        + (passage_wording(ATTRIBUTION) if ref == "F_L" else ATTRIBUTION),
     )
 
 
@@ -127,7 +130,7 @@ def passage_sections(entries: list) -> list:
     if table2 is None:
         return []
     out = [table2]
-    ordering = robustness.ordering_table([(label, r) for label, r in entries if r.passages])
+    ordering = ordering_table([(label, r) for label, r in entries if r.passages])
     if ordering is not None:
         out.append(Section("model ordering under other lags, tapers and aggregations", ordering, anchor="ordering"))
     return out

@@ -9,7 +9,6 @@ import numpy as np
 
 from effdepth.data.paper import table2_row, table2_source
 from effdepth.numerics.similarities import default_similarity, names_where, specs
-from effdepth.report.content import robustness
 from effdepth.report.content.confounds import confound_warnings, confounds_section, lengths_text, sample_size_section
 from effdepth.report.content.facts import device_rows, model_name, model_rows
 from effdepth.report.content.model import (
@@ -25,6 +24,7 @@ from effdepth.report.content.model import (
     sub_reference,
     value_cell,
 )
+from effdepth.report.content.robustness import sensitivity_table
 from effdepth.report.numbers import fmt
 from effdepth.report.wording import ATTRIBUTION, carry_text, passage_wording, similarity_name
 from effdepth.results.result import Result, ViewResult
@@ -181,7 +181,7 @@ def sections(result: Result) -> list:
     per_layer = update_layers_table(result)
     if per_layer is not None:
         out.append(Section("update norm ratio per layer, view default", per_layer))
-    lags = robustness.sensitivity_table(result)
+    lags = sensitivity_table(result)
     if lags is not None:
         out.append(Section(f"maximum lag, taper and aggregation, similarity {primary}", lags))
     table2 = table2_section(result)

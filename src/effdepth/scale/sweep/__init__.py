@@ -197,7 +197,7 @@ class SweepOutcome:
 
     def table(self) -> str:
         """The first view of each job as a plain-text table."""
-        from effdepth.report.tables import suite_summary_text
+        from effdepth.scale.sweep.report import suite_summary_text
 
         return suite_summary_text(self.rows)
 
@@ -375,7 +375,7 @@ def _outcome_text(outcome: dict) -> str:
     result = Result.from_dict(outcome["result"])
     v = result.default
     ci = f" [{v.ci['ratio'][0]:.3f}, {v.ci['ratio'][1]:.3f}]" if v.ci else ""
-    return f"D_eff {v.deff:.3f} / F_N {v.reference:.3f} = {v.ratio:.3f}{ci} ({result.primary_similarity}, view {v.name}, N = {v.num_states})"
+    return f"D_eff {v.deff:.3f} / F_L {v.reference:.3f} = {v.ratio:.3f}{ci} ({result.primary_similarity}, view {v.name}, N = {v.num_states})"
 
 
 def count_statuses(statuses: dict) -> dict:

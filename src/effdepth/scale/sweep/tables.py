@@ -1,7 +1,7 @@
 """A sweep's results -> its tables, figure and report: one row per job, view and similarity.
 
 ``DIR/summary.csv`` and ``DIR/summary.parquet`` (one row per result, view and
-similarity; ``F_N`` is the structural reference of the row's N; a job that
+similarity; ``F_L`` is the structural reference, 2N/(N+1) of the row's N states; a job that
 failed or is missing has one row saying so), ``DIR/suite.{png,pdf}`` and
 ``DIR/report.html``.
 """
@@ -18,8 +18,8 @@ from effdepth.report.sources import read_error
 from effdepth.results.result import Result
 from effdepth.scale.sweep.jobs import ERROR, RESULT, Job, job_folder, saved_result
 
-#: One row per (job, view, similarity). F_N = 2N/(N+1) is the structural reference of the row's N
-#: (N = L, or L + 1 with the embedding; the paper's F_L when N = L).
+#: One row per (job, view, similarity). F_L = 2N/(N+1) is the structural reference of the row's N states
+#: (N = L, or L + 1 with the embedding), named as the paper names it.
 COLUMNS = (
     "model",
     "family",
@@ -34,7 +34,7 @@ COLUMNS = (
     "D_eff",
     "D_eff_lo",
     "D_eff_hi",
-    "F_N",
+    "F_L",
     "ratio",
     "ratio_lo",
     "ratio_hi",
@@ -134,7 +134,7 @@ def result_rows(job: Job, result: Result) -> list[dict]:
                 similarity=sim,
                 L=layers,
                 N=v.num_states,
-                F_N=v.reference,
+                F_L=v.reference,
                 sequences=v.sequences,
                 tokens_measured=v.tokens,
             )
@@ -214,8 +214,8 @@ def write_outputs(out, rows, jobs, *, figures: bool = True, report: bool = True,
     files = write_table(out, "summary", rows, COLUMNS, log=log)
     ok = [r for r in rows if r["status"] == "ok"]
     if figures and ok:
-        from effdepth.report.figures_suite import suite_figure
         from effdepth.report.style import save_figure
+        from effdepth.scale.sweep.figures import suite_figure
 
         files += save_figure(suite_figure(rows), out / "suite")
     if report and ok:

@@ -1,13 +1,17 @@
 """Controlled experiments: small models trained from scratch, then measured like any other.
 
+The carry experiment's pieces: its options (:mod:`.setting`), one training run (:mod:`.training`), its
+checkpoints (:mod:`.checkpoints`), the run (:mod:`.carry`), its record (:mod:`.result`), its tables,
+figure and report section (:mod:`.report`).
+
 >>> from effdepth.studies.experiment import CarryExperiment
 >>> CarryExperiment().checkpoint_steps()
 [0, 75, 150, 225, 300]
 """
 
-from effdepth.results.carry import ExperimentResult, load_experiment
 from effdepth.studies.experiment.carry import carry_experiment, save_experiment
 from effdepth.studies.experiment.checkpoints import checkpoint_carry, measure_checkpoint
+from effdepth.studies.experiment.result import ExperimentResult
 from effdepth.studies.experiment.setting import CarryExperiment
 from effdepth.studies.experiment.training import split_corpus
 
@@ -16,7 +20,6 @@ __all__ = [
     "ExperimentResult",
     "carry_experiment",
     "checkpoint_carry",
-    "load_experiment",
     "measure_checkpoint",
     "save_experiment",
     "split_corpus",

@@ -3,8 +3,8 @@
 Every run trains the same tiny Llama-architecture model (byte vocabulary,
 identical initialisation and data order for a given seed) with one change:
 every block (or the chosen ones) outputs ``lam * s_{l-1} + (s_l - s_{l-1})``,
-applied by the same :class:`~effdepth.measurement.interventions.ResidualCarry` (or, with
-``carry_on="sublayers"``, :class:`~effdepth.measurement.interventions.SublayerCarry`)
+applied by the same :class:`~effdepth.studies.intervene.hooks.ResidualCarry` (or, with
+``carry_on="sublayers"``, :class:`~effdepth.studies.intervene.hooks.SublayerCarry`)
 hooks the in-model intervention uses. Gradients flow through them.
 
 Checkpoints are standard Hugging Face folders (model and tokenizer),
@@ -35,11 +35,12 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from effdepth.measurement.interventions import parse_layers
-from effdepth.results.carry import ExperimentResult
 from effdepth.results.provenance import provenance_record
+from effdepth.studies.experiment.report import experiment_figure
+from effdepth.studies.experiment.result import ExperimentResult
 from effdepth.studies.experiment.setting import CarryExperiment
 from effdepth.studies.experiment.training import split_corpus, train_run
+from effdepth.studies.intervene.hooks import parse_layers
 
 
 def carry_experiment(
@@ -96,7 +97,6 @@ def save_experiment(result: ExperimentResult, folder, figure: bool = True) -> Pa
     """
     path = result.save(folder)
     if figure:
-        from effdepth.report.figures_experiment import experiment_figure
         from effdepth.report.style import save_figure
 
         save_figure(experiment_figure(result), Path(folder) / "experiment")

@@ -9,8 +9,8 @@ import math
 from dataclasses import asdict, dataclass
 
 from effdepth.errors import EffdepthError
-from effdepth.measurement.interventions import CARRY_ON, check_carry_on, format_carry, parse_carry, parse_layers
 from effdepth.options import option
+from effdepth.studies.intervene.hooks import CARRY_ON, check_carry_on, format_carry, parse_carry, parse_layers
 
 #: What differs from the paper's S17 run even with ``--paper``: said wherever the comparison is shown.
 PAPER_DIFFERENCES = (

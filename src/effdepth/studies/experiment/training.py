@@ -15,10 +15,10 @@ import torch
 from tqdm.auto import tqdm
 
 from effdepth.errors import EffdepthError
-from effdepth.measurement.interventions import carry_hooks, format_carry, parse_layers
 from effdepth.models.registry import resolve_architecture
 from effdepth.studies.experiment.checkpoints import checkpoint_record
 from effdepth.studies.experiment.setting import CarryExperiment
+from effdepth.studies.intervene.hooks import carry_hooks, format_carry, parse_layers
 
 
 def carry_model_config(spec: CarryExperiment, lam: float):

@@ -4,7 +4,7 @@
 ranks its blocks two ways from that result (:mod:`effdepth.numerics.pruning`:
 ShortGPT's block influence, and the local D_eff order, leave one state out
 of the similarity matrix), then skips the first k blocks of each order
-(``s_l = s_{l-1}``, :class:`~effdepth.measurement.interventions.BlockSkip`) and
+(``s_l = s_{l-1}``, :class:`BlockSkip`) and
 measures the next-token perplexity on held-out passages for every k: one
 pass with nothing skipped and 2K passes in all. The Spearman correlation of
 the two rankings says how far they agree.
@@ -25,14 +25,16 @@ from tqdm.auto import tqdm
 
 from effdepth.errors import EffdepthError
 from effdepth.measurement import prepare
-from effdepth.measurement.interventions import BlockSkip
 from effdepth.measurement.run import measure_passages, passage_loss
+from effdepth.models.hooks import HookSet, hidden_from_input, hidden_from_output
+from effdepth.models.registry import ResolvedArchitecture
 from effdepth.numerics.pruning import block_influence_order, local_deff_order, order_positions
 from effdepth.numerics.sensitivity import spearman
 from effdepth.options import Options, RunOptions
 from effdepth.results.files import write_json_atomic
-from effdepth.results.loading import PRUNE_SCHEMA
 from effdepth.results.result import Result
+from effdepth.studies.intervene.hooks import parse_layers, replace_hidden
+from effdepth.studies.prune.report import SCHEMA
 
 PRUNE_FILE = "prune.json"
 ORDERS = ("block_influence", "local_deff")
@@ -73,7 +75,7 @@ class PruneResult:
     def record(self) -> dict:
         """What ``prune.json`` holds (:func:`effdepth.load` reads it back)."""
         return {
-            "schema": PRUNE_SCHEMA,
+            "schema": SCHEMA,
             "kind": "pruning boundary check",
             "model": self.measured.provenance.get("model", {}),
             "config": self.config,
@@ -94,6 +96,35 @@ class PruneResult:
                 "spearman": "rank correlation of the blocks' positions in the two orders",
             },
         }
+
+
+class BlockSkip(HookSet):
+    """Context manager: blocks ``layers`` (1-based) output their input, ``s_l = s_{l-1}`` (the block removed
+    from the stream, its update dropped). No layer registers nothing: exactly the unmodified model.
+
+    >>> import torch
+    >>> from effdepth.models.tiny import tiny_model
+    >>> from effdepth.models.registry import resolve_architecture
+    >>> m = tiny_model("llama"); ids = torch.tensor([[256, 72, 105]])
+    >>> with torch.no_grad(), BlockSkip(resolve_architecture(m), [2]):
+    ...     out = m(ids).logits
+    >>> bool((out != m(ids).logits).any())
+    True
+    """
+
+    def __init__(self, arch: ResolvedArchitecture, layers):
+        self.arch = arch
+        self.layers = parse_layers(list(layers), arch.num_layers, "--skip") if list(layers) else ()
+
+    def register(self):
+        for layer in self.layers:
+            yield self.arch.blocks[layer - 1].register_forward_hook(self._hook, prepend=True, with_kwargs=True)
+
+    @staticmethod
+    def _hook(module, args, kwargs, output):
+        carried = hidden_from_input(args, kwargs)
+        produced = hidden_from_output(output, carried)
+        return replace_hidden(output, produced, carried.to(produced.device, produced.dtype))
 
 
 def parse_skip(text) -> list:

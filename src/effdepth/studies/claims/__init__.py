@@ -4,7 +4,7 @@ The abstract's five claims and a sixth of ours, judged on saved results for ever
 they hold (the verdicts themselves are :mod:`effdepth.results.verdicts`, shared with
 the report):
 
-1. ``sub-reference``: D_eff < F_N in the default view (the whole interval below).
+1. ``sub-reference``: D_eff < F_L in the default view (the whole interval below).
 2. ``correlated-updates``: D_eff < R_matched (the correlated-updates term's
    interval above 0) and that term the largest of the three.
 3. ``not-pos0``: sub-reference under ``drop-pos0`` (position 0 left out, whatever token it
@@ -92,7 +92,7 @@ class ClaimsOutcome:
         >>> ClaimsOutcome([Checked(Path("a"), "a", r, []), Checked(Path("b"), "b", r, [])]).text().split()[:2]
         ['Beside', 'the']
         """
-        from effdepth.report.tables import claims_sweep_text, claims_text, passage_comparison_text
+        from effdepth.studies.claims.report import claims_sweep_text, claims_text, passage_comparison_text
 
         if len(self.checked) == 1 and not self.failed:
             c = self.checked[0]

@@ -1,18 +1,17 @@
 """The residual-carry intervention in a model (docs/method.md#residual-carry): D_eff and loss against the carry lam.
 
 For each carry value lam the chosen blocks output ``lam * s_{l-1} + (s_l - s_{l-1})``
-(see :class:`~effdepth.measurement.interventions.ResidualCarry`), or with ``carry_on="sublayers"``
+(see :class:`~effdepth.studies.intervene.hooks.ResidualCarry`), or with ``carry_on="sublayers"``
 the paper's ``h <- lam h + attn(LN h)``, ``h <- lam h + mlp(LN h)`` in each of them
-(:class:`~effdepth.measurement.interventions.SublayerCarry`); the model and the
+(:class:`~effdepth.studies.intervene.hooks.SublayerCarry`); the model and the
 corpus are loaded once and every lam is measured on the same tokens, with the
 next-token loss. lam = 1 is the unmodified model.
 
 :func:`save_intervention` writes ``DIR/intervention.json`` (every per-lam
 result inside), ``DIR/carry-<lam>/result.json`` and the figure
-``DIR/intervention.{png,pdf}``. The result itself
-(:class:`~effdepth.results.carry.InterventionResult`) is in the result layer,
-its table in :mod:`effdepth.report.tables` and its figure in
-:mod:`effdepth.report.figures_intervention`.
+``DIR/intervention.{png,pdf}``. The study's pieces: its hooks in :mod:`.hooks`, its record
+(:class:`~.result.InterventionResult`) in :mod:`.result`, its tables, figure and report section in
+:mod:`.report`.
 """
 
 from __future__ import annotations
@@ -23,14 +22,12 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from effdepth.measurement import prepare
-from effdepth.measurement.interventions import carry_hooks, check_carry_on, check_layer_spec, parse_carry, parse_layers
 from effdepth.options import AnalysisOptions, Options, RunOptions
-
-# The result itself lives in the result layer; re-exported here for ``from effdepth.studies.intervene import ...``.
-from effdepth.results.carry import INTERVENTION_SCHEMA as SCHEMA
-from effdepth.results.carry import InterventionResult, carry_folder, intervention_row, load_intervention
 from effdepth.results.provenance import provenance_record
 from effdepth.results.result import Result
+from effdepth.studies.intervene.hooks import carry_hooks, check_carry_on, check_layer_spec, parse_carry, parse_layers
+from effdepth.studies.intervene.report import intervention_figure
+from effdepth.studies.intervene.result import SCHEMA, InterventionResult, carry_folder, intervention_row
 
 __all__ = [
     "DEFAULT_CARRY",
@@ -39,7 +36,6 @@ __all__ = [
     "carry_folder",
     "intervene",
     "intervention_row",
-    "load_intervention",
     "measure_with_carry",
     "save_intervention",
 ]
@@ -59,7 +55,6 @@ def save_intervention(ir: InterventionResult, folder, figure: bool = True) -> Pa
     """
     path = ir.save(folder)
     if figure:
-        from effdepth.report.figures_intervention import intervention_figure
         from effdepth.report.style import save_figure
 
         save_figure(intervention_figure(ir), Path(folder) / "intervention")
@@ -81,7 +76,7 @@ def intervene(
     ``carry``: values in [0, 1] (a sequence or ``"1,0.9,0.5"``); ``layers``:
     ``"all"``, ``"A-B"``, ``"1,3,5"`` or a list of 1-based block numbers;
     ``carry_on``: ``"blocks"`` (one carry per block) or ``"sublayers"`` (the
-    paper's, in every attention and MLP sublayer: :class:`~effdepth.measurement.interventions.SublayerCarry`).
+    paper's, in every attention and MLP sublayer: :class:`~effdepth.studies.intervene.hooks.SublayerCarry`).
     ``options`` are :func:`effdepth.measure`'s (``seq_len``, ``num_seqs``,
     ``batch_size``, ``bootstrap``, ``similarity``, ``include_embedding``,
     ``views``, ``dtype``, ``device``, ``pooling``...), measured as

@@ -22,7 +22,7 @@ atomic, resumable results under ``DIR/<model>/<revision>/effdepth-<v>-<hash>/``,
 locally or on Ray. Output: ``DIR/trajectory.csv`` (+ ``.parquet``; one row per
 checkpoint, view and similarity), ``DIR/trajectory.json`` (checkpoints,
 duplicates, skipped names; ``effdepth.load`` reads both back as a
-:class:`~effdepth.results.loading.SavedTrajectory`) and ``DIR/trajectory.{png,pdf}``.
+:class:`~.result.SavedTrajectory`) and ``DIR/trajectory.{png,pdf}``.
 
 >>> import tempfile, pathlib
 >>> from effdepth.models.tiny import tiny_model
@@ -45,8 +45,8 @@ from pathlib import Path
 
 from effdepth.errors import EffdepthError
 from effdepth.options import Options, RunOptions, at_least
+from effdepth.report.plain import table_text
 from effdepth.results.files import file_sha256, write_json_atomic
-from effdepth.results.loading import TRAJECTORY_SCHEMA
 from effdepth.scale.executors import make_executor
 from effdepth.scale.revisions import (
     FIRST_TRACKS,
@@ -73,6 +73,8 @@ from effdepth.scale.sweep import (
     summary_rows,
     write_table,
 )
+from effdepth.scale.trajectory.report import trajectory_content
+from effdepth.scale.trajectory.result import SCHEMA, SavedTrajectory
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
@@ -125,9 +127,6 @@ class TrajectoryOutcome:
 
     def table(self) -> str:
         """One line per checkpoint: D_eff, D_eff/L and the updates' D_eff/L (the update diagnostic), as ``effdepth show`` prints it."""
-        from effdepth.report.plain import table_text
-        from effdepth.report.studies import trajectory_content
-
         return table_text(
             trajectory_content(self.rows, self.duplicates, None if self.preset is None else self.preset.to_dict())
         )
@@ -594,7 +593,7 @@ def _write_outputs(outcome: TrajectoryOutcome, found: Discovered, revisions: str
     out = outcome.out
     files = write_table(out, "trajectory", outcome.rows, TRAJECTORY_COLUMNS, log=log)
     summary = {
-        "schema": TRAJECTORY_SCHEMA,  # effdepth.load and effdepth show recognise the file by it
+        "schema": SCHEMA,  # effdepth.load and effdepth show recognise the file by it
         "model": found.model,
         "source": found.kind,
         "revisions": revisions,
@@ -607,8 +606,8 @@ def _write_outputs(outcome: TrajectoryOutcome, found: Discovered, revisions: str
     write_json_atomic(out / "trajectory.json", summary)
     files.append(out / "trajectory.json")
     if figures and any(r["status"] in ("ok", "duplicate") and r.get("D_eff") is not None for r in outcome.rows):
-        from effdepth.report.figures_trajectory import trajectory_figure
         from effdepth.report.style import save_figure
+        from effdepth.scale.trajectory.figures import trajectory_figure
 
         title = found.model if found.kind == "hub" else Path(found.model).name
         if outcome.preset is not None:

@@ -21,8 +21,8 @@ from effdepth.errors import EffdepthError
 from effdepth.measurement import run_measurement
 from effdepth.options import Options, RunOptions
 from effdepth.results.files import write_json_atomic
-from effdepth.results.loading import NULL_SCHEMA
 from effdepth.results.result import Result
+from effdepth.studies.null.report import SCHEMA
 
 NULL_FILE = "null.json"
 
@@ -40,7 +40,7 @@ class NullResult:
     def record(self) -> dict:
         """What ``null.json`` holds (:func:`effdepth.load` reads it back)."""
         return {
-            "schema": NULL_SCHEMA,
+            "schema": SCHEMA,
             "kind": "random-weight null",
             "model": self.trained.provenance.get("model", {}),
             "seeds": self.seeds,

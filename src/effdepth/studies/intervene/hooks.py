@@ -23,13 +23,21 @@ import torch
 from effdepth.errors import EffdepthError
 from effdepth.models.hooks import HookSet, hidden_from_input, hidden_from_output
 from effdepth.models.registry import ResolvedArchitecture
-from effdepth.results.carry import format_carry
 
 # Blocks that carry a ResidualCarry right now: nesting two would apply the
 # carry twice, silently.
 _ACTIVE: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
 
 _RANGE = re.compile(r"^(\d+)\s*-\s*(\d+)$")
+
+
+def format_carry(lam: float) -> str:
+    """The short form used in folder names and tables.
+
+    >>> format_carry(1.0), format_carry(0.75)
+    ('1', '0.75')
+    """
+    return f"{float(lam):g}"
 
 
 def parse_carry(values) -> tuple:
@@ -292,35 +300,6 @@ def check_carry_on(on: str) -> str:
             "every attention and MLP sublayer)"
         )
     return on
-
-
-class BlockSkip(HookSet):
-    """Context manager: blocks ``layers`` (1-based) output their input, ``s_l = s_{l-1}`` (the block removed
-    from the stream, its update dropped). No layer registers nothing: exactly the unmodified model.
-
-    >>> import torch
-    >>> from effdepth.models.tiny import tiny_model
-    >>> from effdepth.models.registry import resolve_architecture
-    >>> m = tiny_model("llama"); ids = torch.tensor([[256, 72, 105]])
-    >>> with torch.no_grad(), BlockSkip(resolve_architecture(m), [2]):
-    ...     out = m(ids).logits
-    >>> bool((out != m(ids).logits).any())
-    True
-    """
-
-    def __init__(self, arch: ResolvedArchitecture, layers):
-        self.arch = arch
-        self.layers = parse_layers(list(layers), arch.num_layers, "--skip") if list(layers) else ()
-
-    def register(self):
-        for layer in self.layers:
-            yield self.arch.blocks[layer - 1].register_forward_hook(self._hook, prepend=True, with_kwargs=True)
-
-    @staticmethod
-    def _hook(module, args, kwargs, output):
-        carried = hidden_from_input(args, kwargs)
-        produced = hidden_from_output(output, carried)
-        return replace_hidden(output, produced, carried.to(produced.device, produced.dtype))
 
 
 def replace_hidden(output, old: torch.Tensor, new: torch.Tensor):

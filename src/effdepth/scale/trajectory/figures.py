@@ -1,4 +1,4 @@
-"""The figure of a trajectory: D_eff, F_N and the references across training checkpoints, and (passage
+"""The figure of a trajectory: D_eff, F_L and the references across training checkpoints, and (passage
 mode) the update diagnostic: D_eff/L of the updates beside D_eff/L of the states.
 
 Takes the trajectory's rows (plain dicts, as in ``trajectory.csv``);
@@ -13,7 +13,7 @@ from effdepth.report.style import OKABE_ITO, new_figure, style
 
 
 def trajectory_figure(rows: list[dict], title: str = ""):
-    """D_eff (with its interval), F_N and the matched references against training tokens, for each
+    """D_eff (with its interval), F_L and the matched references against training tokens, for each
     checkpoint's first view with a value under its primary similarity (named in the title).
 
     When the rows carry the update diagnostic (``updates_D_eff``, passage mode), a second panel
@@ -27,7 +27,7 @@ def trajectory_figure(rows: list[dict], title: str = ""):
     without a step sits just right of the last checkpoint.
 
     >>> r = lambda rev, step, d: {"key": rev, "revision": rev, "step": step, "tokens_seen": step * 10, "track": "main",
-    ...     "final": False, "status": "ok", "D_eff": d, "D_eff_lo": d - .1, "D_eff_hi": d + .1, "F_N": 1.9,
+    ...     "final": False, "status": "ok", "D_eff": d, "D_eff_lo": d - .1, "D_eff_hi": d + .1, "F_L": 1.9,
     ...     "R_init": 1.5, "R_size": 1.8, "R_matched": 1.4, "L": 4, "updates_D_eff": 2 * d}
     >>> fig = trajectory_figure([r("step0", 0, 1.0), r("step10", 10, 1.2), r("step100", 100, 1.3)])
     >>> [ax.get_xscale() for ax in fig.axes], fig.axes[1].get_ylabel()
@@ -45,7 +45,7 @@ def trajectory_figure(rows: list[dict], title: str = ""):
         ax = axes[0]
         for series in _tracks(measured):
             _series(ax, series, "D_eff", r"$D_\mathrm{eff}$ (95% CI)", OKABE_ITO["blue"], "-", "o", band=True)
-            _series(ax, series, "F_N", r"$F_N = 2N/(N+1)$", OKABE_ITO["black"], "--", None, band=False)
+            _series(ax, series, "F_L", r"$F_L$", OKABE_ITO["black"], "--", None, band=False)
             for key, name in (("R_init", "init"), ("R_size", "size"), ("R_matched", "matched")):
                 label, colour, dash, marker = REFERENCE_STYLES[name]
                 _series(ax, series, key, label, colour, dash, None, band=True, alpha=0.1)

@@ -1,4 +1,4 @@
-"""The figure of a sweep: D_eff, F_N and their ratio per model, grouped by family.
+"""The figure of a sweep: D_eff, F_L and their ratio per model, grouped by family.
 
 Takes the sweep's summary rows (plain dicts, one per job and view, as in
 ``summary.csv``); :func:`effdepth.scale.sweep.write_outputs` saves it as
@@ -14,19 +14,19 @@ from effdepth.report.rows import lead_rows
 from effdepth.report.style import OKABE_ITO, new_figure, style
 
 #: Okabe-Ito colours in the order families get them (yellow left out: too light on white).
-#: F_N and the ratio-1 line are black, so no family is.
+#: F_L and the ratio-1 line are black, so no family is.
 FAMILY_COLOURS = ("blue", "vermillion", "bluish_green", "reddish_purple", "sky_blue", "orange")
 FAMILY_MARKERS = ("o", "s", "D", "^", "v", "P", "X")
 
 
 def suite_figure(rows: list[dict]):
-    """D_eff and F_N (left) and D_eff / F_N (right) per model, grouped by family, with intervals.
+    """D_eff and F_L (left) and D_eff / F_L (right) per model, grouped by family, with intervals.
 
     Uses each model's first view with a value under its primary similarity (named in the title);
     failed models are listed with "failed".
 
     >>> r = {"key": "k", "model": "a/m", "family": "f", "params": 1, "revision": "main", "status": "ok", "D_eff": 1.2,
-    ...      "D_eff_lo": 1.1, "D_eff_hi": 1.3, "F_N": 1.9, "ratio": 0.63, "ratio_lo": 0.6, "ratio_hi": 0.7}
+    ...      "D_eff_lo": 1.1, "D_eff_hi": 1.3, "F_L": 1.9, "ratio": 0.63, "ratio_lo": 0.6, "ratio_hi": 0.7}
     >>> len(suite_figure([r]).axes)
     2
     """
@@ -55,7 +55,7 @@ def suite_figure(rows: list[dict]):
                 continue
             _dot(left, e["D_eff"], yi, (e.get("D_eff_lo"), e.get("D_eff_hi")), colour, marker)
             left.plot(
-                [e["F_N"]],
+                [e["F_L"]],
                 [yi],
                 marker="|",
                 markersize=11,
@@ -68,8 +68,8 @@ def suite_figure(rows: list[dict]):
         right.axvline(1.0, color=OKABE_ITO["black"], linestyle="--", linewidth=1.0)
         left.set_yticks(y, [_entry_label(e) for e in entries])
         left.set_ylim(-0.7, len(entries) - 0.3)
-        left.set_xlabel(r"$D_\mathrm{eff}$ (dot, 95% CI) and $F_N$ (|)")
-        right.set_xlabel(r"$D_\mathrm{eff} / F_N$ (1 = reference)")
+        left.set_xlabel(r"$D_\mathrm{eff}$ (dot, 95% CI) and $F_L$ (|)")
+        right.set_xlabel(r"$D_\mathrm{eff} / F_L$ (1 = reference)")
         for f in families:
             colour, marker = looks[f]
             right.plot([], [], marker=marker, color=colour, linestyle="none", label=f)
@@ -81,7 +81,7 @@ def suite_figure(rows: list[dict]):
             markersize=9,
             markeredgewidth=2,
             linestyle="none",
-            label=r"$F_N = 2N/(N+1)$",
+            label=r"$F_L$",
         )
         fig.legend(loc="outside lower center", ncol=min(6, len(families) + 1), frameon=False)
         fig.suptitle("Effective depth across the suite" + _similarity_note(entries))
