@@ -16,7 +16,8 @@ from effdepth.options.flags import (
     option_flags,
 )
 from effdepth.options.groups import default_out, ensure_writable
-from effdepth.options.studies import InterventionOptions, RecomposeOptions
+from effdepth.studies.intervene.options import InterventionOptions
+from effdepth.studies.recompose import RecomposeOptions
 
 #: Where ``experiment carry`` writes unless told.
 EXPERIMENT_OUT = "runs/carry-experiment"
@@ -76,14 +77,13 @@ def register(sub) -> dict:
 
 def cmd_intervene(args) -> int:
     from effdepth.studies.intervene import intervene, save_intervention
-    from effdepth.studies.intervene.hooks import check_carry_on, check_layer_spec, parse_carry
+    from effdepth.studies.intervene.hooks import check_layer_spec, parse_carry
     from effdepth.studies.intervene.report import intervention_headline, intervention_table
 
     options = Options.from_args(args)
-    # Bad carry values, layers or places fail before the output folder and the weights.
+    # Bad carry values or layers fail before the output folder and the weights.
     carries = parse_carry(args.carry)
     check_layer_spec(args.layers)
-    check_carry_on(args.carry_on)
     out = ensure_writable(Path(args.out) if args.out else default_out(args.model) / "intervention")
     result = intervene(
         carry=carries, layers=args.layers, carry_on=args.carry_on, progress=args.progress, **_keywords(options)

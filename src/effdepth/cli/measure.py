@@ -9,9 +9,9 @@ from pathlib import Path
 from effdepth.cli.arguments import output_folder, run_options_from_args, typed
 from effdepth.errors import EffdepthError
 from effdepth.options import AnalysisOptions, Options, RunOptions
+from effdepth.options.commands import AnalyseOptions, ShowOptions
 from effdepth.options.flags import add_measure_arguments, add_option_arguments, add_output_arguments
 from effdepth.options.groups import default_out, ensure_writable
-from effdepth.options.studies import AnalyseOptions, ShowOptions
 
 #: Flags that say where and how to run, not what to measure: never saved for a resume.
 _NOT_SAVED = ("help", "resume", "out", "progress", "checkpoint_every_s", "figures")

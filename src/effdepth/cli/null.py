@@ -9,7 +9,7 @@ from effdepth.errors import EffdepthError
 from effdepth.options import Options
 from effdepth.options.flags import add_measure_arguments, add_option_arguments, add_output_arguments
 from effdepth.options.groups import default_out
-from effdepth.options.studies import NullOptions
+from effdepth.studies.null.options import NullOptions
 
 
 def register(sub) -> dict:

@@ -8,7 +8,7 @@ from effdepth.cli.arguments import output_folder, run_options_from_args
 from effdepth.options import Options
 from effdepth.options.flags import add_measure_arguments, add_option_arguments, add_output_arguments
 from effdepth.options.groups import default_out
-from effdepth.options.studies import PruneOptions
+from effdepth.studies.prune.options import PruneOptions
 
 
 def register(sub) -> dict:

@@ -9,7 +9,8 @@ from effdepth.errors import EffdepthError
 from effdepth.options import Options
 from effdepth.options.flags import Parser, add_measure_arguments, add_option_arguments, add_output_arguments
 from effdepth.options.groups import ExecutorOptions
-from effdepth.options.studies import SuiteOptions, SweepOptions, TrajectoryOptions
+from effdepth.scale.sweep.options import SuiteOptions, SweepOptions
+from effdepth.scale.trajectory.options import TrajectoryOptions
 
 #: The flags of a sweep or a trajectory beside the measurement's: where the jobs run, how often they save.
 RUN = ("progress", "checkpoint_every_s")

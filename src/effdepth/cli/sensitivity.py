@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from effdepth.options.commands import SensitivityOptions
 from effdepth.options.flags import add_option_arguments
-from effdepth.options.studies import SensitivityOptions
 
 
 def register(sub) -> dict:

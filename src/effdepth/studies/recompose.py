@@ -19,16 +19,36 @@ process R_matched describes, but under CKA the two are not equal (see
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from tqdm.auto import tqdm
 
 from effdepth.errors import EffdepthError
 from effdepth.numerics.recompose import carried, decorrelated_increments, increments
 from effdepth.numerics.views import PassageView, parse_view
+from effdepth.options import option
 from effdepth.report.content.model import Cell, Table
 from effdepth.report.numbers import fmt, fmt_interval
 from effdepth.results.result import Result
 from effdepth.studies.intervene.hooks import format_carry, parse_carry
+from effdepth.studies.intervene.options import carries_option
+
+
+@dataclass(frozen=True)
+class RecomposeOptions:
+    """``effdepth recompose``: the saved result, the carries and the view; the bootstrap is off by default
+    (the quick answer; a measurement's default would redo 1000 resamples per recomposed stream)."""
+
+    result: str = option(
+        None, "result.json (or its folder) of a passage-mode measurement, its pooled/ beside it", flags=()
+    )
+    carry: str = carries_option()
+    view: str | None = option(None, "which view of the result (default: its first)")
+    bootstrap: int = option(
+        0, "bootstrap resamples per recomposed stream, for intervals (default {default}: none)", kind="int"
+    )
+
 
 __all__ = ["DEFAULT_CARRY", "SCHEMA", "recompose_report", "recompose_rows", "recomposable_view"]
 

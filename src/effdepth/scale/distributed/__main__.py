@@ -9,9 +9,9 @@ from pathlib import Path
 
 from effdepth.errors import EffdepthError
 from effdepth.options import Options
+from effdepth.options.commands import TorchrunOptions
 from effdepth.options.flags import Parser, add_measure_arguments, add_option_arguments, add_output_arguments
 from effdepth.options.groups import default_out, ensure_writable
-from effdepth.options.studies import TorchrunOptions
 
 
 def build_parser() -> Parser:
