@@ -79,3 +79,20 @@ def test_a_run_refuses_a_folder_held_by_another_and_takes_over_a_dead_runs_hold(
     (out / WRITER).write_text(json.dumps({"pid": gone.pid, "host": socket.gethostname()}))
     assert main(measure_argv(model_dir, out, 8)) == 0
     assert effdepth.load(out).default.sequences == 8 and not (out / WRITER).exists()
+
+
+def test_a_sweep_and_a_reanalysis_refuse_a_folder_held_by_another_run(model_dir, tmp_path, capsys):
+    from effdepth.scale.sweep import sweep
+
+    out = tmp_path / "sweep"
+    with one_writer(out), pytest.raises(effdepth.EffdepthError, match="being written by another effdepth run"):
+        sweep(["tiny:gpt2"], out, corpus=["some text " * 30], seq_len=8, num_seqs=4, bootstrap=0, figures=False)
+    assert list(out.iterdir()) == []  # nothing of the refused sweep (the hold itself gone with its holder)
+
+    measured = tmp_path / "measured"
+    assert main(measure_argv(model_dir, measured, 8)) == 0
+    before = (measured / "result.json").read_bytes()
+    with one_writer(measured):
+        assert main(["analyse", str(measured), "--bootstrap", "50", "--no-progress"]) == 2
+    assert "being written by another effdepth run" in capsys.readouterr().err
+    assert (measured / "result.json").read_bytes() == before

@@ -157,11 +157,13 @@ def resume_command(args, out: Path) -> str:
 def cmd_analyse(args) -> int:
     from effdepth.measurement.run import ANALYSIS_CHANGES, analyse_saved
     from effdepth.report.plain import write_result
+    from effdepth.results.files import one_writer
 
     changes = {k: getattr(args, k) for k in ANALYSIS_CHANGES if getattr(args, k) is not None}
     result = analyse_saved(Path(args.result), progress=args.progress, **changes)
-    out = Path(args.out) if args.out else Path(args.result)
-    write_result(result, ensure_writable(out), figures=args.figures, note=" (re-analysed from the pooled vectors)")
+    out = ensure_writable(Path(args.out) if args.out else Path(args.result))
+    with one_writer(out):
+        write_result(result, out, figures=args.figures, note=" (re-analysed from the pooled vectors)")
     return 0
 
 

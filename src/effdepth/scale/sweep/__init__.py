@@ -30,7 +30,7 @@ from pathlib import Path
 
 from effdepth.errors import EffdepthError
 from effdepth.options import Options, RunOptions
-from effdepth.results.files import write_json_atomic
+from effdepth.results.files import one_writer, write_json_atomic
 from effdepth.results.result import Result
 from effdepth.results.version import __version__
 from effdepth.scale.executors import make_executor
@@ -237,9 +237,10 @@ def sweep(
     jobs = make_jobs(models, job_options(options), revision=revision)
     ex = make_executor(executor) if isinstance(executor, str) else executor
     check_cache(jobs, job_options(options), models=models, revision=revision)
-    statuses = run_jobs(jobs, out, ex, run=run, log=log)
-    rows = summary_rows(out, jobs)
-    files = write_outputs(out, rows, jobs, figures=figures, report=report, log=log)
+    with one_writer(out):  # one sweep writes a folder: its jobs' records, the summary and the report
+        statuses = run_jobs(jobs, out, ex, run=run, log=log)
+        rows = summary_rows(out, jobs)
+        files = write_outputs(out, rows, jobs, figures=figures, report=report, log=log)
     return SweepOutcome(Path(out), rows, count_statuses(statuses), files)
 
 

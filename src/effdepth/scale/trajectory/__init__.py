@@ -46,7 +46,7 @@ from pathlib import Path
 from effdepth.errors import EffdepthError
 from effdepth.options import Options, RunOptions, at_least
 from effdepth.report.plain import table_text
-from effdepth.results.files import file_sha256, write_json_atomic
+from effdepth.results.files import file_sha256, one_writer, write_json_atomic
 from effdepth.scale.executors import make_executor
 from effdepth.scale.revisions import (
     FIRST_TRACKS,
@@ -189,13 +189,21 @@ def trajectory(
     refused = {rev: why for rev, why in refused.items() if rev in jobs}
     for rev, why in refused.items():
         log(f"{rev}: {why}; not downloaded, not measured")
-    statuses = run_jobs([job for rev, job in jobs.items() if rev not in refused], out, ex, run=run, log=log)
-    statuses.update(record_refused(out, {rev: jobs[rev] for rev in refused}, refused, log=log))
-    rows = trajectory_rows(out, checkpoints, jobs, duplicates, fingerprints)
-    outcome = TrajectoryOutcome(
-        Path(out), rows, checkpoints, duplicates, found.skipped, count_statuses(statuses), notes=notes, preset=preset
-    )
-    outcome.files = _write_outputs(outcome, found, revisions, figures=figures, log=log)
+    with one_writer(out):  # one trajectory writes a folder: its checkpoints' records and its outputs
+        statuses = run_jobs([job for rev, job in jobs.items() if rev not in refused], out, ex, run=run, log=log)
+        statuses.update(record_refused(out, {rev: jobs[rev] for rev in refused}, refused, log=log))
+        rows = trajectory_rows(out, checkpoints, jobs, duplicates, fingerprints)
+        outcome = TrajectoryOutcome(
+            Path(out),
+            rows,
+            checkpoints,
+            duplicates,
+            found.skipped,
+            count_statuses(statuses),
+            notes=notes,
+            preset=preset,
+        )
+        outcome.files = _write_outputs(outcome, found, revisions, figures=figures, log=log)
     return outcome
 
 
