@@ -37,6 +37,10 @@ class Study:
         return f"{self.spec.title} of {self.spec.subject(self.record)}"
 
     @property
+    def heading(self) -> str:
+        return self.title[:1].upper() + self.title[1:]
+
+    @property
     def caption(self) -> str:
         return self.spec.caption
 

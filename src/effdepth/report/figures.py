@@ -5,14 +5,9 @@ canvases, no pyplot, the Okabe-Ito palette); every series also differs in
 line style or marker, so the figures survive colour-blindness and greyscale
 printing.
 
-Each figure has one small function that takes a :class:`~effdepth.Result`
-(or one :class:`~effdepth.ViewResult`) and returns a Figure:
-the similarity heatmap, the decay profile and the gap attribution here, the
-per-layer panels in :mod:`.figures_layers`, the ratio figures (views, lags and
-tapers, comparisons) in :mod:`.figures_ratios`, the confounds and the sample
-size in :mod:`.figures_confounds`; :func:`write_figures` writes
-the standard set next to ``result.json``. A study's figures live in its folder
-(``effdepth/studies/<name>/``, ``effdepth/scale/{sweep,trajectory}/``).
+Each figure is one small function of a :class:`~effdepth.Result` (or a
+:class:`~effdepth.ViewResult`) that returns a Figure; :func:`write_figures`
+writes the standard set next to ``result.json``.
 
 >>> import effdepth, torch, tempfile
 >>> r = effdepth.from_states(torch.randn(7, 8, 8, 16).cumsum(0), bootstrap=20)

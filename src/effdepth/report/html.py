@@ -17,8 +17,7 @@ from effdepth.report.content import Cell, Folded, Section, Table, result_content
 from effdepth.report.content.captions import comparison_png, figure_text, render_figures
 from effdepth.report.content.claims import claims_evidence, claims_table
 from effdepth.report.content.compare import comparison_table, passage_sections
-from effdepth.report.content.facts import extras_rows, provenance_groups
-from effdepth.report.content.facts import title as result_title
+from effdepth.report.content.facts import extras_rows, page_title, provenance_groups
 from effdepth.report.sources import Source
 from effdepth.results.version import __version__
 
@@ -118,13 +117,7 @@ def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> s
     if sort:
         sources = sort_by_ratio(sources)
     several = len(sources) > 1
-    title = (
-        "Effective depth: comparison of %d results" % len(sources)
-        if several
-        else result_title(sources[0])
-        if sources
-        else _study_heading(studies[0])
-    )
+    title = page_title(sources, studies)
     body = [f"<header><h1>{escape(title)}</h1>", _meta_line(len(sources)), "</header>"]
     if failed:
         items = "".join(f"<li>{escape(str(model))}: {escape(str(error))}</li>" for model, error in failed)
@@ -137,7 +130,7 @@ def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> s
     for k, study in enumerate(studies, start=1):
         from effdepth.report.style import figure_png
 
-        heading = _study_heading(study)
+        heading = study.heading
         tables = "".join(_section(s) for s in study.sections())
         body.append(
             f'<section id="study-{k}"><h2>{esc(heading)}</h2>'
@@ -164,10 +157,6 @@ def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> s
 
 
 # --------------------------------------------------------------------------- sections
-
-
-def _study_heading(study) -> str:
-    return study.title[:1].upper() + study.title[1:]
 
 
 def _meta_line(count: int) -> str:

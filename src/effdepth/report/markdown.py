@@ -13,8 +13,7 @@ from effdepth.report.content import Folded, Section, Table, result_content
 from effdepth.report.content.captions import comparison_png, figure_text, render_figures
 from effdepth.report.content.claims import claims_evidence, claims_table
 from effdepth.report.content.compare import comparison_table, passage_sections
-from effdepth.report.content.facts import extras_rows, provenance_groups
-from effdepth.report.content.facts import title as result_title
+from effdepth.report.content.facts import extras_rows, page_title, provenance_groups
 from effdepth.report.sources import Source
 from effdepth.results.version import __version__
 
@@ -43,13 +42,7 @@ def render_markdown(
         sources = sort_by_ratio(sources)
     several = len(sources) > 1
     images: dict = {}
-    title = (
-        f"Effective depth: comparison of {len(sources)} results"
-        if several
-        else result_title(sources[0])
-        if sources
-        else studies[0].title[:1].upper() + studies[0].title[1:]
-    )
+    title = page_title(sources, studies)
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     out = [
         f"# {esc(title)}",
@@ -78,7 +71,7 @@ def render_markdown(
 
         name = f"{files_dir}/study-{k}-{study.kind}.png"
         images[name] = figure_png(study.figure())
-        out += [f"## {esc(study.title[:1].upper() + study.title[1:])}", ""]
+        out += [f"## {esc(study.heading)}", ""]
         for section in study.sections():
             out += _section(section)
         out += [_image(name, study.kind), "", f"_{esc(study.caption)}_", ""]

@@ -35,12 +35,9 @@ def view_order(result) -> list:
     >>> view_order(effdepth.from_states(torch.randn(3, 8, 8, 4), views="default,drop-pos0", similarity="cka,cosine"))
     ['default', 'drop-pos0']
     """
-    names = list(result.config.get("views") or [])
-    for views in list(result.similarities.values()) + list((result.unavailable or {}).values()):
-        names += [n for n in views if n not in names]
-    present = {n for views in result.similarities.values() for n in views}
-    present |= {n for views in (result.unavailable or {}).values() for n in views}
-    return [n for n in names if n in present]
+    groups = list(result.similarities.values()) + list((result.unavailable or {}).values())
+    present = [n for views in groups for n in views]
+    return [n for n in dict.fromkeys(list(result.config.get("views") or []) + present) if n in present]
 
 
 def view_entries(result, similarity: str | None = None) -> list:

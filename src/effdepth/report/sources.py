@@ -49,13 +49,10 @@ def find_result_files(paths) -> list[Path]:
             found.append(path)
         else:
             raise EffdepthError(f"no such file or folder: {path}")
-    seen, unique = set(), []
+    unique: dict = {}
     for p in found:
-        key = p.resolve()
-        if key not in seen:
-            seen.add(key)
-            unique.append(p)
-    return unique
+        unique.setdefault(p.resolve(), p)
+    return list(unique.values())
 
 
 def load_sources(paths) -> list[Source]:
@@ -114,15 +111,11 @@ def unique_labels(labels: list[str]) -> list[str]:
     >>> unique_labels(["a", "b", "a"])
     ['a (1)', 'b', 'a (2)']
     """
-    counts = {x: labels.count(x) for x in labels}
     seen: dict = {}
     out = []
     for x in labels:
-        if counts[x] == 1:
-            out.append(x)
-        else:
-            seen[x] = seen.get(x, 0) + 1
-            out.append(f"{x} ({seen[x]})")
+        seen[x] = seen.get(x, 0) + 1
+        out.append(x if labels.count(x) == 1 else f"{x} ({seen[x]})")
     return out
 
 

@@ -1,13 +1,8 @@
 """The one figure style of effdepth: palette, rc parameters, canvases and writing.
 
-Every figure (a result's, a suite's, a trajectory's, an intervention's, an
-experiment's) is built on a bare :class:`matplotlib.figure.Figure` with an
-explicit Agg canvas (:func:`new_figure`), never through ``pyplot`` and
-without ``matplotlib.use``: whatever ``MPLBACKEND`` says, nothing here needs
-a display, and a user's interactive backend (Jupyter, Qt) is left as it was.
-Colours are the Okabe-Ito palette. Figures are made inside ``with style():``
-and written with :func:`save_figure` (PNG, 150 dpi, and PDF) or inlined with
-:func:`figure_png`.
+Every figure is a bare :class:`matplotlib.figure.Figure` with an explicit Agg
+canvas (:func:`new_figure`), never ``pyplot`` nor ``matplotlib.use``: nothing
+needs a display, and a user's interactive backend is left as it was.
 
 >>> import tempfile
 >>> with style():

@@ -31,6 +31,7 @@ from effdepth.options import option
 from effdepth.report.content.model import Cell, Table
 from effdepth.report.numbers import fmt, fmt_interval
 from effdepth.results.result import Result
+from effdepth.studies.intervene import DEFAULT_CARRY
 from effdepth.studies.intervene.hooks import format_carry, parse_carry
 from effdepth.studies.intervene.options import carries_option
 
@@ -53,8 +54,6 @@ class RecomposeOptions:
 __all__ = ["DEFAULT_CARRY", "SCHEMA", "recompose_report", "recompose_rows", "recomposable_view"]
 
 SCHEMA = "effdepth.recompose/2"
-#: The carry values asked for by default (as ``effdepth intervene``'s).
-DEFAULT_CARRY = (1.0, 0.9, 0.75, 0.5)
 #: Why the decorrelated recomposition at lam = 1 is compared with R_matched, not equated with it.
 DECORRELATED_NOTE = (
     "not an identity under CKA: the increments are orthogonal as N x d matrices (Frobenius), but CKA "

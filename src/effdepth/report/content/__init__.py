@@ -5,14 +5,6 @@
 (titled :class:`~.model.Table` objects whose unavailable cells carry their reason). The terminal
 (:mod:`..plain`, through :mod:`..tables`), the HTML (:mod:`..html`) and the Markdown (:mod:`..markdown`)
 writers render the same objects, so the three formats carry the same numbers.
-
-- :mod:`.model`: Cell, Table, Section, ResultContent and the cells every table writes numbers with;
-- :mod:`.tokens` and :mod:`.passages`: the headline, summary and sections of each mode;
-- :mod:`.facts`: what every result has (title, model, extra measurements, provenance);
-- :mod:`.robustness`: lags, tapers and aggregations, and the model ordering under them;
-- :mod:`.claims`: the paper's claims judged on one result or several;
-- :mod:`.compare`: several results side by side;
-- :mod:`.captions`: the figures a report shows, with their titles and captions.
 """
 
 from __future__ import annotations

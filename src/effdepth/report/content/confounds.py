@@ -10,7 +10,7 @@ how to add them.
 from __future__ import annotations
 
 from effdepth.numerics.views import CONTROLS
-from effdepth.report.content.model import Cell, Section, Table
+from effdepth.report.content.model import Cell, Section, Table, level
 from effdepth.report.numbers import fmt, fmt_interval
 from effdepth.results.result import Result
 
@@ -76,22 +76,15 @@ def confounds_section(result: Result) -> Section | None:
                 continue
             row += [
                 Cell(fmt(entry["deff"]), fmt_interval(entry.get("ci")), entry["deff"]),
-                Cell(fmt(entry["ratio"]), fmt_interval(entry.get("ratio_ci")), entry["ratio"]),
+                _ratio_cell(entry),
+                Cell("-") if name == "default" else _difference_cell(entry),
             ]
-            row.append(
-                Cell("-")
-                if name == "default"
-                else Cell(
-                    fmt(entry["difference"], signed=True), fmt_interval(entry.get("difference_ci")), entry["difference"]
-                )
-            )
         rows.append(row)
-    level = int(round(100 * ((result.default.ci or {}).get("level") or 0.95)))
     extra = [table["length_is_default"]] if table.get("length_is_default") else []
     extra += [f"{name}: {why}" for name, why in notes.items()]
     note = (
         f"D_eff without the first position and with the passage length regressed out, beside the paper's pooling "
-        f"[{level}% bootstrap intervals; 'minus default' is paired: the same resamples]. A control far from default "
+        f"[{level(result.default)}% bootstrap intervals; 'minus default' is paired: the same resamples]. A control far from default "
         f"means the first position or the length moves the number ({METHOD_LINK}). " + " ".join(extra)
     )
     return Section(
@@ -122,6 +115,14 @@ def sample_size_section(result: Result) -> Section | None:
         f"passages would move it further. {notes}"
     )
     return Section("sample size", Table(header, rows, [True, False] + [True] * (len(header) - 2), note=note.strip()))
+
+
+def _ratio_cell(entry: dict) -> Cell:
+    return Cell(fmt(entry["ratio"]), fmt_interval(entry.get("ratio_ci")), entry["ratio"])
+
+
+def _difference_cell(entry: dict) -> Cell:
+    return Cell(fmt(entry["difference"], signed=True), fmt_interval(entry.get("difference_ci")), entry["difference"])
 
 
 def _curve_cell(point: dict, reference: float | None = None) -> Cell:
@@ -193,15 +194,9 @@ def confounds_comparison_table(entries: list) -> Table | None:
                 if entry is None:
                     row.append(Cell("unavailable", reason=(table.get("notes") or {}).get(name, "not measured")))
                     continue
-                row.append(Cell(fmt(entry["ratio"]), fmt_interval(entry.get("ratio_ci")), entry["ratio"]))
+                row.append(_ratio_cell(entry))
                 if name != "default":
-                    row.append(
-                        Cell(
-                            fmt(entry["difference"], signed=True),
-                            fmt_interval(entry.get("difference_ci")),
-                            entry["difference"],
-                        )
-                    )
+                    row.append(_difference_cell(entry))
             rows.append(row)
     if not rows:
         return None

@@ -24,6 +24,13 @@ def title(source: Source) -> str:
     return f"Effective depth of {source.label}"
 
 
+def page_title(sources: list, studies=()) -> str:
+    """The title of a report: one result's, the comparison of several, or without results its first study's."""
+    if len(sources) > 1:
+        return f"Effective depth: comparison of {len(sources)} results"
+    return title(sources[0]) if sources else studies[0].heading
+
+
 def model_name(result: Result) -> str:
     """The model's id (``states`` for states given directly), with its revision unless it is ``main``.
 

@@ -19,6 +19,7 @@ from effdepth.report.content.model import (
     sub_reference,
     unavailable_row,
 )
+from effdepth.report.content.passages import carry_lines
 from effdepth.report.numbers import fmt
 from effdepth.report.rows import has_calibrated, view_entries
 from effdepth.report.wording import ATTRIBUTION, CALIBRATED, carry_text, context, similarity_name
@@ -36,7 +37,7 @@ def headline_lines(result: Result) -> list:
     c, v = result.config, result.default
     corpus = result.provenance.get("corpus", {})
     others = [s for s in result.similarities if s != result.primary_similarity]
-    lines = [
+    return [
         f"model {model_name(result)} ({c.get('num_layers')} layers), "
         + (f"corpus {corpus.get('name')} ({v.sequences} x {c.get('seq_len')} tokens), " if corpus else "")
         + f"similarity {similarity_name(result.primary_similarity, passages=False)}"
@@ -44,11 +45,7 @@ def headline_lines(result: Result) -> list:
         + f", N = {v.num_states} states"
         + (" incl. embedding" if c.get("include_embedding") else ""),
         headline(result),
-    ]
-    carry = carry_text(result.extras)
-    if carry:
-        lines.append(f"intervened model: {carry} (not the plain model; docs/method.md#carry-in-model)")
-    return lines
+    ] + carry_lines(result)
 
 
 def headline(result: Result) -> str:

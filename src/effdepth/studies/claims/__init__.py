@@ -59,7 +59,6 @@ __all__ = [
     "ClaimsOutcome",
     "check_claims",
     "check_paths",
-    "claims_rows",
     "verdict_grid",
 ]
 
@@ -124,16 +123,3 @@ def check_paths(paths) -> ClaimsOutcome:
         require_claim_views(source.result, where=str(source.path))
     checked = [Checked(s.path, s.label, s.result, check_claims(s.result)) for s in sources]
     return ClaimsOutcome(checked, failed_models(paths))
-
-
-def claims_rows(result, label: str | None = None) -> list:
-    """Plain rows (one per claim and similarity): model, claim, similarity, status.
-
-    >>> import effdepth, torch
-    >>> rows = claims_rows(effdepth.from_states(torch.randn(4, 8, 6, 8)))
-    >>> rows[0]["claim"], rows[0]["similarity"], rows[0]["status"]
-    ('sub-reference', 'cka', 'not measured')
-    """
-    return [
-        {"model": label, "claim": v.claim, "similarity": v.similarity, "status": v.status} for v in check_claims(result)
-    ]

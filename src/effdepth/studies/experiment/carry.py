@@ -23,10 +23,6 @@ on a GPU, kernels may differ in the last bits between runs.
 Results: ``DIR/experiment.json`` (every checkpoint's numbers and the
 per-(lam, step) summary over seeds) and ``DIR/experiment.{png,pdf}``; each
 checkpoint's full result is in ``DIR/lam-<lam>/seed-<k>/results/step-<N>.json``.
-
-The setting and its differences from the paper's are :mod:`.setting`, one
-training run :mod:`.training`, saving and measuring a checkpoint
-:mod:`.checkpoints`; this module runs the experiment and saves it.
 """
 
 from __future__ import annotations

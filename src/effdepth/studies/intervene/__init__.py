@@ -9,9 +9,7 @@ next-token loss. lam = 1 is the unmodified model.
 
 :func:`save_intervention` writes ``DIR/intervention.json`` (every per-lam
 result inside), ``DIR/carry-<lam>/result.json`` and the figure
-``DIR/intervention.{png,pdf}``. The study's pieces: its hooks in :mod:`.hooks`, its record
-(:class:`~.result.InterventionResult`) in :mod:`.result`, its tables, figure and report section in
-:mod:`.report`.
+``DIR/intervention.{png,pdf}``.
 """
 
 from __future__ import annotations

@@ -170,12 +170,6 @@ class _CarryHooks(HookSet):
 class ResidualCarry(_CarryHooks):
     """Context manager: blocks ``layers`` (1-based) output ``lam * s_{l-1} + (s_l - s_{l-1})``.
 
-    Hooks are prepended, so downstream blocks and any capture see the
-    modified stream; they are removed in ``finally`` even when a forward pass
-    fails. ``lam = 1`` registers nothing, so it is exactly the unmodified model
-    (``hooks_at_one=True`` registers them anyway, to check that they are the identity there).
-    Nesting two carries on the same block is refused (it would apply twice).
-
     >>> import torch
     >>> from effdepth.models.tiny import tiny_model
     >>> from effdepth.models.registry import resolve_architecture
@@ -236,9 +230,7 @@ class SublayerCarry(_CarryHooks):
     the branch output, with h the stream the branch is added to (the block's input for the
     attention branch, that plus the attention branch for the MLP's). A parallel-residual block
     (GPT-NeoX) adds both branches to the same h, so the carry applies once there:
-    ``h <- lam h + attn(LN1 h) + mlp(LN2 h)``. ``lam = 1`` registers nothing, so it is exactly
-    the unmodified model (``hooks_at_one=True`` registers them anyway, to check that they are the
-    identity there); no detach, so gradients flow.
+    ``h <- lam h + attn(LN1 h) + mlp(LN2 h)``.
 
     >>> import torch
     >>> from effdepth.models.tiny import tiny_model
@@ -303,11 +295,8 @@ def check_carry_on(on: str) -> str:
 
 
 def replace_hidden(output, old: torch.Tensor, new: torch.Tensor):
-    """``output`` with the tensor ``old`` (found by identity) replaced by ``new``.
-
-    Handles a bare tensor, tuples/lists, dicts and ``ModelOutput``-like
-    objects, so a block's extra outputs (attention weights, caches) pass
-    through untouched.
+    """``output`` (a tensor, tuple, list, dict or ``ModelOutput``) with the tensor ``old`` (found by identity)
+    replaced by ``new``; a block's extra outputs (attention weights, caches) pass through untouched.
 
     >>> a, b, c = torch.zeros(1), torch.ones(1), torch.full((1,), 2.0)
     >>> replace_hidden((a, b), a, c)[0] is c
