@@ -93,69 +93,36 @@ def passage_layers_figure(v: ViewResult, ctx: dict) -> Figure:
     result has them."""
     sizes = array(v.update_sizes)
     layers = np.arange(1, len(sizes) + 1)
-    related = v.related or {}
-    ci = v.ci or {}
-    panels = [
-        (sizes, ci.get("update_sizes"), r"update size $n_l$" "\n(covariance norm)", OKABE_ITO["vermillion"], "o", True),
-        (
-            array(related.get("relative_contribution", [None] * len(layers))),
-            ci.get("relative_contribution"),
-            r"$\|u_l\| / \|s_{l-1}\|$" "\n(update / state norm)",
-            OKABE_ITO["bluish_green"],
-            "D",
-            False,
-        ),
-        (
-            array(related.get("block_influence", [None] * len(layers))),
-            ci.get("block_influence"),
-            "block influence\n" r"$1 - \overline{\cos}(s_{l-1}, s_l)$",
-            OKABE_ITO["reddish_purple"],
-            "^",
-            False,
-        ),
-    ]
+    related, ci = v.related or {}, v.ci or {}
+
+    def series(ax, values, band, colour: str, marker: str, size: float = 4, **line):
+        if band and len(band) == 2 and len(band[0]) == len(layers):
+            ax.fill_between(layers, array(band[0]), array(band[1]), color=OKABE_ITO[colour], alpha=0.2, linewidth=0)
+        ax.plot(layers, values, color=OKABE_ITO[colour], marker=marker, markersize=size, **line)
+
     with style():
         fig = new_figure(5.6, 6.4)
-        axes = fig.subplots(3, 1, sharex=True)
-        for ax, (values, band, label, colour, marker, log) in zip(axes, panels):
-            if band and len(band) == 2 and len(band[0]) == len(layers):
-                ax.fill_between(layers, array(band[0]), array(band[1]), color=colour, alpha=0.2, linewidth=0)
-            ax.plot(
-                layers,
-                positive(values) if log else values,
-                color=colour,
-                marker=marker,
-                markersize=4,
-                label="over tokens" if marker == "D" and v.update_norm_ratio else None,
+        top, middle, bottom = fig.subplots(3, 1, sharex=True)
+        series(top, positive(sizes), ci.get("update_sizes"), "vermillion", "o")
+        top.set_yscale("log")
+        top.set_ylabel(r"update size $n_l$" "\n(covariance norm)")
+        tokens = array(related.get("relative_contribution", [None] * len(layers)))
+        label = "over tokens" if v.update_norm_ratio else None
+        series(middle, tokens, ci.get("relative_contribution"), "bluish_green", "D", label=label)
+        if len(v.update_norm_ratio) == len(layers):
+            pooled = array(v.update_norm_ratio)
+            series(
+                middle, pooled, ci.get("update_norm_ratio"), "blue", "s", 3.5, linestyle="--", label="pooled vectors"
             )
-            if marker == "D" and len(v.update_norm_ratio) == len(layers):
-                pooled_band = ci.get("update_norm_ratio")
-                if pooled_band and len(pooled_band) == 2:
-                    ax.fill_between(
-                        layers,
-                        array(pooled_band[0]),
-                        array(pooled_band[1]),
-                        color=OKABE_ITO["blue"],
-                        alpha=0.2,
-                        linewidth=0,
-                    )
-                ax.plot(
-                    layers,
-                    array(v.update_norm_ratio),
-                    color=OKABE_ITO["blue"],
-                    linestyle="--",
-                    marker="s",
-                    markersize=3.5,
-                    label="pooled vectors",
-                )
-                ax.set_yscale("log")
-                ax.legend(frameon=False, fontsize=8)
-            if log:
-                ax.set_yscale("log")
-            ax.set_ylabel(label)
-        axes[-1].set_xlabel("layer $l$ (block)")
-        axes[-1].set_xticks(layer_ticks(1, len(layers)))
-        axes[-1].set_xlim(0.5, len(layers) + 0.5)
+            middle.set_yscale("log")
+            middle.legend(frameon=False, fontsize=8)
+        middle.set_ylabel(r"$\|u_l\| / \|s_{l-1}\|$" "\n(update / state norm)")
+        influence = array(related.get("block_influence", [None] * len(layers)))
+        series(bottom, influence, ci.get("block_influence"), "reddish_purple", "^")
+        bottom.set_ylabel("block influence\n" r"$1 - \overline{\cos}(s_{l-1}, s_l)$")
+        bottom.set_xlabel("layer $l$ (block)")
+        bottom.set_xticks(layer_ticks(1, len(layers)))
+        bottom.set_xlim(0.5, len(layers) + 0.5)
         fig.suptitle(figure_title("Per-layer updates", v, ctx), fontsize=10)
     return fig
 

@@ -25,19 +25,14 @@ def views_figure(result: Result) -> Figure:
     >>> [t.get_text() for t in views_figure(r).axes[0].get_yticklabels()]
     ['default', 'drop-pos0']
     """
-    labels, ratios, intervals = [], [], []
-    for name, v in result.views.items():
-        labels.append(name)
-        ratios.append(num(v.ratio))
-        intervals.append(pair((v.ci or {}).get("ratio")))
-    ctx = context(result)
+    views, ctx = list(result.views.values()), context(result)
     return ratio_dot_figure(
-        labels,
-        ratios,
-        intervals,
+        list(result.views),
+        [num(v.ratio) for v in views],
+        [pair((v.ci or {}).get("ratio")) for v in views],
         xlabel=f"{DEFF} / {ctx['reference']}",
         title=figure_title("Controls", None, ctx),
-        level=ci_level(next(iter(result.views.values()))),
+        level=ci_level(views[0]),
     )
 
 

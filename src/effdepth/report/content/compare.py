@@ -137,23 +137,13 @@ def passage_sections(entries: list) -> list:
 
 
 def table2_section(entries: list) -> Section | None:
-    """The passage-mode results among ``entries`` (``(label, Result)``) beside the paper's Table 2
-    (:func:`table2_comparison`), as a section; ``None`` when none is in passage mode."""
+    """The passage-mode results among ``entries`` (``(label, Result)``) in the layout of the paper's Table 2,
+    the paper's row beside ours; ``None`` when none is in passage mode. Columns: L; D_eff, D_eff/L and gap
+    under cka; the debiased D_eff / F_L; the biased estimator's null / F_L; R_matched and R_corr; token-norm
+    and top1pc D_eff / F_L; the paper's D_eff, D_eff/L and gap, and the difference in D_eff."""
     passages = [(label, r) for label, r in entries if r.passages]
     if not passages:
         return None
-    return Section(
-        "beside the paper's Table 2 (similarity cka across passages)", table2_comparison(passages), anchor="table2"
-    )
-
-
-def table2_comparison(entries: list) -> Table:
-    """Several passage-mode results in the layout of the paper's Table 2, the paper's row beside ours.
-
-    ``entries`` are ``(label, Result)``. Columns: L; D_eff, D_eff/L and gap under cka; the debiased
-    D_eff / F_L; the biased estimator's null / F_L; R_matched and R_corr; token-norm and top1pc
-    D_eff / F_L; the paper's D_eff, D_eff/L and gap, and the difference in D_eff.
-    """
     header = [
         "model",
         "L",
@@ -172,13 +162,14 @@ def table2_comparison(entries: list) -> Table:
         "paper gap %",
         "diff",
     ]
-    rows = [_table2_row(label, result) for label, result in entries]
+    rows = [_table2_row(label, result) for label, result in passages]
     note = (
         ("paper columns: the paper's Table 2 (" + table2_source() + ")")
-        if any(paper_row(r) for _, r in entries)
+        if any(paper_row(r) for _, r in passages)
         else "paper columns: '-' where the model is not one of the paper's sixteen (Table 2)"
     )
-    return Table(header, rows, [False] + [True] * (len(header) - 1), note=note)
+    table = Table(header, rows, [False] + [True] * (len(header) - 1), note=note)
+    return Section("beside the paper's Table 2 (similarity cka across passages)", table, anchor="table2")
 
 
 def _table2_row(label: str, result: Result) -> list:

@@ -38,29 +38,7 @@ from pathlib import Path
 from effdepth.errors import EffdepthError
 from effdepth.report.sources import failed_models, load_sources
 from effdepth.results.result import Result
-from effdepth.results.verdicts import (
-    CLAIMS,
-    FAILS,
-    HOLDS,
-    NOT_MEASURED,
-    Verdict,
-    check_claims,
-    require_claim_views,
-    verdict_grid,
-)
-
-__all__ = [
-    "CLAIMS",
-    "HOLDS",
-    "FAILS",
-    "NOT_MEASURED",
-    "Verdict",
-    "Checked",
-    "ClaimsOutcome",
-    "check_claims",
-    "check_paths",
-    "verdict_grid",
-]
+from effdepth.results.verdicts import check_claims, require_claim_views
 
 MEASURE_FIRST = "measure first: effdepth measure MODEL --views paper --out DIR"
 

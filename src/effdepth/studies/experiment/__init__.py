@@ -9,7 +9,7 @@ figure and report section (:mod:`.report`).
 [0, 75, 150, 225, 300]
 """
 
-from effdepth.studies.experiment.carry import carry_experiment, save_experiment
+from effdepth.studies.experiment.carry import carry_experiment
 from effdepth.studies.experiment.checkpoints import checkpoint_carry, measure_checkpoint
 from effdepth.studies.experiment.result import ExperimentResult
 from effdepth.studies.experiment.setting import CarryExperiment
@@ -21,6 +21,5 @@ __all__ = [
     "carry_experiment",
     "checkpoint_carry",
     "measure_checkpoint",
-    "save_experiment",
     "split_corpus",
 ]

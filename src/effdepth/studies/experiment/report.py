@@ -41,6 +41,7 @@ def experiment_figure(result: ExperimentResult):
     >>> len(experiment_figure(ExperimentResult({"layers": 2, "d_model": 16}, recs)).axes)
     4
     """
+    from effdepth.report.figures_common import num
     from effdepth.report.style import OKABE_ITO, new_figure, style
 
     summary = result.summary()
@@ -61,9 +62,9 @@ def experiment_figure(result: ExperimentResult):
                 (ax_loss, "loss", ([s["loss"]["min"] for s in rows], [s["loss"]["max"] for s in rows])),
             ):
                 line = dict(color=OKABE_ITO[colour], linestyle=ls, marker=marker, markersize=4)
-                ax.plot(steps, [_num(s[key]["mean"]) for s in rows], **line, label=f"$\\lambda$ = {format_carry(lam)}")
+                ax.plot(steps, [num(s[key]["mean"]) for s in rows], **line, label=f"$\\lambda$ = {format_carry(lam)}")
                 ax.fill_between(
-                    steps, list(map(_num, lo)), list(map(_num, hi)), color=OKABE_ITO[colour], alpha=0.2, linewidth=0
+                    steps, list(map(num, lo)), list(map(num, hi)), color=OKABE_ITO[colour], alpha=0.2, linewidth=0
                 )
         ax_step.axhline(summary[0]["reference"], color="#666666", linestyle="--", linewidth=1, label="$F_L$")
         ax_step.set_xlabel("training step")
@@ -94,10 +95,6 @@ def _carry_rows(summary) -> list:
         }
         for s in summary
     ]
-
-
-def _num(x) -> float:
-    return float("nan") if x is None else float(x)
 
 
 def experiment_sections(result: ExperimentResult) -> list:

@@ -25,13 +25,11 @@ from effdepth.results.provenance import provenance_record
 from effdepth.results.result import Result
 from effdepth.studies.intervene.hooks import carry_hooks, check_carry_on, check_layer_spec, parse_carry, parse_layers
 from effdepth.studies.intervene.report import intervention_figure
-from effdepth.studies.intervene.result import SCHEMA, InterventionResult, carry_folder, intervention_row
+from effdepth.studies.intervene.result import InterventionResult, intervention_row
 
 __all__ = [
     "DEFAULT_CARRY",
-    "SCHEMA",
     "InterventionResult",
-    "carry_folder",
     "intervene",
     "intervention_row",
     "measure_with_carry",
