@@ -71,13 +71,10 @@ def find_studies(paths) -> list:
 
 
 def write_report(paths, output=None, fmt: str | None = None, failed=None) -> list[Path]:
-    """Write a report of the results under ``paths``; returns the files written.
-
-    ``fmt`` is ``"html"`` (one self-contained file) or ``"md"`` (``X.md`` plus
-    ``X_files/*.png``); by default it follows the suffix of ``output``, else
-    HTML. ``output`` defaults to ``report.html`` / ``report.md``. ``failed``: the ``(model,
-    error)`` of models that could not be measured (default: those a sweep folder among ``paths``
-    recorded), listed in the report.
+    """Write a report of the results under ``paths`` to ``output`` (default ``report.html`` / ``report.md``);
+    returns the files written. ``fmt``: ``"html"`` (one self-contained file) or ``"md"`` (``X.md`` plus
+    ``X_files/*.png``), by default ``output``'s suffix's. ``failed``: the ``(model, error)`` listed as not
+    measured (default: those a sweep folder among ``paths`` recorded).
 
     >>> import effdepth, torch, tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())

@@ -183,49 +183,29 @@ def attribution_figure(result: Result | ViewResult, view: str | None = None) -> 
         ax = fig.add_subplot()
         ax.grid(axis="x", visible=False)
         start = num(v.reference)
-        _end_bar(ax, 0, start, OKABE_ITO["orange"], "//")
+        _bar(ax, 0, start, "orange", "//")
         running, top = start, start
         for i, (key, _) in enumerate(ATTRIBUTION_TERMS, start=1):
             term = num(v.attribution.get(key))
             after = running - term
-            lower = term >= 0
-            ax.bar(
-                i,
-                after - running,
-                bottom=running,
-                width=0.6,
-                color=OKABE_ITO["vermillion" if lower else "bluish_green"],
-                hatch="\\\\" if lower else "..",
-                edgecolor="black",
-                linewidth=0.6,
-            )
+            colour, hatch = ("vermillion", "\\\\") if term >= 0 else ("bluish_green", "..")
+            _bar(ax, i, after - running, colour, hatch, bottom=running)
             if pair(ci.get(key)):
                 lo, hi = pair(ci[key])
-                ax.errorbar(
-                    i,
-                    after,
-                    yerr=[[max(0.0, hi - term)], [max(0.0, term - lo)]],
-                    color="#444444",
-                    capsize=3,
-                    linewidth=1,
-                )
+                whisker = [[max(0.0, hi - term)], [max(0.0, term - lo)]]
+                ax.errorbar(i, after, yerr=whisker, color="#444444", capsize=3, linewidth=1)
             ax.plot([i - 1 - 0.3, i + 0.3], [running, running], color="#666666", linewidth=0.8, linestyle=":")
             _bar_label(ax, i, max(running, after), fmt(term, signed=True))
             running, top = after, max(top, running, after)
         end = num(v.deff)
-        _end_bar(ax, 4, end, OKABE_ITO["blue"], None)
+        _bar(ax, 4, end, "blue", None)
         ax.plot([3 - 0.3, 4 + 0.3], [running, running], color="#666666", linewidth=0.8, linestyle=":")
         deff_ci = pair(ci.get("deff"))
         if deff_ci:
             lo, hi = deff_ci
+            whisker = [[max(0.0, end - lo)], [max(0.0, hi - end)]]
             ax.errorbar(
-                4,
-                end,
-                yerr=[[max(0.0, end - lo)], [max(0.0, hi - end)]],
-                color="black",
-                capsize=4,
-                linewidth=1.2,
-                label=f"{level}% bootstrap interval",
+                4, end, yerr=whisker, color="black", capsize=4, linewidth=1.2, label=f"{level}% bootstrap interval"
             )
             ax.legend(loc="lower left", frameon=True, framealpha=0.9)
         _bar_label(ax, 0, start, fmt(start))
@@ -331,23 +311,17 @@ def _first_layer(v: ViewResult) -> int:
 
 def _annotate_cells(ax, sim: np.ndarray, first: int) -> None:
     n = sim.shape[0]
+    size = 7 if n <= 6 else 6
     for i in range(n):
         for j in range(n):
             x = sim[i, j]
             if math.isfinite(x):
-                ax.text(
-                    first + j,
-                    first + i,
-                    f"{x:.2f}",
-                    ha="center",
-                    va="center",
-                    fontsize=7 if n <= 6 else 6,
-                    color="black" if x > 0.55 else "white",
-                )
+                colour = "black" if x > 0.55 else "white"
+                ax.text(first + j, first + i, f"{x:.2f}", ha="center", va="center", fontsize=size, color=colour)
 
 
-def _end_bar(ax, x, height, colour, hatch) -> None:
-    ax.bar(x, height, width=0.6, color=colour, hatch=hatch, edgecolor="black", linewidth=0.6)
+def _bar(ax, x, height, colour: str, hatch, bottom: float = 0.0) -> None:
+    ax.bar(x, height, bottom=bottom, width=0.6, color=OKABE_ITO[colour], hatch=hatch, edgecolor="black", linewidth=0.6)
 
 
 def _bar_label(ax, x, y, text) -> None:

@@ -1,10 +1,5 @@
-"""The terminal writer: report content (:mod:`.content`) as plain text.
-
-The third writer beside :mod:`.html` and :mod:`.markdown`: the same :class:`~.content.model.Table`
-and :class:`~.content.model.Section` objects, so the terminal, HTML and Markdown carry the same
-numbers. :func:`table_text` writes a table, :func:`section_text` a titled one, :func:`content_text`
-everything a report says about one result (``effdepth show``), :func:`first_text` what a terminal shows
-after a measurement (:func:`write_result`), :func:`facts_text` the rest of the report (``show --all``).
+"""The terminal writer: report content (:mod:`.content`) as plain text, the third writer beside
+:mod:`.html` and :mod:`.markdown`, so the terminal, HTML and Markdown carry the same numbers.
 """
 
 from __future__ import annotations

@@ -24,10 +24,8 @@ class Source(NamedTuple):
 
 
 def find_result_files(paths) -> list[Path]:
-    """Every ``result.json`` named by ``paths``: files as given, folders searched recursively.
-
-    Hidden folders (``.git``, ``.ipynb_checkpoints``) are skipped; a file named
-    twice is kept once, in first-seen order.
+    """Every ``result.json`` named by ``paths``: files as given, folders searched recursively but for hidden
+    ones (``.git``); a file named twice is kept once, in first-seen order.
 
     >>> import effdepth, torch, tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -56,10 +54,8 @@ def find_result_files(paths) -> list[Path]:
 
 
 def load_sources(paths) -> list[Source]:
-    """Load every result named by ``paths`` (see :func:`find_result_files`), with unique labels.
-
-    A file that is not an effdepth result fails with a one-line
-    :class:`~effdepth.EffdepthError` naming it.
+    """Load every result named by ``paths`` (:func:`find_result_files`), with unique labels; a file that
+    is not an effdepth result is a one-line :class:`~effdepth.EffdepthError` naming it.
 
     >>> import effdepth, torch, tempfile
     >>> p = effdepth.from_states(torch.randn(3, 8, 4, 8)).save(tempfile.mkdtemp())

@@ -4,9 +4,6 @@
 The terminal (:mod:`..plain`), HTML (:mod:`..html`) and Markdown (:mod:`..markdown`) writers render
 these objects and nothing else, so the three formats carry the same numbers. A cell without a value
 says why (``reason``); every writer shows the reason where the number would be.
-
-The cells every table writes its numbers with are here too: :func:`number_cell` (a value with its
-bootstrap interval), :func:`value_cell` (``-`` without a value), :func:`unavailable_row`.
 """
 
 from __future__ import annotations

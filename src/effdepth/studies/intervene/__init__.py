@@ -69,17 +69,11 @@ def intervene(
 ) -> InterventionResult:
     """Measure D_eff and the next-token loss with the residual carry set to each lam.
 
-    ``carry``: values in [0, 1] (a sequence or ``"1,0.9,0.5"``); ``layers``:
-    ``"all"``, ``"A-B"``, ``"1,3,5"`` or a list of 1-based block numbers;
-    ``carry_on``: ``"blocks"`` (one carry per block) or ``"sublayers"`` (the
-    paper's, in every attention and MLP sublayer: :class:`~effdepth.studies.intervene.hooks.SublayerCarry`).
-    ``options`` are :func:`effdepth.measure`'s (``seq_len``, ``num_seqs``,
-    ``batch_size``, ``bootstrap``, ``similarity``, ``include_embedding``,
-    ``views``, ``dtype``, ``device``, ``pooling``...), measured as
-    :func:`effdepth.measure` measures them: passage mode unless
-    ``pooling="none"``, so carry 1 gives measure's number exactly. The model
-    and corpus are loaded once; each lam gets a full :class:`~effdepth.Result`
-    (all views), with the next-token loss over the same passages.
+    ``carry``: values in [0, 1] (a sequence or ``"1,0.9,0.5"``); ``layers``: ``"all"``, ``"A-B"``,
+    ``"1,3,5"`` or a list of 1-based block numbers; ``carry_on``: ``"blocks"`` or ``"sublayers"`` (the
+    paper's: :class:`~effdepth.studies.intervene.hooks.SublayerCarry`). ``options`` are
+    :func:`effdepth.measure`'s, measured as it measures them, so carry 1 gives its number exactly. Each
+    lam gets a full :class:`~effdepth.Result` (all views), with the next-token loss over the same passages.
 
     >>> import effdepth, torch
     >>> from effdepth.models.tiny import tiny_model
