@@ -112,43 +112,29 @@ def profile_figure(result: Result | ViewResult, view: str | None = None) -> Figu
     with style():
         fig = new_figure(5.6, 4.6)
         ax = fig.add_subplot()
-        values = {"fl": v.reference, **v.references}
-        for key, (label, colour, dash, marker) in REFERENCE_STYLES.items():
-            if key in (v.reference_profiles or {}):
-                label = label.replace(F_N, ctx["reference"])
+        values, profiles = {"fl": v.reference, **v.references}, v.reference_profiles or {}
+        marks = {"markersize": 4, "markevery": every}
+        for key, (label, colour, ls, marker) in REFERENCE_STYLES.items():
+            if key in profiles:
+                label = f"{label.replace(F_N, ctx['reference'])} ({fmt(values.get(key))})"
                 ax.plot(
                     k,
-                    array(v.reference_profiles[key]),
+                    array(profiles[key]),
                     color=colour,
-                    linestyle=dash,
+                    linestyle=ls,
                     marker=marker,
-                    markersize=4,
-                    markevery=every,
                     linewidth=1.4,
-                    label=f"{label} ({fmt(values.get(key))})",
+                    label=label,
+                    **marks,
                 )
         band = (v.ci or {}).get("profile")
         if band:
-            level = ci_level(v)
+            label = f"{ci_level(v)}% bootstrap band"
             ax.fill_between(
-                k,
-                array(band[0]),
-                array(band[1]),
-                color=OKABE_ITO["blue"],
-                alpha=0.25,
-                linewidth=0,
-                label=f"{level}% bootstrap band",
+                k, array(band[0]), array(band[1]), color=OKABE_ITO["blue"], alpha=0.25, linewidth=0, label=label
             )
-        ax.plot(
-            k,
-            profile,
-            color=OKABE_ITO["blue"],
-            marker="o",
-            markersize=4,
-            markevery=every,
-            linewidth=2.0,
-            label=f"measured $P(k)$: {DEFF} = {fmt(v.deff)}",
-        )
+        label = f"measured $P(k)$: {DEFF} = {fmt(v.deff)}"
+        ax.plot(k, profile, color=OKABE_ITO["blue"], marker="o", linewidth=2.0, label=label, **marks)
         ax.set_xlabel("layer distance $k$")
         ax.set_ylabel("mean similarity $P(k)$")
         ax.set_ylim(-0.02, 1.04)

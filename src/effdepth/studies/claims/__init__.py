@@ -1,26 +1,10 @@
 """``effdepth claims``: does a model reproduce the paper? (docs/method.md#claims)
 
-The abstract's five claims and a sixth of ours, judged on saved results for every similarity
-they hold (the verdicts themselves are :mod:`effdepth.results.verdicts`, shared with
-the report):
-
-1. ``sub-reference``: D_eff < F_L in the default view (the whole interval below).
-2. ``correlated-updates``: D_eff < R_matched (the correlated-updates term's
-   interval above 0) and that term the largest of the three.
-3. ``not-pos0``: sub-reference under ``drop-pos0`` (position 0 left out, whatever token it
-   holds; passage mode reads it from the confounds table when it is not a view).
-4. ``controls``: sub-reference under ``token-norm`` or under ``top1pc``.
-5. ``calibrated``: D_eff < R_matched_cal, the calibrated reference (the whole
-   D_eff interval below the calibrated value's interval).
-6. ``not-length``: sub-reference under the ``length`` control (passage mode:
-   each passage's token count regressed out of every layer).
-
-Each is ``holds``, ``fails`` or ``not measured`` (no such view, no interval,
-no calibrated reference, or no value under that similarity). One result gets
-a table (claims x similarities) and the numbers behind each verdict; several
-(a sweep's folder, or many files) get one row per model and similarity and a
-tally next to what the abstract reports. Whatever the verdicts, the check
-succeeds; only input it cannot read is an error.
+The abstract's five claims and a sixth of ours (:data:`effdepth.results.verdicts.CLAIMS`, shared with the
+report), judged on saved results for every similarity they hold: each ``holds``, ``fails`` or ``not
+measured``. One result gets a table (claims x similarities) and the numbers behind each verdict; several (a
+sweep's folder, or many files) get one row per model and similarity and a tally next to what the abstract
+reports. Whatever the verdicts, the check succeeds; only input it cannot read is an error.
 
 >>> import effdepth, torch, tempfile, pathlib
 >>> d = pathlib.Path(tempfile.mkdtemp())

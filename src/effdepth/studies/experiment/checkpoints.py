@@ -104,10 +104,8 @@ def measure_checkpoint(
 
 
 def checkpoint_record(spec, model, lam, seed, step, train_losses, data, folder: Path, out: Path) -> dict:
-    """Save ``model`` at ``step`` under ``folder``, measure it on the held-out sequences of ``data`` with its
-    carry, and return its line of ``experiment.json``: the intervention row, the mean training loss since
-    the last checkpoint, the mean update-to-state norm ratio, and the checkpoint and result paths
-    (relative to the experiment's folder ``out``)."""
+    """Save ``model`` at ``step`` under ``folder``, measure it on the held-out sequences with its carry, and
+    return its line of ``experiment.json`` (paths relative to the experiment's folder ``out``)."""
     from effdepth.studies.intervene import intervention_row
 
     model.eval()

@@ -78,10 +78,7 @@ class ExperimentResult:
             ) from None
 
     def save(self, folder) -> Path:
-        """Write ``experiment.json`` atomically; returns its path.
-
-        The figure is written by :func:`effdepth.studies.experiment.carry.save_experiment`.
-        """
+        """Write ``experiment.json`` atomically; returns its path."""
         path = Path(folder) / "experiment.json"
         write_json_atomic(path, _finite(self.to_dict()))
         return path

@@ -85,9 +85,7 @@ class CarryExperiment:
 
     @classmethod
     def paper_setting(cls, **overrides) -> "CarryExperiment":
-        """The paper's S17 setting: 12 layers, n_embd 384, 6 heads, block 256, batch 64, lr 1e-3, 5,000
-        iterations on Shakespeare's characters, every sublayer carried with gamma 1, 0.75, 0.5, 0.25, three
-        seeds, measured in passage mode. A GPU job; see :data:`PAPER_DIFFERENCES` for what is not the paper's.
+        """The paper's S17 setting (a GPU job; :data:`PAPER_DIFFERENCES` says what is not the paper's).
 
         >>> s = CarryExperiment.paper_setting(); (s.layers, s.d_model, s.heads, s.seq_len, s.batch_size, s.steps, s.carry_on)
         (12, 384, 6, 256, 64, 5000, 'sublayers')
@@ -146,9 +144,8 @@ class CarryExperiment:
         return CarryExperiment(**{**asdict(self), "carries": carries})
 
     def paper_differences(self) -> list:
-        """How this setting differs from the paper's S17 run, one phrase per difference (carry per block
-        or per sublayer, tokens or passage means as samples, carry values, seeds, sizes, training), then what differs
-        even with ``--paper`` (:data:`PAPER_DIFFERENCES`).
+        """How this setting differs from the paper's S17 run, one phrase per difference, then what differs even
+        with ``--paper`` (:data:`PAPER_DIFFERENCES`).
 
         >>> CarryExperiment().paper_differences()[:2]
         ['one carry per block (the paper: in every attention and MLP sublayer)', 'gamma 1, 0.75, 0.5 (the paper: 1, 0.75, 0.5, 0.25)']

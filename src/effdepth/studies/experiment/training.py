@@ -1,7 +1,5 @@
-"""Training one model of a carry experiment: a tiny Llama with a byte vocabulary and the carry recorded
-in its config (:func:`new_model`), the corpus split into training and held-out chunks, a seeded batch
-order, warm-up then cosine decay, and the training loop with the carry hooks in place, which saves and
-measures a checkpoint at every step of :meth:`~.setting.CarryExperiment.checkpoint_steps`.
+"""Training one model of a carry experiment: a tiny byte-vocabulary Llama with the carry recorded in its
+config, trained with the carry hooks in place, saved and measured at every checkpoint step.
 """
 
 from __future__ import annotations

@@ -22,11 +22,8 @@ SCHEMA = "effdepth.intervention/1"
 
 @dataclass
 class InterventionResult:
-    """One full :class:`~effdepth.Result` per carry value, and the table across them.
-
-    ``results`` maps each lam (float, in the order given) to its result;
-    ``layers`` are the 1-based blocks the carry was applied to.
-    """
+    """One full :class:`~effdepth.Result` per carry value (``results``: lam -> result, in the order given) and
+    the table across them; ``layers`` are the 1-based blocks the carry was applied to."""
 
     carries: tuple
     layers: tuple
@@ -51,7 +48,7 @@ class InterventionResult:
             "layers": list(self.layers),
             "config": self.config,
             "provenance": self.provenance,
-            "table": {name: self.rows(name) for name in self._view_names()},
+            "table": {name: self.rows(name) for name in self.results[self.carries[0]].views},
             "results": [
                 {"lam": lam, "path": f"{carry_folder(lam)}/result.json", "result": self.results[lam].to_dict()}
                 for lam in self.carries
@@ -72,21 +69,14 @@ class InterventionResult:
         )
 
     def save(self, folder) -> Path:
-        """Write ``carry-<lam>/result.json`` for each lam, then ``intervention.json``; returns the latter.
-
-        Every file is written atomically; the summary comes last, so its
-        presence means the whole set is there. The figure is written by
-        :func:`effdepth.studies.intervene.save_intervention`.
-        """
+        """Write ``carry-<lam>/result.json`` for each lam, then ``intervention.json`` (last, so its presence
+        means the whole set is there); returns the latter."""
         folder = Path(folder)
         for lam in self.carries:
             self.results[lam].save(folder / carry_folder(lam) / "result.json")
         path = folder / "intervention.json"
         write_json_atomic(path, self.to_dict())
         return path
-
-    def _view_names(self) -> list:
-        return list(self.results[self.carries[0]].views)
 
 
 def carry_folder(lam: float) -> str:
