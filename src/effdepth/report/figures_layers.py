@@ -39,25 +39,11 @@ def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figur
         fig = new_figure(5.6, 6.4)
         axes = fig.subplots(3, 1, sharex=True)
         ax = axes[0]
-        ax.plot(
-            layers,
-            positive(energy / tokens),
-            color=OKABE_ITO["vermillion"],
-            marker="o",
-            markersize=4,
-            label=r"update $\|u_l\|^2$",
-        )
+        _series(ax, layers, positive(energy / tokens), None, "vermillion", "o", label=r"update $\|u_l\|^2$")
         states = _state_energy(v)
         if states is not None and len(states) == len(layers) + 1:
-            ax.plot(
-                layers,
-                positive(states[:-1] / tokens),
-                color=OKABE_ITO["blue"],
-                linestyle="--",
-                marker="s",
-                markersize=3.5,
-                label=r"state entering the block $\|s_{l-1}\|^2$",
-            )
+            label = r"state entering the block $\|s_{l-1}\|^2$"
+            _series(ax, layers, positive(states[:-1] / tokens), None, "blue", "s", 3.5, linestyle="--", label=label)
         ax.set_yscale("log")
         ax.set_ylabel("squared norm\n(mean per token)")
         # Above the panel: energies grow with depth and would hide under any legend inside it.
@@ -65,19 +51,12 @@ def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figur
 
         ax = axes[1]
         ax.axhline(0.0, color="#888888", linewidth=0.8)
-        ax.plot(
-            layers,
-            array(v.update_state_cosine),
-            color=OKABE_ITO["bluish_green"],
-            linestyle="-.",
-            marker="D",
-            markersize=3.5,
-        )
+        _series(ax, layers, array(v.update_state_cosine), None, "bluish_green", "D", 3.5, linestyle="-.")
         ax.set_ylabel(r"$\cos(U_l, S_{l-1})$")
 
         ax = axes[2]
         influence = array((v.related or {}).get("block_influence", [None] * len(layers)))
-        ax.plot(layers, influence, color=OKABE_ITO["reddish_purple"], linestyle=":", marker="^", markersize=4)
+        _series(ax, layers, influence, None, "reddish_purple", "^", linestyle=":")
         ax.set_ylabel("block influence\n" r"$1 - \overline{\cos}(s_{l-1}, s_l)$")
         ax.set_xlabel("layer $l$ (block)")
         ax.set_xticks(layer_ticks(1, len(layers)))
@@ -95,36 +74,37 @@ def passage_layers_figure(v: ViewResult, ctx: dict) -> Figure:
     layers = np.arange(1, len(sizes) + 1)
     related, ci = v.related or {}, v.ci or {}
 
-    def series(ax, values, band, colour: str, marker: str, size: float = 4, **line):
-        if band and len(band) == 2 and len(band[0]) == len(layers):
-            ax.fill_between(layers, array(band[0]), array(band[1]), color=OKABE_ITO[colour], alpha=0.2, linewidth=0)
-        ax.plot(layers, values, color=OKABE_ITO[colour], marker=marker, markersize=size, **line)
-
     with style():
         fig = new_figure(5.6, 6.4)
         top, middle, bottom = fig.subplots(3, 1, sharex=True)
-        series(top, positive(sizes), ci.get("update_sizes"), "vermillion", "o")
+        _series(top, layers, positive(sizes), ci.get("update_sizes"), "vermillion", "o")
         top.set_yscale("log")
         top.set_ylabel(r"update size $n_l$" "\n(covariance norm)")
         tokens = array(related.get("relative_contribution", [None] * len(layers)))
         label = "over tokens" if v.update_norm_ratio else None
-        series(middle, tokens, ci.get("relative_contribution"), "bluish_green", "D", label=label)
+        _series(middle, layers, tokens, ci.get("relative_contribution"), "bluish_green", "D", label=label)
         if len(v.update_norm_ratio) == len(layers):
             pooled = array(v.update_norm_ratio)
-            series(
-                middle, pooled, ci.get("update_norm_ratio"), "blue", "s", 3.5, linestyle="--", label="pooled vectors"
-            )
+            label = "pooled vectors"
+            _series(middle, layers, pooled, ci.get("update_norm_ratio"), "blue", "s", 3.5, linestyle="--", label=label)
             middle.set_yscale("log")
             middle.legend(frameon=False, fontsize=8)
         middle.set_ylabel(r"$\|u_l\| / \|s_{l-1}\|$" "\n(update / state norm)")
         influence = array(related.get("block_influence", [None] * len(layers)))
-        series(bottom, influence, ci.get("block_influence"), "reddish_purple", "^")
+        _series(bottom, layers, influence, ci.get("block_influence"), "reddish_purple", "^")
         bottom.set_ylabel("block influence\n" r"$1 - \overline{\cos}(s_{l-1}, s_l)$")
         bottom.set_xlabel("layer $l$ (block)")
         bottom.set_xticks(layer_ticks(1, len(layers)))
         bottom.set_xlim(0.5, len(layers) + 0.5)
         fig.suptitle(figure_title("Per-layer updates", v, ctx), fontsize=10)
     return fig
+
+
+def _series(ax, layers, values, band, colour: str, marker: str, size: float = 4, **line) -> None:
+    """One line per layer, with its interval as a band when it has one of the right length."""
+    if band and len(band) == 2 and len(band[0]) == len(layers):
+        ax.fill_between(layers, array(band[0]), array(band[1]), color=OKABE_ITO[colour], alpha=0.2, linewidth=0)
+    ax.plot(layers, values, color=OKABE_ITO[colour], marker=marker, markersize=size, **line)
 
 
 def _state_energy(v: ViewResult):

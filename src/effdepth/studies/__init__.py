@@ -1,10 +1,6 @@
-"""The studies built on a measurement, one folder each (its run, its record, its tables, figure and report
-section): the residual-carry intervention (``intervene/``) and its offline recomposition
-(``recompose.py``), the trained carry experiment (``experiment/``), the random-weight null (``null/``), the
-pruning check (``prune/``) and the claims check (``claims.py``).
-
-Importing this package registers every study's record kind (:func:`effdepth.results.loading.register`),
-so :func:`effdepth.load` and the reports know them.
+"""The studies built on a measurement, one folder each (docs/design.md). Importing this package registers
+every study's record kind (:func:`effdepth.results.loading.register`), so :func:`effdepth.load` and the
+reports know them.
 """
 
 from effdepth.studies.experiment import report as experiment_report

@@ -1,9 +1,5 @@
 """Controlled experiments: small models trained from scratch, then measured like any other.
 
-The carry experiment's pieces: its options (:mod:`.setting`), one training run (:mod:`.training`), its
-checkpoints (:mod:`.checkpoints`), the run (:mod:`.carry`), its record (:mod:`.result`), its tables,
-figure and report section (:mod:`.report`).
-
 >>> from effdepth.studies.experiment import CarryExperiment
 >>> CarryExperiment().checkpoint_steps()
 [0, 75, 150, 225, 300]

@@ -1,12 +1,9 @@
 """The random-weight null: the same architecture, randomly initialised, measured by the same protocol.
 
-The paper (PAPER-PROTOCOL section 5) holds a trained model's D_eff/L against
-its architecture at initialisation: what the residual stream's structure
-gives before any training. :func:`random_weight_null` builds the model from
-its config alone (no weights are read), once per seed, measures each with the
-options of the trained measurement, and summarises D_eff/L and D_eff/F_L of
-the default view over the seeds (mean, sample sd) per similarity, next to the
-trained model's numbers.
+The paper (PAPER-PROTOCOL section 5) holds a trained model's D_eff/L against its architecture at
+initialisation: what the residual stream's structure gives before any training. :func:`random_weight_null`
+builds the model from its config alone, once per seed, measures each with the trained measurement's
+options, and summarises the default view over the seeds per similarity.
 """
 
 from __future__ import annotations

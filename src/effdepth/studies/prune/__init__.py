@@ -1,17 +1,10 @@
 """The pruning boundary check (docs/method.md#pruning): can D_eff order a model's blocks for pruning?
 
-:func:`prune_check` measures the model once (passage mode, the run's options),
-ranks its blocks two ways from that result (:mod:`effdepth.numerics.pruning`:
-ShortGPT's block influence, and the local D_eff order, leave one state out
-of the similarity matrix), then skips the first k blocks of each order
-(``s_l = s_{l-1}``, :class:`BlockSkip`) and
-measures the next-token perplexity on held-out passages for every k: one
-pass with nothing skipped and 2K passes in all. The Spearman correlation of
-the two rankings says how far they agree.
-
-Held-out passages are drawn from the same corpus with the next seed, and
-any passage that is also measured is left out, so the perplexity never
-reads a measured passage.
+:func:`prune_check` measures the model once, ranks its blocks two ways from that result
+(:mod:`effdepth.numerics.pruning`: ShortGPT's block influence, and the local D_eff order), then skips the
+first k blocks of each order (:class:`BlockSkip`) and measures the next-token perplexity on held-out
+passages (drawn with the next seed, none of them measured) for every k. The Spearman correlation of the two
+rankings says how far they agree.
 """
 
 from __future__ import annotations
