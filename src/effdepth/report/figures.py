@@ -148,13 +148,8 @@ def profile_figure(result: Result | ViewResult, view: str | None = None) -> Figu
 
 
 def attribution_figure(result: Result | ViewResult, view: str | None = None) -> Figure:
-    """Waterfall from F_N down (or up) to D_eff through the three gap terms.
-
-    Each bar is labelled with its term in the one convention of the tables
-    (docs/method.md#attribution): F_N - R_init, R_init - R_matched,
-    R_matched - D_eff, positive when it pushes D_eff below F_N (the bar goes
-    down). The terms add up exactly to F_N - D_eff; the running totals after
-    the first two are R_init and R_matched.
+    """Waterfall from F_N down (or up) to D_eff through the three gap terms, each bar labelled with its term
+    in the tables' one convention (docs/method.md#attribution); the terms add up exactly to F_N - D_eff.
 
     >>> import effdepth, torch
     >>> fig = attribution_figure(effdepth.from_states(torch.randn(5, 8, 8, 16).cumsum(0)))
@@ -216,12 +211,8 @@ def attribution_figure(result: Result | ViewResult, view: str | None = None) -> 
 
 
 def write_figures(result: Result, folder, view: str | None = None) -> list[Path]:
-    """Write the standard figures of ``result`` into ``folder`` (PNG and PDF each).
-
-    ``view`` picks the view of the per-view figures (default: the first);
-    ``views.*`` is written only when the result has more than one view.
-    Standard figures already in ``folder`` that this result does not produce
-    (``views.*`` of an earlier many-view result) are removed.
+    """Write the standard figures of ``result`` (``view``'s, default the first) into ``folder``, PNG and PDF
+    each, and remove the standard figures there that this result does not produce.
 
     >>> import effdepth, torch, tempfile
     >>> r = effdepth.from_states(torch.randn(5, 8, 8, 16).cumsum(0))

@@ -77,19 +77,7 @@ def sample_size_figure(result: Result) -> Figure | None:
             points = [p for p in curve[sim]["points"] if p["deff"] is not None]
             x = np.array([p["passages"] for p in points])
             y = np.array([p["deff"] for p in points]) / reference
-            spread = (
-                np.array(
-                    [
-                        [p["sd"] or 0.0] * 2
-                        if p.get("sd") is not None
-                        else [p["deff"] - p["interval"][0], p["interval"][1] - p["deff"]]
-                        if p.get("interval")
-                        else [0.0, 0.0]
-                        for p in points
-                    ]
-                ).T
-                / reference
-            )
+            spread = np.array([_error_bar(p) for p in points]).T / reference
             ax.errorbar(x, y, yerr=spread, color=colour, marker=marker, linestyle=line, capsize=3, label=sim)
         ax.set_xscale("log", base=2)
         ticks = sorted({p["passages"] for p in curve[sims[0]]["points"]})
@@ -108,3 +96,12 @@ def sample_size_figure(result: Result) -> Figure | None:
             va="bottom",
         )
     return fig
+
+
+def _error_bar(point: dict) -> list:
+    """A curve point's bar below and above: its sd both ways, else its interval around D_eff, else none."""
+    if point.get("sd") is not None:
+        return [point["sd"] or 0.0] * 2
+    if point.get("interval"):
+        return [point["deff"] - point["interval"][0], point["interval"][1] - point["deff"]]
+    return [0.0, 0.0]

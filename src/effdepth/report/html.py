@@ -118,7 +118,10 @@ def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> s
         sources = sort_by_ratio(sources)
     several = len(sources) > 1
     title = page_title(sources, studies)
-    body = [f"<header><h1>{escape(title)}</h1>", _meta_line(len(sources)), "</header>"]
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    count = f"{len(sources)} result{'s' if len(sources) != 1 else ''}"
+    meta = f'<p class="meta">Written by effdepth {escape(__version__)} on {escape(when)} from {count}.</p>'
+    body = [f"<header><h1>{escape(title)}</h1>", meta, "</header>"]
     if failed:
         items = "".join(f"<li>{escape(str(model))}: {escape(str(error))}</li>" for model, error in failed)
         body.append(
@@ -157,11 +160,6 @@ def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> s
 
 
 # --------------------------------------------------------------------------- sections
-
-
-def _meta_line(count: int) -> str:
-    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    return f'<p class="meta">Written by effdepth {escape(__version__)} on {escape(when)} from {count} result{"s" if count != 1 else ""}.</p>'
 
 
 def _comparison_section(sources: list) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from effdepth.report.wording import carry_value
+from effdepth.report.wording import CALIBRATED, carry_value
 
 #: ``(column, how to read it from a Source)`` of a comparison; shown when the results differ in it.
 #: Tokens per sequence is always shown: the default view's D_eff moves with it (docs/method.md#why-cka).
@@ -69,9 +69,7 @@ def has_calibrated(result, similarity: str | None = None) -> bool:
     True
     """
     views = result.similarities.get(similarity or result.primary_similarity, {})
-    return any(
-        "matched_cal" in (v.references or {}) or "structural_cal" in (v.references or {}) for v in views.values()
-    )
+    return any(CALIBRATED.keys() & (v.references or {}).keys() for v in views.values())
 
 
 def differing(sources: list) -> list:

@@ -17,9 +17,7 @@ from effdepth.results.result import Result
 
 
 def result_summary_text(result: Result) -> str:
-    """Everything the terminal shows for a result, in either mode: headline, its mode's sections (token
-    mode: views, references, the similarities side by side when several), extras. Each table says its
-    similarity (and carry).
+    """Everything the terminal shows for a result, in either mode: headline, its mode's sections, extras.
 
     >>> import effdepth, torch
     >>> "R_matched" in result_summary_text(effdepth.from_states(torch.randn(3, 8, 4, 8)))

@@ -183,11 +183,9 @@ def recompose_report(
 ) -> tuple:
     """Offline carry sweep and decorrelation of a saved passage-mode result: ``(data, table text)``.
 
-    ``data`` (schema :data:`SCHEMA`) is JSON-ready: :func:`recompose_rows`' rows and decorrelated stream,
-    the measured D_eff and R_matched of the view beside them (with the differences), and the model's
-    provenance. The view's pooled vectors are read from the result's store; the analysis is the
-    result's (similarities, embedding state, seed, resampling units) but for ``bootstrap`` (0: no
-    intervals, the quick default).
+    ``data`` (schema :data:`SCHEMA`) is JSON-ready: :func:`recompose_rows`' rows and decorrelated stream
+    beside the view's measured D_eff and R_matched. The analysis is the result's but for ``bootstrap``
+    (0: no intervals, the quick default).
 
     >>> import effdepth, tempfile
     >>> from effdepth.models.tiny import tiny_model

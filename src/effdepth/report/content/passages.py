@@ -178,16 +178,13 @@ def sections(result: Result) -> list:
     if primary in KERNELS:
         out.append(Section(f"attribution, similarity {primary}", attribution_table(result, primary)))
         out.append(Section(f"update diagnostic, similarity {primary}", updates_table(result, primary)))
-    per_layer = update_layers_table(result)
-    if per_layer is not None:
-        out.append(Section("update norm ratio per layer, view default", per_layer))
-    lags = sensitivity_table(result)
-    if lags is not None:
-        out.append(Section(f"maximum lag, taper and aggregation, similarity {primary}", lags))
+    optional = [
+        ("update norm ratio per layer, view default", update_layers_table(result)),
+        (f"maximum lag, taper and aggregation, similarity {primary}", sensitivity_table(result)),
+    ]
+    out += [Section(title, table) for title, table in optional if table is not None]
     table2 = table2_section(result)
-    if table2 is not None:
-        out.append(table2)
-    return out
+    return out + ([table2] if table2 is not None else [])
 
 
 def views_table(result: Result) -> Table:

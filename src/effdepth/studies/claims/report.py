@@ -46,10 +46,8 @@ def claims_text(result: Result, label: str | None = None) -> str:
 
 
 def claims_sweep_text(entries: list, failed: list = ()) -> str:
-    """``effdepth claims`` of several results (a sweep): one row per model and similarity with the five
-    verdicts, then per similarity how many models each claim holds for, next to the paper's abstract.
-
-    ``entries`` are ``(label, Result)``; ``failed`` are ``(model, error)`` of models a sweep could not measure.
+    """``effdepth claims`` of several results (``(label, Result)``): the verdicts per model and similarity, then
+    for how many models each claim holds, beside the paper's abstract, and the ``failed`` ``(model, error)``.
 
     >>> import effdepth, torch
     >>> r = effdepth.from_states(torch.randn(4, 8, 8, 16), bootstrap=20)

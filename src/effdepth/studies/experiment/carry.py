@@ -16,9 +16,8 @@ checkpoint runs it with lam = 1, a different model from the one trained.
 experiment measures every checkpoint that way, on held-out sequences that
 no training batch contains.
 
-Runs are deterministic under a seed on the CPU (``torch.manual_seed`` before
-initialisation, a seeded data order, the same held-out draw for every run);
-on a GPU, kernels may differ in the last bits between runs.
+Runs are deterministic under a seed on the CPU; on a GPU, kernels may differ
+in the last bits between runs.
 
 Results: ``DIR/experiment.json`` (every checkpoint's numbers and the
 per-(lam, step) summary over seeds) and ``DIR/experiment.{png,pdf}``; each

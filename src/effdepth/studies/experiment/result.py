@@ -45,10 +45,7 @@ class ExperimentResult:
     provenance: dict = field(default_factory=dict)
 
     def summary(self) -> list:
-        """One entry per (lam, step): for each quantity the mean, min and max over seeds.
-
-        With one seed ``deff_ci`` is that run's bootstrap interval instead.
-        """
+        """One entry per (lam, step): :func:`summarise` of the records."""
         return summarise(self.records)
 
     def to_dict(self) -> dict:

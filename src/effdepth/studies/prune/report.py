@@ -39,10 +39,8 @@ def prune_figure(record: dict):
         left.set_ylabel("held-out perplexity")
         left.set_xticks(k)
         left.legend(frameon=False, fontsize=8)
-        bi, local = (
-            order_positions(record["orders"]["block_influence"]),
-            order_positions(record["orders"]["local_deff"]),
-        )
+        orders = record["orders"]
+        bi, local = order_positions(orders["block_influence"]), order_positions(orders["local_deff"])
         right.plot([1, len(bi)], [1, len(bi)], color="#888888", linewidth=0.8)
         right.scatter(bi, local, color=OKABE_ITO["bluish_green"], s=18, zorder=3)
         right.set_xlabel("position, block influence order")
