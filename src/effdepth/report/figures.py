@@ -220,9 +220,7 @@ def write_figures(result: Result, folder, view: str | None = None) -> list[Path]
     ['attribution', 'confounds', 'layers', 'profile', 'sample_size', 'sensitivity', 'similarity']
     """
     folder = Path(folder)
-    paths = []
-    for stem, fig in standard_figures(result, view):
-        paths += save_figure(fig, folder / stem)
+    paths = [path for stem, fig in standard_figures(result, view) for path in save_figure(fig, folder / stem)]
     remove_stale_figures(folder, keep={p.stem for p in paths})
     return paths
 

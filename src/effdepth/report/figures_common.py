@@ -1,8 +1,6 @@
 """What the figures of a result share: the symbols, how each reference is drawn, and the helpers that
-pick a view, title a figure and turn saved numbers (``None`` for non-finite) into arrays.
-
-:mod:`.figures` (the standard figures), :mod:`.figures_layers`, :mod:`.figures_ratios` and
-:mod:`effdepth.scale.trajectory.figures` draw with these, so a reference or a title reads the same in every figure.
+pick a view, title a figure and turn saved numbers (``None`` for non-finite) into arrays, so a reference
+or a title reads the same in every figure.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """What the tables of every format are made of: which views and similarities a result has, which
-values are unavailable and why, what tells several results apart, which summary row stands for a job.
-
-The report content (:mod:`.content`, which every format renders) and the sweep tables build on
-these, so a view that is unavailable under a similarity is said so, with its reason, everywhere.
+values are unavailable and why, what tells several results apart, which summary row stands for a job;
+the report content and the sweep tables build on these, so an unavailable view says why everywhere.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""What the robustness tables of a result say (docs/method.md#sensitivity), independent of their format.
-
-- :func:`sensitivity_table`: D_eff of one view under the paper's maximum lags, tapers and aggregations,
-  each against its own reference, with intervals (passage mode: from the saved resamples);
-- :func:`ordering_table`: across several results, the Spearman correlation of the models' ordering by
-  D_eff/L under each variant with their ordering under the paper's Bartlett D_eff.
+"""What the robustness tables of a result say (docs/method.md#sensitivity): D_eff under the paper's maximum
+lags, tapers and aggregations, and across several results the models' ordering under each of them.
 """
 
 from __future__ import annotations

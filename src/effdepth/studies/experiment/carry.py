@@ -2,10 +2,7 @@
 
 Every run trains the same tiny Llama-architecture model (byte vocabulary,
 identical initialisation and data order for a given seed) with one change:
-every block (or the chosen ones) outputs ``lam * s_{l-1} + (s_l - s_{l-1})``,
-applied by the same :class:`~effdepth.studies.intervene.hooks.ResidualCarry` (or, with
-``carry_on="sublayers"``, :class:`~effdepth.studies.intervene.hooks.SublayerCarry`)
-hooks the in-model intervention uses. Gradients flow through them.
+the carry hooks of the in-model intervention (:mod:`effdepth.studies.intervene.hooks`).
 
 Checkpoints are standard Hugging Face folders (model and tokenizer),
 ``DIR/lam-<lam>/seed-<k>/step-<N>/``, with the carry stored in the config as

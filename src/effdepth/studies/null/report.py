@@ -1,6 +1,5 @@
-"""What a report and the terminal say of a random-weight null, from what ``null.json`` holds
-(:meth:`effdepth.studies.null.NullResult.record`): its table and its figure, the trained model's D_eff/L
-beside each random initialisation's (``effdepth null`` saves it as ``DIR/null.{png,pdf}``).
+"""What a report and the terminal say of a random-weight null, from what ``null.json`` holds: its table and
+its figure (``DIR/null.{png,pdf}``), the trained model's D_eff/L beside each random initialisation's.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""What a report and the terminal say of a pruning boundary check, from what ``prune.json`` holds
-(:meth:`effdepth.studies.prune.PruneResult.record`): its table, and its figure (``effdepth prune-check``
-saves it as ``DIR/prune.{png,pdf}``): held-out perplexity after skipping k blocks in each order, and where
-each block falls in the two orders.
+"""What a report and the terminal say of a pruning boundary check, from what ``prune.json`` holds: its table
+and its figure (``DIR/prune.{png,pdf}``), the held-out perplexity after skipping k blocks in each order.
 """
 
 from __future__ import annotations
