@@ -336,16 +336,8 @@ def table2_section(result: Result) -> Section | None:
     v = result.views.get("default")
     if paper is None or v is None:
         return None
-    rows = [
-        [
-            Cell("paper (Table 2)"),
-            Cell(str(paper.layers)),
-            Cell(fmt(paper.deff, 2)),
-            Cell(fmt(paper.deff_per_layer)),
-            Cell(fmt(paper.gap_pct, 1, signed=True)),
-            Cell(""),
-        ]
-    ]
+    theirs = [str(paper.layers), fmt(paper.deff, 2), fmt(paper.deff_per_layer), fmt(paper.gap_pct, 1, signed=True)]
+    rows = [[Cell(text) for text in ["paper (Table 2)", *theirs, ""]]]
     for sim, w in default_views(result):
         if sim == result.primary_similarity or sim == DEBIASED:
             rows.append(

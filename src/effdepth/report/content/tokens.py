@@ -106,14 +106,8 @@ def sections(result: Result) -> list:
     out = [Section("views", views_table(result), where), Section("references", references_table(result), where)]
     sensitivity = sensitivity_table(result)
     if sensitivity is not None:
-        out.append(
-            Section(
-                "definition sensitivity",
-                sensitivity,
-                "D_eff / F_N and D_eff per view and similarity",
-                anchor="sensitivity",
-            )
-        )
+        what = "D_eff / F_N and D_eff per view and similarity"
+        out.append(Section("definition sensitivity", sensitivity, what, anchor="sensitivity"))
     return out
 
 
