@@ -73,7 +73,6 @@ def passage_layers_figure(v: ViewResult, ctx: dict) -> Figure:
     sizes = array(v.update_sizes)
     layers = np.arange(1, len(sizes) + 1)
     related, ci = v.related or {}, v.ci or {}
-
     with style():
         fig = new_figure(5.6, 6.4)
         top, middle, bottom = fig.subplots(3, 1, sharex=True)
@@ -84,9 +83,8 @@ def passage_layers_figure(v: ViewResult, ctx: dict) -> Figure:
         label = "over tokens" if v.update_norm_ratio else None
         _series(middle, layers, tokens, ci.get("relative_contribution"), "bluish_green", "D", label=label)
         if len(v.update_norm_ratio) == len(layers):
-            pooled = array(v.update_norm_ratio)
-            label = "pooled vectors"
-            _series(middle, layers, pooled, ci.get("update_norm_ratio"), "blue", "s", 3.5, linestyle="--", label=label)
+            pooled, band = array(v.update_norm_ratio), ci.get("update_norm_ratio")
+            _series(middle, layers, pooled, band, "blue", "s", 3.5, linestyle="--", label="pooled vectors")
             middle.set_yscale("log")
             middle.legend(frameon=False, fontsize=8)
         middle.set_ylabel(r"$\|u_l\| / \|s_{l-1}\|$" "\n(update / state norm)")

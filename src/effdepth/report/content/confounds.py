@@ -82,8 +82,8 @@ def confounds_section(result: Result) -> Section | None:
     extra += [f"{name}: {why}" for name, why in notes.items()]
     note = (
         f"D_eff without the first position and with the passage length regressed out, beside the paper's pooling "
-        f"[{level(result.default)}% bootstrap intervals; 'minus default' is paired: the same resamples]. A control far from default "
-        f"means the first position or the length moves the number ({METHOD_LINK}). " + " ".join(extra)
+        f"[{level(result.default)}% bootstrap intervals; 'minus default' is paired: the same resamples]. A control "
+        f"far from default means the first position or the length moves the number ({METHOD_LINK}). " + " ".join(extra)
     )
     return Section(
         "confounds: first position and passage length",
