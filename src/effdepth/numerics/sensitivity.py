@@ -29,7 +29,6 @@ from effdepth.numerics.similarity import decay_profile
 TAPERS = ("bartlett", "parzen", "tukey-hanning")
 #: The paper's maximum lags (S6); ``None`` is the full K = N - 1.
 MAX_LAGS = (1, 5, 25, None)
-AGGREGATIONS = ("participation-ratio", "effective-rank", "threshold-count")
 THRESHOLD = 0.9
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -71,6 +72,7 @@ __all__ = [
     "slug",
     "summary_rows",
     "sweep",
+    "unfinished",
     "write_outputs",
     "write_table",
 ]
@@ -232,7 +234,7 @@ def sweep(
     >>> s.counts
     {'ok': 1}
     """
-    options = _combined(options, measure_options)
+    options = Options.build(**measure_options) if options is None else options.replace(**measure_options)
     run = run or RunOptions(progress=False)
     jobs = make_jobs(models, job_options(options), revision=revision)
     ex = make_executor(executor) if isinstance(executor, str) else executor
@@ -242,12 +244,6 @@ def sweep(
         rows = summary_rows(out, jobs)
         files = write_outputs(out, rows, jobs, figures=figures, report=report, log=log)
     return SweepOutcome(Path(out), rows, count_statuses(statuses), files)
-
-
-def _combined(options: Options | None, measure_options: dict) -> Options:
-    if options is None:
-        return Options.build(**measure_options)
-    return options.replace(**measure_options) if measure_options else options
 
 
 def check_cache(jobs: list, opts: dict, *, models=(), revision: str | None = None) -> None:
@@ -291,15 +287,8 @@ def run_jobs(jobs: list, out, executor, *, run: RunOptions | None = None, log=No
     log = log or (lambda line: None)
     run = run or RunOptions(progress=False)
     out = _writable(Path(out))
-    statuses, todo = {}, []
-    for job in jobs:
-        folder = job_folder(out, job)
-        if saved_result(folder) is not None:
-            statuses[job.key] = "done"
-            log(f"{job.label}: done already ({job.key})")
-            continue
-        write_json_atomic(folder / JOB, job.describe())
-        todo.append(job)
+    statuses: dict = {}
+    todo = unfinished(jobs, out, statuses, log)
     numbers = {job.key: f"[{i}/{len(todo)}]" for i, job in enumerate(todo, 1)}
     started: dict = {}
 
@@ -338,6 +327,20 @@ def run_jobs(jobs: list, out, executor, *, run: RunOptions | None = None, log=No
             exc.exit_code - 128,
         ) from None
     return statuses
+
+
+def unfinished(jobs: list, out, statuses: dict, log) -> list:
+    """The jobs without a saved result, each folder's job.json written; the others go into ``statuses`` as done."""
+    todo = []
+    for job in jobs:
+        folder = job_folder(out, job)
+        if saved_result(folder) is not None:
+            statuses[job.key] = "done"
+            log(f"{job.label}: done already ({job.key})")
+            continue
+        write_json_atomic(folder / JOB, job.describe())
+        todo.append(job)
+    return todo
 
 
 def record(out, job: Job, outcome: dict) -> str:
@@ -385,7 +388,4 @@ def count_statuses(statuses: dict) -> dict:
     >>> count_statuses({"a": "ok", "b": "ok", "c": "error"})
     {'ok': 2, 'error': 1}
     """
-    counts: dict = {}
-    for s in statuses.values():
-        counts[s] = counts.get(s, 0) + 1
-    return counts
+    return dict(Counter(statuses.values()))

@@ -71,6 +71,7 @@ from effdepth.scale.sweep import (
     run_jobs,
     saved_result,
     summary_rows,
+    unfinished,
     write_table,
 )
 from effdepth.scale.trajectory.report import trajectory_content
@@ -403,11 +404,10 @@ def weights_fingerprint(
         shas = cached_weight_shas(found.model, checkpoint.revision)
         if shas:
             return _digest(shas), "cached LFS sha256"  # the same digest as the hub's metadata gives
-        commit = found.commits.get(checkpoint.revision)
-        return (f"commit:{commit}", "branch commit") if commit else (None, "unknown")
-    fp = hub_fingerprint(found.model, checkpoint.revision, listings)
-    if fp is not None:
-        return fp, "hub LFS sha256"
+    else:
+        fp = hub_fingerprint(found.model, checkpoint.revision, listings)
+        if fp is not None:
+            return fp, "hub LFS sha256"
     commit = found.commits.get(checkpoint.revision)
     return (f"commit:{commit}", "branch commit") if commit else (None, "unknown")
 
@@ -502,15 +502,9 @@ def refused_checkpoints(repo: str, listings: dict, *, allow_pickle: bool = False
 def record_refused(out, jobs: dict, refused: dict, *, log=None) -> dict:
     """Write each refused checkpoint's ``error.json`` (its reason) without running it; ``{key: status}``.
     A checkpoint measured before (with ``--allow-pickle``) keeps its result."""
-    statuses = {}
-    for revision, job in jobs.items():
-        folder = job_folder(out, job)
-        if saved_result(folder) is not None:
-            statuses[job.key] = "done"
-            (log or (lambda line: None))(f"{job.label}: done already ({job.key})")
-            continue
-        write_json_atomic(folder / JOB, job.describe())
-        statuses[job.key] = record(out, job, {"status": "error", "error": refused[revision], "type": "EffdepthError"})
+    statuses: dict = {}
+    for job in unfinished(list(jobs.values()), out, statuses, log or (lambda line: None)):
+        statuses[job.key] = record(out, job, {"status": "error", "error": refused[job.tag], "type": "EffdepthError"})
     return statuses
 
 
