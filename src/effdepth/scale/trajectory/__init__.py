@@ -82,9 +82,17 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 #: ``tokens`` is what the checkpoint's name says; ``tokens_seen`` the running total plotted.
 TRAJECTORY_COLUMNS = (
-    ("model", "revision", "step", "tokens", "tokens_seen", "track", "final", "duplicate_of", "weights", "weights_source")
-    + tuple(c for c in COLUMNS if c not in ("model", "family", "params", "revision", "step", "tokens_seen"))
-)
+    "model",
+    "revision",
+    "step",
+    "tokens",
+    "tokens_seen",
+    "track",
+    "final",
+    "duplicate_of",
+    "weights",
+    "weights_source",
+) + tuple(c for c in COLUMNS if c not in ("model", "family", "params", "revision", "step", "tokens_seen"))
 
 
 @dataclass
