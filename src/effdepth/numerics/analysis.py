@@ -275,13 +275,8 @@ def analyse_pooled(
         passages = samples if offsets is None else len(next(iter(offsets.values()))) - 1
         plan = sized_plan(plan, passages, count - 1, width, offsets)
     sized, plan = plan, plan.plan
-    offsets, passages, num_layers, width, memory = (
-        sized.offsets,
-        sized.passages,
-        sized.num_layers,
-        sized.width,
-        sized.memory,
-    )
+    offsets, passages, memory = sized.offsets, sized.passages, sized.memory
+    num_layers, width = sized.num_layers, sized.width
     if lengths is None and any(v.has("length") for v in plan.specs):
         raise EffdepthError(
             "the length view regresses each passage's token count out, and no lengths were given; "
@@ -468,13 +463,9 @@ class _Context:
                     self.deff_draws[sim][name] = self.deff_draws[sim]["default"]
                 continue
             states = spec.after_pooling(PooledStates(pooled[spec.variant], self.device), self.lengths)
-            kept = analysed(self.plan.include_embedding)
-            if self.kernel:
-                hs = self._state_hsic(spec, states)
-                for sim in self.kernel:
-                    self.deff_draws.setdefault(sim.name, {})[name] = deff(cka(hs[sim.estimator])[:, kept, kept])
-            for sim in self.direct:
-                self.deff_draws.setdefault(sim.name, {})[name] = deff(self._matrix(sim, states)[:, kept, kept])
+            hsic = self._state_hsic(spec, states) if self.kernel else None
+            for sim, draws in self._deff(states, analysed(self.plan.include_embedding), hsic).items():
+                self.deff_draws.setdefault(sim, {})[name] = draws
         return notes
 
     @property
@@ -538,15 +529,16 @@ class _Context:
             surrogate = IsotropicSurrogate(
                 states.samples, self.width, self.num_layers + self.plan.include_embedding, self.plan.seed, self.device
             )
-            self._structural[key] = self._surrogate_deff(spec.after_pooling(surrogate, self.lengths), slice(0, None))
+            self._structural[key] = self._deff(spec.after_pooling(surrogate, self.lengths), slice(0, None))
         # the matched surrogate is made of the view's own states: already through its pooled stage
-        matched = self._surrogate_deff(MatchedSurrogate(states, self.plan.seed), analysed(self.plan.include_embedding))
+        matched = self._deff(MatchedSurrogate(states, self.plan.seed), analysed(self.plan.include_embedding))
         return {"structural_cal": self._structural[key], "matched_cal": matched}
 
-    def _surrogate_deff(self, stack: LayerStack, view: slice) -> dict:
+    def _deff(self, stack: LayerStack, view: slice, hsic: dict | None = None) -> dict:
+        """``{similarity: (R,) D_eff draws}`` of the stack's states in ``view`` (``hsic``: its HSIC, when made)."""
         out = {}
         if self.kernel:
-            h = self._hsic(stack)
+            h = self._hsic(stack) if hsic is None else hsic
             for sim in self.kernel:
                 out[sim.name] = deff(cka(h[sim.estimator])[:, view, view])
         for sim in self.direct:
@@ -577,10 +569,8 @@ class _Context:
         point, ci = split_draws({**draws, **{f"related.{k}": v for k, v in related.items()}})
         sim = point["similarity"]
         n = sim.shape[-1]
-        refs = {r: float(point[f"reference_{r}"]) for r in REFERENCE_NAMES if f"reference_{r}" in point}
-        for name in ("structural_cal", "matched_cal"):
-            if f"reference_{name}" in point:
-                refs[name] = float(point[f"reference_{name}"])
+        names = (*REFERENCE_NAMES, "structural_cal", "matched_cal")
+        refs = {r: float(point[f"reference_{r}"]) for r in names if f"reference_{r}" in point}
         summary = {
             "deff": float(point["deff"]),
             "reference": reference_fl(n),
