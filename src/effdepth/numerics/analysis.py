@@ -1,34 +1,17 @@
 """Pooled vectors -> every view's numbers under every similarity, with bootstrap intervals (docs/method.md#passage-mode).
 
-The pure last stage of passage mode: arrays in, plain data out; no model, no
-file. For each view:
+The pure last stage of passage mode: arrays in, plain data out. For each view: its pooled matrices
+S_0..S_L (top-k principal directions removed when asked); the HSIC of every pair of states and of
+updates ``S_l - S_{l-1}`` (:mod:`~effdepth.numerics.sample_hsic`) under the estimate and every resample
+at once; the calibrated references (docs/method.md#calibrated-references: ``structural_cal``, isotropic
+Gaussian equal updates at the run's N, d and L; ``matched_cal``, the measured S_0 plus the measured
+updates with their passages permuted per layer); and the numbers of :mod:`~effdepth.numerics.metrics`
+(row 0 the estimate, percentile intervals from the resamples).
 
-1. its pooled matrices S_0..S_L (N x d each), from the stored variant, top-k
-   principal directions removed when the view asks (fitted exactly, on all N);
-2. the HSIC of every pair of states and of updates ``S_l - S_{l-1}``
-   (:mod:`~effdepth.numerics.sample_hsic`), under the estimate and every
-   resample at once;
-3. the finite-sample references (docs/method.md#calibrated-references):
-   ``structural_cal``, isotropic Gaussian equal updates at the run's N, d and
-   L, and ``matched_cal``, the measured initial state plus the measured
-   updates with their passages permuted independently per layer, both
-   through the same view and estimator;
-4. the numbers of :mod:`~effdepth.numerics.metrics`, the point
-   estimate from row 0 and percentile intervals from the resamples.
-
-Every view, stack and surrogate is resampled with the same unit weights, so
-their intervals are paired. Beside the views asked for, every analysis gives
-(:mod:`~effdepth.numerics.confounds`) the confound controls (D_eff under
-``drop-pos0`` and ``length`` with its paired difference to ``default``; a
-control that is not among the views costs the HSIC of its states alone) and
-the sample-size curve (D_eff on nested subsets of the units, extra weight
-rows of the default view's states stack).
-
-The states of a view, its updates and its surrogates are layer stacks
-(:mod:`~effdepth.numerics.stacks`) produced one layer at a time from
-the stored float32 vectors; :func:`analysis_memory` says what is kept within
-``plan.max_memory`` and :func:`sized_plan` refuses a budget below
-the least working set.
+Every view, stack and surrogate is resampled with the same unit weights, so their intervals are
+paired. Every analysis also gives the confound controls and the sample-size curve
+(:mod:`~effdepth.numerics.confounds`). The stacks (:mod:`~effdepth.numerics.stacks`) are produced one
+layer at a time; :func:`analysis_memory` says what is kept within ``plan.max_memory``.
 """
 
 from __future__ import annotations
