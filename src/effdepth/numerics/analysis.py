@@ -111,18 +111,13 @@ def analysis_units(passages: int, plan: AnalysisPlan, offsets: dict | None = Non
 
 def analysis_memory(samples: int, num_layers: int, width: int, plan: AnalysisPlan, units: Units | None = None) -> dict:
     """How the analysis of N = ``samples`` pooled vectors of L+1 states (width d) uses ``plan.max_memory``
-    (``units``: the bootstrap's units in sample space, :func:`analysis_units`; blocks of the samples
-    when not given):
+    (``units``: the bootstrap's units in sample space, :func:`analysis_units`; default blocks).
 
-    - ``kept``: a view's L+1 float64 matrices stay in memory when they fit a quarter of the budget (else
-      every use reads them again from the stored float32 vectors);
-    - ``draws_bytes``: the states' HSIC under every weight row (the estimate, the resamples and the
-      subsamples), both estimators, held while the updates' stack is computed;
-    - ``stack``: the largest HSIC stack's plan within the rest (:func:`~.hsic_plan.stack_plan`: its
-      route, resident layers or passes, tiles, resample chunk and peak, its own estimators included);
-    - ``eigen``: a top-k view's eigendecomposition, ``min(N, d)^2`` float64 (three copies);
-    - ``numbers_bytes``: a similarity's numbers made from both stacks' HSIC under every weight row;
-    - ``least_bytes``: the least budget the analysis works in; ``peak_bytes``: what it holds at most.
+    ``kept``: a view's float64 matrices stay in memory when they fit a quarter of the budget (else they
+    are read again); ``draws_bytes``: the states' HSIC under every weight row, held while the updates'
+    stack is computed; ``stack``: the largest stack's :func:`~.hsic_plan.stack_plan` within the rest;
+    ``eigen_bytes``: a top-k view's eigendecomposition; ``numbers_bytes``: a similarity's numbers;
+    ``least_bytes``: the least budget that works; ``peak_bytes``: what it holds at most.
 
     >>> m = analysis_memory(10_000, 64, 5120, AnalysisPlan(views="paper", max_memory=4 << 30))
     >>> m["kept"], m["stack"]["route"], m["peak_bytes"] <= 4 << 30, round(m["least_bytes"] / 2**30, 2)
@@ -231,19 +226,13 @@ def analyse_pooled(
 ) -> dict:
     """``{"similarities": {similarity: {view: summary}}, "analysis": facts}`` from pooled vectors.
 
-    ``pooled`` maps each stored variant to an array ``(L+1, N, d)`` (S_0..S_L
-    of every passage); ``lengths`` ``(N,)`` (each passage's token count) is
-    what the ``length`` view regresses out, and with ``token_sums`` ``(N, L, 3)``
-    adds block influence and the token-level update ratio to the untransformed
-    views. ``progress(label)`` is called before each view. Besides the
-    similarities: ``confounds`` (per similarity, D_eff under default and each
-    control, paired differences; ``notes`` for a control that could not be
-    measured) and ``sample_size`` (per CKA estimator, the subsample curve).
-
-    ``offsets`` (the token reduction, :mod:`~effdepth.numerics.sampling`) says, per variant, where each
-    passage's samples start in its array (N+1): the samples are tokens, a unit holds whole passages, and
-    the confound controls, which are about a passage's mean, are left out. ``plan`` may be the
-    :class:`SizedPlan` a measurement made before its forward passes (it holds the offsets).
+    ``pooled`` maps each stored variant to ``(L+1, N, d)``; ``lengths`` ``(N,)``, the passages' token
+    counts, are what the ``length`` view regresses out, and with ``token_sums`` ``(N, L, 3)`` add block
+    influence and the token-level update ratio. ``progress(label)`` is called before each view. Besides
+    the similarities: ``confounds`` (per similarity; ``notes`` for a control that could not be measured)
+    and ``sample_size`` (per CKA estimator). ``offsets`` (the token reduction) says, per variant, where
+    each passage's samples start (N+1); its units hold whole passages, and the confound controls, about a
+    passage's mean, are left out. ``plan`` may be the :class:`SizedPlan` made before the forward passes.
 
     >>> rng = np.random.default_rng(0)
     >>> states = np.cumsum(rng.normal(size=(4, 64, 8)), axis=0)   # S_0..S_3 of 64 passages

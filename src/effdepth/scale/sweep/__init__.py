@@ -1,16 +1,11 @@
 """``effdepth sweep``: measure many models (and revisions), one result each, resumable.
 
-Every (model, revision, configuration) is a :class:`~effdepth.scale.sweep.jobs.Job`
-with a key (:mod:`effdepth.scale.sweep.jobs`). ``DIR/<key>/result.json`` is written atomically when a job finishes, so
-rerunning the same command skips finished jobs, and a new effdepth version
-or other options get new keys instead of stale numbers. A job that
-fails leaves ``DIR/<key>/error.json`` (one line) and the others go on; it is
-retried on the next run. With the local executor an interrupted model keeps
-its partial statistics in ``DIR/<key>/checkpoint/`` and continues from them.
-
-At the end: ``DIR/summary.{csv,parquet}``, ``DIR/suite.{png,pdf}`` and
-``DIR/report.html`` (:mod:`effdepth.scale.sweep.tables`). This module is the
-driver: it runs the unfinished jobs on an executor and records each outcome.
+Every (model, revision, configuration) is a keyed :class:`~effdepth.scale.sweep.jobs.Job`;
+``DIR/<key>/result.json`` is written atomically when it finishes, so a rerun skips finished jobs, and
+another version or other options get new keys. A failed job leaves ``DIR/<key>/error.json`` and is
+retried on the next run; with the local executor an interrupted one continues from
+``DIR/<key>/checkpoint/``. This module runs the unfinished jobs on an executor and records each
+outcome; :mod:`effdepth.scale.sweep.tables` writes the summary, figure and report.
 
 >>> import tempfile, pathlib
 >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -219,14 +214,10 @@ def sweep(
 ) -> SweepOutcome:
     """Measure every model of ``models`` (suite names, suite files, ids, ``tiny:TYPE``, folders) into ``out``.
 
-    ``options`` (an :class:`~effdepth.options.Options`) or ``measure_options``
-    (:func:`effdepth.measure`'s keywords: ``corpus``, ``seq_len``,
-    ``num_seqs``, ``views``, ``bootstrap``, ``dtype``, ...) say how to measure.
-    ``executor`` is ``"local"``, ``"ray"`` or an executor from
-    :func:`~effdepth.scale.executors.make_executor` (Ray with its options).
-    ``log`` (e.g. ``print``) receives one line per job. With the local
-    executor, partial statistics are saved every ``run.checkpoint_every_s``
-    seconds and on SIGINT/SIGTERM, and a rerun continues them.
+    ``options`` or ``measure_options`` (:func:`effdepth.measure`'s keywords) say how to measure;
+    ``executor`` is ``"local"``, ``"ray"`` or one from :func:`~effdepth.scale.executors.make_executor`;
+    ``log`` (e.g. ``print``) receives one line per job. With the local executor, partial statistics are
+    saved every ``run.checkpoint_every_s`` seconds and on SIGINT/SIGTERM, and a rerun continues them.
 
     >>> import tempfile
     >>> s = sweep(["tiny:gpt2"], tempfile.mkdtemp(), corpus=["some text " * 30], seq_len=8, num_seqs=4,
@@ -247,11 +238,8 @@ def sweep(
 
 
 def check_cache(jobs: list, opts: dict, *, models=(), revision: str | None = None) -> None:
-    """Before the first forward pass: every hub model and revision, and the corpus, from the hub or the cache.
-
-    Offline, all that is missing is listed at once with the ``effdepth fetch``
-    command that fills the cache; online the hub is probed once (see
-    :func:`effdepth.models.hub.check_available`).
+    """Before the first forward pass: every hub model and revision, and the corpus, from the hub or the
+    cache (:func:`effdepth.models.hub.check_available`: offline, what is missing is listed at once).
 
     >>> check_cache(make_jobs(["tiny:gpt2"], {"corpus": ["text"]}), {"corpus": ["text"]})
     """
