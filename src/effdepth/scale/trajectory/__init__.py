@@ -100,11 +100,8 @@ class Discovered:
 
 @dataclass
 class TrajectoryOutcome:
-    """What :func:`trajectory` measured and wrote.
-
-    ``duplicates`` maps a revision to the earlier one with identical weights;
-    ``skipped`` lists names that are not checkpoints.
-    """
+    """What :func:`trajectory` measured and wrote; ``duplicates`` maps a revision to the earlier one with
+    identical weights, ``skipped`` lists names that are not checkpoints."""
 
     out: Path
     rows: list
