@@ -1,34 +1,17 @@
 """Pooled vectors -> every view's numbers under every similarity, with bootstrap intervals (docs/method.md#passage-mode).
 
-The pure last stage of passage mode: arrays in, plain data out; no model, no
-file. For each view:
+The pure last stage of passage mode: arrays in, plain data out. For each view: its pooled matrices
+S_0..S_L (top-k principal directions removed when asked); the HSIC of every pair of states and of
+updates ``S_l - S_{l-1}`` (:mod:`~effdepth.numerics.sample_hsic`) under the estimate and every resample
+at once; the calibrated references (docs/method.md#calibrated-references: ``structural_cal``, isotropic
+Gaussian equal updates at the run's N, d and L; ``matched_cal``, the measured S_0 plus the measured
+updates with their passages permuted per layer); and the numbers of :mod:`~effdepth.numerics.metrics`
+(row 0 the estimate, percentile intervals from the resamples).
 
-1. its pooled matrices S_0..S_L (N x d each), from the stored variant, top-k
-   principal directions removed when the view asks (fitted exactly, on all N);
-2. the HSIC of every pair of states and of updates ``S_l - S_{l-1}``
-   (:mod:`~effdepth.numerics.sample_hsic`), under the estimate and every
-   resample at once;
-3. the finite-sample references (docs/method.md#calibrated-references):
-   ``structural_cal``, isotropic Gaussian equal updates at the run's N, d and
-   L, and ``matched_cal``, the measured initial state plus the measured
-   updates with their passages permuted independently per layer, both
-   through the same view and estimator;
-4. the numbers of :mod:`~effdepth.numerics.metrics`, the point
-   estimate from row 0 and percentile intervals from the resamples.
-
-Every view, stack and surrogate is resampled with the same unit weights, so
-their intervals are paired. Beside the views asked for, every analysis gives
-(:mod:`~effdepth.numerics.confounds`) the confound controls (D_eff under
-``drop-pos0`` and ``length`` with its paired difference to ``default``; a
-control that is not among the views costs the HSIC of its states alone) and
-the sample-size curve (D_eff on nested subsets of the units, extra weight
-rows of the default view's states stack).
-
-The states of a view, its updates and its surrogates are layer stacks
-(:mod:`~effdepth.numerics.stacks`) produced one layer at a time from
-the stored float32 vectors; :func:`analysis_memory` says what is kept within
-``plan.max_memory`` and :func:`sized_plan` refuses a budget below
-the least working set.
+Every view, stack and surrogate is resampled with the same unit weights, so their intervals are
+paired. Every analysis also gives the confound controls and the sample-size curve
+(:mod:`~effdepth.numerics.confounds`). The stacks (:mod:`~effdepth.numerics.stacks`) are produced one
+layer at a time; :func:`analysis_memory` says what is kept within ``plan.max_memory``.
 """
 
 from __future__ import annotations
@@ -128,18 +111,13 @@ def analysis_units(passages: int, plan: AnalysisPlan, offsets: dict | None = Non
 
 def analysis_memory(samples: int, num_layers: int, width: int, plan: AnalysisPlan, units: Units | None = None) -> dict:
     """How the analysis of N = ``samples`` pooled vectors of L+1 states (width d) uses ``plan.max_memory``
-    (``units``: the bootstrap's units in sample space, :func:`analysis_units`; blocks of the samples
-    when not given):
+    (``units``: the bootstrap's units in sample space, :func:`analysis_units`; default blocks).
 
-    - ``kept``: a view's L+1 float64 matrices stay in memory when they fit a quarter of the budget (else
-      every use reads them again from the stored float32 vectors);
-    - ``draws_bytes``: the states' HSIC under every weight row (the estimate, the resamples and the
-      subsamples), both estimators, held while the updates' stack is computed;
-    - ``stack``: the largest HSIC stack's plan within the rest (:func:`~.hsic_plan.stack_plan`: its
-      route, resident layers or passes, tiles, resample chunk and peak, its own estimators included);
-    - ``eigen``: a top-k view's eigendecomposition, ``min(N, d)^2`` float64 (three copies);
-    - ``numbers_bytes``: a similarity's numbers made from both stacks' HSIC under every weight row;
-    - ``least_bytes``: the least budget the analysis works in; ``peak_bytes``: what it holds at most.
+    ``kept``: a view's float64 matrices stay in memory when they fit a quarter of the budget (else they
+    are read again); ``draws_bytes``: the states' HSIC under every weight row, held while the updates'
+    stack is computed; ``stack``: the largest stack's :func:`~.hsic_plan.stack_plan` within the rest;
+    ``eigen_bytes``: a top-k view's eigendecomposition; ``numbers_bytes``: a similarity's numbers;
+    ``least_bytes``: the least budget that works; ``peak_bytes``: what it holds at most.
 
     >>> m = analysis_memory(10_000, 64, 5120, AnalysisPlan(views="paper", max_memory=4 << 30))
     >>> m["kept"], m["stack"]["route"], m["peak_bytes"] <= 4 << 30, round(m["least_bytes"] / 2**30, 2)
@@ -248,19 +226,13 @@ def analyse_pooled(
 ) -> dict:
     """``{"similarities": {similarity: {view: summary}}, "analysis": facts}`` from pooled vectors.
 
-    ``pooled`` maps each stored variant to an array ``(L+1, N, d)`` (S_0..S_L
-    of every passage); ``lengths`` ``(N,)`` (each passage's token count) is
-    what the ``length`` view regresses out, and with ``token_sums`` ``(N, L, 3)``
-    adds block influence and the token-level update ratio to the untransformed
-    views. ``progress(label)`` is called before each view. Besides the
-    similarities: ``confounds`` (per similarity, D_eff under default and each
-    control, paired differences; ``notes`` for a control that could not be
-    measured) and ``sample_size`` (per CKA estimator, the subsample curve).
-
-    ``offsets`` (the token reduction, :mod:`~effdepth.numerics.sampling`) says, per variant, where each
-    passage's samples start in its array (N+1): the samples are tokens, a unit holds whole passages, and
-    the confound controls, which are about a passage's mean, are left out. ``plan`` may be the
-    :class:`SizedPlan` a measurement made before its forward passes (it holds the offsets).
+    ``pooled`` maps each stored variant to ``(L+1, N, d)``; ``lengths`` ``(N,)``, the passages' token
+    counts, are what the ``length`` view regresses out, and with ``token_sums`` ``(N, L, 3)`` add block
+    influence and the token-level update ratio. ``progress(label)`` is called before each view. Besides
+    the similarities: ``confounds`` (per similarity; ``notes`` for a control that could not be measured)
+    and ``sample_size`` (per CKA estimator). ``offsets`` (the token reduction) says, per variant, where
+    each passage's samples start (N+1); its units hold whole passages, and the confound controls, about a
+    passage's mean, are left out. ``plan`` may be the :class:`SizedPlan` made before the forward passes.
 
     >>> rng = np.random.default_rng(0)
     >>> states = np.cumsum(rng.normal(size=(4, 64, 8)), axis=0)   # S_0..S_3 of 64 passages
@@ -275,13 +247,8 @@ def analyse_pooled(
         passages = samples if offsets is None else len(next(iter(offsets.values()))) - 1
         plan = sized_plan(plan, passages, count - 1, width, offsets)
     sized, plan = plan, plan.plan
-    offsets, passages, num_layers, width, memory = (
-        sized.offsets,
-        sized.passages,
-        sized.num_layers,
-        sized.width,
-        sized.memory,
-    )
+    offsets, passages, memory = sized.offsets, sized.passages, sized.memory
+    num_layers, width = sized.num_layers, sized.width
     if lengths is None and any(v.has("length") for v in plan.specs):
         raise EffdepthError(
             "the length view regresses each passage's token count out, and no lengths were given; "
@@ -468,13 +435,9 @@ class _Context:
                     self.deff_draws[sim][name] = self.deff_draws[sim]["default"]
                 continue
             states = spec.after_pooling(PooledStates(pooled[spec.variant], self.device), self.lengths)
-            kept = analysed(self.plan.include_embedding)
-            if self.kernel:
-                hs = self._state_hsic(spec, states)
-                for sim in self.kernel:
-                    self.deff_draws.setdefault(sim.name, {})[name] = deff(cka(hs[sim.estimator])[:, kept, kept])
-            for sim in self.direct:
-                self.deff_draws.setdefault(sim.name, {})[name] = deff(self._matrix(sim, states)[:, kept, kept])
+            hsic = self._state_hsic(spec, states) if self.kernel else None
+            for sim, draws in self._deff(states, analysed(self.plan.include_embedding), hsic).items():
+                self.deff_draws.setdefault(sim, {})[name] = draws
         return notes
 
     @property
@@ -538,15 +501,16 @@ class _Context:
             surrogate = IsotropicSurrogate(
                 states.samples, self.width, self.num_layers + self.plan.include_embedding, self.plan.seed, self.device
             )
-            self._structural[key] = self._surrogate_deff(spec.after_pooling(surrogate, self.lengths), slice(0, None))
+            self._structural[key] = self._deff(spec.after_pooling(surrogate, self.lengths), slice(0, None))
         # the matched surrogate is made of the view's own states: already through its pooled stage
-        matched = self._surrogate_deff(MatchedSurrogate(states, self.plan.seed), analysed(self.plan.include_embedding))
+        matched = self._deff(MatchedSurrogate(states, self.plan.seed), analysed(self.plan.include_embedding))
         return {"structural_cal": self._structural[key], "matched_cal": matched}
 
-    def _surrogate_deff(self, stack: LayerStack, view: slice) -> dict:
+    def _deff(self, stack: LayerStack, view: slice, hsic: dict | None = None) -> dict:
+        """``{similarity: (R,) D_eff draws}`` of the stack's states in ``view`` (``hsic``: its HSIC, when made)."""
         out = {}
         if self.kernel:
-            h = self._hsic(stack)
+            h = self._hsic(stack) if hsic is None else hsic
             for sim in self.kernel:
                 out[sim.name] = deff(cka(h[sim.estimator])[:, view, view])
         for sim in self.direct:
@@ -577,10 +541,8 @@ class _Context:
         point, ci = split_draws({**draws, **{f"related.{k}": v for k, v in related.items()}})
         sim = point["similarity"]
         n = sim.shape[-1]
-        refs = {r: float(point[f"reference_{r}"]) for r in REFERENCE_NAMES if f"reference_{r}" in point}
-        for name in ("structural_cal", "matched_cal"):
-            if f"reference_{name}" in point:
-                refs[name] = float(point[f"reference_{name}"])
+        names = (*REFERENCE_NAMES, "structural_cal", "matched_cal")
+        refs = {r: float(point[f"reference_{r}"]) for r in names if f"reference_{r}" in point}
         summary = {
             "deff": float(point["deff"]),
             "reference": reference_fl(n),

@@ -1,19 +1,10 @@
 """What every passage-mode result says beside D_eff: the passage lengths, the confound controls and the sample size
 (docs/method.md#the-first-token-x-length-confound, #sample-size).
 
-Pure numbers from draws the analysis already has, no model and no I/O:
-
-- :func:`length_distribution`: the passages' token counts (min, quartiles,
-  max, the share at ``--seq-len``);
-- :func:`confound_table`: D_eff under ``default`` and each control
-  (``drop-pos0``, ``length``) with its interval and the *paired* difference
-  to ``default``: every view is resampled with the same unit weights, so the
-  difference is taken resample by resample;
-- :class:`Subsamples` and :func:`subsample_curve`: D_eff on nested random
-  subsets of the bootstrap's units (N/8, N/4, N/2 of the passages, repeated
-  draws), given to the HSIC stack as extra rows of 0/1 unit weights, so a
-  subset's estimate comes from the sums the full one is made of (under 0/1
-  weights both estimators are exactly the estimators on the subset).
+Pure numbers from draws the analysis already has. The controls' differences to ``default`` are
+paired: every view is resampled with the same unit weights. The subsets of the sample-size curve
+(N/8, N/4, N/2 of the units) are extra rows of 0/1 unit weights of the HSIC stack: under 0/1 weights
+both estimators are exactly the estimators on the subset.
 """
 
 from __future__ import annotations

@@ -3,37 +3,22 @@
 Pure arithmetic on shapes (M matrices of N samples x d features, G units;
 :mod:`~effdepth.numerics.sample_hsic` computes what it plans).
 
-**Two routes to the same sums** (:func:`hsic_route` picks one per stack):
+**Two routes to the same sums**; :func:`hsic_route` takes the one of fewer flops among those whose
+least working set fits the budget. The *Gram route* forms ``K_m`` (N x N) in column tiles of whole
+units, on the lower triangle of unit blocks only: 2 M N^2 d flops, then N^2 per pair, about half with
+narrow tiles (:func:`gram_fraction`). The *feature route* forms, per pair and unit, ``C_g = Yc_i[g]^T
+Yc_j[g]`` (d x d): 2 N d^2 + 2 G^2 d^2 flops per pair. The Gram route shares its M Grams among the
+pairs, so it wins unless N is large against d (about N > M d (1 + G^2 / N); Pythia-70M at N = 10,000
+and G = 128: feature; every wider model of Table 2: Gram).
 
-- the *Gram route* forms ``K_m`` (N x N) in column tiles of whole units and
-  reduces each tile at once: 2 M N^2 d flops for the Grams, then N^2 per pair,
-  on the lower triangle of unit blocks only (K_m is symmetric): about half of
-  that with narrow tiles (:func:`gram_fraction`);
-- the *feature route* forms, per pair and unit, ``C_g = Yc_i[g]^T Yc_j[g]``
-  (d x d): 2 N d^2 + 2 G^2 d^2 flops per pair.
+**Memory.** ``budget_bytes`` bounds what a stack holds: the unit sums, a few layers in flight, the
+Gram tiles and their blocks' products (or the units' cross-products), the centred layers when they fit
+in half of what is left (else produced again per tile or block: more passes, the same numbers), and
+both estimators under every weight row; :func:`least_stack_bytes` is the least budget that works.
 
-The route of fewer flops is taken among those whose least working set fits
-the memory budget. The Gram route shares its M Grams among the M (M+1)/2
-pairs, so it wins unless N is large against d: the feature route is
-cheaper from about N > M d (1 + G^2 / N) / 2 with whole Grams, N > M d (1 + G^2 / N)
-with the lower triangle (G = 1 without resamples;
-Pythia-70M's shape at N = 10,000 and G = 128: feature; every wider model of
-Table 2: Gram). The resamples stay on unit sums on both
-routes: on the feature side each pair of units costs a d x d inner product,
-cheap exactly when d is small, which is when that route is chosen.
-
-**Memory.** ``budget_bytes`` bounds what a stack holds: the unit sums, a few
-layers in flight, the Gram tiles and their blocks' products (or the units'
-cross-products), the centred layers kept resident when they fit in half of
-what is left (else they are produced again for every tile or block of
-layers: more passes over the stored vectors, the same numbers), and both
-estimators under every weight row. :func:`least_stack_bytes` is the least
-budget a stack can work in.
-
-``units`` is a number of units (blocks of consecutive samples whose sizes
-differ by at most one) or the :class:`~effdepth.numerics.hsic_resample.Units`
-themselves (the token reduction's units hold whole passages: their sizes
-may differ more, and every unit is padded to the largest).
+``units`` is a number of balanced blocks of consecutive samples or the
+:class:`~effdepth.numerics.hsic_resample.Units` themselves (the token reduction's hold whole passages;
+every unit is padded to the largest).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The bootstrap over blocks of samples: units, resample weights, and both HSIC estimators under them.
 
-Samples fall into *units*: contiguous blocks of samples, the bootstrap's
-resampling units (each sample its own unit when N is at most the number of
-units asked for; one unit when there are no resamples). What both
-estimators need under any resample is small and resample-free
-(:class:`StackSums`, computed by :mod:`~effdepth.numerics.sample_hsic`), with
-``K_m = Yc_m Yc_m^T``:
+Samples fall into *units*, contiguous blocks (each sample its own unit when N is at most the number
+asked for). What both estimators need under any resample is small and resample-free
+(:class:`StackSums`, made by :mod:`~effdepth.numerics.sample_hsic`), with ``K_m = Yc_m Yc_m^T``:
 
 - per pair (i, j): ``M_gh = sum_{a in g, b in h} K_i[a,b] K_j[a,b]`` (G x G)
   and ``diag_g = sum_{a in g} K_i[a,a] K_j[a,a]`` (G);

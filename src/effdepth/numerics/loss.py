@@ -30,17 +30,6 @@ class LossAccumulator:
         self.total += float(nll.sum())
         self.count += int(nll.numel())
 
-    def merge(self, other: "LossAccumulator") -> None:
-        self.total += other.total
-        self.count += other.count
-
-    def state_dict(self) -> tuple:
-        """``(arrays, meta)``: the two sums, in the meta (no arrays)."""
-        return {}, {"total": self.total, "count": self.count}
-
-    def load_state_dict(self, arrays: dict, meta: dict) -> None:
-        self.total, self.count = float(meta["total"]), int(meta["count"])
-
     def compute(self) -> dict:
         """The mean loss, its perplexity and the tokens it is over (NaN before any)."""
         mean = self.total / self.count if self.count else float("nan")

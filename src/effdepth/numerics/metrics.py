@@ -21,7 +21,6 @@ from effdepth.numerics.similarity import decay_profile, deff
 
 #: The matched references of a CKA estimator (docs/method.md#matched-references), by their paper names.
 REFERENCE_NAMES = ("init", "size", "matched", "corr")
-PAPER_REFERENCE_NAMES = {"size": "F_norm", "matched": "F_{h0+norm}", "corr": "F_{h0+corr}"}
 
 
 def cka(hsic: np.ndarray) -> np.ndarray:

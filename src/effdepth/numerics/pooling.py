@@ -38,16 +38,6 @@ def pooling_weights(mask: torch.Tensor, first_is_bos: torch.Tensor, views, norms
     return torch.stack([v.pooling_weights(mask, first_is_bos, norms) for v in views], dim=1)
 
 
-def pool_layer(states: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """``(B, V, d)`` float64 pooled vectors of one layer's ``states`` (B, T, d).
-
-    >>> s = torch.arange(6.0).reshape(1, 3, 2)
-    >>> pool_layer(s, torch.full((1, 1, 3), 1 / 3, dtype=torch.float64)).tolist()
-    [[[2.0, 3.0]]]
-    """
-    return torch.bmm(weights, states.to(torch.float64))
-
-
 def token_sums(
     previous: torch.Tensor,
     states: torch.Tensor,

@@ -11,14 +11,10 @@ recomposing the pooled vectors is exactly pooling the recomposed token stream.
   ``S'_l = sum_{k<=l} lam^(l-k) X_k = (A X)_l`` with ``A = carry_matrix(L+1, lam)``.
   ``lam = 1`` gives back the measured states (A is the lower-triangular ones
   matrix).
-- Decorrelation: the increments centred across the N samples, orthogonalised
-  in order X_0, X_1, ..., X_L (Gram-Schmidt under the Frobenius inner product
-  of the N x d matrices), each rescaled to its original energy
-  ``|X_l - mean|_F^2``: no two increments correlate across samples, and each
-  keeps its size. This is the process the matched reference describes; under
-  CKA it is not an identity (Frobenius-orthogonal increments may still share
-  covariance directions, and CKA weighs a layer by its covariance norm, not its
-  energy), so :mod:`effdepth.studies.recompose` reports the difference.
+- Decorrelation: the increments centred across the N samples, orthogonalised in order (Gram-Schmidt
+  under the Frobenius inner product), each rescaled to its original energy ``|X_l - mean|_F^2``: the
+  process the matched reference describes. Under CKA it is not an identity (orthogonal increments may
+  share covariance directions), so :mod:`effdepth.studies.recompose` reports the difference.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Closed-form references for D_eff (docs/method.md#references).
 
-Every function accepts leading batch axes so that the bootstrap can evaluate
-thousands of resamples in one vectorised call. The energy functions take numpy
-arrays (and give numpy back) or float64 tensors on any device (and give tensors
-back), so the per-token references are summed where the states are.
+Every function accepts leading batch axes, so the bootstrap evaluates its resamples in one call; the
+energy functions take numpy arrays or float64 tensors on any device and give back the same kind.
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
 """HSIC between layers across samples (passages): a stack's unit sums by either route (docs/method.md#passage-mode).
 
-A *stack* is M matrices ``Y_1..Y_M`` (N samples x d features each: one
-pooled vector per passage and layer), given as a list or as a
-:class:`LayerStack` that produces them one at a time, in order, so that the
-M matrices need never be in memory together. For every pair of matrices
-the package gives the two HSIC estimators of linear kernels:
+A *stack* is M matrices ``Y_1..Y_M`` (N samples x d features each), given as a list or as a
+:class:`LayerStack` that produces them one at a time, so the M matrices need never be in memory
+together. For every pair the package gives two HSIC estimators of linear kernels: ``biased``,
+``|Yc_i^T Yc_j|_F^2 / n^2`` with ``Yc`` column-centred (the V-statistic; the paper's CKA), and
+``debiased``, the unbiased estimator of Song et al. (2012) over distinct samples.
 
-- ``biased``: ``|Yc_i^T Yc_j|_F^2 / n^2`` with ``Yc`` column-centred (the
-  V-statistic; the paper's CKA is built from it);
-- ``debiased``: the unbiased estimator of Song et al. (2012),
-  ``S2/(n)_2 - 2 S3/(n)_3 + S4/(n)_4`` over distinct samples.
-
-Three modules, along the computation:
-
-- this one: the stacks and their unit sums (:class:`StackSums`, resample-free)
-  by the Gram route (``K_m = Yc_m Yc_m^T`` in column tiles of whole units) or
-  the feature route (per pair and unit, ``C_g = Yc_i[g]^T Yc_j[g]``: ``M_gh =
-  <C_g, C_h>_F`` and ``R_m[a, h] = Yc_m[a] . sum_{b in h} Yc_m[b]``; with one
-  unit, ``M_11 = |Yc_i^T Yc_j|_F^2``, the textbook feature route);
-- :mod:`~effdepth.numerics.hsic_plan`: which route, and how a stack fits its
-  memory budget (tiles, resident layers, passes, resample chunks);
-- :mod:`~effdepth.numerics.hsic_resample`: the units, the resample weights and
-  both estimators under every resample, from the unit sums alone.
+This module makes a stack's unit sums (:class:`StackSums`, resample-free) by the Gram route (``K_m =
+Yc_m Yc_m^T`` in column tiles of whole units) or the feature route (per pair and unit, ``C_g =
+Yc_i[g]^T Yc_j[g]``: ``M_gh = <C_g, C_h>_F``; with one unit, ``|Yc_i^T Yc_j|_F^2``);
+:mod:`~effdepth.numerics.hsic_plan` picks the route and fits the budget, and
+:mod:`~effdepth.numerics.hsic_resample` makes both estimators under every resample from the sums.
 
 Everything is float64 unless ``dtype`` says otherwise for the Gram tiles
 (products of *centred* data; a test bounds the float32 error).

@@ -1,18 +1,10 @@
 """The token reduction: a passage gives its tokens as samples, not their mean (docs/method.md#token-reduction).
 
-Passage mode's mean reduction turns each passage into one sample per layer.
-The token reduction keeps tokens instead: per passage, the positions a view
-keeps (all real tokens; without position 0 under ``drop-pos0``; without a
-BOS under ``drop-bos``), or ``k`` of them drawn without replacement under the
-seed, so memory stays bounded. Every later stage is the passage analysis's:
-the samples of a passage stay together, and the bootstrap's units are blocks
-of whole passages (:func:`sample_units`), so tokens of one passage are never
-split between units.
-
-The draw of a passage depends on the seed, the passage's index and the view's
-selection alone, never on the batch it runs in; views that select alike
-(``default`` and ``token-norm``) draw the same positions, so their numbers are
-paired token by token.
+Per passage, the positions a view keeps, or ``k`` of them drawn without replacement under the seed
+(memory stays bounded). Every later stage is the passage analysis's; the bootstrap's units are blocks
+of whole passages (:func:`sample_units`). A passage's draw depends on the seed, its index and the
+view's selection alone, never on its batch; views that select alike (``default`` and ``token-norm``)
+draw the same positions, so their numbers are paired token by token.
 """
 
 from __future__ import annotations

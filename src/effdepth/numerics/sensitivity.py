@@ -1,17 +1,10 @@
 """How D_eff moves with the choices behind it: maximum lag, taper and aggregation (docs/method.md#sensitivity).
 
-All of them read one similarity matrix ``S`` (N x N, leading resample axes
-allowed), so the sensitivity of a result costs no forward pass:
-
-- lag-window forms ``D = N / (1 + 2 sum_{k=1}^{K} w(k/N) P(k))`` with
-  ``P(k)`` the decay profile, the maximum lag ``K`` (default N-1) and a taper
-  ``w`` on ``x = k/N``: Bartlett ``1 - x`` (the paper's Definition 2; at
-  ``K = N-1`` this is ``N^2 / sum_ij S_ij``), Parzen, Tukey-Hanning
-  ``(1 + cos(pi x)) / 2``;
-- spectral aggregations of ``S``: the participation ratio
-  ``(tr S)^2 / tr(S^2)``, the effective rank ``exp(entropy of the normalised
-  eigenvalues)`` and the threshold count (eigenvalues, largest first, that
-  cover 90% of ``tr S``).
+All of them read one similarity matrix ``S`` (N x N, leading resample axes allowed), so they cost no
+forward pass: lag-window forms ``D = N / (1 + 2 sum_{k=1}^{K} w(k/N) P(k))`` (``P`` the decay profile,
+``K`` the maximum lag, ``w`` a taper: Bartlett ``1 - x``, the paper's Definition 2, Parzen,
+Tukey-Hanning), and spectral aggregations of ``S`` (participation ratio ``(tr S)^2 / tr(S^2)``,
+effective rank, the count of eigenvalues that cover 90% of ``tr S``).
 
 Each variant comes with its own reference: the same form applied to the
 similarity of orthogonal equal updates (``min(i,j)/max(i,j)``), which for the
@@ -29,7 +22,6 @@ from effdepth.numerics.similarity import decay_profile
 TAPERS = ("bartlett", "parzen", "tukey-hanning")
 #: The paper's maximum lags (S6); ``None`` is the full K = N - 1.
 MAX_LAGS = (1, 5, 25, None)
-AGGREGATIONS = ("participation-ratio", "effective-rank", "threshold-count")
 THRESHOLD = 0.9
 
 

@@ -1,21 +1,10 @@
 """The layer stacks passage mode's analysis reads (docs/method.md#passage-mode).
 
-Each is a :class:`~effdepth.numerics.sample_hsic.LayerStack`: it produces its
-N x d float64 matrices one at a time, in order, and the same ones on every
-pass, so the analysis holds a view's L+1 matrices together only when they
-fit its memory budget (:class:`Kept`):
-
-- :class:`PooledStates`: a stored variant's pooled vectors (float32 on disk,
-  memory-mapped), each layer converted to float64 as it is produced;
-- :class:`TopRemoved`: a stack with each layer's top-k principal directions
-  removed, fitted exactly on all N pooled vectors in one pass;
-- :class:`LengthRegressed`: a stack with each passage's token count regressed
-  out of every layer (the ``length`` control, docs/method.md#the-first-token-x-length-confound);
-- :class:`Updates`: the differences ``S_l - S_{l-1}`` of a stack;
-- :class:`MatchedSurrogate`: ``S_0`` plus the updates with their passages
-  permuted independently per layer (docs/method.md#calibrated-references);
-- :class:`IsotropicSurrogate`: cumulative sums of isotropic Gaussian equal
-  updates (F_N's process at the run's N and d).
+Each is a :class:`~effdepth.numerics.sample_hsic.LayerStack`: it produces its N x d float64 matrices
+one at a time, in order, the same ones on every pass, so the analysis holds a view's L+1 matrices
+together only when they fit its memory budget (:class:`Kept`): the stored pooled vectors, the stages
+after pooling (top-k PCs removed, lengths regressed out), the updates and the two surrogates of the
+calibrated references.
 """
 
 from __future__ import annotations

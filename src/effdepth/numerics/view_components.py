@@ -1,22 +1,11 @@
 """View components as registered specs (docs/method.md#views).
 
-A view is components joined with ``+`` (``default``: none). Each
-:class:`Component` of :data:`COMPONENTS` says in one place what it is: its
-name (a pattern for a family such as ``top{k}pc``, k >= 1), its label, its
-slot, and what it does. Slots fix how components compose: at most one
-component per slot, and whatever order a view is written in, its components
-apply in the order of :data:`SLOTS` (selection, token-norm, length,
-principal directions).
-
-What a component does, before pooling: ``keep`` (which tokens a passage
-gives: pooled, or sampled by the token reduction) and ``weigh`` (each token's
-weight, given the token norms); after pooling: ``pooled``, a transform of
-each layer's N x d matrix of samples (a layer stack,
-:mod:`effdepth.numerics.stacks`), called as ``pooled(stack, k,
-lengths)`` with each passage's token count.
-
-:func:`parse_steps` reads a view's text from the registry; the view spec is
-:class:`effdepth.numerics.views.PassageView`.
+A view is components joined with ``+`` (``default``: none). Each :class:`Component` of
+:data:`COMPONENTS` says in one place its name (a pattern for a family such as ``top{k}pc``, k >= 1),
+label, slot and what it does: before pooling, ``keep`` (which tokens a passage gives) and ``weigh``
+(each token's weight, given the token norms); after pooling, ``pooled(stack, k, lengths)``, a
+transform of each layer's N x d matrix of samples (:mod:`effdepth.numerics.stacks`). A view holds at
+most one component per slot and applies them in :data:`SLOTS` order, whatever order it is written in.
 """
 
 from __future__ import annotations

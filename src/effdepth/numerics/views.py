@@ -1,26 +1,14 @@
 """Views of passage mode: what is pooled, and what is removed from the pooled matrices (docs/method.md#passage-mode).
 
-A view is components joined with ``+``, registered specs
-(:mod:`effdepth.numerics.view_components`) acting at one of two stages:
-
-- before pooling: ``drop-pos0`` (pool without the first position, whatever
-  token it holds: our reading of the paper's symmetric position-0 control),
-  ``drop-bos`` (pool from the first non-BOS token) and ``token-norm`` (each
-  token state divided by its norm), all as pooling weights
-  (:meth:`PassageView.pooling_weights`);
-- after pooling, on the N x d pooled matrix of each layer: ``length`` (each
-  passage's token count regressed out) and ``top{k}pc`` (remove the top-k
-  principal directions of the column-centred matrix, fitted exactly on all N
-  pooled vectors).
-
-:data:`CONTROLS` are measured in every result, asked for or not: the first
-position and the passage length confound every mean over a passage
+A view is components joined with ``+`` (:mod:`effdepth.numerics.view_components`), acting before
+pooling as pooling weights (``drop-pos0``: without the first position, whatever token it holds, our
+reading of the paper's symmetric position-0 control; ``drop-bos``; ``token-norm``) or after pooling on
+each layer's N x d matrix (``length``, ``top{k}pc``). :data:`CONTROLS` are measured in every result:
+the first position and the passage length confound every mean over a passage
 (docs/method.md#the-first-token-x-length-confound).
 
-Views that pool alike share one stored *variant* of pooled vectors
-(:data:`VARIANTS`); the pooled stage is applied at analysis time
-(:meth:`PassageView.after_pooling`), so ``effdepth analyse`` can add any
-top-k view to a saved result without a forward pass.
+Views that pool alike share one stored *variant* of pooled vectors (:data:`VARIANTS`); the stage after
+pooling is applied at analysis time, so ``effdepth analyse`` can add any top-k view without a forward pass.
 """
 
 from __future__ import annotations

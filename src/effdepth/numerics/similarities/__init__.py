@@ -1,13 +1,8 @@
 """Every similarity as a registered spec (docs/method.md#similarity).
 
-A spec (:mod:`.spec`) says in one place what a similarity is: its name and
-labels, the fewest samples it needs and why, which references it has, its
-companions, and what it is computed from. The specs are in :mod:`.builtin`;
-:mod:`.registry` looks them up and parses ``--similarity``. The analysis,
-the options, the claims and the reports ask the spec, never the name.
-
-Adding a similarity: one spec in :mod:`.builtin` with what it is computed
-from (docs/design.md, "Adding a plug-in"), and its tests.
+A spec (:mod:`.spec`) says in one place what a similarity is; the specs are in :mod:`.builtin`, and
+:mod:`.registry` looks them up and parses ``--similarity``. The rest of the package asks the spec,
+never the name. Adding a similarity: one spec in :mod:`.builtin` and its tests (docs/design.md).
 """
 
 from effdepth.numerics.similarities.registry import (

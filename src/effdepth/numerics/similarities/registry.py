@@ -1,10 +1,8 @@
 """Every similarity, looked up and parsed.
 
-:data:`SIMILARITIES` holds the specs in order (the order reports list them
-in). ``--similarity`` is read by :func:`parse_similarities` alone; a name of
-the token-level statistics the token reduction replaced is refused with what
-to use instead. The registry checks its specs when it is built, so a spec
-that could not work fails at import.
+:data:`SIMILARITIES` holds the specs in the order reports list them; ``--similarity`` is read by
+:func:`parse_similarities` alone. The specs are checked when the registry is built: a spec that could
+not work fails at import.
 """
 
 from __future__ import annotations

@@ -1,12 +1,4 @@
-"""What a similarity is, as a spec.
-
-A spec says in one place what the rest of the package asks about a
-similarity: its name, its words and figure axis, the fewest samples it can be
-computed from and why, which references it has, the similarities measured
-beside it, and what it is computed from: an HSIC estimator of
-:mod:`~effdepth.numerics.hsic_resample`, or a matrix of the samples under
-every resample.
-"""
+"""What a similarity is, as a spec: what the rest of the package asks about one, in one place."""
 
 from __future__ import annotations
 

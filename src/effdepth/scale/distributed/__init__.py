@@ -26,14 +26,10 @@ __all__ = ["PeerFailed", "agreed", "comm_device", "measure_distributed", "proces
 
 
 def measure_distributed(options: Options, *, progress: bool = True, folder=None):
-    """:func:`effdepth.measure` over the ranks of the initialised process group.
-
-    Call it on every rank (same options); rank 0 gets the
-    :class:`~effdepth.Result`, the others ``None``. Launch with ``torchrun``
-    (see the module docstring), or initialise ``torch.distributed`` yourself
-    (then ``import torch.distributed.nn.functional`` before
-    ``init_process_group``: see :func:`process_group`). ``folder`` is where
-    every rank writes its samples (:mod:`.passages`: a folder every rank sees).
+    """:func:`effdepth.measure` over the ranks of the initialised process group, called on every rank with
+    the same options; rank 0 gets the :class:`~effdepth.Result`, the others ``None``. Without torchrun,
+    ``import torch.distributed.nn.functional`` before ``init_process_group`` (see :func:`process_group`).
+    ``folder`` is where every rank writes its samples (a folder every rank sees).
     """
     import torch.distributed as dist
 

@@ -1,15 +1,9 @@
 """A measurement over torchrun ranks: each rank pools (or samples) its share of the batches, rank 0 analyses.
 
-Every rank loads the model and the same passages, and takes the batches a
-single process would run (longest passages first, ``--batch-size`` at a
-time) round-robin: rank r runs batches r, r + W, r + 2W, ... Each rank
-writes its batches' pooled vectors to a shard of its own under the output
-folder (``rank-R/``: its rows of the store, at their passages' indices),
-so a shared filesystem is all the ranks share, never a file; once every
-rank has written, rank 0 gathers the shards into one store, row by row of
-the passages, and runs the analysis :func:`effdepth.measure` runs. A batch
-is the same batch as in one process, so the pooled vectors, and every
-number, are those of ``effdepth measure`` on the same passages.
+Rank r runs batches r, r + W, r + 2W, ... of those one process would run (longest passages first), and
+writes their pooled vectors to a shard of its own (``rank-R/`` under the output folder: the ranks share
+a filesystem, never a file); rank 0 gathers the shards into one store and runs the analysis. A batch
+is the same batch as in one process, so every number is that of ``effdepth measure``.
 """
 
 from __future__ import annotations

@@ -43,11 +43,7 @@ _SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 
 @dataclass(frozen=True)
 class SuiteModel:
-    """One model of a suite.
-
-    >>> SuiteModel("EleutherAI/pythia-1.4b", params=1_400_000_000).short_name
-    'pythia-1.4b'
-    """
+    """One model of a suite."""
 
     id: str
     family: str | None = None
@@ -63,10 +59,6 @@ class SuiteModel:
     @property
     def tiny_type(self) -> str:
         return self.id[len(TINY_PREFIX) :]
-
-    @property
-    def short_name(self) -> str:
-        return self.id.rstrip("/").rsplit("/", 1)[-1]
 
 
 @dataclass(frozen=True)
@@ -271,12 +263,10 @@ def resolve_models(specs) -> list[SuiteModel]:
         raise EffdepthError(
             "no models given; name a suite (" + ", ".join(suite_names()) + "), a suite file or model ids"
         )
-    seen, unique = set(), []
+    unique: dict = {}
     for m in models:
-        if (m.id, m.revision) not in seen:
-            seen.add((m.id, m.revision))
-            unique.append(m)
-    return unique
+        unique.setdefault((m.id, m.revision), m)
+    return list(unique.values())
 
 
 def guess_family(model_id: str) -> str:

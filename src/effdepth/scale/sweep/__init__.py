@@ -1,16 +1,11 @@
 """``effdepth sweep``: measure many models (and revisions), one result each, resumable.
 
-Every (model, revision, configuration) is a :class:`~effdepth.scale.sweep.jobs.Job`
-with a key (:mod:`effdepth.scale.sweep.jobs`). ``DIR/<key>/result.json`` is written atomically when a job finishes, so
-rerunning the same command skips finished jobs, and a new effdepth version
-or other options get new keys instead of stale numbers. A job that
-fails leaves ``DIR/<key>/error.json`` (one line) and the others go on; it is
-retried on the next run. With the local executor an interrupted model keeps
-its partial statistics in ``DIR/<key>/checkpoint/`` and continues from them.
-
-At the end: ``DIR/summary.{csv,parquet}``, ``DIR/suite.{png,pdf}`` and
-``DIR/report.html`` (:mod:`effdepth.scale.sweep.tables`). This module is the
-driver: it runs the unfinished jobs on an executor and records each outcome.
+Every (model, revision, configuration) is a keyed :class:`~effdepth.scale.sweep.jobs.Job`;
+``DIR/<key>/result.json`` is written atomically when it finishes, so a rerun skips finished jobs, and
+another version or other options get new keys. A failed job leaves ``DIR/<key>/error.json`` and is
+retried on the next run; with the local executor an interrupted one continues from
+``DIR/<key>/checkpoint/``. This module runs the unfinished jobs on an executor and records each
+outcome; :mod:`effdepth.scale.sweep.tables` writes the summary, figure and report.
 
 >>> import tempfile, pathlib
 >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -24,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -71,6 +67,7 @@ __all__ = [
     "slug",
     "summary_rows",
     "sweep",
+    "unfinished",
     "write_outputs",
     "write_table",
 ]
@@ -217,14 +214,10 @@ def sweep(
 ) -> SweepOutcome:
     """Measure every model of ``models`` (suite names, suite files, ids, ``tiny:TYPE``, folders) into ``out``.
 
-    ``options`` (an :class:`~effdepth.options.Options`) or ``measure_options``
-    (:func:`effdepth.measure`'s keywords: ``corpus``, ``seq_len``,
-    ``num_seqs``, ``views``, ``bootstrap``, ``dtype``, ...) say how to measure.
-    ``executor`` is ``"local"``, ``"ray"`` or an executor from
-    :func:`~effdepth.scale.executors.make_executor` (Ray with its options).
-    ``log`` (e.g. ``print``) receives one line per job. With the local
-    executor, partial statistics are saved every ``run.checkpoint_every_s``
-    seconds and on SIGINT/SIGTERM, and a rerun continues them.
+    ``options`` or ``measure_options`` (:func:`effdepth.measure`'s keywords) say how to measure;
+    ``executor`` is ``"local"``, ``"ray"`` or one from :func:`~effdepth.scale.executors.make_executor`;
+    ``log`` (e.g. ``print``) receives one line per job. With the local executor, partial statistics are
+    saved every ``run.checkpoint_every_s`` seconds and on SIGINT/SIGTERM, and a rerun continues them.
 
     >>> import tempfile
     >>> s = sweep(["tiny:gpt2"], tempfile.mkdtemp(), corpus=["some text " * 30], seq_len=8, num_seqs=4,
@@ -232,7 +225,7 @@ def sweep(
     >>> s.counts
     {'ok': 1}
     """
-    options = _combined(options, measure_options)
+    options = Options.build(**measure_options) if options is None else options.replace(**measure_options)
     run = run or RunOptions(progress=False)
     jobs = make_jobs(models, job_options(options), revision=revision)
     ex = make_executor(executor) if isinstance(executor, str) else executor
@@ -244,18 +237,9 @@ def sweep(
     return SweepOutcome(Path(out), rows, count_statuses(statuses), files)
 
 
-def _combined(options: Options | None, measure_options: dict) -> Options:
-    if options is None:
-        return Options.build(**measure_options)
-    return options.replace(**measure_options) if measure_options else options
-
-
 def check_cache(jobs: list, opts: dict, *, models=(), revision: str | None = None) -> None:
-    """Before the first forward pass: every hub model and revision, and the corpus, from the hub or the cache.
-
-    Offline, all that is missing is listed at once with the ``effdepth fetch``
-    command that fills the cache; online the hub is probed once (see
-    :func:`effdepth.models.hub.check_available`).
+    """Before the first forward pass: every hub model and revision, and the corpus, from the hub or the
+    cache (:func:`effdepth.models.hub.check_available`: offline, what is missing is listed at once).
 
     >>> check_cache(make_jobs(["tiny:gpt2"], {"corpus": ["text"]}), {"corpus": ["text"]})
     """
@@ -291,15 +275,8 @@ def run_jobs(jobs: list, out, executor, *, run: RunOptions | None = None, log=No
     log = log or (lambda line: None)
     run = run or RunOptions(progress=False)
     out = _writable(Path(out))
-    statuses, todo = {}, []
-    for job in jobs:
-        folder = job_folder(out, job)
-        if saved_result(folder) is not None:
-            statuses[job.key] = "done"
-            log(f"{job.label}: done already ({job.key})")
-            continue
-        write_json_atomic(folder / JOB, job.describe())
-        todo.append(job)
+    statuses: dict = {}
+    todo = unfinished(jobs, out, statuses, log)
     numbers = {job.key: f"[{i}/{len(todo)}]" for i, job in enumerate(todo, 1)}
     started: dict = {}
 
@@ -338,6 +315,20 @@ def run_jobs(jobs: list, out, executor, *, run: RunOptions | None = None, log=No
             exc.exit_code - 128,
         ) from None
     return statuses
+
+
+def unfinished(jobs: list, out, statuses: dict, log) -> list:
+    """The jobs without a saved result, each folder's job.json written; the others go into ``statuses`` as done."""
+    todo = []
+    for job in jobs:
+        folder = job_folder(out, job)
+        if saved_result(folder) is not None:
+            statuses[job.key] = "done"
+            log(f"{job.label}: done already ({job.key})")
+            continue
+        write_json_atomic(folder / JOB, job.describe())
+        todo.append(job)
+    return todo
 
 
 def record(out, job: Job, outcome: dict) -> str:
@@ -385,7 +376,4 @@ def count_statuses(statuses: dict) -> dict:
     >>> count_statuses({"a": "ok", "b": "ok", "c": "error"})
     {'ok': 2, 'error': 1}
     """
-    counts: dict = {}
-    for s in statuses.values():
-        counts[s] = counts.get(s, 0) + 1
-    return counts
+    return dict(Counter(statuses.values()))

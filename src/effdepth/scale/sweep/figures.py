@@ -17,6 +17,8 @@ from effdepth.report.style import OKABE_ITO, new_figure, style
 #: F_L and the ratio-1 line are black, so no family is.
 FAMILY_COLOURS = ("blue", "vermillion", "bluish_green", "reddish_purple", "sky_blue", "orange")
 FAMILY_MARKERS = ("o", "s", "D", "^", "v", "P", "X")
+#: F_L's mark, beside each model's dot and in the legend.
+F_L_MARK = {"marker": "|", "markeredgewidth": 2, "color": OKABE_ITO["black"], "linestyle": "none"}
 
 
 def suite_figure(rows: list[dict]):
@@ -54,15 +56,7 @@ def suite_figure(rows: list[dict]):
                 )
                 continue
             _dot(left, e["D_eff"], yi, (e.get("D_eff_lo"), e.get("D_eff_hi")), colour, marker)
-            left.plot(
-                [e["F_L"]],
-                [yi],
-                marker="|",
-                markersize=11,
-                markeredgewidth=2,
-                color=OKABE_ITO["black"],
-                linestyle="none",
-            )
+            left.plot([e["F_L"]], [yi], markersize=11, **F_L_MARK)
             _dot(right, e["ratio"], yi, (e.get("ratio_lo"), e.get("ratio_hi")), colour, marker)
         _family_separators((left, right), entries, y)
         right.axvline(1.0, color=OKABE_ITO["black"], linestyle="--", linewidth=1.0)
@@ -73,18 +67,9 @@ def suite_figure(rows: list[dict]):
         for f in families:
             colour, marker = looks[f]
             right.plot([], [], marker=marker, color=colour, linestyle="none", label=f)
-        left.plot(
-            [],
-            [],
-            marker="|",
-            color=OKABE_ITO["black"],
-            markersize=9,
-            markeredgewidth=2,
-            linestyle="none",
-            label=r"$F_L$",
-        )
+        left.plot([], [], markersize=9, label=r"$F_L$", **F_L_MARK)
         fig.legend(loc="outside lower center", ncol=min(6, len(families) + 1), frameon=False)
-        fig.suptitle("Effective depth across the suite" + _similarity_note(entries))
+        fig.suptitle("Effective depth across the suite" + similarity_note(entries))
     return fig
 
 
@@ -98,7 +83,8 @@ def _figure_entries(rows: list[dict]) -> list[dict]:
     return sorted(first.values(), key=place)
 
 
-def _similarity_note(entries: list[dict]) -> str:
+def similarity_note(entries: list[dict]) -> str:
+    """`` (similarity cka, ...)`` for a figure's title: the similarities of the rows it draws."""
     sims = list(dict.fromkeys(e.get("similarity") for e in entries if e.get("similarity")))
     return f" (similarity {', '.join(sims)})" if sims else ""
 

@@ -18,62 +18,6 @@ from effdepth.report.sources import read_error
 from effdepth.results.result import Result
 from effdepth.scale.sweep.jobs import ERROR, RESULT, Job, job_folder, saved_result
 
-#: One row per (job, view, similarity). F_L = 2N/(N+1) is the structural reference of the row's N states
-#: (N = L, or L + 1 with the embedding), named as the paper names it.
-COLUMNS = (
-    "model",
-    "family",
-    "params",
-    "revision",
-    "step",
-    "tokens_seen",
-    "view",
-    "similarity",
-    "L",
-    "N",
-    "D_eff",
-    "D_eff_lo",
-    "D_eff_hi",
-    "F_L",
-    "ratio",
-    "ratio_lo",
-    "ratio_hi",
-    "gap_pct",
-    "gap_pct_lo",
-    "gap_pct_hi",
-    "R_init",
-    "R_init_lo",
-    "R_init_hi",
-    "R_size",
-    "R_size_lo",
-    "R_size_hi",
-    "R_matched",
-    "R_matched_lo",
-    "R_matched_hi",
-    "R_structural_cal",
-    "R_structural_cal_lo",
-    "R_structural_cal_hi",
-    "R_matched_cal",
-    "R_matched_cal_lo",
-    "R_matched_cal_hi",
-    "initial_state",
-    "initial_state_lo",
-    "initial_state_hi",
-    "size_imbalance",
-    "size_imbalance_lo",
-    "size_imbalance_hi",
-    "correlated_updates",
-    "correlated_updates_lo",
-    "correlated_updates_hi",
-    "updates_D_eff",
-    "updates_D_eff_lo",
-    "updates_D_eff_hi",
-    "sequences",
-    "tokens_measured",
-    "status",
-    "error",
-    "key",
-)
 # (column, ViewResult value, ci key)
 _METRICS = (
     ("D_eff", lambda v: v.deff, "deff"),
@@ -89,6 +33,15 @@ _METRICS = (
     ("correlated_updates", lambda v: v.attribution.get("correlated_updates"), "correlated_updates"),
     # The update diagnostic (passage mode, CKA estimators): D_eff of the updates f_1..f_L themselves.
     ("updates_D_eff", lambda v: v.update_deff, "update_deff"),
+)
+#: One row per (job, view, similarity), each metric with its interval's bounds. F_L = 2N/(N+1) is the structural
+#: reference of the row's N states (N = L, or L + 1 with the embedding), named as the paper names it.
+COLUMNS = (
+    ("model", "family", "params", "revision", "step", "tokens_seen", "view", "similarity", "L", "N")
+    + tuple(f"D_eff{b}" for b in ("", "_lo", "_hi"))
+    + ("F_L",)
+    + tuple(f"{column}{b}" for column, _, _ in _METRICS[1:] for b in ("", "_lo", "_hi"))
+    + ("sequences", "tokens_measured", "status", "error", "key")
 )
 
 
@@ -155,7 +108,7 @@ def _row(job: Job, **values) -> dict:
         revision=job.tag or job.revision or "main",
         key=job.key,
     )
-    row.update({k: v for k, v in job.extra.items()})
+    row.update(job.extra)
     row.update(values)
     return row
 
@@ -230,9 +183,8 @@ def _write_report(out: Path, jobs: list, rows: list, log) -> list[Path]:
         log("report.html skipped: this effdepth has no report module")
         return []
     paths = [job_folder(out, j) / RESULT for j in jobs if (job_folder(out, j) / RESULT).is_file()]
-    failed = list(
-        dict.fromkeys((r["model"], r["error"]) for r in rows if r["status"] == "error")
-    )  # a row per similarity
+    # once per model: an error has a row per similarity
+    failed = list(dict.fromkeys((r["model"], r["error"]) for r in rows if r["status"] == "error"))
     try:
         return write_report(paths, out / "report.html", failed=failed)
     except EffdepthError as exc:  # the numbers are safe on disk; a report problem must not fail the run

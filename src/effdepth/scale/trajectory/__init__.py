@@ -1,28 +1,18 @@
 """``effdepth trajectory``: D_eff across the training checkpoints of one model.
 
-Checkpoints come from the hub repository's branches (Pythia ``step1000``,
-OLMo-2 ``stage1-step1000-tokens5B``, ...; see :mod:`effdepth.scale.revisions`) or
-from a local folder with one ``save_pretrained`` subfolder per checkpoint
-(``step-100``, ``step100``, ``checkpoint-100``). A preset
-(:mod:`effdepth.scale.suites.trajectories`: ``paper-olmo2``, ``paper-pythia``) names
-the model and its selection; ``trajectory.json`` records it.
+Checkpoints are the hub repository's branches (names read by :mod:`effdepth.scale.revisions`) or the
+``save_pretrained`` subfolders of a local folder (``step-100``, ``checkpoint-100``); a preset
+(:mod:`effdepth.scale.suites.trajectories`) names the model and its selection.
 
-Upstream repositories sometimes serve the same weights under several
-branches (docs/capture.md). Before measuring, every selected checkpoint gets a
-weights fingerprint: the LFS sha256 of its weight files from the hub's file
-metadata, or the sha256 of the local files (else the branch's commit). A
-checkpoint whose fingerprint repeats an earlier one is not measured again:
-the table and figure flag it as a duplicate instead of plotting it as
-progress. The same file lists show checkpoints with only pickle weights:
-without ``--allow-pickle`` they are recorded as failed, with the reason, and
-never downloaded.
+Upstream repositories sometimes serve the same weights under several branches (docs/capture.md): a
+checkpoint whose weights fingerprint (the LFS sha256 of its weight files, the sha256 of local files, else
+the branch's commit) repeats an earlier one is flagged as a duplicate, not measured again. A checkpoint
+with only pickle weights is recorded as failed without ``--allow-pickle``, never downloaded.
 
-Measuring goes through the sweep machinery (:mod:`effdepth.scale.sweep`): keyed,
-atomic, resumable results under ``DIR/<model>/<revision>/effdepth-<v>-<hash>/``,
-locally or on Ray. Output: ``DIR/trajectory.csv`` (+ ``.parquet``; one row per
-checkpoint, view and similarity), ``DIR/trajectory.json`` (checkpoints,
-duplicates, skipped names; ``effdepth.load`` reads both back as a
-:class:`~.result.SavedTrajectory`) and ``DIR/trajectory.{png,pdf}``.
+Jobs run through the sweep machinery (:mod:`effdepth.scale.sweep`: keyed, resumable, local or on Ray).
+Output: ``DIR/trajectory.{csv,parquet}`` (one row per checkpoint, view and similarity),
+``DIR/trajectory.json`` (``effdepth.load`` reads both back as a :class:`~.result.SavedTrajectory`) and
+``DIR/trajectory.{png,pdf}``.
 
 >>> import tempfile, pathlib
 >>> from effdepth.models.tiny import tiny_model
@@ -71,6 +61,7 @@ from effdepth.scale.sweep import (
     run_jobs,
     saved_result,
     summary_rows,
+    unfinished,
     write_table,
 )
 from effdepth.scale.trajectory.report import trajectory_content
@@ -109,11 +100,8 @@ class Discovered:
 
 @dataclass
 class TrajectoryOutcome:
-    """What :func:`trajectory` measured and wrote.
-
-    ``duplicates`` maps a revision to the earlier one with identical weights;
-    ``skipped`` lists names that are not checkpoints.
-    """
+    """What :func:`trajectory` measured and wrote; ``duplicates`` maps a revision to the earlier one with
+    identical weights, ``skipped`` lists names that are not checkpoints."""
 
     out: Path
     rows: list
@@ -145,17 +133,13 @@ def trajectory(
     log=None,
     **measure_options,
 ) -> TrajectoryOutcome:
-    """Measure ``model`` at each selected checkpoint and write the trajectory into ``out``.
+    """Measure ``model`` (a hub id, a local folder of checkpoints or a preset) at each selected checkpoint
+    into ``out``.
 
-    ``model``: a hub id (its branches), a local folder of checkpoints, or a
-    preset (:mod:`effdepth.scale.suites.trajectories`: ``paper-olmo2``,
-    ``paper-pythia``), which fixes the model and its checkpoints.
-    ``revisions`` (default ``"auto"``; not with a preset): ``"auto"`` (every
-    checkpoint), ``"every:K"`` (every K-th and the last), ``"log:K"`` (K spaced
-    evenly in log tokens over the first training track, plus ``main``) or a
-    comma-separated list. ``tokens_per_step`` converts steps to tokens when the
-    names do not say (Pythia's is known). ``options``/``measure_options`` and
-    ``executor`` are as for :func:`~effdepth.scale.sweep.sweep`; see the module example.
+    ``revisions`` (not with a preset, which fixes them): ``"auto"`` (every checkpoint), ``"every:K"``,
+    ``"log:K"`` (:func:`~effdepth.scale.revisions.select_log`) or a comma-separated list.
+    ``tokens_per_step`` converts steps to tokens when the names do not say (Pythia's is known).
+    ``options``/``measure_options`` and ``executor`` are as for :func:`~effdepth.scale.sweep.sweep`.
     """
     log = log or (lambda line: None)
     preset, revisions = preset_selection(model, revisions)
@@ -211,12 +195,9 @@ def trajectory(
 
 
 def discover(model, *, tokens_per_step: int | None = None, revisions: str = "auto") -> Discovered:
-    """Every checkpoint of ``model``: the hub's branches, or a local folder's subfolders.
-
-    Offline (``--offline``, ``HF_HUB_OFFLINE=1``, or a hub that cannot be
-    reached) the branches come from the local cache; ``revisions`` only
-    shapes the ``effdepth fetch`` advice when they are not there.
-    """
+    """Every checkpoint of ``model``: the hub's branches, or a local folder's subfolders. Offline (or with
+    the hub out of reach) the branches come from the local cache; ``revisions`` shapes the ``effdepth
+    fetch`` advice when they are not there."""
     text = str(model)
     path = Path(text).expanduser()
     if path.is_dir():
@@ -362,10 +343,7 @@ def _listed(found: Discovered, names: list, notes: list) -> list[Checkpoint]:
 
 
 def _check_cache(found: Discovered, checkpoints: list, revisions: str, opts: dict) -> None:
-    """Offline, every selected checkpoint (and the corpus) must be in the cache: all missing are listed at once.
-
-    Online the hub already answered the branch listing; nothing to check.
-    """
+    """Offline, every selected checkpoint (and the corpus) must be in the cache: all missing are listed at once."""
     from effdepth.models import hub
 
     if not hub.is_offline():
@@ -391,10 +369,8 @@ def _check_cache(found: Discovered, checkpoints: list, revisions: str, opts: dic
 def weights_fingerprint(
     found: Discovered, checkpoint: Checkpoint, listings: dict | None = None
 ) -> tuple[str | None, str]:
-    """``(fingerprint, how it was obtained)``; equal fingerprints mean identical weights.
-
-    ``listings`` receives the hub's file list of each revision it read (``{revision: [(name, sha256)]}``).
-    """
+    """``(fingerprint, how it was obtained)``; equal fingerprints mean identical weights. ``listings``
+    receives the hub's file list of each revision it read (``{revision: [(name, sha256)]}``)."""
     if found.kind == "local":
         return local_fingerprint(Path(checkpoint.path))
     from effdepth.models.hub import cached_weight_shas, is_offline
@@ -403,22 +379,17 @@ def weights_fingerprint(
         shas = cached_weight_shas(found.model, checkpoint.revision)
         if shas:
             return _digest(shas), "cached LFS sha256"  # the same digest as the hub's metadata gives
-        commit = found.commits.get(checkpoint.revision)
-        return (f"commit:{commit}", "branch commit") if commit else (None, "unknown")
-    fp = hub_fingerprint(found.model, checkpoint.revision, listings)
-    if fp is not None:
-        return fp, "hub LFS sha256"
+    else:
+        fp = hub_fingerprint(found.model, checkpoint.revision, listings)
+        if fp is not None:
+            return fp, "hub LFS sha256"
     commit = found.commits.get(checkpoint.revision)
     return (f"commit:{commit}", "branch commit") if commit else (None, "unknown")
 
 
 def hub_fingerprint(repo: str, revision: str, listings: dict | None = None) -> str | None:
-    """A digest of the LFS sha256 of the revision's weight files, from the hub's metadata.
-
-    Safetensors files when there are any, else pickle weights (only hashed,
-    never loaded here). ``None`` when the hub does not say. ``listings``
-    receives the file list read (see :func:`weights_fingerprint`).
-    """
+    """A digest of the LFS sha256 of the revision's weight files (safetensors when there are any, else
+    pickle weights, only hashed) from the hub's metadata; ``None`` when the hub does not say."""
     import huggingface_hub
 
     api = huggingface_hub.HfApi()
@@ -502,15 +473,9 @@ def refused_checkpoints(repo: str, listings: dict, *, allow_pickle: bool = False
 def record_refused(out, jobs: dict, refused: dict, *, log=None) -> dict:
     """Write each refused checkpoint's ``error.json`` (its reason) without running it; ``{key: status}``.
     A checkpoint measured before (with ``--allow-pickle``) keeps its result."""
-    statuses = {}
-    for revision, job in jobs.items():
-        folder = job_folder(out, job)
-        if saved_result(folder) is not None:
-            statuses[job.key] = "done"
-            (log or (lambda line: None))(f"{job.label}: done already ({job.key})")
-            continue
-        write_json_atomic(folder / JOB, job.describe())
-        statuses[job.key] = record(out, job, {"status": "error", "error": refused[revision], "type": "EffdepthError"})
+    statuses: dict = {}
+    for job in unfinished(list(jobs.values()), out, statuses, log or (lambda line: None)):
+        statuses[job.key] = record(out, job, {"status": "error", "error": refused[job.tag], "type": "EffdepthError"})
     return statuses
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from effdepth.report.figures_common import REFERENCE_STYLES
 from effdepth.report.rows import lead_rows
 from effdepth.report.style import OKABE_ITO, new_figure, style
+from effdepth.scale.sweep.figures import similarity_note
 
 
 def trajectory_figure(rows: list[dict], title: str = ""):
@@ -58,11 +59,8 @@ def trajectory_figure(rows: list[dict], title: str = ""):
         _label_final(ax, zip(xs, points))
         axes[-1].set_xlabel(x_label)
         ax.set_ylabel("effective depth")
-        sims = list(dict.fromkeys(p.get("similarity") for p in points if p.get("similarity")))
-        which = f" (similarity {', '.join(sims)})" if sims else ""
-        ax.set_title(
-            (f"{title}: effective depth during training" if title else "Effective depth during training") + which
-        )
+        heading = f"{title}: effective depth during training" if title else "Effective depth during training"
+        ax.set_title(heading + similarity_note(points))
         handles, labels = [], []
         for a in axes:
             h, lab = a.get_legend_handles_labels()
@@ -96,16 +94,8 @@ def _update_panel(ax, measured: list, dups: list) -> None:
     per_layer = [(x, _over_layers(p)) for x, p in measured if p.get("L")]
     for series in _tracks(per_layer):
         _series(ax, series, "D_eff", r"states $D_\mathrm{eff}/L$", OKABE_ITO["blue"], "-", "o", band=True)
-        _series(
-            ax,
-            series,
-            "updates_D_eff",
-            r"updates $f_l$: $D_\mathrm{eff}/L$ (update diagnostic)",
-            OKABE_ITO["vermillion"],
-            "-",
-            "s",
-            band=True,
-        )
+        label = r"updates $f_l$: $D_\mathrm{eff}/L$ (update diagnostic)"
+        _series(ax, series, "updates_D_eff", label, OKABE_ITO["vermillion"], "-", "s", band=True)
     _duplicates(ax, dups, "updates_D_eff", scale=lambda p: p.get("L"))
     ax.set_ylabel("D_eff / L")
     ax.set_ylim(bottom=0)
@@ -163,26 +153,11 @@ def _series(ax, series, key, label, colour, dash, marker, *, band: bool, alpha: 
     pts = [(x, p) for x, p in series if p.get(key) is not None]
     if not pts:
         return
-    xs = [x for x, _ in pts]
-    ax.plot(
-        xs,
-        [p[key] for _, p in pts],
-        color=colour,
-        linestyle=dash,
-        marker=marker,
-        markersize=4,
-        linewidth=1.4,
-        label=label,
-    )
+    xs, ys = [x for x, _ in pts], [p[key] for _, p in pts]
+    ax.plot(xs, ys, color=colour, linestyle=dash, marker=marker, markersize=4, linewidth=1.4, label=label)
     if band and all(p.get(f"{key}_lo") is not None and p.get(f"{key}_hi") is not None for _, p in pts):
-        ax.fill_between(
-            xs,
-            [p[f"{key}_lo"] for _, p in pts],
-            [p[f"{key}_hi"] for _, p in pts],
-            color=colour,
-            alpha=alpha,
-            linewidth=0,
-        )
+        lo, hi = ([p[f"{key}{end}"] for _, p in pts] for end in ("_lo", "_hi"))
+        ax.fill_between(xs, lo, hi, color=colour, alpha=alpha, linewidth=0)
 
 
 def _scale(ax, xs: list[float], tokens: bool, named: dict) -> None:
