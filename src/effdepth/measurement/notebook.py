@@ -1,23 +1,12 @@
 """D_eff from what you already hold: the model object in your own loop, its states, or pooled vectors.
 
-- :func:`capture`: ``with effdepth.capture(model) as states: model(ids)``
-  gives S_0..S_L (before the final norm), one ``(batch, seq, d)`` tensor per
-  state, for a Hugging Face model, an nnsight wrapper or a TransformerLens
-  model.
-- :class:`Accumulator`: feed it those states batch by batch (a training loop
-  can measure every N steps); ``.result()`` is the same :class:`Result` as
-  :func:`effdepth.measure` over the same passages. Its batches go through
-  measure's pooling loop (:func:`~effdepth.measurement.pooling.pool_into`)
-  into memory: each passage's pooled vectors (float32, as measure's store;
-  ``pooling="none"``: its sampled tokens), never the token states.
-- :func:`from_states`: states of whole passages at once, ``(L+1, batch, seq, d)``.
-- :func:`from_hidden_states`: Hugging Face's ``output_hidden_states`` tuple,
-  whose last entry is the final norm's output: the paper's convention, so it
-  gives ``effdepth.measure(..., states="hidden")``'s number.
-- :func:`from_pooled`: one pooled vector per passage and state, pooled elsewhere.
-
-Their bootstrap defaults to :class:`~effdepth.options.AnalysisOptions`' (1000
-resamples), but for :func:`from_states`, whose docstring says why.
+- :func:`capture`: ``with effdepth.capture(model) as states: model(ids)`` gives S_0..S_L (before the final
+  norm), one ``(batch, seq, d)`` tensor per state (Hugging Face, nnsight or TransformerLens models).
+- :class:`Accumulator`: those states fed batch by batch through measure's loop
+  (:func:`~effdepth.measurement.pooling.pool_into`) into memory; ``.result()`` is measure's result over
+  the same passages.
+- :func:`from_states` (``(L+1, batch, seq, d)`` at once), :func:`from_hidden_states` (``output_hidden_states``,
+  the paper's convention: ``states="hidden"``'s number) and :func:`from_pooled` (pooled elsewhere).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """The default path, top to bottom: passages -> forward with hooks -> samples -> store -> analysis -> result.
 
-:func:`measure_passages` plans the run once (:func:`measurement_plan`: the
-reduction, its stored variants and offsets, the analysis sized for the
-passages, everything refused before the first forward pass), then runs one
-forward pass per batch of passages (longest first, so an out-of-memory retry
-happens early), every layer pooled by a hook as the blocks produce it
-(:mod:`effdepth.measurement.pooling`) into a memory-mapped store
-(:mod:`effdepth.results.store`), so memory stays flat in the number of
-passages. The analysis (:mod:`effdepth.numerics.analysis`) then reads the
-store; :func:`analyse_saved` runs it again on a saved result, without a model.
+:func:`measure_passages` plans the run once (:func:`measurement_plan`), runs one forward pass per batch
+(longest first, so an out-of-memory retry comes early), pools every layer by a hook into a memory-mapped
+store, then analyses the store; :func:`analyse_saved` analyses a saved store again, without a model.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
-"""Model objects of other libraries: TransformerLens and nnsight.
+"""Model objects of other libraries: TransformerLens and nnsight, recognised by their class's module (neither
+is imported here; ``pip install effdepth[lens]`` installs both).
 
-They are recognised by the module their class comes from, so neither library
-is imported here: effdepth only touches one when the caller already holds an
-object of it (``pip install effdepth[lens]`` installs both).
-
-- **nnsight** (``LanguageModel``, ``TransformersModel``, any ``NNsight``
-  envoy) wraps a Hugging Face module; it is unwrapped (``._module``, or
-  ``._model`` in older releases) and measured like that module, through the
-  registry and :class:`~effdepth.models.hooks.ResidualCapture`. A model
-  nnsight built on the meta device is dispatched first, as nnsight itself
-  does on its first trace.
-- **TransformerLens** (``HookedTransformer`` up to 3.x, ``TransformerBridge``
-  from 3.0) is run through its own hook points: S_0 from
-  ``blocks.0.hook_resid_pre``, S_l from ``blocks.{l-1}.hook_resid_post``,
-  into the same reused buffer as ResidualCapture. Its weight processing is
-  checked first (:func:`weight_processing`): centring the writing weights
-  removes every token's mean across the residual dimensions, so the stream is
-  no longer the model's own, and such a model is refused unless
-  ``allow_processed=True``.
+- **nnsight** (``LanguageModel``, ``TransformersModel``, any ``NNsight`` envoy) is unwrapped (``._module``, or
+  ``._model`` in older releases; a model on the meta device dispatched first, as nnsight does) and measured
+  like its Hugging Face module.
+- **TransformerLens** (``HookedTransformer``, ``TransformerBridge``) is read through its hook points: S_0 from
+  ``blocks.0.hook_resid_pre``, S_l from ``blocks.{l-1}.hook_resid_post``. Centred writing weights remove
+  every token's mean across the residual dimensions, so the stream is no longer the model's own: such a
+  model is refused unless ``allow_processed=True`` (:func:`weight_processing`).
 """
 
 from __future__ import annotations
