@@ -124,20 +124,13 @@ def load_corpus(
 ) -> TokenizedCorpus:
     """Load a corpus as ``num_seqs`` token sequences of ``seq_len`` tokens.
 
-    ``spec`` is one of: ``None`` / ``"shakespeare"`` (the built-in plays);
-    a path to a text file (``.jsonl``: one JSON object with a ``text`` field
-    per line) or to a folder (its ``.txt``/``.md``/``.jsonl``... files,
-    recursively, sorted, hidden ones skipped); ``"hf:NAME[:CONFIG[:SPLIT]]"``
-    (split defaults to ``train``; needs the ``datasets`` package); a list of
-    strings; or token ids as a 2-D integer tensor/array or a
-    ``{"input_ids", "attention_mask"}`` mapping, used exactly as given (no
-    BOS, no sampling; ``seq_len``/``num_seqs``/``seed`` are ignored and no
-    tokenizer is needed). ``vocab_size`` (default: ``len(tokenizer)`` when a
-    tokenizer is given) bounds given ids.
-
-    Text is packed as described in the module docstring; BOS is prepended
-    when ``add_bos`` and the tokenizer has a ``bos_token_id``. Every bad
-    input raises :class:`~effdepth.errors.EffdepthError`.
+    ``spec``: ``None`` / ``"shakespeare"``; a text file (``.jsonl``: a ``text`` field per line) or a
+    folder (its ``.txt``/``.md``/``.jsonl``... files, recursively, sorted, hidden ones skipped);
+    ``"hf:NAME[:CONFIG[:SPLIT]]"`` (split ``train`` by default); a list of strings; or token ids (a 2-D
+    integer tensor/array or an ``{"input_ids", "attention_mask"}`` mapping) used exactly as given, with
+    ``seq_len``/``num_seqs``/``seed`` ignored and ids bounded by ``vocab_size`` (default
+    ``len(tokenizer)``). Text is packed as the module says, BOS prepended when ``add_bos`` and the
+    tokenizer has one.
 
     >>> from effdepth.data.tokenizers import byte_tokenizer
     >>> c = load_corpus(["to be or not to be"], byte_tokenizer(), seq_len=4, num_seqs=2)

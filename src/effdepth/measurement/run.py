@@ -49,6 +49,8 @@ __all__ = [
     "passage_loss",
 ]
 
+#: What ``states="hidden"`` measures, as a result's config says it.
+HIDDEN_MEANING = "transformers' hidden_states[1:]: the blocks' outputs, the last through the final norm"
 #: More passes than this over the pooled vectors per stack, and a run says how much memory reads them once.
 MANY_PASSES = 16
 
@@ -409,11 +411,9 @@ def passage_config(prepared, analysis: AnalysisOptions) -> dict:
         "bos": passages.info.get("bos"),
         "passage_split": passages.info.get("split"),
         "states": analysis.states,
-        "states_meaning": (
-            "hooks on the decoder blocks, before the final norm"
-            if analysis.states == "blocks"
-            else "transformers' hidden_states[1:]: the blocks' outputs, the last through the final norm"
-        ),
+        "states_meaning": "hooks on the decoder blocks, before the final norm"
+        if analysis.states == "blocks"
+        else HIDDEN_MEANING,
         "num_layers": arch.num_layers,
         "blocks_path": arch.paths.get("blocks"),
         "embedding_path": arch.paths.get("embedding"),

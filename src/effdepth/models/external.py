@@ -286,16 +286,10 @@ def _transformer_lens(model, allow_processed: bool) -> External:
 def weight_processing(model) -> dict:
     """What TransformerLens did to the weights of ``model``, as far as can be told.
 
-    ``fold_ln``: HookedTransformer records folding by renaming the norm type
-    to ``LNPre``/``RMSPre``. ``process_weights``: a TransformerBridge records
-    only *that* it processed its weights, not which options it used. Neither
-    records centring, so ``center_writing_weights`` and ``center_unembed``
-    are read from the weights: rows of ``W_E`` (d_vocab x d_model) centred
-    across the residual dimensions, rows of ``W_U`` (d_model x d_vocab)
-    centred across the vocabulary. ``stream_changed``:
-    the writing weights are centred, or processing is recorded and ``W_E``
-    could not be read. Folding layer norms, folding value biases and centring
-    the unembedding leave the stream as it was.
+    Folding is recorded (HookedTransformer's ``LNPre``/``RMSPre`` norm type; a TransformerBridge records
+    only *that* it processed its weights); centring is not, so it is read from the weights: rows of
+    ``W_E`` centred across the residual dimensions, of ``W_U`` across the vocabulary. ``stream_changed``:
+    the writing weights are centred, or processing is recorded and ``W_E`` could not be read.
 
     >>> import types
     >>> folded = types.SimpleNamespace(cfg=types.SimpleNamespace(normalization_type="RMSPre"), W_E=torch.randn(10, 8))

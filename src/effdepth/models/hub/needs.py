@@ -74,12 +74,9 @@ class Need:
 def check_available(needs, *, fix: str, cache_dir=None) -> None:
     """Fail now, in one line, when ``needs`` can come neither from the hub nor from the cache.
 
-    Offline: every need is checked against the cache and all missing ones
-    are listed at once. Online, the hub is probed once (only when a need is on
-    the hub): when it answers, nothing else happens; when it cannot be
-    reached, the command goes offline if the cache holds everything (one note
-    on stderr), else it stops here. ``fix`` is the ``effdepth fetch`` command
-    that fills the cache.
+    Offline: every missing need is listed at once. Online, the hub is probed once (when a need is on it);
+    when it cannot be reached, the command goes offline if the cache holds everything (one note on
+    stderr), else stops here. ``fix`` is the ``effdepth fetch`` command that fills the cache.
 
     >>> from effdepth.models.hub.network import offline
     >>> check_available([Need("corpus", "notes.txt")], fix="effdepth fetch x")
