@@ -365,7 +365,9 @@ def analyse_saved(path, *, progress: bool = True, device: str | None = None, **c
     result = analyse_store(store, analysis, progress=progress, device=device, seq_len=c.get("seq_len"))
     measured = {k: v for k, v in c.items() if k not in result.config}
     result.config = {**measured, **result.config}
-    result.provenance = provenance_record(saved=saved.provenance, changes={k: _plain(v) for k, v in changes.items()})
+    result.provenance = provenance_record(
+        saved=saved.provenance, changes={k: list(v) if isinstance(v, tuple) else v for k, v in changes.items()}
+    )
     result.extras = {**saved.extras, **result.extras}
     result.pooled = saved.pooled
     return result
@@ -393,10 +395,6 @@ def check_stored_variants(analysis: AnalysisOptions, stored, measured_views) -> 
         f"{'them' if plural else 'it'} (effdepth analyse recomputes top{{k}}pc views, similarities, "
         "intervals, the embedding state and the calibrated references, not what was pooled)"
     )
-
-
-def _plain(value):
-    return list(value) if isinstance(value, tuple) else value
 
 
 def passage_config(prepared, analysis: AnalysisOptions) -> dict:

@@ -1,12 +1,7 @@
-"""What the local caches hold: a model's files at a revision, its branches, a corpus.
-
-- what a model needs: :func:`needed_files`, :func:`weight_files`;
-- the Hugging Face cache: :func:`cached_commit`, :func:`model_missing`,
-  :func:`cached_branches`, :func:`cached_weight_shas`;
-- corpora: :func:`parse_hf_corpus`, :func:`corpus_missing` (effdepth's local
-  copy of an ``hf:`` corpus's first documents, or the ``datasets`` cache).
-
-Nothing here reaches the network.
+"""What the local caches hold (nothing here reaches the network): what a model needs (:func:`needed_files`,
+:func:`weight_files`), what the Hugging Face cache holds of it (:func:`cached_commit`, :func:`model_missing`,
+:func:`cached_branches`, :func:`cached_weight_shas`), and corpora (:func:`parse_hf_corpus`,
+:func:`corpus_missing`: effdepth's copy of an ``hf:`` corpus's first documents, or the ``datasets`` cache).
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""What a command will read from the hub, checked before the first forward pass.
-
-:func:`check_available` fails in one line when a model or corpus can come
-neither from the hub nor from the cache (and goes offline when the hub cannot
-be reached but the cache holds everything); online, :func:`check_on_hub` asks
-the hub about the model before anything is downloaded (no such repository or
-revision, gated, only pickle weights: one line each); :func:`fetch_command` is
-the ``effdepth fetch`` line that fills the cache.
+"""What a command will read from the hub, checked before the first forward pass: :func:`check_available`
+(from the hub or the cache, else one line), :func:`check_on_hub` (online, before anything downloads) and
+:func:`fetch_command` (the ``effdepth fetch`` line that fills the cache).
 """
 
 from __future__ import annotations
