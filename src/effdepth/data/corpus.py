@@ -36,14 +36,9 @@ from effdepth.errors import EffdepthError, tokenizer_hint
 
 @dataclass(frozen=True, eq=False)
 class TokenizedCorpus:
-    """Token sequences ready for a causal LM, with their provenance.
-
-    ``input_ids`` is int64 ``(num_seqs, seq_len)``; ``attention_mask`` is int64
-    of the same shape (1 = real token, 0 = padding) or ``None`` when every
-    position is real. ``sha256`` is :func:`ids_sha256` of the two; ``info`` is
-    JSON-serialisable (source, documents, tokens_available, seq_len, num_seqs,
-    bos, bos_token_id, seed, sampling, ...). Compare corpora by ``sha256``:
-    equality is identity because tensors have no single truth value.
+    """Token sequences ready for a causal LM, with their provenance: ``input_ids`` int64 ``(num_seqs,
+    seq_len)``, ``attention_mask`` the same shape (1 = real token) or ``None`` when every position is real,
+    ``sha256`` (:func:`ids_sha256` of the two; compare corpora by it) and a JSON-able ``info``.
 
     >>> c = load_corpus(torch.tensor([[5, 6, 7]]))
     >>> c.input_ids.shape, c.name, c.attention_mask is None
@@ -89,10 +84,8 @@ class TokenizedCorpus:
 
 
 def ids_sha256(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> str:
-    """Content hash of token ids (and mask): the shape, then int64 little-endian bytes.
-
-    Hashed: ``b"effdepth-ids-v1 {rows}x{cols}\\n"``, the ids' bytes, and when a
-    mask is given ``b"attention_mask\\n"`` followed by the mask's bytes.
+    """Content hash of token ids (and mask): ``b"effdepth-ids-v1 {rows}x{cols}\\n"``, the ids' int64
+    little-endian bytes, then with a mask ``b"attention_mask\\n"`` and its bytes.
 
     >>> ids_sha256(torch.tensor([[1, 2]])) == ids_sha256(torch.tensor([[1, 2]]))
     True

@@ -44,11 +44,8 @@ _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
 
 @dataclass(frozen=True, eq=False)
 class Passages:
-    """Token sequences of varying length, with their provenance.
-
-    ``ids`` holds every passage's tokens back to back, ``offsets`` (N+1) where
-    each starts; ``starts_with_bos`` says which passages begin with the
-    tokenizer's BOS (drop-bos pools from the token after it). Compare by ``sha256``.
+    """Token sequences of varying length, with their provenance: ``ids`` back to back, ``offsets`` (N+1) where
+    each starts, ``starts_with_bos`` which begin with the tokenizer's BOS. Compare by ``sha256``.
 
     >>> p = Passages.from_rows([[5, 6, 7], [8, 9]], bos_token_id=5)
     >>> p.num_passages, p.lengths.tolist(), p.starts_with_bos.tolist()

@@ -30,10 +30,7 @@ def _byte_to_unicode() -> dict[int, str]:
 
 
 def byte_tokenizer():
-    """Return a fresh byte-level ``PreTrainedTokenizerFast`` (259 tokens).
-
-    Token ids are the UTF-8 bytes of the text; ``<bos>``=256, ``<eos>``=257,
-    ``<pad>``=258. ``model_max_length`` is effectively unbounded.
+    """A fresh byte-level ``PreTrainedTokenizerFast`` (259 tokens; ``model_max_length`` effectively unbounded).
 
     >>> tok = byte_tokenizer()
     >>> tok("hé", add_special_tokens=False)["input_ids"]

@@ -42,10 +42,8 @@ UNPROCESSED_HOW = (
 
 
 def library_of(obj) -> str | None:
-    """``"transformer_lens"``, ``"nnsight"`` or ``None``, from the modules of ``obj``'s classes.
-
-    Nothing is imported: an object of either library can only exist once its
-    library is loaded.
+    """``"transformer_lens"``, ``"nnsight"`` or ``None``, from the modules of ``obj``'s classes (nothing is
+    imported: an object of either library exists only once its library is loaded).
 
     >>> import torch
     >>> library_of(torch.nn.Linear(2, 2)) is None

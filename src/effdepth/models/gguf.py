@@ -131,10 +131,8 @@ class Converted:
 
 
 def convert(gguf: str | Path, sha256: str, *, progress: bool = True) -> Converted:
-    """Parse ``gguf`` once, de-quantise it to float32 and keep model and tokenizer in its copy folder.
-
-    When the copy cannot be saved (a read-only cache, a full disk) one line
-    says why and the loaded model and tokenizer are returned instead.
+    """Parse ``gguf`` once, de-quantise it to float32 and keep model and tokenizer in its copy folder; when the
+    copy cannot be saved (a read-only cache, a full disk), one line says why and they are returned instead.
 
     >>> import contextlib, io, tempfile
     >>> from unittest import mock
@@ -230,11 +228,9 @@ def unreadable_gguf(path: Path, exc: Exception) -> str:
 
 @contextlib.contextmanager
 def parse_once(progress: bool = True):
-    """Within this block, transformers parses each GGUF file once, however many times it is asked
-    (config, tokenizer and weights each ask), and ``progress=False`` hides its de-quantising bar.
-
-    transformers reads GGUF files through ``gguf.GGUFReader`` and ``gguf.get_tensor_name_map``,
-    imported when called: both are memoised here for the duration of the block, and put back after.
+    """Within this block transformers parses each GGUF file once, however often config, tokenizer and weights
+    ask (``gguf.GGUFReader`` and ``gguf.get_tensor_name_map`` memoised, put back after), and
+    ``progress=False`` hides its de-quantising bar.
 
     >>> import gguf, tempfile
     >>> from effdepth.models.tiny import tiny_gguf

@@ -49,11 +49,8 @@ def is_offline() -> bool:
 
 
 def set_offline(on: bool = True) -> None:
-    """Switch offline mode for this process and the processes it starts.
-
-    Sets ``HF_HUB_OFFLINE`` and ``HF_DATASETS_OFFLINE`` for libraries imported
-    later and for child processes, and the flags huggingface_hub and datasets
-    already read at import (they would not look at the environment again).
+    """Switch offline mode for this process and its children: the environment for libraries imported later,
+    and the flags huggingface_hub and datasets already read at import.
 
     >>> with offline(False):
     ...     set_offline(True); os.environ["HF_HUB_OFFLINE"], is_offline()
