@@ -105,11 +105,6 @@ def comparable_flag(dest: str, value):
     return value
 
 
-def explicit_dests(args) -> set:
-    """The flags the user typed (not left at their defaults), from the command line itself."""
-    return {action.dest for action in _option_actions(args.parser) if typed(args, action.option_strings)}
-
-
 def adopt_saved_flags(args, folder: Path) -> None:
     """``--resume DIR`` alone continues the run saved there: its flags are taken from the checkpoint;
     flags typed now must equal the saved ones (they decide which numbers the statistics are)."""
@@ -118,8 +113,9 @@ def adopt_saved_flags(args, folder: Path) -> None:
     saved = (saved_run(folder) or {}).get("flags")
     if not saved:
         return  # an older checkpoint: the typed flags are checked against its fingerprint instead
-    typed = explicit_dests(args) | ({"model"} if args.model is not None else set())
-    differ = [d for d in saved if d in typed and comparable_flag(d, getattr(args, d)) != comparable_flag(d, saved[d])]
+    given = {a.dest for a in _option_actions(args.parser) if typed(args, a.option_strings)}  # typed, not defaults
+    given |= {"model"} if args.model is not None else set()
+    differ = [d for d in saved if d in given and comparable_flag(d, getattr(args, d)) != comparable_flag(d, saved[d])]
     if differ:
         names = ", ".join(
             f"--{d.replace('_', '-')} (saved {saved[d]!r}, given {getattr(args, d)!r})"

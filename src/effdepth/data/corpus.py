@@ -1,15 +1,9 @@
 """Corpora to fixed-length token sequences: the start of the data flow.
 
-:func:`load_corpus` turns one of several corpus specifications (the built-in
-Shakespeare, a file, a folder, a JSONL file, a Hugging Face dataset, in-memory
-texts, or token ids the caller already has) into a :class:`TokenizedCorpus`:
-a ``(num_seqs, seq_len)`` int64 tensor plus the provenance a report needs
-(a content hash and a JSON-serialisable ``info`` dict).
-
-Text is read by :mod:`effdepth.data.text_sources` and packed by
-:mod:`effdepth.data.packing` (tokenized, joined with EOS, cut into chunks,
-drawn by seed); token ids given as such are checked here and used exactly as
-given.
+:func:`load_corpus` turns a corpus specification (the built-in Shakespeare, a file, a folder, JSONL, a
+Hugging Face dataset, texts, or token ids) into a :class:`TokenizedCorpus`: a ``(num_seqs, seq_len)`` int64
+tensor with its content hash and ``info``. Text is read by :mod:`.text_sources` and packed by
+:mod:`.packing`; token ids are checked here and used exactly as given.
 """
 
 from __future__ import annotations
@@ -42,14 +36,9 @@ from effdepth.errors import EffdepthError, tokenizer_hint
 
 @dataclass(frozen=True, eq=False)
 class TokenizedCorpus:
-    """Token sequences ready for a causal LM, with their provenance.
-
-    ``input_ids`` is int64 ``(num_seqs, seq_len)``; ``attention_mask`` is int64
-    of the same shape (1 = real token, 0 = padding) or ``None`` when every
-    position is real. ``sha256`` is :func:`ids_sha256` of the two; ``info`` is
-    JSON-serialisable (source, documents, tokens_available, seq_len, num_seqs,
-    bos, bos_token_id, seed, sampling, ...). Compare corpora by ``sha256``:
-    equality is identity because tensors have no single truth value.
+    """Token sequences ready for a causal LM, with their provenance: ``input_ids`` int64 ``(num_seqs,
+    seq_len)``, ``attention_mask`` the same shape (1 = real token) or ``None`` when every position is real,
+    ``sha256`` (:func:`ids_sha256` of the two; compare corpora by it) and a JSON-able ``info``.
 
     >>> c = load_corpus(torch.tensor([[5, 6, 7]]))
     >>> c.input_ids.shape, c.name, c.attention_mask is None
@@ -95,10 +84,8 @@ class TokenizedCorpus:
 
 
 def ids_sha256(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> str:
-    """Content hash of token ids (and mask): the shape, then int64 little-endian bytes.
-
-    Hashed: ``b"effdepth-ids-v1 {rows}x{cols}\\n"``, the ids' bytes, and when a
-    mask is given ``b"attention_mask\\n"`` followed by the mask's bytes.
+    """Content hash of token ids (and mask): ``b"effdepth-ids-v1 {rows}x{cols}\\n"``, the ids' int64
+    little-endian bytes, then with a mask ``b"attention_mask\\n"`` and its bytes.
 
     >>> ids_sha256(torch.tensor([[1, 2]])) == ids_sha256(torch.tensor([[1, 2]]))
     True
@@ -130,20 +117,13 @@ def load_corpus(
 ) -> TokenizedCorpus:
     """Load a corpus as ``num_seqs`` token sequences of ``seq_len`` tokens.
 
-    ``spec`` is one of: ``None`` / ``"shakespeare"`` (the built-in plays);
-    a path to a text file (``.jsonl``: one JSON object with a ``text`` field
-    per line) or to a folder (its ``.txt``/``.md``/``.jsonl``... files,
-    recursively, sorted, hidden ones skipped); ``"hf:NAME[:CONFIG[:SPLIT]]"``
-    (split defaults to ``train``; needs the ``datasets`` package); a list of
-    strings; or token ids as a 2-D integer tensor/array or a
-    ``{"input_ids", "attention_mask"}`` mapping, used exactly as given (no
-    BOS, no sampling; ``seq_len``/``num_seqs``/``seed`` are ignored and no
-    tokenizer is needed). ``vocab_size`` (default: ``len(tokenizer)`` when a
-    tokenizer is given) bounds given ids.
-
-    Text is packed as described in the module docstring; BOS is prepended
-    when ``add_bos`` and the tokenizer has a ``bos_token_id``. Every bad
-    input raises :class:`~effdepth.errors.EffdepthError`.
+    ``spec``: ``None`` / ``"shakespeare"``; a text file (``.jsonl``: a ``text`` field per line) or a
+    folder (its ``.txt``/``.md``/``.jsonl``... files, recursively, sorted, hidden ones skipped);
+    ``"hf:NAME[:CONFIG[:SPLIT]]"`` (split ``train`` by default); a list of strings; or token ids (a 2-D
+    integer tensor/array or an ``{"input_ids", "attention_mask"}`` mapping) used exactly as given, with
+    ``seq_len``/``num_seqs``/``seed`` ignored and ids bounded by ``vocab_size`` (default
+    ``len(tokenizer)``). Text is packed as the module says, BOS prepended when ``add_bos`` and the
+    tokenizer has one.
 
     >>> from effdepth.data.tokenizers import byte_tokenizer
     >>> c = load_corpus(["to be or not to be"], byte_tokenizer(), seq_len=4, num_seqs=2)

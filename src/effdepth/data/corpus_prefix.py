@@ -1,21 +1,11 @@
 """The first documents of a Hugging Face dataset's split, kept as a local JSONL copy.
 
-The paper's corpus, FineWeb-Edu, is tens of gigabytes; a passage-mode run
-streams it from the start and reads only its first documents (10,000 for
-``--protocol paper``). ``effdepth fetch --protocol paper`` (or ``--corpus
-hf:... --documents N``) writes exactly those documents, in stream order, to
-effdepth's cache:
-
-    $EFFDEPTH_CACHE/corpora/<dataset>/<config>/<split>/first-<N>.jsonl   one {"text": ...} per line
-    $EFFDEPTH_CACHE/corpora/<dataset>/<config>/<split>/first-<N>.json    what it is (below)
-
-The ``.json`` is written after the ``.jsonl`` is complete, and only a copy
-with its ``.json`` counts, so an interrupted fetch leaves nothing that a run
-would read. A run reads the copy before the network, online or offline: an
-offline node needs only these files, and online it saves the stream. A copy
-holds the documents the stream yields (rows whose text is not blank), the
-dataset commit they came from, how many raw rows they took (so a run that
-needs more continues the stream right after them) and their sha256.
+A passage-mode run streams a corpus such as FineWeb-Edu from the start and reads only its first documents;
+``effdepth fetch --protocol paper`` (or ``--corpus hf:... --documents N``) writes exactly those, in stream
+order, to ``$EFFDEPTH_CACHE/corpora/<dataset>/<config>/<split>/first-<N>.jsonl`` (one ``{"text": ...}`` a
+line) and then ``first-<N>.json`` (the dataset commit, the raw rows taken, so a run needing more continues
+the stream after them, and the sha256). Only a copy with its ``.json`` counts, so an interrupted fetch
+leaves nothing a run would read. A run reads the copy before the network, online or offline.
 """
 
 from __future__ import annotations

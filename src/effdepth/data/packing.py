@@ -1,17 +1,10 @@
 """Tokenizing and packing: a text source's documents -> the token sequences of a corpus.
 
-Every document is tokenized without special tokens, documents are joined
-with the tokenizer's EOS id between them, the stream is cut into
-non-overlapping chunks of ``seq_len - 1`` tokens (``seq_len`` when no BOS is
-prepended), BOS is prepended to each chunk, and ``num_seqs`` chunks are drawn
-with ``numpy.random.default_rng(seed).permutation``. The drawn chunks are kept
-in corpus order, so row ``i`` precedes row ``i + 1`` in the text, which makes
-examples easy to read back. Because the draw is a prefix of one permutation,
-asking for more sequences with the same seed returns a superset of the
-smaller draw (for local sources).
-
-A packed stream is kept per tokenizer in memory, and a large corpus's stream
-in the effdepth cache too, so the next run does not tokenize it again.
+Documents are tokenized without special tokens and joined with EOS; the stream is cut into chunks of
+``seq_len - 1`` tokens (``seq_len`` without BOS), BOS prepended, and ``num_seqs`` chunks drawn by
+``numpy.random.default_rng(seed).permutation``, kept in corpus order. The draw is a prefix of one
+permutation, so more sequences under the same seed are a superset (for local sources). A packed stream is
+kept per tokenizer in memory, and a large corpus's in the effdepth cache too.
 """
 
 from __future__ import annotations

@@ -1,35 +1,21 @@
 """Corpora to passages: variable-length token sequences, one per sample of passage mode (docs/method.md#passage-mode).
 
-:func:`load_passages` turns a corpus (the forms :func:`~effdepth.data.corpus.load_corpus`
-accepts) into :class:`Passages`: at most ``max_len`` tokens each, special
-tokens as the model's tokenizer adds them by default (``bos="auto"``), or
-with BOS forced (``always``) or left out (``never``).
+:func:`load_passages` turns a corpus (any form :func:`~effdepth.data.corpus.load_corpus` takes) into
+:class:`Passages` of at most ``max_len`` tokens, special tokens as the tokenizer adds them (``bos="auto"``),
+BOS forced (``always``) or left out (``never``). Each document is tokenized whole and its tokens cut
+(``split``), so every token is what the whole text gives:
 
-How text becomes passages (``split``):
+- ``windows`` (default): consecutive windows of exactly ``max_len`` tokens, special tokens at each window's
+  edges, the short remainder dropped; equal lengths, so the first position weighs the same in every mean
+  (docs/method.md#the-first-token-x-length-confound);
+- ``paragraphs``: cut at blank lines, consecutive paragraphs packed greedily into passages of at most
+  ``max_len`` (a longer paragraph cut);
+- ``document``: each document's first ``max_len`` tokens (the paper's reading).
 
-- ``windows`` (default): each document is tokenized whole and its token
-  stream cut into consecutive windows of exactly ``max_len`` tokens, the
-  tokenizer's special tokens at each window's start (and end, where it adds
-  some there), none inside, the short remainder dropped. Every passage has
-  the same length, so the first position's state weighs the same in every
-  passage's mean (docs/method.md#the-first-token-x-length-confound).
-- ``paragraphs``: each document is tokenized whole, cut at its paragraph
-  boundaries (blank lines), and consecutive paragraphs are packed greedily
-  into passages of at most ``max_len`` tokens (a longer paragraph is cut at
-  ``max_len``).
-- ``document``: each document is one passage, its first ``max_len`` tokens
-  (the paper's "passages of at most 512 tokens" read as truncation).
-
-Cutting a document's own token sequence, rather than tokenizing pieces,
-keeps every token what the whole text gives. Under ``paragraphs`` and
-``document``, passages shorter than :data:`MIN_PASSAGE_TOKENS` text tokens
-are left out.
-``num_passages`` are drawn uniformly at random under ``seed``
-(``numpy.random.default_rng(seed).permutation``) and kept in corpus order,
-except from a streamed Hugging Face dataset under ``document`` split, where
-the first documents of the split are taken in order. Token ids given as an
-array are used exactly as given: one passage per row, its real tokens by
-the attention mask.
+Under ``paragraphs`` and ``document``, passages under :data:`MIN_PASSAGE_TOKENS` text tokens are left out.
+``num_passages`` are drawn under ``seed`` (``numpy.random.default_rng(seed).permutation``) and kept in
+corpus order, except a streamed Hugging Face dataset under ``document``, whose first documents are taken.
+Token ids given as an array are one passage per row, its real tokens by the attention mask.
 """
 
 from __future__ import annotations
@@ -58,11 +44,8 @@ _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
 
 @dataclass(frozen=True, eq=False)
 class Passages:
-    """Token sequences of varying length, with their provenance.
-
-    ``ids`` holds every passage's tokens back to back, ``offsets`` (N+1) where
-    each starts; ``starts_with_bos`` says which passages begin with the
-    tokenizer's BOS (drop-bos pools from the token after it). Compare by ``sha256``.
+    """Token sequences of varying length, with their provenance: ``ids`` back to back, ``offsets`` (N+1) where
+    each starts, ``starts_with_bos`` which begin with the tokenizer's BOS. Compare by ``sha256``.
 
     >>> p = Passages.from_rows([[5, 6, 7], [8, 9]], bos_token_id=5)
     >>> p.num_passages, p.lengths.tolist(), p.starts_with_bos.tolist()

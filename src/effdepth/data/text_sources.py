@@ -1,12 +1,7 @@
-"""Where a corpus's text comes from: the first step of corpus -> batches.
-
-A text corpus is read as documents (strings) from one of: the built-in
-Shakespeare plays, a text file, a folder of them, a JSONL file (one
-``{"text": ...}`` object per line), a Hugging Face dataset (``hf:NAME[:CONFIG[:SPLIT]]``)
-or a list of in-memory texts. :func:`resolve_text_source` names the source and
-hands its documents to packing (:mod:`effdepth.data.packing`); a Hugging Face
-dataset is read lazily, from its local copy first
-(:mod:`effdepth.data.corpus_prefix`), then streamed.
+"""Where a corpus's text comes from: the built-in Shakespeare, a text file, a folder of them, a JSONL file
+(``{"text": ...}`` a line), a Hugging Face dataset (``hf:NAME[:CONFIG[:SPLIT]]``: its local copy
+(:mod:`effdepth.data.corpus_prefix`) first, else streamed lazily) or a list of texts.
+:func:`resolve_text_source` names the source and hands its documents to :mod:`effdepth.data.packing`.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""An offline byte-level tokenizer, built in code, for tiny models and tests.
-
-Every UTF-8 byte is one token (ids 0..255, equal to the byte value), followed
-by three special tokens: ``<bos>`` (256), ``<eos>`` (257) and ``<pad>`` (258).
-Nothing is downloaded and nothing is learned, so the tokenizer is identical on
-every machine; it round-trips through ``save_pretrained`` /
-``AutoTokenizer.from_pretrained`` like any Hugging Face fast tokenizer.
-
-Like SmolLM2's tokenizer it adds no special tokens by itself:
-:func:`effdepth.data.load_corpus` prepends BOS explicitly.
+"""An offline byte-level tokenizer, built in code, for tiny models and tests: every UTF-8 byte one token
+(ids 0..255), then ``<bos>`` (256), ``<eos>`` (257) and ``<pad>`` (258). Identical on every machine, it
+round-trips through ``save_pretrained`` / ``AutoTokenizer.from_pretrained`` and, like SmolLM2's, adds no
+special tokens by itself (:func:`effdepth.data.load_corpus` prepends BOS).
 """
 
 from __future__ import annotations
@@ -36,10 +30,7 @@ def _byte_to_unicode() -> dict[int, str]:
 
 
 def byte_tokenizer():
-    """Return a fresh byte-level ``PreTrainedTokenizerFast`` (259 tokens).
-
-    Token ids are the UTF-8 bytes of the text; ``<bos>``=256, ``<eos>``=257,
-    ``<pad>``=258. ``model_max_length`` is effectively unbounded.
+    """A fresh byte-level ``PreTrainedTokenizerFast`` (259 tokens; ``model_max_length`` effectively unbounded).
 
     >>> tok = byte_tokenizer()
     >>> tok("hé", add_special_tokens=False)["input_ids"]

@@ -31,28 +31,13 @@ def measure(
 ) -> Result:
     """Measure the effective depth of a causal LM's residual stream.
 
-    ``model``: a Hugging Face id, a local folder, a ``.gguf`` file, a loaded
-    ``PreTrainedModel``, or ``None`` for the embedded SmolLM2-135M-Instruct.
-    ``corpus``: ``None``/``"shakespeare"``, a text/JSONL file or folder,
-    ``"hf:NAME[:CONFIG[:SPLIT]]"``, a list of strings, or a ``(batch, seq)``
-    tensor of token ids used exactly as given.
-
-    ``options`` are the fields of :class:`~effdepth.options.LoadOptions`
-    (``revision``, ``tokenizer``, ``seq_len``, ``num_seqs``, ``seed``,
-    ``add_bos``, ``dtype``, ``device``, ``device_map``, ``trust_remote_code``,
-    ``allow_pickle``, ``blocks_path``, ``embedding_path``) and of
-    :class:`~effdepth.options.AnalysisOptions` (``views``, ``similarity``,
-    ``include_embedding``, ``pooling``, ``tokens_per_passage``, ``bootstrap``, ``batch_size``),
-    validated before anything loads. With ``checkpoint`` (a folder), an
-    interrupted run keeps its statistics there and ``resume=True`` continues
-    it. Pickle weights (``.bin``) are refused unless ``allow_pickle=True``;
-    ``trust_remote_code`` is off unless asked for.
-
-    ``model`` may also be a TransformerLens ``HookedTransformer`` /
-    ``TransformerBridge`` (run through its own hooks; one with centred writing
-    weights is refused unless ``allow_processed=True``) or an nnsight
-    ``LanguageModel`` / ``TransformersModel`` (its Hugging Face module is
-    measured); their own tokenizer is the default.
+    ``model``: a Hugging Face id, a local folder, a ``.gguf`` file, a loaded ``PreTrainedModel``, a
+    TransformerLens or nnsight model (their own tokenizer the default), or ``None`` for the embedded
+    SmolLM2-135M-Instruct. ``corpus``: ``None``/``"shakespeare"``, a text/JSONL file or folder,
+    ``"hf:NAME[:CONFIG[:SPLIT]]"``, a list of strings, or a ``(batch, seq)`` tensor of token ids used
+    exactly as given. ``options``: the fields of :class:`~effdepth.options.LoadOptions` and
+    :class:`~effdepth.options.AnalysisOptions`, validated before anything loads. With ``checkpoint`` (a
+    folder), an interrupted run keeps its samples there and ``resume=True`` continues it.
 
     >>> import effdepth, torch
     >>> from transformers import LlamaConfig, LlamaForCausalLM

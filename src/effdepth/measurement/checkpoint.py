@@ -1,11 +1,6 @@
-"""Interrupt and resume: a measurement's samples on disk, and what they belong to, written atomically.
-
-A measurement writes its samples to a store (:mod:`effdepth.results.store`) in
-``DIR/checkpoint/pooled/``, so stopping loses nothing that was written:
-``DIR/checkpoint/state.json``, replaced atomically after the store is flushed,
-says what the samples belong to (the fingerprint) and how many passages are
-in them, so a process killed while writing leaves the previous checkpoint or
-the new one, never a mixture.
+"""Interrupt and resume: a measurement's samples in ``DIR/checkpoint/pooled/`` (:mod:`effdepth.results.store`)
+and ``DIR/checkpoint/state.json`` (what they belong to, how many passages), replaced atomically after the
+store is flushed, so a killed process leaves the previous checkpoint or the new one, never a mixture.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """D_eff from what you already hold: the model object in your own loop, its states, or pooled vectors.
 
-- :func:`capture`: ``with effdepth.capture(model) as states: model(ids)``
-  gives S_0..S_L (before the final norm), one ``(batch, seq, d)`` tensor per
-  state, for a Hugging Face model, an nnsight wrapper or a TransformerLens
-  model.
-- :class:`Accumulator`: feed it those states batch by batch (a training loop
-  can measure every N steps); ``.result()`` is the same :class:`Result` as
-  :func:`effdepth.measure` over the same passages. Its batches go through
-  measure's pooling loop (:func:`~effdepth.measurement.pooling.pool_into`)
-  into memory: each passage's pooled vectors (float32, as measure's store;
-  ``pooling="none"``: its sampled tokens), never the token states.
-- :func:`from_states`: states of whole passages at once, ``(L+1, batch, seq, d)``.
-- :func:`from_hidden_states`: Hugging Face's ``output_hidden_states`` tuple,
-  whose last entry is the final norm's output: the paper's convention, so it
-  gives ``effdepth.measure(..., states="hidden")``'s number.
-- :func:`from_pooled`: one pooled vector per passage and state, pooled elsewhere.
-
-Their bootstrap defaults to :class:`~effdepth.options.AnalysisOptions`' (1000
-resamples), but for :func:`from_states`, whose docstring says why.
+- :func:`capture`: ``with effdepth.capture(model) as states: model(ids)`` gives S_0..S_L (before the final
+  norm), one ``(batch, seq, d)`` tensor per state (Hugging Face, nnsight or TransformerLens models).
+- :class:`Accumulator`: those states fed batch by batch through measure's loop
+  (:func:`~effdepth.measurement.pooling.pool_into`) into memory; ``.result()`` is measure's result over
+  the same passages.
+- :func:`from_states` (``(L+1, batch, seq, d)`` at once), :func:`from_hidden_states` (``output_hidden_states``,
+  the paper's convention: ``states="hidden"``'s number) and :func:`from_pooled` (pooled elsewhere).
 """
 
 from __future__ import annotations
@@ -32,7 +21,7 @@ import torch
 
 from effdepth.errors import EffdepthError
 from effdepth.measurement.pooling import given_batches, pool_into
-from effdepth.measurement.run import analysed_result
+from effdepth.measurement.run import HIDDEN_MEANING, analysed_result
 from effdepth.models.external import TRANSFORMER_LENS, adapt_external
 from effdepth.models.hooks import ResidualCapture
 from effdepth.models.registry import resolve_architecture
@@ -78,14 +67,11 @@ class CapturedStates(Sequence):
 
 @contextlib.contextmanager
 def capture(model, *, allow_processed: bool = False):
-    """Capture the residual stream S_0..S_L of every forward pass run inside the block.
+    """Capture the residual stream S_0..S_L (before the final norm) of every forward pass run inside the block.
 
-    ``model``: a Hugging Face causal LM, an nnsight ``LanguageModel`` /
-    ``TransformersModel`` (call it, or its ``._module``, inside the block),
-    or a TransformerLens ``HookedTransformer`` / ``TransformerBridge`` (a
-    model with centred writing weights is refused unless
-    ``allow_processed=True``). States are read by hooks before the final norm
-    and hold the latest batch only; gradients are untouched.
+    ``model``: a Hugging Face causal LM, an nnsight ``LanguageModel`` / ``TransformersModel`` (call it, or its
+    ``._module``, inside the block), or a TransformerLens model (centred writing weights refused unless
+    ``allow_processed=True``). States hold the latest batch only; gradients are untouched.
 
     >>> import effdepth, torch
     >>> from effdepth.models.tiny import tiny_model
@@ -102,12 +88,7 @@ def capture(model, *, allow_processed: bool = False):
     else:
         module = external.model if external is not None else model
         arch = resolve_architecture(module)
-        info = {
-            "class": type(module).__name__,
-            "model_type": arch.model_type,
-            "id": getattr(module, "name_or_path", None) or None,
-            **(external.info if external is not None else {}),
-        }
+        info = _model_record(module, arch, external)
         recorder = ResidualCapture(arch)
     with recorder:
         yield CapturedStates(recorder, arch.num_layers, {"source": "capture", **info})
@@ -116,16 +97,10 @@ def capture(model, *, allow_processed: bool = False):
 class Accumulator:
     """D_eff from batches of states you feed it: your loop, effdepth's statistics.
 
-    ``update(states, mask=None)`` takes what :func:`capture` yields, a
-    ``(L+1, batch, seq, d)`` tensor, or a list of L+1 ``(batch, seq, d)``
-    (or ``(seq, d)``) tensors, each row a passage; ``mask`` ``(batch, seq)``
-    marks real tokens (padding never enters a statistic). ``result()``
-    returns the same :class:`~effdepth.results.result.Result` as
-    :func:`effdepth.measure` over the same passages and options: each
-    passage's states mean-pooled as measure pools them (``pooling="none"``:
-    its tokens, ``tokens_per_passage`` of them drawn as measure draws them),
-    then measure's analysis, confounds and sample-size curve included.
-    ``reset()`` starts over, e.g. every N training steps.
+    ``update(states, mask=None)`` takes what :func:`capture` yields, a ``(L+1, batch, seq, d)`` tensor, or
+    a list of L+1 ``(batch, seq, d)`` (or ``(seq, d)``) tensors, each row a passage; ``mask`` ``(batch,
+    seq)`` marks real tokens. ``result()`` is :func:`effdepth.measure`'s result over the same passages and
+    options (pooled and analysed as measure does); ``reset()`` starts over, e.g. every N training steps.
 
     >>> import effdepth, torch
     >>> from effdepth.models.tiny import tiny_model
@@ -293,15 +268,10 @@ def from_hidden_states(
 ) -> Result:
     """D_eff from the ``hidden_states`` tuple of ``model(..., output_hidden_states=True)``, each row a passage.
 
-    Its last entry is the final norm's output, not S_L, in every supported
-    family. The tuple is taken as the paper takes it (``hidden_states[0..L]``,
-    the last through the final norm), so this gives ``effdepth.measure(...,
-    states="hidden")``'s number over the same passages and options, and the
-    result says so (``config["hidden_states"]``); ``model=`` checks the
-    tuple's length and names the model in the record. ``attention_mask``
-    marks real tokens; padding never enters a statistic. For the states
-    before the final norm, capture them: ``with effdepth.capture(model) as
-    states: model(ids)``.
+    Its last entry is the final norm's output, not S_L; taken as the paper takes it, it gives
+    ``effdepth.measure(..., states="hidden")``'s number over the same passages (``config["hidden_states"]``
+    says so). ``model=`` checks the tuple's length and names the model; ``attention_mask`` marks real
+    tokens. For the states before the final norm: ``with effdepth.capture(model) as states: model(ids)``.
 
     >>> import effdepth, torch
     >>> from effdepth.models.tiny import tiny_model
@@ -337,20 +307,15 @@ def from_hidden_states(
         seed=seed,
     )
     result.config["given"] = "hidden_states (effdepth.from_hidden_states)"
-    last = len(hidden) - 1
-    result.config.update(
-        {
-            "states": "hidden",
-            "states_meaning": "transformers' hidden_states[1:]: the blocks' outputs, the last through the final norm",
-        }
-    )
+    result.config["states"] = "hidden"
+    result.config["states_meaning"] = HIDDEN_MEANING
     result.config["hidden_states"] = {
-        "states": f"hidden_states[0..{last}], the last through the final norm: the paper's convention",
+        "states": f"hidden_states[0..{len(hidden) - 1}], the last through the final norm: the paper's convention",
         "same_as": "effdepth.measure(..., states='hidden') over the same passages",
         "before_the_final_norm": CAPTURE_HOW,
     }
     if model is not None:
-        result.provenance["model"] = _model_record(module, arch, external)
+        result.provenance["model"] = {"source": "hidden_states", **_model_record(module, arch, external)}
     return result
 
 
@@ -368,16 +333,10 @@ def from_states(
 ) -> Result:
     """D_eff and everything else from states you already have, each row a passage.
 
-    ``states`` is ``(L+1, batch, seq, d)`` (``states[0]`` = S_0), at least 4
-    passages (the bootstrap's units); ``mask`` (``(batch, seq)``) marks real
-    tokens. Each passage is pooled and analysed as
-    :func:`effdepth.measure` does (``pooling="none"``: its tokens are the
-    samples, ``tokens_per_passage`` of them drawn as measure draws them), so
-    the same passages give measure's number, with its confounds and
-    sample-size curve. Unlike :func:`measure` (1000 resamples), ``bootstrap``
-    defaults to 0 here: states already in memory are a quick look (often in a
-    loop), where 1000 resamples would cost more than the states themselves;
-    ask for intervals explicitly.
+    ``states`` is ``(L+1, batch, seq, d)`` (``states[0]`` = S_0), at least 4 passages; ``mask`` (``(batch,
+    seq)``) marks real tokens. Pooled and analysed as :func:`effdepth.measure` does, so the same passages
+    give measure's number. ``bootstrap`` defaults to 0 here (measure: 1000): states in memory are a quick
+    look, often in a loop, where 1000 resamples would cost more than the states; ask for intervals.
 
     >>> import effdepth, torch
     >>> walk = torch.randn(4, 16, 6, 8, dtype=torch.float64).cumsum(0)   # S_0..S_3 of 16 passages of 6 tokens
@@ -440,11 +399,9 @@ def from_pooled(
 ) -> Result:
     """The paper's number from pooled vectors you already have: one vector per passage and state.
 
-    ``pooled`` is ``(L+1, N, d)`` (S_0..S_L of N passages) or a list of L+1 ``(N, d)`` matrices;
-    ``lengths`` each passage's token count (for the ``length`` control and the length distribution);
-    the analysis is :func:`effdepth.measure`'s passage mode (both CKA estimators, the references,
-    the confounds table without the drop-pos0 control, whose pooling needs the tokens, and the
-    sample-size curve), so the same pooled vectors give measure's numbers.
+    ``pooled`` is ``(L+1, N, d)`` or a list of L+1 ``(N, d)`` matrices; ``lengths`` each passage's token count
+    (for the length control and distribution). The analysis is :func:`effdepth.measure`'s passage mode, but
+    for the drop-pos0 control, whose pooling needs the tokens.
 
     >>> import effdepth, numpy as np
     >>> walk = np.cumsum(np.random.default_rng(0).normal(size=(4, 64, 16)), axis=0)   # S_0..S_3 of 64 passages
@@ -500,8 +457,8 @@ def _hidden_states_model(model) -> tuple:
 
 
 def _model_record(module, arch, external) -> dict:
+    """What a model object is, for the provenance record."""
     return {
-        "source": "hidden_states",
         "class": type(module).__name__,
         "model_type": arch.model_type,
         "id": getattr(module, "name_or_path", None) or None,

@@ -1,16 +1,10 @@
 """Passages -> samples: one forward pass per batch, each layer pooled by a hook as it is produced, into a store.
 
-No buffer of all layers' states exists: the hook on block l hands its output
-to the reduction's pooler (:class:`~effdepth.numerics.pooling.PassagePooler`
-or :class:`~effdepth.numerics.sampling.TokenSampler`) and returns, so memory
-holds one layer's float64 copy (and the previous one) at a time. States are
-read before the final norm (``states="blocks"``), or, as transformers'
-``hidden_states`` give them (``states="hidden"``, the paper's convention),
-with the final norm applied to the last block's output.
-
-:func:`pooled_batches` (a model's forward passes) and :func:`given_batches`
-(states a user gives) yield the same batches of samples, and :func:`pool_into`,
-the one loop of every entry point, writes them into a store.
+The hook on block l hands its output to the reduction's pooler and returns, so memory holds one layer's
+float64 copy (and the previous one) at a time. States are read before the final norm
+(``states="blocks"``) or as transformers' ``hidden_states`` (``states="hidden"``, the last through the final
+norm). :func:`pooled_batches` (forward passes) and :func:`given_batches` (states a user gives) yield the same
+batches, and :func:`pool_into`, every entry point's one loop, writes them into a store.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """The default path, top to bottom: passages -> forward with hooks -> samples -> store -> analysis -> result.
 
-:func:`measure_passages` plans the run once (:func:`measurement_plan`: the
-reduction, its stored variants and offsets, the analysis sized for the
-passages, everything refused before the first forward pass), then runs one
-forward pass per batch of passages (longest first, so an out-of-memory retry
-happens early), every layer pooled by a hook as the blocks produce it
-(:mod:`effdepth.measurement.pooling`) into a memory-mapped store
-(:mod:`effdepth.results.store`), so memory stays flat in the number of
-passages. The analysis (:mod:`effdepth.numerics.analysis`) then reads the
-store; :func:`analyse_saved` runs it again on a saved result, without a model.
+:func:`measure_passages` plans the run once (:func:`measurement_plan`), runs one forward pass per batch
+(longest first, so an out-of-memory retry comes early), pools every layer by a hook into a memory-mapped
+store, then analyses the store; :func:`analyse_saved` analyses a saved store again, without a model.
 """
 
 from __future__ import annotations
@@ -55,6 +49,8 @@ __all__ = [
     "passage_loss",
 ]
 
+#: What ``states="hidden"`` measures, as a result's config says it.
+HIDDEN_MEANING = "transformers' hidden_states[1:]: the blocks' outputs, the last through the final norm"
 #: More passes than this over the pooled vectors per stack, and a run says how much memory reads them once.
 MANY_PASSES = 16
 
@@ -369,7 +365,9 @@ def analyse_saved(path, *, progress: bool = True, device: str | None = None, **c
     result = analyse_store(store, analysis, progress=progress, device=device, seq_len=c.get("seq_len"))
     measured = {k: v for k, v in c.items() if k not in result.config}
     result.config = {**measured, **result.config}
-    result.provenance = provenance_record(saved=saved.provenance, changes={k: _plain(v) for k, v in changes.items()})
+    result.provenance = provenance_record(
+        saved=saved.provenance, changes={k: list(v) if isinstance(v, tuple) else v for k, v in changes.items()}
+    )
     result.extras = {**saved.extras, **result.extras}
     result.pooled = saved.pooled
     return result
@@ -399,10 +397,6 @@ def check_stored_variants(analysis: AnalysisOptions, stored, measured_views) -> 
     )
 
 
-def _plain(value):
-    return list(value) if isinstance(value, tuple) else value
-
-
 def passage_config(prepared, analysis: AnalysisOptions) -> dict:
     """What was measured: sizes, special tokens, which states, the architecture's paths."""
     passages, arch = prepared.tokens, prepared.arch
@@ -415,11 +409,9 @@ def passage_config(prepared, analysis: AnalysisOptions) -> dict:
         "bos": passages.info.get("bos"),
         "passage_split": passages.info.get("split"),
         "states": analysis.states,
-        "states_meaning": (
-            "hooks on the decoder blocks, before the final norm"
-            if analysis.states == "blocks"
-            else "transformers' hidden_states[1:]: the blocks' outputs, the last through the final norm"
-        ),
+        "states_meaning": "hooks on the decoder blocks, before the final norm"
+        if analysis.states == "blocks"
+        else HIDDEN_MEANING,
         "num_layers": arch.num_layers,
         "blocks_path": arch.paths.get("blocks"),
         "embedding_path": arch.paths.get("embedding"),

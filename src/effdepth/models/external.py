@@ -1,23 +1,13 @@
-"""Model objects of other libraries: TransformerLens and nnsight.
+"""Model objects of other libraries: TransformerLens and nnsight, recognised by their class's module (neither
+is imported here; ``pip install effdepth[lens]`` installs both).
 
-They are recognised by the module their class comes from, so neither library
-is imported here: effdepth only touches one when the caller already holds an
-object of it (``pip install effdepth[lens]`` installs both).
-
-- **nnsight** (``LanguageModel``, ``TransformersModel``, any ``NNsight``
-  envoy) wraps a Hugging Face module; it is unwrapped (``._module``, or
-  ``._model`` in older releases) and measured like that module, through the
-  registry and :class:`~effdepth.models.hooks.ResidualCapture`. A model
-  nnsight built on the meta device is dispatched first, as nnsight itself
-  does on its first trace.
-- **TransformerLens** (``HookedTransformer`` up to 3.x, ``TransformerBridge``
-  from 3.0) is run through its own hook points: S_0 from
-  ``blocks.0.hook_resid_pre``, S_l from ``blocks.{l-1}.hook_resid_post``,
-  into the same reused buffer as ResidualCapture. Its weight processing is
-  checked first (:func:`weight_processing`): centring the writing weights
-  removes every token's mean across the residual dimensions, so the stream is
-  no longer the model's own, and such a model is refused unless
-  ``allow_processed=True``.
+- **nnsight** (``LanguageModel``, ``TransformersModel``, any ``NNsight`` envoy) is unwrapped (``._module``, or
+  ``._model`` in older releases; a model on the meta device dispatched first, as nnsight does) and measured
+  like its Hugging Face module.
+- **TransformerLens** (``HookedTransformer``, ``TransformerBridge``) is read through its hook points: S_0 from
+  ``blocks.0.hook_resid_pre``, S_l from ``blocks.{l-1}.hook_resid_post``. Centred writing weights remove
+  every token's mean across the residual dimensions, so the stream is no longer the model's own: such a
+  model is refused unless ``allow_processed=True`` (:func:`weight_processing`).
 """
 
 from __future__ import annotations
@@ -52,10 +42,8 @@ UNPROCESSED_HOW = (
 
 
 def library_of(obj) -> str | None:
-    """``"transformer_lens"``, ``"nnsight"`` or ``None``, from the modules of ``obj``'s classes.
-
-    Nothing is imported: an object of either library can only exist once its
-    library is loaded.
+    """``"transformer_lens"``, ``"nnsight"`` or ``None``, from the modules of ``obj``'s classes (nothing is
+    imported: an object of either library exists only once its library is loaded).
 
     >>> import torch
     >>> library_of(torch.nn.Linear(2, 2)) is None
@@ -296,16 +284,10 @@ def _transformer_lens(model, allow_processed: bool) -> External:
 def weight_processing(model) -> dict:
     """What TransformerLens did to the weights of ``model``, as far as can be told.
 
-    ``fold_ln``: HookedTransformer records folding by renaming the norm type
-    to ``LNPre``/``RMSPre``. ``process_weights``: a TransformerBridge records
-    only *that* it processed its weights, not which options it used. Neither
-    records centring, so ``center_writing_weights`` and ``center_unembed``
-    are read from the weights: rows of ``W_E`` (d_vocab x d_model) centred
-    across the residual dimensions, rows of ``W_U`` (d_model x d_vocab)
-    centred across the vocabulary. ``stream_changed``:
-    the writing weights are centred, or processing is recorded and ``W_E``
-    could not be read. Folding layer norms, folding value biases and centring
-    the unembedding leave the stream as it was.
+    Folding is recorded (HookedTransformer's ``LNPre``/``RMSPre`` norm type; a TransformerBridge records
+    only *that* it processed its weights); centring is not, so it is read from the weights: rows of
+    ``W_E`` centred across the residual dimensions, of ``W_U`` across the vocabulary. ``stream_changed``:
+    the writing weights are centred, or processing is recorded and ``W_E`` could not be read.
 
     >>> import types
     >>> folded = types.SimpleNamespace(cfg=types.SimpleNamespace(normalization_type="RMSPre"), W_E=torch.randn(10, 8))

@@ -1,27 +1,18 @@
 """Dequantised copies of ``.gguf`` files, kept in the effdepth cache so a GGUF model loads in seconds.
 
-transformers reads a GGUF file by parsing its metadata (vocabulary and
-merges included) in pure Python and de-quantising every tensor: about 30 s
-for the 98 MB SmolLM2 file, every run. The first load of a file therefore
-parses it once (one reader shared by config, tokenizer and weights),
-de-quantises it to float32 and saves model and tokenizer with
-``save_pretrained`` (safetensors) into
-``$EFFDEPTH_CACHE/gguf/<first 16 hex of the file's sha256>/``; later loads of
-the same bytes load that folder like any local checkpoint.
+transformers parses a GGUF file's metadata in pure Python and de-quantises every tensor on each load (about
+30 s for SmolLM2's 98 MB). The first load parses it once (one reader for config, tokenizer and weights) and
+saves a float32 copy with ``save_pretrained`` in ``$EFFDEPTH_CACHE/gguf/<first 16 hex of its sha256>/``;
+later loads of the same bytes load that folder.
 
-* Atomic: the copy is written into a hidden staging folder beside it and
-  renamed into place, its manifest (``effdepth-gguf.json``: every file's size,
-  mtime and sha256) written last. A crash leaves no half-written copy, and of
-  two runs converting at once one rename wins and both use that copy.
-* Checked on every load: a file missing or of another size, or one whose
-  mtime changed and whose sha256 no longer matches, makes the copy damaged:
-  one line says so, the copy is removed and rebuilt from the GGUF file.
-* Keyed by content: the GGUF's sha256 (memoised per path, size and mtime under
-  ``gguf/hashes/``), so a replaced file is never served an old copy.
+* Atomic: written in a hidden staging folder and renamed into place, its manifest (``effdepth-gguf.json``:
+  every file's size, mtime and sha256) last; of two runs converting at once, one rename wins.
+* Checked on every load: a file missing, resized, or changed in mtime and sha256 makes the copy damaged:
+  one line says so, and it is rebuilt from the GGUF file.
+* Keyed by content (the sha256, memoised per path, size and mtime under ``gguf/hashes/``).
 
-The copy is float32 (the de-quantised values are not exact in 16 bits): about
-4 bytes per parameter, 0.54 GB for SmolLM2-135M. Delete ``gguf/`` under the
-cache to reclaim the space; a missing copy is simply rebuilt.
+float32 because the de-quantised values are not exact in 16 bits (0.54 GB for SmolLM2-135M); delete
+``gguf/`` under the cache to reclaim the space.
 """
 
 from __future__ import annotations
@@ -140,10 +131,8 @@ class Converted:
 
 
 def convert(gguf: str | Path, sha256: str, *, progress: bool = True) -> Converted:
-    """Parse ``gguf`` once, de-quantise it to float32 and keep model and tokenizer in its copy folder.
-
-    When the copy cannot be saved (a read-only cache, a full disk) one line
-    says why and the loaded model and tokenizer are returned instead.
+    """Parse ``gguf`` once, de-quantise it to float32 and keep model and tokenizer in its copy folder; when the
+    copy cannot be saved (a read-only cache, a full disk), one line says why and they are returned instead.
 
     >>> import contextlib, io, tempfile
     >>> from unittest import mock
@@ -239,11 +228,9 @@ def unreadable_gguf(path: Path, exc: Exception) -> str:
 
 @contextlib.contextmanager
 def parse_once(progress: bool = True):
-    """Within this block, transformers parses each GGUF file once, however many times it is asked
-    (config, tokenizer and weights each ask), and ``progress=False`` hides its de-quantising bar.
-
-    transformers reads GGUF files through ``gguf.GGUFReader`` and ``gguf.get_tensor_name_map``,
-    imported when called: both are memoised here for the duration of the block, and put back after.
+    """Within this block transformers parses each GGUF file once, however often config, tokenizer and weights
+    ask (``gguf.GGUFReader`` and ``gguf.get_tensor_name_map`` memoised, put back after), and
+    ``progress=False`` hides its de-quantising bar.
 
     >>> import gguf, tempfile
     >>> from effdepth.models.tiny import tiny_gguf

@@ -100,13 +100,9 @@ class HookSet:
 
 
 class ResidualCapture(HookSet):
-    """Context manager that captures S_0..S_L of each forward pass into one buffer.
-
-    The hooks are removed in ``finally``, even when the forward pass fails.
-    ``states`` is ``(L+1, batch, seq, d)`` in the model's dtype, on its device
-    (with ``--device-map auto``, on the device of the first block). The buffer
-    is reused across batches of the same shape: activations are never kept
-    beyond the current batch.
+    """Context manager that captures S_0..S_L of each forward pass into one buffer, ``states``:
+    ``(L+1, batch, seq, d)`` in the model's dtype, on its device (the first block's under ``--device-map``),
+    reused across batches of the same shape. The hooks are removed even when the forward pass fails.
 
     >>> from transformers import GPT2Config, GPT2LMHeadModel
     >>> from effdepth.models.registry import resolve_architecture

@@ -232,12 +232,9 @@ def source_config(source: ModelSource):
 
 
 def load_tokenizer(source):
-    """The tokenizer of a :class:`ModelSource`, or the one ``--tokenizer`` names: a folder holding
-    tokenizer files, a Hugging Face id or a ``.gguf`` file (from its dequantised copy when the cache has one).
-
-    A model with no tokenizer we can load gives ``None`` (only text corpora need one; they say so
-    clearly), a model that cannot be found its load error, so an unknown id is reported as such and not
-    as a missing tokenizer; a named tokenizer that does not load, a one-line error.
+    """The tokenizer of a :class:`ModelSource`, or the one ``--tokenizer`` names (a folder, a Hugging Face id
+    or a ``.gguf`` file). A model without a loadable tokenizer gives ``None`` (text corpora say they need
+    one), a model that cannot be found its load error; a named tokenizer that does not load, one line.
 
     >>> from effdepth.data import byte_tokenizer
     >>> import tempfile
@@ -492,12 +489,9 @@ def _from_pretrained(source, common, torch_dtype, dev, device_map, info, progres
 
 @contextlib.contextmanager
 def no_conversion_requests():
-    """No request to convert a repository's weights while loading.
-
-    Where a hub repository has pickle weights and no safetensors, transformers asks the hub's
-    conversion service (safetensors-convert.hf.space, which opens a pull request on the repository
-    with the user's token) to convert them, in a background thread; a safetensors file the hub did
-    not serve for a moment starts the same. Not on a measurement's behalf: off unless the user set
+    """No request to convert a repository's weights while loading: where a hub repository has no
+    safetensors (or one was not served for a moment), transformers asks the hub's conversion service, which
+    opens a pull request with the user's token. Not on a measurement's behalf, unless the user set
     ``DISABLE_SAFETENSORS_CONVERSION`` themselves.
 
     >>> with no_conversion_requests():

@@ -1,8 +1,5 @@
-"""Tiny randomly initialised models built from real configs, for tests and offline demos.
-
-Each is the real architecture class of its family (``AutoConfig.for_model``
-then ``from_config``), shrunk to a few layers and a small hidden size; nothing
-is downloaded.
+"""Tiny randomly initialised models, for tests and offline demos: each family's real architecture class
+(``AutoConfig.for_model`` then ``from_config``) with a few layers and a small hidden size; nothing downloaded.
 """
 
 from __future__ import annotations

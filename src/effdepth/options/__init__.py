@@ -1,23 +1,10 @@
-"""Every measurement option, in one place.
+"""Every measurement option, in one place: frozen dataclasses validated once when built (one-line errors).
 
-Three frozen dataclasses, validated once when built (one-line errors):
-
-- :class:`LoadOptions`: what to load (model, revision, corpus, sequence
-  length and count, dtype, device, permissions, block paths);
-- :class:`AnalysisOptions`: how to analyse (views, similarity, the embedding
-  state, PC estimate, bootstrap, seed, batch size);
-- :class:`RunOptions`: how to run (progress bars, checkpoints); never changes
-  a number.
-
-:class:`Options` holds the first two. Its :meth:`Options.to_dict` is the one
-description of a measurement that the saved config, the resume fingerprint
-and the sweep key are made from; :meth:`Options.from_args` reads the command
-line, :meth:`Options.build` the keyword arguments of :func:`effdepth.measure`.
-
-Each option's default and the named protocols are in :mod:`.defaults`; the
-checks of single options and of their combinations in :mod:`.checks`. Every
-command line is built from these declarations (:mod:`.flags`), with the groups
-several commands share (:mod:`.groups`) and each command's own (:mod:`.studies`).
+:class:`LoadOptions` (what to load), :class:`AnalysisOptions` (how to analyse) and :class:`RunOptions` (how
+to run; never changes a number). :class:`Options` holds the first two; its :meth:`Options.to_dict` is the one
+description of a measurement that the saved config, the resume fingerprint and the sweep key are made of.
+Defaults and named protocols are in :mod:`.defaults`, checks in :mod:`.checks`; every command line is built
+from these declarations (:mod:`.flags`, :mod:`.groups`, :mod:`.commands`).
 """
 
 from __future__ import annotations

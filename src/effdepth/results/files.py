@@ -1,9 +1,5 @@
-"""Files that are never half-written, one writer per output folder, and file fingerprints.
-
-Every file effdepth writes goes to a temporary file in the destination's
-folder and is renamed into place, so a reader or a crash sees the old file or
-the new one, never a mixture; and a run holds its output folder
-(:func:`one_writer`), so two runs never mix their files in one folder.
+"""Files that are never half-written (a temporary file renamed into place), one writer per output folder
+(:func:`one_writer`), and file fingerprints.
 """
 
 from __future__ import annotations

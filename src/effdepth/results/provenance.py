@@ -17,18 +17,15 @@ def code_version() -> dict:
     """effdepth's version and, when run from a git checkout, its commit (and whether it was modified)."""
     out = {"effdepth": __version__, "git_commit": None, "git_dirty": None}
     root = Path(__file__).resolve().parents[2]
+
+    def git(*args) -> str:
+        return subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+
     if (root / ".git").exists():
         try:
-            commit = subprocess.run(
-                ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
-            ).stdout.strip()
-            dirty = subprocess.run(
-                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True,
-                text=True,
-                timeout=5,
-                check=True,
-            ).stdout.strip()
+            commit, dirty = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
             out.update(git_commit=commit or None, git_dirty=bool(dirty))
         except (OSError, subprocess.SubprocessError):
             pass

@@ -22,23 +22,15 @@ SCHEMA = "effdepth.result/1"
 class ViewResult:
     """All numbers of one view (docs/method.md#view-record), plus the totals they came from.
 
-    ``ci`` maps each scalar (``deff``, ``ratio``, ``gap_pct``,
-    ``reference_init``/``size``/``matched``, ``reference_structural_cal`` /
-    ``matched_cal`` when measured, the attribution terms) to ``[lo, hi]``
-    percentile bounds, and ``profile``, ``similarity``, ``block_influence``,
-    ``angular_distance`` (and its adjacent-layer diagonal
-    ``angular_distance_adjacent``), ``relative_contribution``,
-    ``update_state_cosine`` and ``update_cosine`` to ``[lo array, hi
-    array]``; ``nan_resamples`` counts resamples left out for a NaN. It is
-    ``None`` without a bootstrap. ``definition`` names the similarity
-    (cka, cka-debiased, cosine; old token-mode files: frobenius, token, cka, cka-full) these numbers come from;
-    ``similarity`` is its N x N matrix. ``sequences`` counts the sequences
-    that entered the view, ``left_out`` those measured but left out of it (no
-    token in the view; under cka, fewer than 4); ``calibrated_sequences``
-    the sequences of the surrogate streams behind
-    ``references["structural_cal"]`` / ``["matched_cal"]``. The update fields
-    and ``related`` are empty for a transformed view measured under kernel
-    similarities alone (docs/method.md#no-cosine-summaries).
+    ``ci`` (``None`` without a bootstrap) maps each scalar (``deff``, ``ratio``, ``gap_pct``, the references,
+    the attribution terms) to ``[lo, hi]`` percentile bounds, and each per-layer array (``profile``,
+    ``similarity``, ``block_influence``, ``angular_distance``, ...) to ``[lo array, hi array]``;
+    ``nan_resamples`` counts resamples left out for a NaN. ``definition`` names the similarity (cka,
+    cka-debiased, cosine; old token-mode files: frobenius, token, cka, cka-full); ``similarity`` is its N x N
+    matrix. ``sequences`` entered the view, ``left_out`` were measured but left out of it;
+    ``calibrated_sequences`` make the surrogate streams behind the ``*_cal`` references. The update fields
+    and ``related`` are empty for a transformed view under kernel similarities alone
+    (docs/method.md#no-cosine-summaries).
     """
 
     name: str
@@ -194,14 +186,7 @@ class Result:
                 sim: {name: _view_from_dict(v, sim) for name, v in vs.items()}
                 for sim, vs in (data.get("similarities") or {}).items()
             }
-            return cls(
-                views=views,
-                config=config,
-                provenance=data.get("provenance", {}),
-                extras=data.get("extras", {}),
-                others=others,
-                unavailable=data.get("unavailable") or {},
-            )
+            return cls(views, config, provenance, data.get("extras", {}), others, data.get("unavailable") or {})
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise EffdepthError(
                 f"damaged effdepth result ({type(exc).__name__}: {exc}); rerun the measurement"

@@ -1,20 +1,10 @@
 """The pooled vectors of a passage-mode run, kept on disk beside its result (docs/method.md#passage-mode).
 
-A folder ``pooled/`` holds:
-
-- ``{variant}.npy``: float32 ``(L+1, N, d)``, S_0..S_L pooled per passage, one
-  file per stored variant (``default``, ``drop-bos``, ``token-norm``, ...);
-- ``token_sums.npy``: float64 ``(N, L, 3)``, each passage's per-token sums
-  (docs/method.md, section 9);
-- ``passages.npz``: each passage's length and whether it starts with BOS;
-- ``store.json``: shapes, variants, and how many passages (in processing
-  order) are written.
-
-The arrays are memory-mapped while a run writes them (memory stays flat in
-N), each batch written at its passages' rows; ``store.json`` is replaced
-atomically after the arrays are flushed, so a stopped run resumes from the
-last recorded batch and rewrites anything after it. ``effdepth analyse``
-recomputes every number from this folder without a forward pass.
+``pooled/`` holds ``{variant}.npy`` (float32 ``(L+1, N, d)``, one file per stored variant),
+``token_sums.npy`` (float64 ``(N, L, 3)``, each passage's per-token sums), ``passages.npz`` (lengths, BOS)
+and ``store.json`` (shapes, variants, passages written). The arrays are memory-mapped while a run writes
+them; ``store.json`` is replaced atomically after they are flushed, so a stopped run resumes from the last
+recorded batch. ``effdepth analyse`` recomputes every number from this folder.
 """
 
 from __future__ import annotations

@@ -258,17 +258,8 @@ def _missing(claim: str, sim: str, name: str, unavailable: dict) -> Verdict:
 def _deff_below_reference(view, name: str, reference: str = "F_N") -> Comparison:
     """D_eff's whole interval below the structural reference (named ``reference``), an exact number."""
     ci = _interval(view, "deff")
-    return Comparison(
-        name,
-        "D_eff",
-        view.deff,
-        ci,
-        "below",
-        reference,
-        view.reference,
-        None,
-        None if ci is None else ci[1] < view.reference,
-    )
+    holds = None if ci is None else ci[1] < view.reference
+    return Comparison(name, "D_eff", view.deff, ci, "below", reference, view.reference, None, holds)
 
 
 def _status(comparisons: list) -> str:
@@ -295,17 +286,8 @@ def _correlated_updates(sim: str, view, unavailable: dict) -> Verdict:
     term = terms["correlated_updates"]
     ci = _interval(view, "correlated_updates")
     # R_matched - D_eff > 0 in every resample: paired, tighter than comparing two intervals.
-    positive = Comparison(
-        "default",
-        "correlated updates (R_matched - D_eff)",
-        term,
-        ci,
-        "above",
-        "0",
-        0.0,
-        None,
-        None if ci is None else ci[0] > 0,
-    )
+    above = None if ci is None else ci[0] > 0
+    positive = Comparison("default", "correlated updates (R_matched - D_eff)", term, ci, "above", "0", 0.0, None, above)
     largest = all(term is not None and x is not None and term >= x for x in terms.values())
     if term is None:
         return Verdict(

@@ -1,12 +1,7 @@
-"""What the local caches hold: a model's files at a revision, its branches, a corpus.
-
-- what a model needs: :func:`needed_files`, :func:`weight_files`;
-- the Hugging Face cache: :func:`cached_commit`, :func:`model_missing`,
-  :func:`cached_branches`, :func:`cached_weight_shas`;
-- corpora: :func:`parse_hf_corpus`, :func:`corpus_missing` (effdepth's local
-  copy of an ``hf:`` corpus's first documents, or the ``datasets`` cache).
-
-Nothing here reaches the network.
+"""What the local caches hold (nothing here reaches the network): what a model needs (:func:`needed_files`,
+:func:`weight_files`), what the Hugging Face cache holds of it (:func:`cached_commit`, :func:`model_missing`,
+:func:`cached_branches`, :func:`cached_weight_shas`), and corpora (:func:`parse_hf_corpus`,
+:func:`corpus_missing`: effdepth's copy of an ``hf:`` corpus's first documents, or the ``datasets`` cache).
 """
 
 from __future__ import annotations
@@ -43,11 +38,8 @@ SHAKESPEARE = "shakespeare"
 
 
 def weight_files(names, *, allow_pickle: bool = False) -> list[str]:
-    """The weight files ``from_pretrained`` reads, from a repository's file names.
-
-    Safetensors first (one file, or the index and its shards); pickle
-    weights only with ``allow_pickle`` and when there are no safetensors.
-    Empty when nothing loadable is there.
+    """The weight files ``from_pretrained`` reads, from a repository's file names: safetensors first (one
+    file, or the index and its shards), pickle weights only with ``allow_pickle`` and no safetensors.
 
     >>> weight_files(["config.json", "model.safetensors", "pytorch_model.bin"])
     ['model.safetensors']
@@ -68,11 +60,8 @@ def weight_files(names, *, allow_pickle: bool = False) -> list[str]:
 
 
 def needed_files(names, *, allow_pickle: bool = False, trust_remote_code: bool = False) -> list[str]:
-    """Of a repository's file names, those ``effdepth measure`` reads: config, tokenizer, weights.
-
-    Never pickle weights unless ``allow_pickle``; the repository's Python code
-    only with ``trust_remote_code``; nothing from subfolders (ONNX, GGUF,
-    original checkpoints) except extra chat templates.
+    """Of a repository's file names, those ``effdepth measure`` reads: config, tokenizer, weights (pickle only
+    with ``allow_pickle``, Python code only with ``trust_remote_code``, no subfolder but chat templates).
 
     >>> needed_files(["README.md", ".gitattributes", "config.json", "tokenizer.json", "model.safetensors",
     ...               "pytorch_model.bin", "onnx/model.onnx", "modeling_x.py"])
@@ -272,12 +261,8 @@ def parse_hf_corpus(spec: str) -> tuple[str, str | None, str] | None:
 
 
 def corpus_missing(spec) -> str | None:
-    """``None`` when the corpus can be read without network; else what is missing.
-
-    Shakespeare (the default) must be in effdepth's asset cache; an ``hf:``
-    corpus must have a local copy of its first documents (``effdepth fetch
-    --documents``) or be prepared in the ``datasets`` cache; files are not
-    checked here.
+    """``None`` when the corpus can be read without network, else what is missing: Shakespeare from the asset
+    cache, an ``hf:`` corpus from its local copy or the ``datasets`` cache; files are not checked here.
 
     >>> corpus_missing(["in-memory text"]) is None, corpus_missing("notes.txt") is None
     (True, True)

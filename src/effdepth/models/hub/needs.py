@@ -1,11 +1,6 @@
-"""What a command will read from the hub, checked before the first forward pass.
-
-:func:`check_available` fails in one line when a model or corpus can come
-neither from the hub nor from the cache (and goes offline when the hub cannot
-be reached but the cache holds everything); online, :func:`check_on_hub` asks
-the hub about the model before anything is downloaded (no such repository or
-revision, gated, only pickle weights: one line each); :func:`fetch_command` is
-the ``effdepth fetch`` line that fills the cache.
+"""What a command will read from the hub, checked before the first forward pass: :func:`check_available`
+(from the hub or the cache, else one line), :func:`check_on_hub` (online, before anything downloads) and
+:func:`fetch_command` (the ``effdepth fetch`` line that fills the cache).
 """
 
 from __future__ import annotations
@@ -74,12 +69,9 @@ class Need:
 def check_available(needs, *, fix: str, cache_dir=None) -> None:
     """Fail now, in one line, when ``needs`` can come neither from the hub nor from the cache.
 
-    Offline: every need is checked against the cache and all missing ones
-    are listed at once. Online, the hub is probed once (only when a need is on
-    the hub): when it answers, nothing else happens; when it cannot be
-    reached, the command goes offline if the cache holds everything (one note
-    on stderr), else it stops here. ``fix`` is the ``effdepth fetch`` command
-    that fills the cache.
+    Offline: every missing need is listed at once. Online, the hub is probed once (when a need is on it);
+    when it cannot be reached, the command goes offline if the cache holds everything (one note on
+    stderr), else stops here. ``fix`` is the ``effdepth fetch`` command that fills the cache.
 
     >>> from effdepth.models.hub.network import offline
     >>> check_available([Need("corpus", "notes.txt")], fix="effdepth fetch x")

@@ -1,11 +1,6 @@
-"""Whether the Hugging Face hub may be read, and whether it can be: the offline switch and the probe.
-
-- the offline switch: :func:`is_offline`, :func:`set_offline`, :func:`offline`
-  (huggingface_hub and datasets read ``HF_HUB_OFFLINE`` once, at import, so
-  the switch sets the environment *and* the libraries' own flags);
-- reachability: :func:`hub_problem` probes the hub's host once per process
-  (name resolution and a TCP connect, a few seconds at most) so that a
-  machine without network stops at once instead of after five retries.
+"""Whether the Hugging Face hub may be read (the offline switch, which sets the environment *and* the flags
+huggingface_hub and datasets read once at import), and whether it can be (:func:`hub_problem` probes the
+host once per process, in seconds, so a machine without network stops at once, not after five retries).
 """
 
 from __future__ import annotations
@@ -49,11 +44,8 @@ def is_offline() -> bool:
 
 
 def set_offline(on: bool = True) -> None:
-    """Switch offline mode for this process and the processes it starts.
-
-    Sets ``HF_HUB_OFFLINE`` and ``HF_DATASETS_OFFLINE`` for libraries imported
-    later and for child processes, and the flags huggingface_hub and datasets
-    already read at import (they would not look at the environment again).
+    """Switch offline mode for this process and its children: the environment for libraries imported later,
+    and the flags huggingface_hub and datasets already read at import.
 
     >>> with offline(False):
     ...     set_offline(True); os.environ["HF_HUB_OFFLINE"], is_offline()
