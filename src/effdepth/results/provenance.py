@@ -16,7 +16,7 @@ from effdepth.results.version import __version__
 def code_version() -> dict:
     """effdepth's version and, when run from a git checkout, its commit (and whether it was modified)."""
     out = {"effdepth": __version__, "git_commit": None, "git_dirty": None}
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]  # src/effdepth/results/provenance.py -> the checkout
 
     def git(*args) -> str:
         return subprocess.run(
