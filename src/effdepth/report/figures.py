@@ -1,13 +1,7 @@
 """Figures of a result, for papers and reports: PNG (150 dpi) and PDF.
 
-Figures use the house style of :mod:`effdepth.report.style` (bare Agg
-canvases, no pyplot, the Okabe-Ito palette); every series also differs in
-line style or marker, so the figures survive colour-blindness and greyscale
-printing.
-
-Each figure is one small function of a :class:`~effdepth.Result` (or a
-:class:`~effdepth.ViewResult`) that returns a Figure; :func:`write_figures`
-writes the standard set next to ``result.json``.
+Every series also differs in line style or marker, so the figures survive
+colour-blindness and greyscale printing.
 
 >>> import effdepth, torch, tempfile
 >>> r = effdepth.from_states(torch.randn(7, 8, 8, 16).cumsum(0), bootstrap=20)
@@ -226,9 +220,8 @@ def write_figures(result: Result, folder, view: str | None = None) -> list[Path]
 
 
 def remove_stale_figures(folder, keep=()) -> list[Path]:
-    """Delete the standard figure files in ``folder`` (:data:`STANDARD_STEMS`, PNG and PDF) whose
-    stem is not in ``keep``: left from an earlier result in the same folder, they would describe
-    views it no longer has. Returns the files removed.
+    """Delete the standard figure files in ``folder`` whose stem is not in ``keep`` (left from an
+    earlier result, they would describe views it no longer has); returns the files removed.
 
     >>> import tempfile
     >>> d = Path(tempfile.mkdtemp()); _ = (d / "views.png").write_bytes(b""); _ = (d / "notes.png").write_bytes(b"")

@@ -1,7 +1,4 @@
-"""What the figures of a result share: the symbols, how each reference is drawn, and the helpers that
-pick a view, title a figure and turn saved numbers (``None`` for non-finite) into arrays, so a reference
-or a title reads the same in every figure.
-"""
+"""What the figures share, so a reference or a title reads the same in every figure."""
 
 from __future__ import annotations
 

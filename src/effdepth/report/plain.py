@@ -1,6 +1,4 @@
-"""The terminal writer: report content (:mod:`.content`) as plain text, the third writer beside
-:mod:`.html` and :mod:`.markdown`, so the terminal, HTML and Markdown carry the same numbers.
-"""
+"""The terminal writer: report content (:mod:`.content`) as plain text."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""What the tables of every format are made of: which views and similarities a result has, which
-values are unavailable and why, what tells several results apart, which summary row stands for a job;
-the report content and the sweep tables build on these, so an unavailable view says why everywhere.
-"""
+"""What the tables of every format are made of, so an unavailable view says why everywhere."""
 
 from __future__ import annotations
 
@@ -104,9 +101,6 @@ def _short_folders(paths: list) -> list:
 
 def lead_rows(rows: list, key) -> list:
     """One row per ``key(row)``: its first measured row (status ok or duplicate, with a D_eff), else its first row.
-
-    Summary rows come primary similarity first, so this is the first view under the primary similarity
-    that has a value.
 
     >>> rows = [{"k": 1, "status": "unavailable", "D_eff": None}, {"k": 1, "status": "ok", "D_eff": 1.0}]
     >>> lead_rows(rows, lambda r: r["k"])[0]["status"]

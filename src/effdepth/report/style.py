@@ -1,8 +1,5 @@
-"""The one figure style of effdepth: palette, rc parameters, canvases and writing.
-
-Every figure is a bare :class:`matplotlib.figure.Figure` with an explicit Agg
-canvas (:func:`new_figure`), never ``pyplot`` nor ``matplotlib.use``: nothing
-needs a display, and a user's interactive backend is left as it was.
+"""The one figure style of effdepth: bare Agg figures, never ``pyplot`` nor ``matplotlib.use``,
+so nothing needs a display and a user's backend is left as it was.
 
 >>> import tempfile
 >>> with style():

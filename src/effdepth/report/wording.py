@@ -1,9 +1,4 @@
-"""Sentences and labels every output shares, written once.
-
-The terminal tables, the HTML and Markdown reports and the figures all say
-what a similarity is, what an attribution term means, which residual carry a
-result was measured under and what the paper's abstract reports, in the
-words defined here.
+"""Sentences and labels every output (tables, reports, figures) shares, written once.
 
 >>> similarity_name("cka")
 "cka (linear CKA across passages, biased HSIC: the paper's)"

@@ -92,9 +92,8 @@ def extras_table(result: Result) -> Table | None:
 
 
 def provenance_groups(source: Source) -> list:
-    """``(group, [(key, value)])`` covering every key of the config and provenance.
-
-    Values are strings, or :class:`~.model.Folded` for long lists.
+    """``(group, [(key, value)])`` covering every key of the config and provenance; values are strings,
+    or :class:`~.model.Folded` for long lists.
 
     >>> import effdepth, torch, pathlib
     >>> r = effdepth.from_states(torch.randn(3, 8, 4, 8))

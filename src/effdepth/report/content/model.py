@@ -1,9 +1,5 @@
-"""The report content model: :class:`Cell`, :class:`Table` and :class:`Section` (a titled table), and
-:class:`ResultContent`, what a report says about one result, whatever its mode.
-
-The terminal (:mod:`..plain`), HTML (:mod:`..html`) and Markdown (:mod:`..markdown`) writers render
-these objects and nothing else, so the three formats carry the same numbers. A cell without a value
-says why (``reason``); every writer shows the reason where the number would be.
+"""The report content model: the writers (terminal, HTML, Markdown) render these objects and nothing
+else, so the three formats carry the same numbers; a cell without a value says why (``reason``).
 """
 
 from __future__ import annotations
@@ -41,9 +37,8 @@ class Table:
 class Section:
     """A titled table of a report.
 
-    ``title`` heads it in every format (lower case; :attr:`heading` capitalises it); ``context`` (the
-    similarity, a carry) follows the title on the terminal, where the table's note comes last, and is
-    left to the note elsewhere; ``anchor`` is the HTML id of its heading, if it has one.
+    ``context`` (the similarity, a carry) follows the title on the terminal and is left to the note
+    elsewhere; ``anchor`` is the HTML id of its heading, if it has one.
 
     >>> s = Section("views", Table(["view"], []), context="similarity cka")
     >>> s.heading, s.label

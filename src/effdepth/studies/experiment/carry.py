@@ -1,24 +1,14 @@
 """Trained control for the residual carry (docs/method.md#residual-carry): small models trained from scratch with a fixed carry.
 
-Every run trains the same tiny Llama-architecture model (byte vocabulary,
-identical initialisation and data order for a given seed) with one change:
-the carry hooks of the in-model intervention (:mod:`effdepth.studies.intervene.hooks`).
+Every run trains the same tiny byte-vocabulary Llama (identical initialisation and data order for a
+seed) with one change: the carry hooks of :mod:`effdepth.studies.intervene.hooks`.
 
-Checkpoints are standard Hugging Face folders (model and tokenizer),
-``DIR/lam-<lam>/seed-<k>/step-<N>/``, with the carry stored in the config as
-``effdepth_carry`` and ``effdepth_carry_layers``. The carry is not part of the
-Llama code: a plain ``effdepth measure`` (or ``from_pretrained``) of such a
-checkpoint runs it with lam = 1, a different model from the one trained.
-:func:`~.checkpoints.measure_checkpoint` reads the stored carry and applies it; this
-experiment measures every checkpoint that way, on held-out sequences that
-no training batch contains.
+Checkpoints are Hugging Face folders, ``DIR/lam-<lam>/seed-<k>/step-<N>/``, the carry stored in the
+config as ``effdepth_carry`` and ``effdepth_carry_layers``. The carry is not part of the Llama code: a
+plain ``effdepth measure`` of such a checkpoint runs it with lam = 1, a different model from the one
+trained; :func:`~.checkpoints.measure_checkpoint` applies the stored carry, on held-out sequences.
 
-Runs are deterministic under a seed on the CPU; on a GPU, kernels may differ
-in the last bits between runs.
-
-Results: ``DIR/experiment.json`` (every checkpoint's numbers and the
-per-(lam, step) summary over seeds) and ``DIR/experiment.{png,pdf}``; each
-checkpoint's full result is in ``DIR/lam-<lam>/seed-<k>/results/step-<N>.json``.
+Runs are deterministic under a seed on the CPU; on a GPU, kernels may differ in the last bits.
 """
 
 from __future__ import annotations

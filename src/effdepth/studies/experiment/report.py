@@ -32,9 +32,7 @@ _LAM_STYLES = (
 
 def experiment_figure(result: ExperimentResult):
     """Three panels: D_eff and loss against lam at the last step; D_eff and held-out loss against step.
-
-    Bands and error bars span the seeds (min to max) with several seeds, the
-    bootstrap interval with one.
+    Bands span the seeds (min to max) with several seeds, the bootstrap interval with one.
 
     >>> recs = [{"lam": lam, "seed": 0, "step": step, "deff": 1.2, "deff_ci": None, "reference": 1.6, "reference_matched": 1.4,
     ...          "loss": 2.0} for lam in (1.0, 0.5) for step in (0, 4)]

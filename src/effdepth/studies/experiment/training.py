@@ -70,9 +70,8 @@ class SplitCorpus:
 def split_corpus(corpus="shakespeare", *, seq_len: int, eval_seqs: int, seed: int = 0) -> SplitCorpus:
     """Every chunk of the corpus, minus ``eval_seqs`` held out for measurement.
 
-    The held-out chunks are :func:`~effdepth.data.load_corpus`'s draw for ``seed``;
-    since a larger draw is a superset of a smaller one, they are removed
-    exactly from the full set of chunks.
+    The held-out chunks are :func:`~effdepth.data.load_corpus`'s draw for ``seed`` (a larger draw is a
+    superset of a smaller one, so they are removed exactly).
 
     >>> s = split_corpus(["to be or not to be, that is the question"] * 20, seq_len=8, eval_seqs=4)
     >>> s.held_out.shape[0], s.train.shape[0] + 4 == s.info["chunks_available"]

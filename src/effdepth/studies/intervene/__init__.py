@@ -1,15 +1,7 @@
 """The residual-carry intervention in a model (docs/method.md#residual-carry): D_eff and loss against the carry lam.
 
-For each carry value lam the chosen blocks output ``lam * s_{l-1} + (s_l - s_{l-1})``
-(see :class:`~effdepth.studies.intervene.hooks.ResidualCarry`), or with ``carry_on="sublayers"``
-the paper's ``h <- lam h + attn(LN h)``, ``h <- lam h + mlp(LN h)`` in each of them
-(:class:`~effdepth.studies.intervene.hooks.SublayerCarry`); the model and the
-corpus are loaded once and every lam is measured on the same tokens, with the
-next-token loss. lam = 1 is the unmodified model.
-
-:func:`save_intervention` writes ``DIR/intervention.json`` (every per-lam
-result inside), ``DIR/carry-<lam>/result.json`` and the figure
-``DIR/intervention.{png,pdf}``.
+The model and the corpus are loaded once and every lam is measured on the same tokens, with the
+next-token loss; lam = 1 is the unmodified model.
 """
 
 from __future__ import annotations
@@ -108,9 +100,8 @@ def measure_with_carry(
     prepared, lam: float, layers, analysis: AnalysisOptions | None = None, *, progress: bool = True, on: str = "blocks"
 ) -> Result:
     """One measurement, with the next-token loss over the same passages, inside the carry ``on`` blocks or
-    sublayers: :func:`~effdepth.measurement.run.measure_passages` as :func:`effdepth.measure` runs it.
-
-    The carry is recorded in ``result.extras["intervention"]``.
+    sublayers: :func:`~effdepth.measurement.run.measure_passages` as :func:`effdepth.measure` runs it;
+    the carry is recorded in ``result.extras["intervention"]``.
     """
     from effdepth.measurement.run import measure_passages, passage_loss
 

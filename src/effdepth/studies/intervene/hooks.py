@@ -5,10 +5,8 @@ becomes ``lam * s_{l-1} + (s_l - s_{l-1}) = s_l - (1 - lam) * s_{l-1}``: the
 update is kept, the carried state is scaled. ``lam = 1`` is the unmodified
 model, ``lam = 0`` removes the skip path (the block's update alone goes on).
 
-The hooks are registered with ``prepend=True`` (docs/capture.md, fact 4), so the
-modified output is what the next block, :class:`~effdepth.models.hooks.ResidualCapture`
-and transformers' own hidden-state hooks all see. They are plain tensor
-arithmetic without ``detach``, so gradients flow through them in training.
+The hooks are registered with ``prepend=True`` (docs/capture.md, fact 4), so every later hook sees
+the modified output; they do not ``detach``, so gradients flow through them in training.
 """
 
 from __future__ import annotations
@@ -134,10 +132,8 @@ def _layer_items(spec, option: str) -> list:
 
 
 class _CarryHooks(HookSet):
-    """What both carries share: hooks on the chosen blocks (``_hooks``), a :class:`HookSet` (removed even
-    when a forward pass fails); ``lam = 1`` registers nothing unless ``hooks_at_one``
-    (there the hooks subtract ``0 * h``: a check that they change nothing themselves); a second carry on a
-    block is refused (it would apply twice)."""
+    """What both carries share: ``lam = 1`` registers nothing unless ``hooks_at_one`` (the hooks then
+    subtract ``0 * h``: a check that they change nothing themselves); a second carry on a block is refused."""
 
     def __init__(self, arch: ResolvedArchitecture, lam: float, layers="all", *, hooks_at_one: bool = False):
         self.arch = arch
@@ -226,11 +222,8 @@ class SublayerCarry(_CarryHooks):
     """Context manager: the paper's carry in every sublayer of blocks ``layers`` (1-based),
     ``h <- lam h + attn(LN h)`` then ``h <- lam h + mlp(LN h)``.
 
-    A block adds each branch's output to its stream; the hooks subtract ``(1 - lam) h`` from
-    the branch output, with h the stream the branch is added to (the block's input for the
-    attention branch, that plus the attention branch for the MLP's). A parallel-residual block
-    (GPT-NeoX) adds both branches to the same h, so the carry applies once there:
-    ``h <- lam h + attn(LN1 h) + mlp(LN2 h)``.
+    The hooks subtract ``(1 - lam) h`` from each branch output, h the stream it is added to. A
+    parallel-residual block (GPT-NeoX) adds both branches to the same h, so the carry applies once there.
 
     >>> import torch
     >>> from effdepth.models.tiny import tiny_model
