@@ -1,7 +1,5 @@
 """``effdepth report``: load results and the studies saved beside them, render HTML or Markdown, write
-atomically. A study (:class:`Study`) gets its title, tables, figure and caption from its kind
-(:class:`~effdepth.results.loading.StudyKind`, which each study registers), so the HTML and the
-Markdown render every study alike."""
+atomically. A study's title, tables, figure and caption come from its registered kind."""
 
 from __future__ import annotations
 

@@ -1,20 +1,9 @@
 """``effdepth recompose``: the offline carry sweep and decorrelation of a saved result (docs/method.md#recomposition).
 
-No model runs. A saved passage-mode result keeps its pooled vectors P_0..P_L
-(N passages x d) beside ``result.json`` (:mod:`effdepth.results.store`). Pooling a
-passage by its mean is linear in its token states, so rebuilding the pooled
+No model runs: mean pooling is linear in the token states, so rebuilding a saved result's pooled
 vectors from their increments is exactly pooling the rebuilt token stream
-(:mod:`effdepth.numerics.recompose`):
-
-- carry sweep: ``S'_l = lam S'_{l-1} + X_l`` from ``X_0 = P_0``, ``X_l = P_l - P_{l-1}``;
-- decorrelated: the same from the increments centred across passages and
-  orthogonalised in order (Frobenius inner product), each keeping its energy.
-
-Each rebuilt stack is analysed by :func:`effdepth.from_pooled` as the result
-was (its similarities, embedding state, seed and resampling units), so
-``lam = 1`` gives the measured D_eff back. The decorrelated stream is the
-process R_matched describes, but under CKA the two are not equal (see
-:data:`DECORRELATED_NOTE`): the report gives the difference.
+(:mod:`effdepth.numerics.recompose`). Each rebuilt stack is analysed as the result was, so ``lam = 1``
+gives the measured D_eff back.
 """
 
 from __future__ import annotations
@@ -105,12 +94,10 @@ def recompose_rows(
     bootstrap_units: int | None = None,
     progress: bool = False,
 ) -> tuple:
-    """``(rows, decorrelated)`` for pooled vectors ``(L+1, N, d)`` of one variant (the view's pooling):
-    per carry a row with ``lam``, ``deff``, ``reference`` (F_N), ``ratio``, ``deff_decorrelated`` and
-    ``similarities`` (both D_eff under every similarity; ``ci``: the intervals with a bootstrap), and the
-    decorrelated stream at lam = 1 (``deff``, ``reference_matched``: the R_matched of the recomposed
-    stream, and ``similarities``). ``view``'s stage after pooling (``length``, with ``lengths``) is
-    applied to each recomposed stack; the analysis is :func:`effdepth.from_pooled`'s with these options.
+    """``(rows, decorrelated)`` for pooled vectors ``(L+1, N, d)`` of one variant: per carry a row with
+    ``lam``, ``deff``, ``reference`` (F_N), ``ratio``, ``deff_decorrelated`` and ``similarities`` (``ci``
+    with a bootstrap), and the decorrelated stream at lam = 1 (``deff``, ``reference_matched``,
+    ``similarities``). ``view``'s ``length`` stage (with ``lengths``) is applied to each recomposed stack.
 
     >>> walk = np.cumsum(np.random.default_rng(0).normal(size=(4, 32, 8)), axis=0)
     >>> rows, decorrelated = recompose_rows(walk, (1.0, 0.0))
@@ -183,8 +170,7 @@ def recompose_report(
 ) -> tuple:
     """Offline carry sweep and decorrelation of a saved passage-mode result: ``(data, table text)``.
 
-    ``data`` (schema :data:`SCHEMA`) is JSON-ready: :func:`recompose_rows`' rows and decorrelated stream
-    beside the view's measured D_eff and R_matched. The analysis is the result's but for ``bootstrap``
+    ``data`` (schema :data:`SCHEMA`) is JSON-ready; the analysis is the result's but for ``bootstrap``
     (0: no intervals, the quick default).
 
     >>> import effdepth, tempfile

@@ -1,8 +1,4 @@
-"""What a report says about several results side by side: one row per result (its first view under its
-primary similarity) with what tells the results apart; for passage-mode results, the layout of the
-paper's Table 2 with its row beside ours, and with three or more the model ordering under every lag,
-taper and aggregation.
-"""
+"""What a report says about several results side by side."""
 
 from __future__ import annotations
 
@@ -19,8 +15,7 @@ from effdepth.results.result import Result
 
 def comparison_table(sources: list) -> Table:
     """One row per result (its first view under its primary similarity), in the order given, with a
-    column for everything that tells the results apart (folder, tokens per sequence - always -,
-    sequences, BOS, seed, dtype, similarity, views, carry).
+    column for everything that tells the results apart.
 
     >>> import effdepth, torch, pathlib
     >>> from effdepth.report.sources import Source

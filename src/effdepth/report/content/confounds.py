@@ -1,8 +1,5 @@
 """What a report says about the first-token x length confound and the sample size of a passage-mode result
-(docs/method.md#the-first-token-x-length-confound, #sample-size): the passage lengths, the confounds table
-(D_eff under default, drop-pos0 and length, each control's paired difference), the subsample curve, and
-one-line warnings when a control or the last doubling of N moves D_eff too far (a result measured before
-the controls says how to add them).
+(docs/method.md#the-first-token-x-length-confound, #sample-size).
 """
 
 from __future__ import annotations

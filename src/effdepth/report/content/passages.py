@@ -1,7 +1,4 @@
-"""What a report says about a passage-mode result (docs/method.md#passage-mode): the paper's estimator
-beside the debiased one, each estimator's finite-sample null, the references with the paper's names,
-the attribution, the update diagnostic, the lags and tapers, and the paper's Table 2 row beside ours.
-"""
+"""What a report says about a passage-mode result (docs/method.md#passage-mode)."""
 
 from __future__ import annotations
 

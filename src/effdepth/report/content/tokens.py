@@ -1,7 +1,5 @@
 """What a report says about an old token-mode result (statistics summed over tokens, written before the token
-reduction; docs/method.md#token-reduction): the headline, the summary and its sections, the views and
-references under the primary similarity and, with several similarities, the definition sensitivity. It
-reads the saved fields only; tests/integration/report/test_old_token_results.py shows such a file.
+reduction; docs/method.md#token-reduction). It reads the saved fields only.
 """
 
 from __future__ import annotations

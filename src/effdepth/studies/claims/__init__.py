@@ -1,10 +1,8 @@
 """``effdepth claims``: does a model reproduce the paper? (docs/method.md#claims)
 
-The abstract's five claims and a sixth of ours (:data:`effdepth.results.verdicts.CLAIMS`, shared with the
-report), judged on saved results for every similarity they hold: each ``holds``, ``fails`` or ``not
-measured``. One result gets a table (claims x similarities) and the numbers behind each verdict; several (a
-sweep's folder, or many files) get one row per model and similarity and a tally next to what the abstract
-reports. Whatever the verdicts, the check succeeds; only input it cannot read is an error.
+The abstract's five claims and a sixth of ours (:data:`effdepth.results.verdicts.CLAIMS`), judged on
+saved results for every similarity they hold. Whatever the verdicts, the check succeeds; only input it
+cannot read is an error.
 
 >>> import effdepth, torch, tempfile, pathlib
 >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -66,10 +64,8 @@ class ClaimsOutcome:
 
 def check_paths(paths) -> ClaimsOutcome:
     """Load every result named by ``paths`` (``result.json`` files, a run's folder, a sweep's folder:
-    every ``result.json`` below it) and judge the claims on each.
-
-    A path without results, a file that is not a readable result, or a result with none of the views
-    the claims read is a one-line :class:`~effdepth.EffdepthError` that says what to run.
+    every ``result.json`` below it) and judge the claims on each; a path without readable results is a
+    one-line :class:`~effdepth.EffdepthError` that says what to run.
 
     >>> import tempfile
     >>> check_paths([tempfile.mkdtemp()])

@@ -1,7 +1,4 @@
-"""What ``effdepth claims`` prints: for one result the verdicts and the numbers behind each; for several
-the verdicts per model and similarity and for how many models each claim holds, beside the paper's
-abstract; and the passage-mode results in the layout of the paper's Table 2.
-"""
+"""What ``effdepth claims`` prints."""
 
 from __future__ import annotations
 
