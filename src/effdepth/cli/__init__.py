@@ -1,7 +1,5 @@
-"""The ``effdepth`` command line: one module per command group registers its commands (their flags built
-from declarations, :mod:`effdepth.options.flags`); :func:`main` dispatches.
-
-Nothing outside this package imports it; it imports everything it runs.
+"""The ``effdepth`` command line: one module per command group registers its commands; :func:`main`
+dispatches.
 """
 
 from __future__ import annotations

@@ -63,10 +63,8 @@ def output_folder(folder: Path):
 
 
 def log_line(line: str) -> None:
-    """Progress lines of sweeps and trajectories, flushed at once (they may run for hours).
-
-    A reader that leaves (``effdepth sweep ... | head -1``) stops the lines, not the run: stdout
-    then goes to /dev/null and the sweep writes every result as it would have.
+    """Progress lines of sweeps and trajectories, flushed at once; a reader that leaves
+    (``effdepth sweep ... | head -1``) stops the lines, not the run.
     """
     try:
         print(line, flush=True)

@@ -1,6 +1,5 @@
-"""A carry experiment's checkpoints: saved as Hugging Face folders with the carry in their config, and
-measured from the saved folder with that carry (:func:`measure_checkpoint`), as a user would measure them;
-:func:`checkpoint_record` is one checkpoint's line of ``experiment.json``.
+"""A carry experiment's checkpoints: Hugging Face folders with the carry in their config, measured
+from the saved folder with that carry, as a user would measure them.
 """
 
 from __future__ import annotations
@@ -72,10 +71,8 @@ def checkpoint_carry_on(path) -> str:
 def measure_checkpoint(
     path, corpus=None, *, carry: float | None = None, layers=None, progress: bool = True, **options
 ) -> Result:
-    """Measure a checkpoint with the residual carry it was trained with (from its config).
-
-    ``carry``/``layers`` override the stored values; ``options`` are
-    :func:`effdepth.measure`'s. The next-token loss is recorded too.
+    """Measure a checkpoint with the residual carry it was trained with (from its config), and its loss;
+    ``carry``/``layers`` override the stored values; ``options`` are :func:`effdepth.measure`'s.
 
     >>> import tempfile, torch
     >>> from effdepth.studies.experiment import CarryExperiment

@@ -1,6 +1,4 @@
-"""What a report and the terminal say of a carry experiment: the last step against lam (the carry
-figure of :mod:`effdepth.studies.intervene.report`), beside the paper's Table S14 for a ``--paper`` run,
-and D_eff and loss against the training step.
+"""What a report and the terminal say of a carry experiment.
 
 >>> from effdepth.studies.experiment.result import ExperimentResult
 >>> rec = {"lam": 1.0, "seed": 0, "step": 3, "deff": 1.2, "deff_ci": [1.1, 1.3], "reference": 1.6, "ratio": 0.75,

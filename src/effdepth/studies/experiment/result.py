@@ -1,5 +1,4 @@
-"""The record of a carry experiment: one record per lam, seed and checkpoint and their summary over
-seeds, saved as ``experiment.json``.
+"""The record of a carry experiment, saved as ``experiment.json``.
 
 >>> import effdepth, tempfile
 >>> effdepth.load(ExperimentResult({"layers": 2}, []).save(tempfile.mkdtemp()).parent).config

@@ -1,7 +1,4 @@
-"""A carry experiment's setting (:class:`CarryExperiment`): the carries, the model, the training and how
-the held-out sequences are measured, checked once; the paper's S17 setting (``--paper``) and how any
-setting differs from it, which the experiment records and every report of it shows.
-"""
+"""A carry experiment's setting, checked once, and how it differs from the paper's S17 setting."""
 
 from __future__ import annotations
 

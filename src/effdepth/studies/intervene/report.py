@@ -1,5 +1,5 @@
 """What a report and the terminal say of an intervention, and the carry figure it shares with the
-carry experiment: D_eff (with its interval), the references and the loss against the carry lam.
+carry experiment.
 
 >>> import effdepth, torch
 >>> ir = InterventionResult((1.0,), (1, 2, 3), {1.0: effdepth.from_states(torch.randn(4, 8, 8, 16))})

@@ -1,9 +1,7 @@
 """The random-weight null: the same architecture, randomly initialised, measured by the same protocol.
 
 The paper (PAPER-PROTOCOL section 5) holds a trained model's D_eff/L against its architecture at
-initialisation: what the residual stream's structure gives before any training. :func:`random_weight_null`
-builds the model from its config alone, once per seed, measures each with the trained measurement's
-options, and summarises the default view over the seeds per similarity.
+initialisation: what the residual stream's structure gives before any training.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""What a report and the terminal say of a random-weight null, from what ``null.json`` holds: its table and
-its figure (``DIR/null.{png,pdf}``), the trained model's D_eff/L beside each random initialisation's.
-"""
+"""What a report and the terminal say of a random-weight null, from what ``null.json`` holds."""
 
 from __future__ import annotations
 

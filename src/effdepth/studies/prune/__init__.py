@@ -1,10 +1,7 @@
 """The pruning boundary check (docs/method.md#pruning): can D_eff order a model's blocks for pruning?
 
-:func:`prune_check` measures the model once, ranks its blocks two ways from that result
-(:mod:`effdepth.numerics.pruning`: ShortGPT's block influence, and the local D_eff order), then skips the
-first k blocks of each order (:class:`BlockSkip`) and measures the next-token perplexity on held-out
-passages (drawn with the next seed, none of them measured) for every k. The Spearman correlation of the two
-rankings says how far they agree.
+Blocks are ranked two ways (ShortGPT's block influence, the local D_eff order); the first k of each are
+skipped and the perplexity measured on held-out passages (drawn with the next seed) for every k.
 """
 
 from __future__ import annotations

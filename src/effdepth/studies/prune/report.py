@@ -1,6 +1,4 @@
-"""What a report and the terminal say of a pruning boundary check, from what ``prune.json`` holds: its table
-and its figure (``DIR/prune.{png,pdf}``), the held-out perplexity after skipping k blocks in each order.
-"""
+"""What a report and the terminal say of a pruning boundary check, from what ``prune.json`` holds."""
 
 from __future__ import annotations
 
