@@ -1,6 +1,5 @@
 """Figures of the first-token x length confound and the sample size of a passage-mode result
-(docs/method.md#the-first-token-x-length-confound, #sample-size): D_eff / F_L under default and each
-control, and D_eff / F_L against the number of passages (nested subsamples and the full estimate).
+(docs/method.md#the-first-token-x-length-confound, #sample-size).
 """
 
 from __future__ import annotations

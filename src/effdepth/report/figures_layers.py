@@ -1,7 +1,4 @@
-"""The per-layer figure of a view: the update sizes across samples, the update-to-state norm ratio (samples
-and tokens) and block influence, with their intervals; an old token-mode result's update and state energies,
-update-state cosine and block influence.
-"""
+"""The per-layer figure of a view."""
 
 from __future__ import annotations
 
@@ -15,9 +12,7 @@ from effdepth.results.result import Result, ViewResult
 
 
 def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figure:
-    """Per-layer panels: update energy (log), cos(U_l, S_{l-1}) and block influence.
-
-    Missing values (``None``/non-finite in the JSON) are drawn as gaps.
+    """Per-layer panels: update energy (log), cos(U_l, S_{l-1}) and block influence; missing values are gaps.
 
     >>> import effdepth, torch
     >>> fig = layers_figure(effdepth.from_states(torch.randn(5, 8, 8, 16).cumsum(0)))

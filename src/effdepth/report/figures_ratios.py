@@ -1,6 +1,4 @@
-"""Figures of ratios to a reference, one dot per row with its interval and a line at 1: the views of
-a result, the lags, tapers and aggregations of its default view, and several results side by side.
-"""
+"""Figures of ratios to a reference, one dot per row with its interval and a line at 1."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """A self-contained HTML report: one file, figures inlined, nothing fetched.
 
-Figures are ``data:`` PNGs, the CSS is inline, and the only script is a few
-inline lines (sortable comparison table, image check); a Content Security
-Policy forbids every network request, so the file opens the same offline,
-from an e-mail attachment, or years later.
+A Content Security Policy forbids every network request, so the file opens the same offline, from an
+e-mail attachment, or years later.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""A Markdown report, with its figures as PNG files beside it.
-
-For pasting into papers, issues and notebooks: GitHub-flavoured tables, the
-images referenced by relative path (``report_files/*.png``).
-"""
+"""A Markdown report (GitHub-flavoured tables), with its figures as PNG files beside it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The studies built on a measurement, one folder each (docs/design.md). Importing this package registers
-every study's record kind (:func:`effdepth.results.loading.register`), so :func:`effdepth.load` and the
-reports know them.
+"""The studies built on a measurement, one folder each; importing this package registers every study's
+record kind, so :func:`effdepth.load` and the reports know them.
 """
 
 from effdepth.studies.experiment import report as experiment_report

@@ -1,10 +1,5 @@
-"""What a report says, independent of its format: the one content model of effdepth's reports.
-
-:func:`result_content` turns a :class:`~effdepth.Result` of either mode into a
-:class:`~.model.ResultContent`: headline lines, summary rows and :class:`~.model.Section` objects
-(titled :class:`~.model.Table` objects whose unavailable cells carry their reason). The terminal
-(:mod:`..plain`, through :mod:`..tables`), the HTML (:mod:`..html`) and the Markdown (:mod:`..markdown`)
-writers render the same objects, so the three formats carry the same numbers.
+"""What a report says, independent of its format: every writer renders the same objects, so the three
+formats carry the same numbers.
 """
 
 from __future__ import annotations

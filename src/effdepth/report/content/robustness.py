@@ -1,6 +1,4 @@
-"""What the robustness tables of a result say (docs/method.md#sensitivity): D_eff under the paper's maximum
-lags, tapers and aggregations, and across several results the models' ordering under each of them.
-"""
+"""What the robustness tables of a result say (docs/method.md#sensitivity)."""
 
 from __future__ import annotations
 
