@@ -53,8 +53,6 @@ ATTRIBUTION_TERMS = (
     ("correlated_updates", "correlated\nupdates"),
 )
 
-# --------------------------------------------------------------------------- figures
-
 
 def similarity_figure(result: Result | ViewResult, view: str | None = None) -> Figure:
     """Heatmap of the layer-by-layer similarity sim_ij of one view.
@@ -201,9 +199,6 @@ def attribution_figure(result: Result | ViewResult, view: str | None = None) -> 
     return fig
 
 
-# --------------------------------------------------------------------------- writing
-
-
 def write_figures(result: Result, folder, view: str | None = None) -> list[Path]:
     """Write the standard figures of ``result`` (``view``'s, default the first) into ``folder``, PNG and PDF
     each, and remove the standard figures there that this result does not produce.
@@ -256,9 +251,6 @@ def standard_figures(result: Result, view: str | None = None):
         fig = draw(result)
         if fig is not None:
             yield stem, fig
-
-
-# --------------------------------------------------------------------------- helpers
 
 
 def _similarity_label(ctx: dict) -> str:

@@ -157,9 +157,6 @@ def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> s
     )
 
 
-# --------------------------------------------------------------------------- sections
-
-
 def _comparison_section(sources: list) -> str:
     nav = "".join(f'<li><a href="#result-{i}">{escape(s.label)}</a></li>' for i, s in enumerate(sources, start=1))
     passages = all(s.result.passages for s in sources)
@@ -200,9 +197,6 @@ def _result_section(source: Source, index: int, several: bool) -> str:
     )
     parts.append("</section>")
     return "\n".join(p for p in parts if p)
-
-
-# --------------------------------------------------------------------------- elements
 
 
 _SYMBOL = re.compile(r"\b([DFRSL])_(eff|N|L|init|size|matched|corr|norm|h0|structural_cal|matched_cal|0|1)\b")

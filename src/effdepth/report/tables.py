@@ -1,9 +1,4 @@
-"""What the terminal prints (no plotting imports): report content (:mod:`.content`) written by
-:mod:`.plain`, so the terminal, HTML and Markdown carry the same numbers.
-
-- a result (``effdepth measure``, ``effdepth show``): :func:`result_summary_text`;
-- anything saved (``effdepth show``): :func:`show_text`, a study as its kind says;
-"""
+"""What the terminal prints (no plotting imports): report content (:mod:`.content`) written by :mod:`.plain`."""
 
 from __future__ import annotations
 
@@ -12,8 +7,6 @@ from effdepth.report.content.facts import extras_table
 from effdepth.report.plain import content_text, section_text
 from effdepth.results.loading import KINDS, SavedStudy, kind_of
 from effdepth.results.result import Result
-
-# --------------------------------------------------------------------------- one result
 
 
 def result_summary_text(result: Result) -> str:
@@ -24,9 +17,6 @@ def result_summary_text(result: Result) -> str:
     True
     """
     return content_text(result_content(result), extras_table(result))
-
-
-# --------------------------------------------------------------------------- effdepth show
 
 
 def study_text(kind: str, record: dict) -> str:

@@ -1,5 +1,4 @@
-"""The figures a report shows, with their titles and captions: a result's standard figures and the
-comparison of several, rendered to PNG for the HTML and Markdown writers."""
+"""The figures a report shows, with their titles and captions."""
 
 from __future__ import annotations
 

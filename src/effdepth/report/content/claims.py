@@ -1,7 +1,4 @@
-"""Does a result reproduce the paper (docs/method.md#claims)? The verdict of every claim of the
-abstract per similarity and the numbers behind each: a result's section in every report. Over several
-results (``effdepth claims``) the claims study says more: :mod:`effdepth.studies.claims.report`.
-"""
+"""Does a result reproduce the paper (docs/method.md#claims)? A result's section in every report."""
 
 from __future__ import annotations
 

@@ -105,9 +105,6 @@ def _numeric(values: list) -> bool:
     return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in values if x is not None)
 
 
-# --------------------------------------------------------------------------- passage mode
-
-
 def passage_sections(entries: list) -> list:
     """The sections comparing the passage-mode results among ``entries`` (``(label, Result)``): the
     Table-2-style comparison, and with three or more the model ordering under every lag, taper and

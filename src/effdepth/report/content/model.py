@@ -87,8 +87,6 @@ TERMS = (
     ("correlated_updates", "correlated updates"),
 )
 
-# --------------------------------------------------------------------------- cells
-
 
 def interval(v: ViewResult, key: str, digits: int = 3) -> str:
     """``[lo, hi]`` of ``v.ci[key]``, or ``""`` without a bootstrap."""

@@ -359,9 +359,6 @@ def table2_section(result: Result) -> Section | None:
     )
 
 
-# --------------------------------------------------------------------------- cells
-
-
 def default_views(result: Result):
     """``(similarity, its default view)`` (its first view when it has no default), primary first."""
     for sim, views in result.similarities.items():

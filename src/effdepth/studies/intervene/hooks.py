@@ -22,8 +22,7 @@ from effdepth.errors import EffdepthError
 from effdepth.models.hooks import HookSet, hidden_from_input, hidden_from_output
 from effdepth.models.registry import ResolvedArchitecture
 
-# Blocks that carry a ResidualCarry right now: nesting two would apply the
-# carry twice, silently.
+# Blocks that carry a ResidualCarry right now: nesting two would apply the carry twice, silently.
 _ACTIVE: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
 
 _RANGE = re.compile(r"^(\d+)\s*-\s*(\d+)$")
