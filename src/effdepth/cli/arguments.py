@@ -1,5 +1,4 @@
-"""What the commands share beyond their flags (those are built from declarations: :mod:`effdepth.options.flags`):
-the run options and the output folder as the flags give them, and lines that survive a closed pipe."""
+"""What the commands share beyond their flags."""
 
 from __future__ import annotations
 

@@ -63,8 +63,7 @@ def layers_figure(result: Result | ViewResult, view: str | None = None) -> Figur
 
 def passage_layers_figure(v: ViewResult, ctx: dict) -> Figure:
     """Passage mode's per-layer panels: each update's covariance norm across passages (log), the update-to-state
-    norm ratio (of the pooled vectors, and over tokens) and block influence, with their intervals where the
-    result has them."""
+    norm ratio and block influence, with their intervals where the result has them."""
     sizes = array(v.update_sizes)
     layers = np.arange(1, len(sizes) + 1)
     related, ci = v.related or {}, v.ci or {}

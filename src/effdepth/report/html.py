@@ -99,9 +99,8 @@ SCRIPT = """
 
 
 def render_html(sources: list, *, sort: bool = True, failed=(), studies=()) -> str:
-    """The report of one result, or a comparison of several, as one HTML page; ``failed`` lists
-    ``(model, error)`` of a sweep's members that could not be measured; ``studies``
-    (:class:`~effdepth.report.build.Study`) get a section each, before the results.
+    """The report of one result, or a comparison of several, as one HTML page; ``failed``: the ``(model,
+    error)`` not measured; ``studies`` get a section each, before the results.
 
     >>> import effdepth, torch, pathlib
     >>> from effdepth.report.sources import Source

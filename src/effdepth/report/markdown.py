@@ -21,9 +21,8 @@ _SPECIAL = re.compile(r"([\\`*<>|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:
 def render_markdown(
     sources: list, files_dir: str = "report_files", *, sort: bool = True, failed=(), studies=()
 ) -> tuple:
-    """``(markdown text, {relative image path: PNG bytes})`` for one result or a comparison;
-    ``failed`` lists ``(model, error)`` of a sweep's members that could not be measured; ``studies``
-    (:class:`~effdepth.report.build.Study`) get a section each, before the results.
+    """``(markdown text, {relative image path: PNG bytes})`` for one result or a comparison; ``failed`` and
+    ``studies`` as :func:`~effdepth.report.html.render_html`'s.
 
     >>> import effdepth, torch, pathlib
     >>> from effdepth.report.sources import Source

@@ -27,8 +27,7 @@ from effdepth.studies.intervene.options import carries_option
 
 @dataclass(frozen=True)
 class RecomposeOptions:
-    """``effdepth recompose``: the saved result, the carries and the view; the bootstrap is off by default
-    (the quick answer; a measurement's default would redo 1000 resamples per recomposed stream)."""
+    """``effdepth recompose``: the saved result, the carries and the view; the bootstrap is off by default."""
 
     result: str = option(
         None, "result.json (or its folder) of a passage-mode measurement, its pooled/ beside it", flags=()

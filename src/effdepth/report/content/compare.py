@@ -106,9 +106,8 @@ def _numeric(values: list) -> bool:
 
 
 def passage_sections(entries: list) -> list:
-    """The sections comparing the passage-mode results among ``entries`` (``(label, Result)``): the
-    Table-2-style comparison, and with three or more the model ordering under every lag, taper and
-    aggregation; none when no result is in passage mode.
+    """The sections comparing the passage-mode results among ``entries`` (``(label, Result)``); none when
+    no result is in passage mode.
 
     >>> import effdepth, torch
     >>> from effdepth.models.tiny import tiny_model
@@ -130,9 +129,7 @@ def passage_sections(entries: list) -> list:
 
 def table2_section(entries: list) -> Section | None:
     """The passage-mode results among ``entries`` (``(label, Result)``) in the layout of the paper's Table 2,
-    the paper's row beside ours; ``None`` when none is in passage mode. Columns: L; D_eff, D_eff/L and gap
-    under cka; the debiased D_eff / F_L; the biased estimator's null / F_L; R_matched and R_corr; token-norm
-    and top1pc D_eff / F_L; the paper's D_eff, D_eff/L and gap, and the difference in D_eff."""
+    the paper's row beside ours; ``None`` when none is in passage mode."""
     passages = [(label, r) for label, r in entries if r.passages]
     if not passages:
         return None

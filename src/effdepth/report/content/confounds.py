@@ -169,9 +169,8 @@ def confound_warnings(result: Result) -> list:
 
 
 def confounds_comparison_table(entries: list) -> Table | None:
-    """Several passage-mode results (``(label, Result)``), one row per result and similarity: D_eff / F_L
-    under default and each control, each control's paired difference to default; ``None`` when no
-    result holds a confounds table.
+    """Several passage-mode results (``(label, Result)``), one row per result and similarity; ``None``
+    when no result holds a confounds table.
 
     >>> import effdepth, torch
     >>> from effdepth.models.tiny import tiny_model

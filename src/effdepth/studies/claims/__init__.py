@@ -43,8 +43,7 @@ class ClaimsOutcome:
     failed: list = field(default_factory=list)
 
     def text(self) -> str:
-        """What ``effdepth claims`` prints: the passage-mode results beside the paper's Table 2, then the full
-        check of one result or the per-model table of several.
+        """What ``effdepth claims`` prints.
 
         >>> import effdepth, torch
         >>> r = effdepth.from_states(torch.randn(4, 8, 8, 16), bootstrap=20)

@@ -43,8 +43,7 @@ def claims_text(result: Result, label: str | None = None) -> str:
 
 
 def claims_sweep_text(entries: list, failed: list = ()) -> str:
-    """``effdepth claims`` of several results (``(label, Result)``): the verdicts per model and similarity, then
-    for how many models each claim holds, beside the paper's abstract, and the ``failed`` ``(model, error)``.
+    """``effdepth claims`` of several results (``(label, Result)``), and the ``failed`` ``(model, error)``.
 
     >>> import effdepth, torch
     >>> r = effdepth.from_states(torch.randn(4, 8, 8, 16), bootstrap=20)
@@ -83,8 +82,7 @@ def passage_comparison_text(entries: list) -> str:
 
 
 def verdicts_table(entries: list) -> Table:
-    """One row per result (``(label, Result)``) and similarity, one column per claim, numbered as
-    :data:`~effdepth.results.verdicts.CLAIMS`.
+    """One row per result (``(label, Result)``) and similarity, one column per claim.
 
     >>> import effdepth, torch
     >>> same = torch.randn(1, 8, 8, 16).repeat(4, 1, 1, 1)       # every layer alike: D_eff = 1 < F_N

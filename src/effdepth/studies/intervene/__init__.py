@@ -63,9 +63,7 @@ def intervene(
 
     ``carry``: values in [0, 1] (a sequence or ``"1,0.9,0.5"``); ``layers``: ``"all"``, ``"A-B"``,
     ``"1,3,5"`` or a list of 1-based block numbers; ``carry_on``: ``"blocks"`` or ``"sublayers"`` (the
-    paper's: :class:`~effdepth.studies.intervene.hooks.SublayerCarry`). ``options`` are
-    :func:`effdepth.measure`'s, measured as it measures them, so carry 1 gives its number exactly. Each
-    lam gets a full :class:`~effdepth.Result` (all views), with the next-token loss over the same passages.
+    paper's). ``options`` are :func:`effdepth.measure`'s, so carry 1 gives its number exactly.
 
     >>> import effdepth, torch
     >>> from effdepth.models.tiny import tiny_model
