@@ -128,8 +128,7 @@ def _remove_stale_images(folder: Path, kept: set) -> None:
 
 
 def report_format(output, fmt: str | None = None) -> str:
-    """The format to write ``output`` in: ``fmt`` when given, else its suffix's; a suffix effdepth
-    cannot write, or one that contradicts ``fmt``, is a one-line error that lists the suffixes that work.
+    """The format to write ``output`` in: ``fmt`` when given, else its suffix's; a one-line error otherwise.
 
     >>> report_format("x.md"), report_format(None), report_format("x.htm", "html")
     ('md', 'html', 'html')

@@ -140,8 +140,7 @@ def profile_figure(result: Result | ViewResult, view: str | None = None) -> Figu
 
 
 def attribution_figure(result: Result | ViewResult, view: str | None = None) -> Figure:
-    """Waterfall from F_N down (or up) to D_eff through the three gap terms, each bar labelled with its term
-    in the tables' one convention (docs/method.md#attribution); the terms add up exactly to F_N - D_eff.
+    """Waterfall from F_N to D_eff through the three gap terms (docs/method.md#attribution).
 
     >>> import effdepth, torch
     >>> fig = attribution_figure(effdepth.from_states(torch.randn(5, 8, 8, 16).cumsum(0)))

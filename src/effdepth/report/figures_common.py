@@ -35,8 +35,7 @@ F_N, F_L = "$F_N$", "$F_L$"  # the structural reference: the L block outputs (an
 
 
 def chosen_view(result: Result | ViewResult, view: str | None) -> tuple[ViewResult, dict]:
-    """``(the view, its context)``: the first view unless ``view`` names one; the context (:func:`context`)
-    of a bare view names its similarity and the general symbol F_N.
+    """``(the view, its context)``: the first view unless ``view`` names one.
 
     >>> import effdepth, torch
     >>> v, ctx = chosen_view(effdepth.from_states(torch.randn(3, 8, 4, 8)), None)

@@ -54,8 +54,7 @@ def confounds_figure(result: Result) -> Figure | None:
 
 
 def sample_size_figure(result: Result) -> Figure | None:
-    """D_eff / F_L against the number of passages: the mean and standard deviation over nested random
-    subsamples, and the full estimate with its interval, one line per CKA estimator (None without a curve).
+    """D_eff / F_L against the number of passages, one line per CKA estimator (None without a curve).
 
     >>> import effdepth, torch
     >>> from effdepth.models.tiny import tiny_model

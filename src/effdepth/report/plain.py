@@ -12,8 +12,7 @@ FIRST_SECTIONS = ("views", "confounds: first position and passage length", "samp
 
 
 def render_table(header: list, rows: list, numeric: list | None = None) -> str:
-    """A plain-text table: the columns flagged in ``numeric`` right-aligned, the others left-aligned
-    (default: the first column, the names, left-aligned, the numbers after it right-aligned).
+    """A plain-text table: the columns flagged in ``numeric`` right-aligned (default: all but the first).
 
     >>> print(render_table(["a", "b"], [["x", "1.0"]]))
     a    b
@@ -32,8 +31,8 @@ def render_table(header: list, rows: list, numeric: list | None = None) -> str:
 
 
 def table_text(table: Table, note: bool = True) -> str:
-    """The table with each interval after its value, numeric columns right-aligned; the reason of
-    each cell without a value listed under it (once per row and reason), then the note.
+    """The table with each interval after its value; the reason of each cell without a value listed under
+    it (once per row and reason), then the note.
 
     >>> from effdepth.report.content import Cell
     >>> t = Table(["view", "D_eff"], [[Cell("default"), Cell("1.250", "[1.1, 1.4]")], [Cell("pos0-only"), Cell("unavailable", reason="one token")]],

@@ -36,8 +36,7 @@ def view_order(result) -> list:
 
 
 def view_entries(result, similarity: str | None = None) -> list:
-    """``(view name, ViewResult or None, reason or None)`` for every view under ``similarity``
-    (default: the primary); a view without a value there has its reason.
+    """``(view name, ViewResult or None, reason or None)`` for every view under ``similarity`` (default: the primary).
 
     >>> import effdepth, torch
     >>> r = effdepth.from_states(torch.randn(3, 8, 8, 4), views="default,drop-pos0")

@@ -54,8 +54,7 @@ def find_result_files(paths) -> list[Path]:
 
 
 def load_sources(paths) -> list[Source]:
-    """Load every result named by ``paths`` (:func:`find_result_files`), with unique labels; a file that
-    is not an effdepth result is a one-line :class:`~effdepth.EffdepthError` naming it.
+    """Load every result named by ``paths``, with unique labels; a file that is not a result is an error.
 
     >>> import effdepth, torch, tempfile
     >>> p = effdepth.from_states(torch.randn(3, 8, 4, 8)).save(tempfile.mkdtemp())

@@ -19,8 +19,7 @@ ATTRIBUTION = (
 
 
 def passage_wording(text: str) -> str:
-    """A sentence written about F_N as passage mode says it: its N states are the L block outputs, and
-    the paper calls the structural reference F_L.
+    """A sentence written about F_N as passage mode says it (its N states are the L block outputs).
 
     >>> passage_wording("D_eff / F_N")
     'D_eff / F_L'
@@ -55,8 +54,7 @@ OLD_TOKEN_SIMILARITIES = {
 
 
 def similarity_labels(similarity: str, passages: bool = True) -> tuple | None:
-    """``(label, axis label)`` of a similarity, or None for one unknown; ``passages=False``: as an old
-    token-mode result names it.
+    """``(label, axis label)`` of a similarity, or None for one unknown; ``passages=False``: an old result's.
 
     >>> similarity_labels("token", passages=False)[0], similarity_labels("token")
     ('mean per-token squared cosine', None)
@@ -68,8 +66,7 @@ def similarity_labels(similarity: str, passages: bool = True) -> tuple | None:
 
 
 def similarity_name(similarity: str, passages: bool = True) -> str:
-    """The similarity's name with what it is, for headlines and captions (``passages=False``: an old
-    token-mode result's meaning).
+    """The similarity's name with what it is, for headlines and captions (``passages=False``: an old result's).
 
     >>> similarity_name("token", passages=False), similarity_name("cka")
     ('token (mean per-token squared cosine)', "cka (linear CKA across passages, biased HSIC: the paper's)")

@@ -119,9 +119,8 @@ def view_rows(result: Result, similarity: str | None, width: int, row) -> list:
 
 
 def views_table(result: Result, similarity: str | None = None) -> Table:
-    """One row per view under ``similarity`` (default: the primary): D_eff, F_N, ratio, gap,
-    sub-reference, the attribution terms; ``unavailable`` (with the reason) where there is no value.
-    """
+    """One row per view under ``similarity`` (default: the primary); ``unavailable`` (with the reason)
+    where there is no value."""
     lv = level(result.default)
     header = ["view", "D_eff", "F_N", "D_eff / F_N", "gap %", "sub-ref.", *(label for _, label in TERMS)]
 
@@ -148,9 +147,7 @@ def views_table(result: Result, similarity: str | None = None) -> Table:
 
 
 def references_table(result: Result, similarity: str | None = None) -> Table:
-    """The references of each view, with intervals: F_N, R_init, R_size, R_matched and, when measured,
-    R_structural_cal and R_matched_cal (docs/method.md#calibrated-references).
-    """
+    """The references of each view, with intervals (docs/method.md#calibrated-references)."""
     calibrated = has_calibrated(result, similarity)
     header = (
         ["view", "F_N", "R_init", "R_size", "R_matched"] + (list(CALIBRATED.values()) if calibrated else []) + ["D_eff"]
@@ -182,8 +179,7 @@ def references_table(result: Result, similarity: str | None = None) -> Table:
 
 def sensitivity_table(result: Result) -> Table | None:
     """Definition sensitivity: D_eff / F_N (and D_eff) per view and similarity, with intervals; None
-    with one similarity. A view without a value under a similarity reads ``unavailable``, with the reason.
-    """
+    with one similarity."""
     sims = list(result.similarities)
     if len(sims) < 2:
         return None

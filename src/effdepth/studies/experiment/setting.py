@@ -141,8 +141,7 @@ class CarryExperiment:
         return CarryExperiment(**{**asdict(self), "carries": carries})
 
     def paper_differences(self) -> list:
-        """How this setting differs from the paper's S17 run, one phrase per difference, then what differs even
-        with ``--paper`` (:data:`PAPER_DIFFERENCES`).
+        """How this setting differs from the paper's S17 run, one phrase per difference.
 
         >>> CarryExperiment().paper_differences()[:2]
         ['one carry per block (the paper: in every attention and MLP sublayer)', 'gamma 1, 0.75, 0.5 (the paper: 1, 0.75, 0.5, 0.25)']

@@ -195,8 +195,7 @@ _MLP_OUTPUTS = ("resid_mlp_dropout", "post_mlp_dropout", "post_feedforward_layer
 
 
 def sublayer_branches(block: torch.nn.Module) -> tuple:
-    """``(attention branch, MLP branch, parallel)``: the modules whose outputs block adds to its residual
-    stream, and whether both branches read the same input (GPT-NeoX's parallel residual).
+    """``(attention branch, MLP branch, parallel)``: the modules whose outputs ``block`` adds to its stream.
 
     >>> from effdepth.models.tiny import tiny_model
     >>> from effdepth.models.registry import resolve_architecture
@@ -287,8 +286,7 @@ def check_carry_on(on: str) -> str:
 
 
 def replace_hidden(output, old: torch.Tensor, new: torch.Tensor):
-    """``output`` (a tensor, tuple, list, dict or ``ModelOutput``) with the tensor ``old`` (found by identity)
-    replaced by ``new``; a block's extra outputs (attention weights, caches) pass through untouched.
+    """``output`` (a tensor, tuple, list, dict or ``ModelOutput``) with the tensor ``old`` replaced by ``new``.
 
     >>> a, b, c = torch.zeros(1), torch.ones(1), torch.full((1,), 2.0)
     >>> replace_hidden((a, b), a, c)[0] is c

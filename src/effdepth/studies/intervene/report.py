@@ -29,9 +29,8 @@ REFERENCES = (
 
 
 def carry_panel(ax, rows: list, loss: str) -> tuple:
-    """D_eff (with its interval), the references and the loss (right axis, labelled ``loss``) against lam
-    on ``ax``; ``rows`` are one dict per lam (``lam``, ``deff``, ``deff_ci``, ``loss``, references).
-    Returns the legend's handles and labels, both axes'."""
+    """D_eff, the references and the loss (right axis, labelled ``loss``) against lam on ``ax``, ``rows``
+    one dict per lam; returns the legend's handles and labels, both axes'."""
     from effdepth.report.style import OKABE_ITO
 
     rows = sorted(rows, key=lambda r: r["lam"])
