@@ -69,10 +69,9 @@ def find_studies(paths) -> list:
 
 
 def write_report(paths, output=None, fmt: str | None = None, failed=None) -> list[Path]:
-    """Write a report of the results under ``paths`` to ``output`` (default ``report.html`` / ``report.md``);
-    returns the files written. ``fmt``: ``"html"`` (one self-contained file) or ``"md"`` (``X.md`` plus
-    ``X_files/*.png``), by default ``output``'s suffix's. ``failed``: the ``(model, error)`` listed as not
-    measured (default: those a sweep folder among ``paths`` recorded).
+    """Write a report of the results under ``paths`` to ``output`` (default ``report.html``); returns the
+    files written. ``fmt``: ``"html"`` or ``"md"`` (``X.md`` plus ``X_files/*.png``), by default
+    ``output``'s suffix's. ``failed``: the ``(model, error)`` not measured (default: a sweep's records).
 
     >>> import effdepth, torch, tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())

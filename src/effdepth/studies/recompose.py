@@ -51,10 +51,8 @@ DECORRELATED_NOTE = (
 
 
 def recomposable_view(name: str) -> PassageView:
-    """The view ``name`` when its numbers follow from recomposed pooled vectors exactly: it pools a linear
-    selection of tokens (default, drop-bos, drop-pos0), and after pooling applies at most the ``length``
-    control, one linear map of the passages for every layer. Otherwise a one-line error: ``token-norm``
-    pools each token divided by its own norm, ``top{k}pc`` fits directions to each layer's pooled matrix.
+    """The view ``name`` when its numbers follow from recomposed pooled vectors exactly (a linear selection
+    of tokens, at most the ``length`` control after pooling); otherwise a one-line error.
 
     >>> recomposable_view("drop-bos+length").variant
     'drop-bos'

@@ -133,8 +133,7 @@ def _curve_cell(point: dict, reference: float | None = None) -> Cell:
 
 def confound_warnings(result: Result) -> list:
     """One line per control that moves D_eff outside the default's interval, and per estimator whose
-    D_eff moved by more than its interval's half-width between N/2 and N passages; for an older
-    passage-mode result, one line that says how to add the controls.
+    D_eff moved by more than its interval's half-width between N/2 and N passages.
 
     >>> from effdepth.results.result import Result
     >>> confound_warnings(Result(views={}, config={"pooling": "mean", "similarity": "cka"}))

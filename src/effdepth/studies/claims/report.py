@@ -101,8 +101,8 @@ def verdicts_table(entries: list) -> Table:
 
 
 def tally_table(entries: list) -> Table:
-    """Per claim and similarity, for how many of the results (``(label, Result)``) it holds (n.m.: not
-    measured), with the range of the gaps where the sub-reference claim holds, beside the paper's abstract.
+    """Per claim and similarity, for how many of the results (``(label, Result)``) it holds, beside the
+    paper's abstract.
 
     >>> import effdepth, torch
     >>> r = effdepth.from_states(torch.randn(4, 8, 8, 16), bootstrap=20)
