@@ -1,17 +1,11 @@
 """Pooled vectors -> every view's numbers under every similarity, with bootstrap intervals (docs/method.md#passage-mode).
 
-The pure last stage of passage mode: arrays in, plain data out. For each view: its pooled matrices
-S_0..S_L (top-k principal directions removed when asked); the HSIC of every pair of states and of
-updates ``S_l - S_{l-1}`` (:mod:`~effdepth.numerics.sample_hsic`) under the estimate and every resample
-at once; the calibrated references (docs/method.md#calibrated-references: ``structural_cal``, isotropic
-Gaussian equal updates at the run's N, d and L; ``matched_cal``, the measured S_0 plus the measured
-updates with their passages permuted per layer); and the numbers of :mod:`~effdepth.numerics.metrics`
-(row 0 the estimate, percentile intervals from the resamples).
-
-Every view, stack and surrogate is resampled with the same unit weights, so their intervals are
-paired. Every analysis also gives the confound controls and the sample-size curve
-(:mod:`~effdepth.numerics.confounds`). The stacks (:mod:`~effdepth.numerics.stacks`) are produced one
-layer at a time; :func:`analysis_memory` says what is kept within ``plan.max_memory``.
+For each view: its pooled matrices S_0..S_L (top-k principal directions removed when asked); the HSIC of
+every pair of states and of updates under the estimate and every resample at once; the calibrated
+references (docs/method.md#calibrated-references); and the numbers of :mod:`~effdepth.numerics.metrics`
+(row 0 the estimate, percentile intervals from the resamples). Every view, stack and surrogate is
+resampled with the same unit weights, so their intervals are paired; :func:`analysis_memory` says what
+is kept within ``plan.max_memory``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Token states -> one pooled vector per passage and layer, summed in float64 (docs/method.md#passage-mode).
 
-Called once per layer as the states come out of a block, so the states of
-a batch are never held for all layers at once. Every variant of a layer is
-one weighted sum over the passage's tokens: ``weights (B, V, T) @ states
-(B, T, d)``, each variant's weights made by its view components
-(:meth:`~effdepth.numerics.views.PassageView.pooling_weights`: the
-tokens kept, padding never among them, divided by their number, and for
-token-norm by each token's norm).
-
-Besides the pooled vectors, three per-token sums per passage and layer feed
-the update diagnostic and block influence (docs/method.md, section 9):
+Called once per layer, so a batch's states are never held for all layers at once. Every variant is one
+weighted sum over the passage's tokens, ``weights (B, V, T) @ states (B, T, d)``, with weights from
+:meth:`~effdepth.numerics.views.PassageView.pooling_weights`. Three per-token sums per passage and layer
+feed the update diagnostic and block influence (docs/method.md, section 9):
 ``cos(s_{l-1}^t, s_l^t)``, ``|s_l^t - s_{l-1}^t|`` and ``|s_{l-1}^t|``.
 """
 

@@ -6,14 +6,9 @@ together. For every pair the package gives two HSIC estimators of linear kernels
 ``|Yc_i^T Yc_j|_F^2 / n^2`` with ``Yc`` column-centred (the V-statistic; the paper's CKA), and
 ``debiased``, the unbiased estimator of Song et al. (2012) over distinct samples.
 
-This module makes a stack's unit sums (:class:`StackSums`, resample-free) by the Gram route (``K_m =
-Yc_m Yc_m^T`` in column tiles of whole units) or the feature route (per pair and unit, ``C_g =
-Yc_i[g]^T Yc_j[g]``: ``M_gh = <C_g, C_h>_F``; with one unit, ``|Yc_i^T Yc_j|_F^2``);
-:mod:`~effdepth.numerics.hsic_plan` picks the route and fits the budget, and
-:mod:`~effdepth.numerics.hsic_resample` makes both estimators under every resample from the sums.
-
-Everything is float64 unless ``dtype`` says otherwise for the Gram tiles
-(products of *centred* data; a test bounds the float32 error).
+This module makes a stack's unit sums (:class:`StackSums`) by the route
+:mod:`~effdepth.numerics.hsic_plan` picks. Everything is float64 unless ``dtype`` says otherwise for
+the Gram tiles (products of *centred* data; a test bounds the float32 error).
 """
 
 from __future__ import annotations

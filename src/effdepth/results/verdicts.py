@@ -1,15 +1,9 @@
 """The paper's claims judged on one saved result, as data (docs/method.md#claims).
 
-For each similarity a result holds, each of the abstract's five claims, and
-a sixth of ours (not a passage-length artefact), is
-``holds``, ``fails`` or ``not measured``, with the comparisons behind the
-verdict (values and intervals, never pre-formatted text: the report writes
-them). An inequality holds when the whole bootstrap interval lies on the
-stated side; without an interval a claim is ``not measured``, whatever the
-point estimates say.
-
-This module only reads a :class:`~effdepth.results.result.Result`, so the report
-(which may not import workflows) and ``effdepth claims`` share it.
+Per similarity, each of the abstract's five claims and a sixth of ours (not a passage-length artefact)
+is ``holds``, ``fails`` or ``not measured``, with the values and intervals behind it. An inequality holds
+when the whole bootstrap interval lies on the stated side; without an interval, ``not measured``.
+Reads only a :class:`~effdepth.results.result.Result`, so the report and ``effdepth claims`` share it.
 
 >>> import effdepth, torch
 >>> same = torch.randn(1, 4, 8, 16).repeat(5, 1, 1, 1)      # every layer alike: D_eff = 1, far below F_N
