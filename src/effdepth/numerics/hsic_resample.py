@@ -195,18 +195,12 @@ class _WeightedSums:
 def _biased(w: _WeightedSums) -> torch.Tensor:
     """(R, P) the biased HSIC under weights, with a passage's copies never paired with each other.
 
-    The V-statistic ``T1/n^2 - 2 T2/n^3 + T3/n^4`` (``T1 = sum_ab K_ab L_ab``,
-    ``T2 = sum_abc K_ab L_ac``, ``T3 = sum_abcd K_ab L_cd``) sums over tuples
-    of passages. On resampled data a tuple that holds two copies of one
-    passage pairs the passage with itself once more, so a resample carries
-    about twice the self-pairs of the sample, and the estimator's self-pair
-    bias with them: intervals shift off the estimate, the more so the larger
-    d is against N. Here a tuple weighs the product of the counts of its
-    *distinct* passages (``c_a`` however often passage a occurs in it), and
-    each ``n^k`` is the sum of those weights; with every count 1 this is the
-    estimate itself. Each term is the plain weighted sum less its
-    coincident-passage parts, all of them diagonal (``x = c^2 - c``: the extra
-    weight a repeated passage has in the plain sums).
+    The V-statistic ``T1/n^2 - 2 T2/n^3 + T3/n^4`` (``T1 = sum_ab K_ab L_ab``, ``T2 = sum_abc K_ab L_ac``,
+    ``T3 = sum_abcd K_ab L_cd``) sums over tuples of passages. Plain resampling pairs a passage with its
+    own copies, about doubling the self-pair bias and shifting intervals off the estimate (more so for
+    large d against N). Here a tuple weighs the product of the counts of its *distinct* passages, and
+    each ``n^k`` is the sum of those weights (the estimate itself when every count is 1). Each term is
+    the plain weighted sum less its diagonal coincident-passage parts (``x = c^2 - c``).
     """
     d1, d2, d3, d4 = (w.d[k] for k in (1, 2, 3, 4))
     x = w.cn * w.cn - w.cn

@@ -86,10 +86,8 @@ class MeanReduction:
 class PassagePooler:
     """Pools the layers of one batch as they arrive: ``layer(l, states)`` for l = 0..L in order.
 
-    ``pooled`` is ``(V, L+1, B, d)`` float64 (the variants in the order given),
-    ``sums`` ``(L, B, 3)`` (:data:`TOKEN_SUMS`). Each layer is converted to
-    float64 once and its per-token norms computed once (token-norm weights and token sums share
-    them); the previous layer's copy and norms are kept for the token sums.
+    ``pooled`` is ``(V, L+1, B, d)`` float64 (the variants in the order given), ``sums`` ``(L, B, 3)``
+    (:data:`TOKEN_SUMS`). Each layer's float64 copy and token norms are made once and kept for the next.
 
     >>> p = PassagePooler(["default"], num_layers=1)
     >>> p.start(torch.ones(2, 3), torch.tensor([False, False]))

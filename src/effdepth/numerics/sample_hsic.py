@@ -128,13 +128,10 @@ def _pairs(count: int, device) -> tuple:
 def _gram_sums(stack: LayerStack, units: Units, budget: int, dtype) -> StackSums:
     """The Gram route: column tiles of whole units of every K_m, each reduced at once.
 
-    K_m is symmetric, so a tile of column units ``lo..hi`` forms only the rows of units ``lo`` and on
-    (about half of every K_m over all tiles); what lies above it is the transpose of what the tile
-    formed: its pair blocks are mirrored from the tile's, and its row sums are the tile's column sums.
-    Each layer's tile goes straight into its place among the (unit, unit) blocks of every layer, each
-    unit padded with zero samples to the size of the largest (a zero sample adds nothing to any sum);
-    one batched product of those blocks with themselves then gives every pair's block sums. Tiles hold
-    at least one unit.
+    K_m is symmetric, so a tile of column units ``lo..hi`` forms only the rows of units ``lo`` and on;
+    the blocks above are mirrored, and their row sums are the tile's column sums. Each unit is padded
+    with zero samples to the largest (adding nothing to any sum); one batched product of the (unit, unit)
+    blocks with themselves gives every pair's block sums.
     """
     count, n, d = stack.count, stack.samples, stack.width
     device = stack.device

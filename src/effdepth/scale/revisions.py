@@ -144,11 +144,9 @@ def select_log(checkpoints: list[Checkpoint], k: int) -> tuple[list[Checkpoint],
     """``(checkpoints, planned)``: ``k`` checkpoints of the first training track spaced evenly in log
     tokens seen (in log steps when a checkpoint's tokens are unknown), plus ``main``.
 
-    The first and the last checkpoint of the track are always kept; every other planned position
-    takes the nearest existing checkpoint (in log), and a checkpoint nearest to two positions is
-    kept once, so fewer than ``k`` come back where the branches are sparse. Later tracks (OLMo-2's
-    stage-2 ingredients, which restart their counts) are not selected. ``planned`` is the number of
-    positions asked for: ``k``, or every checkpoint of the track when it has no more than ``k``.
+    The first and the last checkpoint are always kept; every other position takes the nearest checkpoint
+    (in log), once, so fewer than ``k`` come back where branches are sparse. Later tracks (OLMo-2's
+    stage-2 ingredients) are not selected. ``planned``: ``k``, or the track's size when no more than ``k``.
 
     >>> cps, _ = parse_revisions(["main"] + [f"step{s}" for s in (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000, 2000)])
     >>> picked, planned = select_log(cps, 6)

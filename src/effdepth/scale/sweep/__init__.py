@@ -1,11 +1,8 @@
 """``effdepth sweep``: measure many models (and revisions), one result each, resumable.
 
-Every (model, revision, configuration) is a keyed :class:`~effdepth.scale.sweep.jobs.Job`;
-``DIR/<key>/result.json`` is written atomically when it finishes, so a rerun skips finished jobs, and
-another version or other options get new keys. A failed job leaves ``DIR/<key>/error.json`` and is
-retried on the next run; with the local executor an interrupted one continues from
-``DIR/<key>/checkpoint/``. This module runs the unfinished jobs on an executor and records each
-outcome; :mod:`effdepth.scale.sweep.tables` writes the summary, figure and report.
+Every (model, revision, configuration) is a keyed :class:`~effdepth.scale.sweep.jobs.Job` whose
+``result.json`` is written atomically, so a rerun skips finished jobs and retries failed ones
+(``error.json``); with the local executor an interrupted one continues from ``DIR/<key>/checkpoint/``.
 
 >>> import tempfile, pathlib
 >>> d = pathlib.Path(tempfile.mkdtemp())
