@@ -1,8 +1,7 @@
 """Results: every number a user sees, with where it came from.
 
-A :class:`Result` holds one :class:`ViewResult` per view, the configuration
-and the provenance (model, revision, corpus, seed, versions). It is saved as
-JSON (never pickle), atomically.
+A :class:`Result` holds one :class:`ViewResult` per view, the configuration and the provenance; it is
+saved as JSON (never pickle), atomically.
 """
 
 from __future__ import annotations

@@ -172,10 +172,8 @@ class PooledStore:
 
 
 def place_pooled(source: Path, target: Path) -> Path:
-    """Put a result's pooled vectors at ``target``, replacing an older store there whole: moved (a rename
-    within one filesystem) when the run left them to be moved (a temporary folder, or a finished run's
-    checkpoint, see :func:`mark_movable`; the folder the move empties is removed), copied from anywhere
-    else; nothing to do when already there."""
+    """Put a result's pooled vectors at ``target``, replacing an older store there whole: moved when
+    :func:`mark_movable` allows (the emptied folder is removed), else copied; nothing when already there."""
     source, target = Path(source).resolve(), Path(target)
     if source == target.resolve():
         return target
