@@ -32,9 +32,8 @@ def batches_of(lengths, batch_size: int, rank: int, world: int) -> list:
 
 
 def measure_passages_distributed(options, folder: Path, *, progress: bool = True):
-    """:func:`effdepth.measure` in passage mode over the ranks of the process group (see the module
-    docstring); rank 0 gets the :class:`~effdepth.Result`, the others ``None``. ``folder`` holds the
-    shards while the ranks write them (every rank must see it: a shared filesystem across nodes)."""
+    """:func:`effdepth.measure` in passage mode over the ranks of the process group; rank 0 gets the
+    :class:`~effdepth.Result`, the others ``None``. ``folder`` holds the shards (shared by every rank)."""
     import torch.distributed as dist
 
     from effdepth.measurement import prepare
