@@ -1,10 +1,8 @@
 """The pooled vectors of a passage-mode run, kept on disk beside its result (docs/method.md#passage-mode).
 
-``pooled/`` holds ``{variant}.npy`` (float32 ``(L+1, N, d)``, one file per stored variant),
-``token_sums.npy`` (float64 ``(N, L, 3)``, each passage's per-token sums), ``passages.npz`` (lengths, BOS)
-and ``store.json`` (shapes, variants, passages written). The arrays are memory-mapped while a run writes
-them; ``store.json`` is replaced atomically after they are flushed, so a stopped run resumes from the last
-recorded batch. ``effdepth analyse`` recomputes every number from this folder.
+``pooled/`` holds ``{variant}.npy`` (float32 ``(L+1, N, d)``), ``token_sums.npy`` (float64 ``(N, L, 3)``),
+``passages.npz`` (lengths, BOS) and ``store.json`` (shapes, variants, passages written), replaced atomically
+after the memory-mapped arrays are flushed, so a stopped run resumes from the last recorded batch.
 """
 
 from __future__ import annotations

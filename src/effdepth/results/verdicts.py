@@ -115,8 +115,7 @@ class Verdict:
 def check_claims(result) -> list:
     """Every claim under every similarity of ``result`` (similarity-major, claims in order).
 
-    Never raises: what a result lacks makes a claim ``not measured``. See
-    :func:`require_claim_views` for the check that refuses such a result.
+    Never raises: what a result lacks makes a claim ``not measured`` (:func:`require_claim_views` refuses).
 
     >>> import effdepth, torch
     >>> r = effdepth.from_states(torch.randn(4, 8, 6, 8), bootstrap=0)

@@ -74,9 +74,8 @@ __all__ = [
 
 
 def run_job(payload: dict) -> dict:
-    """Measure one job; the outcome is ``{"status": "ok", "result": dict}`` or
-    ``{"status": "error", "error": one line, "type": ...}``. Runs in this
-    process or on a Ray worker; an interruption (not a failure) propagates.
+    """Measure one job, here or on a Ray worker: ``{"status": "ok", "result": dict}`` or ``{"status":
+    "error", "error": one line, "type": ...}``; an interruption (not a failure) propagates.
     """
     from effdepth.measurement.checkpoint import MeasurementInterrupted
 
