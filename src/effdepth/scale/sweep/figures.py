@@ -1,9 +1,4 @@
-"""The figure of a sweep: D_eff, F_L and their ratio per model, grouped by family.
-
-Takes the sweep's summary rows (plain dicts, one per job and view, as in
-``summary.csv``); :func:`effdepth.scale.sweep.write_outputs` saves it as
-``DIR/suite.{png,pdf}``.
-"""
+"""The figure of a sweep: D_eff, F_L and their ratio per model, grouped by family."""
 
 from __future__ import annotations
 
