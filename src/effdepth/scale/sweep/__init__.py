@@ -130,8 +130,7 @@ def measure_job(payload: dict) -> Result:
     try:
         return run(resume)
     except CheckpointMismatch:
-        # Partial statistics that no longer fit (the branch moved, the file was
-        # damaged) are discarded; the job is keyed, so nothing else can be there.
+        # Partial statistics that no longer fit (the branch moved, a damaged file) are discarded.
         if not resume:
             raise
 
