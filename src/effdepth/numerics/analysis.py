@@ -1,17 +1,11 @@
 """Pooled vectors -> every view's numbers under every similarity, with bootstrap intervals (docs/method.md#passage-mode).
 
-The pure last stage of passage mode: arrays in, plain data out. For each view: its pooled matrices
-S_0..S_L (top-k principal directions removed when asked); the HSIC of every pair of states and of
-updates ``S_l - S_{l-1}`` (:mod:`~effdepth.numerics.sample_hsic`) under the estimate and every resample
-at once; the calibrated references (docs/method.md#calibrated-references: ``structural_cal``, isotropic
-Gaussian equal updates at the run's N, d and L; ``matched_cal``, the measured S_0 plus the measured
-updates with their passages permuted per layer); and the numbers of :mod:`~effdepth.numerics.metrics`
-(row 0 the estimate, percentile intervals from the resamples).
-
-Every view, stack and surrogate is resampled with the same unit weights, so their intervals are
-paired. Every analysis also gives the confound controls and the sample-size curve
-(:mod:`~effdepth.numerics.confounds`). The stacks (:mod:`~effdepth.numerics.stacks`) are produced one
-layer at a time; :func:`analysis_memory` says what is kept within ``plan.max_memory``.
+For each view: its pooled matrices S_0..S_L (top-k principal directions removed when asked); the HSIC of
+every pair of states and of updates under the estimate and every resample at once; the calibrated
+references (docs/method.md#calibrated-references); and the numbers of :mod:`~effdepth.numerics.metrics`
+(row 0 the estimate, percentile intervals from the resamples). Every view, stack and surrogate is
+resampled with the same unit weights, so their intervals are paired; :func:`analysis_memory` says what
+is kept within ``plan.max_memory``.
 """
 
 from __future__ import annotations
@@ -45,7 +39,6 @@ from effdepth.numerics.similarity import deff
 from effdepth.numerics.stacks import IsotropicSurrogate, Kept, MatchedSurrogate, PooledStates, Updates
 from effdepth.numerics.views import CONTROLS, PassageView, check_top_pcs, parse_view, parse_views
 
-#: Passage mode's similarity specs by name (:mod:`~effdepth.numerics.similarities.passage`).
 #: Resampling units unless told otherwise: each a block of consecutive passages (one passage each when N is smaller).
 DEFAULT_BOOTSTRAP_UNITS = 128
 #: (rows, M, M) float64 arrays a similarity's numbers hold at once: both stacks' HSIC (both estimators),
@@ -113,11 +106,10 @@ def analysis_memory(samples: int, num_layers: int, width: int, plan: AnalysisPla
     """How the analysis of N = ``samples`` pooled vectors of L+1 states (width d) uses ``plan.max_memory``
     (``units``: the bootstrap's units in sample space, :func:`analysis_units`; default blocks).
 
-    ``kept``: a view's float64 matrices stay in memory when they fit a quarter of the budget (else they
-    are read again); ``draws_bytes``: the states' HSIC under every weight row, held while the updates'
-    stack is computed; ``stack``: the largest stack's :func:`~.hsic_plan.stack_plan` within the rest;
-    ``eigen_bytes``: a top-k view's eigendecomposition; ``numbers_bytes``: a similarity's numbers;
-    ``least_bytes``: the least budget that works; ``peak_bytes``: what it holds at most.
+    ``kept``: a view's float64 matrices fit a quarter of the budget (else they are read again);
+    ``draws_bytes``: the states' HSIC under every weight row; ``stack``: the largest stack's
+    :func:`~.hsic_plan.stack_plan` within the rest; ``eigen_bytes``, ``numbers_bytes``: a top-k view's
+    eigendecomposition and a similarity's numbers; ``least_bytes``, ``peak_bytes``: least and most.
 
     >>> m = analysis_memory(10_000, 64, 5120, AnalysisPlan(views="paper", max_memory=4 << 30))
     >>> m["kept"], m["stack"]["route"], m["peak_bytes"] <= 4 << 30, round(m["least_bytes"] / 2**30, 2)
@@ -227,12 +219,10 @@ def analyse_pooled(
     """``{"similarities": {similarity: {view: summary}}, "analysis": facts}`` from pooled vectors.
 
     ``pooled`` maps each stored variant to ``(L+1, N, d)``; ``lengths`` ``(N,)``, the passages' token
-    counts, are what the ``length`` view regresses out, and with ``token_sums`` ``(N, L, 3)`` add block
-    influence and the token-level update ratio. ``progress(label)`` is called before each view. Besides
-    the similarities: ``confounds`` (per similarity; ``notes`` for a control that could not be measured)
-    and ``sample_size`` (per CKA estimator). ``offsets`` (the token reduction) says, per variant, where
-    each passage's samples start (N+1); its units hold whole passages, and the confound controls, about a
-    passage's mean, are left out. ``plan`` may be the :class:`SizedPlan` made before the forward passes.
+    counts, feed the ``length`` view, and with ``token_sums`` ``(N, L, 3)`` block influence and the
+    token-level update ratio. ``progress(label)`` is called before each view. ``analysis`` adds
+    ``confounds`` and ``sample_size``. ``offsets`` (the token reduction): per variant, where each
+    passage's samples start (N+1); its confound controls are left out.
 
     >>> rng = np.random.default_rng(0)
     >>> states = np.cumsum(rng.normal(size=(4, 64, 8)), axis=0)   # S_0..S_3 of 64 passages

@@ -1,10 +1,9 @@
 """What every passage-mode result says beside D_eff: the passage lengths, the confound controls and the sample size
 (docs/method.md#the-first-token-x-length-confound, #sample-size).
 
-Pure numbers from draws the analysis already has. The controls' differences to ``default`` are
-paired: every view is resampled with the same unit weights. The subsets of the sample-size curve
-(N/8, N/4, N/2 of the units) are extra rows of 0/1 unit weights of the HSIC stack: under 0/1 weights
-both estimators are exactly the estimators on the subset.
+The controls' differences to ``default`` are paired (the same unit weights). The sample-size curve's
+subsets are extra 0/1 weight rows of the HSIC stack, under which both estimators are exactly those of
+the subset.
 """
 
 from __future__ import annotations

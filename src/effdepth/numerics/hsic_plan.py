@@ -3,18 +3,15 @@
 Pure arithmetic on shapes (M matrices of N samples x d features, G units;
 :mod:`~effdepth.numerics.sample_hsic` computes what it plans).
 
-**Two routes to the same sums**; :func:`hsic_route` takes the one of fewer flops among those whose
-least working set fits the budget. The *Gram route* forms ``K_m`` (N x N) in column tiles of whole
-units, on the lower triangle of unit blocks only: 2 M N^2 d flops, then N^2 per pair, about half with
-narrow tiles (:func:`gram_fraction`). The *feature route* forms, per pair and unit, ``C_g = Yc_i[g]^T
-Yc_j[g]`` (d x d): 2 N d^2 + 2 G^2 d^2 flops per pair. The Gram route shares its M Grams among the
-pairs, so it wins unless N is large against d (about N > M d (1 + G^2 / N); Pythia-70M at N = 10,000
-and G = 128: feature; every wider model of Table 2: Gram).
+**Two routes to the same sums.** The *Gram route* forms ``K_m`` (N x N) in column tiles of whole
+units, lower triangle of unit blocks only: 2 M N^2 d flops, then N^2 per pair, about half with narrow
+tiles. The *feature route* forms, per pair and unit, ``C_g = Yc_i[g]^T Yc_j[g]`` (d x d): 2 N d^2 +
+2 G^2 d^2 flops per pair. The Gram route shares its M Grams among the pairs, so it wins unless N is
+large against d (about N > M d (1 + G^2 / N); Pythia-70M at N = 10,000 and G = 128: feature; every
+wider model of Table 2: Gram).
 
-**Memory.** ``budget_bytes`` bounds what a stack holds: the unit sums, a few layers in flight, the
-Gram tiles and their blocks' products (or the units' cross-products), the centred layers when they fit
-in half of what is left (else produced again per tile or block: more passes, the same numbers), and
-both estimators under every weight row; :func:`least_stack_bytes` is the least budget that works.
+**Memory.** ``budget_bytes`` bounds what a stack holds; centred layers stay resident when they fit in
+half of what is left, else they are produced again per tile or block (more passes, the same numbers).
 
 ``units`` is a number of balanced blocks of consecutive samples or the
 :class:`~effdepth.numerics.hsic_resample.Units` themselves (the token reduction's hold whole passages;

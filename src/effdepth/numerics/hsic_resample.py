@@ -2,21 +2,17 @@
 
 Samples fall into *units*, contiguous blocks (each sample its own unit when N is at most the number
 asked for). What both estimators need under any resample is small and resample-free
-(:class:`StackSums`, made by :mod:`~effdepth.numerics.sample_hsic`), with ``K_m = Yc_m Yc_m^T``:
+(:class:`StackSums`), with ``K_m = Yc_m Yc_m^T``:
 
 - per pair (i, j): ``M_gh = sum_{a in g, b in h} K_i[a,b] K_j[a,b]`` (G x G)
   and ``diag_g = sum_{a in g} K_i[a,a] K_j[a,a]`` (G);
 - per matrix: ``R_m[a, h] = sum_{b in h} K_m[a, b]`` (N x G) and ``K_m[a, a]``.
 
-**Resamples.** A resample draws units with replacement: weights ``c`` (R x G,
-row 0 all ones = the estimate itself). Every term of both estimators under
-weights is a quadratic form in ``c`` of the sums above (``c^T M c``,
-``sum_a c_a (R_i c)_a (R_j c)_a``, ...), so 1,000 resamples cost
-``R G^2`` per pair, whatever N. Under weights a sample never pairs with
-its own copy: the debiased estimator is the weighted U-statistic over
-*distinct* original samples, and the biased one the V-statistic whose tuples
-weigh the counts of their distinct samples (:func:`_biased` says why); both
-are the estimates themselves when every weight is 1.
+**Resamples.** A resample draws units with replacement: weights ``c`` (R x G, row 0 all ones = the
+estimate). Every term of both estimators is a quadratic form in ``c`` of the sums above, so resamples
+cost ``R G^2`` per pair, whatever N. A sample never pairs with its own copy: the debiased estimator
+is the weighted U-statistic over *distinct* samples, the biased one a V-statistic whose tuples weigh
+the counts of their distinct samples (:func:`_biased`).
 """
 
 from __future__ import annotations
@@ -104,11 +100,8 @@ class StackSums:
 
 def resampled_hsic(sums: StackSums, weights, *, chunk: int = RESAMPLE_CHUNK) -> dict:
     """``{"biased": (R, M, M), "debiased": (R, M, M)}`` HSIC of every pair under every row of
-    ``weights`` (R x G unit counts; row 0 all ones gives the estimates themselves), ``chunk`` rows at
-    a time (:func:`~effdepth.numerics.hsic_plan.resample_chunk` sizes it to a budget).
-
-    The debiased value needs at least :data:`MIN_SAMPLES` distinct samples with weight;
-    otherwise it is NaN.
+    ``weights`` (R x G unit counts; all ones: the estimates), ``chunk`` rows at a time. The debiased
+    value is NaN with fewer than :data:`MIN_SAMPLES` distinct weighted samples.
     """
     c_all = torch.as_tensor(np.asarray(weights), dtype=torch.float64, device=sums.rows.device)
     out = {key: np.empty((c_all.shape[0], sums.size, sums.size)) for key in ESTIMATORS}
@@ -195,18 +188,12 @@ class _WeightedSums:
 def _biased(w: _WeightedSums) -> torch.Tensor:
     """(R, P) the biased HSIC under weights, with a passage's copies never paired with each other.
 
-    The V-statistic ``T1/n^2 - 2 T2/n^3 + T3/n^4`` (``T1 = sum_ab K_ab L_ab``,
-    ``T2 = sum_abc K_ab L_ac``, ``T3 = sum_abcd K_ab L_cd``) sums over tuples
-    of passages. On resampled data a tuple that holds two copies of one
-    passage pairs the passage with itself once more, so a resample carries
-    about twice the self-pairs of the sample, and the estimator's self-pair
-    bias with them: intervals shift off the estimate, the more so the larger
-    d is against N. Here a tuple weighs the product of the counts of its
-    *distinct* passages (``c_a`` however often passage a occurs in it), and
-    each ``n^k`` is the sum of those weights; with every count 1 this is the
-    estimate itself. Each term is the plain weighted sum less its
-    coincident-passage parts, all of them diagonal (``x = c^2 - c``: the extra
-    weight a repeated passage has in the plain sums).
+    The V-statistic ``T1/n^2 - 2 T2/n^3 + T3/n^4`` (``T1 = sum_ab K_ab L_ab``, ``T2 = sum_abc K_ab L_ac``,
+    ``T3 = sum_abcd K_ab L_cd``) sums over tuples of passages. Plain resampling pairs a passage with its
+    own copies, about doubling the self-pair bias and shifting intervals off the estimate (more so for
+    large d against N). Here a tuple weighs the product of the counts of its *distinct* passages, and
+    each ``n^k`` is the sum of those weights (the estimate itself when every count is 1). Each term is
+    the plain weighted sum less its diagonal coincident-passage parts (``x = c^2 - c``).
     """
     d1, d2, d3, d4 = (w.d[k] for k in (1, 2, 3, 4))
     x = w.cn * w.cn - w.cn

@@ -1,15 +1,9 @@
 """Token states -> one pooled vector per passage and layer, summed in float64 (docs/method.md#passage-mode).
 
-Called once per layer as the states come out of a block, so the states of
-a batch are never held for all layers at once. Every variant of a layer is
-one weighted sum over the passage's tokens: ``weights (B, V, T) @ states
-(B, T, d)``, each variant's weights made by its view components
-(:meth:`~effdepth.numerics.views.PassageView.pooling_weights`: the
-tokens kept, padding never among them, divided by their number, and for
-token-norm by each token's norm).
-
-Besides the pooled vectors, three per-token sums per passage and layer feed
-the update diagnostic and block influence (docs/method.md, section 9):
+Called once per layer, so a batch's states are never held for all layers at once. Every variant is one
+weighted sum over the passage's tokens, ``weights (B, V, T) @ states (B, T, d)``, with weights from
+:meth:`~effdepth.numerics.views.PassageView.pooling_weights`. Three per-token sums per passage and layer
+feed the update diagnostic and block influence (docs/method.md, section 9):
 ``cos(s_{l-1}^t, s_l^t)``, ``|s_l^t - s_{l-1}^t|`` and ``|s_{l-1}^t|``.
 """
 
@@ -92,10 +86,8 @@ class MeanReduction:
 class PassagePooler:
     """Pools the layers of one batch as they arrive: ``layer(l, states)`` for l = 0..L in order.
 
-    ``pooled`` is ``(V, L+1, B, d)`` float64 (the variants in the order given),
-    ``sums`` ``(L, B, 3)`` (:data:`TOKEN_SUMS`). Each layer is converted to
-    float64 once and its per-token norms computed once (token-norm weights and token sums share
-    them); the previous layer's copy and norms are kept for the token sums.
+    ``pooled`` is ``(V, L+1, B, d)`` float64 (the variants in the order given), ``sums`` ``(L, B, 3)``
+    (:data:`TOKEN_SUMS`). Each layer's float64 copy and token norms are made once and kept for the next.
 
     >>> p = PassagePooler(["default"], num_layers=1)
     >>> p.start(torch.ones(2, 3), torch.tensor([False, False]))

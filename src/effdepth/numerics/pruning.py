@@ -4,9 +4,8 @@ Both rank the L blocks from a saved result, no forward pass:
 
 - block influence (Men et al. 2024, ShortGPT): ``BI_l = 1 - mean_t cos(s_{l-1}^t, s_l^t)``;
   the block that changes its input least (lowest BI) is skipped first;
-- local D_eff: D_eff of the similarity matrix with state l left out; the block whose state
-  leaves the highest D_eff behind (the most redundant one: the rest look least alike
-  without it) is skipped first. ``change_l = D_eff(without l) - D_eff``.
+- local D_eff: ``change_l = D_eff(without state l) - D_eff``; the block leaving the highest D_eff
+  behind (the most redundant) is skipped first.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Offline recomposition of a measured stream from its increments (docs/method.md#recomposition).
 
-Pure numpy on a stack of states ``(L+1, N, d)``: in passage mode the pooled
-vectors P_0..P_L of N passages (:mod:`effdepth.studies.recompose` reads them from a
-saved result and analyses what comes out). Everything here is linear in the
-states, and pooling a passage by its mean is linear in its token states, so
-recomposing the pooled vectors is exactly pooling the recomposed token stream.
+Pure numpy on a stack of states ``(L+1, N, d)`` (in passage mode, pooled vectors). Everything here
+is linear in the states, as is mean pooling, so recomposing the pooled vectors is exactly pooling the
+recomposed token stream.
 
 - Increments: ``X_0 = S_0``, ``X_l = S_l - S_{l-1}`` (explicit differences).
 - Carry sweep: ``S'_0 = S_0``, ``S'_l = lam S'_{l-1} + X_l``, so

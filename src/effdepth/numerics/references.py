@@ -74,20 +74,12 @@ def reference_from_energies(energies: np.ndarray) -> np.ndarray:
 def matched_energies(initial: np.ndarray, updates: np.ndarray, include_embedding: bool) -> dict:
     """Cumulative energies of the three matched references (docs/method.md#matched-references).
 
-    ``initial`` is |S_0|^2 (shape ``(...)``), ``updates`` the update energies
-    |U_1|^2..|U_L|^2 (shape ``(..., L)``). Returns arrays of shape ``(..., N)``
-    for ``init`` (E_l = a + l), ``size`` (E_l = sum_{k<=l} |U_k|^2) and
-    ``matched`` (E_l = |S_0|^2 + sum_{k<=l} |U_k|^2).
-
-    With ``include_embedding`` each gains the leading entry E_0: ``a`` for
-    ``init`` and |S_0|^2 for ``matched``. For ``size``, which has no initial
-    state of its own, S_0 counts as one update of mean size, exactly as F_N
-    counts it as one unit update (E = 1..N); this choice is recorded in every
-    result's config as ``size_reference_embedding``.
-
-    When every update is zero the state never moves: ``a`` is infinite, every
-    ``E_l = a + l`` is the same, and R_init = R_matched = 1 (all states
-    identical), so the whole gap is booked as initial state.
+    ``initial`` is |S_0|^2 (shape ``(...)``), ``updates`` |U_1|^2..|U_L|^2 (shape ``(..., L)``). Returns
+    ``(..., N)`` arrays for ``init`` (E_l = a + l), ``size`` (E_l = sum_{k<=l} |U_k|^2) and ``matched``
+    (E_l = |S_0|^2 + sum_{k<=l} |U_k|^2). With ``include_embedding`` each gains E_0: ``a`` for ``init``,
+    |S_0|^2 for ``matched``, and for ``size`` S_0 counts as one update of mean size, as F_N counts it
+    (recorded as ``size_reference_embedding``). When every update is zero, ``a`` is infinite and
+    R_init = R_matched = 1: the whole gap is booked as initial state.
 
     >>> e = matched_energies(np.array(2.0), np.array([1.0, 1.0]), False)
     >>> e["init"], e["matched"]

@@ -6,14 +6,9 @@ together. For every pair the package gives two HSIC estimators of linear kernels
 ``|Yc_i^T Yc_j|_F^2 / n^2`` with ``Yc`` column-centred (the V-statistic; the paper's CKA), and
 ``debiased``, the unbiased estimator of Song et al. (2012) over distinct samples.
 
-This module makes a stack's unit sums (:class:`StackSums`, resample-free) by the Gram route (``K_m =
-Yc_m Yc_m^T`` in column tiles of whole units) or the feature route (per pair and unit, ``C_g =
-Yc_i[g]^T Yc_j[g]``: ``M_gh = <C_g, C_h>_F``; with one unit, ``|Yc_i^T Yc_j|_F^2``);
-:mod:`~effdepth.numerics.hsic_plan` picks the route and fits the budget, and
-:mod:`~effdepth.numerics.hsic_resample` makes both estimators under every resample from the sums.
-
-Everything is float64 unless ``dtype`` says otherwise for the Gram tiles
-(products of *centred* data; a test bounds the float32 error).
+This module makes a stack's unit sums (:class:`StackSums`) by the route
+:mod:`~effdepth.numerics.hsic_plan` picks. Everything is float64 unless ``dtype`` says otherwise for
+the Gram tiles (products of *centred* data; a test bounds the float32 error).
 """
 
 from __future__ import annotations
@@ -133,13 +128,10 @@ def _pairs(count: int, device) -> tuple:
 def _gram_sums(stack: LayerStack, units: Units, budget: int, dtype) -> StackSums:
     """The Gram route: column tiles of whole units of every K_m, each reduced at once.
 
-    K_m is symmetric, so a tile of column units ``lo..hi`` forms only the rows of units ``lo`` and on
-    (about half of every K_m over all tiles); what lies above it is the transpose of what the tile
-    formed: its pair blocks are mirrored from the tile's, and its row sums are the tile's column sums.
-    Each layer's tile goes straight into its place among the (unit, unit) blocks of every layer, each
-    unit padded with zero samples to the size of the largest (a zero sample adds nothing to any sum);
-    one batched product of those blocks with themselves then gives every pair's block sums. Tiles hold
-    at least one unit.
+    K_m is symmetric, so a tile of column units ``lo..hi`` forms only the rows of units ``lo`` and on;
+    the blocks above are mirrored, and their row sums are the tile's column sums. Each unit is padded
+    with zero samples to the largest (adding nothing to any sum); one batched product of the (unit, unit)
+    blocks with themselves gives every pair's block sums.
     """
     count, n, d = stack.count, stack.samples, stack.width
     device = stack.device

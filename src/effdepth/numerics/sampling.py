@@ -128,10 +128,9 @@ def sample_units(passage_units: Units, offsets: np.ndarray) -> Units:
 class TokenSampler:
     """Keeps the sampled tokens of one batch's passages as the layers arrive: ``layer(l, states)`` for l = 0..L.
 
-    ``start(mask, first_is_bos, indices)`` draws each variant's positions of every passage of the batch
-    (:func:`sample_positions`, ``indices`` the passages' indices in the corpus); ``samples[variant]`` is then
-    ``(L+1, s, d)`` float64, the passages' samples back to back in batch order, token-norm variants divided
-    by each token's norm; ``sums`` is ``(L, B, 3)`` as :class:`~effdepth.numerics.pooling.PassagePooler` gives it.
+    ``start(mask, first_is_bos, indices)`` draws each variant's positions (``indices``: the passages' in the
+    corpus); ``samples[variant]`` is then ``(L+1, s, d)`` float64 in batch order (token-norm variants divided
+    by each token's norm); ``sums`` as :class:`~effdepth.numerics.pooling.PassagePooler` gives it.
 
     >>> t = TokenSampler(["default", "drop-pos0"], num_layers=1, k=None, seed=0)
     >>> t.start(torch.tensor([[1, 1, 1], [1, 1, 0]]), torch.tensor([False, False]), [7, 8])

@@ -6,10 +6,8 @@ forward pass: lag-window forms ``D = N / (1 + 2 sum_{k=1}^{K} w(k/N) P(k))`` (``
 Tukey-Hanning), and spectral aggregations of ``S`` (participation ratio ``(tr S)^2 / tr(S^2)``,
 effective rank, the count of eigenvalues that cover 90% of ``tr S``).
 
-Each variant comes with its own reference: the same form applied to the
-similarity of orthogonal equal updates (``min(i,j)/max(i,j)``), which for the
-full Bartlett form is F_N = 2N/(N+1). A variant's gap is measured against its
-own reference, so "sub-reference" keeps its meaning under every choice.
+Each variant's gap is measured against the same form applied to orthogonal equal updates
+(``min(i,j)/max(i,j)``; F_N = 2N/(N+1) for full Bartlett), so "sub-reference" keeps its meaning.
 """
 
 from __future__ import annotations

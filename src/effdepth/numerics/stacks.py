@@ -1,10 +1,8 @@
 """The layer stacks passage mode's analysis reads (docs/method.md#passage-mode).
 
 Each is a :class:`~effdepth.numerics.sample_hsic.LayerStack`: it produces its N x d float64 matrices
-one at a time, in order, the same ones on every pass, so the analysis holds a view's L+1 matrices
-together only when they fit its memory budget (:class:`Kept`): the stored pooled vectors, the stages
-after pooling (top-k PCs removed, lengths regressed out), the updates and the two surrogates of the
-calibrated references.
+one at a time, the same ones on every pass, so a view's L+1 matrices are held together only when they
+fit the memory budget (:class:`Kept`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """View components as registered specs (docs/method.md#views).
 
-A view is components joined with ``+`` (``default``: none). Each :class:`Component` of
-:data:`COMPONENTS` says in one place its name (a pattern for a family such as ``top{k}pc``, k >= 1),
-label, slot and what it does: before pooling, ``keep`` (which tokens a passage gives) and ``weigh``
-(each token's weight, given the token norms); after pooling, ``pooled(stack, k, lengths)``, a
-transform of each layer's N x d matrix of samples (:mod:`effdepth.numerics.stacks`). A view holds at
-most one component per slot and applies them in :data:`SLOTS` order, whatever order it is written in.
+A view is components joined with ``+`` (``default``: none). Each :class:`Component` says in one
+place its name (a pattern such as ``top{k}pc``), label, slot and what it does before pooling (``keep``,
+``weigh``) or after it (``pooled``). A view holds at most one component per slot and applies them in
+:data:`SLOTS` order, whatever order it is written in.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Views of passage mode: what is pooled, and what is removed from the pooled matrices (docs/method.md#passage-mode).
 
-A view is components joined with ``+`` (:mod:`effdepth.numerics.view_components`), acting before
-pooling as pooling weights (``drop-pos0``: without the first position, whatever token it holds, our
-reading of the paper's symmetric position-0 control; ``drop-bos``; ``token-norm``) or after pooling on
-each layer's N x d matrix (``length``, ``top{k}pc``). :data:`CONTROLS` are measured in every result:
-the first position and the passage length confound every mean over a passage
-(docs/method.md#the-first-token-x-length-confound).
+A view is components joined with ``+``, acting before pooling as weights (``drop-pos0``: without the
+first position, whatever token it holds, our reading of the paper's position-0 control; ``drop-bos``;
+``token-norm``) or after it on each layer's N x d matrix (``length``, ``top{k}pc``). :data:`CONTROLS`
+are in every result (docs/method.md#the-first-token-x-length-confound).
 
 Views that pool alike share one stored *variant* of pooled vectors (:data:`VARIANTS`); the stage after
 pooling is applied at analysis time, so ``effdepth analyse`` can add any top-k view without a forward pass.

@@ -1,14 +1,9 @@
 """``effdepth.load``: any file effdepth saves, back as its object.
 
-A measurement's ``result.json`` (``effdepth measure``, a sweep's jobs, ``carry-<lam>/``) is a
-:class:`~effdepth.results.result.Result`. Every other file is a study's record, of a kind
-(:class:`StudyKind`) its study registers here when imported (the facade ``effdepth`` imports every
-study): ``intervention.json``, ``experiment.json``, ``trajectory.json``, ``null.json``, ``prune.json``.
-The kind says how the record is read back and how a report and ``effdepth show`` present it, so the
-layers below the studies (this one, the report) hold no study's code.
-
-A folder means the first of those it holds. Anything else is a one-line error that says what can be
-loaded.
+A measurement's ``result.json`` is a :class:`~effdepth.results.result.Result`; any other file is a
+study's record, of a :class:`StudyKind` its study registers here when imported, which says how it is
+read back and presented (so the layers below the studies hold no study's code). A folder means the
+first of those it holds; anything else is a one-line error.
 
 >>> import effdepth, torch, tempfile
 >>> p = effdepth.from_states(torch.randn(4, 8, 10, 8)).save(tempfile.mkdtemp())

@@ -59,11 +59,10 @@ def now() -> str:
 def provenance_record(
     *, model: dict | None = None, passages=None, started: float | None = None, saved: dict | None = None, **facts
 ) -> dict:
-    """The one provenance record of every result, study and experiment: what was measured (``model``, and
-    ``passages``: the corpus they came from and the tokens measured), effdepth's code version, the libraries,
-    the machine, when, how long since ``started`` (a ``time.perf_counter()``), then ``facts`` (the run's own:
-    retries, ...). ``saved``: the record of a saved result analysed again, kept whole, with when, with which
-    code and ``facts`` (what changed) under ``analysed``.
+    """The provenance record of every result, study and experiment: ``model``, ``passages`` (corpus and tokens
+    measured), code version, libraries, machine, when, seconds since ``started`` (``time.perf_counter()``),
+    then ``facts``. ``saved``: a saved result's record, analysed again: kept whole, with when, which code
+    and ``facts`` (what changed) under ``analysed``.
 
     >>> r = provenance_record(model={"id": "m"}, tokens_measured=12)
     >>> list(r)[:2], r["tokens_measured"], "python" in r["libraries"]

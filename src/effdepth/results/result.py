@@ -1,8 +1,7 @@
 """Results: every number a user sees, with where it came from.
 
-A :class:`Result` holds one :class:`ViewResult` per view, the configuration
-and the provenance (model, revision, corpus, seed, versions). It is saved as
-JSON (never pickle), atomically.
+A :class:`Result` holds one :class:`ViewResult` per view, the configuration and the provenance; it is
+saved as JSON (never pickle), atomically.
 """
 
 from __future__ import annotations
@@ -22,14 +21,11 @@ SCHEMA = "effdepth.result/1"
 class ViewResult:
     """All numbers of one view (docs/method.md#view-record), plus the totals they came from.
 
-    ``ci`` (``None`` without a bootstrap) maps each scalar (``deff``, ``ratio``, ``gap_pct``, the references,
-    the attribution terms) to ``[lo, hi]`` percentile bounds, and each per-layer array (``profile``,
-    ``similarity``, ``block_influence``, ``angular_distance``, ...) to ``[lo array, hi array]``;
-    ``nan_resamples`` counts resamples left out for a NaN. ``definition`` names the similarity (cka,
-    cka-debiased, cosine; old token-mode files: frobenius, token, cka, cka-full); ``similarity`` is its N x N
-    matrix. ``sequences`` entered the view, ``left_out`` were measured but left out of it;
-    ``calibrated_sequences`` make the surrogate streams behind the ``*_cal`` references. The update fields
-    and ``related`` are empty for a transformed view under kernel similarities alone
+    ``ci`` (``None`` without a bootstrap) maps each scalar to ``[lo, hi]`` percentile bounds and each
+    per-layer array to ``[lo array, hi array]``; ``nan_resamples`` counts resamples left out for a NaN.
+    ``definition`` names the similarity, ``similarity`` is its N x N matrix. ``sequences`` entered the
+    view, ``left_out`` were measured but left out; ``calibrated_sequences`` make the ``*_cal`` surrogates.
+    The update fields and ``related`` are empty for a transformed view under kernel similarities alone
     (docs/method.md#no-cosine-summaries).
     """
 

@@ -1,10 +1,8 @@
 """The pooled vectors of a passage-mode run, kept on disk beside its result (docs/method.md#passage-mode).
 
-``pooled/`` holds ``{variant}.npy`` (float32 ``(L+1, N, d)``, one file per stored variant),
-``token_sums.npy`` (float64 ``(N, L, 3)``, each passage's per-token sums), ``passages.npz`` (lengths, BOS)
-and ``store.json`` (shapes, variants, passages written). The arrays are memory-mapped while a run writes
-them; ``store.json`` is replaced atomically after they are flushed, so a stopped run resumes from the last
-recorded batch. ``effdepth analyse`` recomputes every number from this folder.
+``pooled/`` holds ``{variant}.npy`` (float32 ``(L+1, N, d)``), ``token_sums.npy`` (float64 ``(N, L, 3)``),
+``passages.npz`` (lengths, BOS) and ``store.json`` (shapes, variants, passages written), replaced atomically
+after the memory-mapped arrays are flushed, so a stopped run resumes from the last recorded batch.
 """
 
 from __future__ import annotations
@@ -172,10 +170,8 @@ class PooledStore:
 
 
 def place_pooled(source: Path, target: Path) -> Path:
-    """Put a result's pooled vectors at ``target``, replacing an older store there whole: moved (a rename
-    within one filesystem) when the run left them to be moved (a temporary folder, or a finished run's
-    checkpoint, see :func:`mark_movable`; the folder the move empties is removed), copied from anywhere
-    else; nothing to do when already there."""
+    """Put a result's pooled vectors at ``target``, replacing an older store there whole: moved when
+    :func:`mark_movable` allows (the emptied folder is removed), else copied; nothing when already there."""
     source, target = Path(source).resolve(), Path(target)
     if source == target.resolve():
         return target

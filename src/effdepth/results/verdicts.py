@@ -1,15 +1,9 @@
 """The paper's claims judged on one saved result, as data (docs/method.md#claims).
 
-For each similarity a result holds, each of the abstract's five claims, and
-a sixth of ours (not a passage-length artefact), is
-``holds``, ``fails`` or ``not measured``, with the comparisons behind the
-verdict (values and intervals, never pre-formatted text: the report writes
-them). An inequality holds when the whole bootstrap interval lies on the
-stated side; without an interval a claim is ``not measured``, whatever the
-point estimates say.
-
-This module only reads a :class:`~effdepth.results.result.Result`, so the report
-(which may not import workflows) and ``effdepth claims`` share it.
+Per similarity, each of the abstract's five claims and a sixth of ours (not a passage-length artefact)
+is ``holds``, ``fails`` or ``not measured``, with the values and intervals behind it. An inequality holds
+when the whole bootstrap interval lies on the stated side; without an interval, ``not measured``.
+Reads only a :class:`~effdepth.results.result.Result`, so the report and ``effdepth claims`` share it.
 
 >>> import effdepth, torch
 >>> same = torch.randn(1, 4, 8, 16).repeat(5, 1, 1, 1)      # every layer alike: D_eff = 1, far below F_N
@@ -121,8 +115,7 @@ class Verdict:
 def check_claims(result) -> list:
     """Every claim under every similarity of ``result`` (similarity-major, claims in order).
 
-    Never raises: what a result lacks makes a claim ``not measured``. See
-    :func:`require_claim_views` for the check that refuses such a result.
+    Never raises: what a result lacks makes a claim ``not measured`` (:func:`require_claim_views` refuses).
 
     >>> import effdepth, torch
     >>> r = effdepth.from_states(torch.randn(4, 8, 6, 8), bootstrap=0)

@@ -1,10 +1,8 @@
 """Where the jobs of a sweep or trajectory run: here, one at a time, or as Ray tasks.
 
-An executor takes ``(item, payload)`` pairs and a task function
-``task(payload) -> outcome`` (both plain, picklable dicts), and calls
-``on_done(item, outcome)`` in this process as each job finishes. Only the
-caller writes results, so Ray workers need no shared filesystem, and a task
-Ray retries after a lost worker writes nothing twice.
+An executor runs ``task(payload) -> outcome`` (picklable dicts) for ``(item, payload)`` pairs and calls
+``on_done(item, outcome)`` here as each finishes. Only the caller writes results, so Ray workers need no
+shared filesystem and a retried task writes nothing twice.
 
 >>> ex = make_executor("local")
 >>> done = []

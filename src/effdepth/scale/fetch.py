@@ -1,8 +1,7 @@
 """``effdepth fetch``: download exactly what measure, sweep and trajectory will read into the Hugging Face cache.
 
-:func:`plan_fetch` says what would be downloaded and its size (``--dry-run``);
-:func:`run_fetch` downloads it (resumable, skipping what is there). The offline switch, the reachability probe and the
-cache checks it builds on are in :mod:`effdepth.models.hub`.
+:func:`plan_fetch` says what would be downloaded and its size (``--dry-run``); :func:`run_fetch` downloads it
+(resumable, skipping what is there).
 """
 
 from __future__ import annotations
@@ -44,8 +43,8 @@ class FetchItem:
 
 @dataclass
 class FetchPlan:
-    """What :func:`plan_fetch` found and :func:`run_fetch` did; ``branches``, the hub's branch lists read
-    for ``--revisions`` (recorded in the cache when fetching, for offline trajectories).
+    """What :func:`plan_fetch` found and :func:`run_fetch` did; ``branches``: the hub's branch lists read
+    for ``--revisions`` (recorded in the cache for offline trajectories).
 
     >>> print(FetchPlan([FetchItem("model", "o/m", "main", "a" * 40, [("config.json", 10)], [], 10, 0, "cached")], Path("c")).table())
     kind   name  revision  commit      files  size  to fetch  status
@@ -117,9 +116,7 @@ def fetch_targets(
     """``[(repo, revision)]`` to fetch for suites, ids and revision options, in order, without repeats.
 
     A suite's own revision wins; ``revisions`` (``--revision``) apply to the others (default ``main``);
-    ``revisions_spec`` (as for ``trajectory``) adds checkpoints listed on the hub (their branch lists go
-    into ``branches``). A trajectory preset brings its model and selection, and takes neither option.
-    ``tiny:TYPE`` and local folders need nothing.
+    ``revisions_spec`` adds checkpoints listed on the hub (their branch lists go into ``branches``).
 
     >>> fetch_targets(["tiny:gpt2", "EleutherAI/pythia-70m"], revisions=["step1000", "main"])
     [('EleutherAI/pythia-70m', 'step1000'), ('EleutherAI/pythia-70m', 'main')]
@@ -209,11 +206,10 @@ def plan_fetch(
 ) -> FetchPlan:
     """What ``effdepth fetch`` would download: every model, revision and corpus, with sizes and cache state.
 
-    ``corpora`` defaults to Shakespeare when models are given (what a sweep reads without ``--corpus``).
-    With ``documents``, an ``hf:`` corpus is streamed into a local copy of its first ``documents``
-    documents (:mod:`effdepth.data.corpus_prefix`); without, ``datasets`` prepares the whole split.
-    Fails in one line when the hub cannot be reached; items that cannot be planned (unknown repository
-    or revision, gated, pickle weights only) keep ``status="error"``, so all are reported together.
+    ``corpora`` defaults to Shakespeare when models are given. With ``documents``, an ``hf:`` corpus is
+    streamed into a local copy of its first ``documents`` documents; without, ``datasets`` prepares the
+    whole split. Fails in one line when the hub cannot be reached; items that cannot be planned keep
+    ``status="error"``, so all are reported together.
 
     >>> with hub.offline(False):
     ...     plan_fetch(corpora=["notes.txt"]).items[0].status
@@ -287,9 +283,8 @@ def plan_model(
     cache_dir=None,
     seen_blobs: set | None = None,
 ) -> FetchItem:
-    """One model at one revision: its needed files and sizes from the hub (``api``: a
-    ``huggingface_hub.HfApi``), and what the cache already has. A blob in the cache, or counted for an
-    earlier revision (checkpoints often share files), is not counted again in ``bytes_missing``.
+    """One model at one revision: its needed files and sizes from the hub (``api``: a ``HfApi``), and what
+    the cache has. A blob cached or counted for an earlier revision is not counted in ``bytes_missing``.
 
     >>> import types
     >>> files = [types.SimpleNamespace(rfilename=n, size=s, lfs=None, blob_id=n) for n, s in
@@ -457,9 +452,8 @@ def dataset_files(name: str, config: str | None, info) -> list[tuple[str, int | 
 def run_fetch(plan: FetchPlan, *, progress: bool = True, log=None) -> FetchPlan:
     """Download every planned item not complete in the cache; returns the plan with statuses.
 
-    Models go through ``huggingface_hub.snapshot_download`` with exactly the planned files (resumable;
-    the branch is recorded under ``refs/`` so ``--revision BRANCH --offline`` finds it); an ``hf:``
-    corpus through ``datasets.load_dataset``. A failing item is marked ``failed`` and the others go on.
+    Models go through ``snapshot_download`` with exactly the planned files (the branch recorded under
+    ``refs/`` for ``--offline``). A failing item is marked ``failed`` and the others go on.
     """
     import huggingface_hub
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars

@@ -39,10 +39,8 @@ _REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/]*$")
 class Checkpoint:
     """One training checkpoint: a hub branch or a local folder.
 
-    ``tokens`` is what the name says (for OLMo-2 stage 2, tokens of that
-    stage only); ``tokens_seen`` is the running total used for plotting
-    (stage 2 continues from the end of stage 1; see :func:`parse_revisions`).
-    ``track`` groups checkpoints that follow each other in training.
+    ``tokens`` is what the name says (OLMo-2 stage 2: that stage's only); ``tokens_seen`` the running
+    total used for plotting; ``track`` groups checkpoints that follow each other in training.
 
     >>> c = parse_revision("step0", tokens_per_step=PYTHIA_TOKENS_PER_STEP)
     >>> c.step, c.tokens, c.final
@@ -89,9 +87,8 @@ def parse_revision(name: str, *, tokens_per_step: int | None = None) -> Checkpoi
 def parse_revisions(names, *, tokens_per_step: int | None = None) -> tuple[list[Checkpoint], list[str]]:
     """``(checkpoints in training order, names that are not checkpoints)``.
 
-    Order: stage 1 (and unprefixed names) by step, then each later stage or
-    ingredient by step, then ``main``. Stage-2 ingredients restart their
-    counts, so their ``tokens_seen`` adds the most tokens stage 1 reached.
+    Order: stage 1 (and unprefixed names), then each later stage or ingredient, by step, then ``main``.
+    Stage-2 ingredients restart their counts: their ``tokens_seen`` adds the most stage 1 reached.
 
     >>> cps, skipped = parse_revisions(["main", "step10", "step2", "v0"], tokens_per_step=4)
     >>> [c.revision for c in cps], skipped
@@ -144,11 +141,9 @@ def select_log(checkpoints: list[Checkpoint], k: int) -> tuple[list[Checkpoint],
     """``(checkpoints, planned)``: ``k`` checkpoints of the first training track spaced evenly in log
     tokens seen (in log steps when a checkpoint's tokens are unknown), plus ``main``.
 
-    The first and the last checkpoint of the track are always kept; every other planned position
-    takes the nearest existing checkpoint (in log), and a checkpoint nearest to two positions is
-    kept once, so fewer than ``k`` come back where the branches are sparse. Later tracks (OLMo-2's
-    stage-2 ingredients, which restart their counts) are not selected. ``planned`` is the number of
-    positions asked for: ``k``, or every checkpoint of the track when it has no more than ``k``.
+    The first and the last checkpoint are always kept; every other position takes the nearest checkpoint
+    (in log), once, so fewer than ``k`` come back where branches are sparse. Later tracks (OLMo-2's
+    stage-2 ingredients) are not selected. ``planned``: ``k``, or the track's size when no more than ``k``.
 
     >>> cps, _ = parse_revisions(["main"] + [f"step{s}" for s in (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000, 2000)])
     >>> picked, planned = select_log(cps, 6)

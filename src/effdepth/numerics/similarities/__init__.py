@@ -1,8 +1,6 @@
 """Every similarity as a registered spec (docs/method.md#similarity).
 
-A spec (:mod:`.spec`) says in one place what a similarity is; the specs are in :mod:`.builtin`, and
-:mod:`.registry` looks them up and parses ``--similarity``. The rest of the package asks the spec,
-never the name. Adding a similarity: one spec in :mod:`.builtin` and its tests (docs/design.md).
+A spec says in one place what a similarity is; the rest of the package asks the spec, never the name.
 """
 
 from effdepth.numerics.similarities.registry import (

@@ -1,10 +1,7 @@
 """The similarities (docs/method.md#passage-mode).
 
-Each compares layers across samples (pooled passages, or their tokens):
-made of one HSIC estimator of :mod:`~effdepth.numerics.hsic_resample`
-(``estimator``), or a matrix computed from the samples under every resample
-(``matrix``). :mod:`~effdepth.numerics.analysis` computes what the
-specs say.
+Each compares layers across samples: made of one HSIC estimator (``estimator``), or a matrix computed
+from the samples under every resample (``matrix``).
 """
 
 from __future__ import annotations

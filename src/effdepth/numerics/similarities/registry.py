@@ -1,8 +1,6 @@
 """Every similarity, looked up and parsed.
 
-:data:`SIMILARITIES` holds the specs in the order reports list them; ``--similarity`` is read by
-:func:`parse_similarities` alone. The specs are checked when the registry is built: a spec that could
-not work fails at import.
+The specs are checked when the registry is built: a spec that could not work fails at import.
 """
 
 from __future__ import annotations

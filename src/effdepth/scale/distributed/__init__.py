@@ -4,12 +4,9 @@
 
     torchrun --nproc-per-node 4 -m effdepth.scale.distributed measure EleutherAI/pythia-1b --num-seqs 512 --out runs/p1b
 
-Every rank loads the model and the same passages, pools (or, under
-``--pooling none``, samples) its share of the batches one process would
-run, and writes them to a shard under the output folder; rank 0 gathers the
-shards into one store and analyses it (:mod:`.passages`). The numbers,
-bootstrap intervals included, are those of ``effdepth measure`` on the same
-passages. Rank 0 alone writes ``result.json`` (and the figures).
+Every rank pools (or, under ``--pooling none``, samples) its share of the batches into a shard; rank 0
+gathers the shards, analyses them and alone writes ``result.json``. The numbers, intervals included,
+are those of ``effdepth measure`` on the same passages.
 
 Backends: ``gloo`` (CPU, the default without CUDA) or ``nccl`` (GPUs; each
 rank uses ``cuda:LOCAL_RANK``). ``--device-map`` is not supported here, nor

@@ -67,8 +67,7 @@ def _measure_command(args) -> int:
     # Rank 0 alone writes, but every rank must hear if it cannot: they would wait for it forever.
     agreed(lambda: ensure_writable(out) if dist.get_rank() == 0 else None, "checking the output folder", comm_device())
     result = measure_distributed(options, progress=args.progress, folder=out)
-    # Every rank waits until rank 0 has written: torchrun stops all ranks when one exits badly, so a
-    # rank leaving early could take the result with it; and a failed write is every rank's error.
+    # Every rank waits for rank 0's write: torchrun stops all ranks when one exits badly.
     agreed(
         lambda: (
             None

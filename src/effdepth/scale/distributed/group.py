@@ -72,13 +72,9 @@ def process_group(backend: str | None = None):
 def _import_before_the_group() -> None:
     """Import what would otherwise keep the process group alive past ``destroy_process_group``.
 
-    ``torch.distributed.nn.functional`` takes ``group.WORLD`` as a default
-    argument when it is imported, and ``torch._dynamo`` (which loading a model
-    in transformers imports) imports it. Imported after the group exists, it
-    holds the group, so destroying it does not stop gloo's worker threads; one
-    of them can then still be releasing a finished collective's tensors when
-    the interpreter shuts down, and aborts the process ("terminate called
-    without an active exception"), which makes torchrun stop every rank.
-    Imported first, its defaults are ``None``.
+    ``torch.distributed.nn.functional`` (imported by ``torch._dynamo``, which transformers imports) takes
+    ``group.WORLD`` as a default argument at import. Imported after the group exists, it keeps gloo's
+    threads alive, and one can abort the process at shutdown ("terminate called without an active
+    exception"), so torchrun stops every rank. Imported first, its defaults are ``None``.
     """
     import torch.distributed.nn.functional  # noqa: F401

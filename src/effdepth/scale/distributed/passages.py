@@ -1,9 +1,7 @@
 """A measurement over torchrun ranks: each rank pools (or samples) its share of the batches, rank 0 analyses.
 
-Rank r runs batches r, r + W, r + 2W, ... of those one process would run (longest passages first), and
-writes their pooled vectors to a shard of its own (``rank-R/`` under the output folder: the ranks share
-a filesystem, never a file); rank 0 gathers the shards into one store and runs the analysis. A batch
-is the same batch as in one process, so every number is that of ``effdepth measure``.
+Rank r runs batches r, r + W, r + 2W, ... of those one process would run, into its own shard
+(``rank-R/``: the ranks share a filesystem, never a file), so every number is that of ``effdepth measure``.
 """
 
 from __future__ import annotations
@@ -32,9 +30,8 @@ def batches_of(lengths, batch_size: int, rank: int, world: int) -> list:
 
 
 def measure_passages_distributed(options, folder: Path, *, progress: bool = True):
-    """:func:`effdepth.measure` in passage mode over the ranks of the process group (see the module
-    docstring); rank 0 gets the :class:`~effdepth.Result`, the others ``None``. ``folder`` holds the
-    shards while the ranks write them (every rank must see it: a shared filesystem across nodes)."""
+    """:func:`effdepth.measure` in passage mode over the ranks of the process group; rank 0 gets the
+    :class:`~effdepth.Result`, the others ``None``. ``folder`` holds the shards (shared by every rank)."""
     import torch.distributed as dist
 
     from effdepth.measurement import prepare

@@ -1,9 +1,8 @@
 """Named trajectory presets: a model and a checkpoint selection, for ``effdepth trajectory PRESET``
 and ``effdepth fetch PRESET``.
 
-A preset names no branch: its selection (``log:35``, :func:`effdepth.scale.revisions.select_log`) runs on
-the hub's branch list (or on the list ``effdepth fetch`` recorded), so it picks only checkpoints that
-exist. Each records where it comes from.
+A preset names no branch: its selection (``log:35``) runs on the hub's branch list (or the one
+``effdepth fetch`` recorded), so it picks only checkpoints that exist.
 
 >>> p = trajectory_preset("paper-pythia")
 >>> p.model, p.revisions

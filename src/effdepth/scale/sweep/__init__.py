@@ -1,11 +1,8 @@
 """``effdepth sweep``: measure many models (and revisions), one result each, resumable.
 
-Every (model, revision, configuration) is a keyed :class:`~effdepth.scale.sweep.jobs.Job`;
-``DIR/<key>/result.json`` is written atomically when it finishes, so a rerun skips finished jobs, and
-another version or other options get new keys. A failed job leaves ``DIR/<key>/error.json`` and is
-retried on the next run; with the local executor an interrupted one continues from
-``DIR/<key>/checkpoint/``. This module runs the unfinished jobs on an executor and records each
-outcome; :mod:`effdepth.scale.sweep.tables` writes the summary, figure and report.
+Every (model, revision, configuration) is a keyed :class:`~effdepth.scale.sweep.jobs.Job` whose
+``result.json`` is written atomically, so a rerun skips finished jobs and retries failed ones
+(``error.json``); with the local executor an interrupted one continues from ``DIR/<key>/checkpoint/``.
 
 >>> import tempfile, pathlib
 >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -77,9 +74,8 @@ __all__ = [
 
 
 def run_job(payload: dict) -> dict:
-    """Measure one job; the outcome is ``{"status": "ok", "result": dict}`` or
-    ``{"status": "error", "error": one line, "type": ...}``. Runs in this
-    process or on a Ray worker; an interruption (not a failure) propagates.
+    """Measure one job, here or on a Ray worker: ``{"status": "ok", "result": dict}`` or ``{"status":
+    "error", "error": one line, "type": ...}``; an interruption (not a failure) propagates.
     """
     from effdepth.measurement.checkpoint import MeasurementInterrupted
 
@@ -134,8 +130,7 @@ def measure_job(payload: dict) -> Result:
     try:
         return run(resume)
     except CheckpointMismatch:
-        # Partial statistics that no longer fit (the branch moved, the file was
-        # damaged) are discarded; the job is keyed, so nothing else can be there.
+        # Partial statistics that no longer fit (the branch moved, a damaged file) are discarded.
         if not resume:
             raise
 

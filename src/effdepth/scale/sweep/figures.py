@@ -1,9 +1,4 @@
-"""The figure of a sweep: D_eff, F_L and their ratio per model, grouped by family.
-
-Takes the sweep's summary rows (plain dicts, one per job and view, as in
-``summary.csv``); :func:`effdepth.scale.sweep.write_outputs` saves it as
-``DIR/suite.{png,pdf}``.
-"""
+"""The figure of a sweep: D_eff, F_L and their ratio per model, grouped by family."""
 
 from __future__ import annotations
 
@@ -22,10 +17,8 @@ F_L_MARK = {"marker": "|", "markeredgewidth": 2, "color": OKABE_ITO["black"], "l
 
 
 def suite_figure(rows: list[dict]):
-    """D_eff and F_L (left) and D_eff / F_L (right) per model, grouped by family, with intervals.
-
-    Uses each model's first view with a value under its primary similarity (named in the title);
-    failed models are listed with "failed".
+    """D_eff and F_L (left) and D_eff / F_L (right) per model, grouped by family, with intervals: each
+    model's first view with a value under its primary similarity (named in the title); failures listed.
 
     >>> r = {"key": "k", "model": "a/m", "family": "f", "params": 1, "revision": "main", "status": "ok", "D_eff": 1.2,
     ...      "D_eff_lo": 1.1, "D_eff_hi": 1.3, "F_L": 1.9, "ratio": 0.63, "ratio_lo": 0.6, "ratio_hi": 0.7}

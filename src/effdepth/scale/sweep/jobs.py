@@ -4,12 +4,9 @@ Every job has a key::
 
     <model slug>/<revision slug>/effdepth-<version>-<digest>
 
-where the digest hashes the model id, revision, weights fingerprint (when
-known) and every measurement option that can change the numbers (corpus,
-sequence length and count, similarity, views, bootstrap, seed, dtype, ...;
-not batch size or device, see :data:`~effdepth.options.UNHASHED_OPTIONS`).
-``DIR/<key>/`` holds the job's ``job.json``, then its ``result.json`` or
-``error.json`` (:func:`saved_result` reads a finished one).
+where the digest hashes the model id, revision, weights fingerprint (when known) and every option that
+can change the numbers (not those in :data:`~effdepth.options.UNHASHED_OPTIONS`). ``DIR/<key>/`` holds
+``job.json``, then ``result.json`` or ``error.json``.
 """
 
 from __future__ import annotations
@@ -39,11 +36,9 @@ MANAGED_OPTIONS = ("model", "revision", "tokenizer")
 class Job:
     """One measurement: a model at a revision with the sweep's options.
 
-    ``source`` is where to load from when it is not ``model.id`` (a local
-    checkpoint folder); ``tag`` names the revision in keys and tables
-    (default: the revision, else ``main``); ``weights`` is a fingerprint of
-    the weights when known (it joins the key, so changed weights are
-    measured again); ``extra`` holds table columns such as ``step``.
+    ``source``: where to load from when not ``model.id``; ``tag``: the revision's name in keys and tables
+    (default: the revision, else ``main``); ``weights``: the weights' fingerprint when known (it joins
+    the key); ``extra``: table columns such as ``step``.
 
     >>> j = Job(SuiteModel("EleutherAI/pythia-70m"), {"seq_len": 16}, revision="step1000")
     >>> j.key.startswith("EleutherAI-pythia-70m/step1000/effdepth-")

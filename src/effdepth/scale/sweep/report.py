@@ -11,10 +11,8 @@ from effdepth.report.rows import lead_rows
 
 
 def suite_table(rows: list[dict]) -> Table:
-    """One row per job of a sweep or trajectory and similarity: its first view with a value (the
-    summary rows come one per view and similarity), N, D_eff with its interval, F_L and the
-    ratio; passage-mode rows add the update diagnostic (D_eff of the updates f_l, whole and over L).
-    A job without a value says its status and error in the last column.
+    """One row per job and similarity (its first view with a value): N, D_eff with its interval, F_L, the
+    ratio, and in passage mode the updates' D_eff, whole and over L; else the status and error.
 
     >>> t = suite_table([{"model": "m", "revision": "main", "similarity": "cka", "view": "default", "status": "ok",
     ...                   "N": 3, "D_eff": 1.2, "D_eff_lo": 1.1, "D_eff_hi": 1.3, "F_L": 1.5, "ratio": 0.8}])
@@ -53,8 +51,7 @@ def suite_table(rows: list[dict]) -> Table:
 
 
 def suite_summary_text(rows: list[dict]) -> str:
-    """One line per job of a sweep or trajectory and similarity (:func:`suite_table`):
-    its first view with a value (the summary rows come one per view and similarity), N and F_L.
+    """:func:`suite_table` as text.
 
     >>> print(suite_summary_text([{"model": "m", "revision": "main", "similarity": "cka", "view": "default", "status": "ok",
     ...                            "N": 3, "D_eff": 1.2, "D_eff_lo": None, "F_L": 1.5, "ratio": 0.8}]))

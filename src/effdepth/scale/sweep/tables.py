@@ -1,9 +1,7 @@
 """A sweep's results -> its tables, figure and report: one row per job, view and similarity.
 
-``DIR/summary.csv`` and ``DIR/summary.parquet`` (one row per result, view and
-similarity; ``F_L`` is the structural reference, 2N/(N+1) of the row's N states; a job that
-failed or is missing has one row saying so), ``DIR/suite.{png,pdf}`` and
-``DIR/report.html``.
+``DIR/summary.{csv,parquet}`` (``F_L`` is the structural reference, 2N/(N+1) of the row's N states; a
+failed or missing job has one row saying so), ``DIR/suite.{png,pdf}`` and ``DIR/report.html``.
 """
 
 from __future__ import annotations

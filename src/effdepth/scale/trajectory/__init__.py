@@ -4,15 +4,11 @@ Checkpoints are the hub repository's branches (names read by :mod:`effdepth.scal
 ``save_pretrained`` subfolders of a local folder (``step-100``, ``checkpoint-100``); a preset
 (:mod:`effdepth.scale.suites.trajectories`) names the model and its selection.
 
-Upstream repositories sometimes serve the same weights under several branches (docs/capture.md): a
-checkpoint whose weights fingerprint (the LFS sha256 of its weight files, the sha256 of local files, else
-the branch's commit) repeats an earlier one is flagged as a duplicate, not measured again. A checkpoint
-with only pickle weights is recorded as failed without ``--allow-pickle``, never downloaded.
-
-Jobs run through the sweep machinery (:mod:`effdepth.scale.sweep`: keyed, resumable, local or on Ray).
-Output: ``DIR/trajectory.{csv,parquet}`` (one row per checkpoint, view and similarity),
-``DIR/trajectory.json`` (``effdepth.load`` reads both back as a :class:`~.result.SavedTrajectory`) and
-``DIR/trajectory.{png,pdf}``.
+A checkpoint whose weights fingerprint repeats an earlier one (upstream repositories sometimes serve
+the same weights under several branches, docs/capture.md) is flagged as a duplicate, not measured again.
+One with only pickle weights fails without ``--allow-pickle``, never downloaded. Jobs run as a sweep's.
+Output: ``DIR/trajectory.{csv,parquet}`` (a row per checkpoint, view and similarity), ``trajectory.json``
+(``effdepth.load`` reads both back) and ``trajectory.{png,pdf}``.
 
 >>> import tempfile, pathlib
 >>> from effdepth.models.tiny import tiny_model

@@ -17,15 +17,10 @@ def trajectory_figure(rows: list[dict], title: str = ""):
     """D_eff (with its interval), F_L and the matched references against training tokens, for each
     checkpoint's first view with a value under its primary similarity (named in the title).
 
-    When the rows carry the update diagnostic (``updates_D_eff``, passage mode), a second panel
-    below, on the same axis, draws D_eff/L of the updates f_l beside D_eff/L of the states, each
-    with its 95% interval: if the states' low D_eff came from the cumulative sum alone, the updates
-    would sit near 1.
-
-    The x axis is tokens seen when every point has them, else the step;
-    logarithmic, with step 0 in a short linear stretch at the left (symlog).
-    Duplicated checkpoints are grey crosses, not joined to the line; ``main``
-    without a step sits just right of the last checkpoint.
+    With ``updates_D_eff`` (passage mode) a second panel draws D_eff/L of the updates beside that of the
+    states, with 95% intervals (near 1 for the updates if the cumulative sum alone made D_eff low).
+    x: tokens seen when every point has them, else the step (symlog, step 0 at the left). Duplicates are
+    grey crosses off the line; ``main`` without a step sits right of the last checkpoint.
 
     >>> r = lambda rev, step, d: {"key": rev, "revision": rev, "step": step, "tokens_seen": step * 10, "track": "main",
     ...     "final": False, "status": "ok", "D_eff": d, "D_eff_lo": d - .1, "D_eff_hi": d + .1, "F_L": 1.9,

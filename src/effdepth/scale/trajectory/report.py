@@ -17,9 +17,8 @@ from effdepth.scale.trajectory.result import SCHEMA, SavedTrajectory, trajectory
 
 
 def trajectory_content(rows: list, duplicates: dict | None = None, preset: dict | None = None) -> Table:
-    """One row per checkpoint and similarity (its first view with a value): tokens seen, D_eff with its
-    interval, F_L, D_eff/F_L, and D_eff/L of the states beside the updates' (the update diagnostic,
-    passage mode) with their intervals.
+    """One row per checkpoint and similarity (its first view with a value): tokens seen, D_eff, F_L,
+    D_eff/F_L, and D_eff/L of the states and (passage mode) of the updates, with intervals.
 
     >>> rows = [{"revision": "step1", "tokens_seen": 2_097_152, "similarity": "cka", "view": "default", "status": "ok",
     ...          "L": 4, "N": 4, "D_eff": 1.2, "D_eff_lo": 1.1, "D_eff_hi": 1.3, "F_L": 1.6, "ratio": 0.75,
