@@ -3,8 +3,7 @@
 :class:`LoadOptions` (what to load), :class:`AnalysisOptions` (how to analyse) and :class:`RunOptions` (how
 to run; never changes a number). :class:`Options` holds the first two; its :meth:`Options.to_dict` is the one
 description of a measurement that the saved config, the resume fingerprint and the sweep key are made of.
-Defaults and named protocols are in :mod:`.defaults`, checks in :mod:`.checks`; every command line is built
-from these declarations (:mod:`.flags`, :mod:`.groups`, :mod:`.commands`).
+Every command line is built from these declarations.
 """
 
 from __future__ import annotations
@@ -80,10 +79,8 @@ MODEL_HELP = (
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """What to load: the model, its revision, the corpus and how it is cut into sequences.
-
-    ``model`` and ``corpus`` may be Python objects (a loaded model, a tensor
-    of token ids); :meth:`to_dict` then describes them instead.
+    """What to load: the model, its revision, the corpus and how it is cut into sequences. ``model`` and
+    ``corpus`` may be Python objects (a loaded model, a tensor of token ids).
 
     >>> LoadOptions(seq_len=16).seq_len
     16
@@ -166,9 +163,6 @@ class AnalysisOptions:
     """How to analyse the states: views, similarity, references, intervals.
 
     ``views`` is normalised to the tuple of view names (``"paper"`` expanded).
-    ``pooling`` is how a passage gives its samples: ``"mean"`` (one per passage,
-    the paper's) or ``"none"`` (its tokens, ``tokens_per_passage`` of them drawn
-    under the seed, or every one; :mod:`effdepth.numerics.sampling`).
 
     >>> AnalysisOptions(views="paper").views[:2], AnalysisOptions(pooling="none", tokens_per_passage=8).tokens_per_passage
     (('default', 'drop-pos0'), 8)
@@ -406,11 +400,8 @@ class Options:
 
     @classmethod
     def build(cls, **values) -> "Options":
-        """From keyword arguments (those of :func:`effdepth.measure`); ``seed`` sets both parts.
-
-        ``protocol`` fills in its settings where an option is not given (``None``
-        counts as not given); ``seq_len`` and ``num_seqs`` default by mode (passage
-        mode: :data:`PASSAGE_DEFAULTS`; ``pooling="none"``: :data:`DEFAULTS`).
+        """From keyword arguments (those of :func:`effdepth.measure`); ``seed`` sets both parts, ``protocol``
+        fills in options not given (``None`` counts as not given).
 
         >>> o = Options.build(protocol="paper", num_seqs=64)
         >>> o.load.num_seqs, o.load.seq_len, o.analysis.states, o.analysis.protocol
