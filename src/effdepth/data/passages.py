@@ -1,21 +1,9 @@
 """Corpora to passages: variable-length token sequences, one per sample of passage mode (docs/method.md#passage-mode).
 
-:func:`load_passages` turns a corpus (any form :func:`~effdepth.data.corpus.load_corpus` takes) into
-:class:`Passages` of at most ``max_len`` tokens, special tokens as the tokenizer adds them (``bos="auto"``),
-BOS forced (``always``) or left out (``never``). Each document is tokenized whole and its tokens cut
-(``split``), so every token is what the whole text gives:
-
-- ``windows`` (default): consecutive windows of exactly ``max_len`` tokens, special tokens at each window's
-  edges, the short remainder dropped; equal lengths, so the first position weighs the same in every mean
-  (docs/method.md#the-first-token-x-length-confound);
-- ``paragraphs``: cut at blank lines, consecutive paragraphs packed greedily into passages of at most
-  ``max_len`` (a longer paragraph cut);
-- ``document``: each document's first ``max_len`` tokens (the paper's reading).
-
-Under ``paragraphs`` and ``document``, passages under :data:`MIN_PASSAGE_TOKENS` text tokens are left out.
-``num_passages`` are drawn under ``seed`` (``numpy.random.default_rng(seed).permutation``) and kept in
-corpus order, except a streamed Hugging Face dataset under ``document``, whose first documents are taken.
-Token ids given as an array are one passage per row, its real tokens by the attention mask.
+Each document is tokenized whole and its tokens cut (``split``: windows, paragraphs or document, as
+``--passage-split`` says), so every token is what the whole text gives. ``num_passages`` are drawn under
+``seed`` and kept in corpus order, except a streamed Hugging Face dataset under ``document``, whose first
+documents are taken.
 """
 
 from __future__ import annotations
@@ -150,8 +138,7 @@ def check_passage_options(max_len, num_passages, bos, split) -> None:
 
 
 def check_given_rows(mask: np.ndarray) -> None:
-    """Token ids given as such, one passage per row: at least 4 rows, refused before the forward pass
-    would fail on them (a row without real tokens is refused by ``load_corpus`` already).
+    """Token ids given as such, one passage per row: at least 4 rows, refused before the forward pass.
 
     >>> check_given_rows(np.ones((4, 3), dtype=bool))
     >>> check_given_rows(np.ones((3, 3), dtype=bool))
@@ -319,10 +306,8 @@ def _bodies(source, tokenizer: Any, budget: int, split: str, want: int) -> tuple
     return bodies, documents, True, longest
 
 
-#: Each document's tokens of the in-memory corpora read in this process, by (tokenizer, documents): models
-#: that share a tokenizer (a sweep over a family, a null's seeds) tokenize their corpus once. Streamed
-#: corpora are never kept, nor one of more than :data:`KEPT_TOKENS` tokens; at most
-#: :data:`TOKENIZED_CORPORA_KEPT` corpora are, as int32 (4 bytes a token).
+#: Tokenized in-memory corpora, by (tokenizer, documents), so models that share a tokenizer tokenize a
+#: corpus once; streamed corpora and those over :data:`KEPT_TOKENS` tokens are never kept.
 TOKENIZED_CORPORA_KEPT = 2
 KEPT_TOKENS = 1 << 25
 _tokenized: dict = {}
