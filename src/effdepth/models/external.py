@@ -28,9 +28,7 @@ NNSIGHT = "nnsight"
 _DISTRIBUTIONS = {TRANSFORMER_LENS: "transformer-lens", NNSIGHT: "nnsight"}
 TL_MODELS = ("HookedTransformer", "TransformerBridge")
 
-# Row means of a centred matrix, in units of what random rows give (|mean| / rms
-# * sqrt(n) is about 0.67 for random rows, below ~0.01 for centred ones even
-# after rounding to bfloat16).
+# Row means in units of random rows' (|mean| / rms * sqrt(n): about 0.67 random, below ~0.01 centred).
 CENTRED_BELOW = 0.05
 _CHECK_ROWS = 4096
 
@@ -42,8 +40,7 @@ UNPROCESSED_HOW = (
 
 
 def library_of(obj) -> str | None:
-    """``"transformer_lens"``, ``"nnsight"`` or ``None``, from the modules of ``obj``'s classes (nothing is
-    imported: an object of either library exists only once its library is loaded).
+    """``"transformer_lens"``, ``"nnsight"`` or ``None``, from the modules of ``obj``'s classes (nothing imported).
 
     >>> import torch
     >>> library_of(torch.nn.Linear(2, 2)) is None
@@ -58,13 +55,8 @@ def library_of(obj) -> str | None:
 
 @dataclass
 class External:
-    """What effdepth needs from another library's model object.
-
-    ``model`` is the module to run: the Hugging Face module inside an nnsight
-    object, or the TransformerLens model itself. ``architecture`` is set for
-    TransformerLens (its hook points); ``None`` means "resolve ``model``
-    through the registry as usual". ``info`` goes into the result's
-    provenance (``provenance["model"]``).
+    """What effdepth needs from another library's model object: ``model`` is the module to run;
+    ``architecture`` is set for TransformerLens only (else ``model`` goes through the registry).
     """
 
     library: str
@@ -154,10 +146,8 @@ def _nnsight(obj, allow_processed: bool) -> External:
 class HookedArchitecture(ResolvedArchitecture):
     """A TransformerLens model: S_0..S_L come from its own hook points and forward pass.
 
-    ``measure`` sees the same interface as for a registry architecture, plus
-    :meth:`capture` and :meth:`run`. ``blocks`` refuses item access:
-    residual-carry hooks on a block fire after ``hook_resid_post`` (inside the
-    block), so an intervention would go unseen.
+    ``blocks`` refuses item access: hooks on a block fire after ``hook_resid_post`` (inside the block),
+    so an intervention would go unseen.
     """
 
     model: torch.nn.Module | None = None
@@ -208,11 +198,7 @@ class _HooksContext:
 
 
 class HookPointCapture(ResidualCapture):
-    """:class:`~effdepth.models.hooks.ResidualCapture` fed by TransformerLens hook points.
-
-    Same buffer, reused across batches of one shape; the hooks return ``None``,
-    so the forward pass is unchanged, and are removed on exit.
-    """
+    """:class:`~effdepth.models.hooks.ResidualCapture` fed by TransformerLens hook points."""
 
     def register(self):
         first, *rest = self.arch.hook_names
