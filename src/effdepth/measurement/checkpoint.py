@@ -62,8 +62,7 @@ def load_checkpoint(folder: Path) -> dict:
 
 
 def saved_run(folder: Path) -> dict | None:
-    """What a checkpoint recorded about its run (options and command, see :func:`save_checkpoint`'s ``meta["run"]``),
-    without reading its arrays; ``None`` when there is no checkpoint or it records nothing.
+    """What a checkpoint recorded about its run, without reading its arrays; ``None`` when it records nothing.
 
     >>> import tempfile
     >>> saved_run(Path(tempfile.mkdtemp())) is None
@@ -141,8 +140,7 @@ def graceful_interrupts():
 
     def handler(signum, frame):
         if flag:
-            # A stuck or huge forward pass must not make the user wait: stop now (after the
-            # statistics of a batch being added, so what is saved is every finished batch).
+            # A stuck or huge forward pass must not make the user wait: stop now.
             flag.interrupt_now()
             return
         flag.signal = signum

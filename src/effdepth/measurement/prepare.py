@@ -1,9 +1,7 @@
 """Loading for a measurement: a model and a corpus -> the passages to run.
 
-:func:`prepare` loads the model and the corpus once, for one or several
-measurements (e.g. the carry values of an intervention), and checks before
-the weights load what can be checked in seconds (the corpus, the hub or the
-cache, the sequence length); :class:`Prepared` is what it gives.
+What can be checked in seconds (the corpus, the hub or the cache, the sequence length) is checked before
+the weights load.
 """
 
 from __future__ import annotations

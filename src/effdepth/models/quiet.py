@@ -11,8 +11,7 @@ import warnings
 
 @contextlib.contextmanager
 def progress_bars(progress: bool):
-    """``progress=False`` hides transformers' own bars while loading (the GGUF de-quantiser's bar is
-    plain tqdm: :func:`effdepth.models.gguf.parse_once` hides that one).
+    """``progress=False`` hides transformers' own bars while loading (``gguf.parse_once`` hides its own).
 
     >>> with progress_bars(False):
     ...     pass
