@@ -1,8 +1,5 @@
-"""One declaration per option: its default, its help, and how the command line spells it.
-
-Every option is a dataclass field made by :func:`option`; the command line's
-flags and positionals are built from these declarations (:func:`effdepth.options.flags.add_option_arguments`),
-so an option's name, default and help are written once.
+"""One declaration per option, a dataclass field made by :func:`option`: its default, its help, and how
+the command line spells it, written once.
 """
 
 from __future__ import annotations
