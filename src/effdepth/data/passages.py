@@ -333,8 +333,7 @@ def _tokenized_documents(source, tokenizer: Any):
 
 
 def _corpus_key(documents: list, tokenizer: Any) -> tuple | None:
-    """What a corpus's tokens depend on: the fast tokenizer's whole definition and every document's text
-    (None for a slow tokenizer, whose Python side may tokenize differently)."""
+    """What a corpus's tokens depend on (tokenizer definition, every text); None for a slow tokenizer."""
     definition = tokenizer_definition(tokenizer) if getattr(tokenizer, "is_fast", False) else None
     return None if definition is None else (definition, texts_sha256(documents))
 
@@ -373,8 +372,7 @@ def _split_at(text: str, cuts: list) -> list:
 
 
 def _pack(tokens: list, starts: list, budget: int) -> list:
-    """Consecutive paragraphs (``tokens`` cut at ``starts``) packed greedily into pieces of at most
-    ``budget`` tokens; a longer paragraph is cut at ``budget``.
+    """Consecutive paragraphs (``tokens`` cut at ``starts``) packed greedily into pieces of ``budget`` at most.
 
     >>> _pack(list(range(10)), [3, 5, 9], 4)
     [[0, 1, 2], [3, 4], [5, 6, 7, 8], [9]]

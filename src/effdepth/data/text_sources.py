@@ -1,8 +1,5 @@
-"""Where a corpus's text comes from: the built-in Shakespeare, a text file, a folder of them, a JSONL file
-(``{"text": ...}`` a line), a Hugging Face dataset (``hf:NAME[:CONFIG[:SPLIT]]``: its local copy
-(:mod:`effdepth.data.corpus_prefix`) first, else streamed lazily) or a list of texts.
-:func:`resolve_text_source` names the source and hands its documents to :mod:`effdepth.data.packing`.
-"""
+"""Where a corpus's text comes from: the built-in Shakespeare, a text file, a folder of them, a JSONL file,
+a Hugging Face dataset (its local copy first, else streamed lazily) or a list of texts."""
 
 from __future__ import annotations
 
@@ -338,8 +335,7 @@ def _listed(python_list: str) -> str:
 
 
 def _hf_answer(spec: str, exc: Exception) -> str | None:
-    """What the hub or ``datasets`` said about ``spec``, in one line, when it is one of the answers a
-    person can act on (no such dataset, config or split; gated; the hub's own fault)."""
+    """What the hub or ``datasets`` said about ``spec``, in one line, when a person can act on it."""
     name, config, _ = parse_hf_spec(spec)
     text = " ".join(str(exc).split())
     if (m := _NO_CONFIG.search(text)) is not None:

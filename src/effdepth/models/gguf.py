@@ -111,8 +111,7 @@ def copy_info(folder: Path) -> dict:
 
 @dataclass
 class Converted:
-    """The result of :func:`convert`: the copy's folder (``None`` when it could not be saved) and,
-    then only, the model and tokenizer as loaded from the GGUF file."""
+    """The copy's folder, or (when it could not be saved) ``None`` and the model and tokenizer loaded."""
 
     folder: Path | None
     model: object = None

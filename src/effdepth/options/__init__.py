@@ -1,9 +1,7 @@
 """Every measurement option, in one place: frozen dataclasses validated once when built (one-line errors).
 
-:class:`LoadOptions` (what to load), :class:`AnalysisOptions` (how to analyse) and :class:`RunOptions` (how
-to run; never changes a number). :class:`Options` holds the first two; its :meth:`Options.to_dict` is the one
-description of a measurement that the saved config, the resume fingerprint and the sweep key are made of.
-Every command line is built from these declarations.
+:meth:`Options.to_dict` is the one description of a measurement that the saved config, the resume
+fingerprint and the sweep key are made of; every command line is built from these declarations.
 """
 
 from __future__ import annotations
