@@ -115,12 +115,9 @@ def load_corpus(
     """Load a corpus as ``num_seqs`` token sequences of ``seq_len`` tokens.
 
     ``spec``: ``None`` / ``"shakespeare"``; a text file (``.jsonl``: a ``text`` field per line) or a
-    folder (its ``.txt``/``.md``/``.jsonl``... files, recursively, sorted, hidden ones skipped);
-    ``"hf:NAME[:CONFIG[:SPLIT]]"`` (split ``train`` by default); a list of strings; or token ids (a 2-D
-    integer tensor/array or an ``{"input_ids", "attention_mask"}`` mapping) used exactly as given, with
-    ``seq_len``/``num_seqs``/``seed`` ignored and ids bounded by ``vocab_size`` (default
-    ``len(tokenizer)``). Text is packed as the module says, BOS prepended when ``add_bos`` and the
-    tokenizer has one.
+    folder of them; ``"hf:NAME[:CONFIG[:SPLIT]]"``; a list of strings; or token ids (a 2-D integer
+    tensor/array or an ``{"input_ids", "attention_mask"}`` mapping) used exactly as given, ids bounded by
+    ``vocab_size`` (default ``len(tokenizer)``).
 
     >>> from effdepth.data.tokenizers import byte_tokenizer
     >>> c = load_corpus(["to be or not to be"], byte_tokenizer(), seq_len=4, num_seqs=2)

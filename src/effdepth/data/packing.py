@@ -1,10 +1,8 @@
 """Tokenizing and packing: a text source's documents -> the token sequences of a corpus.
 
 Documents are tokenized without special tokens and joined with EOS; the stream is cut into chunks of
-``seq_len - 1`` tokens (``seq_len`` without BOS), BOS prepended, and ``num_seqs`` chunks drawn by
-``numpy.random.default_rng(seed).permutation``, kept in corpus order. The draw is a prefix of one
-permutation, so more sequences under the same seed are a superset (for local sources). A packed stream is
-kept per tokenizer in memory, and a large corpus's in the effdepth cache too.
+``seq_len - 1`` tokens, BOS prepended, and ``num_seqs`` chunks drawn as a prefix of one permutation under
+``seed`` (more sequences are a superset), kept in corpus order.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""Model objects of other libraries: TransformerLens and nnsight, recognised by their class's module (neither
-is imported here; ``pip install effdepth[lens]`` installs both).
+"""Model objects of other libraries, recognised by their class's module (``pip install effdepth[lens]``).
 
-- **nnsight** (``LanguageModel``, ``TransformersModel``, any ``NNsight`` envoy) is unwrapped (``._module``, or
-  ``._model`` in older releases; a model on the meta device dispatched first, as nnsight does) and measured
-  like its Hugging Face module.
-- **TransformerLens** (``HookedTransformer``, ``TransformerBridge``) is read through its hook points: S_0 from
-  ``blocks.0.hook_resid_pre``, S_l from ``blocks.{l-1}.hook_resid_post``. Centred writing weights remove
-  every token's mean across the residual dimensions, so the stream is no longer the model's own: such a
-  model is refused unless ``allow_processed=True`` (:func:`weight_processing`).
+An nnsight object is unwrapped and measured like its Hugging Face module. A TransformerLens model is read
+through its hook points (S_0 ``blocks.0.hook_resid_pre``, S_l ``blocks.{l-1}.hook_resid_post``); centred
+writing weights change the stream, so such a model is refused unless ``allow_processed=True``.
 """
 
 from __future__ import annotations

@@ -375,8 +375,7 @@ class RunOptions:
 _LOAD = tuple(f.name for f in fields(LoadOptions))
 _ANALYSIS = tuple(f.name for f in fields(AnalysisOptions))
 
-#: Options that do not change the numbers (statistics are per sequence;
-#: permissions are not measurements): left out of a sweep job's key.
+#: Options that do not change the numbers: left out of a sweep job's key.
 UNHASHED_OPTIONS = ("batch_size", "device", "device_map", "trust_remote_code", "allow_pickle")
 
 
