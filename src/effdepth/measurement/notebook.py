@@ -58,9 +58,8 @@ class CapturedStates(Sequence):
 def capture(model, *, allow_processed: bool = False):
     """Capture the residual stream S_0..S_L (before the final norm) of every forward pass run inside the block.
 
-    ``model``: a Hugging Face causal LM, an nnsight ``LanguageModel`` / ``TransformersModel`` (call it, or its
-    ``._module``, inside the block), or a TransformerLens model (centred writing weights refused unless
-    ``allow_processed=True``). States hold the latest batch only; gradients are untouched.
+    ``model``: a Hugging Face causal LM, an nnsight or a TransformerLens model. States hold the latest
+    batch only; gradients are untouched.
 
     >>> import effdepth, torch
     >>> from effdepth.models.tiny import tiny_model
@@ -89,7 +88,7 @@ class Accumulator:
     ``update(states, mask=None)`` takes what :func:`capture` yields, a ``(L+1, batch, seq, d)`` tensor, or
     a list of L+1 ``(batch, seq, d)`` (or ``(seq, d)``) tensors, each row a passage; ``mask`` ``(batch,
     seq)`` marks real tokens. ``result()`` is :func:`effdepth.measure`'s result over the same passages and
-    options (pooled and analysed as measure does); ``reset()`` starts over, e.g. every N training steps.
+    options; ``reset()`` starts over.
 
     >>> import effdepth, torch
     >>> from effdepth.models.tiny import tiny_model
@@ -383,8 +382,7 @@ def from_pooled(
     """The paper's number from pooled vectors you already have: one vector per passage and state.
 
     ``pooled`` is ``(L+1, N, d)`` or a list of L+1 ``(N, d)`` matrices; ``lengths`` each passage's token count
-    (for the length control and distribution). The analysis is :func:`effdepth.measure`'s passage mode, but
-    for the drop-pos0 control, whose pooling needs the tokens.
+    (for the length control). The analysis is :func:`effdepth.measure`'s passage mode, without drop-pos0.
 
     >>> import effdepth, numpy as np
     >>> walk = np.cumsum(np.random.default_rng(0).normal(size=(4, 64, 16)), axis=0)   # S_0..S_3 of 64 passages

@@ -126,8 +126,7 @@ def pooled_batches(
     start: int = 0,
     facts: dict | None = None,
 ):
-    """Yield ``(indices, samples, sums)`` per forward pass over the passages ``order[start:]``:
-    ``samples`` ``{variant: (L+1, s, d)}`` float64 (``pooler.output()``) and ``sums`` (L, B, 3) on the CPU.
+    """Yield ``(indices, samples, sums)`` per forward pass over the passages ``order[start:]``, on the CPU.
 
     Out of memory in a batch halves the batch size and retries it (pooling is per passage, so no number
     changes); ``facts`` records the batch size used and the retries.

@@ -303,8 +303,7 @@ ANALYSIS_CHANGES = AnalysisOptions.AFTER_FORWARD
 
 def analyse_saved(path, *, progress: bool = True, device: str | None = None, **changes) -> Result:
     """A saved passage-mode result analysed again from its pooled vectors, with ``changes`` to its
-    analysis options (:data:`ANALYSIS_CHANGES`); no model is loaded. Unchanged options give the
-    saved numbers exactly.
+    analysis options (:data:`ANALYSIS_CHANGES`); unchanged options give the saved numbers exactly.
 
     >>> import tempfile, torch, effdepth
     >>> from effdepth.models.tiny import tiny_model
@@ -462,9 +461,8 @@ def _store_folder(run) -> Path:
 
 
 def _discard_unsaved(folder: Path, run) -> None:
-    """After a failure: pooled vectors that no checkpoint names cannot be resumed, so they go (and the
-    folder made for them, when that leaves it empty). A checkpoint that was saved (an interrupted or
-    long run, or any --resume) stays for ``--resume``."""
+    """After a failure: pooled vectors that no checkpoint names cannot be resumed, so they go; a saved
+    checkpoint stays for ``--resume``."""
     if run.checkpoint is None:
         shutil.rmtree(folder, ignore_errors=True)
         return

@@ -265,10 +265,8 @@ def _transformer_lens(model, allow_processed: bool) -> External:
 def weight_processing(model) -> dict:
     """What TransformerLens did to the weights of ``model``, as far as can be told.
 
-    Folding is recorded (HookedTransformer's ``LNPre``/``RMSPre`` norm type; a TransformerBridge records
-    only *that* it processed its weights); centring is not, so it is read from the weights: rows of
-    ``W_E`` centred across the residual dimensions, of ``W_U`` across the vocabulary. ``stream_changed``:
-    the writing weights are centred, or processing is recorded and ``W_E`` could not be read.
+    Folding is recorded; centring is not, so it is read from the weights (rows of ``W_E`` and ``W_U``).
+    ``stream_changed``: the writing weights are centred, or processed and ``W_E`` could not be read.
 
     >>> import types
     >>> folded = types.SimpleNamespace(cfg=types.SimpleNamespace(normalization_type="RMSPre"), W_E=torch.randn(10, 8))

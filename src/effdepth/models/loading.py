@@ -1,6 +1,5 @@
-"""Loading models: a Hugging Face id (with revision), a local folder, a ``.gguf``
-file, an embedded model by name (``smollm2-135m``, the default, or
-``gemma-3-270m``), or an already loaded model."""
+"""Loading models: a Hugging Face id (with revision), a local folder, a ``.gguf`` file, an embedded model
+by name (``smollm2-135m``, the default, or ``gemma-3-270m``), or an already loaded model."""
 
 from __future__ import annotations
 
@@ -37,7 +36,6 @@ class EmbeddedModel:
 
 
 #: Names users give for the embedded models; ``model=None`` means :data:`DEFAULT_EMBEDDED`.
-#: ``fetch`` looks the asset function up when called, so a test can replace it in ``assets``.
 EMBEDDED_MODELS = {
     "smollm2-135m": EmbeddedModel(assets.SMOLLM2_ID, "SmolLM2-135M-Instruct", lambda: assets.smollm2_gguf()),
     "gemma-3-270m": EmbeddedModel(assets.GEMMA3_ID, "Gemma-3-270m base", lambda: assets.gemma3_gguf()),
