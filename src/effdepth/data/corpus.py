@@ -165,8 +165,7 @@ def _from_text(
     return TokenizedCorpus(input_ids, None, source.name, ids_sha256(input_ids), info)
 
 
-# --------------------------------------------------------------------------
-# Argument checks
+# -- Argument checks
 
 
 def _check_sizes(seq_len: Any, num_seqs: Any, seed: Any) -> tuple[int, int, int]:
@@ -201,8 +200,7 @@ def check_tokenizer(tokenizer: Any, spec: Any) -> None:
         )
 
 
-# --------------------------------------------------------------------------
-# Token ids given by the caller
+# -- Token ids given by the caller
 
 
 def _from_token_ids(spec: Any, tokenizer: Any, vocab_size: int | None) -> TokenizedCorpus:
@@ -328,8 +326,7 @@ def _check_mask(mask: torch.Tensor, shape: torch.Size) -> None:
         )
 
 
-# --------------------------------------------------------------------------
-# The spec, before a model loads
+# -- The spec, before a model loads
 
 
 def is_token_ids(spec: Any) -> bool:

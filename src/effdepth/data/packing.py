@@ -24,8 +24,7 @@ from effdepth.data.corpus_prefix import texts_sha256
 from effdepth.errors import EffdepthError
 from effdepth.results.files import write_atomic
 
-#: For Hugging Face datasets only this many times the requested chunks are
-#: read (from the start of the split), so a huge dataset is not read in full.
+#: For Hugging Face datasets only this many times the requested chunks are read.
 HF_POOL_FACTOR = 4
 # Documents longer than this are tokenized in pieces, to bound the tokenizer's memory.
 _PIECE_CHARS = 1 << 20

@@ -306,8 +306,7 @@ def _bodies(source, tokenizer: Any, budget: int, split: str, want: int) -> tuple
     return bodies, documents, True, longest
 
 
-#: Tokenized in-memory corpora, by (tokenizer, documents), so models that share a tokenizer tokenize a
-#: corpus once; streamed corpora and those over :data:`KEPT_TOKENS` tokens are never kept.
+#: Tokenized in-memory corpora (not streamed, at most :data:`KEPT_TOKENS`), by (tokenizer, documents).
 TOKENIZED_CORPORA_KEPT = 2
 KEPT_TOKENS = 1 << 25
 _tokenized: dict = {}

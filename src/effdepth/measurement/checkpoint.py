@@ -88,8 +88,7 @@ def remove_checkpoint(folder: Path) -> None:
 
 
 class InterruptFlag:
-    """Set by the first SIGINT/SIGTERM; a second signal of either kind stops at once
-    (:meth:`interrupt_now`), except inside :meth:`deferred`, which it waits for.
+    """Set by the first SIGINT/SIGTERM; a second stops at once, except inside :meth:`deferred`.
 
     >>> flag = InterruptFlag()
     >>> try:

@@ -52,8 +52,7 @@ class Prepared:
 
 
 def prepare(load: LoadOptions | Options, *, progress: bool = True) -> Prepared:
-    """Load the model and the corpus (as :class:`~effdepth.data.passages.Passages`) once, for one or several
-    measurements (e.g. the carry values of an intervention).
+    """Load the model and the corpus (as Passages) once, for one or several measurements.
 
     >>> import torch
     >>> from effdepth.models.tiny import tiny_model

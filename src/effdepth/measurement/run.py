@@ -72,8 +72,7 @@ def measure_passages(prepared, analysis: AnalysisOptions, *, run, started: float
 
 @dataclass(frozen=True)
 class MeasurementPlan:
-    """What one measurement does, made once before its first forward pass (:func:`measurement_plan`) and
-    handed on to the pooling, the store and the analysis."""
+    """What one measurement does, made once before its first forward pass."""
 
     analysis: AnalysisOptions
     reduction: object  # MeanReduction or TokenReduction (numerics.pooling, numerics.sampling)
@@ -188,8 +187,7 @@ def _measure_into(folder: Path, prepared, plan: MeasurementPlan, run, fingerprin
 
 
 def _checkpoints(store: PooledStore, run, fingerprint: dict, interrupted):
-    """After each batch: the progress saved when a checkpoint is due (every ``run.checkpoint_every_s``, and
-    at an interrupt); true at an interrupt, which stops the forward passes."""
+    """After each batch: a checkpoint when due or at an interrupt; true at an interrupt."""
     last_save = time.monotonic()
 
     def after_batch() -> bool:
@@ -203,8 +201,7 @@ def _checkpoints(store: PooledStore, run, fingerprint: dict, interrupted):
 
 
 def measured_result(store: PooledStore, plan: MeasurementPlan, prepared, *, started: float, facts: dict, progress=True):
-    """The :class:`Result` of a measurement's store: the analysis of its plan, what was measured, and the
-    provenance record (``facts``: the run's own, retries and resumes)."""
+    """The :class:`Result` of a measurement's store: its analysis, what was measured, and provenance."""
     result = analyse_store(store, plan.analysis, progress=progress, seq_len=prepared.load.seq_len, sized=plan.sized)
     result.config.update(passage_config(prepared, plan.analysis))
     result.provenance = provenance_record(model=prepared.lm.info, passages=prepared.tokens, started=started, run=facts)
@@ -406,8 +403,7 @@ def passage_config(prepared, analysis: AnalysisOptions) -> dict:
 
 
 def passage_fingerprint(prepared, analysis: AnalysisOptions, variants) -> dict:
-    """What stored pooled vectors belong to: a resume with anything else is refused. The analysis
-    options (views beyond their pooling, similarities, intervals) are not in it: they apply afterwards."""
+    """What stored pooled vectors belong to: a resume with anything else is refused."""
     info = prepared.lm.info
     local = info.get("source") in ("local", "gguf")
     return {

@@ -24,8 +24,7 @@ def hidden_from_input(args: tuple, kwargs: dict) -> torch.Tensor:
 
 
 def hidden_from_output(output, like: torch.Tensor) -> torch.Tensor:
-    """The hidden state a block returns: a tensor, or the tensor shaped like its input
-    inside a tuple or model output (versions and remote-code models differ)."""
+    """The hidden state a block returns: a tensor, or the one shaped like its input inside a tuple or output."""
     if isinstance(output, torch.Tensor):
         return output
     candidates = output.values() if isinstance(output, dict) else output

@@ -161,8 +161,7 @@ def check_sequence_length(seq_len: int, config, what: str) -> None:
 
 
 def prepare_source(source: ModelSource, *, progress: bool = True) -> ModelSource:
-    """Make the dequantised copy of a ``.gguf`` file on its first load (the file is parsed once for
-    config, tokenizer and weights) and return the source of that copy; any other source as it is.
+    """The source of a ``.gguf`` file's dequantised copy, made on its first load; any other source as it is.
 
     >>> prepare_source(locate_model("EleutherAI/pythia-70m")).location
     'EleutherAI/pythia-70m'

@@ -44,8 +44,7 @@ def quiet_loading():
 
 @contextlib.contextmanager
 def errors_only(*libraries: str):
-    """Only errors from these libraries' loggers inside the block (their retry and fallback warnings
-    would fill the terminal); the levels are restored after.
+    """Only errors from these libraries' loggers inside the block; the levels are restored after.
 
     >>> with errors_only("datasets"):
     ...     logging.getLogger("datasets").getEffectiveLevel() >= logging.ERROR

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from dataclasses import field
 
-#: How a flag reads its value: text, a whole number, a number, a switch that sets True, one that sets
-#: False, a repeatable flag (a list of what was given), or the program's version; a function reads its own.
+#: How a flag reads its value (or a function that reads its own).
 KINDS = (None, "int", "float", "flag", "no-flag", "append", "version")
 
 
