@@ -253,8 +253,7 @@ def _prefix_then_stream(spec: str, prefix: CorpusPrefix) -> Iterator[str]:
 
 
 def stream_hf_prefix(spec: str, documents: int, *, commit: str | None = None, progress=None) -> CorpusPrefix:
-    """Stream the first ``documents`` documents of an ``hf:`` corpus into a local copy (``effdepth fetch``);
-    ``commit`` pins the dataset revision, ``progress(n)`` is called after each document."""
+    """Stream the first ``documents`` documents of an ``hf:`` corpus (at ``commit``) into a local copy."""
     name, config, split = parse_hf_spec(spec)
     dataset = _load_hf_dataset(spec, streaming=True, revision=commit)
     return write_prefix(name, config, split, _hf_row_texts(dataset, spec), documents, commit=commit, progress=progress)

@@ -96,8 +96,7 @@ def pad_id(lm) -> int:
 
 
 def pool_into(store, batches, *, after_batch=None) -> None:
-    """Write every batch of samples, ``(indices, {variant: samples}, sums)``, into ``store`` at its
-    passages' rows. ``after_batch()`` runs after each batch and stops the loop when it returns true."""
+    """Write every batch of samples into ``store``; ``after_batch()`` returning true stops the loop."""
     for indices, samples, sums in batches:
         store.write(indices, samples, sums)
         if after_batch is not None and after_batch():
@@ -105,8 +104,7 @@ def pool_into(store, batches, *, after_batch=None) -> None:
 
 
 def given_batches(states: torch.Tensor, mask: torch.Tensor, pooler, first: int):
-    """Yield states a user gives, ``(L+1, B, T, d)`` with ``mask`` (B, T), as one batch of samples pooled as
-    the forward passes' hooks pool theirs: passages ``first`` to ``first + B - 1``, none known to start with BOS."""
+    """Yield states a user gives, ``(L+1, B, T, d)`` with ``mask`` (B, T), as one batch pooled as the hooks pool."""
     indices = list(range(first, first + int(states.shape[1])))
     pooler.start(mask.to(states.device), torch.zeros(len(indices), dtype=torch.bool), indices)
     for layer in range(states.shape[0]):

@@ -356,8 +356,7 @@ def analyse_saved(path, *, progress: bool = True, device: str | None = None, **c
 
 
 def check_stored_variants(analysis: AnalysisOptions, stored, measured_views) -> None:
-    """Views whose tokens pool otherwise than the stored variants need a forward pass: one line that
-    says what was stored and the --views that store it.
+    """Views whose tokens pool otherwise than the stored variants need a forward pass: say so in one line.
 
     >>> check_stored_variants(AnalysisOptions(views="top5pc,drop-bos"), ["default"], ["default", "top1pc"])
     Traceback (most recent call last):

@@ -216,8 +216,7 @@ def unreadable_gguf(path: Path, exc: Exception) -> str:
 
 @contextlib.contextmanager
 def parse_once(progress: bool = True):
-    """Within this block transformers parses each GGUF file once, however often config, tokenizer and weights
-    ask; ``progress=False`` hides its de-quantising bar.
+    """Within this block transformers parses each GGUF file once; ``progress=False`` hides its bar.
 
     >>> import gguf, tempfile
     >>> from effdepth.models.tiny import tiny_gguf
