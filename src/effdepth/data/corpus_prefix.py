@@ -107,8 +107,6 @@ def write_prefix(
 ) -> CorpusPrefix:
     """Write the first ``documents`` texts of ``rows`` (``(raw rows read so far, text)``) as a local copy.
 
-    ``progress(n)`` is called after each document; a split that ends first gives a ``complete`` copy.
-
     >>> import os, tempfile
     >>> from unittest import mock
     >>> with mock.patch.dict(os.environ, {"EFFDEPTH_CACHE": tempfile.mkdtemp()}):

@@ -111,8 +111,7 @@ def cached_stream(tokenizer: Any, docs: list[str]) -> np.ndarray:
 
 
 def _stored_stream_path(tokenizer: Any, key: tuple) -> Path | None:
-    """Where the token stream of a large corpus is kept in the effdepth cache, keyed by the text and all
-    that decides its tokens; ``None`` for tokenizers we cannot fingerprint."""
+    """Where a large corpus's token stream is cached, keyed by all that decides it; ``None`` if unknowable."""
     definition = tokenizer_definition(tokenizer)
     if definition is None:
         return None

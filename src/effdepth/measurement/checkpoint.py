@@ -19,9 +19,7 @@ CHECKPOINT = "checkpoint"
 
 
 class MeasurementInterrupted(EffdepthError):
-    """Raised after SIGINT/SIGTERM once the partial statistics are safe.
-
-    The exit status is the shell's for the signal: 130 (SIGINT) or 143 (SIGTERM).
+    """Raised after SIGINT/SIGTERM once the partial statistics are safe; exit status 130 or 143.
 
     >>> MeasurementInterrupted("stopped", signal.SIGTERM).exit_code
     143

@@ -50,9 +50,7 @@ def library_of(obj) -> str | None:
 
 @dataclass
 class External:
-    """What effdepth needs from another library's model object: ``model`` is the module to run;
-    ``architecture`` is set for TransformerLens only (else ``model`` goes through the registry).
-    """
+    """What effdepth needs from another library's model object; ``architecture`` is TransformerLens's only."""
 
     library: str
     model: torch.nn.Module

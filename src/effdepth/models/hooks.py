@@ -94,8 +94,7 @@ class HookSet:
 
 
 class ResidualCapture(HookSet):
-    """Context manager that captures S_0..S_L of each forward pass into one buffer, ``states``:
-    ``(L+1, batch, seq, d)`` in the model's dtype, on its device, reused across batches of one shape.
+    """Captures S_0..S_L of each forward pass into one reused buffer, ``states`` ``(L+1, batch, seq, d)``.
 
     >>> from transformers import GPT2Config, GPT2LMHeadModel
     >>> from effdepth.models.registry import resolve_architecture

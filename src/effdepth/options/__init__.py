@@ -158,9 +158,7 @@ class LoadOptions:
 
 @dataclass(frozen=True)
 class AnalysisOptions:
-    """How to analyse the states: views, similarity, references, intervals.
-
-    ``views`` is normalised to the tuple of view names (``"paper"`` expanded).
+    """How to analyse the states: views (``"paper"`` expanded), similarity, references, intervals.
 
     >>> AnalysisOptions(views="paper").views[:2], AnalysisOptions(pooling="none", tokens_per_passage=8).tokens_per_passage
     (('default', 'drop-pos0'), 8)

@@ -124,8 +124,7 @@ def _argument(f, default, help_suffix: str) -> dict:
 
 
 def add_measure_arguments(p: argparse.ArgumentParser, *, model: bool = True, run=("progress",)) -> None:
-    """Every measurement option as a flag (the positional MODEL first, unless ``model`` is False), the
-    run options named in ``run``, and ``--offline``."""
+    """Every measurement option as a flag, the run options named in ``run``, and ``--offline``."""
     add_option_arguments(
         p, LoadOptions, names=None if model else [f.name for f in fields(LoadOptions) if f.name != "model"]
     )
