@@ -387,8 +387,7 @@ def _install(extracted: Path, final: Path) -> None:
 
 
 def remove_stale(folder: Path, *patterns: str) -> None:
-    """Remove what a process killed mid-write left in ``folder`` (names matching ``patterns``): one a day
-    old cannot belong to a write still running."""
+    """Remove what a process killed mid-write left in ``folder`` (names matching ``patterns``, a day old)."""
     cutoff = time.time() - _STALE_STAGING_S
     for stale in [p for pattern in patterns for p in folder.glob(pattern)]:
         with contextlib.suppress(OSError):

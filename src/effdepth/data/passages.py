@@ -155,8 +155,7 @@ def check_given_rows(mask: np.ndarray) -> None:
 
 
 def special_tokens(tokenizer: Any, bos: str) -> tuple:
-    """``(prefix, suffix)`` token ids put around every passage: what the tokenizer adds by default
-    (``auto``), that with BOS first (``always``), or nothing (``never``).
+    """``(prefix, suffix)`` token ids put around every passage under ``bos`` (``auto``, ``always``, ``never``).
 
     >>> from effdepth.data.tokenizers import byte_tokenizer
     >>> special_tokens(byte_tokenizer(), "auto"), special_tokens(byte_tokenizer(), "always")

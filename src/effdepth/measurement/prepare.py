@@ -19,8 +19,7 @@ from effdepth.options import LoadOptions, Options
 
 
 def stored_carry(model) -> dict | None:
-    """A checkpoint trained with a residual carry (``effdepth experiment carry``) records it in its config;
-    a plain measurement runs it with lam = 1, which is not the trained model: say so (and record it)."""
+    """A checkpoint trained with a residual carry is not measured as trained at lam = 1: say so, and record it."""
     config = getattr(model, "config", None)
     lam = getattr(config, "effdepth_carry", None)
     if lam is None or float(lam) == 1.0:

@@ -479,8 +479,7 @@ def _from_pretrained(source, common, torch_dtype, dev, device_map, info, progres
 
 @contextlib.contextmanager
 def no_conversion_requests():
-    """No request to convert a repository's weights while loading: without safetensors, transformers asks
-    the hub's conversion service, which opens a pull request with the user's token.
+    """No request to the hub's conversion service (a pull request with the user's token) while loading.
 
     >>> with no_conversion_requests():
     ...     os.environ["DISABLE_SAFETENSORS_CONVERSION"]

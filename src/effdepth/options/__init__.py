@@ -77,8 +77,7 @@ MODEL_HELP = (
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """What to load: the model, its revision, the corpus and how it is cut into sequences. ``model`` and
-    ``corpus`` may be Python objects (a loaded model, a tensor of token ids).
+    """What to load: the model, its revision, the corpus and how it is cut into sequences.
 
     >>> LoadOptions(seq_len=16).seq_len
     16
