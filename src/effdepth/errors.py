@@ -1,13 +1,8 @@
 """The one exception type users see.
 
-Every failure a user can cause (bad arguments, a missing model, a corpus too
-small, non-finite activations) is raised as :class:`EffdepthError` with a
-one-line message that says what went wrong, why, and what to do. The CLI
-prints it as ``effdepth: error: <message>`` and exits with status 2; nothing
-else should reach the user as a traceback.
-
-A hint that names an option names it as the user gave it: its flag under the
-command line (:func:`command_line`), its argument name in Python.
+Every failure a user can cause is raised as :class:`EffdepthError` with a one-line message that says
+what went wrong, why, and what to do; the CLI prints it as ``effdepth: error: <message>`` and exits with
+status 2. A hint names an option as the user gave it: a flag on the command line, an argument in Python.
 """
 
 from __future__ import annotations

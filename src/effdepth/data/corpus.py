@@ -1,9 +1,6 @@
 """Corpora to fixed-length token sequences: the start of the data flow.
 
-:func:`load_corpus` turns a corpus specification (the built-in Shakespeare, a file, a folder, JSONL, a
-Hugging Face dataset, texts, or token ids) into a :class:`TokenizedCorpus`: a ``(num_seqs, seq_len)`` int64
-tensor with its content hash and ``info``. Text is read by :mod:`.text_sources` and packed by
-:mod:`.packing`; token ids are checked here and used exactly as given.
+Text is read by :mod:`.text_sources` and packed by :mod:`.packing`; token ids are used exactly as given.
 """
 
 from __future__ import annotations
@@ -118,12 +115,9 @@ def load_corpus(
     """Load a corpus as ``num_seqs`` token sequences of ``seq_len`` tokens.
 
     ``spec``: ``None`` / ``"shakespeare"``; a text file (``.jsonl``: a ``text`` field per line) or a
-    folder (its ``.txt``/``.md``/``.jsonl``... files, recursively, sorted, hidden ones skipped);
-    ``"hf:NAME[:CONFIG[:SPLIT]]"`` (split ``train`` by default); a list of strings; or token ids (a 2-D
-    integer tensor/array or an ``{"input_ids", "attention_mask"}`` mapping) used exactly as given, with
-    ``seq_len``/``num_seqs``/``seed`` ignored and ids bounded by ``vocab_size`` (default
-    ``len(tokenizer)``). Text is packed as the module says, BOS prepended when ``add_bos`` and the
-    tokenizer has one.
+    folder of them; ``"hf:NAME[:CONFIG[:SPLIT]]"``; a list of strings; or token ids (a 2-D integer
+    tensor/array or an ``{"input_ids", "attention_mask"}`` mapping) used exactly as given, ids bounded by
+    ``vocab_size`` (default ``len(tokenizer)``).
 
     >>> from effdepth.data.tokenizers import byte_tokenizer
     >>> c = load_corpus(["to be or not to be"], byte_tokenizer(), seq_len=4, num_seqs=2)
@@ -171,8 +165,7 @@ def _from_text(
     return TokenizedCorpus(input_ids, None, source.name, ids_sha256(input_ids), info)
 
 
-# --------------------------------------------------------------------------
-# Argument checks
+# -- Argument checks
 
 
 def _check_sizes(seq_len: Any, num_seqs: Any, seed: Any) -> tuple[int, int, int]:
@@ -207,8 +200,7 @@ def check_tokenizer(tokenizer: Any, spec: Any) -> None:
         )
 
 
-# --------------------------------------------------------------------------
-# Token ids given by the caller
+# -- Token ids given by the caller
 
 
 def _from_token_ids(spec: Any, tokenizer: Any, vocab_size: int | None) -> TokenizedCorpus:
@@ -258,8 +250,7 @@ def _unpack_mapping(spec: Mapping) -> tuple[torch.Tensor, torch.Tensor | None, s
 def _as_int64(what: str, value: Any, *, allow_bool: bool = False, allow_binary_float: bool = False) -> torch.Tensor:
     """A detached int64 CPU copy of ``value``, or an EffdepthError saying why not.
 
-    ``allow_binary_float`` accepts a float array holding only 0.0 and 1.0 (masks
-    are sometimes built as floats); any other value is refused, never rounded.
+    ``allow_binary_float`` accepts a float array of only 0.0 and 1.0 (a mask); nothing is rounded.
     """
     if isinstance(value, (list, tuple)):
         try:
@@ -335,8 +326,7 @@ def _check_mask(mask: torch.Tensor, shape: torch.Size) -> None:
         )
 
 
-# --------------------------------------------------------------------------
-# The spec, before a model loads
+# -- The spec, before a model loads
 
 
 def is_token_ids(spec: Any) -> bool:

@@ -1,11 +1,9 @@
 """The first documents of a Hugging Face dataset's split, kept as a local JSONL copy.
 
-A passage-mode run streams a corpus such as FineWeb-Edu from the start and reads only its first documents;
-``effdepth fetch --protocol paper`` (or ``--corpus hf:... --documents N``) writes exactly those, in stream
-order, to ``$EFFDEPTH_CACHE/corpora/<dataset>/<config>/<split>/first-<N>.jsonl`` (one ``{"text": ...}`` a
-line) and then ``first-<N>.json`` (the dataset commit, the raw rows taken, so a run needing more continues
-the stream after them, and the sha256). Only a copy with its ``.json`` counts, so an interrupted fetch
-leaves nothing a run would read. A run reads the copy before the network, online or offline.
+A passage-mode run reads only a streamed corpus's first documents; ``effdepth fetch`` writes those, in
+stream order, to ``$EFFDEPTH_CACHE/corpora/<dataset>/<config>/<split>/first-<N>.jsonl`` and then
+``first-<N>.json`` (commit, raw rows taken, sha256). Only a copy with its ``.json`` counts. A run reads
+the copy before the network.
 """
 
 from __future__ import annotations
@@ -28,12 +26,8 @@ _COPY = re.compile(r"^first-(\d+)\.json$")
 
 @dataclass(frozen=True)
 class CorpusPrefix:
-    """A local copy of a split's first documents (see the module docstring).
-
-    ``meta`` holds ``dataset``, ``config``, ``split``, ``commit`` (the
-    dataset revision streamed, or ``None``), ``documents``, ``rows`` (raw rows
-    read to get them), ``complete`` (the split ended first: there is nothing
-    more to read) and ``sha256`` (of the texts, as :func:`texts_sha256`).
+    """A local copy of a split's first documents. ``meta`` holds ``dataset``, ``config``, ``split``,
+    ``commit``, ``documents``, ``rows`` (raw rows read), ``complete`` (the split ended first) and ``sha256``.
     """
 
     path: Path
@@ -112,9 +106,6 @@ def write_prefix(
     progress=None,
 ) -> CorpusPrefix:
     """Write the first ``documents`` texts of ``rows`` (``(raw rows read so far, text)``) as a local copy.
-
-    ``progress(n)`` is called after each document. Fewer documents are kept
-    when the split ends first; the copy then says ``complete``.
 
     >>> import os, tempfile
     >>> from unittest import mock

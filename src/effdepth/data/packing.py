@@ -1,10 +1,8 @@
 """Tokenizing and packing: a text source's documents -> the token sequences of a corpus.
 
 Documents are tokenized without special tokens and joined with EOS; the stream is cut into chunks of
-``seq_len - 1`` tokens (``seq_len`` without BOS), BOS prepended, and ``num_seqs`` chunks drawn by
-``numpy.random.default_rng(seed).permutation``, kept in corpus order. The draw is a prefix of one
-permutation, so more sequences under the same seed are a superset (for local sources). A packed stream is
-kept per tokenizer in memory, and a large corpus's in the effdepth cache too.
+``seq_len - 1`` tokens, BOS prepended, and ``num_seqs`` chunks drawn as a prefix of one permutation under
+``seed`` (more sequences are a superset), kept in corpus order.
 """
 
 from __future__ import annotations
@@ -26,16 +24,13 @@ from effdepth.data.corpus_prefix import texts_sha256
 from effdepth.errors import EffdepthError
 from effdepth.results.files import write_atomic
 
-#: For Hugging Face datasets only this many times the requested chunks are
-#: read (from the start of the split), so a huge dataset is not read in full.
+#: For Hugging Face datasets only this many times the requested chunks are read.
 HF_POOL_FACTOR = 4
-# Documents longer than this are tokenized in pieces, to bound the memory the
-# tokenizer's per-token bookkeeping takes on a single huge document.
+# Documents longer than this are tokenized in pieces, to bound the tokenizer's memory.
 _PIECE_CHARS = 1 << 20
 _BATCH_DOCS = 64
 _STREAMS_PER_TOKENIZER = 4
-# Text this long (Shakespeare: 5 MB, 1.5 M tokens, several seconds to tokenize) has its token stream
-# kept in the effdepth cache too, so the next run starts at once; smaller corpora tokenize in a blink.
+# Text this long (Shakespeare: 5 MB) has its token stream kept in the effdepth cache too.
 _DISK_STREAM_MIN_CHARS = 1 << 20
 # Part of a stored stream's key: bump it when tokenizing or packing changes.
 _STREAM_FORMAT = 1
@@ -88,8 +83,7 @@ def tokenizer_definition(tokenizer: Any) -> str | None:
 
 # -- Token streams -------------------------------------------------------------
 
-# Per tokenizer object (weakly held, so a dropped tokenizer frees its
-# streams), a small LRU of token streams keyed by the corpus text's hash.
+# Per tokenizer object (weakly held), a small LRU of token streams keyed by the corpus text's hash.
 _STREAM_CACHE: weakref.WeakKeyDictionary[Any, collections.OrderedDict] = weakref.WeakKeyDictionary()
 
 
@@ -117,9 +111,7 @@ def cached_stream(tokenizer: Any, docs: list[str]) -> np.ndarray:
 
 
 def _stored_stream_path(tokenizer: Any, key: tuple) -> Path | None:
-    """Where the token stream of a large corpus is kept in the effdepth cache: keyed by the text's
-    sha256 and by everything that decides its tokens (the fast tokenizer's full definition, the
-    tokenizers library's version, this module's packing). ``None`` for tokenizers we cannot fingerprint."""
+    """Where a large corpus's token stream is cached, keyed by all that decides it; ``None`` if unknowable."""
     definition = tokenizer_definition(tokenizer)
     if definition is None:
         return None
@@ -190,9 +182,7 @@ def _tokenize_all(tokenizer: Any, docs: list[str]) -> list[list[int]]:
 
 
 def _encode_batch(tokenizer: Any, texts: list[str]) -> list[list[int]]:
-    # verbose=False silences "sequence longer than model max length": we cut
-    # the stream into seq_len chunks ourselves. split_special_tokens=True
-    # keeps a literal "<|im_start|>" in the text as text, never as control.
+    # verbose=False: we cut the stream ourselves. split_special_tokens: a literal "<|im_start|>" stays text.
     kwargs = {"add_special_tokens": False, "verbose": False, "split_special_tokens": True}
     try:
         encoded = tokenizer(texts, **kwargs)
@@ -204,9 +194,8 @@ def _encode_batch(tokenizer: Any, texts: list[str]) -> list[list[int]]:
 def split_long_text(text: str, limit: int) -> list[str]:
     """Cut ``text`` into pieces of about ``limit`` characters after newlines.
 
-    Cuts go only after a newline followed by a non-space character, where a
-    byte-level BPE pre-tokenizer splits anyway, so tokenizing the pieces gives
-    the tokens of the whole. A piece exceeds ``limit`` when no such cut exists.
+    Cuts go only after a newline followed by a non-space character, where a byte-level BPE
+    pre-tokenizer splits anyway, so the pieces' tokens are the whole's.
 
     >>> split_long_text("ab\\ncd\\nef", 4)
     ['ab\\n', 'cd\\n', 'ef']

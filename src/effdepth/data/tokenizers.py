@@ -1,7 +1,6 @@
 """An offline byte-level tokenizer, built in code, for tiny models and tests: every UTF-8 byte one token
-(ids 0..255), then ``<bos>`` (256), ``<eos>`` (257) and ``<pad>`` (258). Identical on every machine, it
-round-trips through ``save_pretrained`` / ``AutoTokenizer.from_pretrained`` and, like SmolLM2's, adds no
-special tokens by itself (:func:`effdepth.data.load_corpus` prepends BOS).
+(ids 0..255), then ``<bos>`` (256), ``<eos>`` (257) and ``<pad>`` (258). Like SmolLM2's, it adds no
+special tokens by itself.
 """
 
 from __future__ import annotations
@@ -16,8 +15,7 @@ BYTE_VOCAB_SIZE = 259
 
 @lru_cache(maxsize=1)
 def _byte_to_unicode() -> dict[int, str]:
-    # GPT-2's printable stand-ins for bytes: the ByteLevel pre-tokenizer maps
-    # raw bytes onto exactly these characters, so they are the vocabulary.
+    # GPT-2's printable stand-ins for bytes, onto which the ByteLevel pre-tokenizer maps raw bytes.
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
     printable += list(range(ord("®"), ord("ÿ") + 1))
     chars = {b: chr(b) for b in printable}

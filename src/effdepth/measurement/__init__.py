@@ -1,10 +1,6 @@
 """``measure``: a model and a corpus -> passages -> samples -> analysis -> result.
 
-The public entry point of a measurement. Loading is
-:mod:`effdepth.measurement.prepare`; the forward passes, the store and the
-analysis are :mod:`effdepth.measurement.run`, for the mean of each passage
-(the default) and for its tokens (``pooling="none"``) alike. The entry points
-that start from states or pooled vectors are :mod:`effdepth.measurement.notebook`.
+The public entry point of a measurement; the path it runs is :mod:`effdepth.measurement.run`.
 """
 
 from __future__ import annotations

@@ -19,9 +19,7 @@ CHECKPOINT = "checkpoint"
 
 
 class MeasurementInterrupted(EffdepthError):
-    """Raised after SIGINT/SIGTERM once the partial statistics are safe.
-
-    The exit status is the shell's for the signal: 130 (SIGINT) or 143 (SIGTERM).
+    """Raised after SIGINT/SIGTERM once the partial statistics are safe; exit status 130 or 143.
 
     >>> MeasurementInterrupted("stopped", signal.SIGTERM).exit_code
     143
@@ -62,8 +60,7 @@ def load_checkpoint(folder: Path) -> dict:
 
 
 def saved_run(folder: Path) -> dict | None:
-    """What a checkpoint recorded about its run (options and command, see :func:`save_checkpoint`'s ``meta["run"]``),
-    without reading its arrays; ``None`` when there is no checkpoint or it records nothing.
+    """What a checkpoint recorded about its run, without reading its arrays; ``None`` when it records nothing.
 
     >>> import tempfile
     >>> saved_run(Path(tempfile.mkdtemp())) is None
@@ -89,8 +86,7 @@ def remove_checkpoint(folder: Path) -> None:
 
 
 class InterruptFlag:
-    """Set by the first SIGINT/SIGTERM; a second signal of either kind stops at once
-    (:meth:`interrupt_now`), except inside :meth:`deferred`, which it waits for.
+    """Set by the first SIGINT/SIGTERM; a second stops at once, except inside :meth:`deferred`.
 
     >>> flag = InterruptFlag()
     >>> try:
@@ -141,8 +137,7 @@ def graceful_interrupts():
 
     def handler(signum, frame):
         if flag:
-            # A stuck or huge forward pass must not make the user wait: stop now (after the
-            # statistics of a batch being added, so what is saved is every finished batch).
+            # A stuck or huge forward pass must not make the user wait: stop now.
             flag.interrupt_now()
             return
         flag.signal = signum

@@ -19,8 +19,7 @@ def position_ids_for(attention_mask: torch.Tensor) -> torch.Tensor:
 def decoder_forward(
     model, arch: ResolvedArchitecture, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
 ) -> None:
-    """Run the blocks on a batch. The LM head is skipped when the registry knows
-    the decoder module (we only need the hooks' states, not logits)."""
+    """Run the blocks on a batch; the LM head is skipped when the registry knows the decoder module."""
     kwargs = {"input_ids": input_ids, "use_cache": False}
     if attention_mask is not None and not bool(attention_mask.all()):
         kwargs["attention_mask"] = attention_mask

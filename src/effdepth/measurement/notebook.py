@@ -1,13 +1,4 @@
-"""D_eff from what you already hold: the model object in your own loop, its states, or pooled vectors.
-
-- :func:`capture`: ``with effdepth.capture(model) as states: model(ids)`` gives S_0..S_L (before the final
-  norm), one ``(batch, seq, d)`` tensor per state (Hugging Face, nnsight or TransformerLens models).
-- :class:`Accumulator`: those states fed batch by batch through measure's loop
-  (:func:`~effdepth.measurement.pooling.pool_into`) into memory; ``.result()`` is measure's result over
-  the same passages.
-- :func:`from_states` (``(L+1, batch, seq, d)`` at once), :func:`from_hidden_states` (``output_hidden_states``,
-  the paper's convention: ``states="hidden"``'s number) and :func:`from_pooled` (pooled elsewhere).
-"""
+"""D_eff from what you already hold: the model object in your own loop, its states, or pooled vectors."""
 
 from __future__ import annotations
 
@@ -35,10 +26,8 @@ CAPTURE_HOW = "with effdepth.capture(model) as states: model(ids)"
 class CapturedStates(Sequence):
     """S_0..S_L of the latest forward pass inside :func:`capture`.
 
-    ``states[l]`` is S_l, ``(batch, seq, d)``; ``states.tensor`` all of them,
-    ``(L+1, batch, seq, d)``, in the model's dtype and device, detached. The
-    buffer is reused by the next forward pass of the same shape: ``clone()``
-    what you want to keep.
+    ``states[l]`` is S_l, ``(batch, seq, d)``; ``states.tensor`` all of them, detached. The buffer is
+    reused by the next forward pass of the same shape: ``clone()`` what you want to keep.
     """
 
     def __init__(self, capture: ResidualCapture, num_layers: int, info: dict):
@@ -69,9 +58,8 @@ class CapturedStates(Sequence):
 def capture(model, *, allow_processed: bool = False):
     """Capture the residual stream S_0..S_L (before the final norm) of every forward pass run inside the block.
 
-    ``model``: a Hugging Face causal LM, an nnsight ``LanguageModel`` / ``TransformersModel`` (call it, or its
-    ``._module``, inside the block), or a TransformerLens model (centred writing weights refused unless
-    ``allow_processed=True``). States hold the latest batch only; gradients are untouched.
+    ``model``: a Hugging Face causal LM, an nnsight or a TransformerLens model. States hold the latest
+    batch only; gradients are untouched.
 
     >>> import effdepth, torch
     >>> from effdepth.models.tiny import tiny_model
@@ -100,7 +88,7 @@ class Accumulator:
     ``update(states, mask=None)`` takes what :func:`capture` yields, a ``(L+1, batch, seq, d)`` tensor, or
     a list of L+1 ``(batch, seq, d)`` (or ``(seq, d)``) tensors, each row a passage; ``mask`` ``(batch,
     seq)`` marks real tokens. ``result()`` is :func:`effdepth.measure`'s result over the same passages and
-    options (pooled and analysed as measure does); ``reset()`` starts over, e.g. every N training steps.
+    options; ``reset()`` starts over.
 
     >>> import effdepth, torch
     >>> from effdepth.models.tiny import tiny_model
@@ -192,11 +180,7 @@ class Accumulator:
     def result(
         self, views=None, similarity: str | None = None, *, bootstrap: int | None = None, seed: int | None = None
     ) -> Result:
-        """The :class:`~effdepth.results.result.Result` of every batch so far.
-
-        ``views`` (a subset of those accumulated) and ``similarity`` default
-        to the Accumulator's own.
-        """
+        """The Result of every batch so far; ``views`` (a subset of those accumulated) default to the Accumulator's."""
         if self.sequences == 0:
             raise EffdepthError("the Accumulator has no states yet; call update(states) with at least one batch first")
         changes = {
@@ -241,8 +225,7 @@ class Accumulator:
 
 
 class KeptSamples:
-    """The Accumulator's store: the batches :func:`~effdepth.measurement.pooling.pool_into` writes, kept in
-    memory (float32, as measure's store keeps them on disk)."""
+    """The Accumulator's store: what ``pool_into`` writes, kept in memory (float32, as measure's store on disk)."""
 
     def __init__(self):
         self.batches: list = []
@@ -335,8 +318,7 @@ def from_states(
 
     ``states`` is ``(L+1, batch, seq, d)`` (``states[0]`` = S_0), at least 4 passages; ``mask`` (``(batch,
     seq)``) marks real tokens. Pooled and analysed as :func:`effdepth.measure` does, so the same passages
-    give measure's number. ``bootstrap`` defaults to 0 here (measure: 1000): states in memory are a quick
-    look, often in a loop, where 1000 resamples would cost more than the states; ask for intervals.
+    give measure's number. ``bootstrap`` defaults to 0 here (measure: 1000): a quick look, often in a loop.
 
     >>> import effdepth, torch
     >>> walk = torch.randn(4, 16, 6, 8, dtype=torch.float64).cumsum(0)   # S_0..S_3 of 16 passages of 6 tokens
@@ -400,8 +382,7 @@ def from_pooled(
     """The paper's number from pooled vectors you already have: one vector per passage and state.
 
     ``pooled`` is ``(L+1, N, d)`` or a list of L+1 ``(N, d)`` matrices; ``lengths`` each passage's token count
-    (for the length control and distribution). The analysis is :func:`effdepth.measure`'s passage mode, but
-    for the drop-pos0 control, whose pooling needs the tokens.
+    (for the length control). The analysis is :func:`effdepth.measure`'s passage mode, without drop-pos0.
 
     >>> import effdepth, numpy as np
     >>> walk = np.cumsum(np.random.default_rng(0).normal(size=(4, 64, 16)), axis=0)   # S_0..S_3 of 64 passages
@@ -499,8 +480,7 @@ def state_batch(states) -> torch.Tensor:
 
 
 def _mask(mask, states: torch.Tensor, given_dims: int = 4) -> torch.Tensor | None:
-    """The mask as ``(batch, seq)`` booleans, or a one-line error when it does not fit ``states`` (given with
-    ``given_dims`` dimensions: 3 is one passage, ``(L+1, seq, d)``)."""
+    """The mask as ``(batch, seq)`` booleans; ``given_dims`` 3 means one passage, ``(L+1, seq, d)``."""
     if mask is None:
         return None
     m = torch.as_tensor(mask)

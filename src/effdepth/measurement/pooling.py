@@ -1,10 +1,7 @@
 """Passages -> samples: one forward pass per batch, each layer pooled by a hook as it is produced, into a store.
 
 The hook on block l hands its output to the reduction's pooler and returns, so memory holds one layer's
-float64 copy (and the previous one) at a time. States are read before the final norm
-(``states="blocks"``) or as transformers' ``hidden_states`` (``states="hidden"``, the last through the final
-norm). :func:`pooled_batches` (forward passes) and :func:`given_batches` (states a user gives) yield the same
-batches, and :func:`pool_into`, every entry point's one loop, writes them into a store.
+float64 copy (and the previous one) at a time.
 """
 
 from __future__ import annotations
@@ -74,8 +71,7 @@ class PoolingCapture(HookSet):
 
 @dataclass(frozen=True)
 class PassageForward:
-    """How the forward passes over passages run: passages per batch, which states, the padding id (and the
-    model's dtype, which an error about non-finite states names)."""
+    """How the forward passes over passages run: passages per batch, which states, the padding id."""
 
     batch_size: int
     states: str = "blocks"
@@ -100,10 +96,7 @@ def pad_id(lm) -> int:
 
 
 def pool_into(store, batches, *, after_batch=None) -> None:
-    """Write every batch of samples, ``(indices, {variant: samples}, sums)`` from :func:`pooled_batches` or
-    :func:`given_batches`, into ``store`` at its passages' rows: the one loop of ``measure``, the
-    Accumulator and torchrun's ranks. ``after_batch()`` runs after each batch (a checkpoint) and stops
-    the loop when it returns true (an interrupt)."""
+    """Write every batch of samples into ``store``; ``after_batch()`` returning true stops the loop."""
     for indices, samples, sums in batches:
         store.write(indices, samples, sums)
         if after_batch is not None and after_batch():
@@ -111,8 +104,7 @@ def pool_into(store, batches, *, after_batch=None) -> None:
 
 
 def given_batches(states: torch.Tensor, mask: torch.Tensor, pooler, first: int):
-    """Yield states a user gives, ``(L+1, B, T, d)`` with ``mask`` (B, T), as one batch of samples pooled as
-    the forward passes' hooks pool theirs: passages ``first`` to ``first + B - 1``, none known to start with BOS."""
+    """Yield states a user gives, ``(L+1, B, T, d)`` with ``mask`` (B, T), as one batch pooled as the hooks pool."""
     indices = list(range(first, first + int(states.shape[1])))
     pooler.start(mask.to(states.device), torch.zeros(len(indices), dtype=torch.bool), indices)
     for layer in range(states.shape[0]):
@@ -132,12 +124,10 @@ def pooled_batches(
     start: int = 0,
     facts: dict | None = None,
 ):
-    """Yield ``(indices, samples, sums)`` per forward pass over the passages ``order[start:]``:
-    ``samples`` ``{variant: (L+1, s, d)}`` float64 (``pooler.output()``) and ``sums`` (L, B, 3) on the CPU.
+    """Yield ``(indices, samples, sums)`` per forward pass over the passages ``order[start:]``, on the CPU.
 
-    Out of memory in a batch halves the batch size and retries it (pooling is per
-    passage, so no number changes); ``facts`` records the batch size used and the retries.
-    Non-finite states are refused in one line.
+    Out of memory in a batch halves the batch size and retries it (pooling is per passage, so no number
+    changes); ``facts`` records the batch size used and the retries.
     """
     facts = facts if facts is not None else {}
     device = input_device(arch, model)

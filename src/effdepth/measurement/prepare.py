@@ -1,9 +1,7 @@
 """Loading for a measurement: a model and a corpus -> the passages to run.
 
-:func:`prepare` loads the model and the corpus once, for one or several
-measurements (e.g. the carry values of an intervention), and checks before
-the weights load what can be checked in seconds (the corpus, the hub or the
-cache, the sequence length); :class:`Prepared` is what it gives.
+What can be checked in seconds (the corpus, the hub or the cache, the sequence length) is checked before
+the weights load.
 """
 
 from __future__ import annotations
@@ -21,8 +19,7 @@ from effdepth.options import LoadOptions, Options
 
 
 def stored_carry(model) -> dict | None:
-    """A checkpoint trained with a residual carry (``effdepth experiment carry``) records it in its config;
-    a plain measurement runs it with lam = 1, which is not the trained model: say so (and record it)."""
+    """A checkpoint trained with a residual carry is not measured as trained at lam = 1: say so, and record it."""
     config = getattr(model, "config", None)
     lam = getattr(config, "effdepth_carry", None)
     if lam is None or float(lam) == 1.0:
@@ -54,8 +51,7 @@ class Prepared:
 
 
 def prepare(load: LoadOptions | Options, *, progress: bool = True) -> Prepared:
-    """Load the model and the corpus (as :class:`~effdepth.data.passages.Passages`) once, for one or several
-    measurements (e.g. the carry values of an intervention).
+    """Load the model and the corpus (as Passages) once, for one or several measurements.
 
     >>> import torch
     >>> from effdepth.models.tiny import tiny_model

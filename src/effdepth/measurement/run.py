@@ -1,9 +1,4 @@
-"""The default path, top to bottom: passages -> forward with hooks -> samples -> store -> analysis -> result.
-
-:func:`measure_passages` plans the run once (:func:`measurement_plan`), runs one forward pass per batch
-(longest first, so an out-of-memory retry comes early), pools every layer by a hook into a memory-mapped
-store, then analyses the store; :func:`analyse_saved` analyses a saved store again, without a model.
-"""
+"""The default path, top to bottom: passages -> forward with hooks -> samples -> store -> analysis -> result."""
 
 from __future__ import annotations
 
@@ -58,12 +53,9 @@ MANY_PASSES = 16
 def measure_passages(prepared, analysis: AnalysisOptions, *, run, started: float | None = None) -> Result:
     """Measure prepared passages (``prepared.tokens`` is :class:`~effdepth.data.passages.Passages`).
 
-    With ``run.checkpoint`` (a folder) the samples are written under it and a
-    stopped run resumes (``run.resume``); without one they go to a temporary
-    folder that :meth:`Result.save` moves beside ``result.json``. Under
-    ``pooling="none"`` each passage gives its tokens as samples instead of
-    their mean (:mod:`effdepth.numerics.sampling`: the token reduction, the
-    same store, views, estimators, references and bootstrap).
+    With ``run.checkpoint`` (a folder) the samples are written under it and a stopped run resumes
+    (``run.resume``); without one they go to a temporary folder that :meth:`Result.save` moves beside
+    ``result.json``.
     """
     started = time.perf_counter() if started is None else started
     plan = measurement_plan(
@@ -80,8 +72,7 @@ def measure_passages(prepared, analysis: AnalysisOptions, *, run, started: float
 
 @dataclass(frozen=True)
 class MeasurementPlan:
-    """What one measurement does, made once before its first forward pass (:func:`measurement_plan`) and
-    handed on to the pooling, the store and the analysis."""
+    """What one measurement does, made once before its first forward pass."""
 
     analysis: AnalysisOptions
     reduction: object  # MeanReduction or TokenReduction (numerics.pooling, numerics.sampling)
@@ -110,9 +101,7 @@ class MeasurementPlan:
 
 def measurement_plan(passages, num_layers: int, width: int, analysis: AnalysisOptions, device: str = "cpu"):
     """The :class:`MeasurementPlan` of ``passages``, after everything the analysis will refuse is refused
-    before the first forward pass and the first file: too few passages, a model with one analysed state,
-    a top-k view beyond the rank, a memory budget below the analysis's least working set, a drop-bos view
-    of a passage that is BOS alone, and a drop-pos0 view of a passage of one token.
+    before the first forward pass and the first file.
 
     >>> from effdepth.data.passages import Passages
     >>> p = Passages.from_rows([[1, 2]] * 4)
@@ -198,8 +187,7 @@ def _measure_into(folder: Path, prepared, plan: MeasurementPlan, run, fingerprin
 
 
 def _checkpoints(store: PooledStore, run, fingerprint: dict, interrupted):
-    """After each batch: the progress saved when a checkpoint is due (every ``run.checkpoint_every_s``, and
-    at an interrupt); true at an interrupt, which stops the forward passes."""
+    """After each batch: a checkpoint when due or at an interrupt; true at an interrupt."""
     last_save = time.monotonic()
 
     def after_batch() -> bool:
@@ -213,8 +201,7 @@ def _checkpoints(store: PooledStore, run, fingerprint: dict, interrupted):
 
 
 def measured_result(store: PooledStore, plan: MeasurementPlan, prepared, *, started: float, facts: dict, progress=True):
-    """The :class:`Result` of a measurement's store: the analysis of its plan, what was measured, and the
-    provenance record (``facts``: the run's own, retries and resumes)."""
+    """The :class:`Result` of a measurement's store: its analysis, what was measured, and provenance."""
     result = analyse_store(store, plan.analysis, progress=progress, seq_len=prepared.load.seq_len, sized=plan.sized)
     result.config.update(passage_config(prepared, plan.analysis))
     result.provenance = provenance_record(model=prepared.lm.info, passages=prepared.tokens, started=started, run=facts)
@@ -233,9 +220,7 @@ def analyse_store(
     sized: SizedPlan | None = None,
 ) -> Result:
     """The :class:`Result` of the pooled vectors in ``store`` under ``analysis`` (``sized``: the plan a
-    measurement made before its forward passes); config and provenance hold only the analysis; the caller
-    adds what was measured. ``extras`` holds the passage lengths (``seq_len``: the longest a passage could
-    be), the confounds table and the sample-size curve."""
+    measurement made before its forward passes); the caller adds what was measured."""
     arrays = store.arrays()
     return analysed_result(
         arrays,
@@ -262,11 +247,9 @@ def analysed_result(
     device: str = "cpu",
     offsets: dict | None = None,
 ) -> Result:
-    """The :class:`Result` of pooled vectors (``{variant: (L+1, N, d)}``) under ``analysis`` (``sized``: its
-    plan, when a measurement made it already): every view under every similarity, and in ``extras`` the
-    passage lengths, the confounds table and the sample-size curve (docs/method.md#passage-mode); config and
-    provenance hold only the analysis. ``offsets``: the token reduction's samples
-    (:func:`~effdepth.numerics.analysis.analyse_pooled`)."""
+    """The :class:`Result` of pooled vectors (``{variant: (L+1, N, d)}``) under ``analysis``: every view
+    under every similarity, and in ``extras`` the passage lengths, the confounds table and the sample-size
+    curve; config and provenance hold only the analysis."""
     plan = sized or analysis.analysis_plan(device=device)
     with tqdm(total=len(analysis.views), desc="analysing views", unit="view", disable=not progress, leave=False) as bar:
         out = analyse_pooled(
@@ -317,8 +300,7 @@ ANALYSIS_CHANGES = AnalysisOptions.AFTER_FORWARD
 
 def analyse_saved(path, *, progress: bool = True, device: str | None = None, **changes) -> Result:
     """A saved passage-mode result analysed again from its pooled vectors, with ``changes`` to its
-    analysis options (:data:`ANALYSIS_CHANGES`); no model is loaded. Unchanged options give the
-    saved numbers exactly.
+    analysis options (:data:`ANALYSIS_CHANGES`); unchanged options give the saved numbers exactly.
 
     >>> import tempfile, torch, effdepth
     >>> from effdepth.models.tiny import tiny_model
@@ -374,8 +356,7 @@ def analyse_saved(path, *, progress: bool = True, device: str | None = None, **c
 
 
 def check_stored_variants(analysis: AnalysisOptions, stored, measured_views) -> None:
-    """Views whose tokens pool otherwise than the stored variants need a forward pass: one line that
-    says what was stored and the --views that store it.
+    """Views whose tokens pool otherwise than the stored variants need a forward pass: say so in one line.
 
     >>> check_stored_variants(AnalysisOptions(views="top5pc,drop-bos"), ["default"], ["default", "top1pc"])
     Traceback (most recent call last):
@@ -421,8 +402,7 @@ def passage_config(prepared, analysis: AnalysisOptions) -> dict:
 
 
 def passage_fingerprint(prepared, analysis: AnalysisOptions, variants) -> dict:
-    """What stored pooled vectors belong to: a resume with anything else is refused. The analysis
-    options (views beyond their pooling, similarities, intervals) are not in it: they apply afterwards."""
+    """What stored pooled vectors belong to: a resume with anything else is refused."""
     info = prepared.lm.info
     local = info.get("source") in ("local", "gguf")
     return {
@@ -476,9 +456,8 @@ def _store_folder(run) -> Path:
 
 
 def _discard_unsaved(folder: Path, run) -> None:
-    """After a failure: pooled vectors that no checkpoint names cannot be resumed, so they go (and the
-    folder made for them, when that leaves it empty). A checkpoint that was saved (an interrupted or
-    long run, or any --resume) stays for ``--resume``."""
+    """After a failure: pooled vectors that no checkpoint names cannot be resumed, so they go; a saved
+    checkpoint stays for ``--resume``."""
     if run.checkpoint is None:
         shutil.rmtree(folder, ignore_errors=True)
         return

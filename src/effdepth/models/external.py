@@ -1,13 +1,8 @@
-"""Model objects of other libraries: TransformerLens and nnsight, recognised by their class's module (neither
-is imported here; ``pip install effdepth[lens]`` installs both).
+"""Model objects of other libraries, recognised by their class's module (``pip install effdepth[lens]``).
 
-- **nnsight** (``LanguageModel``, ``TransformersModel``, any ``NNsight`` envoy) is unwrapped (``._module``, or
-  ``._model`` in older releases; a model on the meta device dispatched first, as nnsight does) and measured
-  like its Hugging Face module.
-- **TransformerLens** (``HookedTransformer``, ``TransformerBridge``) is read through its hook points: S_0 from
-  ``blocks.0.hook_resid_pre``, S_l from ``blocks.{l-1}.hook_resid_post``. Centred writing weights remove
-  every token's mean across the residual dimensions, so the stream is no longer the model's own: such a
-  model is refused unless ``allow_processed=True`` (:func:`weight_processing`).
+An nnsight object is unwrapped and measured like its Hugging Face module. A TransformerLens model is read
+through its hook points (S_0 ``blocks.0.hook_resid_pre``, S_l ``blocks.{l-1}.hook_resid_post``); centred
+writing weights change the stream, so such a model is refused unless ``allow_processed=True``.
 """
 
 from __future__ import annotations
@@ -28,9 +23,7 @@ NNSIGHT = "nnsight"
 _DISTRIBUTIONS = {TRANSFORMER_LENS: "transformer-lens", NNSIGHT: "nnsight"}
 TL_MODELS = ("HookedTransformer", "TransformerBridge")
 
-# Row means of a centred matrix, in units of what random rows give (|mean| / rms
-# * sqrt(n) is about 0.67 for random rows, below ~0.01 for centred ones even
-# after rounding to bfloat16).
+# Row means in units of random rows' (|mean| / rms * sqrt(n): about 0.67 random, below ~0.01 centred).
 CENTRED_BELOW = 0.05
 _CHECK_ROWS = 4096
 
@@ -42,8 +35,7 @@ UNPROCESSED_HOW = (
 
 
 def library_of(obj) -> str | None:
-    """``"transformer_lens"``, ``"nnsight"`` or ``None``, from the modules of ``obj``'s classes (nothing is
-    imported: an object of either library exists only once its library is loaded).
+    """``"transformer_lens"``, ``"nnsight"`` or ``None``, from the modules of ``obj``'s classes (nothing imported).
 
     >>> import torch
     >>> library_of(torch.nn.Linear(2, 2)) is None
@@ -58,14 +50,7 @@ def library_of(obj) -> str | None:
 
 @dataclass
 class External:
-    """What effdepth needs from another library's model object.
-
-    ``model`` is the module to run: the Hugging Face module inside an nnsight
-    object, or the TransformerLens model itself. ``architecture`` is set for
-    TransformerLens (its hook points); ``None`` means "resolve ``model``
-    through the registry as usual". ``info`` goes into the result's
-    provenance (``provenance["model"]``).
-    """
+    """What effdepth needs from another library's model object; ``architecture`` is TransformerLens's only."""
 
     library: str
     model: torch.nn.Module
@@ -154,10 +139,8 @@ def _nnsight(obj, allow_processed: bool) -> External:
 class HookedArchitecture(ResolvedArchitecture):
     """A TransformerLens model: S_0..S_L come from its own hook points and forward pass.
 
-    ``measure`` sees the same interface as for a registry architecture, plus
-    :meth:`capture` and :meth:`run`. ``blocks`` refuses item access:
-    residual-carry hooks on a block fire after ``hook_resid_post`` (inside the
-    block), so an intervention would go unseen.
+    ``blocks`` refuses item access: hooks on a block fire after ``hook_resid_post`` (inside the block),
+    so an intervention would go unseen.
     """
 
     model: torch.nn.Module | None = None
@@ -208,11 +191,7 @@ class _HooksContext:
 
 
 class HookPointCapture(ResidualCapture):
-    """:class:`~effdepth.models.hooks.ResidualCapture` fed by TransformerLens hook points.
-
-    Same buffer, reused across batches of one shape; the hooks return ``None``,
-    so the forward pass is unchanged, and are removed on exit.
-    """
+    """:class:`~effdepth.models.hooks.ResidualCapture` fed by TransformerLens hook points."""
 
     def register(self):
         first, *rest = self.arch.hook_names
@@ -284,10 +263,8 @@ def _transformer_lens(model, allow_processed: bool) -> External:
 def weight_processing(model) -> dict:
     """What TransformerLens did to the weights of ``model``, as far as can be told.
 
-    Folding is recorded (HookedTransformer's ``LNPre``/``RMSPre`` norm type; a TransformerBridge records
-    only *that* it processed its weights); centring is not, so it is read from the weights: rows of
-    ``W_E`` centred across the residual dimensions, of ``W_U`` across the vocabulary. ``stream_changed``:
-    the writing weights are centred, or processing is recorded and ``W_E`` could not be read.
+    Folding is recorded; centring is not, so it is read from the weights (rows of ``W_E`` and ``W_U``).
+    ``stream_changed``: the writing weights are centred, or processed and ``W_E`` could not be read.
 
     >>> import types
     >>> folded = types.SimpleNamespace(cfg=types.SimpleNamespace(normalization_type="RMSPre"), W_E=torch.randn(10, 8))

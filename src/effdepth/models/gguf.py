@@ -1,15 +1,8 @@
 """Dequantised copies of ``.gguf`` files, kept in the effdepth cache so a GGUF model loads in seconds.
 
-transformers parses a GGUF file's metadata in pure Python and de-quantises every tensor on each load (about
-30 s for SmolLM2's 98 MB). The first load parses it once (one reader for config, tokenizer and weights) and
-saves a float32 copy with ``save_pretrained`` in ``$EFFDEPTH_CACHE/gguf/<first 16 hex of its sha256>/``;
-later loads of the same bytes load that folder.
-
-* Atomic: written in a hidden staging folder and renamed into place, its manifest (``effdepth-gguf.json``:
-  every file's size, mtime and sha256) last; of two runs converting at once, one rename wins.
-* Checked on every load: a file missing, resized, or changed in mtime and sha256 makes the copy damaged:
-  one line says so, and it is rebuilt from the GGUF file.
-* Keyed by content (the sha256, memoised per path, size and mtime under ``gguf/hashes/``).
+transformers de-quantises every tensor on each load (about 30 s for SmolLM2's 98 MB). The first load
+saves a float32 copy in ``$EFFDEPTH_CACHE/gguf/<first 16 hex of its sha256>/``, written atomically (its
+manifest of every file's size, mtime and sha256 last) and checked on every load: a damaged copy is rebuilt.
 
 float32 because the de-quantised values are not exact in 16 bits (0.54 GB for SmolLM2-135M); delete
 ``gguf/`` under the cache to reclaim the space.
@@ -61,8 +54,7 @@ def copy_folder(sha256: str) -> Path:
 
 
 def file_sha256(path: str | Path) -> str:
-    """The sha256 of a file; that of a large one (64 MB and more) is memoised in the cache per
-    (path, size, mtime).
+    """The sha256 of a file; that of a large one is memoised in the cache per (path, size, mtime).
 
     >>> import tempfile
     >>> p = Path(tempfile.mkdtemp()) / "x.gguf"
@@ -89,10 +81,7 @@ def file_sha256(path: str | Path) -> str:
 
 
 def find_copy(gguf: str | Path, sha256: str) -> Path | None:
-    """The folder of a complete, undamaged copy of ``gguf``, or ``None``.
-
-    A damaged copy (a file missing, truncated or changed) is reported in one
-    line on stderr and removed, so the caller rebuilds it.
+    """The folder of a complete, undamaged copy of ``gguf``, or ``None`` (a damaged one is reported and removed).
 
     >>> find_copy("model.gguf", "0" * 64) is None
     True
@@ -122,8 +111,7 @@ def copy_info(folder: Path) -> dict:
 
 @dataclass
 class Converted:
-    """The result of :func:`convert`: the copy's folder (``None`` when it could not be saved) and,
-    then only, the model and tokenizer as loaded from the GGUF file."""
+    """The copy's folder, or (when it could not be saved) ``None`` and the model and tokenizer loaded."""
 
     folder: Path | None
     model: object = None
@@ -228,9 +216,7 @@ def unreadable_gguf(path: Path, exc: Exception) -> str:
 
 @contextlib.contextmanager
 def parse_once(progress: bool = True):
-    """Within this block transformers parses each GGUF file once, however often config, tokenizer and weights
-    ask (``gguf.GGUFReader`` and ``gguf.get_tensor_name_map`` memoised, put back after), and
-    ``progress=False`` hides its de-quantising bar.
+    """Within this block transformers parses each GGUF file once; ``progress=False`` hides its bar.
 
     >>> import gguf, tempfile
     >>> from effdepth.models.tiny import tiny_gguf

@@ -1,9 +1,7 @@
 """Hooks that read the residual stream S_0..S_L from the decoder blocks.
 
-S_0 is the input of block 1 (a forward pre-hook, so GPT-2's position
-embeddings and Gemma's embedding scale are included); S_l is the output of
-block l, before the final norm. ``hidden_states[-1]`` is never used: it is the
-final norm's output in every family we support.
+S_0 is the input of block 1 (so GPT-2's position embeddings and Gemma's embedding scale are included);
+S_l is the output of block l, before the final norm.
 """
 
 from __future__ import annotations
@@ -26,8 +24,7 @@ def hidden_from_input(args: tuple, kwargs: dict) -> torch.Tensor:
 
 
 def hidden_from_output(output, like: torch.Tensor) -> torch.Tensor:
-    """The hidden state a block returns: a tensor, or the tensor shaped like its input
-    inside a tuple or model output (versions and remote-code models differ)."""
+    """The hidden state a block returns: a tensor, or the one shaped like its input inside a tuple or output."""
     if isinstance(output, torch.Tensor):
         return output
     candidates = output.values() if isinstance(output, dict) else output
@@ -43,11 +40,8 @@ def hidden_from_output(output, like: torch.Tensor) -> torch.Tensor:
 
 class HookSet:
     """Hooks registered on entering a ``with`` block and removed on leaving it, also when the forward
-    pass fails; when registering one fails, those already registered are removed at once, so a model
-    never keeps half a set.
-
-    Subclasses yield handles (anything with ``remove()``) from :meth:`register`, and undo anything
-    else they set up in :meth:`released`, which runs after the handles are removed.
+    pass or a registration fails. Subclasses yield handles from :meth:`register`, and undo anything
+    else in :meth:`released`.
 
     >>> calls, layer = [], torch.nn.Linear(1, 1)
     >>> class Counted(HookSet):
@@ -100,9 +94,7 @@ class HookSet:
 
 
 class ResidualCapture(HookSet):
-    """Context manager that captures S_0..S_L of each forward pass into one buffer, ``states``:
-    ``(L+1, batch, seq, d)`` in the model's dtype, on its device (the first block's under ``--device-map``),
-    reused across batches of the same shape. The hooks are removed even when the forward pass fails.
+    """Captures S_0..S_L of each forward pass into one reused buffer, ``states`` ``(L+1, batch, seq, d)``.
 
     >>> from transformers import GPT2Config, GPT2LMHeadModel
     >>> from effdepth.models.registry import resolve_architecture

@@ -1,6 +1,5 @@
-"""Loading models: a Hugging Face id (with revision), a local folder, a ``.gguf``
-file, an embedded model by name (``smollm2-135m``, the default, or
-``gemma-3-270m``), or an already loaded model."""
+"""Loading models: a Hugging Face id (with revision), a local folder, a ``.gguf`` file, an embedded model
+by name (``smollm2-135m``, the default, or ``gemma-3-270m``), or an already loaded model."""
 
 from __future__ import annotations
 
@@ -37,7 +36,6 @@ class EmbeddedModel:
 
 
 #: Names users give for the embedded models; ``model=None`` means :data:`DEFAULT_EMBEDDED`.
-#: ``fetch`` looks the asset function up when called, so a test can replace it in ``assets``.
 EMBEDDED_MODELS = {
     "smollm2-135m": EmbeddedModel(assets.SMOLLM2_ID, "SmolLM2-135M-Instruct", lambda: assets.smollm2_gguf()),
     "gemma-3-270m": EmbeddedModel(assets.GEMMA3_ID, "Gemma-3-270m base", lambda: assets.gemma3_gguf()),
@@ -99,12 +97,9 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
 
 @dataclass
 class ModelSource:
-    """Where a model is loaded from, before anything heavy is read.
-
-    A ``.gguf`` file is located at its dequantised copy in the effdepth cache
-    when there is one (:mod:`effdepth.models.gguf`); ``info`` still names the
-    GGUF file and its sha256. ``preloaded`` holds ``(model, tokenizer)`` only
-    when a GGUF file was converted but its copy could not be saved.
+    """Where a model is loaded from, before anything heavy is read. A ``.gguf`` file is located at its
+    dequantised copy when there is one (``info`` still names the file); ``preloaded`` holds ``(model,
+    tokenizer)`` only when a GGUF file was converted but its copy could not be saved.
     """
 
     location: str
@@ -166,8 +161,7 @@ def check_sequence_length(seq_len: int, config, what: str) -> None:
 
 
 def prepare_source(source: ModelSource, *, progress: bool = True) -> ModelSource:
-    """Make the dequantised copy of a ``.gguf`` file on its first load (the file is parsed once for
-    config, tokenizer and weights) and return the source of that copy; any other source as it is.
+    """The source of a ``.gguf`` file's dequantised copy, made on its first load; any other source as it is.
 
     >>> prepare_source(locate_model("EleutherAI/pythia-70m")).location
     'EleutherAI/pythia-70m'
@@ -324,12 +318,8 @@ def load_model(
     allow_pickle: bool = False,
     progress: bool = True,
 ) -> LoadedModel:
-    """Load a causal LM for measurement (eval mode, no gradients).
-
-    ``model`` is a Hugging Face id, a local folder, a ``.gguf`` file, the
-    name of an embedded model (:data:`EMBEDDED_MODELS`; ``None`` for
-    SmolLM2-135M-Instruct), a :class:`ModelSource`, or a loaded
-    ``PreTrainedModel``.
+    """Load a causal LM for measurement (eval mode, no gradients) from any source the module docstring
+    names, or a :class:`ModelSource`.
 
     >>> from transformers import GPT2Config, GPT2LMHeadModel
     >>> lm = load_model(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=20)))
@@ -489,10 +479,7 @@ def _from_pretrained(source, common, torch_dtype, dev, device_map, info, progres
 
 @contextlib.contextmanager
 def no_conversion_requests():
-    """No request to convert a repository's weights while loading: where a hub repository has no
-    safetensors (or one was not served for a moment), transformers asks the hub's conversion service, which
-    opens a pull request with the user's token. Not on a measurement's behalf, unless the user set
-    ``DISABLE_SAFETENSORS_CONVERSION`` themselves.
+    """No request to the hub's conversion service (a pull request with the user's token) while loading.
 
     >>> with no_conversion_requests():
     ...     os.environ["DISABLE_SAFETENSORS_CONVERSION"]
@@ -510,8 +497,7 @@ def no_conversion_requests():
 
 
 def _weights_problem(source: str, exc: Exception, info: dict) -> str | None:
-    """Why safetensors weights did not load, when the reason is the weights themselves: only pickle
-    weights there, or (on the hub) safetensors it lists but did not serve. ``None`` for other failures."""
+    """Why safetensors weights did not load, when the weights are the reason; else ``None``."""
     from effdepth.models.hub import Need, pickle_refusal
 
     what = Need("model", info["id"], info.get("revision")).what

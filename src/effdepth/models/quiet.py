@@ -11,8 +11,7 @@ import warnings
 
 @contextlib.contextmanager
 def progress_bars(progress: bool):
-    """``progress=False`` hides transformers' own bars while loading (the GGUF de-quantiser's bar is
-    plain tqdm: :func:`effdepth.models.gguf.parse_once` hides that one).
+    """``progress=False`` hides transformers' own bars while loading (``gguf.parse_once`` hides its own).
 
     >>> with progress_bars(False):
     ...     pass
@@ -45,8 +44,7 @@ def quiet_loading():
 
 @contextlib.contextmanager
 def errors_only(*libraries: str):
-    """Only errors from these libraries' loggers inside the block (their retry and fallback warnings
-    would fill the terminal); the levels are restored after.
+    """Only errors from these libraries' loggers inside the block; the levels are restored after.
 
     >>> with errors_only("datasets"):
     ...     logging.getLogger("datasets").getEffectiveLevel() >= logging.ERROR

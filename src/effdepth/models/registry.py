@@ -1,9 +1,7 @@
 """Where each architecture keeps its decoder blocks, embedding and final norm.
 
-Paths are attribute paths from the loaded model (a ``*ForCausalLM`` or a
-vision-language wrapper); see ``docs/capture.md``. A model loaded as its
-base class (e.g. ``LlamaModel``) is resolved too: the registry tries each
-path with its leading components removed.
+Paths are attribute paths from the loaded model (see ``docs/capture.md``); a model loaded as its base
+class (e.g. ``LlamaModel``) is resolved by each path with its leading components removed.
 """
 
 from __future__ import annotations
@@ -17,8 +15,7 @@ from effdepth.errors import EffdepthError
 
 @dataclass(frozen=True)
 class Architecture:
-    """Module paths of one family. ``decoder`` owns the blocks and runs them
-    without the LM head."""
+    """Module paths of one family. ``decoder`` runs the blocks without the LM head."""
 
     decoder: str
     blocks: str

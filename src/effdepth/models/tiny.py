@@ -42,8 +42,7 @@ _FAMILY_OVERRIDES = {
     "gemma3_text": {**_COMMON, "head_dim": 16, "sliding_window": 8},
     "qwen3": {**_COMMON, "head_dim": 16},
     "olmo3": {**_COMMON, "sliding_window": 8},
-    # Qwen3.5 mixes linear and full attention; without explicit layer_types a
-    # tiny config makes every layer linear attention (docs/capture.md, fact 7).
+    # Without explicit layer_types a tiny Qwen3.5 config is all linear attention (docs/capture.md, fact 7).
     "qwen3_5_text": {
         **_COMMON,
         "head_dim": 16,
@@ -112,8 +111,7 @@ def tiny_model(model_type: str, seed: int = 0):
 
 
 def tiny_gguf(path, *, seed: int = 0, layers: int = 2, quantized: bool = True):
-    """Write a tiny random Llama as a ``.gguf`` file (Q8_0 matrices) with the byte
-    tokenizer's vocabulary, for tests of GGUF loading; returns its path.
+    """Write a tiny random Llama as a ``.gguf`` file (Q8_0, the byte tokenizer's vocabulary); its path.
 
     >>> import tempfile
     >>> from pathlib import Path

@@ -1,10 +1,7 @@
 """Every measurement option, in one place: frozen dataclasses validated once when built (one-line errors).
 
-:class:`LoadOptions` (what to load), :class:`AnalysisOptions` (how to analyse) and :class:`RunOptions` (how
-to run; never changes a number). :class:`Options` holds the first two; its :meth:`Options.to_dict` is the one
-description of a measurement that the saved config, the resume fingerprint and the sweep key are made of.
-Defaults and named protocols are in :mod:`.defaults`, checks in :mod:`.checks`; every command line is built
-from these declarations (:mod:`.flags`, :mod:`.groups`, :mod:`.commands`).
+:meth:`Options.to_dict` is the one description of a measurement that the saved config, the resume
+fingerprint and the sweep key are made of; every command line is built from these declarations.
 """
 
 from __future__ import annotations
@@ -81,9 +78,6 @@ MODEL_HELP = (
 @dataclass(frozen=True)
 class LoadOptions:
     """What to load: the model, its revision, the corpus and how it is cut into sequences.
-
-    ``model`` and ``corpus`` may be Python objects (a loaded model, a tensor
-    of token ids); :meth:`to_dict` then describes them instead.
 
     >>> LoadOptions(seq_len=16).seq_len
     16
@@ -163,12 +157,7 @@ class LoadOptions:
 
 @dataclass(frozen=True)
 class AnalysisOptions:
-    """How to analyse the states: views, similarity, references, intervals.
-
-    ``views`` is normalised to the tuple of view names (``"paper"`` expanded).
-    ``pooling`` is how a passage gives its samples: ``"mean"`` (one per passage,
-    the paper's) or ``"none"`` (its tokens, ``tokens_per_passage`` of them drawn
-    under the seed, or every one; :mod:`effdepth.numerics.sampling`).
+    """How to analyse the states: views (``"paper"`` expanded), similarity, references, intervals.
 
     >>> AnalysisOptions(views="paper").views[:2], AnalysisOptions(pooling="none", tokens_per_passage=8).tokens_per_passage
     (('default', 'drop-pos0'), 8)
@@ -383,8 +372,7 @@ class RunOptions:
 _LOAD = tuple(f.name for f in fields(LoadOptions))
 _ANALYSIS = tuple(f.name for f in fields(AnalysisOptions))
 
-#: Options that do not change the numbers (statistics are per sequence;
-#: permissions are not measurements): left out of a sweep job's key.
+#: Options that do not change the numbers: left out of a sweep job's key.
 UNHASHED_OPTIONS = ("batch_size", "device", "device_map", "trust_remote_code", "allow_pickle")
 
 
@@ -406,11 +394,8 @@ class Options:
 
     @classmethod
     def build(cls, **values) -> "Options":
-        """From keyword arguments (those of :func:`effdepth.measure`); ``seed`` sets both parts.
-
-        ``protocol`` fills in its settings where an option is not given (``None``
-        counts as not given); ``seq_len`` and ``num_seqs`` default by mode (passage
-        mode: :data:`PASSAGE_DEFAULTS`; ``pooling="none"``: :data:`DEFAULTS`).
+        """From keyword arguments (those of :func:`effdepth.measure`); ``seed`` sets both parts, ``protocol``
+        fills in options not given (``None`` counts as not given).
 
         >>> o = Options.build(protocol="paper", num_seqs=64)
         >>> o.load.num_seqs, o.load.seq_len, o.analysis.states, o.analysis.protocol

@@ -150,8 +150,7 @@ def check_revision_target(model, revision) -> None:
 
 
 def check_tokenizer_spec(tokenizer) -> None:
-    """A ``tokenizer`` given as a path that is not there fails now, before the model loads
-    (a string is a folder, a Hugging Face id or a ``.gguf`` file; an object is used as it is).
+    """A ``tokenizer`` given as a path that is not there fails now, before the model loads.
 
     >>> check_tokenizer_spec("EleutherAI/pythia-70m")
     """

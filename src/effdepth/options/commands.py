@@ -1,8 +1,6 @@
 """The options of the commands that read saved results (claims, sensitivity, report, analyse, show) and of
-torchrun's entry point, one dataclass per command, declared once (:func:`~effdepth.options.option`): the command
-line is built from them (:mod:`effdepth.options.flags`). A study's or a scale command's own options live in its
-folder (``studies/<name>/options.py``, ``scale/sweep/options.py``); the measurement's are
-:class:`~effdepth.options.Options`'; the shared groups are in :mod:`.groups`.
+torchrun's entry point, one dataclass per command. A study's or a scale command's own options live in its
+folder (``studies/<name>/options.py``, ``scale/sweep/options.py``).
 """
 
 from __future__ import annotations

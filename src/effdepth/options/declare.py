@@ -1,16 +1,12 @@
-"""One declaration per option: its default, its help, and how the command line spells it.
-
-Every option is a dataclass field made by :func:`option`; the command line's
-flags and positionals are built from these declarations (:func:`effdepth.options.flags.add_option_arguments`),
-so an option's name, default and help are written once.
+"""One declaration per option, a dataclass field made by :func:`option`: its default, its help, and how
+the command line spells it, written once.
 """
 
 from __future__ import annotations
 
 from dataclasses import field
 
-#: How a flag reads its value: text, a whole number, a number, a switch that sets True, one that sets
-#: False, a repeatable flag (a list of what was given), or the program's version; a function reads its own.
+#: How a flag reads its value (or a function that reads its own).
 KINDS = (None, "int", "float", "flag", "no-flag", "append", "version")
 
 

@@ -1,9 +1,5 @@
 """The command lines built from the declarations (:func:`~effdepth.options.option`): the one place that
-adds arguments to a parser. The ``effdepth`` commands (:mod:`effdepth.cli`) and the torchrun entry point
-(:mod:`effdepth.scale.distributed`) both build theirs here.
-
-Every argument this module adds keeps its declaration (``action.declared``, a dataclass field), so a test
-can walk a parser and find each flag's.
+adds arguments to a parser. Every argument keeps its declaration (``action.declared``).
 """
 
 from __future__ import annotations
@@ -18,8 +14,7 @@ from effdepth.options.groups import HubOptions, OutputOptions
 
 
 class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line, not usage + message, and which keeps
-    the flags added to it (``option_actions``: argparse itself lists them only privately).
+    """An ``ArgumentParser`` whose errors are one line, and which keeps its flags (``option_actions``).
 
     >>> p = Parser(prog="x"); add_option_arguments(p, AnalysisOptions, names=("seed",))
     >>> [a.dest for a in p.option_actions]
@@ -28,8 +23,7 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         self.option_actions: list = []  # before argparse adds --help through add_argument
-        # Whole flags only: `--num-seq 100` must not pass for --num-seqs (a resume compares the
-        # flags typed with the saved ones by their names).
+        # Whole flags only: `--num-seq 100` must not pass for --num-seqs (a resume compares names).
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
@@ -130,8 +124,7 @@ def _argument(f, default, help_suffix: str) -> dict:
 
 
 def add_measure_arguments(p: argparse.ArgumentParser, *, model: bool = True, run=("progress",)) -> None:
-    """Every measurement option as a flag (the positional MODEL first, unless ``model`` is False), the
-    run options named in ``run``, and ``--offline``."""
+    """Every measurement option as a flag, the run options named in ``run``, and ``--offline``."""
     add_option_arguments(
         p, LoadOptions, names=None if model else [f.name for f in fields(LoadOptions) if f.name != "model"]
     )

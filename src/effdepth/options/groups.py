@@ -1,6 +1,4 @@
-"""The option groups several commands share, each declared once: where a command writes
-(:class:`OutputOptions`), whether it may reach the hub (:class:`HubOptions`), where many jobs run
-(:class:`ExecutorOptions`) and what ``effdepth fetch`` downloads (:class:`FetchOptions`).
+"""The option groups several commands share, each declared once.
 
 None of them changes a number: they are left out of a result's options (:class:`~effdepth.options.Options`).
 """
