@@ -86,45 +86,24 @@ def remove_checkpoint(folder: Path) -> None:
 
 
 class InterruptFlag:
-    """Set by the first SIGINT/SIGTERM; a second stops at once, except inside :meth:`deferred`.
+    """Set by the first SIGINT/SIGTERM (checked between batches); a second stops at once.
 
     >>> flag = InterruptFlag()
-    >>> try:
-    ...     with flag.deferred():
-    ...         flag.interrupt_now()
-    ...         print("the batch's statistics added whole")
-    ... except KeyboardInterrupt:
-    ...     print("stopped after them")
-    the batch's statistics added whole
-    stopped after them
+    >>> bool(flag), flag.interrupt_now()
+    Traceback (most recent call last):
+    ...
+    KeyboardInterrupt
     """
 
     def __init__(self):
         self.signal: int | None = None
-        self._deferring = False
-        self._stop_pending = False
 
     def __bool__(self) -> bool:
         return self.signal is not None
 
     def interrupt_now(self) -> None:
-        """Stop at once: raise KeyboardInterrupt, or at the end of the :meth:`deferred` block."""
-        if self._deferring:
-            self._stop_pending = True
-        else:
-            raise KeyboardInterrupt
-
-    @contextlib.contextmanager
-    def deferred(self):
-        """A block that a second signal does not cut short (adding a batch's statistics)."""
-        self._deferring = True
-        try:
-            yield
-        finally:
-            self._deferring = False
-        if self._stop_pending:
-            self._stop_pending = False
-            raise KeyboardInterrupt
+        """Stop at once."""
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager

@@ -456,14 +456,6 @@ class Options:
         """
         return {**{f.name: _describe(getattr(self.load, f.name)) for f in fields(self.load)}, **self.analysis.to_dict()}
 
-    def key_dict(self) -> dict:
-        """The options that can change a number: what a sweep job's key hashes.
-
-        >>> "batch_size" in Options().key_dict()
-        False
-        """
-        return {k: v for k, v in self.to_dict().items() if k not in UNHASHED_OPTIONS}
-
 
 def _describe(value):
     """JSON-able form of an option value; objects (models, tensors) by their type and shape."""
