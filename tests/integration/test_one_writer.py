@@ -96,3 +96,14 @@ def test_a_sweep_and_a_reanalysis_refuse_a_folder_held_by_another_run(model_dir,
         assert main(["analyse", str(measured), "--bootstrap", "50", "--no-progress"]) == 2
     assert "being written by another effdepth run" in capsys.readouterr().err
     assert (measured / "result.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("command", [["null"], ["prune-check"], ["intervene"], ["experiment", "carry"]])
+def test_every_command_that_writes_a_folder_refuses_one_held_by_another_run(model_dir, tmp_path, capsys, command):
+    out = tmp_path / "held"
+    model = [] if command[0] == "experiment" else [str(model_dir)]
+    with one_writer(out):
+        assert main([*command, *model, "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "being written by another effdepth run" in err, err
+    assert list(out.iterdir()) == []

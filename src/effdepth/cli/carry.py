@@ -16,6 +16,7 @@ from effdepth.options.flags import (
     option_flags,
 )
 from effdepth.options.groups import default_out, ensure_writable
+from effdepth.results.files import one_writer
 from effdepth.studies.intervene.options import InterventionOptions
 from effdepth.studies.recompose import RecomposeOptions
 
@@ -85,10 +86,11 @@ def cmd_intervene(args) -> int:
     carries = parse_carry(args.carry)
     check_layer_spec(args.layers)
     out = ensure_writable(Path(args.out) if args.out else default_out(args.model) / "intervention")
-    result = intervene(
-        carry=carries, layers=args.layers, carry_on=args.carry_on, progress=args.progress, **_keywords(options)
-    )
-    path = save_intervention(result, out)
+    with one_writer(out):
+        result = intervene(
+            carry=carries, layers=args.layers, carry_on=args.carry_on, progress=args.progress, **_keywords(options)
+        )
+        path = save_intervention(result, out)
     print(intervention_headline(result))
     print()
     print(intervention_table(result))
@@ -145,7 +147,8 @@ def cmd_experiment(args) -> int:
     else:
         spec = CarryExperiment(**given).checked()
     out = ensure_writable(Path(args.out or EXPERIMENT_OUT))
-    result = carry_experiment(spec, out, progress=args.progress)
+    with one_writer(out):
+        result = carry_experiment(spec, out, progress=args.progress)
     print(experiment_headline(result))
     print()
     print(experiment_final_table(result))

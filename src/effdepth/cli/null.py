@@ -9,6 +9,7 @@ from effdepth.errors import EffdepthError
 from effdepth.options import Options
 from effdepth.options.flags import add_measure_arguments, add_option_arguments, add_output_arguments
 from effdepth.options.groups import default_out
+from effdepth.results.files import one_writer
 from effdepth.studies.null.options import NullOptions
 
 
@@ -54,7 +55,7 @@ def cmd_null(args) -> int:
     seeds = parse_seeds(args.seeds)
     options = Options.from_args(args)
     out = Path(args.out) if args.out else Path(f"{default_out(args.model)}-null")
-    with output_folder(out) as folder:
+    with output_folder(out) as folder, one_writer(folder):
         null = random_weight_null(options, seeds, run=run_options_from_args(args))
         path = null.save(folder)
         save_figure(null_figure(null.record()), Path(folder) / "null")

@@ -8,6 +8,7 @@ from effdepth.cli.arguments import output_folder, run_options_from_args
 from effdepth.options import Options
 from effdepth.options.flags import add_measure_arguments, add_option_arguments, add_output_arguments
 from effdepth.options.groups import default_out
+from effdepth.results.files import one_writer
 from effdepth.studies.prune.options import PruneOptions
 
 
@@ -38,7 +39,7 @@ def cmd_prune_check(args) -> int:
     skips = parse_skip(args.skip)
     options = Options.from_args(args)
     out = Path(args.out) if args.out else Path(f"{default_out(args.model)}-prune")
-    with output_folder(out) as folder:
+    with output_folder(out) as folder, one_writer(folder):
         pr = prune_check(options, skips, heldout=args.heldout, run=run_options_from_args(args))
         path = pr.save(folder)
         save_figure(prune_figure(pr.record()), Path(folder) / "prune")
