@@ -14,6 +14,7 @@ from effdepth.results.loading import load
 from effdepth.results.result import Result, ViewResult
 from effdepth.results.version import __version__
 from effdepth.scale.trajectory import SavedTrajectory
+from effdepth.studies.compare import Comparison, compare
 from effdepth.studies.experiment import ExperimentResult
 from effdepth.studies.intervene import InterventionResult, intervene
 
@@ -23,6 +24,8 @@ __all__ = [
     "from_pooled",
     "from_states",
     "intervene",
+    "compare",
+    "Comparison",
     "InterventionResult",
     "ExperimentResult",
     "SavedTrajectory",

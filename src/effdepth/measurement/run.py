@@ -328,20 +328,7 @@ def analyse_saved(path, *, progress: bool = True, device: str | None = None, **c
             f"effdepth analyse cannot change {', '.join(unknown)}: it applies before the forward pass; measure again"
         )
     c = saved.config
-    kept = {
-        name: c.get("similarities" if name == "similarity" else name)
-        for name in ANALYSIS_CHANGES
-        if c.get("similarities" if name == "similarity" else name) is not None
-    }
-    options = {**kept, **changes}
-    analysis = AnalysisOptions(
-        pooling=c.get("pooling", "mean"),
-        tokens_per_passage=(c.get("reduction") or {}).get("tokens_per_passage"),
-        states=c.get("states", "blocks"),
-        protocol=c.get("protocol"),
-        batch_size=c.get("batch_size", 8),
-        **{k: tuple(v) if isinstance(v, list) else v for k, v in options.items()},
-    )
+    analysis = saved_analysis(c, **changes)
     store = PooledStore.open(saved.pooled)
     check_stored_variants(analysis, store.meta["variants"], c.get("views") or ["default"])
     result = analyse_store(store, analysis, progress=progress, device=device, seq_len=c.get("seq_len"))
@@ -353,6 +340,25 @@ def analyse_saved(path, *, progress: bool = True, device: str | None = None, **c
     result.extras = {**saved.extras, **result.extras}
     result.pooled = saved.pooled
     return result
+
+
+def saved_analysis(config: dict, **changes) -> AnalysisOptions:
+    """The analysis options a saved result was measured with (its ``config``), with ``changes`` to those
+    that apply after the forward pass (:data:`ANALYSIS_CHANGES`)."""
+    kept = {
+        name: config.get("similarities" if name == "similarity" else name)
+        for name in ANALYSIS_CHANGES
+        if config.get("similarities" if name == "similarity" else name) is not None
+    }
+    options = {**kept, **changes}
+    return AnalysisOptions(
+        pooling=config.get("pooling", "mean"),
+        tokens_per_passage=(config.get("reduction") or {}).get("tokens_per_passage"),
+        states=config.get("states", "blocks"),
+        protocol=config.get("protocol"),
+        batch_size=config.get("batch_size", 8),
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in options.items()},
+    )
 
 
 def check_stored_variants(analysis: AnalysisOptions, stored, measured_views) -> None:
@@ -383,6 +389,7 @@ def passage_config(prepared, analysis: AnalysisOptions) -> dict:
     passages, arch = prepared.tokens, prepared.arch
     return {
         "pooling": analysis.pooling,
+        "corpus": corpus_spec(prepared.load.corpus),
         "seq_len": int(prepared.load.seq_len),
         "num_seqs": passages.num_passages,
         "num_passages": passages.num_passages,
@@ -399,6 +406,18 @@ def passage_config(prepared, analysis: AnalysisOptions) -> dict:
         "architecture_source": arch.paths.get("source"),
         "protocol": analysis.protocol,
     }
+
+
+def corpus_spec(corpus) -> str | None:
+    """The corpus as the command line names it (``shakespeare`` by default), ``None`` for one given as Python
+    objects (texts, token ids), which only Python can give again.
+
+    >>> corpus_spec(None), corpus_spec("hf:wikitext"), corpus_spec(["some text"])
+    ('shakespeare', 'hf:wikitext', None)
+    """
+    if corpus is None:
+        return "shakespeare"
+    return str(corpus) if isinstance(corpus, (str, Path)) else None
 
 
 def passage_fingerprint(prepared, analysis: AnalysisOptions, variants) -> dict:

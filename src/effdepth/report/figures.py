@@ -69,16 +69,7 @@ def similarity_figure(result: Result | ViewResult, view: str | None = None) -> F
     with style():
         fig = new_figure(5.0, 4.2)
         ax = fig.add_subplot()
-        lo, hi = first - 0.5, first + n - 0.5
-        im = ax.imshow(sim, cmap="cividis", vmin=0.0, vmax=1.0, extent=(lo, hi, hi, lo), interpolation="nearest")
-        ax.grid(False)
-        ticks = layer_ticks(first, first + n - 1)
-        ax.set_xticks(ticks)
-        ax.set_yticks(ticks)
-        ax.set_xlabel("layer j")
-        ax.set_ylabel("layer i")
-        if n <= 10:
-            _annotate_cells(ax, sim, first)
+        im = layer_heatmap(ax, sim, first, first, xlabel="layer j", ylabel="layer i")
         bar = fig.colorbar(im, ax=ax, fraction=0.05, pad=0.03)
         bar.set_label(_similarity_label(ctx))
         ax.set_title(figure_title("Layer similarity", v, ctx))
@@ -87,6 +78,29 @@ def similarity_figure(result: Result | ViewResult, view: str | None = None) -> F
             f"{DEFF} = {' '.join(filter(None, (fmt(v.deff), interval(v, 'deff'))))},   {ctx['reference']} = {fmt(v.reference)},   N = {n} states",
         )
     return fig
+
+
+def layer_heatmap(ax, values, first_row: int, first_col: int, *, xlabel: str, ylabel: str):
+    """A similarity matrix of layers on ``ax`` (rows from state ``first_row``, columns from ``first_col``):
+    within one result, or of two results' states against each other; cells annotated when few. Returns the image.
+
+    >>> from effdepth.report.style import new_figure
+    >>> ax = new_figure(3, 3).add_subplot()
+    >>> layer_heatmap(ax, [[1.0, 0.5, 0.2]], 0, 0, xlabel="B", ylabel="A").get_extent()
+    [-0.5, 2.5, 0.5, -0.5]
+    """
+    values = matrix(values)
+    rows, cols = values.shape
+    extent = (first_col - 0.5, first_col + cols - 0.5, first_row + rows - 0.5, first_row - 0.5)
+    image = ax.imshow(values, cmap="cividis", vmin=0.0, vmax=1.0, extent=extent, interpolation="nearest")
+    ax.grid(False)
+    ax.set_xticks(layer_ticks(first_col, first_col + cols - 1))
+    ax.set_yticks(layer_ticks(first_row, first_row + rows - 1))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if rows <= 10 and cols <= 10:
+        _annotate_cells(ax, values, first_row, first_col)
+    return image
 
 
 def profile_figure(result: Result | ViewResult, view: str | None = None) -> Figure:
@@ -268,15 +282,15 @@ def _first_layer(v: ViewResult) -> int:
     return 1 - (int(v.num_states) - layers)
 
 
-def _annotate_cells(ax, sim: np.ndarray, first: int) -> None:
-    n = sim.shape[0]
-    size = 7 if n <= 6 else 6
-    for i in range(n):
-        for j in range(n):
-            x = sim[i, j]
+def _annotate_cells(ax, values: np.ndarray, first_row: int, first_col: int) -> None:
+    rows, cols = values.shape
+    size = 7 if max(rows, cols) <= 6 else 6
+    for i in range(rows):
+        for j in range(cols):
+            x = values[i, j]
             if math.isfinite(x):
                 colour = "black" if x > 0.55 else "white"
-                ax.text(first + j, first + i, f"{x:.2f}", ha="center", va="center", fontsize=size, color=colour)
+                ax.text(first_col + j, first_row + i, f"{x:.2f}", ha="center", va="center", fontsize=size, color=colour)
 
 
 def _bar(ax, x, height, colour: str, hatch, bottom: float = 0.0) -> None:

@@ -95,49 +95,62 @@ def ratio_dot_figure(labels, ratios, intervals, *, xlabel: str, title: str, leve
     >>> ratio_dot_figure(["a"], [0.8], [[0.7, 0.9]], xlabel="ratio", title="t").axes[0].get_xlabel()
     'ratio'
     """
-    rows = len(labels)
     with style():
-        fig = new_figure(5.6, 1.3 + 0.38 * rows)
+        fig = new_figure(5.6, 1.3 + 0.38 * len(labels))
         ax = fig.add_subplot()
-        ax.grid(axis="y", visible=False)
-        y = np.arange(rows)[::-1]
-        ax.axvline(1.0, color=OKABE_ITO["orange"], linestyle="--", linewidth=1.4, label="reference (ratio 1)")
-        shown_interval = False
-        for yi, r, ci in zip(y, ratios, intervals):
-            below = ci is not None and ci[1] < 1.0
-            if ci is not None:
-                ax.plot(
-                    ci,
-                    [yi, yi],
-                    color=OKABE_ITO["blue"],
-                    linewidth=2,
-                    solid_capstyle="butt",
-                    label=None if shown_interval else f"{level}% bootstrap interval",
-                )
-                shown_interval = True
-            ax.plot(
-                [r],
-                [yi],
-                marker="o",
-                markersize=6,
-                color=OKABE_ITO["blue"],
-                markerfacecolor=OKABE_ITO["blue"] if below else "white",
-                markeredgewidth=1.4,
-                linestyle="none",
-            )
-            if math.isfinite(r):
-                ax.annotate(
-                    fmt(r), (r, yi), xytext=(0, 5), textcoords="offset points", ha="center", va="bottom", fontsize=7.5
-                )
-        if shown_interval:  # filled vs open only means something with intervals
-            ax.plot([], [], marker="o", color=OKABE_ITO["blue"], linestyle="none", label="interval below 1 (filled)")
-        ax.set_yticks(y, labels)
-        ax.set_ylim(-0.7, rows - 0.3)
-        finite = [x for x in ratios if math.isfinite(x)] + [x for ci in intervals if ci for x in ci]
-        lo, hi = min(finite + [1.0]), max(finite + [1.0])
-        pad = 0.08 * (hi - lo or 1.0)
-        ax.set_xlim(lo - pad, hi + 2.5 * pad)
+        dot_rows(ax, labels, ratios, intervals, level=level)
         ax.set_xlabel(xlabel)
         ax.set_title(title)
         fig.legend(loc="outside lower center", ncol=3, frameon=False)
     return fig
+
+
+def dot_rows(ax, labels, values, intervals, *, reference: float = 1.0, filled=None, level: int = 95) -> None:
+    """A dot per row with its interval on ``ax``, and a line at ``reference``; a dot is filled where
+    ``filled(interval)`` (default: the interval lies below the reference).
+
+    >>> from effdepth.report.style import new_figure
+    >>> ax = new_figure(3, 3).add_subplot(); dot_rows(ax, ["a", "b"], [-0.1, 0.0], [[-0.2, -0.05], None], reference=0.0)
+    >>> [t.get_text() for t in ax.get_yticklabels()]
+    ['a', 'b']
+    """
+    filled = filled or (lambda ci: ci is not None and ci[1] < reference)
+    rows = len(labels)
+    ax.grid(axis="y", visible=False)
+    y = np.arange(rows)[::-1]
+    label = "reference (ratio 1)" if reference == 1.0 else f"{fmt(reference)} (no difference)"
+    ax.axvline(reference, color=OKABE_ITO["orange"], linestyle="--", linewidth=1.4, label=label)
+    shown_interval = False
+    for yi, r, ci in zip(y, values, intervals):
+        if ci is not None:
+            ax.plot(
+                ci,
+                [yi, yi],
+                color=OKABE_ITO["blue"],
+                linewidth=2,
+                solid_capstyle="butt",
+                label=None if shown_interval else f"{level}% bootstrap interval",
+            )
+            shown_interval = True
+        ax.plot(
+            [r],
+            [yi],
+            marker="o",
+            markersize=6,
+            color=OKABE_ITO["blue"],
+            markerfacecolor=OKABE_ITO["blue"] if filled(ci) else "white",
+            markeredgewidth=1.4,
+            linestyle="none",
+        )
+        if math.isfinite(r):
+            ax.annotate(
+                fmt(r), (r, yi), xytext=(0, 5), textcoords="offset points", ha="center", va="bottom", fontsize=7.5
+            )
+    if shown_interval and reference == 1.0:  # filled vs open only means something with intervals
+        ax.plot([], [], marker="o", color=OKABE_ITO["blue"], linestyle="none", label="interval below 1 (filled)")
+    ax.set_yticks(y, labels)
+    ax.set_ylim(-0.7, rows - 0.3)
+    finite = [x for x in values if math.isfinite(x)] + [x for ci in intervals if ci for x in ci]
+    lo, hi = min(finite + [reference]), max(finite + [reference])
+    pad = 0.08 * (hi - lo or 1.0)
+    ax.set_xlim(lo - pad, hi + 2.5 * pad)

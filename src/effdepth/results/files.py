@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import socket
 import tempfile
@@ -61,6 +62,21 @@ def write_json_atomic(path, data) -> Path:
     """
     text = json.dumps(data, indent=1, allow_nan=False, default=_json_default)
     return write_atomic(path, text.encode("utf-8"))
+
+
+def finite(obj):
+    """JSON has no inf/nan: ``obj`` with them as None (lists and tuples as lists), so a file stays standard.
+
+    >>> finite({"x": [1.0, float("nan")], "y": (float("inf"),)})
+    {'x': [1.0, None], 'y': [None]}
+    """
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
 
 
 def _json_default(obj):

@@ -6,12 +6,11 @@ saved as JSON (never pickle), atomically.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from effdepth.errors import EffdepthError
-from effdepth.results.files import write_json_atomic
+from effdepth.results.files import finite, write_json_atomic
 from effdepth.results.store import POOLED_DIR, place_pooled
 
 SCHEMA = "effdepth.result/1"
@@ -153,7 +152,7 @@ class Result:
             "config": self.config,
             "provenance": self.provenance,
             "views": {name: _view_dict(v) for name, v in self.views.items()},
-            "extras": _finite(self.extras),
+            "extras": finite(self.extras),
         }
         if self.others:
             out["similarities"] = {
@@ -284,15 +283,4 @@ def _check_view_fields(v: dict) -> None:
 def _view_dict(v: ViewResult) -> dict:
     d = asdict(v)
     d["sub_reference"] = v.sub_reference
-    return _finite(d)
-
-
-def _finite(obj):
-    """JSON has no inf/nan: write them as null so the file stays standard."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
+    return finite(d)

@@ -41,6 +41,8 @@ class ClaimsOutcome:
 
     checked: list
     failed: list = field(default_factory=list)
+    #: Paired comparisons found under the paths (``(path, Comparison)``): their "B below A" claims.
+    comparisons: list = field(default_factory=list)
 
     def text(self) -> str:
         """What ``effdepth claims`` prints.
@@ -50,15 +52,23 @@ class ClaimsOutcome:
         >>> ClaimsOutcome([Checked(Path("a"), "a", r, []), Checked(Path("b"), "b", r, [])]).text().split()[:2]
         ['Beside', 'the']
         """
-        from effdepth.studies.claims.report import claims_sweep_text, claims_text, passage_comparison_text
+        from effdepth.studies.claims.report import (
+            claims_sweep_text,
+            claims_text,
+            pair_claims_text,
+            passage_comparison_text,
+        )
 
+        pairs = pair_claims_text(self.comparisons) if self.comparisons else ""
+        if not self.checked:
+            return pairs
         if len(self.checked) == 1 and not self.failed:
             c = self.checked[0]
             verdicts = claims_text(c.result, c.label)
         else:
             verdicts = claims_sweep_text([(c.label, c.result) for c in self.checked], self.failed)
         beside = passage_comparison_text([(c.label, c.result) for c in self.checked])
-        return f"{beside}\n\n{verdicts}" if beside else verdicts
+        return "\n\n".join(x for x in (beside, verdicts, pairs) if x)
 
 
 def check_paths(paths) -> ClaimsOutcome:
@@ -72,11 +82,25 @@ def check_paths(paths) -> ClaimsOutcome:
     ...
     effdepth.errors.EffdepthError: no result.json under ...; pass the --out folder of an effdepth run or a result.json; measure first: effdepth measure MODEL --views paper --out DIR
     """
+    comparisons = find_comparisons(paths)
     try:
         sources = load_sources(paths)
     except EffdepthError as exc:
+        if comparisons:  # a comparison's folder holds no result of its own unless it measured a model
+            return ClaimsOutcome([], comparisons=comparisons)
         raise EffdepthError(f"{exc}; {MEASURE_FIRST}") from None
     for source in sources:
         require_claim_views(source.result, where=str(source.path))
     checked = [Checked(s.path, s.label, s.result, check_claims(s.result)) for s in sources]
-    return ClaimsOutcome(checked, failed_models(paths))
+    return ClaimsOutcome(checked, failed_models(paths), comparisons)
+
+
+def find_comparisons(paths) -> list:
+    """``(path, Comparison)`` of every ``comparison.json`` named by ``paths`` or below them."""
+    from effdepth.results.loading import load
+
+    found = []
+    for p in map(Path, paths):
+        files = [p] if p.name == "comparison.json" else sorted(p.rglob("comparison.json")) if p.is_dir() else []
+        found += [(f, load(f)) for f in files]
+    return found

@@ -11,7 +11,16 @@ from effdepth.report.plain import table_text
 from effdepth.report.sources import result_label
 from effdepth.report.wording import PAPER_ABSTRACT, PAPER_NOTE, carry_text
 from effdepth.results.result import Result
-from effdepth.results.verdicts import CLAIM_NAMES, CLAIMS, HOLDS, NOT_MEASURED, check_claims, claim_tests, verdict_grid
+from effdepth.results.verdicts import (
+    CLAIM_NAMES,
+    CLAIMS,
+    FAILS,
+    HOLDS,
+    NOT_MEASURED,
+    check_claims,
+    claim_tests,
+    verdict_grid,
+)
 
 
 def claims_text(result: Result, label: str | None = None) -> str:
@@ -129,3 +138,23 @@ def _tally(name: str, sim: str, grids: list) -> str:
         low, high = fmt(min(gaps), 0), fmt(max(gaps), 0)
         cell += f", {low}% below" if low == high else f", {low}-{high}% below"
     return cell
+
+
+def pair_claims_text(comparisons: list) -> str:
+    """ "B below A" judged on each pair of the paired comparisons (``(path, Comparison)``): holds when the paired
+    interval of D_eff/F_L lies below 0, fails when above, not resolved when it holds 0."""
+    from effdepth.studies.compare.report import primary, verdict
+
+    lines = ["paired comparisons (B below A: the paired interval of D_eff/F_L, B minus A, lies below 0):"]
+    for path, comparison in comparisons:
+        sim = primary(comparison)
+        for pair in comparison.pairs:
+            a, b = comparison.label(pair.a), comparison.label(pair.b)
+            d = pair.difference("ratio", "default", sim) if "default" in pair.differences.get(sim, {}) else None
+            if d is None or d.get("interval") is None:
+                status = NOT_MEASURED
+            else:
+                lo, hi = d["interval"]
+                status = HOLDS if hi < 0 else FAILS if lo > 0 else "not resolved"
+            lines.append(f"  {b} below {a}: {status} ({path.parent.name}; {verdict(comparison, pair)})")
+    return "\n".join(lines)

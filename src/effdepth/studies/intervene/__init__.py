@@ -15,7 +15,14 @@ from effdepth.measurement import prepare
 from effdepth.options import AnalysisOptions, Options, RunOptions
 from effdepth.results.provenance import provenance_record
 from effdepth.results.result import Result
-from effdepth.studies.intervene.hooks import carry_hooks, check_carry_on, check_layer_spec, parse_carry, parse_layers
+from effdepth.studies.intervene.hooks import (
+    carry_hooks,
+    check_carry_on,
+    check_layer_spec,
+    format_carry,
+    parse_carry,
+    parse_layers,
+)
 from effdepth.studies.intervene.report import intervention_figure
 from effdepth.studies.intervene.result import InterventionResult, intervention_row
 
@@ -83,6 +90,7 @@ def intervene(
     results = {}
     for lam in tqdm(carries, desc="carry", unit="value", disable=not progress or len(carries) < 2, leave=False):
         results[lam] = measure_with_carry(prepared, lam, blocks, opts.analysis, progress=progress, on=carry_on)
+    paired = paired_to_carry_one(results, opts.analysis.bootstrap)
     config = {
         "carries": list(carries),
         "layers": list(blocks),
@@ -91,7 +99,20 @@ def intervene(
         "layer_spec": layers if isinstance(layers, str) else list(layers),
         **results[carries[0]].config,
     }
-    return InterventionResult(carries, blocks, results, config, provenance_record(started=started))
+    return InterventionResult(carries, blocks, results, config, provenance_record(started=started), paired)
+
+
+def paired_to_carry_one(results: dict, bootstrap: int) -> dict:
+    """``{lam: differences}``: each carry against carry 1 on the same passages, from one paired bootstrap
+    (:mod:`effdepth.studies.compare`; ``{}`` without carry 1)."""
+    from effdepth.studies.compare import Member, compare_results
+
+    others = [lam for lam in results if lam != 1.0]
+    if 1.0 not in results or not others:
+        return {}
+    members = [Member(results[lam], f"carry {format_carry(lam)}") for lam in (1.0, *others)]
+    comparison = compare_results(members, progress=False, cross=False, bootstrap=bootstrap)
+    return {lam: pair.differences for lam, pair in zip(others, comparison.pairs)}
 
 
 def measure_with_carry(

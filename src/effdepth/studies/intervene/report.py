@@ -18,7 +18,20 @@ from effdepth.results.loading import StudyKind, register
 from effdepth.studies.intervene.hooks import format_carry
 from effdepth.studies.intervene.result import SCHEMA, InterventionResult
 
-COLUMNS = ("lam", "D_eff", "CI", "F_L", "ratio", "R_init", "R_size", "R_matched", "loss", "perplexity")
+COLUMNS = (
+    "lam",
+    "D_eff",
+    "CI",
+    "F_L",
+    "ratio",
+    "R_init",
+    "R_size",
+    "R_matched",
+    "D_eff - carry 1",
+    "paired CI",
+    "loss",
+    "perplexity",
+)
 #: The references a carry panel draws, when its rows have them: (key, label, colour, line style, marker).
 REFERENCES = (
     ("reference", "$F_L$", "orange", "--", "^"),
@@ -96,10 +109,20 @@ def intervention_figure(ir: InterventionResult, view: str | None = None):
 def intervention_content(ir: InterventionResult, view: str | None = None) -> Table:
     """D_eff with its interval, F_L, ratio, references and loss per carry value (the first view unless
     ``view`` is given)."""
-    keys = ("deff", "deff_ci", "reference", "ratio", "reference_init", "reference_size", "reference_matched")
+    keys = (
+        "deff",
+        "deff_ci",
+        "reference",
+        "ratio",
+        "reference_init",
+        "reference_size",
+        "reference_matched",
+        "deff_vs_1",
+        "deff_vs_1_ci",
+    )
     rows = [
         [Cell(format_carry(r["lam"]))]
-        + [Cell(fmt_interval(r[k]) if k == "deff_ci" else fmt(r[k])) for k in keys]
+        + [Cell(fmt_interval(r[k]) if k.endswith("_ci") else fmt(r[k])) for k in keys]
         + [Cell(fmt(r["loss"], 4)), Cell(fmt(r["perplexity"], 2))]
         for r in ir.rows(view)
     ]

@@ -30,6 +30,8 @@ class InterventionResult:
     results: dict
     config: dict = field(default_factory=dict)
     provenance: dict = field(default_factory=dict)
+    #: ``{lam: differences}`` of each carry against carry 1 (:class:`~effdepth.studies.compare.PairComparison`'s).
+    paired: dict = field(default_factory=dict)
 
     def rows(self, view: str | None = None) -> list:
         """One dict per lam: D_eff, its interval, F_N, ratio, references, loss, perplexity.
@@ -39,7 +41,7 @@ class InterventionResult:
         >>> InterventionResult((1.0,), (1, 2, 3), {1.0: r}).rows()[0]["lam"]
         1.0
         """
-        return [intervention_row(lam, self.results[lam], view) for lam in self.carries]
+        return [intervention_row(lam, self.results[lam], view, self.paired.get(lam)) for lam in self.carries]
 
     def to_dict(self) -> dict:
         return {
@@ -49,6 +51,7 @@ class InterventionResult:
             "config": self.config,
             "provenance": self.provenance,
             "table": {name: self.rows(name) for name in self.results[self.carries[0]].views},
+            "paired": [{"lam": lam, "differences": d} for lam, d in self.paired.items()],
             "results": [
                 {"lam": lam, "path": f"{carry_folder(lam)}/result.json", "result": self.results[lam].to_dict()}
                 for lam in self.carries
@@ -66,6 +69,7 @@ class InterventionResult:
             results,
             data.get("config", {}),
             data.get("provenance", {}),
+            {float(p["lam"]): p["differences"] for p in data.get("paired") or []},
         )
 
     def save(self, folder) -> Path:
@@ -89,8 +93,9 @@ def carry_folder(lam: float) -> str:
     return f"carry-{format_carry(lam)}"
 
 
-def intervention_row(lam: float, result: Result, view: str | None = None) -> dict:
-    """The table row of one measured carry value.
+def intervention_row(lam: float, result: Result, view: str | None = None, paired: dict | None = None) -> dict:
+    """The table row of one measured carry value; ``paired``: its differences against carry 1, whose D_eff
+    difference and paired interval the row holds (``deff_vs_1``, ``deff_vs_1_ci``).
 
     >>> import effdepth, torch
     >>> intervention_row(0.5, effdepth.from_states(torch.randn(4, 8, 8, 16)))["loss"] is None
@@ -98,6 +103,9 @@ def intervention_row(lam: float, result: Result, view: str | None = None) -> dic
     """
     v = result.default if view is None else result.views[view]
     loss = (result.extras or {}).get("loss") or {}
+    difference = ((paired or {}).get(result.primary_similarity) or {}).get(v.name, {}).get("deff") or {}
+    if lam == 1.0:
+        difference = {"estimate": 0.0, "interval": None}
     return {
         "lam": float(lam),
         "view": v.name,
@@ -107,6 +115,8 @@ def intervention_row(lam: float, result: Result, view: str | None = None) -> dic
         "ratio": v.ratio,
         "ratio_ci": (v.ci or {}).get("ratio"),
         **{f"reference_{k}": v.references[k] for k in ("init", "size", "matched")},
+        "deff_vs_1": difference.get("estimate"),
+        "deff_vs_1_ci": difference.get("interval"),
         "loss": loss.get("mean"),
         "perplexity": loss.get("perplexity"),
     }

@@ -1,0 +1,169 @@
+"""effdepth compare end to end on tiny models: paired differences, the cross-model CKA, the record, the
+command line, Python, the report, and every bad input in one line with nothing left in --out."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import effdepth
+from effdepth.cli import main
+from effdepth.errors import EffdepthError
+from effdepth.studies.compare import Comparison
+
+PARAGRAPH = (
+    "Now is the winter of our discontent made glorious summer by this sun of York; and all the clouds that "
+    "lour'd upon our house in the deep bosom of the ocean buried."
+)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "plays.txt"
+    path.write_text("\n\n".join(f"{i}. {PARAGRAPH}" for i in range(120)))
+    return path
+
+
+def measure(model, corpus, out, *extra) -> int:
+    argv = ["measure", str(model), "--corpus", str(corpus), "--seq-len", "32", "--num-seqs", "24"]
+    return main([*argv, "--bootstrap", "50", "--views", "default,top1pc", "--out", str(out), "--no-progress", *extra])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, saved_tiny_model, corpus):
+    """A tiny Llama measured twice and a tiny GPT-2, all on the same passages (the byte tokenizer)."""
+    root = tmp_path_factory.mktemp("runs")
+    for name, model in (("llama", "llama"), ("llama-again", "llama"), ("gpt2", "gpt2")):
+        assert measure(saved_tiny_model(model), corpus, root / name) == 0
+    return root
+
+
+def compare(*argv) -> int:
+    return main(["compare", *map(str, argv), "--no-progress"])
+
+
+def differences(comparison: Comparison, pair: int = 0):
+    for views in comparison.pairs[pair].differences.values():
+        for quantities in views.values():
+            yield from quantities.values()
+
+
+def test_one_model_measured_twice_differs_by_exactly_zero(runs, tmp_path, capsys):
+    assert compare(runs / "llama", runs / "llama-again", "--out", tmp_path / "c") == 0
+    comparison = effdepth.load(tmp_path / "c")
+    assert isinstance(comparison, Comparison)
+    found = list(differences(comparison))
+    assert len(found) == 2 * 2 * 3  # two estimators, two views, three quantities
+    for d in found:
+        assert d["estimate"] == 0.0 and d["interval"] == [0.0, 0.0] and not d["resolved"]
+    for sim in ("cka", "cka-debiased"):
+        cross = np.array(comparison.pairs[0].cross[sim])
+        assert cross.shape == (4, 4)  # S_0..S_3 of each
+        np.testing.assert_allclose(np.diag(cross), 1.0, atol=1e-9)
+    assert "no difference resolved at this N" in capsys.readouterr().out
+
+
+def test_two_families_compare_through_the_cli_python_and_the_report(runs, tmp_path, capsys):
+    out = tmp_path / "c"
+    assert compare(runs / "llama", runs / "gpt2", "--out", out) == 0
+    printed = capsys.readouterr().out
+    assert "verdicts" in printed and "gpt2 against llama" in printed
+    assert {p.name for p in out.iterdir()} >= {"comparison.json", "comparison.png", "comparison.pdf"}
+    saved = effdepth.load(out)
+    again = effdepth.compare(runs / "llama", runs / "gpt2", progress=False)
+    assert again.pairs[0].differences == saved.pairs[0].differences  # one number from every entry point
+    d = saved.pair("llama", "gpt2").difference("ratio")
+    a, b = effdepth.load(runs / "llama"), effdepth.load(runs / "gpt2")
+    assert d["a"] == pytest.approx(a.default.ratio, abs=1e-12) and d["b"] == pytest.approx(b.default.ratio, abs=1e-12)
+    assert d["estimate"] == pytest.approx(b.default.ratio - a.default.ratio, abs=1e-12)
+    assert d["interval"][0] <= d["estimate"] <= d["interval"][1]
+    assert np.array(saved.pairs[0].cross["cka"]).shape == (4, 4)
+    assert main(["show", str(out)]) == 0 and "gpt2 against llama" in capsys.readouterr().out
+    assert main(["report", str(out), "-o", str(tmp_path / "r.html")]) == 0
+    html = (tmp_path / "r.html").read_text()
+    assert "Paired comparison" in html and "<img" in html
+
+
+def test_a_model_is_measured_on_the_first_results_passages(runs, tmp_path, saved_tiny_model):
+    out = tmp_path / "c"
+    assert compare(runs / "llama", saved_tiny_model("gpt2"), "--out", out) == 0
+    measured = [p for p in out.iterdir() if (p / "result.json").is_file()]
+    assert len(measured) == 1 and not list(out.glob(".measuring-*"))
+    fresh, saved = effdepth.load(measured[0]), effdepth.load(runs / "gpt2")
+    assert fresh.default.deff == saved.default.deff  # the same passages and options give the same number
+
+
+def test_three_results_compare_with_the_first_or_every_pair(runs, tmp_path):
+    three = (runs / "llama", runs / "gpt2", runs / "llama-again")
+    assert compare(*three, "--out", tmp_path / "base", "--bootstrap", "20") == 0
+    assert [(p.a, p.b) for p in effdepth.load(tmp_path / "base").pairs] == [(0, 1), (0, 2)]
+    assert compare(*three, "--out", tmp_path / "all", "--bootstrap", "20", "--pairs", "all") == 0
+    assert [(p.a, p.b) for p in effdepth.load(tmp_path / "all").pairs] == [(0, 1), (0, 2), (1, 2)]
+
+
+def refused(argv, out, capsys) -> str:
+    assert compare(*argv, "--out", out) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert not out.exists() or not any(p.name != ".effdepth-writer" for p in out.iterdir())
+    return err
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (("--num-seqs", "16"), "passage"),
+        (("--passage-split", "paragraphs"), "split"),
+    ],
+)
+def test_results_on_other_passages_are_refused_in_one_line(runs, tmp_path, saved_tiny_model, corpus, capsys, flags, says):
+    other = tmp_path / "other"
+    assert main(["measure", str(saved_tiny_model("gpt2")), "--corpus", str(corpus), "--seq-len", "32", "--num-seqs", "24",
+                 "--bootstrap", "0", "--out", str(other), "--no-progress", *flags]) == 0  # fmt: skip
+    capsys.readouterr()
+    err = refused((runs / "llama", other), tmp_path / "c", capsys)
+    assert says in err and "effdepth measure" in err
+
+
+def test_another_corpus_is_refused_in_one_line(runs, tmp_path, saved_tiny_model, capsys):
+    text = tmp_path / "other.txt"
+    text.write_text("\n\n".join(f"{i}. To be, or not to be, that is the question of the day." for i in range(200)))
+    assert measure(saved_tiny_model("gpt2"), text, tmp_path / "other") == 0
+    capsys.readouterr()
+    assert "corpus" in refused((runs / "llama", tmp_path / "other"), tmp_path / "c", capsys)
+
+
+def test_bad_inputs_are_one_line_and_leave_nothing(runs, tmp_path, capsys):
+    stripped = tmp_path / "stripped"
+    shutil.copytree(runs / "gpt2", stripped)
+    shutil.rmtree(stripped / "pooled")
+    assert "pooled" in refused((runs / "llama", stripped), tmp_path / "c1", capsys)
+    assert "not a saved result" in refused(("no-such-model-folder", runs / "llama"), tmp_path / "c2", capsys)
+    assert "share" in refused((runs / "llama", runs / "gpt2", "--views", "drop-bos"), tmp_path / "c3", capsys)
+
+
+def test_an_output_folder_holding_another_comparison_is_refused(runs, tmp_path, capsys):
+    out = tmp_path / "c"
+    assert compare(runs / "llama", runs / "gpt2", "--out", out, "--bootstrap", "20") == 0
+    before = (out / "comparison.json").read_text()
+    assert compare(runs / "llama", runs / "llama-again", "--out", out) == 2
+    assert "already holds another comparison" in capsys.readouterr().err
+    assert (out / "comparison.json").read_text() == before
+    assert compare(runs / "llama", runs / "gpt2", "--out", out, "--bootstrap", "20") == 0  # the same inputs: replaced
+
+
+def test_python_refuses_results_without_pooled_vectors():
+    import torch
+
+    r = effdepth.from_states(torch.randn(4, 8, 8, 16))
+    r.pooled = None
+    with pytest.raises(EffdepthError, match="no pooled vectors"):
+        effdepth.compare(r, r)
+
+
+def test_a_comparison_round_trips_through_json(runs, tmp_path):
+    c = effdepth.compare(runs / "llama", runs / "gpt2", bootstrap=20, progress=False)
+    path = c.save(tmp_path)
+    assert json.loads(path.read_text())["schema"] == "effdepth.comparison/1"
+    assert effdepth.load(path).to_dict() == c.to_dict()
