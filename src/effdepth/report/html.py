@@ -37,7 +37,13 @@ th, td { padding: 4px 8px; border-bottom: 1px solid var(--line); text-align: lef
 th { background: var(--band); font-weight: 600; vertical-align: bottom; }
 td.num, th.num { text-align: right; }
 td.num { white-space: nowrap; }
-tbody tr:nth-child(even) td { background: #fbfbfb; }
+tbody tr { background: #fff; }
+tbody tr:nth-child(even) { background: #fbfbfb; }
+table.sticky :is(th, td):nth-child(-n+2) { position: sticky; z-index: 1; }
+table.sticky th { white-space: nowrap; }
+table.sticky td:nth-child(-n+2) { background: inherit; }
+table.sticky :is(th, td):first-child { left: 0; width: 3em; min-width: 3em; }
+table.sticky :is(th, td):nth-child(2) { left: 3em; min-width: 9em; overflow-wrap: anywhere; box-shadow: inset -1px 0 var(--line); }
 span.ci { display: block; color: var(--muted); font-size: 0.85em; }
 table.kv th { vertical-align: top; text-align: left; width: 14em; background: none; font-weight: 500; color: var(--muted); white-space: normal; }
 table.kv td { word-break: break-word; }
@@ -163,7 +169,7 @@ def _comparison_section(sources: list) -> str:
     sections = passage_sections([(s.label, s.result) for s in sources])
     return (
         '<section id="comparison"><h2>Comparison</h2>'
-        + _table(comparison_table(sources), sortable=True)
+        + _table(comparison_table(sources), sortable=True, sticky=True)
         + "".join(_section(x, sortable=True) for x in sections)
         + f'<div class="figures">{fig}</div>'
         + f"<h3>Results</h3><nav><ul>{nav}</ul></nav></section>"
@@ -227,18 +233,23 @@ def _section(section: Section, index: int | None = None, sortable: bool = False)
     return heading + _table(section.table, sortable)
 
 
-def _table(table: Table, sortable: bool = False) -> str:
+def _table(table: Table, sortable: bool = False, sticky: bool = False) -> str:
+    """A table in its own scrolling box (the page never gets wider); ``sticky``: its first two columns
+    stay in view while it scrolls."""
     numeric = table.numeric or [False] * len(table.header)
     head = "".join(f'<th scope="col"{_cls(n)}>{esc(h)}</th>' for h, n in zip(table.header, numeric))
     rows = "".join("<tr>" + "".join(_cell(c, n) for c, n in zip(row, numeric)) + "</tr>" for row in table.rows)
-    cls = ' class="sortable"' if sortable else ""
-    note = f'<p class="note">{esc(table.note)}</p>' if table.note else ""
-    return f'<div class="scroll"><table{cls}><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>{note}'
+    classes = " ".join(name for name, on in (("sortable", sortable), ("sticky", sticky)) if on)
+    cls = f' class="{classes}"' if classes else ""
+    legend = "".join(f"<li>{esc(line)}</li>" for line in table.legend)
+    below = (f"<ul>{legend}</ul>" if legend else "") + (f'<p class="note">{esc(table.note)}</p>' if table.note else "")
+    return f'<div class="scroll"><table{cls}><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>{below}'
 
 
 def _cell(c: Cell, numeric: bool) -> str:
     label = f"{c.text}:" if c.reason else c.text  # a cell without a value says why under it
-    text = f'<a href="{escape(c.href)}">{escape(label)}</a>' if c.href else escape(label)
+    label = escape(label) if numeric else escape(label).replace(",", ",<wbr>")  # lists may wrap at commas
+    text = f'<a href="{escape(c.href)}">{label}</a>' if c.href else label
     small = c.ci or c.reason
     ci = f'<span class="ci">{escape(small)}</span>' if small else ""
     sort = f' data-sort="{c.sort!r}"' if c.sort is not None else ""

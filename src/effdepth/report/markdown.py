@@ -13,6 +13,9 @@ from effdepth.report.content.facts import extras_rows, page_title, provenance_gr
 from effdepth.report.sources import Source
 from effdepth.results.version import __version__
 
+#: The characters a line of a table may take before the comparison lists its options under it.
+LINE_WIDTH = 160
+
 # Intraword "_" (D_eff) and brackets not followed by "(", "[" or ":" never form Markdown syntax;
 # leaving them bare keeps the source readable when pasted.
 _SPECIAL = re.compile(r"([\\`*<>|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:]))")
@@ -56,7 +59,7 @@ def render_markdown(
     if several:
         name = f"{files_dir}/comparison.png"
         images[name] = comparison_png(sources)
-        out += ["## Comparison", "", table(comparison_table(sources)), ""]
+        out += ["## Comparison", "", table(comparison_table(sources, LINE_WIDTH)), ""]
         for section in passage_sections([(s.label, s.result) for s in sources]):
             out += _section(section)
         figure, caption = figure_text("comparison", all(s.result.passages for s in sources))
@@ -86,7 +89,7 @@ def esc(text) -> str:
 
 
 def table(t: Table) -> str:
-    """A GitHub-flavoured pipe table, intervals after the values, the note in italics."""
+    """A GitHub-flavoured pipe table, intervals after the values, the legend as a list, the note in italics."""
     numeric = t.numeric or [False] * len(t.header)
     lines = [
         "| " + " | ".join(esc(h) for h in t.header) + " |",
@@ -95,6 +98,8 @@ def table(t: Table) -> str:
     for row in t.rows:
         cells = [esc(f"{c.text}: {c.reason}" if c.reason else f"{c.text} {c.ci}".strip()) for c in row]
         lines.append("| " + " | ".join(cells) + " |")
+    if t.legend:
+        lines += [""] + [f"- {esc(line)}" for line in t.legend]
     if t.note:
         lines += ["", f"_{esc(t.note)}_"]
     return "\n".join(lines)

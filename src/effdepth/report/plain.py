@@ -32,7 +32,7 @@ def render_table(header: list, rows: list, numeric: list | None = None) -> str:
 
 def table_text(table: Table, note: bool = True) -> str:
     """The table with each interval after its value; the reason of each cell without a value listed under
-    it (once per row and reason), then the note.
+    it (once per row and reason), the legend, then the note.
 
     >>> from effdepth.report.content import Cell
     >>> t = Table(["view", "D_eff"], [[Cell("default"), Cell("1.250", "[1.1, 1.4]")], [Cell("pos0-only"), Cell("unavailable", reason="one token")]],
@@ -48,7 +48,7 @@ def table_text(table: Table, note: bool = True) -> str:
     rows = [[f"{c.text} {c.ci}".strip() for c in row] for row in table.rows]
     lines = [render_table(table.header, rows, numeric=table.numeric)]
     reasons = {f"{row[0].text}: {c.text}: {c.reason}": None for row in table.rows for c in row if c.reason}
-    lines += list(reasons)
+    lines += list(reasons) + table.legend
     if note and table.note:
         lines.append(table.note)
     return "\n".join(lines)

@@ -3,24 +3,55 @@
 from __future__ import annotations
 
 import os
+from dataclasses import fields
 from pathlib import Path
 
+from effdepth.options import UNHASHED_OPTIONS, AnalysisOptions, LoadOptions
+from effdepth.options.flags import option_flags
 from effdepth.report.wording import CALIBRATED, carry_value
 
-#: ``(column, how to read it from a Source)`` of a comparison; shown when the results differ in it.
+#: Options that never change a number (where it ran, how fast, with how much memory): they differ
+#: between machines and tell nothing about what was measured. Timings, paths and dates are provenance,
+#: never options, so never columns.
+QUIET_OPTIONS = (*UNHASHED_OPTIONS, "max_memory")
+#: Options the table shows in columns of their own (model, revision, corpus).
+OWN_COLUMNS = ("model", "revision", "corpus")
+#: Options a result records in its provenance, not its config: ``(provenance group, key)``.
+IN_PROVENANCE = {"dtype": ("model", "dtype"), "tokenizer": ("corpus", "tokenizer")}
+#: Where the config keeps an option under another name: every similarity (``similarity`` is the primary).
+CONFIG_KEYS = {"similarity": "similarities"}
 #: Tokens per sequence is always shown: the default view's D_eff moves with it (docs/method.md#why-cka).
-COMPARISON_FACTS = (
-    ("folder", lambda s: None),  # filled in by :func:`differing`, relative to the results' common folder
-    ("tokens/seq", lambda s: s.result.config.get("seq_len")),
-    ("sequences", lambda s: s.result.config.get("num_seqs", s.result.default.sequences)),
-    ("BOS", lambda s: s.result.config.get("add_bos")),
-    ("seed", lambda s: s.result.config.get("seed")),
-    ("dtype", lambda s: (s.result.provenance.get("model") or {}).get("dtype")),
-    ("similarity", lambda s: s.result.primary_similarity),
-    ("views", lambda s: ",".join(s.result.config.get("views") or list(s.result.views))),
-    ("carry", lambda s: carry_value(s.result.extras)),
-)
 ALWAYS = ("tokens/seq",)
+
+
+def option_columns() -> dict:
+    """``{option: (column, declaration)}`` for every measurement option but :data:`QUIET_OPTIONS` and
+    :data:`OWN_COLUMNS`, in declaration order, each named as typed: its flag, or its name where it has none.
+
+    >>> cols = option_columns()
+    >>> cols["seq_len"][0], cols["passage_split"][0], cols["seed"][0], "max_memory" in cols
+    ('tokens/seq', '--passage-split', '--seed', False)
+    """
+    out = {}
+    for f in (*fields(LoadOptions), *fields(AnalysisOptions)):
+        if f.name in QUIET_OPTIONS + OWN_COLUMNS or (f.name in out and not f.metadata["cli"]):
+            continue
+        flag = option_flags(f)[0] if f.metadata["cli"] else f.name
+        out[f.name] = ("tokens/seq" if f.name == "seq_len" else flag, f)
+    return out
+
+
+def option_value(result, declared):
+    """The value of the option ``declared`` that ``result`` records (``None`` where it records none); a
+    ``--no-...`` flag's value says whether it was given."""
+    if declared.name in IN_PROVENANCE:
+        group, key = IN_PROVENANCE[declared.name]
+        value = (result.provenance.get(group) or {}).get(key)
+    else:
+        value = result.config.get(CONFIG_KEYS.get(declared.name, declared.name), result.config.get(declared.name))
+    if declared.metadata["kind"] == "no-flag" and isinstance(value, bool):
+        return not value
+    return ",".join(map(str, value)) if isinstance(value, list) else value
 
 
 def view_order(result) -> list:
@@ -67,21 +98,24 @@ def has_calibrated(result, similarity: str | None = None) -> bool:
 
 
 def differing(sources: list) -> list:
-    """``(column, [value per source])`` for what tells the results apart (tokens per sequence always).
+    """``(column, [value per source])`` for everything that tells the results apart: their folders, each
+    measurement option they record (:func:`option_columns`), the passages' content and the carry; tokens per
+    sequence always.
 
     >>> import effdepth, torch, pathlib
     >>> from effdepth.report.sources import Source
-    >>> r = effdepth.from_states(torch.randn(3, 8, 8, 4))
-    >>> [c for c, _ in differing([Source(pathlib.Path("a/result.json"), r, ""), Source(pathlib.Path("b/result.json"), r, "")])]
-    ['folder', 'tokens/seq']
+    >>> r, s = effdepth.from_states(torch.randn(3, 8, 8, 4)), effdepth.from_states(torch.randn(3, 8, 8, 4), seed=1)
+    >>> [c for c, _ in differing([Source(pathlib.Path("a/result.json"), r, ""), Source(pathlib.Path("b/result.json"), s, "")])]
+    ['folder', 'tokens/seq', '--seed']
     """
-    out = []
-    folders = _short_folders([s.path for s in sources])
-    for column, read in COMPARISON_FACTS:
-        values = folders if column == "folder" else [read(s) for s in sources]
-        if column in ALWAYS or len({repr(v) for v in values}) > 1:
-            out.append((column, values))
-    return out
+    facts = [("folder", _short_folders([s.path for s in sources]))]
+    facts += [(column, [option_value(s.result, f) for s in sources]) for column, f in option_columns().values()]
+    corpora = [s.result.provenance.get("corpus") or {} for s in sources]
+    facts += [
+        ("passages sha256", [(c.get("sha256") or "")[:12] or None for c in corpora]),
+        ("carry", [carry_value(s.result.extras) for s in sources]),
+    ]
+    return [(c, values) for c, values in facts if c in ALWAYS or len({repr(v) for v in values}) > 1]
 
 
 def _short_folders(paths: list) -> list:

@@ -75,3 +75,40 @@ def saved(tmp_path_factory, tiny_result, tiny_token_result, synthetic_result, ba
     # apart, so that a report over ``root`` holds exactly the three above
     out["tiny-token"] = tiny_token_result.save(tmp_path_factory.mktemp("token") / "tiny-token").parent
     return out
+
+
+#: What each measurement of :func:`option_runs` changes from ``windows`` (its first).
+OPTION_RUNS = {
+    "windows": {},
+    "paragraphs": {"passage_split": "paragraphs"},
+    "seeded": {"seed": 3, "bootstrap": 30},
+    "many": {
+        "passage_split": "paragraphs",
+        "seed": 5,
+        "bootstrap": 12,
+        "bos": "always",
+        "views": "default,drop-pos0,token-norm",
+        "similarity": "cka,cosine",
+        "bootstrap_units": 4,
+        "include_embedding": True,
+    },
+}
+
+
+@pytest.fixture(scope="session")
+def option_runs(tmp_path_factory):
+    """One tiny model (byte tokenizer) measured on one text file under the options of :data:`OPTION_RUNS`,
+    each saved as ``<root>/<name>/result.json``; returns ``{name: folder}``."""
+    from effdepth.data import byte_tokenizer
+
+    root = tmp_path_factory.mktemp("options")
+    model = root / "model"
+    tiny_model("llama").save_pretrained(model)
+    byte_tokenizer().save_pretrained(model)
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n\n".join(f"Paragraph {i}: " + "to be or not to be, " * (2 + i % 5) for i in range(40)))
+    base = {"corpus": str(corpus), "seq_len": 16, "num_seqs": 8, "bootstrap": 20, "progress": False}
+    out = {}
+    for name, changes in OPTION_RUNS.items():
+        out[name] = effdepth.measure(str(model), **{**base, **changes}).save(root / name).parent
+    return out

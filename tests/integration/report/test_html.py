@@ -120,7 +120,7 @@ def test_comparison_sorted_by_ratio(many_report, tiny_result, synthetic_result, 
     text = many_report.read_text(encoding="utf-8")
     assert Page(text).sections == ["result-1", "result-2", "result-3"]
     comparison = text.split('<section id="comparison">', 1)[1].split("</table>", 1)[0]
-    assert '<table class="sortable">' in comparison
+    assert '<table class="sortable sticky">' in comparison
     header = re.findall(r"<th[^>]*>(.*?)</th>", comparison)
     col = header.index("D<sub>eff</sub> / F<sub>L</sub>")
     rows = comparison.split("<tbody>", 1)[1].split("</tr>")[:-1]
@@ -231,3 +231,32 @@ def test_markup_in_model_and_corpus_names_renders_as_text_in_a_real_browser(bare
     assert (
         "<b>bold</b>" not in dom and "<b>v1</b>" not in dom and 'data-pwned="1"' not in dom
     )  # ...never markup or code
+
+
+# Measures the page once it has loaded: its width against the window's, and whether the comparison's first
+# columns stay put while its box scrolls.
+LAYOUT_PROBE = """<script>window.addEventListener('load', function () {
+  var box = document.querySelector('#comparison .scroll'), cell = box.querySelector('tbody tr').cells[1];
+  var before = cell.getBoundingClientRect().left;
+  box.scrollLeft = box.scrollWidth;
+  var d = document.documentElement, after = cell.getBoundingClientRect().left;
+  d.setAttribute('data-layout', [d.scrollWidth, window.innerWidth, box.clientWidth, box.scrollWidth,
+    box.scrollLeft, before, after].join(' '));
+});</script></body>"""
+
+
+@pytest.mark.acceptance  # a real browser
+def test_a_wide_comparison_scrolls_in_its_box_with_the_model_in_view(option_runs, tmp_path):
+    report = write_report(list(option_runs.values()), tmp_path / "options.html")[0]
+    text = report.read_text(encoding="utf-8")
+    header = re.findall(r"<th[^>]*>(.*?)</th>", text.split('<section id="comparison">', 1)[1].split("</thead>")[0])
+    assert len([h for h in header if h.startswith("--")]) >= 6
+    page = tmp_path / "probed.html"
+    page.write_text(text.replace("</body>", LAYOUT_PROBE), encoding="utf-8")
+    dom = _browse(page.as_uri(), tmp_path, "--window-size=1280,2000", "--virtual-time-budget=5000", "--dump-dom").stdout
+    found = re.search(r'data-layout="([^"]+)"', dom)
+    assert found, "the probe did not run"
+    page_width, window, box, table, scrolled, before, after = map(float, found.group(1).split())
+    assert window == 1280 and page_width <= window, (page_width, window)
+    assert table > box and scrolled > 0  # the premise: the table is wider than its box, which scrolled
+    assert after == pytest.approx(before, abs=1)  # the model column stayed in view

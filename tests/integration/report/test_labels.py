@@ -1,5 +1,5 @@
 """Labels and output edges (issue "a new user's afternoon"): intervened results say their carry,
-comparisons show what differs, F_L (never F_N) as the one name of the structural reference, one attribution sign, report suffixes,
+comparisons show what differs (test_compare_options.py), F_L (never F_N) as the one name of the structural reference, one attribution sign, report suffixes,
 every saved kind loads and shows, stale figures go, unreadable result.json is a one-line error."""
 
 import json
@@ -13,10 +13,9 @@ from effdepth.cli import main
 from effdepth.models.tiny import tiny_model
 from effdepth.report import figures
 from effdepth.report.build import write_report
-from effdepth.report.content import captions, compare, tokens
+from effdepth.report.content import captions, tokens
 from effdepth.report.numbers import fmt
 from effdepth.report.plain import write_result
-from effdepth.report.sources import load_sources
 from effdepth.report.tables import result_summary_text
 from effdepth.report.wording import ATTRIBUTION
 from effdepth.scale.sweep import sweep
@@ -80,35 +79,6 @@ def test_a_report_over_carry_results_has_a_carry_column(carried, tmp_path):
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:]]
     col = header.index("carry")
     assert len(rows) == 2 and sorted(r[col] for r in rows) == ["0.5", "1"]
-
-
-# ---------------------------------------------------------------- 3. comparisons show what differs
-
-
-def _variant(base, **config):
-    r = effdepth.Result.from_dict(base.to_dict())
-    r.config.update(config)
-    return r
-
-
-def test_comparison_shows_what_differs_and_always_tokens_per_sequence(bare_result, tmp_path):
-    a = _variant(bare_result, seq_len=16, num_seqs=4, seed=0, add_bos=True).save(tmp_path / "short")
-    b = _variant(bare_result, seq_len=64, num_seqs=4, seed=1, add_bos=True).save(tmp_path / "long")
-    md = write_report([a, b], tmp_path / "ab.md")[0].read_text()
-    table = md.split("## Comparison", 1)[1].split("\n\n", 2)[1].splitlines()
-    columns = [h.strip() for h in table[0].strip("|").split("|")]
-    assert {"folder", "tokens/seq", "seed"} <= set(columns)
-    assert not {"BOS", "sequences", "dtype", "similarity", "views", "carry"} & set(columns)
-    rows = [dict(zip(columns, (c.strip() for c in line.strip("|").split("|")))) for line in table[2:]]
-    assert sorted((r["folder"], r["tokens/seq"], r["seed"]) for r in rows) == [
-        ("long", "64", "1"),
-        ("short", "16", "0"),
-    ]
-
-    same = _variant(bare_result, seq_len=16).save(tmp_path / "same")
-    again = _variant(bare_result, seq_len=16).save(tmp_path / "again")
-    columns = compare.comparison_table(load_sources([same, again])).header
-    assert "tokens/seq" in columns and "seed" not in columns
 
 
 # ---------------------------------------------------------------- 4. F_L, one name, also over N = L + 1 states

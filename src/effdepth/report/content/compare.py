@@ -8,26 +8,49 @@ from effdepth.report.content.model import TERMS, Cell, Section, Table, number_ce
 from effdepth.report.content.passages import DEBIASED, null_ratio_cell, paper_row, per_layer_cell, ratio_cell
 from effdepth.report.content.robustness import ordering_table
 from effdepth.report.numbers import fmt
-from effdepth.report.rows import differing
+from effdepth.report.rows import ALWAYS, differing
 from effdepth.report.wording import ATTRIBUTION, passage_wording
 from effdepth.results.result import Result
 
+#: What stays a column when the options that differ move under a table too wide for its lines.
+KEPT_COLUMNS = ("folder", *ALWAYS, "carry")
 
-def comparison_table(sources: list) -> Table:
+
+def comparison_table(sources: list, width: int | None = None) -> Table:
     """One row per result (its first view under its primary similarity), in the order given, with a
-    column for everything that tells the results apart.
+    column for everything that tells the results apart (:func:`~effdepth.report.rows.differing`). Past
+    ``width`` characters a line, the options that differ move to a legend under it, a line per result.
 
     >>> import effdepth, torch, pathlib
     >>> from effdepth.report.sources import Source
-    >>> r = effdepth.from_states(torch.randn(3, 8, 4, 8))
-    >>> t = comparison_table([Source(pathlib.Path(f"{x}/result.json"), r, "", x) for x in "ab"])
-    >>> t.header[:8]
-    ['#', 'model', 'revision', 'L', 'N', 'corpus', 'folder', 'tokens/seq']
+    >>> r, s = effdepth.from_states(torch.randn(3, 8, 4, 8)), effdepth.from_states(torch.randn(3, 8, 4, 8), seed=2)
+    >>> t = comparison_table([Source(pathlib.Path(f"{x}/result.json"), v, "", x) for x, v in zip("ab", (r, s))])
+    >>> t.header[:9]
+    ['#', 'model', 'revision', 'L', 'N', 'corpus', 'folder', 'tokens/seq', '--seed']
+    >>> t = comparison_table([Source(pathlib.Path(f"{x}/result.json"), v, "", x) for x, v in zip("ab", (r, s))], 160)
+    >>> "--seed" in t.header, t.legend
+    (False, ['#1: --seed 0', '#2: --seed 2'])
     """
+    facts = differing(sources)
+    table = _comparison_table(sources, facts)
+    if width is None or _line_width(table) <= width:
+        return table
+    return _comparison_table(
+        sources, [f for f in facts if f[0] in KEPT_COLUMNS], [f for f in facts if f[0] not in KEPT_COLUMNS]
+    )
+
+
+def _line_width(table: Table) -> int:
+    """The characters of the table's widest line as a pipe table writes it."""
+    columns = zip(table.header, *([f"{c.text} {c.ci}".strip() for c in row] for row in table.rows))
+    return 1 + sum(3 + max(map(len, column)) for column in columns)
+
+
+def _comparison_table(sources: list, facts: list, legend: list = ()) -> Table:
+    """:func:`comparison_table` with ``facts`` as columns and the ``legend`` facts under it."""
     show_view = any(s.result.default.name != "default" for s in sources)
     # F_L, the measurement core's name; F_N only when old token-mode results (their N states) are among them.
     ref = "F_L" if all(s.result.passages for s in sources) else "F_N"
-    facts = differing(sources)
     rows = []
     for i, s in enumerate(sources, start=1):
         r, v = s.result, s.result.default
@@ -83,16 +106,22 @@ def comparison_table(sources: list) -> Table:
         + [False]
         + [True] * 6
     )
-    shown = ", ".join(c for c, _ in facts)
+    shown = ", ".join(c for c, _ in [*facts, *legend])
+    lines = [
+        f"#{i}: " + "; ".join(f"{c} {_fact(values[i - 1]).text}" for c, values in legend)
+        for i in range(1, len(sources) + 1)
+    ]
     return Table(
         header,
         rows,
         numeric,
         note=f"Sorted by D_eff / {ref}, lowest first (click a header to re-sort). Each row is "
-        "the result's first view under its primary similarity. Columns between corpus and D_eff are what tells the "
-        f"results apart ({shown}; tokens per sequence always, since the default view's D_eff moves with it). "
-        f"N = L (block outputs) or L + 1 (embedding included); {ref} = 2N/(N+1). "
+        "the result's first view under its primary similarity. Columns between corpus and D_eff"
+        + (", and the lines above," if legend else "")
+        + f" are what tells the results apart ({shown}; options as typed; tokens per sequence always, since the "
+        f"default view's D_eff moves with it). N = L (block outputs) or L + 1 (embedding included); {ref} = 2N/(N+1). "
         + (passage_wording(ATTRIBUTION) if ref == "F_L" else ATTRIBUTION),
+        legend=lines if legend else [],
     )
 
 

@@ -25,12 +25,13 @@ class Cell:
 
 @dataclass
 class Table:
-    """A table with a header, rows of :class:`Cell` and a note under it."""
+    """A table with a header, rows of :class:`Cell`, and under it a legend (lines) and a note."""
 
     header: list
     rows: list
     numeric: list = field(default_factory=list)  # per column: right-align and sort numerically
     note: str = ""
+    legend: list = field(default_factory=list)
 
 
 @dataclass
