@@ -176,12 +176,13 @@ def _tokenize_all(tokenizer: Any, docs: list[str]) -> list[list[int]]:
     result: list[list[int]] = [[] for _ in docs]
     for start in range(0, len(pieces), _BATCH_DOCS):
         batch = pieces[start : start + _BATCH_DOCS]
-        for owner, ids in zip(owners[start : start + _BATCH_DOCS], _encode_batch(tokenizer, batch), strict=True):
+        for owner, ids in zip(owners[start : start + _BATCH_DOCS], encode_batch(tokenizer, batch), strict=True):
             result[owner].extend(ids)
     return result
 
 
-def _encode_batch(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+def encode_batch(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """Each text's token ids, no special tokens added (a literal special token in the text stays text)."""
     # verbose=False: we cut the stream ourselves. split_special_tokens: a literal "<|im_start|>" stays text.
     kwargs = {"add_special_tokens": False, "verbose": False, "split_special_tokens": True}
     try:

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from effdepth.data.passages import take_identity
 from effdepth.errors import EffdepthError
 from effdepth.measurement.checkpoint import (
     CheckpointMismatch,
@@ -96,6 +97,7 @@ class MeasurementPlan:
             starts_with_bos=bos,
             extra=extra,
             offsets=self.reduction.offsets(lengths, bos, self.variants),
+            identity=take_identity(self.passages.identity, rows),
         )
 
 

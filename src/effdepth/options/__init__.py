@@ -116,8 +116,9 @@ class LoadOptions:
     passage_split: str = option(
         "windows",
         "windows (default): each document cut into consecutive windows of exactly --seq-len tokens (equal "
-        "lengths: no first-token x length confound); paragraphs: documents cut at blank lines, packed into "
-        "passages of at most --seq-len; document: each document's first tokens (--protocol paper)",
+        "lengths: no first-token x length confound); paragraphs: documents cut on the text at blank lines, packed "
+        "into at most --seq-len less 3 bytes, so every tokenizer gets the same passages (models with different "
+        "tokenizers pair); document: each document's first tokens (--protocol paper)",
         choices=SPLITS,
         cli_default=None,
     )

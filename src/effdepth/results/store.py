@@ -1,7 +1,7 @@
 """The pooled vectors of a passage-mode run, kept on disk beside its result (docs/method.md#passage-mode).
 
 ``pooled/`` holds ``{variant}.npy`` (float32 ``(L+1, N, d)``), ``token_sums.npy`` (float64 ``(N, L, 3)``),
-``passages.npz`` (lengths, BOS) and ``store.json`` (shapes, variants, passages written), replaced atomically
+``passages.npz`` (lengths, BOS, each passage's text identity where known) and ``store.json`` (shapes, variants, passages written), replaced atomically
 after the memory-mapped arrays are flushed, so a stopped run resumes from the last recorded batch.
 """
 
@@ -67,9 +67,11 @@ class PooledStore:
         starts_with_bos,
         extra: dict | None = None,
         offsets: dict | None = None,
+        identity: dict | None = None,
     ) -> "PooledStore":
         """A new store for the passages of ``lengths`` with ``layers`` states (S_0..S_L) of ``width`` features;
-        ``offsets`` (the token reduction) says, per variant, where each passage's samples start (N+1)."""
+        ``offsets`` (the token reduction) says, per variant, where each passage's samples start (N+1);
+        ``identity`` is the passages' text identity (:attr:`identity`)."""
         folder = Path(folder)
         if folder.exists():
             shutil.rmtree(folder)
@@ -79,6 +81,10 @@ class PooledStore:
             lengths=np.asarray(lengths, dtype=np.int64),
             starts_with_bos=np.asarray(starts_with_bos, dtype=bool),
             **{f"offsets|{v}": np.asarray(o, dtype=np.int64) for v, o in (offsets or {}).items()},
+            **{
+                f"identity|{k}": np.asarray(v, dtype="<U64" if k == "text_sha256" else np.int64)
+                for k, v in (identity or {}).items()
+            },
         )
         meta = {
             "format": FORMAT,
@@ -163,6 +169,22 @@ class PooledStore:
     def lengths(self) -> np.ndarray:
         with np.load(self.folder / "passages.npz") as data:
             return data["lengths"]
+
+    @property
+    def identity(self) -> dict | None:
+        """Each passage's text identity, ``{"document", "start", "end": int64 (N,), "text_sha256": str (N,)}``,
+        or ``None`` where it was unknown or the store was written before effdepth kept it.
+
+        >>> import tempfile
+        >>> ident = {"document": [0, 0], "start": [0, 5], "end": [5, 9], "text_sha256": ["a" * 64, "b" * 64]}
+        >>> s = PooledStore.create(Path(tempfile.mkdtemp()) / "p", ["default"], layers=2, width=1, lengths=[2, 3],
+        ...                        starts_with_bos=[False, False], identity=ident)
+        >>> s.identity["end"].tolist(), str(s.identity["text_sha256"][1])[:3]
+        ([5, 9], 'bbb')
+        """
+        with np.load(self.folder / "passages.npz") as data:
+            fields = {k.split("|", 1)[1]: data[k] for k in data.files if k.startswith("identity|")}
+        return fields or None
 
     def close(self) -> None:
         self._pooled.clear()

@@ -26,18 +26,18 @@ def tokenized(monkeypatch):
 
 
 def load(text, tokenizer, **kwargs):
-    return load_passages(list(text), tokenizer, max_len=24, num_passages=6, **kwargs)
+    return load_passages(list(text), tokenizer, **{"max_len": 24, "num_passages": 6, **kwargs})
 
 
 def test_the_same_tokenizer_reads_the_kept_tokens_and_gets_the_same_passages(tokenized):
     first = load(TEXT, byte_tokenizer())
     assert len(tokenized) == 3
     second = load(TEXT, byte_tokenizer(), seed=0)  # a fresh tokenizer object with the same definition
-    third = load(TEXT, byte_tokenizer(), split="paragraphs")
+    third = load(TEXT, byte_tokenizer(), split="paragraphs", max_len=48)  # cut on the text: no tokens read
     assert len(tokenized) == 3
     assert first.ids.tolist() == second.ids.tolist() and first.info == second.info
     passages_module._tokenized.clear()
-    fresh = load(TEXT, byte_tokenizer(), split="paragraphs")
+    fresh = load(TEXT, byte_tokenizer(), split="paragraphs", max_len=48)
     assert fresh.ids.tolist() == third.ids.tolist() and fresh.lengths.tolist() == third.lengths.tolist()
 
 

@@ -189,7 +189,7 @@ def prune_check(
 
 def heldout_passages(prepared, count: int):
     """``count`` passages of the measured corpus drawn with the next seed, none of them a measured passage."""
-    from effdepth.data.passages import Passages, load_passages
+    from effdepth.data.passages import Passages, load_passages, take_identity
 
     load = prepared.load
     tokenizer = getattr(prepared.lm, "tokenizer", None)
@@ -215,8 +215,8 @@ def heldout_passages(prepared, count: int):
             f"{exc} (prune-check draws {count} held-out passages beside the {measured.num_passages} "
             "measured ones; lower --heldout or --num-seqs)"
         ) from None
-    rows = [pool.passage(i).tolist() for i in range(pool.num_passages)]
-    rows = [r for r in rows if tuple(r) not in seen][:count]
+    kept = [i for i in range(pool.num_passages) if tuple(pool.passage(i).tolist()) not in seen][:count]
+    rows = [pool.passage(i).tolist() for i in kept]
     if len(rows) < count:
         raise EffdepthError(
             f"the corpus gives only {len(rows)} passages that are not measured, {count} held-out "
@@ -228,7 +228,13 @@ def heldout_passages(prepared, count: int):
         "seed": load.seed + 1,
         "sampling": f"drawn with seed {load.seed + 1}; passages also measured left out",
     }
-    return Passages.from_rows(rows, bos_token_id=pool.info.get("bos_token_id"), name=pool.name, info=info)
+    return Passages.from_rows(
+        rows,
+        bos_token_id=pool.info.get("bos_token_id"),
+        name=pool.name,
+        info=info,
+        identity=take_identity(pool.identity, kept),
+    )
 
 
 def heldout_loss(prepared, passages, skipped, batch_size: int) -> dict:
