@@ -82,14 +82,15 @@ def cross_cka_memory(samples: int, counts: tuple, widths: tuple, budget_bytes: i
     >>> cross_cka_memory(1024, (31, 31), (1024, 1024), 1 << 20)
     Traceback (most recent call last):
     ...
-    effdepth.errors.EffdepthError: --max-memory 1.0 MiB is below the 17.1 MiB the cross-model CKA needs at least for 1,024 passages and 31 + 31 states; use --max-memory 17.1MiB or more
+    effdepth.errors.EffdepthError: --max-memory 1.0 MiB is below the 25.0 MiB the cross-model CKA needs at least for 1,024 passages and 31 + 31 states; use --max-memory 25.0MiB or more
     """
     n, budget = int(samples), int(budget_bytes)
     states = sum(counts)
     layers = F64 * n * sum(c * w for c, w in zip(counts, widths))
-    # a layer's float64 copy and its centred copy in flight; every state's Gram diagonal; the sums per pair
-    fixed = 2 * F64 * n * max(widths) + F64 * states * n + 4 * F64 * (counts[0] * counts[1] + states)
-    per_row = F64 * n * (states + 1)  # a row of every state's Gram tile, and of the one being formed
+    # a layer in flight (its float64 copy, the centred copy, their squares for the diagonal); every state's
+    # Gram diagonal; the sums per pair
+    fixed = 3 * F64 * n * max(widths) + F64 * states * n + 4 * F64 * (counts[0] * counts[1] + states)
+    per_row = F64 * n * states  # a row of every state's Gram tile (one buffer per stack)
     least = fixed + per_row
     if budget < least:
         need = binary_size(least, round_up=True)
