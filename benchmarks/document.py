@@ -100,6 +100,18 @@ SECTIONS = (
         (),
         ("--passages", "16,64", "--bootstrap", "50"),
     ),
+    Section(
+        "The cross-model CKA matrix against pytorch-cka",
+        "`cross_cka.py`: the linear CKA of every state of one stack against every state of another (31 x 31\n"
+        "states, N = 1,024 passages, widths 576 and 640, float64), effdepth's `numerics.cross_cka` (both\n"
+        "estimators, Gram tiles of the lower triangle within `--max-memory`) against pytorch-cka 1.1.3's\n"
+        "`cka_from_features` (the unbiased estimator alone, whole Gram matrices) on the same activations,\n"
+        "rounds alternating. Targets: ours no slower (ratio at most 1), the unbiased matrices equal to 1e-6.\n"
+        "pytorch-cka is no dependency of effdepth: `PYTORCH_CKA=path/to/its.whl` puts it on the import path.",
+        "cross_cka.py",
+        ("--repeats", "5"),
+        ("--passages", "64", "--layers", "3", "--widths", "16,24", "--repeats", "1"),
+    ),
 )
 
 INTRO = """# Benchmarks

@@ -186,3 +186,36 @@ def test_the_token_reduction_benchmark_shows_flat_memory_and_a_store_that_grows_
         assert row["analysis_peak"] <= row["planned"]["peak"] + 16 * mib, (row["analysis_peak"], row["planned"])
         assert row["planned"]["peak"] <= row["planned"]["budget"]
     assert large["store"]["sample_bytes"] == 16 * small["store"]["sample_bytes"]
+
+
+def pytorch_cka_available() -> bool:
+    """pytorch-cka (no dependency of effdepth) installed, or its wheel or folder named by ``PYTORCH_CKA``."""
+    import importlib.util
+    import os
+
+    return importlib.util.find_spec("cka") is not None or Path(os.environ.get("PYTORCH_CKA", "/nonexistent")).exists()
+
+
+def run_cross_cka_benchmark() -> str:
+    done = subprocess.run(
+        [sys.executable, "cross_cka.py", "--passages", "64", "--layers", "3", "--widths", "16,24", "--repeats", "1"],
+        cwd=ROOT / "benchmarks",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_the_cross_cka_benchmark_runs_its_short_mode():
+    out = run_cross_cka_benchmark()
+    assert "4 x 4 states, N = 64 passages, widths 16 and 24" in out and "ours: gram route" in out
+
+
+@pytest.mark.skipif(not pytorch_cka_available(), reason="pytorch-cka is not installed (PYTORCH_CKA names its wheel)")
+def test_the_cross_cka_benchmark_agrees_with_pytorch_cka():
+    out = run_cross_cka_benchmark()
+    line = next(x for x in out.splitlines() if x.startswith("largest |ours - pytorch-cka|"))
+    assert float(line.split(": ")[1].split()[0]) <= 1e-6, line
+    assert "ours / pytorch-cka 1.1.3: median" in out

@@ -232,37 +232,21 @@ def analyse_pooled(
     >>> sorted(out["confounds"]["cka"]), out["confounds"]["notes"]["length"]
     (['default'], 'no passage lengths given')
     """
-    if not isinstance(plan, SizedPlan):
-        count, samples, width = (int(x) for x in next(iter(pooled.values())).shape)
-        passages = samples if offsets is None else len(next(iter(offsets.values()))) - 1
-        plan = sized_plan(plan, passages, count - 1, width, offsets)
-    sized, plan = plan, plan.plan
-    offsets, passages, memory = sized.offsets, sized.passages, sized.memory
-    num_layers, width = sized.num_layers, sized.width
+    context, sized = _analysis_context(pooled, plan, token_sums, lengths, offsets)
+    plan, units, memory = sized.plan, context.passage_units, sized.memory
     if lengths is None and any(v.has("length") for v in plan.specs):
         raise EffdepthError(
             "the length view regresses each passage's token count out, and no lengths were given; "
             "give lengths=, or leave out length views"
         )
-    device = torch.device(plan.device)
-    units = Units.blocks(passages, bootstrap_unit_count(passages, plan))
-    weights = resample_weights(units.count, plan.bootstrap, plan.seed)
-    budget = memory["stack_budget_bytes"]
     controls = plan.controls and offsets is None
-    subsamples = Subsamples.draw(units, plan.seed) if plan.controls else Subsamples.none(units)
-    context = _Context(
-        plan, units, weights, device, passages, width, num_layers, token_sums, lengths, budget, subsamples
-    )
-    context.units_by_variant = {v: sample_units(units, o) for v, o in (offsets or {}).items()}
     by_sim: dict = {s: {} for s in plan.similarities}
     fits: dict = {}
     for spec in plan.specs:
         if progress is not None:
             progress(spec.name)
-        context.units = context.units_by_variant.get(spec.variant, context.passage_units)
-        base = PooledStates(pooled[spec.variant], device)
-        states = spec.after_pooling(base, lengths)
-        if states is not base:
+        states = context.view_states(spec, pooled)
+        if hasattr(states, "fit"):
             fits[spec.name] = states.fit
         if memory["kept"]:
             states = Kept(states)
@@ -296,7 +280,7 @@ def analyse_pooled(
             "passes": memory["stack"]["passes"],
         },
     }
-    reference = reference_fl(num_layers + plan.include_embedding)
+    reference = reference_fl(sized.num_layers + plan.include_embedding)
     confounds: dict = (
         {sim: confound_table(views, reference, LEVEL) for sim, views in context.deff_draws.items()} if controls else {}
     )
@@ -306,6 +290,72 @@ def analyse_pooled(
             f"every passage has {int(lengths[0])} tokens: nothing to regress out, the length view is the default view"
         )
     return {"similarities": by_sim, "analysis": facts, "confounds": confounds, "sample_size": context.sample_size()}
+
+
+def _analysis_context(pooled: dict, plan, token_sums, lengths, offsets) -> tuple:
+    """``(context, sized plan)`` of an analysis of ``pooled``: the bootstrap's units and weights, the
+    subsamples, the budget of the stacks (what :func:`analyse_pooled` and :func:`deff_draws` share)."""
+    if not isinstance(plan, SizedPlan):
+        count, samples, width = (int(x) for x in next(iter(pooled.values())).shape)
+        passages = samples if offsets is None else len(next(iter(offsets.values()))) - 1
+        plan = sized_plan(plan, passages, count - 1, width, offsets)
+    sized, plan = plan, plan.plan
+    units = Units.blocks(sized.passages, bootstrap_unit_count(sized.passages, plan))
+    weights = resample_weights(units.count, plan.bootstrap, plan.seed)
+    subsamples = Subsamples.draw(units, plan.seed) if plan.controls else Subsamples.none(units)
+    device, budget = torch.device(plan.device), sized.memory["stack_budget_bytes"]
+    shape = (sized.passages, sized.width, sized.num_layers)
+    context = _Context(plan, units, weights, device, *shape, token_sums, lengths, budget, subsamples)
+    context.units_by_variant = {v: sample_units(units, o) for v, o in (sized.offsets or {}).items()}
+    return context, sized
+
+
+def deff_draws(
+    pooled: dict,
+    plan: AnalysisPlan | SizedPlan,
+    *,
+    lengths: np.ndarray | None = None,
+    offsets: dict | None = None,
+    views=None,
+) -> dict:
+    """D_eff of each view under the estimate and every resample, as :func:`analyse_pooled` makes them (the
+    same units, weights and view stages; row 0 its ``deff``, the percentiles of the rest its ``ci["deff"]``),
+    and nothing else: the states' HSIC per view, no references, no update stack (docs/method.md#comparing-two-results).
+
+    Same inputs as :func:`analyse_pooled`; ``views`` (default ``plan.views``) may name any view whose
+    variant ``pooled`` holds. Returns ``deff`` ``{similarity: {view: (1 + R,)}}``; for the default view
+    ``subsamples`` ``{similarity: (S,)}``, D_eff under the rows of ``subsample_draws``
+    (:class:`~.confounds.Subsamples`); ``states``, the analysed states (F_L's L); ``units``, the
+    bootstrap's units of passages, and ``weights``, their counts ``(1 + R, G)``: two draw sets pair when
+    both are equal (:mod:`~effdepth.numerics.paired`).
+
+    >>> states = np.cumsum(np.random.default_rng(0).normal(size=(4, 64, 8)), axis=0)
+    >>> plan = AnalysisPlan(bootstrap=20, calibrated=False)
+    >>> d = deff_draws({"default": states}, plan); whole = analyse_pooled({"default": states}, plan)["similarities"]
+    >>> d["deff"]["cka"]["default"].shape, d["subsamples"]["cka"].shape, d["states"]
+    ((21,), (60,), 3)
+    >>> float(d["deff"]["cka"]["default"][0]) == whole["cka"]["default"]["deff"]
+    True
+    """
+    context, sized = _analysis_context(pooled, plan, None, lengths, offsets)
+    specs = context.plan.specs if views is None else tuple(parse_views(views))
+    check_top_pcs(specs, sized.passages, sized.width)
+    for spec in specs:
+        why = context._unmeasurable(spec, pooled)
+        if why:
+            raise EffdepthError(f"view {spec.name} cannot be measured on these pooled vectors: {why}")
+    out: dict = {s: {} for s in context.plan.similarities}
+    for spec in specs:
+        for sim, values in context.view_deff(spec, pooled, keep=sized.memory["kept"]).items():
+            out[sim][spec.name] = values
+    return {
+        "deff": out,
+        "subsamples": dict(context.subsample_deff),
+        "subsample_draws": context.subsamples,
+        "states": sized.num_layers + context.plan.include_embedding,
+        "units": context.passage_units,
+        "weights": context.weights,
+    }
 
 
 @dataclass
@@ -334,6 +384,12 @@ class _Context:
 
     def __post_init__(self):
         self.units = self.passage_units
+
+    def view_states(self, spec: PassageView, pooled: dict) -> LayerStack:
+        """The view's S_0..S_L: its variant's pooled vectors through its stage after pooling (a fitted stage
+        keeps its ``fit``); its units become the context's."""
+        self.units = self.units_by_variant.get(spec.variant, self.passage_units)
+        return spec.after_pooling(PooledStates(pooled[spec.variant], self.device), self.lengths)
 
     @property
     def kernel(self) -> list:
@@ -406,12 +462,19 @@ class _Context:
             self.subsample_deff[sim.name] = deff(cka(both[sim.estimator][rows:])[:, kept, kept])
         return {key: value[:rows] for key, value in both.items()}
 
+    def view_deff(self, spec: PassageView, pooled: dict, keep: bool = False) -> dict:
+        """``{similarity: (R,) D_eff draws}`` of a view from its states' HSIC alone (the default view's with the
+        subsamples); ``keep``: its states held in memory after a first pass."""
+        states = self.view_states(spec, pooled)
+        states = Kept(states) if keep else states
+        hsic = self._state_hsic(spec, states) if self.kernel else None
+        return self._deff(states, analysed(self.plan.include_embedding), hsic)
+
     def controls(self, pooled: dict) -> dict:
         """D_eff draws of default and each control the views did not hold (its states' HSIC alone; the
         default view's with the subsamples; with equal lengths, length's are default's); ``{control: why}``
         for those that cannot be measured."""
         notes = {}
-        self.units = self.passage_units  # the controls are about a passage's mean: one sample per passage
         for name in ("default", *CONTROLS):
             if all(name in self.deff_draws.get(s, {}) for s in self.plan.similarities):
                 continue
@@ -424,9 +487,7 @@ class _Context:
                 for sim in self.plan.similarities:  # nothing to regress out: the length view is default itself
                     self.deff_draws[sim][name] = self.deff_draws[sim]["default"]
                 continue
-            states = spec.after_pooling(PooledStates(pooled[spec.variant], self.device), self.lengths)
-            hsic = self._state_hsic(spec, states) if self.kernel else None
-            for sim, draws in self._deff(states, analysed(self.plan.include_embedding), hsic).items():
+            for sim, draws in self.view_deff(spec, pooled).items():
                 self.deff_draws.setdefault(sim, {})[name] = draws
         return notes
 

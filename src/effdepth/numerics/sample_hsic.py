@@ -99,7 +99,7 @@ def stack_sums(
     return _gram_sums(stack, units, int(budget_bytes), dtype)
 
 
-class _CentredLayers:
+class CentredLayers:
     """A stack's centred layers, kept after the first pass when they fit the budget, else produced again
     on every pass."""
 
@@ -138,7 +138,7 @@ def _gram_sums(stack: LayerStack, units: Units, budget: int, dtype) -> StackSums
     g, size = units.count, int(units.sizes.max())
     plan = stack_plan(count, n, d, units, budget, "gram")
     per_unit = plan["tile_units"]
-    layers = _CentredLayers(stack, keep=plan["resident"])
+    layers = CentredLayers(stack, keep=plan["resident"])
     unit_of, within = units.index(device), _offsets_in_units(units, device)
     pairs, ii, jj = _pairs(count, device)
     pair_blocks = torch.zeros(len(pairs), g, g, dtype=torch.float64, device=device)
