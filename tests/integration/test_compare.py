@@ -114,7 +114,7 @@ def refused(argv, out, capsys) -> str:
     "flags, says",
     [
         (("--num-seqs", "16"), "passage"),
-        (("--passage-split", "paragraphs"), "split"),
+        (("--passage-split", "paragraphs", "--seq-len", "96"), "split"),
     ],
 )
 def test_results_on_other_passages_are_refused_in_one_line(runs, tmp_path, saved_tiny_model, corpus, capsys, flags, says):

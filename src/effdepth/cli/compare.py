@@ -66,7 +66,7 @@ def compare_out(specs) -> Path:
     >>> compare_out(["runs/base", "runs/tuned"]).as_posix()
     'runs/compare/base--tuned'
     """
-    names = [default_out(Path(str(s)).name if Path(str(s)).exists() else s).name for s in specs[:3]]
+    names = [default_out(Path(str(s)).name).name for s in specs[:3]]
     return Path("runs") / "compare" / "--".join(names)
 
 

@@ -5,12 +5,15 @@ passages are resampled once, and each resample gives D_eff of both (:func:`pair_
 pooled vectors, no forward pass). The difference's interval is the percentile interval of the
 resampled differences. Beside it, the cross-model CKA of every state of A against every state of B.
 
->>> import effdepth, torch, tempfile
->>> states = torch.randn(5, 16, 8, 16).cumsum(0)
->>> a = effdepth.from_states(states, bootstrap=0).save(tempfile.mkdtemp())
->>> c = compare(a.parent, a.parent, bootstrap=20, progress=False)
+>>> import effdepth, torch
+>>> from effdepth.models.tiny import tiny_model
+>>> ids = torch.randint(0, 256, (16, 12))
+>>> a, b = (effdepth.measure(tiny_model(t), ids, bootstrap=0, progress=False) for t in ("llama", "gpt2"))
+>>> c = compare(a, a, bootstrap=20, progress=False)
 >>> d = c.pair().difference("ratio"); d["estimate"], d["interval"]
 (0.0, [0.0, 0.0])
+>>> len(compare(a, b, bootstrap=20, progress=False).pair().cross["cka"])   # S_0..S_3 of A against B's
+4
 """
 
 from __future__ import annotations
