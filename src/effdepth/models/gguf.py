@@ -24,6 +24,7 @@ from pathlib import Path
 from effdepth.data.assets import _display, cache_dir, remove_stale
 from effdepth.errors import EffdepthError
 from effdepth.models.quiet import progress_bars, quiet_loading, silenced_stdout
+from effdepth.numerics.hsic_plan import byte_size
 from effdepth.results.files import file_sha256 as _sha256  # unmemoised; file_sha256 below memoises large files
 from effdepth.results.files import write_json_atomic
 
@@ -263,7 +264,7 @@ def _save_copy(model, tokenizer, gguf: Path, sha256: str, final: Path) -> None:
     need = sum(p.numel() * p.element_size() for p in model.parameters()) + (64 << 20)
     free = shutil.disk_usage(parent).free
     if free < need:
-        raise OSError(28, f"{free / 2**30:.1f} GiB free, the copy needs {need / 2**30:.1f} GiB")
+        raise OSError(28, f"{byte_size(free, 'GiB')} free, the copy needs {byte_size(need, 'GiB')}")
     # mkdir, not mkdtemp: the copy keeps the umask's permissions, so a shared cache stays shared.
     staging = parent / f".tmp-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
     staging.mkdir()

@@ -29,7 +29,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from effdepth.errors import EffdepthError
+from effdepth.errors import EffdepthError, one_line
 from effdepth.options import Options, RunOptions, at_least
 from effdepth.report.plain import table_text
 from effdepth.results.files import file_sha256, one_writer, write_json_atomic
@@ -242,7 +242,7 @@ def _discover_hub(repo: str, tokens_per_step: int | None, revisions: str = "auto
                 if said is not None:
                     raise EffdepthError(f"cannot list the branches of {repo}: {said}") from None
                 raise EffdepthError(
-                    f"cannot list the branches of {repo}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}; "
+                    f"cannot list the branches of {repo}: {type(exc).__name__}: {one_line(exc, 200)}; "
                     "check the id, your network or HF_HUB_OFFLINE (or pass a local folder of checkpoints)"
                 ) from None
             if not hub.cached_branches(repo)[0]:
