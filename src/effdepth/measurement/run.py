@@ -33,17 +33,6 @@ from effdepth.results.result import Result, view_results
 from effdepth.results.store import POOLED_DIR, PooledStore, mark_movable, temporary_folder
 from effdepth.results.version import __version__
 
-__all__ = [
-    "measure_passages",
-    "measurement_plan",
-    "measured_result",
-    "analyse_store",
-    "analyse_saved",
-    "analysed_result",
-    "passage_config",
-    "passage_loss",
-]
-
 #: What ``states="hidden"`` measures, as a result's config says it.
 HIDDEN_MEANING = "transformers' hidden_states[1:]: the blocks' outputs, the last through the final norm"
 #: More passes than this over the pooled vectors per stack, and a run says how much memory reads them once.

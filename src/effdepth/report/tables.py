@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from effdepth.report.content import result_content
 from effdepth.report.content.facts import extras_table
 from effdepth.report.content.model import Section
@@ -37,6 +39,23 @@ def show_text(obj) -> str:
     if kind is None:
         return result_summary_text(obj)
     return "\n\n".join([kind.headline(obj)] + [section_text(s) for s in kind.sections(obj)])
+
+
+def save_study(study, folder) -> Path:
+    """``study.save(folder)``, then its kind's figure beside it, ``<kind>.{png,pdf}``; returns what ``save`` returns.
+
+    >>> import effdepth, torch, tempfile
+    >>> from effdepth.studies.intervene import InterventionResult
+    >>> ir = InterventionResult((1.0, 0.5), (1, 2), {lam: effdepth.from_states(torch.randn(4, 6, 8, 16)) for lam in (1.0, 0.5)})
+    >>> p = save_study(ir, tempfile.mkdtemp())
+    >>> sorted(f.name for f in p.parent.glob("intervention.*"))
+    ['intervention.json', 'intervention.pdf', 'intervention.png']
+    """
+    from effdepth.report.style import save_figure
+
+    path, kind = study.save(folder), kind_of(study)
+    save_figure(kind.figure(study), Path(folder) / kind.name)
+    return path
 
 
 def record_model(record: dict) -> str:

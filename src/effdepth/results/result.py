@@ -153,7 +153,7 @@ class Result:
             "config": self.config,
             "provenance": self.provenance,
             "views": {name: _view_dict(v) for name, v in self.views.items()},
-            "extras": _finite(self.extras),
+            "extras": finite(self.extras),
         }
         if self.others:
             out["similarities"] = {
@@ -284,15 +284,15 @@ def _check_view_fields(v: dict) -> None:
 def _view_dict(v: ViewResult) -> dict:
     d = asdict(v)
     d["sub_reference"] = v.sub_reference
-    return _finite(d)
+    return finite(d)
 
 
-def _finite(obj):
-    """JSON has no inf/nan: write them as null so the file stays standard."""
+def finite(obj):
+    """JSON has no inf/nan: write them as null so the file stays standard (a tuple as the list JSON makes of it)."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
     return obj

@@ -15,6 +15,7 @@ import numpy as np
 
 from effdepth.errors import EffdepthError
 from effdepth.results.files import write_json_atomic
+from effdepth.results.result import finite
 
 SCHEMA = "effdepth.experiment/1"
 SUMMARY_KEYS = (
@@ -76,7 +77,7 @@ class ExperimentResult:
     def save(self, folder) -> Path:
         """Write ``experiment.json`` atomically; returns its path."""
         path = Path(folder) / "experiment.json"
-        write_json_atomic(path, _finite(self.to_dict()))
+        write_json_atomic(path, finite(self.to_dict()))
         return path
 
 
@@ -120,13 +121,3 @@ def _spread(values: list) -> dict:
     if not xs:
         return {"mean": None, "min": None, "max": None}
     return {"mean": round(float(np.mean(xs)), 15), "min": min(xs), "max": max(xs)}
-
-
-def _finite(obj):
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
