@@ -32,8 +32,6 @@ from effdepth.scale.suites import TINY_PREFIX
 from effdepth.scale.sweep.jobs import (
     ERROR,
     JOB,
-    MANAGED_OPTIONS,
-    RESULT,
     Job,
     job_folder,
     job_options,
@@ -47,8 +45,6 @@ __all__ = [
     "COLUMNS",
     "ERROR",
     "JOB",
-    "MANAGED_OPTIONS",
-    "RESULT",
     "Job",
     "SweepOutcome",
     "check_cache",

@@ -48,14 +48,11 @@ from effdepth.scale.suites import SuiteModel, check_model_id, guess_family
 from effdepth.scale.suites.trajectories import TrajectoryPreset, not_a_trajectory_source, preset_selection
 from effdepth.scale.sweep import (
     COLUMNS,
-    JOB,
     Job,
     count_statuses,
-    job_folder,
     job_options,
     record,
     run_jobs,
-    saved_result,
     summary_rows,
     unfinished,
     write_table,

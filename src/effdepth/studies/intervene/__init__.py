@@ -7,7 +7,6 @@ next-token loss; lam = 1 is the unmodified model.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from tqdm.auto import tqdm
 
