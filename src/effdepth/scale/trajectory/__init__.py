@@ -60,7 +60,6 @@ from effdepth.scale.sweep import (
 from effdepth.scale.trajectory.report import trajectory_content
 from effdepth.scale.trajectory.result import SCHEMA, SavedTrajectory
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 #: ``tokens`` is what the checkpoint's name says; ``tokens_seen`` the running total plotted.
@@ -420,11 +419,10 @@ def _lfs_sha256(lfs) -> str | None:
 
 
 def _weight_entries(files: list) -> list:
-    for suffix_group in ((".safetensors",), (".bin", ".pt", ".pth")):
-        chosen = sorted((n, sha) for n, sha in files if n.endswith(suffix_group) and "/" not in n)
-        if chosen:
-            return chosen
-    return []
+    from effdepth.models.hub.cache import fingerprinted_files
+
+    shas = dict(files)
+    return [(name, shas[name]) for name in fingerprinted_files(shas)]
 
 
 def local_fingerprint(folder: Path) -> tuple[str | None, str]:
@@ -435,11 +433,10 @@ def local_fingerprint(folder: Path) -> tuple[str | None, str]:
     >>> local_fingerprint(d)[1]
     'file sha256'
     """
-    for suffixes in ((".safetensors",), WEIGHT_SUFFIXES[1:]):
-        files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(suffixes))
-        if files:
-            return _digest([(p.name, file_sha256(p)) for p in files]), "file sha256"
-    return None, "unknown"
+    from effdepth.models.hub.cache import fingerprinted_files
+
+    names = fingerprinted_files(p.name for p in folder.iterdir() if p.is_file())
+    return (_digest([(n, file_sha256(folder / n)) for n in names]), "file sha256") if names else (None, "unknown")
 
 
 def _digest(entries: list) -> str:
