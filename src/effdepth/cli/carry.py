@@ -101,8 +101,6 @@ def cmd_intervene(args) -> int:
 
 def _keywords(options: Options) -> dict:
     """The options as :func:`effdepth.intervene` keywords (the objects, not their descriptions)."""
-    from dataclasses import fields
-
     return {f.name: getattr(part, f.name) for part in (options.load, options.analysis) for f in fields(part)}
 
 

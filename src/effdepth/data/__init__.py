@@ -8,11 +8,3 @@ torch.Size([2, 4])
 from effdepth.data.assets import smollm2_gguf
 from effdepth.data.corpus import TokenizedCorpus, ids_sha256, load_corpus
 from effdepth.data.tokenizers import byte_tokenizer
-
-__all__ = [
-    "TokenizedCorpus",
-    "byte_tokenizer",
-    "ids_sha256",
-    "load_corpus",
-    "smollm2_gguf",
-]

@@ -16,17 +16,3 @@ from effdepth.numerics.similarities.registry import (
     specs,
 )
 from effdepth.numerics.similarities.spec import Similarity
-
-__all__ = [
-    "REMOVED",
-    "SIMILARITIES",
-    "Similarity",
-    "default_similarity",
-    "fewest_samples",
-    "find_similarity",
-    "get_similarity",
-    "names_where",
-    "parse_similarities",
-    "similarity_choices",
-    "specs",
-]
