@@ -27,6 +27,7 @@ from effdepth.models.quiet import progress_bars, quiet_loading, silenced_stdout
 from effdepth.numerics.hsic_plan import byte_size
 from effdepth.results.files import file_sha256 as _sha256  # unmemoised; file_sha256 below memoises large files
 from effdepth.results.files import write_json_atomic
+from effdepth.results.provenance import package_version
 
 GGUF_DIR = "gguf"
 MANIFEST = "effdepth-gguf.json"
@@ -295,7 +296,7 @@ def _save_copy(model, tokenizer, gguf: Path, sha256: str, final: Path) -> None:
             "converted_with": {
                 "effdepth": __version__,
                 "transformers": transformers.__version__,
-                "gguf": _version("gguf"),
+                "gguf": package_version("gguf"),
             },
             "files": files,
         }
@@ -372,12 +373,3 @@ def discard_copy(folder: Path) -> None:
     except OSError:
         return  # gone already, or replaced by a run that rebuilt it
     shutil.rmtree(trash, ignore_errors=True)
-
-
-def _version(package: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
