@@ -1,4 +1,5 @@
-"""What the terminal prints (no plotting imports): report content (:mod:`.content`) written by :mod:`.plain`."""
+"""What the terminal prints (no plotting imports): report content (:mod:`.content`) written by :mod:`.plain`;
+and what the studies share: their registration as saved records, and saving one with its figure."""
 
 from __future__ import annotations
 
