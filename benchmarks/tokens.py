@@ -58,7 +58,7 @@ from effdepth.measurement import prepare
 from effdepth.measurement import run as passage_measure
 from effdepth.numerics import analysis as numerics_analysis
 from effdepth.numerics.analysis import analysis_memory, analysis_units
-from effdepth.numerics.hsic_plan import binary_size
+from effdepth.numerics.hsic_plan import byte_size
 from effdepth.options import AnalysisOptions, LoadOptions
 from effdepth.options.checks import parse_bytes
 from effdepth.results.store import PooledStore
@@ -251,7 +251,7 @@ def in_child(args, passages: int, timed: bool = False) -> dict:
 
 def child_argv(args, shown: bool = False) -> list:
     """The options a child needs (the parent's but --passages and --json); ``shown``: the budget as a size."""
-    budget = binary_size(args.max_memory).replace(" ", "").replace(".0", "") if shown else str(args.max_memory)
+    budget = byte_size(args.max_memory).replace(" ", "").replace(".0", "") if shown else str(args.max_memory)
     return [
         "--model", args.model,
         "--tokens-per-passage", str(args.tokens_per_passage),
@@ -277,7 +277,7 @@ def report(args, rows: list, timed: dict) -> None:
     print(
         f"{args.model}: token reduction, k = {k} tokens of each passage of {args.seq_len}, L = {layers}, d = {width}, "
         f"batch {args.batch_size}, {torch.get_num_threads()} threads, views {args.views}, {args.bootstrap} resamples, "
-        f"--max-memory {binary_size(args.max_memory)}"
+        f"--max-memory {byte_size(args.max_memory)}"
     )
     print(
         "forward + store, a fresh process per N: the peak of anonymous memory over what the process held after "
@@ -298,7 +298,7 @@ def report(args, rows: list, timed: dict) -> None:
         f"(target: x{grew:.0f})"
     )
     print(
-        f"the analysis of the N k samples within --max-memory {binary_size(args.max_memory)}: each HSIC stack's "
+        f"the analysis of the N k samples within --max-memory {byte_size(args.max_memory)}: each HSIC stack's "
         "route, numerics.analysis.analysis_memory's plan, and the measured peak of anonymous memory over the analysis"
     )
     print(
@@ -314,7 +314,7 @@ def report(args, rows: list, timed: dict) -> None:
         )
     over = [r for r in rows if r["analysis_peak"] > args.max_memory]
     print(
-        f"analysis peak within --max-memory {binary_size(args.max_memory)}: "
+        f"analysis peak within --max-memory {byte_size(args.max_memory)}: "
         + ("yes, at every N" if not over else "NO at N = " + ", ".join(str(r["passages"]) for r in over))
     )
     s = timed["seconds"]

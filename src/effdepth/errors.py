@@ -63,6 +63,15 @@ def tokenizer_hint() -> str:
     )
 
 
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """What a library's error says, as one line of at most ``limit`` characters; its type when it says nothing.
+
+    >>> one_line(ValueError("a\\n  b")), one_line(KeyError())
+    ('a b', 'KeyError')
+    """
+    return " ".join(str(exc).split())[:limit] or type(exc).__name__
+
+
 def causes(exc: BaseException | None) -> list:
     """``exc`` and what it was raised from, outermost first (libraries wrap one another's errors).
 

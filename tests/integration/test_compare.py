@@ -117,7 +117,9 @@ def refused(argv, out, capsys) -> str:
         (("--passage-split", "paragraphs", "--seq-len", "96"), "split"),
     ],
 )
-def test_results_on_other_passages_are_refused_in_one_line(runs, tmp_path, saved_tiny_model, corpus, capsys, flags, says):
+def test_results_on_other_passages_are_refused_in_one_line(
+    runs, tmp_path, saved_tiny_model, corpus, capsys, flags, says
+):
     other = tmp_path / "other"
     assert main(["measure", str(saved_tiny_model("gpt2")), "--corpus", str(corpus), "--seq-len", "32", "--num-seqs", "24",
                  "--bootstrap", "0", "--out", str(other), "--no-progress", *flags]) == 0  # fmt: skip

@@ -15,7 +15,8 @@ from effdepth.models.hooks import ResidualCapture
 from effdepth.models.registry import resolve_architecture
 from effdepth.models.tiny import tiny_model
 from effdepth.options import AnalysisOptions, LoadOptions, RunOptions
-from effdepth.studies.intervene import InterventionResult, measure_with_carry, save_intervention
+from effdepth.report.tables import save_study
+from effdepth.studies.intervene import InterventionResult, measure_with_carry
 from effdepth.studies.intervene.hooks import ResidualCarry, parse_carry, parse_layers, replace_hidden
 from effdepth.studies.intervene.report import intervention_table
 
@@ -303,7 +304,7 @@ def test_intervene_saves_results_table_and_figure(llama, tmp_path):
     assert set(ir.results[0.5].views) == {"default", "token-norm"}
     assert "R_matched" in intervention_table(ir) and "perplexity" in intervention_table(ir, "token-norm")
 
-    path = save_intervention(ir, tmp_path)
+    path = save_study(ir, tmp_path)
     for name in (
         "intervention.json",
         "intervention.png",

@@ -81,7 +81,9 @@ def naive_hsic(x, y, debiased: bool) -> float:
 def naive_deff(stack: np.ndarray, debiased: bool) -> float:
     """D_eff = N^2 / sum_ij CKA_ij over S_1..S_L."""
     layers = stack[1:]
-    h = np.array([[naive_hsic(a, b, debiased) for b in layers] for a in layers])
+    h = np.zeros((len(layers), len(layers)))
+    for i, j in zip(*np.triu_indices(len(layers))):  # HSIC is symmetric: each pair once
+        h[i, j] = h[j, i] = naive_hsic(layers[i], layers[j], debiased)
     sim = h / np.sqrt(np.outer(np.diag(h), np.diag(h)))
     return float(len(layers) ** 2 / sim.sum())
 

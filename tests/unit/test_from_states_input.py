@@ -65,3 +65,19 @@ def test_more_tokens_per_passage_than_a_passage_holds_is_one_line():
         effdepth.from_states(torch.randn(4, 4, 6, 8), mask=mask, pooling="none", tokens_per_passage=5)
     assert "\n" not in str(e.value)
     assert effdepth.from_states(torch.randn(4, 4, 6, 8), mask=mask, pooling="none", tokens_per_passage=3).default.deff
+
+
+@pytest.mark.parametrize("pooling", ["mean", "none"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_states_given_to_an_accumulator_are_refused_in_one_line(pooling, bad):
+    acc = effdepth.Accumulator(pooling=pooling, bootstrap=0)
+    acc.update(torch.randn(4, 6, 6, 8))
+    s = torch.randn(4, 6, 6, 8)
+    s[2, 1, :, 0] = bad
+    with pytest.raises(
+        EffdepthError,
+        match=r"non-finite states at layer 2 \(S_2, model dtype float32\) in passages 6, 7, 8, 9, \.\.\.:",
+    ) as info:
+        acc.update(s)
+    assert "\n" not in str(info.value)
+    assert acc.sequences == 6 and acc.result().default.sequences == 6  # the batch is refused whole

@@ -12,6 +12,7 @@ import pytest
 from effdepth.errors import EffdepthError
 from effdepth.models import hub
 from effdepth.models.hub import network
+from effdepth.numerics.hsic_plan import byte_size
 from effdepth.scale import fetch as fetching
 
 PYTHIA = [
@@ -109,7 +110,7 @@ def test_parse_hf_corpus():
 
 
 def test_sizes():
-    assert [fetching.format_bytes(n) for n in (999, 1000, 12_345_678_901, 2 * 10**12)] == [
+    assert [byte_size(n, "decimal") for n in (999, 1000, 12_345_678_901, 2 * 10**12)] == [
         "999 B",
         "1.0 kB",
         "12.3 GB",

@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 
-from effdepth.cli import carry, claims, compare, fetch, measure, null, prune, report, scale, sensitivity
+from effdepth.cli import carry, compare, fetch, measure, report, scale, studies
 from effdepth.cli.arguments import silence_stdout
 from effdepth.errors import EffdepthError
 from effdepth.options.flags import Parser, add_option_arguments
@@ -17,7 +17,7 @@ from effdepth.options.groups import ProgramOptions, default_out, ensure_writable
 __all__ = ["main", "build_parser", "default_out", "ensure_writable"]
 
 #: Command groups in the order ``effdepth --help`` lists them.
-GROUPS = (measure, compare, report, claims, carry, null, prune, sensitivity, scale, fetch)
+GROUPS = (measure, compare, report, carry, studies, scale, fetch)
 
 
 def build_parser() -> tuple:

@@ -77,7 +77,8 @@ def register(sub) -> dict:
 
 
 def cmd_intervene(args) -> int:
-    from effdepth.studies.intervene import intervene, save_intervention
+    from effdepth.report.tables import save_study
+    from effdepth.studies.intervene import intervene
     from effdepth.studies.intervene.hooks import check_layer_spec, parse_carry
     from effdepth.studies.intervene.report import intervention_headline, intervention_table
 
@@ -90,7 +91,7 @@ def cmd_intervene(args) -> int:
         result = intervene(
             carry=carries, layers=args.layers, carry_on=args.carry_on, progress=args.progress, **_keywords(options)
         )
-        path = save_intervention(result, out)
+        path = save_study(result, out)
     print(intervention_headline(result))
     print()
     print(intervention_table(result))
@@ -100,8 +101,6 @@ def cmd_intervene(args) -> int:
 
 def _keywords(options: Options) -> dict:
     """The options as :func:`effdepth.intervene` keywords (the objects, not their descriptions)."""
-    from dataclasses import fields
-
     return {f.name: getattr(part, f.name) for part in (options.load, options.analysis) for f in fields(part)}
 
 

@@ -5,18 +5,6 @@
 torch.Size([2, 4])
 """
 
-from effdepth.data.assets import SHAKESPEARE_ID, SMOLLM2_ID, cache_dir, shakespeare_dir, smollm2_gguf
+from effdepth.data.assets import smollm2_gguf
 from effdepth.data.corpus import TokenizedCorpus, ids_sha256, load_corpus
 from effdepth.data.tokenizers import byte_tokenizer
-
-__all__ = [
-    "SHAKESPEARE_ID",
-    "SMOLLM2_ID",
-    "TokenizedCorpus",
-    "byte_tokenizer",
-    "cache_dir",
-    "ids_sha256",
-    "load_corpus",
-    "shakespeare_dir",
-    "smollm2_gguf",
-]

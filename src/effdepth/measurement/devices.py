@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from effdepth.errors import one_line
+
 
 def input_device(arch, model) -> torch.device:
     """Where the token ids must go: the embedding's device (the first shard with ``device_map``)."""
@@ -26,7 +28,7 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 def forward_error(exc: Exception, ids: torch.Tensor) -> str:
     """One line for a failed forward pass of a batch of ``ids``."""
-    reason = " ".join(str(exc).split())[:240]
+    reason = one_line(exc, 240)
     if "out of memory" in reason.lower():
         return f"out of memory in a batch of {ids.shape[0]} x {ids.shape[1]} tokens: {reason}; lower --batch-size or --seq-len"
     return f"the model's forward pass failed on a batch of {ids.shape[0]} x {ids.shape[1]} tokens: {reason}"

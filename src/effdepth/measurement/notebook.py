@@ -163,7 +163,9 @@ class Accumulator:
                 "mask; leave it out, or mark its tokens with True/1"
             )
         pooler = self.reduction.pooler(self.variants, self.num_layers)
-        pool_into(self._kept, given_batches(s, real, pooler, first=self.sequences))
+        pool_into(
+            self._kept, given_batches(s, real, pooler, first=self.sequences), dtype=str(s.dtype).removeprefix("torch.")
+        )
         self._lengths.append(lengths.cpu().numpy().astype(np.int64))
 
     def _checked(self, states) -> torch.Tensor:
@@ -241,15 +243,11 @@ def from_hidden_states(
     attention_mask=None,
     *,
     model=None,
-    views=("default",),
-    similarity=None,
-    pooling: str = "mean",
-    tokens_per_passage: int | None = None,
-    include_embedding: bool = False,
     bootstrap: int = AnalysisOptions.bootstrap,
-    seed: int = 0,
+    **options,
 ) -> Result:
-    """D_eff from the ``hidden_states`` tuple of ``model(..., output_hidden_states=True)``, each row a passage.
+    """D_eff from the ``hidden_states`` tuple of ``model(..., output_hidden_states=True)``, each row a passage;
+    ``options`` are the :class:`Accumulator`'s.
 
     Its last entry is the final norm's output, not S_L; taken as the paper takes it, it gives
     ``effdepth.measure(..., states="hidden")``'s number over the same passages (``config["hidden_states"]``
@@ -278,17 +276,7 @@ def from_hidden_states(
                 f"blocks, so output_hidden_states=True gives {arch.num_layers + 1}; pass the whole tuple "
                 "from the same model"
             )
-    result = from_states(
-        state_batch(list(hidden)),
-        mask=attention_mask,
-        views=views,
-        similarity=similarity,
-        pooling=pooling,
-        tokens_per_passage=tokens_per_passage,
-        include_embedding=include_embedding,
-        bootstrap=bootstrap,
-        seed=seed,
-    )
+    result = from_states(state_batch(list(hidden)), mask=attention_mask, bootstrap=bootstrap, **options)
     result.config["given"] = "hidden_states (effdepth.from_hidden_states)"
     result.config["states"] = "hidden"
     result.config["states_meaning"] = HIDDEN_MEANING
@@ -302,23 +290,13 @@ def from_hidden_states(
     return result
 
 
-def from_states(
-    states,
-    *,
-    mask=None,
-    views=("default",),
-    similarity=None,
-    pooling: str = "mean",
-    tokens_per_passage: int | None = None,
-    include_embedding: bool = False,
-    bootstrap: int = 0,
-    seed: int = 0,
-) -> Result:
+def from_states(states, *, mask=None, bootstrap: int = 0, **options) -> Result:
     """D_eff and everything else from states you already have, each row a passage.
 
     ``states`` is ``(L+1, batch, seq, d)`` (``states[0]`` = S_0), at least 4 passages; ``mask`` (``(batch,
-    seq)``) marks real tokens. Pooled and analysed as :func:`effdepth.measure` does, so the same passages
-    give measure's number. ``bootstrap`` defaults to 0 here (measure: 1000): a quick look, often in a loop.
+    seq)``) marks real tokens; ``options`` are the :class:`Accumulator`'s. Pooled and analysed as
+    :func:`effdepth.measure` does, so the same passages give measure's number. ``bootstrap`` defaults to 0
+    here (measure: 1000): a quick look, often in a loop.
 
     >>> import effdepth, torch
     >>> walk = torch.randn(4, 16, 6, 8, dtype=torch.float64).cumsum(0)   # S_0..S_3 of 16 passages of 6 tokens
@@ -336,15 +314,7 @@ def from_states(
             "the mask marks no real token (every row is padding): nothing to measure; mark real tokens with True/1"
         )
     _check_user_states(s)
-    acc = Accumulator(
-        views,
-        similarity,
-        pooling=pooling,
-        tokens_per_passage=tokens_per_passage,
-        include_embedding=include_embedding,
-        bootstrap=bootstrap,
-        seed=seed,
-    )
+    acc = Accumulator(bootstrap=bootstrap, **options)
     acc.update(s, m)
     result = acc.result()
     result.config["given"] = "states (effdepth.from_states)"

@@ -95,10 +95,13 @@ def pad_id(lm) -> int:
     return 0
 
 
-def pool_into(store, batches, *, after_batch=None) -> None:
-    """Write every batch of samples into ``store``; ``after_batch()`` returning true stops the loop."""
+def pool_into(store, batches, *, dtype: str | None = None, rows: dict | None = None, after_batch=None) -> None:
+    """Write every batch of samples into ``store`` once :func:`check_finite` (``dtype``: the model's) passes it,
+    each passage at its index or at ``rows[index]`` (a torchrun rank's shard); ``after_batch()`` returning true
+    stops the loop."""
     for indices, samples, sums in batches:
-        store.write(indices, samples, sums)
+        check_finite(samples, indices, dtype)
+        store.write(indices if rows is None else [rows[i] for i in indices], samples, sums)
         if after_batch is not None and after_batch():
             return
 
@@ -175,7 +178,6 @@ def pooled_batches(
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
                 continue
-            check_finite(pooled, indices, forward.dtype)
             yield indices, pooled, sums
             bar.update(int(lengths[indices].sum()))
             i += len(indices)

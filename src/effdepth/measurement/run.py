@@ -27,23 +27,12 @@ from effdepth.measurement.checkpoint import (
 from effdepth.measurement.pooling import PassageForward, pad_id, pool_into, pooled_batches
 from effdepth.numerics.analysis import SIMILARITIES, SizedPlan, analyse_pooled, one_pass_bytes, sized_plan
 from effdepth.numerics.confounds import length_distribution
-from effdepth.numerics.hsic_plan import binary_size
+from effdepth.numerics.hsic_plan import byte_size
 from effdepth.options import AnalysisOptions
 from effdepth.results.provenance import provenance_record
 from effdepth.results.result import Result, view_results
 from effdepth.results.store import POOLED_DIR, PooledStore, mark_movable, temporary_folder
 from effdepth.results.version import __version__
-
-__all__ = [
-    "measure_passages",
-    "measurement_plan",
-    "measured_result",
-    "analyse_store",
-    "analyse_saved",
-    "analysed_result",
-    "passage_config",
-    "passage_loss",
-]
 
 #: What ``states="hidden"`` measures, as a result's config says it.
 HIDDEN_MEANING = "transformers' hidden_states[1:]: the blocks' outputs, the last through the final norm"
@@ -124,9 +113,9 @@ def measurement_plan(passages, num_layers: int, width: int, analysis: AnalysisOp
     )
     passes = sized.memory["stack"]["passes"]
     if passes > MANY_PASSES:
-        need = binary_size(one_pass_bytes(sized.units.samples, num_layers, width, plan, sized.units), round_up=True)
+        need = byte_size(one_pass_bytes(sized.units.samples, num_layers, width, plan, sized.units), round_up=True)
         warnings.warn(
-            f"within --max-memory {binary_size(plan.max_memory)} the analysis reads each stack of pooled "
+            f"within --max-memory {byte_size(plan.max_memory)} the analysis reads each stack of pooled "
             f"vectors {passes} times (the same numbers, more time); --max-memory {need.replace(' ', '')} reads "
             "it once",
             UserWarning,
@@ -162,7 +151,9 @@ def _measure_into(folder: Path, prepared, plan: MeasurementPlan, run, fingerprin
             lm.model, arch, passages, order, plan.pooler(), forward, start=store.written, facts=facts
         )
         try:
-            pool_into(store, batches, after_batch=_checkpoints(store, run, fingerprint, interrupted))
+            pool_into(
+                store, batches, dtype=forward.dtype, after_batch=_checkpoints(store, run, fingerprint, interrupted)
+            )
         except KeyboardInterrupt:
             interrupted.signal = interrupted.signal or signal.SIGINT
             if run.checkpoint is not None:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, field
-from importlib import metadata
 
 import torch
 
 from effdepth.errors import EffdepthError
 from effdepth.models.hooks import ResidualCapture
 from effdepth.models.registry import ResolvedArchitecture
+from effdepth.results.provenance import package_version
 
 TRANSFORMER_LENS = "transformer_lens"
 NNSIGHT = "nnsight"
@@ -90,12 +90,7 @@ def adapt_external(obj, *, allow_processed: bool = False) -> External | None:
 def _version(library: str) -> str | None:
     module = sys.modules.get(library)
     version = getattr(module, "__version__", None)
-    if version:
-        return str(version)
-    try:
-        return metadata.version(_DISTRIBUTIONS[library])
-    except metadata.PackageNotFoundError:
-        return None
+    return str(version) if version else package_version(_DISTRIBUTIONS[library])
 
 
 # -- nnsight ---------------------------------------------------------------------------

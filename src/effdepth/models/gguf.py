@@ -24,8 +24,10 @@ from pathlib import Path
 from effdepth.data.assets import _display, cache_dir, remove_stale
 from effdepth.errors import EffdepthError
 from effdepth.models.quiet import progress_bars, quiet_loading, silenced_stdout
+from effdepth.numerics.hsic_plan import byte_size
 from effdepth.results.files import file_sha256 as _sha256  # unmemoised; file_sha256 below memoises large files
 from effdepth.results.files import write_json_atomic
+from effdepth.results.provenance import package_version
 
 GGUF_DIR = "gguf"
 MANIFEST = "effdepth-gguf.json"
@@ -263,7 +265,7 @@ def _save_copy(model, tokenizer, gguf: Path, sha256: str, final: Path) -> None:
     need = sum(p.numel() * p.element_size() for p in model.parameters()) + (64 << 20)
     free = shutil.disk_usage(parent).free
     if free < need:
-        raise OSError(28, f"{free / 2**30:.1f} GiB free, the copy needs {need / 2**30:.1f} GiB")
+        raise OSError(28, f"{byte_size(free, 'GiB')} free, the copy needs {byte_size(need, 'GiB')}")
     # mkdir, not mkdtemp: the copy keeps the umask's permissions, so a shared cache stays shared.
     staging = parent / f".tmp-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
     staging.mkdir()
@@ -294,7 +296,7 @@ def _save_copy(model, tokenizer, gguf: Path, sha256: str, final: Path) -> None:
             "converted_with": {
                 "effdepth": __version__,
                 "transformers": transformers.__version__,
-                "gguf": _version("gguf"),
+                "gguf": package_version("gguf"),
             },
             "files": files,
         }
@@ -371,12 +373,3 @@ def discard_copy(folder: Path) -> None:
     except OSError:
         return  # gone already, or replaced by a run that rebuilt it
     shutil.rmtree(trash, ignore_errors=True)
-
-
-def _version(package: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from effdepth.data import assets
-from effdepth.errors import EffdepthError
+from effdepth.errors import EffdepthError, one_line
 from effdepth.models.quiet import progress_bars, quiet_loading
 
 DTYPES = {
@@ -253,7 +253,7 @@ def load_tokenizer(source):
             return AutoTokenizer.from_pretrained(source.location, **source.kwargs)
     except Exception as exc:
         if named is not None:
-            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+            reason = one_line(exc, 200)
             raise EffdepthError(
                 f"cannot load tokenizer {named}: {reason}; give a folder holding tokenizer files "
                 "(tokenizer.json, ...), a Hugging Face id or a .gguf file"
@@ -539,7 +539,7 @@ def _hub_weight_files(info: dict) -> tuple[list, bool] | None:
 def _load_error(info: dict, exc: Exception) -> str:
     from effdepth.models.hub import Need, hub_error_message
 
-    reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+    reason = one_line(exc)
     what = Need("model", info["id"], info.get("revision")).what
     if info["source"] == "hub":
         embedded = "" if "/" in info["id"] else f" (models measurable by name without the hub: {embedded_names()})"

@@ -20,7 +20,7 @@ from effdepth.numerics.confounds import SUBSAMPLE_ROWS, Subsamples, confound_tab
 from effdepth.numerics.hsic_plan import (
     DEFAULT_BUDGET_BYTES,
     F64,
-    binary_size,
+    byte_size,
     hsic_route,
     least_stack_bytes,
     output_bytes,
@@ -198,9 +198,9 @@ def sized_plan(
     units = analysis_units(passages, plan, offsets)
     memory = analysis_memory(units.samples, num_layers, width, plan, units)
     if plan.max_memory < memory["least_bytes"]:
-        need = binary_size(memory["least_bytes"], round_up=True)
+        need = byte_size(memory["least_bytes"], round_up=True)
         raise EffdepthError(
-            f"--max-memory {binary_size(plan.max_memory)} is below the {need} the analysis needs at least for "
+            f"--max-memory {byte_size(plan.max_memory)} is below the {need} the analysis needs at least for "
             f"{units.samples:,} samples, {num_layers + 1} states of width {width} and {units.count} "
             f"bootstrap units; use --max-memory {need.replace(' ', '')} or more, or fewer --bootstrap-units"
         )
@@ -273,8 +273,8 @@ def analyse_pooled(
         else None,
         "hsic_routes": sorted(context.routes),
         "memory": {
-            "budget": binary_size(memory["budget_bytes"]),
-            "peak": binary_size(memory["peak_bytes"]),
+            "budget": byte_size(memory["budget_bytes"]),
+            "peak": byte_size(memory["peak_bytes"]),
             "view_kept": memory["kept"],
             "resident_layers": memory["stack"]["resident"],
             "passes": memory["stack"]["passes"],

@@ -219,17 +219,30 @@ def stack_plan(
     return plan
 
 
-def binary_size(n: int, *, round_up: bool = False) -> str:
-    """Bytes in the largest binary unit that keeps a number of at least 1, one decimal (as --max-memory takes
-    them); ``round_up``: a size of at least ``n`` (what a budget must be).
+#: The units :func:`byte_size` writes sizes in, largest first.
+BYTE_UNITS = {
+    "binary": (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)),
+    "decimal": (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)),
+}
 
-    >>> binary_size(1 << 30), binary_size(3 * 2**20 // 2), binary_size(1000), binary_size(0)
-    ('1.0 GiB', '1.5 MiB', '1000 B', '0 B')
-    >>> binary_size(4242547840, round_up=True), binary_size(1025, round_up=True), binary_size(3, round_up=True)
+
+def byte_size(n: int | None, units: str = "binary", *, round_up: bool = False) -> str:
+    """Bytes in the largest unit that keeps a number of at least 1, one decimal: ``units`` "binary" (as
+    --max-memory takes them), "decimal" (as the hub shows them) or one unit, always used; ``round_up``: a
+    size of at least ``n`` (what a budget must be).
+
+    >>> byte_size(1 << 30), byte_size(3 * 2**20 // 2), byte_size(1000), byte_size(0), byte_size(None)
+    ('1.0 GiB', '1.5 MiB', '1000 B', '0 B', '?')
+    >>> byte_size(4242547840, round_up=True), byte_size(1025, round_up=True), byte_size(3, round_up=True)
     ('4.0 GiB', '1.1 KiB', '3 B')
+    >>> byte_size(166_000_000, "decimal"), byte_size(0, "GiB")
+    ('166.0 MB', '0.0 GiB')
     """
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
+    if n is None:
+        return "?"
+    scales = BYTE_UNITS.get(units) or [u for u in BYTE_UNITS["binary"] + BYTE_UNITS["decimal"] if u[0] == units]
+    for unit, scale in scales:
+        if n >= scale or units == unit:
             value = math.ceil(n / scale * 10) / 10 if round_up else n / scale
             return f"{value:.1f} {unit}"
     return f"{int(n)} B"

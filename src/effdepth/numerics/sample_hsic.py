@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from effdepth.numerics.hsic_plan import DEFAULT_BUDGET_BYTES, hsic_route, stack_plan
-from effdepth.numerics.hsic_resample import StackSums, Units, resample_weights, resampled_hsic
+from effdepth.numerics.hsic_resample import StackSums, Units
 
 
 class LayerStack:
@@ -241,16 +241,3 @@ def _offsets_in_units(units: Units, device) -> torch.Tensor:
     return torch.arange(units.samples, device=device) - torch.repeat_interleave(
         starts, torch.as_tensor(units.sizes, device=device)
     )
-
-
-def feature_hsic(matrices) -> dict:
-    """The estimates alone (no resample) through the feature route: ``{"biased", "debiased"}``, (M, M) each.
-
-    >>> y = [torch.randn(50, 3, dtype=torch.float64) for _ in range(2)]
-    >>> gram = resampled_hsic(stack_sums(y, Units.blocks(50, 1), route="gram"), resample_weights(1, 0, 0))
-    >>> bool(np.allclose(feature_hsic(y)["debiased"], gram["debiased"][0], rtol=1e-12))
-    True
-    """
-    stack = as_stack(matrices)
-    sums = stack_sums(stack, Units.blocks(stack.samples, 1), route="feature")
-    return {key: value[0] for key, value in resampled_hsic(sums, resample_weights(1, 0, 0)).items()}

@@ -27,17 +27,3 @@ def decay_profile(similarity: np.ndarray) -> np.ndarray:
     s = np.asarray(similarity, dtype=np.float64)
     n = s.shape[-1]
     return np.stack([np.diagonal(s, offset=k, axis1=-2, axis2=-1).mean(axis=-1) for k in range(n)], axis=-1)
-
-
-def deff_from_profile(profile: np.ndarray) -> np.ndarray:
-    """D_eff = N / (1 + 2 sum_{k>=1} (1 - k/N) P(k)), the integrated-autocorrelation form.
-
-    Equals :func:`deff` of a symmetric similarity matrix.
-
-    >>> float(deff_from_profile(np.array([1.0, 0.0, 0.0])))
-    3.0
-    """
-    p = np.asarray(profile, dtype=np.float64)
-    n = p.shape[-1]
-    k = np.arange(1, n)
-    return n / (1.0 + 2.0 * ((1.0 - k / n) * p[..., 1:]).sum(axis=-1))

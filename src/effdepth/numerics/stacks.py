@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from effdepth.numerics.hsic_plan import F64
 from effdepth.numerics.sample_hsic import LayerStack, centred
 
 
@@ -57,10 +56,6 @@ class Kept(LayerStack):
             kept.append(y)
             yield y
         self.kept = kept
-
-    @staticmethod
-    def bytes(stack: LayerStack) -> int:
-        return F64 * stack.count * stack.samples * stack.width
 
 
 class TopRemoved(LayerStack):

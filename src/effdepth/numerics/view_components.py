@@ -32,8 +32,8 @@ REMOVED = {
 class Component:
     """One view component: what it is and what it does (see the module docstring).
 
-    >>> get_component("top{k}pc").slot, get_component("drop-pos0").keep is not None
-    ('principal directions', True)
+    >>> [(c.name, c.slot) for c in COMPONENTS][-1], COMPONENTS[0].keep is not None
+    (('top{k}pc', 'principal directions'), True)
     """
 
     name: str
@@ -58,7 +58,7 @@ class Component:
 class Step:
     """A component in a view, with its k for a family (``None`` otherwise).
 
-    >>> Step(get_component("top{k}pc"), 3).text
+    >>> Step(COMPONENTS[-1], 3).text
     'top3pc'
     """
 
@@ -136,18 +136,6 @@ COMPONENTS = (
         pooled=TopRemoved,
     ),
 )
-
-
-def get_component(name: str) -> Component:
-    """A registered component by its name (``top{k}pc`` for the family).
-
-    >>> get_component("drop-bos").slot
-    'selection'
-    """
-    for component in COMPONENTS:
-        if component.name == name:
-            return component
-    raise KeyError(f"no view component {name!r}; have {', '.join(c.name for c in COMPONENTS)}")
 
 
 def known() -> str:

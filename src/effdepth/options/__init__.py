@@ -16,7 +16,6 @@ from effdepth.numerics import analysis as numerics_analysis
 from effdepth.numerics import views as numerics_views
 from effdepth.numerics.similarities import parse_similarities, similarity_choices
 from effdepth.options.checks import (
-    MIN_BOOTSTRAP,
     at_least,
     check_device,
     check_dtype,
@@ -28,15 +27,11 @@ from effdepth.options.checks import (
 )
 from effdepth.options.declare import option
 from effdepth.options.defaults import (
-    DEFAULT_MAX_MEMORY,
-    DEFAULT_SIMILARITY,
     DEFAULTS,
-    MAX_BOOTSTRAP,
     PASSAGE_DEFAULTS,
     POOLINGS,
     PROTOCOLS,
     STATES,
-    Protocol,
     check_protocol,
     resolve_defaults,
 )
@@ -44,16 +39,11 @@ from effdepth.options.defaults import (
 __all__ = [
     "AnalysisOptions",
     "DEFAULTS",
-    "DEFAULT_MAX_MEMORY",
-    "DEFAULT_SIMILARITY",
     "LoadOptions",
-    "MAX_BOOTSTRAP",
-    "MIN_BOOTSTRAP",
     "Options",
     "PASSAGE_DEFAULTS",
     "POOLINGS",
     "PROTOCOLS",
-    "Protocol",
     "RunOptions",
     "STATES",
     "UNHASHED_OPTIONS",
@@ -216,7 +206,7 @@ class AnalysisOptions:
         metavar="K|all",
     )
     max_memory: int = option(
-        DEFAULT_MAX_MEMORY,
+        numerics_analysis.DEFAULT_BUDGET_BYTES,
         "memory the analysis may hold, e.g. 64GiB (default {default}): its Gram tiles or cross-products, unit sums and "
         "the layers it keeps (more memory, fewer passes over the stored samples; the same numbers)",
         metavar="SIZE",

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from effdepth.data.paper import PAPER_CORPUS
 from effdepth.errors import EffdepthError
-from effdepth.numerics.similarities import default_similarity
 
 MAX_BOOTSTRAP = 100_000
 #: Defaults shared by both poolings, and the sizes of ``--pooling none`` (every token a sample: fewer passages).
@@ -56,11 +55,6 @@ def check_protocol(name) -> None:
     """
     if name is not None and name not in PROTOCOLS:
         raise EffdepthError(f"unknown --protocol {name!r}; known: {', '.join(PROTOCOLS)}")
-
-
-#: The similarity of a measurement unless told otherwise (docs/method.md#why-cka).
-DEFAULT_SIMILARITY = default_similarity()
-DEFAULT_MAX_MEMORY = 4 * 2**30
 
 
 def resolve_defaults(values: dict) -> dict:

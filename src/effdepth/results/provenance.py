@@ -33,13 +33,16 @@ def code_version() -> dict:
 
 
 def library_versions() -> dict:
-    out = {"python": sys.version.split()[0]}
-    for name in ("torch", "transformers", "numpy", "gguf", "accelerate", "datasets"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    names = ("torch", "transformers", "numpy", "gguf", "accelerate", "datasets")
+    return {"python": sys.version.split()[0], **{name: package_version(name) for name in names}}
+
+
+def package_version(name: str) -> str | None:
+    """The installed version of the distribution ``name``; ``None`` when it is not installed."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def machine() -> dict:

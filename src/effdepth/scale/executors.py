@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from effdepth.errors import EffdepthError
+from effdepth.errors import EffdepthError, one_line
 from effdepth.options.groups import EXECUTORS
 
 RAY_MISSING = "the ray executor needs Ray, which is not installed here: pip install 'effdepth[ray]'"
@@ -98,7 +98,7 @@ class RayExecutor:
         except Exception as exc:  # ConnectionError, RuntimeError, ValueError... depending on the address form
             where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
             raise EffdepthError(
-                f"cannot start or reach {where}: {' '.join(str(exc).split())[:200]}; "
+                f"cannot start or reach {where}: {one_line(exc, 200)}; "
                 "check --ray-address (ray://HEAD:10001, HEAD:6379 or auto) and that the cluster runs"
             ) from None
         return True
@@ -136,7 +136,7 @@ def _outcome(ray, ref) -> dict:
     try:
         return ray.get(ref)
     except ray.exceptions.RayError as exc:
-        reason = " ".join(str(exc).split())[:300]
+        reason = one_line(exc)
         return {
             "status": "error",
             "error": f"Ray task failed: {type(exc).__name__}: {reason}",

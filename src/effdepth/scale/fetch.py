@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from effdepth.errors import EffdepthError
+from effdepth.errors import EffdepthError, one_line
 from effdepth.models import hub
+from effdepth.numerics.hsic_plan import byte_size
 from effdepth.scale.suites import SuiteModel
 
 
@@ -69,7 +70,7 @@ class FetchPlan:
             commit = (i.commit or "-")[:10] if hub._COMMIT.match(i.commit or "") else i.commit or "-"
             files = str(len(i.files)) if i.files else "-"
             status = f"{i.status}: {i.problem}" if i.problem else i.status
-            sizes = format_bytes(i.bytes_total), format_bytes(i.bytes_missing)
+            sizes = byte_size(i.bytes_total, "decimal"), byte_size(i.bytes_missing, "decimal")
             rows.append((i.kind, i.name, i.revision or "-", commit, files, *sizes, status))
         planned = [i for i in self.items if i.status != "error"]
         sizes = format_total(i.bytes_total for i in planned), format_total(i.bytes_missing for i in planned)
@@ -80,20 +81,6 @@ class FetchPlan:
         return "\n".join([lines[0], rule, *lines[1:-1], rule, lines[-1]])
 
 
-def format_bytes(n: int | None) -> str:
-    """Sizes as people read them (powers of 1000, as the hub shows them).
-
-    >>> format_bytes(166_000_000), format_bytes(0), format_bytes(None)
-    ('166.0 MB', '0 B', '?')
-    """
-    if n is None:
-        return "?"
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
 def format_total(values) -> str:
     """The sum of the known sizes; ``>= `` when some are unknown.
 
@@ -102,7 +89,7 @@ def format_total(values) -> str:
     """
     values = list(values)
     known = sum(v for v in values if v is not None)
-    return ("" if all(v is not None for v in values) else ">= ") + format_bytes(known)
+    return ("" if all(v is not None for v in values) else ">= ") + byte_size(known, "decimal")
 
 
 def _sum(values):
@@ -367,11 +354,11 @@ def hub_error_text(exc: Exception, revision: str | None = None) -> str:
             f"the hub answered {status} (a fault on its side); run the same fetch again later: finished files are kept"
         )
     if hub.is_transient(exc):
-        reason = " ".join(str(exc).split())[:120]
+        reason = one_line(exc, 120)
         return (
             f"hub not reachable or the connection dropped ({reason}); run the same fetch again: finished files are kept"
         )
-    return f"{kind}: {' '.join(str(answer).split())[:160]}"
+    return f"{kind}: {one_line(answer, 160)}"
 
 
 def plan_corpus(api, spec: str, documents: int | None = None) -> FetchItem:
@@ -469,7 +456,7 @@ def run_fetch(plan: FetchPlan, *, progress: bool = True, log=None) -> FetchPlan:
         todo = [i for i in plan.items if i.status == "to fetch"]
         for n, item in enumerate(todo, 1):
             log(
-                f"[{n}/{len(todo)}] {item.kind} {item.label}: {len(item.missing)} file(s), {format_bytes(item.bytes_missing)}"
+                f"[{n}/{len(todo)}] {item.kind} {item.label}: {len(item.missing)} file(s), {byte_size(item.bytes_missing, 'decimal')}"
             )
             try:
                 with hub.quiet_hub():

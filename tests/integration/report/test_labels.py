@@ -22,7 +22,7 @@ from effdepth.scale.sweep import sweep
 from effdepth.scale.sweep.report import suite_summary_text
 from effdepth.studies.experiment import ExperimentResult
 from effdepth.studies.experiment.report import experiment_final_table
-from effdepth.studies.intervene import InterventionResult, save_intervention
+from effdepth.studies.intervene import InterventionResult
 from effdepth.studies.intervene.report import intervention_table
 
 
@@ -55,7 +55,7 @@ def carried(tmp_path_factory):
         pooling="none",
     )
     out = tmp_path_factory.mktemp("carry")
-    save_intervention(ir, out, figure=False)
+    ir.save(out)
     return ir, out
 
 

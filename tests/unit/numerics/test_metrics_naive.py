@@ -56,8 +56,16 @@ def test_k_tokens_per_passage_are_drawn_from_the_passage_and_reproducible():
     assert one.config["reduction"]["tokens_per_passage"] == 3 and one.token_samples
 
 
+def deff_from_profile(profile: np.ndarray) -> np.ndarray:
+    """D_eff = N / (1 + 2 sum_{k>=1} (1 - k/N) P(k)), the integrated-autocorrelation form."""
+    p = np.asarray(profile, dtype=np.float64)
+    n = p.shape[-1]
+    k = np.arange(1, n)
+    return n / (1.0 + 2.0 * ((1.0 - k / n) * p[..., 1:]).sum(axis=-1))
+
+
 def test_profile_form_equals_matrix_form():
-    from effdepth.numerics.similarity import deff, deff_from_profile
+    from effdepth.numerics.similarity import deff
 
     r = effdepth.from_states(torch.randn(6, 8, 4, 5, generator=torch.Generator().manual_seed(2)).cumsum(0))
     v = r.default

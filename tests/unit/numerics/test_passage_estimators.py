@@ -12,14 +12,21 @@ from naive_hsic import naive_biased, naive_copy_aware_biased, naive_debiased
 
 from effdepth.numerics import analysis as numerics_analysis
 from effdepth.numerics.analysis import AnalysisPlan, analyse_pooled
+from effdepth.numerics.hsic_resample import Units, resample_weights, resampled_hsic
 from effdepth.numerics.metrics import (
     cka,
     correlated_reference_similarity,
     kernel_numbers,
 )
 from effdepth.numerics.references import reference_fl
-from effdepth.numerics.sample_hsic import Units, feature_hsic, hsic_route, resample_weights, resampled_hsic, stack_sums
+from effdepth.numerics.sample_hsic import hsic_route, stack_sums
 from effdepth.numerics.similarity import deff
+
+
+def feature_hsic(matrices) -> dict:
+    """The estimates alone (no resample) through the feature route: ``{"biased", "debiased"}``, (M, M) each."""
+    sums = stack_sums(matrices, Units.blocks(len(matrices[0]), 1), route="feature")
+    return {key: value[0] for key, value in resampled_hsic(sums, resample_weights(1, 0, 0)).items()}
 
 
 def stack(seed: int, n: int = 23, d: int = 5, m: int = 3) -> list:

@@ -233,15 +233,20 @@ def cached_weight_shas(repo: str, revision: str | None = None, cache_dir=None) -
     if commit is None:
         return []
     snapshot = repo_folder(repo, cache_dir) / "snapshots" / commit
-    files = [p for p in snapshot.iterdir() if p.is_file()]
+    out = []
+    for name in fingerprinted_files(p.name for p in snapshot.iterdir() if p.is_file()):
+        blob = os.path.basename(os.readlink(snapshot / name)) if (snapshot / name).is_symlink() else ""
+        out.append((name, blob if _SHA256.match(blob) else file_sha256(snapshot / name)))
+    return out
+
+
+def fingerprinted_files(names) -> list[str]:
+    """The weight files a checkpoint's fingerprint covers (trajectories): its top-level safetensors, else pickle weights."""
+    top = sorted(n for n in names if "/" not in n)
     for suffixes in ((".safetensors",), (".bin", ".pt", ".pth")):
-        chosen = sorted(p for p in files if p.name.endswith(suffixes))
+        chosen = [n for n in top if n.endswith(suffixes)]
         if chosen:
-            out = []
-            for p in chosen:
-                blob = os.path.basename(os.readlink(p)) if p.is_symlink() else ""
-                out.append((p.name, blob if _SHA256.match(blob) else file_sha256(p)))
-            return out
+            return chosen
     return []
 
 

@@ -12,7 +12,7 @@ import sys
 import threading
 from urllib.parse import urlsplit
 
-from effdepth.errors import causes, spelled
+from effdepth.errors import causes, one_line, spelled
 from effdepth.models.quiet import errors_only
 
 #: Seconds the reachability probe waits for name resolution and the TCP connect (each).
@@ -286,7 +286,7 @@ def hub_error_message(exc: BaseException, repo: str, *, kind: str = "model", rev
     answer = hub_answer(exc)
     if answer is None:
         if is_transient(exc):
-            reason = " ".join(str(exc).split())[:160] or type(exc).__name__
+            reason = one_line(exc, 160)
             return (
                 f"the connection to the Hugging Face hub at {hub_endpoint()} failed while reading {what} ({reason}); "
                 "check the network and run the command again (what was downloaded is kept)"

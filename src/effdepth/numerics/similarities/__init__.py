@@ -6,31 +6,13 @@ A spec says in one place what a similarity is; the rest of the package asks the 
 from effdepth.numerics.similarities.registry import (
     REMOVED,
     SIMILARITIES,
-    all_similarities,
     default_similarity,
     fewest_samples,
     find_similarity,
     get_similarity,
-    names,
     names_where,
     parse_similarities,
     similarity_choices,
     specs,
 )
 from effdepth.numerics.similarities.spec import Similarity
-
-__all__ = [
-    "REMOVED",
-    "SIMILARITIES",
-    "Similarity",
-    "all_similarities",
-    "default_similarity",
-    "fewest_samples",
-    "find_similarity",
-    "get_similarity",
-    "names",
-    "names_where",
-    "parse_similarities",
-    "similarity_choices",
-    "specs",
-]

@@ -61,7 +61,7 @@ def measure_passages_distributed(options, folder: Path, *, progress: bool = True
         forward = PassageForward.of(lm, analysis, progress and rank == 0)
         # drawn by each passage's index in the corpus (the token reduction): the same tokens as in one process
         batches = pooled_batches(lm.model, arch, passages, np.asarray(rows, dtype=np.int64), plan.pooler(), forward)
-        pool_into(shard, (([where[i] for i in indices], samples, sums) for indices, samples, sums in batches))
+        pool_into(shard, batches, dtype=forward.dtype, rows=where)
         shard.commit()
 
     agreed(pool_my_batches, "measuring passages", comm)

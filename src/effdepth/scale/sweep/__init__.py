@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from effdepth.errors import EffdepthError
+from effdepth.errors import EffdepthError, one_line
 from effdepth.options import Options, RunOptions
+from effdepth.options.groups import ensure_writable
 from effdepth.results.files import one_writer, write_json_atomic
 from effdepth.results.result import Result
 from effdepth.results.version import __version__
@@ -31,8 +32,6 @@ from effdepth.scale.suites import TINY_PREFIX
 from effdepth.scale.sweep.jobs import (
     ERROR,
     JOB,
-    MANAGED_OPTIONS,
-    RESULT,
     Job,
     job_folder,
     job_options,
@@ -46,8 +45,6 @@ __all__ = [
     "COLUMNS",
     "ERROR",
     "JOB",
-    "MANAGED_OPTIONS",
-    "RESULT",
     "Job",
     "SweepOutcome",
     "check_cache",
@@ -86,7 +83,7 @@ def run_job(payload: dict) -> dict:
     except EffdepthError as exc:
         return {"status": "error", "error": str(exc), "type": "EffdepthError"}
     except Exception as exc:  # a model we cannot run must not stop the others
-        return {"status": "error", "error": f"{type(exc).__name__}: {_one_line(exc)}", "type": type(exc).__name__}
+        return {"status": "error", "error": f"{type(exc).__name__}: {one_line(exc)}", "type": type(exc).__name__}
     finally:
         _free_memory()
     return {"status": "ok", "result": result.to_dict()}
@@ -109,7 +106,7 @@ def measure_job(payload: dict) -> Result:
     if payload["id"].startswith(TINY_PREFIX):
         own.update(model=_tiny_model(payload["id"]), tokenizer=_byte_tokenizer())
     elif payload.get("tokenizer"):
-        own["tokenizer"] = _load_tokenizer(payload["tokenizer"])
+        own["tokenizer"] = payload["tokenizer"]  # loaded as --tokenizer loads one
     options = Options.from_dict(payload["options"]).replace(**own)
     checkpoint = payload.get("checkpoint")
     resume = checkpoint is not None and (Path(checkpoint) / "state.json").is_file()
@@ -146,15 +143,6 @@ def _tiny_model(model_id: str):
     return model
 
 
-def _load_tokenizer(location: str):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(location)
-    except Exception as exc:
-        raise EffdepthError(f"cannot load the tokenizer in {location}: {_one_line(exc)}") from None
-
-
 @lru_cache(maxsize=1)
 def _byte_tokenizer():
     # One instance for every tiny model: the corpus loader caches tokenized text per tokenizer.
@@ -169,10 +157,6 @@ def _free_memory() -> None:
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300] or type(exc).__name__
 
 
 # --------------------------------------------------------------------------- the driver
@@ -269,7 +253,7 @@ def run_jobs(jobs: list, out, executor, *, run: RunOptions | None = None, log=No
 
     log = log or (lambda line: None)
     run = run or RunOptions(progress=False)
-    out = _writable(Path(out))
+    out = ensure_writable(Path(out))
     statuses: dict = {}
     todo = unfinished(jobs, out, statuses, log)
     numbers = {job.key: f"[{i}/{len(todo)}]" for i, job in enumerate(todo, 1)}
@@ -346,14 +330,6 @@ def record(out, job: Job, outcome: dict) -> str:
     }
     write_json_atomic(folder / ERROR, error)
     return "error"
-
-
-def _writable(out: Path) -> Path:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise EffdepthError(f"cannot write to {out}: {exc.strerror}; choose another --out") from None
-    return out
 
 
 def _outcome_text(outcome: dict) -> str:

@@ -24,30 +24,16 @@ def suite_table(rows: list[dict]) -> Table:
     updates = any(r.get("updates_D_eff") is not None for r in leads)
     header = ["model", "revision", "similarity", "view", "N", "D_eff [95% CI]", "F_L", "ratio"]
     header += ["updates D_eff [95% CI]", "updates/L"] if updates else []
-    body = []
-    for r in leads:
-        who = [Cell(str(r["model"])), Cell(str(r["revision"])), Cell(str(r.get("similarity") or "-"))]
-        if r.get("D_eff") is None:
-            failed = Cell(f"{r['status']}: {r.get('error') or ''}".strip(": "))
-            body.append(who + [Cell("-") for _ in header[3:]] + [failed])
-            continue
-        extra = []
-        if updates:
-            u, layers = r.get("updates_D_eff"), r.get("L")
-            extra = [row_cell(r, "updates_D_eff"), Cell(fmt(u / layers if u is not None and layers else None))]
-        body.append(
-            who
-            + [
-                Cell(str(r.get("view") or "-")),
-                Cell(str(r.get("N") or "-")),
-                row_cell(r, "D_eff"),
-                Cell(fmt(r["F_L"])),
-                Cell(fmt(r["ratio"])),
-            ]
-            + extra
-            + [Cell(r.get("note") or r["status"])]
-        )
-    return Table(header + ["status"], body, [False] * 4 + [True] * (len(header) - 3))
+
+    def extra(r: dict) -> list:
+        u, layers = r.get("updates_D_eff"), r.get("L")
+        per_layer = [row_cell(r, "updates_D_eff"), Cell(fmt(u / layers if u is not None and layers else None))]
+        return [Cell(fmt(r["ratio"]))] + (per_layer if updates else [])
+
+    header.append("status")
+    who = lambda r: [Cell(str(r["model"])), Cell(str(r["revision"])), Cell(str(r.get("similarity") or "-"))]  # noqa: E731
+    body = [job_row(r, who(r), len(header), extra) for r in leads]
+    return Table(header, body, [False] * 4 + [True] * (len(header) - 4))
 
 
 def suite_summary_text(rows: list[dict]) -> str:
@@ -79,3 +65,17 @@ def row_cell(row: dict, key: str, scale=None) -> Cell:
     lo, hi = row.get(f"{key}_lo"), row.get(f"{key}_hi")
     ci = fmt_interval([lo / div, hi / div]) if lo is not None and hi is not None else ""
     return Cell(fmt(value / div), ci)
+
+
+def job_row(r: dict, who: list, width: int, extra) -> list:
+    """A summary row's cells, ``width`` in all: ``who`` (what was measured), then its view, N, D_eff with its
+    interval, F_L, ``extra(r)`` and its note or status; a job that failed: "-" and what failed."""
+    if r.get("D_eff") is None:
+        return who + [Cell("-")] * (width - len(who) - 1) + [Cell(f"{r['status']}: {r.get('error') or ''}".strip(": "))]
+    measured = [
+        Cell(str(r.get("view") or "-")),
+        Cell(str(r.get("N") or "-")),
+        row_cell(r, "D_eff"),
+        Cell(fmt(r.get("F_L"))),
+    ]
+    return who + measured + extra(r) + [Cell(r.get("note") or r["status"])]

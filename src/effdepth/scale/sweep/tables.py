@@ -175,11 +175,8 @@ def write_outputs(out, rows, jobs, *, figures: bool = True, report: bool = True,
 
 
 def _write_report(out: Path, jobs: list, rows: list, log) -> list[Path]:
-    try:
-        from effdepth.report.build import write_report
-    except ImportError:
-        log("report.html skipped: this effdepth has no report module")
-        return []
+    from effdepth.report.build import write_report
+
     paths = [job_folder(out, j) / RESULT for j in jobs if (job_folder(out, j) / RESULT).is_file()]
     # once per model: an error has a row per similarity
     failed = list(dict.fromkeys((r["model"], r["error"]) for r in rows if r["status"] == "error"))

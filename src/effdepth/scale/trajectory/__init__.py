@@ -29,7 +29,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from effdepth.errors import EffdepthError
+from effdepth.errors import EffdepthError, one_line
 from effdepth.options import Options, RunOptions, at_least
 from effdepth.report.plain import table_text
 from effdepth.results.files import file_sha256, one_writer, write_json_atomic
@@ -48,14 +48,11 @@ from effdepth.scale.suites import SuiteModel, check_model_id, guess_family
 from effdepth.scale.suites.trajectories import TrajectoryPreset, not_a_trajectory_source, preset_selection
 from effdepth.scale.sweep import (
     COLUMNS,
-    JOB,
     Job,
     count_statuses,
-    job_folder,
     job_options,
     record,
     run_jobs,
-    saved_result,
     summary_rows,
     unfinished,
     write_table,
@@ -63,7 +60,6 @@ from effdepth.scale.sweep import (
 from effdepth.scale.trajectory.report import trajectory_content
 from effdepth.scale.trajectory.result import SCHEMA, SavedTrajectory
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 #: ``tokens`` is what the checkpoint's name says; ``tokens_seen`` the running total plotted.
@@ -242,7 +238,7 @@ def _discover_hub(repo: str, tokens_per_step: int | None, revisions: str = "auto
                 if said is not None:
                     raise EffdepthError(f"cannot list the branches of {repo}: {said}") from None
                 raise EffdepthError(
-                    f"cannot list the branches of {repo}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}; "
+                    f"cannot list the branches of {repo}: {type(exc).__name__}: {one_line(exc, 200)}; "
                     "check the id, your network or HF_HUB_OFFLINE (or pass a local folder of checkpoints)"
                 ) from None
             if not hub.cached_branches(repo)[0]:
@@ -423,11 +419,10 @@ def _lfs_sha256(lfs) -> str | None:
 
 
 def _weight_entries(files: list) -> list:
-    for suffix_group in ((".safetensors",), (".bin", ".pt", ".pth")):
-        chosen = sorted((n, sha) for n, sha in files if n.endswith(suffix_group) and "/" not in n)
-        if chosen:
-            return chosen
-    return []
+    from effdepth.models.hub.cache import fingerprinted_files
+
+    shas = dict(files)
+    return [(name, shas[name]) for name in fingerprinted_files(shas)]
 
 
 def local_fingerprint(folder: Path) -> tuple[str | None, str]:
@@ -438,11 +433,10 @@ def local_fingerprint(folder: Path) -> tuple[str | None, str]:
     >>> local_fingerprint(d)[1]
     'file sha256'
     """
-    for suffixes in ((".safetensors",), WEIGHT_SUFFIXES[1:]):
-        files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(suffixes))
-        if files:
-            return _digest([(p.name, file_sha256(p)) for p in files]), "file sha256"
-    return None, "unknown"
+    from effdepth.models.hub.cache import fingerprinted_files
+
+    names = fingerprinted_files(p.name for p in folder.iterdir() if p.is_file())
+    return (_digest([(n, file_sha256(folder / n)) for n in names]), "file sha256") if names else (None, "unknown")
 
 
 def _digest(entries: list) -> str:

@@ -12,7 +12,7 @@ from effdepth.report.content.model import Cell, Section, Table
 from effdepth.report.numbers import fmt, format_params
 from effdepth.report.rows import lead_rows
 from effdepth.results.loading import StudyKind, register
-from effdepth.scale.sweep.report import row_cell
+from effdepth.scale.sweep.report import job_row, row_cell
 from effdepth.scale.trajectory.result import SCHEMA, SavedTrajectory, trajectory_from_dict
 
 
@@ -40,36 +40,10 @@ def trajectory_content(rows: list, duplicates: dict | None = None, preset: dict 
         "D_eff/F_L",
         "status",
     ]
-    body = []
-    for r in lead_rows(rows, lambda r: (r["revision"], r.get("similarity"))):
-        who = [
-            Cell(str(r["revision"])),
-            Cell(
-                format_params(r.get("tokens_seen"))
-                if r.get("tokens_seen") is not None
-                else f"step {r['step']}"
-                if r.get("step") is not None
-                else "-"
-            ),
-            Cell(str(r.get("similarity") or "-")),
-        ]
-        if r.get("D_eff") is None:
-            body.append(who + [Cell("-")] * 7 + [Cell(f"{r['status']}: {r.get('error') or ''}".strip(": "))])
-            continue
-        layers = r.get("L")
-        body.append(
-            who
-            + [
-                Cell(str(r.get("view") or "-")),
-                Cell(str(r.get("N") or "-")),
-                row_cell(r, "D_eff"),
-                Cell(fmt(r.get("F_L"))),
-                row_cell(r, "D_eff", layers),
-                row_cell(r, "updates_D_eff", layers),
-                Cell(fmt(r.get("ratio"))),
-                Cell(r.get("note") or r["status"]),
-            ]
-        )
+    body = [
+        job_row(r, _checkpoint(r), len(header), _per_layer)
+        for r in lead_rows(rows, lambda r: (r["revision"], r.get("similarity")))
+    ]
     notes = []
     if preset:
         notes.append(f"preset {preset['name']}: {preset['model']}, {preset['revisions']}; {preset['source']}")
@@ -82,6 +56,17 @@ def trajectory_content(rows: list, duplicates: dict | None = None, preset: dict 
         for dup, original in (duplicates or {}).items()
     ]
     return Table(header, body, [False, True, False, False] + [True] * 6 + [False], note="\n".join(notes))
+
+
+def _checkpoint(r: dict) -> list:
+    seen = r.get("tokens_seen")
+    step = format_params(seen) if seen is not None else f"step {r['step']}" if r.get("step") is not None else "-"
+    return [Cell(str(r["revision"])), Cell(step), Cell(str(r.get("similarity") or "-"))]
+
+
+def _per_layer(r: dict) -> list:
+    layers = r.get("L")
+    return [row_cell(r, "D_eff", layers), row_cell(r, "updates_D_eff", layers), Cell(fmt(r.get("ratio")))]
 
 
 def headline(saved: SavedTrajectory) -> str:

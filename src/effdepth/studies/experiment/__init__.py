@@ -10,12 +10,3 @@ from effdepth.studies.experiment.checkpoints import checkpoint_carry, measure_ch
 from effdepth.studies.experiment.result import ExperimentResult
 from effdepth.studies.experiment.setting import CarryExperiment
 from effdepth.studies.experiment.training import split_corpus
-
-__all__ = [
-    "CarryExperiment",
-    "ExperimentResult",
-    "carry_experiment",
-    "checkpoint_carry",
-    "measure_checkpoint",
-    "split_corpus",
-]

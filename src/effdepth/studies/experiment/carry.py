@@ -17,8 +17,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from effdepth.report.tables import save_study
 from effdepth.results.provenance import provenance_record
-from effdepth.studies.experiment.report import experiment_figure
 from effdepth.studies.experiment.result import ExperimentResult
 from effdepth.studies.experiment.setting import CarryExperiment
 from effdepth.studies.experiment.training import split_corpus, train_run
@@ -63,23 +63,5 @@ def carry_experiment(
         + ", default view",
     }
     result = ExperimentResult(config, records, provenance_record(started=started))
-    save_experiment(result, out)
+    save_study(result, out)
     return result
-
-
-def save_experiment(result: ExperimentResult, folder, figure: bool = True) -> Path:
-    """Write ``experiment.json`` (:meth:`ExperimentResult.save`), then ``experiment.{png,pdf}``, atomically.
-
-    >>> import tempfile
-    >>> recs = [{"lam": lam, "seed": 0, "step": step, "deff": 1.2, "deff_ci": None, "reference": 1.6, "reference_matched": 1.4,
-    ...          "loss": 2.0} for lam in (1.0, 0.5) for step in (0, 4)]
-    >>> p = save_experiment(ExperimentResult({"layers": 2, "d_model": 16}, recs), tempfile.mkdtemp())
-    >>> sorted(f.name for f in p.parent.iterdir())
-    ['experiment.json', 'experiment.pdf', 'experiment.png']
-    """
-    path = result.save(folder)
-    if figure:
-        from effdepth.report.style import save_figure
-
-        save_figure(experiment_figure(result), Path(folder) / "experiment")
-    return path

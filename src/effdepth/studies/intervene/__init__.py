@@ -7,7 +7,6 @@ next-token loss; lam = 1 is the unmodified model.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from tqdm.auto import tqdm
 
@@ -23,7 +22,6 @@ from effdepth.studies.intervene.hooks import (
     parse_carry,
     parse_layers,
 )
-from effdepth.studies.intervene.report import intervention_figure
 from effdepth.studies.intervene.result import InterventionResult, intervention_row
 
 __all__ = [
@@ -32,28 +30,9 @@ __all__ = [
     "intervene",
     "intervention_row",
     "measure_with_carry",
-    "save_intervention",
 ]
 
 DEFAULT_CARRY = (1.0, 0.9, 0.75, 0.5)
-
-
-def save_intervention(ir: InterventionResult, folder, figure: bool = True) -> Path:
-    """Save ``ir`` (:meth:`InterventionResult.save`: ``carry-<lam>/result.json``, ``intervention.json``),
-    then its figure ``intervention.{png,pdf}``; returns the path of ``intervention.json``.
-
-    >>> import effdepth, torch, tempfile
-    >>> ir = InterventionResult((1.0, 0.5), (1, 2), {lam: effdepth.from_states(torch.randn(4, 6, 8, 16)) for lam in (1.0, 0.5)})
-    >>> p = save_intervention(ir, tempfile.mkdtemp())
-    >>> sorted(f.name for f in p.parent.glob("intervention.*"))
-    ['intervention.json', 'intervention.pdf', 'intervention.png']
-    """
-    path = ir.save(folder)
-    if figure:
-        from effdepth.report.style import save_figure
-
-        save_figure(intervention_figure(ir), Path(folder) / "intervention")
-    return path
 
 
 def intervene(

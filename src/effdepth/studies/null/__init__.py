@@ -78,6 +78,24 @@ def random_weight_null(options: Options, seeds, *, run: RunOptions | None = None
     return NullResult(trained, seeds, nulls, sha, summarise(trained, nulls))
 
 
+def parse_seeds(text: str) -> list:
+    """``"3"`` -> ``[0, 1, 2]``; ``"4,7"`` -> ``[4, 7]``.
+
+    >>> parse_seeds("3"), parse_seeds("4,7")
+    ([0, 1, 2], [4, 7])
+    """
+    parts = [p.strip() for p in str(text).split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise EffdepthError(
+            f"--seeds {text!r} is not a count or a comma-separated list of whole numbers; e.g. --seeds 5"
+        )
+    if len(parts) == 1:
+        if int(parts[0]) < 1:
+            raise EffdepthError("--seeds 0 measures no null; give at least 1")
+        return list(range(int(parts[0])))
+    return [int(p) for p in parts]
+
+
 def _architecture(options: Options):
     """The model's source, its config and its tokenizer, without loading weights."""
     from transformers import AutoConfig

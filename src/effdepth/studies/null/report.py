@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from effdepth.report.content.model import Cell, Section, Table
+from effdepth.report.content.model import Cell, Table
 from effdepth.report.numbers import fmt
-from effdepth.results.loading import SavedStudy, StudyKind, register
+from effdepth.report.tables import record_model, register_saved_study
 
 SCHEMA = "effdepth.null/1"
 
@@ -33,8 +33,7 @@ def null_figure(record: dict):
         ax.set_yticks(range(len(summary)), list(reversed(list(summary))))
         ax.set_ylim(-0.7, len(summary) - 0.3)
         ax.set_xlabel("$D_\\mathrm{eff}$ / L (default view)")
-        model = str((record.get("model") or {}).get("id", "model"))
-        ax.set_title(f"Random-weight null \u2014 {model}", fontsize=9)
+        ax.set_title(f"Random-weight null \u2014 {record_model(record)}", fontsize=9)
         fig.legend(loc="outside lower center", ncol=3, frameon=False)
     return fig
 
@@ -65,24 +64,13 @@ def null_table(record: dict) -> Table:
     )
 
 
-def saved_model(saved: SavedStudy) -> str:
-    """The model a null or pruning study measured, as its record names it."""
-    return (saved.record.get("model") or {}).get("id", "model")
-
-
-KIND = register(
-    StudyKind(
-        4,
-        "null",
-        SCHEMA,
-        SavedStudy,
-        lambda data, path: SavedStudy("null", data, path),
-        "random-weight null",
-        "D_eff/L of the default view: each random initialisation (open), their mean (bar) and the trained "
-        "model (filled), per similarity.",
-        saved_model,
-        lambda saved: [Section("", null_table(saved.record))],
-        lambda saved: null_figure(saved.record),
-        lambda saved: f"random-weight null of {saved_model(saved)}",
-    )
+KIND = register_saved_study(
+    4,
+    "null",
+    SCHEMA,
+    "random-weight null",
+    "D_eff/L of the default view: each random initialisation (open), their mean (bar) and the trained "
+    "model (filled), per similarity.",
+    null_table,
+    null_figure,
 )

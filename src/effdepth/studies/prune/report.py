@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from effdepth.numerics.pruning import order_positions
-from effdepth.report.content.model import Cell, Section, Table
+from effdepth.report.content.model import Cell, Table
 from effdepth.report.numbers import fmt
-from effdepth.results.loading import SavedStudy, StudyKind, register
-from effdepth.studies.null.report import saved_model
+from effdepth.report.tables import record_model, register_saved_study
 
 SCHEMA = "effdepth.prune/1"
 
@@ -42,8 +41,7 @@ def prune_figure(record: dict):
         right.set_xlabel("position, block influence order")
         right.set_ylabel("position, local $D_\\mathrm{eff}$ order")
         right.set_title(f"Spearman {fmt(record['spearman_of_rankings'])}", fontsize=9)
-        model = str((record.get("model") or {}).get("id", "model"))
-        fig.suptitle(f"Pruning boundary \u2014 {model}", fontsize=10)
+        fig.suptitle(f"Pruning boundary \u2014 {record_model(record)}", fontsize=10)
     return fig
 
 
@@ -74,19 +72,13 @@ def prune_table(record: dict) -> Table:
     )
 
 
-KIND = register(
-    StudyKind(
-        5,
-        "prune",
-        SCHEMA,
-        SavedStudy,
-        lambda data, path: SavedStudy("prune", data, path),
-        "pruning boundary check",
-        "Held-out perplexity after skipping the first k blocks of each order (log scale), and each "
-        "block's position in the two orders; the line is agreement.",
-        saved_model,
-        lambda saved: [Section("", prune_table(saved.record))],
-        lambda saved: prune_figure(saved.record),
-        lambda saved: f"pruning boundary check of {saved_model(saved)}",
-    )
+KIND = register_saved_study(
+    5,
+    "prune",
+    SCHEMA,
+    "pruning boundary check",
+    "Held-out perplexity after skipping the first k blocks of each order (log scale), and each "
+    "block's position in the two orders; the line is agreement.",
+    prune_table,
+    prune_figure,
 )
