@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from effdepth.numerics.cross_cka import cross_cka
-from effdepth.numerics.hsic_plan import binary_size
+from effdepth.numerics.hsic_plan import byte_size
 from effdepth.numerics.stacks import PooledStates
 
 
@@ -91,7 +91,7 @@ def main(argv=None) -> None:
     memory = out["memory"]
     print(
         f"ours: {memory['route']} route, {memory['tiles']} tile(s) of {memory['tile_rows']} rows, peak "
-        f"{binary_size(memory['peak_bytes'])} planned within {binary_size(memory['budget_bytes'])}"
+        f"{byte_size(memory['peak_bytes'])} planned within {byte_size(memory['budget_bytes'])}"
     )
     if theirs_module is None:
         print("pytorch-cka not found (--pytorch-cka WHEEL, or PYTORCH_CKA): not compared")

@@ -169,3 +169,16 @@ def test_a_comparison_round_trips_through_json(runs, tmp_path):
     path = c.save(tmp_path)
     assert json.loads(path.read_text())["schema"] == "effdepth.comparison/1"
     assert effdepth.load(path).to_dict() == c.to_dict()
+
+
+def test_intervene_carries_each_carrys_paired_difference_to_carry_one(saved_tiny_model, corpus):
+    ir = effdepth.intervene(
+        str(saved_tiny_model("llama")), str(corpus), carry=(1, 0.5), seq_len=32, num_seqs=16, bootstrap=30,
+        progress=False,
+    )  # fmt: skip
+    one, half = ir.rows()
+    assert one["deff_vs_1"] == 0.0
+    assert half["deff_vs_1"] == pytest.approx(half["deff"] - one["deff"], abs=1e-9)
+    lo, hi = half["deff_vs_1_ci"]
+    assert lo <= half["deff_vs_1"] <= hi
+    assert "D_eff - carry 1" in effdepth.studies.intervene.report.intervention_table(ir)

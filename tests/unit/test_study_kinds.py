@@ -23,6 +23,7 @@ def test_importing_effdepth_registers_every_study_kind_in_one_order():
         "trajectory.json",
         "null.json",
         "prune.json",
+        "comparison.json",
     )
     assert len({k.schema for k in KINDS.values()}) == len(KINDS)
 

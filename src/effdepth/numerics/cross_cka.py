@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from effdepth.errors import EffdepthError
-from effdepth.numerics.hsic_plan import DEFAULT_BUDGET_BYTES, F64, binary_size
+from effdepth.numerics.hsic_plan import DEFAULT_BUDGET_BYTES, F64, byte_size
 from effdepth.numerics.hsic_resample import MIN_SAMPLES
 from effdepth.numerics.metrics import cka
 from effdepth.numerics.sample_hsic import CentredLayers, LayerStack
@@ -93,9 +93,9 @@ def cross_cka_memory(samples: int, counts: tuple, widths: tuple, budget_bytes: i
     per_row = F64 * n * states  # a row of every state's Gram tile (one buffer per stack)
     least = fixed + per_row
     if budget < least:
-        need = binary_size(least, round_up=True)
+        need = byte_size(least, round_up=True)
         raise EffdepthError(
-            f"--max-memory {binary_size(budget)} is below the {need} the cross-model CKA needs at least for {n:,} "
+            f"--max-memory {byte_size(budget)} is below the {need} the cross-model CKA needs at least for {n:,} "
             f"passages and {counts[0]} + {counts[1]} states; use --max-memory {need.replace(' ', '')} or more"
         )
     resident = layers <= (budget - fixed) // 2
