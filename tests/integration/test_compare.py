@@ -182,3 +182,31 @@ def test_intervene_carries_each_carrys_paired_difference_to_carry_one(saved_tiny
     lo, hi = half["deff_vs_1_ci"]
     assert lo <= half["deff_vs_1"] <= hi
     assert "D_eff - carry 1" in effdepth.studies.intervene.report.intervention_table(ir)
+
+
+def test_a_trajectory_folder_compares_each_checkpoint_with_the_one_before(tmp_path, corpus):
+    from effdepth.data import byte_tokenizer
+    from effdepth.models.tiny import tiny_model
+    from effdepth.scale.trajectory import trajectory
+
+    for step, seed in ((0, 0), (100, 1), (200, 2)):
+        tiny_model("gpt2", seed=seed).save_pretrained(tmp_path / "ckpts" / f"step-{step}")
+        byte_tokenizer().save_pretrained(tmp_path / "ckpts" / f"step-{step}")
+    trajectory(tmp_path / "ckpts", tmp_path / "traj", corpus=str(corpus), seq_len=32, num_seqs=16, bootstrap=20)
+    assert compare(tmp_path / "traj", "--out", tmp_path / "c") == 0
+    c = effdepth.load(tmp_path / "c")
+    assert [(c.label(p.a), c.label(p.b)) for p in c.pairs] == [("step-0", "step-100"), ("step-100", "step-200")]
+    assert c.config["pairs"] == "consecutive"
+    rows = [r for r in effdepth.load(tmp_path / "traj").rows if r["similarity"] == "cka" and r["view"] == "default"]
+    assert rows[0]["dD_eff"] is None
+    for before, row in zip(rows, rows[1:]):
+        assert row["dD_eff"] == pytest.approx(row["D_eff"] - before["D_eff"], abs=1e-6)
+        assert row["dD_eff_lo"] <= row["dD_eff"] <= row["dD_eff_hi"]
+        assert row["moved"] == (row["dD_eff_lo"] > 0 or row["dD_eff_hi"] < 0)
+    assert "D_eff - previous" in main_show(tmp_path / "traj")
+
+
+def main_show(folder) -> str:
+    from effdepth.report.tables import show_text
+
+    return show_text(effdepth.load(folder))

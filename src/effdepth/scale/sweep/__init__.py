@@ -86,7 +86,7 @@ def run_job(payload: dict) -> dict:
         return {"status": "error", "error": f"{type(exc).__name__}: {one_line(exc)}", "type": type(exc).__name__}
     finally:
         _free_memory()
-    return {"status": "ok", "result": result.to_dict()}
+    return {"status": "ok", "result": result.to_dict(), "pooled": None if result.pooled is None else str(result.pooled)}
 
 
 def measure_job(payload: dict) -> Result:
@@ -316,6 +316,8 @@ def record(out, job: Job, outcome: dict) -> str:
     if outcome.get("status") == "ok":
         result = Result.from_dict(outcome["result"])
         result.provenance["job"] = job.describe()
+        pooled = outcome.get("pooled")  # kept beside the result (for compare, analyse) when this machine has it
+        result.pooled = Path(pooled) if pooled and Path(pooled).is_dir() else None
         result.save(folder)
         (folder / ERROR).unlink(missing_ok=True)
         return "ok"

@@ -59,6 +59,7 @@ from effdepth.scale.sweep import (
 )
 from effdepth.scale.trajectory.report import trajectory_content
 from effdepth.scale.trajectory.result import SCHEMA, SavedTrajectory
+from effdepth.scale.trajectory.steps import STEP_COLUMNS, with_step_differences
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
@@ -74,7 +75,9 @@ TRAJECTORY_COLUMNS = (
     "duplicate_of",
     "weights",
     "weights_source",
-) + tuple(c for c in COLUMNS if c not in ("model", "family", "params", "revision", "step", "tokens_seen"))
+    *(c for c in COLUMNS if c not in ("model", "family", "params", "revision", "step", "tokens_seen")),
+    *STEP_COLUMNS,
+)
 
 
 @dataclass
@@ -168,7 +171,7 @@ def trajectory(
     with one_writer(out):  # one trajectory writes a folder: its checkpoints' records and its outputs
         statuses = run_jobs([job for rev, job in jobs.items() if rev not in refused], out, ex, run=run, log=log)
         statuses.update(record_refused(out, {rev: jobs[rev] for rev in refused}, refused, log=log))
-        rows = trajectory_rows(out, checkpoints, jobs, duplicates, fingerprints)
+        rows = with_step_differences(out, trajectory_rows(out, checkpoints, jobs, duplicates, fingerprints), log)
         outcome = TrajectoryOutcome(
             Path(out),
             rows,

@@ -38,6 +38,7 @@ def trajectory_content(rows: list, duplicates: dict | None = None, preset: dict 
         "D_eff/L",
         "updates D_eff/L",
         "D_eff/F_L",
+        "D_eff - previous",
         "status",
     ]
     body = [
@@ -51,11 +52,15 @@ def trajectory_content(rows: list, duplicates: dict | None = None, preset: dict 
         "D_eff/L and updates D_eff/L: D_eff of the states and of the updates f_l = h_l - h_l-1 over the number "
         "of layers L, with 95% intervals (the update diagnostic; passage mode, CKA estimators; n/a otherwise)"
     )
+    notes.append(
+        "D_eff - previous: the paired difference to the checkpoint before on the same passages, with its 95% "
+        "interval; * where D_eff moved beyond it (the interval excludes 0)"
+    )
     notes += [
         f"{dup}: same weights as {original} (flagged, not measured again)"
         for dup, original in (duplicates or {}).items()
     ]
-    return Table(header, body, [False, True, False, False] + [True] * 6 + [False], note="\n".join(notes))
+    return Table(header, body, [False, True, False, False] + [True] * 7 + [False], note="\n".join(notes))
 
 
 def _checkpoint(r: dict) -> list:
@@ -66,7 +71,10 @@ def _checkpoint(r: dict) -> list:
 
 def _per_layer(r: dict) -> list:
     layers = r.get("L")
-    return [row_cell(r, "D_eff", layers), row_cell(r, "updates_D_eff", layers), Cell(fmt(r.get("ratio")))]
+    step = row_cell(r, "dD_eff") if r.get("dD_eff") is not None else Cell("-")
+    if r.get("moved"):
+        step.text += " *"
+    return [row_cell(r, "D_eff", layers), row_cell(r, "updates_D_eff", layers), Cell(fmt(r.get("ratio"))), step]
 
 
 def headline(saved: SavedTrajectory) -> str:
