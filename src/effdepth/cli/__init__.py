@@ -25,7 +25,7 @@ def build_parser() -> tuple:
 
     >>> parser, commands = build_parser()
     >>> sorted(commands)[:3]
-    ['analyse', 'claims', 'experiment']
+    ['analyse', 'claims', 'compare']
     """
     parser = Parser(prog="effdepth", description="Effective depth (D_eff) of a transformer's residual stream.")
     add_option_arguments(parser, ProgramOptions)

@@ -107,7 +107,7 @@ def option_runs(tmp_path_factory):
     byte_tokenizer().save_pretrained(model)
     corpus = root / "corpus.txt"
     corpus.write_text("\n\n".join(f"Paragraph {i}: " + "to be or not to be, " * (2 + i % 5) for i in range(40)))
-    base = {"corpus": str(corpus), "seq_len": 16, "num_seqs": 8, "bootstrap": 20, "progress": False}
+    base = {"corpus": str(corpus), "seq_len": 48, "num_seqs": 8, "bootstrap": 20, "progress": False}
     out = {}
     for name, changes in OPTION_RUNS.items():
         out[name] = effdepth.measure(str(model), **{**base, **changes}).save(root / name).parent
