@@ -73,14 +73,14 @@ def compare_out(specs) -> Path:
 def refuse_other_comparison(out: Path, specs) -> None:
     """An output folder that holds a comparison of other inputs is refused in one line (the same inputs:
     replaced)."""
-    import json
+    from effdepth.results.loading import load
 
     path = out / "comparison.json"
     if not path.is_file():
         return
     try:
-        inputs = json.loads(path.read_text()).get("config", {}).get("inputs")
-    except (OSError, ValueError, AttributeError):
+        inputs = load(path).config.get("inputs")
+    except EffdepthError:
         inputs = None
     if inputs != [str(s) for s in specs]:
         raise EffdepthError(

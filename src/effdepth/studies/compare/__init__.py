@@ -352,21 +352,17 @@ def measure_options_of(result_member: Member) -> dict:
             "measure the model in Python on the same corpus (effdepth.measure(model, corpus, ...)), then compare "
             "the two results"
         )
+    from dataclasses import fields
+
+    from effdepth.measurement.run import saved_analysis
+
+    analysis = saved_analysis(c)
     values = {
         "corpus": c["corpus"],
         "seq_len": c.get("seq_len"),
         "num_seqs": c.get("num_seqs"),
-        "seed": c.get("seed"),
         "bos": c.get("bos"),
         "passage_split": c.get("passage_split"),
-        "pooling": c.get("pooling"),
-        "tokens_per_passage": (c.get("reduction") or {}).get("tokens_per_passage"),
-        "states": c.get("states"),
-        "views": tuple(c.get("views") or ("default",)),
-        "similarity": tuple(c.get("similarities") or (c.get("similarity"),)),
-        "include_embedding": c.get("include_embedding"),
-        "bootstrap": c.get("bootstrap"),
-        "bootstrap_units": c.get("bootstrap_units"),
-        "max_memory": c.get("max_memory"),
+        **{f.name: getattr(analysis, f.name) for f in fields(analysis)},
     }
     return {k: v for k, v in values.items() if v is not None}
