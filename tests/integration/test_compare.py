@@ -115,6 +115,7 @@ def refused(argv, out, capsys) -> str:
     [
         (("--num-seqs", "16"), "passage"),
         (("--passage-split", "paragraphs", "--seq-len", "96"), "split"),
+        (("--seed", "1"), "passage draw seed 0 (llama) vs 1 (other)"),
     ],
 )
 def test_results_on_other_passages_are_refused_in_one_line(
@@ -126,6 +127,41 @@ def test_results_on_other_passages_are_refused_in_one_line(
     capsys.readouterr()
     err = refused((runs / "llama", other), tmp_path / "c", capsys)
     assert says in err and "effdepth measure" in err
+
+
+@pytest.fixture(scope="module")
+def merging_model(tmp_path_factory):
+    """A tiny GPT-2 with another tokenizer than the byte tokenizer of the ``runs``."""
+    from merging_tokenizer import save_merging_model
+
+    return save_merging_model(tmp_path_factory.mktemp("merging"))
+
+
+def test_a_model_with_another_tokenizer_on_windows_is_refused_before_its_weights_load(
+    runs, tmp_path, merging_model, capsys, monkeypatch
+):
+    import effdepth.models.loading
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("the weights loaded before the passages were checked")
+
+    monkeypatch.setattr(effdepth.models.loading, "load_model", no_weights)
+    err = refused((runs / "llama", merging_model), tmp_path / "c", capsys)
+    assert "their tokenizers differ, and windows are cut on tokens" in err
+    assert "--passage-split paragraphs --seq-len 35" in err  # the fix that pairs, runnable as said
+
+
+def test_a_model_with_another_tokenizer_is_measured_on_the_same_paragraphs(
+    saved_tiny_model, corpus, merging_model, tmp_path
+):
+    assert main(["measure", str(saved_tiny_model("llama")), "--corpus", str(corpus), "--passage-split", "paragraphs",
+                 "--seq-len", "48", "--num-seqs", "12", "--bootstrap", "20", "--out", str(tmp_path / "a"),
+                 "--no-progress", "--no-figures"]) == 0  # fmt: skip
+    assert compare(tmp_path / "a", merging_model, "--out", tmp_path / "c") == 0
+    (measured,) = [p for p in (tmp_path / "c").iterdir() if (p / "result.json").is_file()]
+    a, b = effdepth.load(tmp_path / "a").provenance["corpus"], effdepth.load(measured).provenance["corpus"]
+    assert a["tokenizer_sha256"] != b["tokenizer_sha256"] and a["sha256"] != b["sha256"]  # other tokens...
+    assert a["text_sha256"] == b["text_sha256"]  # ...of the same texts
 
 
 def test_another_corpus_is_refused_in_one_line(runs, tmp_path, saved_tiny_model, capsys):

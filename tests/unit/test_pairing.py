@@ -161,3 +161,20 @@ def test_a_store_written_before_identities_opens_without_one(tmp_path):
     store = PooledStore.create(tmp_path / "p", ["default"], layers=2, width=1, lengths=[2, 3], starts_with_bos=[0, 0])
     store.commit()
     assert PooledStore.open(tmp_path / "p").identity is None
+
+
+def test_switching_to_paragraphs_raises_seq_len_to_what_a_paragraph_passage_needs():
+    from effdepth.data.paragraphs import MIN_PASSAGE_BYTES, RESERVED_TOKENS
+    from effdepth.data.passages import load_passages
+    from effdepth.data.tokenizers import byte_tokenizer
+    from effdepth.results.pairing import TEXT_SPLIT_MIN_LEN
+
+    assert TEXT_SPLIT_MIN_LEN == MIN_PASSAGE_BYTES + RESERVED_TOKENS
+    shortest = ["\n\n".join(["x" * MIN_PASSAGE_BYTES] * 4)]  # paragraphs of the fewest bytes kept
+    load_passages(shortest, byte_tokenizer(), max_len=TEXT_SPLIT_MIN_LEN, num_passages=4, split="paragraphs")
+    with pytest.raises(EffdepthError, match="fewer than the"):
+        load_passages(shortest, byte_tokenizer(), max_len=TEXT_SPLIT_MIN_LEN - 1, num_passages=4, split="paragraphs")
+    record = {"name": "shakespeare", "split": "windows", "max_len": 16}
+    assert measure_command(None, record, split="paragraphs").endswith("--seq-len 35")
+    assert measure_command(None, record).endswith("--passage-split windows --seq-len 16")  # its own split: as given
+    assert measure_command(None, {**record, "max_len": 64}, split="paragraphs").endswith("--seq-len 64")

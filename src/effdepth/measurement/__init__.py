@@ -48,8 +48,9 @@ def measure(
     return run_measurement(opts, run)
 
 
-def run_measurement(options: Options, run: RunOptions | None = None) -> Result:
-    """:func:`measure` with its options already built: load, then measure.
+def run_measurement(options: Options, run: RunOptions | None = None, *, check_passages=None) -> Result:
+    """:func:`measure` with its options already built: load, then measure (``check_passages``: as
+    :func:`~effdepth.measurement.prepare.prepare` takes it).
 
     >>> import torch
     >>> from effdepth.models.tiny import tiny_model
@@ -61,7 +62,7 @@ def run_measurement(options: Options, run: RunOptions | None = None) -> Result:
 
     run = run or RunOptions()
     started = time.perf_counter()
-    prepared = prepare(options.load, progress=run.progress)
+    prepared = prepare(options.load, progress=run.progress, check_passages=check_passages)
     stored = stored_carry(prepared.lm.model)
     result = measure_passages(prepared, options.analysis, run=run, started=started)
     if stored is not None:

@@ -50,8 +50,10 @@ class Prepared:
         return self.load.add_bos
 
 
-def prepare(load: LoadOptions | Options, *, progress: bool = True) -> Prepared:
-    """Load the model and the corpus (as Passages) once, for one or several measurements.
+def prepare(load: LoadOptions | Options, *, progress: bool = True, check_passages=None) -> Prepared:
+    """Load the model and the corpus (as Passages) once, for one or several measurements. ``check_passages``:
+    called with the passages before the weights load, to refuse them in seconds (``compare`` measuring a model
+    on a saved result's passages refuses passages that would not pair).
 
     >>> import torch
     >>> from effdepth.models.tiny import tiny_model
@@ -117,6 +119,8 @@ def prepare(load: LoadOptions | Options, *, progress: bool = True) -> Prepared:
         bos=load.bos,
         split=load.passage_split,
     )
+    if check_passages is not None:
+        check_passages(tokens)
 
     if external is not None and external.architecture is not None:  # TransformerLens runs through its own hooks
         lm, arch = external.loaded(dtype=load.dtype, device=load.device), external.architecture

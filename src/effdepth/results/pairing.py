@@ -14,10 +14,28 @@ import shlex
 import numpy as np
 
 from effdepth.errors import EffdepthError
+from effdepth.results.provenance import corpus_record
 from effdepth.results.store import PooledStore
 
 #: The split cut on the text, which pairs across tokenizers.
 TEXT_SPLIT = "paragraphs"
+#: The shortest --seq-len that leaves a paragraphs passage room for its text (data/paragraphs.py: 32 bytes of
+#: text, 3 tokens kept for special tokens).
+TEXT_SPLIT_MIN_LEN = 35
+
+
+class PassagesToMeasure:
+    """Passages a model is about to be measured on, read as pairing reads a result, so a pair that would not
+    match is refused before the weights load (``effdepth compare`` given a model).
+
+    ``passages``: :class:`~effdepth.data.passages.Passages`; ``model``: the model as the command line names it.
+    """
+
+    def __init__(self, passages, model: str):
+        self.passages = passages
+        self.provenance = {"corpus": corpus_record(passages), "model": {"id": str(model)}}
+        self.config: dict = {}
+        self.pooled = None
 
 
 def pairing_problem(a, b, a_name: str = "A", b_name: str = "B") -> str | None:
@@ -91,7 +109,10 @@ def first_differing_passage(a, b, a_name: str = "A", b_name: str = "B") -> str |
 
 
 def stored_identity(result) -> dict | None:
-    """The text identity in a result's pooled store; ``None`` without a readable store or one."""
+    """The text identity in a result's pooled store (or of :class:`PassagesToMeasure`); ``None`` without a
+    readable store or one."""
+    if isinstance(result, PassagesToMeasure):
+        return result.passages.identity
     if getattr(result, "pooled", None) is None:
         return None
     try:
@@ -103,18 +124,25 @@ def stored_identity(result) -> dict | None:
 def measure_command(result, passages: dict, split: str | None = None) -> str:
     """``effdepth measure`` of ``result``'s model on the passages ``passages`` (a :func:`_record`) describes.
 
+    ``split`` another split to cut them with (the --seq-len raised to what a paragraphs passage needs).
+
     >>> measure_command(None, {"name": "file:/t.txt", "split": "windows", "max_len": 64, "num_passages": 32,
     ...                        "seed": 0, "bos": "auto"}, split="paragraphs")
     'effdepth measure MODEL --corpus /t.txt --passage-split paragraphs --seq-len 64 --num-seqs 32 --seed 0 --bos auto'
+    >>> measure_command(None, {"name": "shakespeare", "split": "windows", "max_len": 16}, split="paragraphs")
+    'effdepth measure MODEL --corpus shakespeare --passage-split paragraphs --seq-len 35'
     """
     model = (getattr(result, "provenance", None) or {}).get("model") or {}
     parts = ["effdepth", "measure", _model_argument(model)]
     if model.get("source") == "hub" and model.get("revision") not in (None, "main"):
         parts += ["--revision", str(model["revision"])]
+    max_len = passages.get("max_len")
+    if split == TEXT_SPLIT and max_len is not None:
+        max_len = max(int(max_len), TEXT_SPLIT_MIN_LEN)
     flags = (
         ("--corpus", _corpus_argument(passages.get("name"))),
         ("--passage-split", split or passages.get("split")),
-        ("--seq-len", passages.get("max_len")),
+        ("--seq-len", max_len),
         ("--num-seqs", passages.get("num_passages")),
         ("--seed", passages.get("seed")),
         ("--bos", passages.get("bos")),

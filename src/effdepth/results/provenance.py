@@ -59,6 +59,12 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def corpus_record(passages) -> dict:
+    """What a result records of its passages (:class:`~effdepth.data.passages.Passages`): the corpus, the
+    options that cut it, the tokenizer, and the digests of the passages' tokens and texts."""
+    return {"name": passages.name, "sha256": passages.sha256, **passages.info}
+
+
 def provenance_record(
     *, model: dict | None = None, passages=None, started: float | None = None, saved: dict | None = None, **facts
 ) -> dict:
@@ -77,7 +83,7 @@ def provenance_record(
         return {**saved, "analysed": {"created": now(), "code": code_version(), **facts}}
     record = {} if model is None else {"model": model}
     if passages is not None:
-        record["corpus"] = {"name": passages.name, "sha256": passages.sha256, **passages.info}
+        record["corpus"] = corpus_record(passages)
         facts = {"tokens_measured": passages.tokens, **facts}
     record.update(code=code_version(), libraries=library_versions(), machine=machine(), created=now())
     if started is not None:

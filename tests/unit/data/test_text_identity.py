@@ -5,11 +5,12 @@ import hashlib
 
 import numpy as np
 import pytest
+from merging_tokenizer import merging_tokenizer
 
 from effdepth.data import passages as passages_module
 from effdepth.data.paragraphs import MIN_PASSAGE_BYTES, RESERVED_TOKENS, paragraph_spans, text_pieces, utf8_ends
 from effdepth.data.passages import identity_sha256, load_passages
-from effdepth.data.tokenizers import _byte_to_unicode, byte_tokenizer
+from effdepth.data.tokenizers import byte_tokenizer
 from effdepth.errors import EffdepthError
 
 WORDS = "to be or not to be that is the question whether tis nobler in the mind ünd straße 😀 ".split()
@@ -24,23 +25,6 @@ def corpus(documents=3, paragraphs=40, seed=0) -> list:
         paras[3] = "x" * 300  # no whitespace: cut at characters
         docs.append("\n\n".join(paras) + "\n")
     return docs
-
-
-def merging_tokenizer():
-    """A byte-level BPE unlike the byte tokenizer: common pairs merged, so its tokens and token counts differ."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    chars = _byte_to_unicode()
-    vocab = {char: byte for byte, char in chars.items()}
-    merges = [("t", "o"), ("b", "e"), ("t", "h"), ("th", "e"), (chars[32], "to"), (chars[32], "be")]
-    for left, right in merges:
-        vocab[left + right] = len(vocab)
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=merges))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    backend.decoder = decoders.ByteLevel()
-    backend.add_special_tokens(["<s>"])
-    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", clean_up_tokenization_spaces=False)
 
 
 # --------------------------------------------------------------------------- the text split

@@ -32,7 +32,7 @@ from effdepth.numerics.paired import paired_differences
 from effdepth.numerics.stacks import PooledStates
 from effdepth.options import AnalysisOptions
 from effdepth.results.loading import load
-from effdepth.results.pairing import check_pairing
+from effdepth.results.pairing import PassagesToMeasure, check_pairing
 from effdepth.results.provenance import provenance_record
 from effdepth.results.result import Result
 from effdepth.results.store import PooledStore
@@ -316,8 +316,13 @@ def trajectory_members(folder: Path) -> list:
 
 
 def measure_like(model, first: Member, out: Path, model_options: dict, *, progress: bool = True) -> Member:
-    """``model`` measured on ``first``'s passages with its options (the model's own tokenizer; ``model_options``:
-    dtype, device...), into ``out/<model>``; refused in one line, leaving nothing, when it does not pair."""
+    """``model`` measured on ``first``'s passages with its options, into ``out/<model>``.
+
+    The model's own tokenizer cuts the corpus again (``model_options``: dtype, device...): on ``paragraphs``,
+    cut on the text, any tokenizer gets the same passages; on a split cut on tokens only the same tokenizer
+    does. The passages are checked to pair with ``first``'s before the weights load, and refused in one line,
+    leaving nothing, when they do not.
+    """
     import shutil
 
     from effdepth.measurement import run_measurement
@@ -327,12 +332,14 @@ def measure_like(model, first: Member, out: Path, model_options: dict, *, progre
     options = Options.build(model=model, **measure_options_of(first), **model_options)
     folder = out / default_out(model).name
     staging = out / f".measuring-{folder.name}"
+
+    def pairs_with_first(passages) -> None:
+        check_pairing(first.result, PassagesToMeasure(passages, model), first.label, folder.name)
+
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        result = run_measurement(options, RunOptions(progress=progress, checkpoint=staging / "checkpoint"))
-        result.save(staging)
-        member = Member(load(staging, expect=Result), folder.name, folder)
-        check_pairing(first.result, member.result, first.label, member.label)
+        run = RunOptions(progress=progress, checkpoint=staging / "checkpoint")
+        run_measurement(options, run, check_passages=pairs_with_first).save(staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
