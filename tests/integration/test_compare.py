@@ -221,12 +221,18 @@ def test_intervene_carries_each_carrys_paired_difference_to_carry_one(saved_tiny
 
 
 def test_a_trajectory_folder_compares_each_checkpoint_with_the_one_before(tmp_path, corpus):
+    import torch
+
     from effdepth.data import byte_tokenizer
     from effdepth.models.tiny import tiny_model
     from effdepth.scale.trajectory import trajectory
 
-    for step, seed in ((0, 0), (100, 1), (200, 2)):
-        tiny_model("gpt2", seed=seed).save_pretrained(tmp_path / "ckpts" / f"step-{step}")
+    for step, seed, shrink in ((0, 0, 1), (100, 1, 1), (200, 2, 20)):
+        model = tiny_model("gpt2", seed=seed)
+        with torch.no_grad():  # small embeddings: the blocks' updates weigh more, and D_eff moves up
+            model.transformer.wte.weight /= shrink
+            model.transformer.wpe.weight /= shrink
+        model.save_pretrained(tmp_path / "ckpts" / f"step-{step}")
         byte_tokenizer().save_pretrained(tmp_path / "ckpts" / f"step-{step}")
     trajectory(tmp_path / "ckpts", tmp_path / "traj", corpus=str(corpus), seq_len=32, num_seqs=16, bootstrap=20)
     assert compare(tmp_path / "traj", "--out", tmp_path / "c") == 0
@@ -240,6 +246,14 @@ def test_a_trajectory_folder_compares_each_checkpoint_with_the_one_before(tmp_pa
         assert row["dD_eff_lo"] <= row["dD_eff"] <= row["dD_eff_hi"]
         assert row["moved"] == (row["dD_eff_lo"] > 0 or row["dD_eff_hi"] < 0)
     assert "D_eff - previous" in main_show(tmp_path / "traj")
+    from effdepth.report.rows import lead_rows
+    from effdepth.scale.trajectory.figures import MOVED_LABEL, trajectory_figure
+
+    drawn = lead_rows(effdepth.load(tmp_path / "traj").rows, lambda r: r["revision"])
+    rings = [line for line in trajectory_figure(drawn).axes[0].get_lines() if line.get_label() == MOVED_LABEL]
+    ringed = [float(y) for line in rings for y in line.get_ydata()]
+    assert [r["revision"] for r in drawn if r["moved"]] == ["step-200"]
+    assert ringed == [drawn[-1]["D_eff"]]  # the saved rows' marks, as drawn
 
 
 def main_show(folder) -> str:

@@ -18,7 +18,7 @@ from effdepth.errors import EffdepthError
 from effdepth.models.tiny import tiny_model
 from effdepth.scale.revisions import PYTHIA_TOKENS_PER_STEP
 from effdepth.scale.trajectory import trajectory
-from effdepth.scale.trajectory.figures import trajectory_figure
+from effdepth.scale.trajectory.figures import MOVED_LABEL, trajectory_figure
 
 SMALL = ["--seq-len", "16", "--num-seqs", "4", "--bootstrap", "20", "--no-progress"]
 
@@ -447,6 +447,30 @@ def test_figure_axis_places_step0_and_main():
     assert any("duplicate" in t.get_text() for t in fig.legends[0].get_texts())
     fig = trajectory_figure([_row("step10", 10, 1.0), _row("step1000", 1000, 1.2)])
     assert fig.axes[0].get_xscale() == "log"
+
+
+def moved_rings(fig) -> list:
+    """``(x, D_eff)`` of the checkpoints the figure rings as moved against the one before."""
+    rings = [line for line in fig.axes[0].get_lines() if line.get_label() == MOVED_LABEL]
+    return [xy for line in rings for xy in zip(line.get_xdata(), line.get_ydata())]
+
+
+def test_the_figure_rings_exactly_the_checkpoints_that_moved():
+    rows = [
+        {**_row("step0", 0, 1.0), "moved": None},  # the first: nothing before it
+        {**_row("step10", 10, 1.2), "moved": True},
+        {**_row("step20", 20, 1.21), "moved": False},
+        {**_row("step20", 20, 1.4), "view": "top1pc", "moved": True},  # another view's: not the one drawn
+        {**_row("step30", 30, 1.21, "duplicate"), "moved": True},
+        {**_row("step40", 40, 1.5), "moved": True},
+    ]
+    fig = trajectory_figure(rows)
+    assert moved_rings(fig) == [(1000.0, 1.2), (4000.0, 1.5)]
+    assert MOVED_LABEL in [t.get_text() for t in fig.legends[0].get_texts()]
+    calm = trajectory_figure([{**r, "moved": False} for r in rows])
+    assert moved_rings(calm) == [] and MOVED_LABEL not in [t.get_text() for t in calm.legends[0].get_texts()]
+    older = trajectory_figure([_row("step0", 0, 1.0), _row("step10", 10, 1.2)])  # rows without the column
+    assert moved_rings(older) == [] and len(older.axes[0].get_lines()) >= 2
 
 
 def test_show_refuses_a_trajectory_table_cut_short(local_run, tmp_path, capsys):

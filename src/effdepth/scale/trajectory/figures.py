@@ -12,6 +12,9 @@ from effdepth.report.rows import lead_rows
 from effdepth.report.style import OKABE_ITO, new_figure, style
 from effdepth.scale.sweep.figures import similarity_note
 
+#: The legend entry of the checkpoints whose D_eff moved against the one before (rows' ``moved``).
+MOVED_LABEL = "moved vs previous (paired 95% interval excludes 0)"
+
 
 def trajectory_figure(rows: list[dict], title: str = ""):
     """D_eff (with its interval), F_L and the matched references against training tokens, for each
@@ -20,7 +23,9 @@ def trajectory_figure(rows: list[dict], title: str = ""):
     With ``updates_D_eff`` (passage mode) a second panel draws D_eff/L of the updates beside that of the
     states, with 95% intervals (near 1 for the updates if the cumulative sum alone made D_eff low).
     x: tokens seen when every point has them, else the step (symlog, step 0 at the left). Duplicates are
-    grey crosses off the line; ``main`` without a step sits right of the last checkpoint.
+    grey crosses off the line; ``main`` without a step sits right of the last checkpoint. A checkpoint whose
+    D_eff moved against the one before (``moved``: its paired interval excludes 0) is ringed; rows without
+    the column (older trajectories) draw without rings.
 
     >>> r = lambda rev, step, d: {"key": rev, "revision": rev, "step": step, "tokens_seen": step * 10, "track": "main",
     ...     "final": False, "status": "ok", "D_eff": d, "D_eff_lo": d - .1, "D_eff_hi": d + .1, "F_L": 1.9,
@@ -46,6 +51,7 @@ def trajectory_figure(rows: list[dict], title: str = ""):
                 label, colour, dash, marker = REFERENCE_STYLES[name]
                 _series(ax, series, key, label, colour, dash, None, band=True, alpha=0.1)
         _duplicates(ax, dups, "D_eff")
+        _moved(ax, measured)
         if updates:
             _update_panel(axes[1], measured, dups)
         # main has no step: its tick says so instead of a made-up token count.
@@ -81,6 +87,24 @@ def _duplicates(ax, dups: list, key: str, scale=None) -> None:
             markeredgewidth=1.6,
             color="#777777",
             label="duplicate weights (repeats an earlier checkpoint)",
+        )
+
+
+def _moved(ax, measured: list) -> None:
+    """Rings round the D_eff of the checkpoints that moved against the one before."""
+    pts = [(x, p["D_eff"]) for x, p in measured if p.get("moved") is True]
+    if pts:
+        ax.plot(
+            [x for x, _ in pts],
+            [y for _, y in pts],
+            linestyle="none",
+            marker="o",
+            markersize=10,
+            markerfacecolor="none",
+            markeredgewidth=1.8,
+            color=OKABE_ITO["reddish_purple"],
+            label=MOVED_LABEL,
+            zorder=3,
         )
 
 
