@@ -7,8 +7,8 @@ unbiased HSIC of whole Gram matrices, given the same float64 activations; it has
 Rounds alternate the two; printed: each round's times and ratio (target: ours no slower, at most 1),
 the median, and the largest difference of the unbiased CKA matrices (target: at most 1e-6).
 
-pytorch-cka is not a dependency of effdepth: ``--pytorch-cka PATH`` (or the environment variable
-``PYTORCH_CKA``) puts its wheel or folder on the import path; without it only ours is timed.
+pytorch-cka is in effdepth's test extra (``pip install -e .[test]``), not a dependency of effdepth itself;
+without it the script says how to install it and exits.
 
     python benchmarks/cross_cka.py [--passages 1024] [--layers 30] [--widths 576,640] [--repeats 3]
 """
@@ -16,8 +16,6 @@ pytorch-cka is not a dependency of effdepth: ``--pytorch-cka PATH`` (or the envi
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
 import statistics
 import sys
 import time
@@ -38,15 +36,13 @@ def activations(layers: int, passages: int, widths: tuple, seed: int = 0) -> tup
     return a, b + 2.0 * rng.standard_normal(b.shape)
 
 
-def pytorch_cka(path: str | None):
-    """pytorch-cka's module (from ``path``, a wheel or folder, when given), or None when it cannot be imported."""
-    if path:
-        sys.path.insert(0, path)
+def pytorch_cka():
+    """pytorch-cka's module ``cka``; a line saying how to install it, and exit, when it is missing."""
     try:
-        module = importlib.import_module("cka")
+        import cka
     except ImportError:
-        return None
-    return module if hasattr(module, "cka_from_features") else None
+        sys.exit("benchmarks/cross_cka.py compares with pytorch-cka, which is not installed: pip install -e '.[test]'")
+    return cka
 
 
 def timed(function) -> tuple:
@@ -62,11 +58,10 @@ def main(argv=None) -> None:
     parser.add_argument("--widths", default="576,640")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--pytorch-cka", default=os.environ.get("PYTORCH_CKA"))
     args = parser.parse_args(argv)
     widths = tuple(int(w) for w in args.widths.split(","))
     a, b = activations(args.layers, args.passages, widths)
-    theirs_module = pytorch_cka(args.pytorch_cka)
+    theirs_module = pytorch_cka()
     tensors = [torch.from_numpy(x).to(args.device) for x in (a, b)]
 
     def ours():
@@ -79,9 +74,6 @@ def main(argv=None) -> None:
     rounds = []
     for r in range(args.repeats):
         ours_s, out = timed(ours)
-        if theirs_module is None:
-            print(f"round {r + 1}: ours {ours_s:.2f} s")
-            continue
         theirs_s, theirs = timed(lambda: theirs_module.cka_from_features(*tensors))
         rounds.append((ours_s, theirs_s))
         print(
@@ -93,9 +85,6 @@ def main(argv=None) -> None:
         f"ours: {memory['route']} route, {memory['tiles']} tile(s) of {memory['tile_rows']} rows, peak "
         f"{byte_size(memory['peak_bytes'])} planned within {byte_size(memory['budget_bytes'])}"
     )
-    if theirs_module is None:
-        print("pytorch-cka not found (--pytorch-cka WHEEL, or PYTORCH_CKA): not compared")
-        return
     difference = np.abs(out["cka-debiased"] - theirs.cpu().numpy()).max()
     ratios = [o / t for o, t in rounds]
     print(

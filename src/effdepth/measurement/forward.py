@@ -1,4 +1,5 @@
-"""One forward pass of the decoder stack, without the LM head."""
+"""One forward pass of the decoder stack, without the LM head: the hooks read the blocks' outputs, and the
+head's logits (batch x tokens x vocabulary) would only cost time and memory."""
 
 from __future__ import annotations
 

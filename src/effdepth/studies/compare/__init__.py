@@ -1,9 +1,11 @@
 """``effdepth compare``: is B's D_eff different from A's? (docs/method.md#comparing-two-results)
 
 Two results measured on the same passages err together, so only a paired bootstrap answers: the
-passages are resampled once, and each resample gives D_eff of both (:func:`pair_draws`, from the saved
-pooled vectors, no forward pass). The difference's interval is the percentile interval of the
+passages are resampled once, and each resample gives D_eff of both (:meth:`Member.draws`, from the
+saved pooled vectors, no forward pass). The difference's interval is the percentile interval of the
 resampled differences. Beside it, the cross-model CKA of every state of A against every state of B.
+A model given in place of a saved result is measured on the first result's passages
+(:func:`measure_like`), which are checked to pair before its weights load.
 
 >>> import effdepth, torch
 >>> from effdepth.models.tiny import tiny_model
