@@ -107,10 +107,24 @@ SECTIONS = (
         "estimators, Gram tiles of the lower triangle within `--max-memory`) against pytorch-cka 1.1.3's\n"
         "`cka_from_features` (the unbiased estimator alone, whole Gram matrices) on the same activations,\n"
         "rounds alternating. Targets: ours no slower (ratio at most 1), the unbiased matrices equal to 1e-6.\n"
-        "pytorch-cka is no dependency of effdepth: `PYTORCH_CKA=path/to/its.whl` puts it on the import path.",
+        "pytorch-cka is in the test extra (`pip install -e '.[test]'`), no dependency of effdepth itself.",
         "cross_cka.py",
         ("--repeats", "5"),
         ("--passages", "64", "--layers", "3", "--widths", "16,24", "--repeats", "1"),
+    ),
+    Section(
+        "A comparison of two saved results against analysing one of them again",
+        "`compare.py`: two random Llamas (24 blocks of width 384, different seeds) measured on the same\n"
+        "512 Shakespeare windows and saved with their pooled vectors; rounds alternate `effdepth.analyse_saved`\n"
+        "of one (its whole analysis: views, both CKA estimators, 1,000 resamples, calibrated references,\n"
+        "confound controls, sample-size curve) and `effdepth.compare` of both (the paired bootstrap of both\n"
+        "results' D_eff on the same resamples, the states' HSIC only, and the cross-model CKA), then the same\n"
+        "through the command lines, tables and files written, figures left out (`effdepth analyse A --out\n"
+        "--no-figures`, `effdepth compare A B --out --no-figures`). Target: a comparison costs at most one\n"
+        "analysis (ratio at most 1). The last line splits one comparison's time into its parts.",
+        "compare.py",
+        ("--repeats", "3", "--cli"),
+        ("--passages", "32", "--layers", "2", "--width", "64", "--bootstrap", "50", "--repeats", "1", "--cli"),
     ),
 )
 

@@ -188,14 +188,6 @@ def test_the_token_reduction_benchmark_shows_flat_memory_and_a_store_that_grows_
     assert large["store"]["sample_bytes"] == 16 * small["store"]["sample_bytes"]
 
 
-def pytorch_cka_available() -> bool:
-    """pytorch-cka (no dependency of effdepth) installed, or its wheel or folder named by ``PYTORCH_CKA``."""
-    import importlib.util
-    import os
-
-    return importlib.util.find_spec("cka") is not None or Path(os.environ.get("PYTORCH_CKA", "/nonexistent")).exists()
-
-
 def run_cross_cka_benchmark() -> str:
     done = subprocess.run(
         [sys.executable, "cross_cka.py", "--passages", "64", "--layers", "3", "--widths", "16,24", "--repeats", "1"],
@@ -208,14 +200,24 @@ def run_cross_cka_benchmark() -> str:
     return done.stdout
 
 
-def test_the_cross_cka_benchmark_runs_its_short_mode():
+def test_the_cross_cka_benchmark_runs_its_short_mode_and_agrees_with_pytorch_cka():
     out = run_cross_cka_benchmark()
     assert "4 x 4 states, N = 64 passages, widths 16 and 24" in out and "ours: gram route" in out
-
-
-@pytest.mark.skipif(not pytorch_cka_available(), reason="pytorch-cka is not installed (PYTORCH_CKA names its wheel)")
-def test_the_cross_cka_benchmark_agrees_with_pytorch_cka():
-    out = run_cross_cka_benchmark()
     line = next(x for x in out.splitlines() if x.startswith("largest |ours - pytorch-cka|"))
     assert float(line.split(": ")[1].split()[0]) <= 1e-6, line
     assert "ours / pytorch-cka 1.1.3: median" in out
+
+
+def test_the_compare_benchmark_runs_its_short_mode():
+    """What ``make bench`` runs for compare, on two tiny random Llamas: every line it prints is made."""
+    document = benchmark_module("document")
+    (section,) = [s for s in document.SECTIONS if s.script == "compare.py"]
+    done = subprocess.run(
+        section.command(quick=True), cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert "two random Llamas of 2 blocks, width 64: N = 32 windows" in out
+    for path in ("python", "cli"):
+        assert f"{path}: compare A B / analyse A: median" in out
+    assert "one comparison, part by part: load both" in out and "cross-model CKA" in out
