@@ -6,6 +6,7 @@ saved as JSON (never pickle), atomically.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -164,12 +165,22 @@ class Result:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Result":
+        """The result ``data`` holds (:meth:`to_dict`'s form); it owns its config and provenance, so
+        ``Result.from_dict(r.to_dict())`` is a copy that changes nothing of ``r``.
+
+        >>> import effdepth, torch
+        >>> r = effdepth.from_states(torch.randn(3, 8, 4, 8), bootstrap=0)
+        >>> twin = Result.from_dict(r.to_dict())
+        >>> twin.provenance["model"]["id"] = "renamed"
+        >>> r.provenance["model"].get("id") != "renamed"
+        True
+        """
         schema = data.get("schema") if isinstance(data, dict) else None
         if schema != SCHEMA:
             refuse_newer(schema, SCHEMA, "this result")
             raise EffdepthError(f"not an effdepth result (schema {schema!r}, expected {SCHEMA!r})")
         try:
-            config = dict(data["config"])
+            config = copy.deepcopy(data["config"])
             primary = config["similarity"]
             if not isinstance(data["views"], dict) or not data["views"]:
                 raise ValueError("the result has no views")
@@ -181,7 +192,9 @@ class Result:
                 sim: {name: _view_from_dict(v, sim) for name, v in vs.items()}
                 for sim, vs in (data.get("similarities") or {}).items()
             }
-            return cls(views, config, provenance, data.get("extras", {}), others, data.get("unavailable") or {})
+            return cls(
+                views, config, copy.deepcopy(provenance), data.get("extras", {}), others, data.get("unavailable") or {}
+            )
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise EffdepthError(
                 f"damaged effdepth result ({type(exc).__name__}: {exc}); rerun the measurement"

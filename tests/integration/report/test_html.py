@@ -1,31 +1,17 @@
 """The HTML report: self-contained, escaped, sorted, and it renders in a real browser."""
 
 import base64
-import os
 import re
-import shutil
-import subprocess
 from html.parser import HTMLParser
-from pathlib import Path
 
 import numpy as np
 import pytest
+from browser import browse, image_status, js_errors, probed
 from PIL import Image
 
 import effdepth
 from effdepth.report.build import write_report
 from effdepth.report.html import SCRIPT
-
-BROWSER_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-]
 
 
 class Page(HTMLParser):
@@ -139,36 +125,10 @@ def test_text_is_escaped(bare_result, tmp_path):
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;co" in text and "a &lt; b &amp; c" in text
 
 
-def _chromium():
-    path = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
-    if path is None:
-        message = "chromium is not installed (apt-get install -y chromium); the browser check needs it"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
-
-
-def _browse(url: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
-    profile = tmp_path / f"profile-{len(list(tmp_path.iterdir()))}"
-    return subprocess.run(
-        [_chromium(), *BROWSER_FLAGS, f"--user-data-dir={profile}", *extra, url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def _image_status(dom: str) -> tuple:
-    m = re.search(r'<div id="img-status"[^>]*data-loaded="(\d*)" data-total="(\d*)"', dom)
-    assert m, "no image status in the dumped DOM: the page's script did not run"
-    return int(m.group(1)), int(m.group(2))
-
-
 @pytest.mark.acceptance  # a real browser
 def test_report_renders_in_a_real_browser(many_report, tmp_path):
     shot = tmp_path / "report.png"
-    out = _browse(many_report.as_uri(), tmp_path, f"--screenshot={shot}", "--window-size=1280,2000")
+    out = browse(many_report.as_uri(), tmp_path, f"--screenshot={shot}", "--window-size=1280,2000")
     assert shot.exists(), out.stderr[-2000:]
     with Image.open(shot) as im:
         rgb = np.asarray(im.convert("RGB"))
@@ -176,8 +136,8 @@ def test_report_renders_in_a_real_browser(many_report, tmp_path):
     packed = (rgb[..., 0].astype(np.int32) << 16) | (rgb[..., 1].astype(np.int32) << 8) | rgb[..., 2]
     assert len(np.unique(packed)) > 500, "the screenshot is (nearly) blank"
 
-    dom = _browse(many_report.as_uri(), tmp_path, "--virtual-time-budget=5000", "--dump-dom").stdout
-    loaded, total = _image_status(dom)
+    dom = browse(many_report.as_uri(), tmp_path, "--virtual-time-budget=5000", "--dump-dom").stdout
+    loaded, total = image_status(dom)
     assert loaded == total > 0, f"{loaded} of {total} images decoded"
 
 
@@ -190,8 +150,17 @@ def test_browser_check_detects_a_broken_image(tmp_path):
         f'<!DOCTYPE html><html><body><img src="data:image/png;base64,{png}"><img src="data:image/png;base64,AAAA">'
         f'<div id="img-status" data-loaded="" data-total=""></div><script>{SCRIPT}</script></body></html>'
     )
-    loaded, total = _image_status(_browse(page.as_uri(), tmp_path, "--virtual-time-budget=5000", "--dump-dom").stdout)
+    loaded, total = image_status(browse(page.as_uri(), tmp_path, "--virtual-time-budget=5000", "--dump-dom").stdout)
     assert (loaded, total) == (1, 2)
+
+
+@pytest.mark.acceptance  # a real browser
+def test_browser_check_detects_a_script_error(tmp_path):
+    """The error probe the browser checks put on a page records an uncaught error."""
+    page = tmp_path / "throws.html"
+    page.write_text("<!DOCTYPE html><html><head></head><body><script>throw new Error('boom')</script></body></html>")
+    dom = browse(probed(page, tmp_path / "probed.html").as_uri(), tmp_path, "--virtual-time-budget=5000", "--dump-dom")
+    assert "boom" in js_errors(dom.stdout)
 
 
 def _one_pixel_png() -> str:
@@ -222,8 +191,8 @@ def test_markup_in_model_and_corpus_names_renders_as_text_in_a_real_browser(bare
     text = out.read_text(encoding="utf-8")
     assert MARKUP_MODEL not in text and "<b>bold</b>" not in text and "<b>v1</b>" not in text
 
-    dom = _browse(out.as_uri(), tmp_path, "--virtual-time-budget=5000", "--dump-dom").stdout
-    loaded, total = _image_status(dom)  # the page's own script ran...
+    dom = browse(out.as_uri(), tmp_path, "--virtual-time-budget=5000", "--dump-dom").stdout
+    loaded, total = image_status(dom)  # the page's own script ran...
     assert loaded == total > 0
     assert (
         "&lt;script&gt;alert(1)&lt;/script&gt;" in dom and "&lt;b&gt;bold&lt;/b&gt;" in dom
@@ -253,7 +222,7 @@ def test_a_wide_comparison_scrolls_in_its_box_with_the_model_in_view(option_runs
     assert len([h for h in header if h.startswith("--")]) >= 6
     page = tmp_path / "probed.html"
     page.write_text(text.replace("</body>", LAYOUT_PROBE), encoding="utf-8")
-    dom = _browse(page.as_uri(), tmp_path, "--window-size=1280,2000", "--virtual-time-budget=5000", "--dump-dom").stdout
+    dom = browse(page.as_uri(), tmp_path, "--window-size=1280,2000", "--virtual-time-budget=5000", "--dump-dom").stdout
     found = re.search(r'data-layout="([^"]+)"', dom)
     assert found, "the probe did not run"
     page_width, window, box, table, scrolled, before, after = map(float, found.group(1).split())

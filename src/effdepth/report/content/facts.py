@@ -25,7 +25,19 @@ def title(source: Source) -> str:
 
 
 def page_title(sources: list, studies=()) -> str:
-    """The title of a report: one result's, the comparison of several, or without results its first study's."""
+    """The title of a report: one result's, the comparison of several, or without results its first study's.
+    A paired comparison names the page over the one result beside it (a model ``compare`` measured into its
+    folder): the page is about both models, not that one.
+
+    >>> from types import SimpleNamespace as S
+    >>> page_title([S(label="gemma")], [S(kind="comparison", heading="Paired comparison of smol, gemma")])
+    'Paired comparison of smol, gemma'
+    >>> page_title([S(label="gemma")], [S(kind="sensitivity", heading="Sensitivity of gemma")])
+    'Effective depth of gemma'
+    """
+    comparisons = [s for s in studies if s.kind == "comparison"]
+    if comparisons and len(sources) <= 1:
+        return comparisons[0].heading
     if len(sources) > 1:
         return f"Effective depth: comparison of {len(sources)} results"
     return title(sources[0]) if sources else studies[0].heading
