@@ -1,0 +1,144 @@
+"""A trajectory written while a model trains: one result per measured step, in the folder layout of
+:func:`effdepth.scale.trajectory.trajectory`, so ``effdepth show``, ``report`` and ``compare`` read it as any
+trajectory. Training resumed from a checkpoint appends to it: the steps after the resumed one belong to the
+abandoned continuation and are dropped, the rest are kept.
+
+>>> import tempfile, torch, effdepth
+>>> from effdepth.models.tiny import tiny_model
+>>> out = tempfile.mkdtemp()
+>>> r = effdepth.measure(tiny_model("llama"), torch.randint(0, 256, (8, 16)), bootstrap=0, progress=False)
+>>> t = TrainingTrajectory.open(out, model="tiny-llama", options={"seq_len": 16}, passages_sha256="abc")
+>>> _ = t.add(0, r, tokens_seen=0); _ = t.add(10, r, tokens_seen=160)
+>>> [(row["step"], row["similarity"]) for row in effdepth.load(out).rows if row["view"] == "default"]
+[(0, 'cka'), (0, 'cka-debiased'), (10, 'cka'), (10, 'cka-debiased')]
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from effdepth.errors import EffdepthError
+from effdepth.results.result import Result
+from effdepth.scale.revisions import Checkpoint
+from effdepth.scale.suites import SuiteModel
+from effdepth.scale.sweep import result_rows
+from effdepth.scale.sweep.jobs import Job, job_folder
+from effdepth.scale.trajectory.result import SCHEMA, trajectory_from_dict
+from effdepth.scale.trajectory.steps import with_step_differences
+
+#: How ``trajectory.json`` names a trajectory measured during training (the hub's and folders' are hub, local).
+SOURCE = "training"
+
+
+class TrainingTrajectory:
+    """The trajectory folder of one training run: :meth:`add` a step's result, :meth:`finish` draws the figure."""
+
+    def __init__(self, out: Path, model: str, options: dict, passages_sha256: str, run: dict, rows: list, steps: list):
+        self.out, self.model, self.options = out, model, options
+        self.passages_sha256, self.run = passages_sha256, run
+        self.rows, self.checkpoints = rows, steps
+
+    @classmethod
+    def open(
+        cls,
+        out,
+        *,
+        model: str,
+        options: dict,
+        passages_sha256: str,
+        run: dict | None = None,
+        resume_step: int | None = None,
+    ) -> TrainingTrajectory:
+        """The trajectory in ``out``: a new one, or, when training resumes at ``resume_step``, the one there with
+        its steps up to that one (its passages must be these: the same passages at every step)."""
+        out = Path(out)
+        summary = out / "trajectory.json"
+        if not summary.is_file():
+            out.mkdir(parents=True, exist_ok=True)
+            return cls(out, model, options, passages_sha256, dict(run or {}), [], [])
+        data = json.loads(summary.read_text())
+        if data.get("schema") != SCHEMA or data.get("source") != SOURCE:
+            raise EffdepthError(
+                f"{out} holds another effdepth output, not a trajectory measured during training; "
+                "give the callback an empty or its own output folder"
+            )
+        if data.get("passages_sha256") != passages_sha256:
+            raise EffdepthError(
+                f"{out} was measured on other passages than this run's; every step of a trajectory is measured on "
+                "the same passages: give the callback the same passages and options, or another output folder"
+            )
+        if resume_step is None:
+            raise EffdepthError(
+                f"{out} already holds a trajectory measured during training, and this run starts from step 0; "
+                "give the callback another output folder, or remove that one to start over"
+            )
+        saved = trajectory_from_dict(data, summary)
+        kept = [c for c in saved.checkpoints if c.get("step") is not None and c["step"] <= resume_step]
+        steps = {c["step"] for c in kept}
+        rows = [r for r in saved.rows if r.get("step") in steps]
+        return cls(out, model, options, passages_sha256, {**(data.get("run") or {}), **(run or {})}, rows, kept)
+
+    def has(self, step: int) -> bool:
+        return any(c["step"] == step for c in self.checkpoints)
+
+    def add(self, step: int, result: Result, *, tokens_seen: int | None = None, final: bool = False) -> Path:
+        """Save the result measured at ``step`` (with its pooled vectors) and write the tables and record again;
+        returns the step's folder."""
+        checkpoint = Checkpoint(f"step-{step}", step=step, track="main", final=final, tokens_seen=tokens_seen)
+        job = self._job(checkpoint)
+        folder = job_folder(self.out, job)
+        result.provenance["training"] = {**self.run, "step": step, "tokens_seen": tokens_seen}
+        result.provenance["job"] = job.describe()
+        result.save(folder)
+        self.checkpoints = [c for c in self.checkpoints if c["step"] != step] + [{**asdict(checkpoint), "key": job.key}]
+        self.checkpoints.sort(key=lambda c: c["step"])
+        previous = [r for r in self.rows if r.get("step") is not None and r["step"] < step]
+        earlier = [r for r in previous if r.get("key") == previous[-1].get("key")] if previous else []
+        new = [{**r, "duplicate_of": None} for r in result_rows(job, result)]
+        new = with_step_differences(self.out, earlier + new)[len(earlier) :]  # only the new step's pair is new
+        self.rows = [r for r in self.rows if r.get("step") != step] + new
+        self.rows.sort(key=lambda r: r["step"])
+        self._write(figure=False)
+        return folder
+
+    def finish(self, figures: bool = True) -> None:
+        """The tables, record and (``figures``) the trajectory figure, once training ends."""
+        if self.checkpoints:
+            self._write(figure=figures)
+
+    def _job(self, checkpoint: Checkpoint) -> Job:
+        columns = {
+            "step": checkpoint.step,
+            "tokens": None,
+            "tokens_seen": checkpoint.tokens_seen,
+            "track": checkpoint.track,
+            "final": checkpoint.final,
+            "weights": None,
+            "weights_source": SOURCE,
+        }
+        return Job(
+            SuiteModel(self.model, family=SOURCE),
+            self.options,
+            tag=checkpoint.revision,
+            name=self.model,
+            extra=columns,
+        )
+
+    def _write(self, *, figure: bool) -> None:
+        from effdepth.scale.trajectory import write_trajectory
+
+        summary = {
+            "model": self.model,
+            "source": SOURCE,
+            "revisions": "training",
+            "preset": None,
+            "checkpoints": self.checkpoints,
+            "duplicates": {},
+            "skipped": [],
+            "notes": [],
+            "passages_sha256": self.passages_sha256,
+            "run": self.run,
+        }
+        write_trajectory(self.out, self.rows, summary, title=self.model if figure else None)
