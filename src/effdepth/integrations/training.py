@@ -14,7 +14,7 @@ line; training goes on.
 >>> t = TrainingMeasurement(ids, every_steps=10, out=tempfile.mkdtemp())
 >>> t.start(m, model_name="tiny")
 >>> round(t.measure(m, step=0)["deff/D_eff_over_F_L"], 3), m.training
-(0.727, True)
+(0.729, True)
 >>> t.due(10), t.due(15)
 (True, False)
 """
