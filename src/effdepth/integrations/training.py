@@ -37,6 +37,9 @@ logger = logging.getLogger("effdepth")
 CALLBACK_DEFAULTS = {"num_seqs": 128, "seq_len": 256, "bootstrap": 0}
 #: The fewest passages a step is measured on: CKA across passages needs a few to mean anything.
 MIN_PASSAGES = 4
+#: Options of ``measure`` a callback refuses: it measures the model being trained, where and as it is (a cast or
+#: a move would change the training), on the passages given as its first argument.
+NOT_OPTIONS = ("model", "corpus", "revision", "dtype", "device", "device_map")
 #: The trainer's evaluation dataset as the passages.
 EVAL = "eval"
 
@@ -73,11 +76,11 @@ class TrainingMeasurement:
             )
         if tokens_per_step is not None and (not isinstance(tokens_per_step, int) or tokens_per_step < 1):
             raise EffdepthError(f"tokens_per_step must be a whole number >= 1, got {tokens_per_step!r}")
-        for name in ("model", "corpus"):
+        for name in NOT_OPTIONS:
             if name in options:
                 raise EffdepthError(
-                    f"{name}= is not an option of a training callback: it measures the model being trained, "
-                    "on the passages given as its first argument"
+                    f"{name}= is not an option of a training callback: it measures the model being trained, in "
+                    "its own dtype and on its own device, on the passages given as its first argument"
                 )
         self.passages, self.every_steps, self.out = passages, every_steps, out
         self.at_start, self.at_end, self.tokens_per_step, self.figures = at_start, at_end, tokens_per_step, figures
@@ -86,6 +89,7 @@ class TrainingMeasurement:
         self.options = Options.build(corpus=corpus, **self.values)  # bad options fail before training starts
         self.prepared = None
         self.trajectory = None
+        self.attempted = set()  # the steps measured or failed in this run: a failed step is not tried again
 
     # ------------------------------------------------------------------ train start
 
@@ -103,14 +107,15 @@ class TrainingMeasurement:
     ) -> None:
         """Fix the passages and check the model, before the first step: blocks effdepth cannot find, passages
         beyond the model's context, too few passages or weights whose pooling would overflow fail here, in one
-        line. ``resumed``: training resumed at ``step`` from a checkpoint (the trajectory there is extended)."""
+        line. ``tokenizer``: the training loop's, for a text corpus (a ``tokenizer=`` option wins). ``resumed``:
+        training resumed at ``step`` from a checkpoint (the trajectory there is extended)."""
         from effdepth.measurement import prepare
         from effdepth.measurement.run import measurement_plan, passage_fingerprint
         from effdepth.scale.trajectory.training import TrainingTrajectory
 
         _check_dtype(model)
         corpus = eval_passages(eval_dataset, self.options.load) if _is_eval(self.passages) else self.passages
-        tokenizer = tokenizer if tokenizer is not None else self.options.load.tokenizer
+        tokenizer = self.options.load.tokenizer if self.options.load.tokenizer is not None else tokenizer
         load = self.options.replace(model=model, corpus=corpus, tokenizer=tokenizer).load
         with as_it_was(model):  # loading a model for measurement puts it in eval mode
             prepared = prepare(load, progress=False)
@@ -123,7 +128,7 @@ class TrainingMeasurement:
         plan = measurement_plan(
             passages, prepared.arch.num_layers, _width(prepared), self.options.analysis, device="cpu"
         )
-        self.prepared = prepared
+        self.prepared, self.attempted = prepared, set()
         name = model_name or getattr(model, "name_or_path", None) or type(model).__name__
         out = Path(self.out) if self.out is not None else Path(output_dir or ".") / "effdepth"
         fingerprint = passage_fingerprint(prepared, self.options.analysis, plan.variants)
@@ -145,7 +150,7 @@ class TrainingMeasurement:
 
     def due(self, step: int, *, first: bool = False, last: bool = False) -> bool:
         """Whether ``step`` is measured: every ``every_steps``, the first and last steps as asked, never twice."""
-        if self.trajectory is not None and self.trajectory.has(step):
+        if step in self.attempted or (self.trajectory is not None and self.trajectory.has(step)):
             return False
         return (first and self.at_start) or (last and self.at_end) or (not first and step % self.every_steps == 0)
 
@@ -156,6 +161,7 @@ class TrainingMeasurement:
 
         if self.prepared is None:
             raise EffdepthError("TrainingMeasurement.measure before start(): the passages are fixed at train start")
+        self.attempted.add(step)
         if tokens_seen is None and self.tokens_per_step is not None:
             tokens_seen = step * self.tokens_per_step
         try:

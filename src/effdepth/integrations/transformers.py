@@ -43,6 +43,16 @@ class DeffCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return
         self.trainer = _calling_trainer(self)
+        try:
+            self._start(args, state, model, processing_class)
+        except EffdepthError as exc:
+            # Out of trainer.train() before the first step: the script shows the Trainer's frames down to here
+            # and the one line, not effdepth's internals or the library errors it was raised from.
+            raise EffdepthError(str(exc)) from None
+        if self.measurement.due(state.global_step, first=True):
+            self.pending = self.measurement.measure(model, state.global_step, tokens_seen=_tokens_seen(args, state))
+
+    def _start(self, args, state, model, processing_class) -> None:
         _check_unsharded(args)
         eval_dataset = getattr(self.trainer, "eval_dataset", None)
         if isinstance(eval_dataset, dict):  # several named eval datasets: the first
@@ -57,12 +67,10 @@ class DeffCallback(TrainerCallback):
             model_name=getattr(model, "name_or_path", None) or None,
             run={"framework": "transformers", "run_name": getattr(args, "run_name", None)},
         )
-        if self.measurement.due(state.global_step, first=True):
-            self.pending = self.measurement.measure(model, state.global_step, tokens_seen=_tokens_seen(args, state))
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.pending:
-            self._log(state, self.pending)
+            self._log(state, control, self.pending)
             self.pending = None
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
@@ -73,7 +81,7 @@ class DeffCallback(TrainerCallback):
         if self.measurement.due(step, last=last):
             values = self.measurement.measure(model, step, tokens_seen=_tokens_seen(args, state), final=last)
             if values:
-                self._log(state, values)
+                self._log(state, control, values)
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
         if not state.is_world_process_zero or self.measurement.prepared is None:
@@ -86,12 +94,15 @@ class DeffCallback(TrainerCallback):
                 state.log_history.append({**values, "step": state.global_step})
         self.measurement.finish()
 
-    def _log(self, state, values: dict) -> None:
+    def _log(self, state, control, values: dict) -> None:
         """Through ``Trainer.log``: the trainer's own log, its history and every reporting integration."""
-        if self.trainer is not None:
-            self.trainer.log(dict(values))
-        else:
+        if self.trainer is None:
             state.log_history.append({**values, "step": state.global_step})
+            return
+        should_log = control.should_log
+        self.trainer.log(dict(values))
+        # Trainer.log clears should_log, which the step's own log (loss, learning rate) is still to read.
+        control.should_log = self.trainer.control.should_log = should_log
 
 
 def _calling_trainer(callback):
@@ -130,6 +141,6 @@ def _check_unsharded(args) -> None:
 
 
 def _tokens_seen(args, state) -> int | None:
-    seen = getattr(state, "num_input_tokens_seen", 0)
+    """The tokens the run has trained on, when the Trainer counts them (``include_num_input_tokens_seen``)."""
     counting = getattr(args, "include_num_input_tokens_seen", "no") not in ("no", False, None)
-    return int(seen) if counting and seen else None
+    return int(getattr(state, "num_input_tokens_seen", 0) or 0) if counting else None

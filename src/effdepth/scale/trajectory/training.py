@@ -15,7 +15,9 @@ abandoned continuation and are dropped, the rest are kept.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 
@@ -28,6 +30,8 @@ from effdepth.scale.sweep.jobs import Job, job_folder
 from effdepth.scale.trajectory.result import SCHEMA, trajectory_from_dict
 from effdepth.scale.trajectory.steps import with_step_differences
 
+#: The files of a trajectory's tables and record (its figure is drawn once training ends).
+TABLE_FILES = ("trajectory.json", "trajectory.csv", "trajectory.parquet")
 #: How ``trajectory.json`` names a trajectory measured during training (the hub's and folders' are hub, local).
 SOURCE = "training"
 
@@ -75,9 +79,12 @@ class TrainingTrajectory:
                 "give the callback another output folder, or remove that one to start over"
             )
         saved = trajectory_from_dict(data, summary)
-        kept = [c for c in saved.checkpoints if c.get("step") is not None and c["step"] <= resume_step]
+        # Training goes on from resume_step: no step up to it is the last any more.
+        kept = [
+            {**c, "final": False} for c in saved.checkpoints if c.get("step") is not None and c["step"] <= resume_step
+        ]
         steps = {c["step"] for c in kept}
-        rows = [r for r in saved.rows if r.get("step") in steps]
+        rows = [{**r, "final": False} for r in saved.rows if r.get("step") in steps]
         return cls(out, model, options, passages_sha256, {**(data.get("run") or {}), **(run or {})}, rows, kept)
 
     def has(self, step: int) -> bool:
@@ -85,28 +92,48 @@ class TrainingTrajectory:
 
     def add(self, step: int, result: Result, *, tokens_seen: int | None = None, final: bool = False) -> Path:
         """Save the result measured at ``step`` (with its pooled vectors) and write the tables and record again;
-        returns the step's folder."""
+        returns the step's folder. Whatever fails on the way leaves the folder as it was before this step."""
         checkpoint = Checkpoint(f"step-{step}", step=step, track="main", final=final, tokens_seen=tokens_seen)
         job = self._job(checkpoint)
         folder = job_folder(self.out, job)
         result.provenance["training"] = {**self.run, "step": step, "tokens_seen": tokens_seen}
         result.provenance["job"] = job.describe()
-        result.save(folder)
-        self.checkpoints = [c for c in self.checkpoints if c["step"] != step] + [{**asdict(checkpoint), "key": job.key}]
-        self.checkpoints.sort(key=lambda c: c["step"])
-        previous = [r for r in self.rows if r.get("step") is not None and r["step"] < step]
-        earlier = [r for r in previous if r.get("key") == previous[-1].get("key")] if previous else []
-        new = [{**r, "duplicate_of": None} for r in result_rows(job, result)]
-        new = with_step_differences(self.out, earlier + new)[len(earlier) :]  # only the new step's pair is new
-        self.rows = [r for r in self.rows if r.get("step") != step] + new
-        self.rows.sort(key=lambda r: r["step"])
-        self._write(figure=False)
+        checkpoints = [c for c in self.checkpoints if c["step"] != step] + [{**asdict(checkpoint), "key": job.key}]
+        try:
+            result.save(folder)
+            rows = self._rows_with(step, job, result)
+            self._write(sorted(checkpoints, key=lambda c: c["step"]), rows, figure=False)
+        except BaseException:
+            self._undo(folder)
+            raise
+        self.checkpoints, self.rows = sorted(checkpoints, key=lambda c: c["step"]), rows
         return folder
 
     def finish(self, figures: bool = True) -> None:
         """The tables, record and (``figures``) the trajectory figure, once training ends."""
         if self.checkpoints:
-            self._write(figure=figures)
+            self._write(self.checkpoints, self.rows, figure=figures)
+
+    def _rows_with(self, step: int, job: Job, result: Result) -> list:
+        """The table's rows with ``step``'s (its result saved), its difference to the step before filled in."""
+        previous = [r for r in self.rows if r.get("step") is not None and r["step"] < step]
+        earlier = [r for r in previous if r.get("key") == previous[-1].get("key")] if previous else []
+        new = [{**r, "duplicate_of": None} for r in result_rows(job, result)]
+        new = with_step_differences(self.out, earlier + new)[len(earlier) :]  # only the new step's pair is new
+        return sorted([r for r in self.rows if r.get("step") != step] + new, key=lambda r: r["step"])
+
+    def _undo(self, folder: Path) -> None:
+        """A step that failed half-way: its folder goes, and the tables and record are the ones before it."""
+        shutil.rmtree(folder, ignore_errors=True)
+        for parent in folder.relative_to(self.out.resolve()).parents[:-1]:  # its step's and model's, if emptied
+            with contextlib.suppress(OSError):
+                (self.out.resolve() / parent).rmdir()
+        with contextlib.suppress(Exception):  # the step's own failure is what the caller reports
+            if self.checkpoints:
+                self._write(self.checkpoints, self.rows, figure=False)
+            else:
+                for name in TABLE_FILES:
+                    (self.out / name).unlink(missing_ok=True)
 
     def _job(self, checkpoint: Checkpoint) -> Job:
         columns = {
@@ -126,7 +153,7 @@ class TrainingTrajectory:
             extra=columns,
         )
 
-    def _write(self, *, figure: bool) -> None:
+    def _write(self, checkpoints: list, rows: list, *, figure: bool) -> None:
         from effdepth.scale.trajectory import write_trajectory
 
         summary = {
@@ -134,11 +161,11 @@ class TrainingTrajectory:
             "source": SOURCE,
             "revisions": "training",
             "preset": None,
-            "checkpoints": self.checkpoints,
+            "checkpoints": checkpoints,
             "duplicates": {},
             "skipped": [],
             "notes": [],
             "passages_sha256": self.passages_sha256,
             "run": self.run,
         }
-        write_trajectory(self.out, self.rows, summary, title=self.model if figure else None)
+        write_trajectory(self.out, rows, summary, title=self.model if figure else None)
