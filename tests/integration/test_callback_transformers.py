@@ -248,6 +248,26 @@ def test_resume_keeps_the_steps_up_to_the_checkpoint_and_appends(run, corpus, tm
     assert [r["tokens_seen"] for r in rows] == [step * 4 * 16 for step in (0, 2, 4, 6, 8)]
 
 
+class StopAt(TrainerCallback):
+    """Early stopping after ``step`` (as EarlyStoppingCallback does, once the step's callbacks have run)."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_training_stop = state.global_step == self.step
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_a_run_stopped_early_ends_on_a_final_step(every, corpus, tmp_path):
+    callback = DeffCallback(str(corpus), every_steps=every, figures=False, **PASSAGES)
+    trainer = trainer_for(tmp_path, [callback, StopAt(1)], max_steps=STEPS)
+    trainer.train()
+    rows = [r for r in effdepth.load(tmp_path / "effdepth").rows if r["view"] == "default" and r["similarity"] == "cka"]
+    assert [(r["step"], r["final"]) for r in rows] == [(0, False), (1, True)]
+    assert [e["step"] for e in trainer.state.log_history if "deff/D_eff" in e] == [0, 1]
+
+
 def test_passages_from_the_eval_dataset(tmp_path):
     ids = torch.randint(0, 256, (6, 24), generator=torch.Generator().manual_seed(3))
     mask = torch.ones_like(ids)

@@ -174,11 +174,12 @@ class TrainingMeasurement:
             logger.warning("effdepth: no D_eff at step %d: %s; training goes on", step, one_line(exc))
             return None
 
-    def finish(self) -> None:
-        """The trajectory's figure, once training ends (its tables are written at every step)."""
+    def finish(self, last_step: int | None = None) -> None:
+        """The trajectory's figure, once training ends (its tables are written at every step); ``last_step``,
+        where measured, is marked final (training may stop early, after that step was measured)."""
         if self.trajectory is not None:
             try:
-                self.trajectory.finish(figures=self.figures)
+                self.trajectory.finish(figures=self.figures, last_step=last_step)
             except Exception as exc:
                 logger.warning("effdepth: the trajectory figure was not drawn: %s", one_line(exc))
 

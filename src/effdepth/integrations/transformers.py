@@ -7,7 +7,9 @@ keys) and written as a trajectory folder (``effdepth/`` in the run's ``output_di
 
 Under DDP (torchrun, accelerate) rank 0 measures the unwrapped model on every passage and the other ranks wait at
 their next collective: each step's number is the one ``effdepth measure`` gives the checkpoint. Sharded models
-(FSDP, DeepSpeed ZeRO-3) are refused at train start: no rank holds the whole model to measure.
+(FSDP, DeepSpeed ZeRO-3) are refused at train start: no rank holds the whole model to measure. Bad input fails
+at train start, out of ``trainer.train()``, as one line; a failed measurement is one logged warning
+(docs/usage.md#during-training).
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ class DeffCallback(TrainerCallback):
             )
             if values:
                 state.log_history.append({**values, "step": state.global_step})
-        self.measurement.finish()
+        self.measurement.finish(last_step=state.global_step)
 
     def _log(self, state, control, values: dict) -> None:
         """Through ``Trainer.log``: the trainer's own log, its history and every reporting integration."""

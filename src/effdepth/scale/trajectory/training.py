@@ -109,8 +109,12 @@ class TrainingTrajectory:
         self.checkpoints, self.rows = sorted(checkpoints, key=lambda c: c["step"]), rows
         return folder
 
-    def finish(self, figures: bool = True) -> None:
-        """The tables, record and (``figures``) the trajectory figure, once training ends."""
+    def finish(self, figures: bool = True, last_step: int | None = None) -> None:
+        """The tables, record and (``figures``) the trajectory figure, once training ends; ``last_step``, where
+        measured, is the final one."""
+        if last_step is not None and self.has(last_step):
+            self.checkpoints = [{**c, "final": c["step"] == last_step} for c in self.checkpoints]
+            self.rows = [{**r, "final": r.get("step") == last_step} for r in self.rows]
         if self.checkpoints:
             self._write(self.checkpoints, self.rows, figure=figures)
 
