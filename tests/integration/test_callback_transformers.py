@@ -13,10 +13,7 @@ import types
 import pytest
 import torch
 from torch import nn
-
-pytest.importorskip("tensorboard")
-transformers = pytest.importorskip("transformers")
-from transformers import (  # noqa: E402
+from transformers import (
     AutoModelForCausalLM,
     PretrainedConfig,
     PreTrainedModel,
@@ -26,13 +23,13 @@ from transformers import (  # noqa: E402
     default_data_collator,
 )
 
-import effdepth  # noqa: E402
-from effdepth.cli import main  # noqa: E402
-from effdepth.data import byte_tokenizer  # noqa: E402
-from effdepth.errors import EffdepthError  # noqa: E402
-from effdepth.integrations.transformers import DeffCallback  # noqa: E402
-from effdepth.models.tiny import tiny_config  # noqa: E402
-from effdepth.scale.trajectory.figures import trajectory_figure  # noqa: E402
+import effdepth
+from effdepth.cli import main
+from effdepth.data import byte_tokenizer
+from effdepth.errors import EffdepthError
+from effdepth.integrations.transformers import DeffCallback
+from effdepth.models.tiny import tiny_config
+from effdepth.scale.trajectory.figures import trajectory_figure
 
 #: The measured passages: 8 windows of 32 bytes of the corpus file (the callback's and ``measure``'s options).
 PASSAGES = {"num_seqs": 8, "seq_len": 32}
@@ -63,7 +60,7 @@ class Probe(TrainerCallback):
         self.seen.append(
             {
                 "step": state.global_step,
-                "training": {m.training for m in model.modules()},
+                "in_eval": {name for name, m in model.named_modules() if not m.training},
                 "trainable": {n for n, p in model.named_parameters() if p.requires_grad},
                 "checkpointing": model.is_activation_checkpointing,
             }
@@ -130,9 +127,12 @@ def run(tmp_path_factory, corpus):
     out = tmp_path_factory.mktemp("run") / "out"
     probe = Probe()
     callback = DeffCallback(str(corpus), every_steps=EVERY, **PASSAGES)
+    model = tiny_llama()
+    model.lm_head.eval()  # one module in its own mode: the measurement at train start keeps it so
     trainer = trainer_for(
         out,
         [callback, probe],
+        model=model,
         save_strategy="steps",
         save_steps=EVERY,
         report_to=["tensorboard"],
@@ -172,7 +172,7 @@ def test_callback_equals_measure_on_the_saved_checkpoint(run, corpus, tmp_path, 
 
 
 def test_tensorboard_holds_the_keys_at_the_measured_steps(run):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # the test extra has it
 
     (events,) = glob.glob(str(run.out / "runs" / "*" / "events.out.tfevents.*"))
     accumulator = EventAccumulator(os.path.dirname(events))
@@ -214,10 +214,25 @@ def test_training_is_the_same_with_the_callback_as_without(run, tmp_path):
 def test_the_model_is_handed_back_as_it_was(run):
     assert [s["step"] for s in run.probe.seen] == [0, *range(1, STEPS + 1)]
     after_start, *after_steps = run.probe.seen
-    assert after_start["training"] == {True}  # the Trainer puts the model in training mode before train begins
-    for seen in after_steps:
-        assert seen["training"] == {True} and seen["checkpointing"]
+    assert after_start["in_eval"] == {"lm_head"} and after_start["checkpointing"]
+    for seen in after_steps:  # each training step put the whole model in training mode
+        assert seen["in_eval"] == set() and seen["checkpointing"]
         assert seen["trainable"] == after_start["trainable"] and "model.norm.weight" not in seen["trainable"]
+
+
+def test_a_measurement_leaves_the_random_stream_as_it_was(monkeypatch, tmp_path):
+    """Dropout draws from the global stream: whatever a measurement draws comes from a fork of it."""
+    import effdepth.measurement.run as run_module
+    from effdepth.integrations.training import TrainingMeasurement
+
+    real = run_module.measure_passages
+    monkeypatch.setattr(run_module, "measure_passages", lambda *a, **k: (torch.rand(3), real(*a, **k))[1])
+    measurement = TrainingMeasurement(torch.randint(0, 256, (4, 8)), every_steps=1, out=tmp_path, figures=False)
+    model = tiny_llama()
+    measurement.start(model)
+    before = torch.get_rng_state()
+    assert measurement.measure(model, 0) is not None
+    assert torch.equal(torch.get_rng_state(), before)
 
 
 def test_resume_keeps_the_steps_up_to_the_checkpoint_and_appends(run, corpus, tmp_path):
@@ -279,8 +294,9 @@ def test_passages_from_the_eval_dataset(tmp_path):
     callback = DeffCallback("eval", every_steps=100, num_seqs=6, seq_len=20, figures=False)
     trainer = trainer_for(tmp_path, [callback], model=model, max_steps=1, eval_dataset=Rows(rows))
     trainer.train()
-    (row,) = [r for r in effdepth.load(tmp_path / "effdepth").rows[:1]]
-    assert row["step"] == 0 and row["D_eff"] == measured.default.deff
+    rows = effdepth.load(tmp_path / "effdepth").rows
+    (row,) = [r for r in rows if r["step"] == 0 and r["view"] == "default" and r["similarity"] == "cka"]
+    assert row["D_eff"] == measured.default.deff
 
 
 # ---------------------------------------------------------------------- failures
