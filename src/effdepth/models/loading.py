@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from effdepth.data import assets
-from effdepth.errors import EffdepthError, one_line
+from effdepth.errors import EffdepthError, one_line, spelled
 from effdepth.models.quiet import progress_bars, quiet_loading
 
 DTYPES = {
@@ -150,13 +150,14 @@ def check_sequence_length(seq_len: int, config, what: str) -> None:
     >>> check_sequence_length(100, GPT2Config(n_positions=64), "gpt2")
     Traceback (most recent call last):
     ...
-    effdepth.errors.EffdepthError: --seq-len 100 is beyond gpt2's 64 positions (from its config); use --seq-len 64 or less, or --allow-long if the config understates the limit
+    effdepth.errors.EffdepthError: seq_len=100 is beyond gpt2's 64 positions (from its config); use seq_len=64 or less, or allow_long=True if the config understates the limit
     """
     limit = max_positions(config)
     if limit is not None and seq_len > limit:
+        flag = spelled("--seq-len ", "seq_len=")
         raise EffdepthError(
-            f"--seq-len {seq_len} is beyond {what}'s {limit} positions (from its config); use --seq-len {limit} or less, "
-            "or --allow-long if the config understates the limit"
+            f"{flag}{seq_len} is beyond {what}'s {limit} positions (from its config); use {flag}{limit} or less, "
+            f"or {spelled('--allow-long', 'allow_long=True')} if the config understates the limit"
         )
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch.nn as nn
 
-from effdepth.errors import EffdepthError
+from effdepth.errors import EffdepthError, spelled
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,8 @@ def resolve_architecture(
     if arch is None:
         raise EffdepthError(
             f"model type {model_type!r} is not in the architecture registry (supported: {', '.join(supported_model_types())}); "
-            "if it is a decoder with residual blocks, name them with --blocks-path (e.g. model.layers) "
-            "and optionally --embedding-path"
+            f"if it is a decoder with residual blocks, name them with {spelled('--blocks-path', 'blocks_path=')} "
+            f"(e.g. model.layers) and optionally {spelled('--embedding-path', 'embedding_path=')}"
         )
     for strip in range(arch.blocks.count(".") + 1):
         blocks = _get(model, _strip(arch.blocks, strip))

@@ -121,7 +121,7 @@ def test_unknown_architecture_points_to_overrides():
             return h
 
     odd = Odd()
-    with pytest.raises(EffdepthError, match="--blocks-path"):
+    with pytest.raises(EffdepthError, match="blocks_path="):
         resolve_architecture(odd)
     arch = resolve_architecture(odd, blocks_path="stack", embedding_path="emb")
     assert arch.num_layers == 2

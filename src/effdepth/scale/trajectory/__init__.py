@@ -556,10 +556,7 @@ def _checkpoint_columns(c: Checkpoint, fingerprints: dict) -> dict:
 
 
 def _write_outputs(outcome: TrajectoryOutcome, found: Discovered, revisions: str, *, figures: bool, log) -> list[Path]:
-    out = outcome.out
-    files = write_table(out, "trajectory", outcome.rows, TRAJECTORY_COLUMNS, log=log)
     summary = {
-        "schema": SCHEMA,  # effdepth.load and effdepth show recognise the file by it
         "model": found.model,
         "source": found.kind,
         "revisions": revisions,
@@ -569,14 +566,22 @@ def _write_outputs(outcome: TrajectoryOutcome, found: Discovered, revisions: str
         "skipped": outcome.skipped,
         "notes": outcome.notes,
     }
-    write_json_atomic(out / "trajectory.json", summary)
+    title = found.model if found.kind == "hub" else Path(found.model).name
+    if outcome.preset is not None:
+        title = f"{outcome.preset.name} ({title})"
+    return write_trajectory(outcome.out, outcome.rows, summary, title=title if figures else None, log=log)
+
+
+def write_trajectory(out, rows: list, summary: dict, *, title: str | None, log=None) -> list[Path]:
+    """``trajectory.{csv,parquet}`` of ``rows``, ``trajectory.json`` of ``summary`` and, with a ``title``, the
+    figure; each file written whole or not at all."""
+    out = Path(out)
+    files = write_table(out, "trajectory", rows, TRAJECTORY_COLUMNS, log=log)
+    write_json_atomic(out / "trajectory.json", {"schema": SCHEMA, **summary})  # effdepth.load knows it by its schema
     files.append(out / "trajectory.json")
-    if figures and any(r["status"] in ("ok", "duplicate") and r.get("D_eff") is not None for r in outcome.rows):
+    if title is not None and any(r["status"] in ("ok", "duplicate") and r.get("D_eff") is not None for r in rows):
         from effdepth.report.style import save_figure
         from effdepth.scale.trajectory.figures import trajectory_figure
 
-        title = found.model if found.kind == "hub" else Path(found.model).name
-        if outcome.preset is not None:
-            title = f"{outcome.preset.name} ({title})"
-        files += save_figure(trajectory_figure(outcome.rows, title=title), out / "trajectory")
+        files += save_figure(trajectory_figure(rows, title=title), out / "trajectory")
     return files

@@ -134,23 +134,29 @@ def _over_layers(row: dict) -> dict:
 
 def _tracks(measured: list) -> list[list]:
     """Points per training track; later tracks (OLMo-2 stage 2) start from the last point of the first."""
-    names = list(dict.fromkeys(p.get("track") or "main" for _, p in measured if not p.get("final")))
+    names = list(dict.fromkeys(p.get("track") or "main" for _, p in measured if not _apart(p)))
     tracks = [
         sorted(
-            ((x, p) for x, p in measured if (p.get("track") or "main") == t and not p.get("final")),
+            ((x, p) for x, p in measured if (p.get("track") or "main") == t and not _apart(p)),
             key=lambda xp: xp[0],
         )
         for t in names
     ]
     if len(tracks) > 1 and tracks[0]:
         tracks = tracks[:1] + [[tracks[0][-1]] + t for t in tracks[1:]]
-    finals = [(x, p) for x, p in measured if p.get("final")]
+    finals = [(x, p) for x, p in measured if _apart(p)]
     return tracks + ([finals] if finals else [])
+
+
+def _apart(point: dict) -> bool:
+    """The final model without a step (a hub's ``main``) stands apart; a run's last step (measured during
+    training) ends its track."""
+    return bool(point.get("final")) and point.get("step") is None
 
 
 def _x_axis(points: list[dict]) -> tuple[str | None, str]:
     def known(key):
-        return all(p.get(key) is not None for p in points if not p.get("final"))
+        return all(p.get(key) is not None for p in points if not _apart(p))
 
     if known("tokens_seen"):
         return "tokens_seen", "training tokens seen"
