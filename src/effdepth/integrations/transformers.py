@@ -87,9 +87,13 @@ class DeffCallback(TrainerCallback):
         self.measurement.finish()
 
     def _log(self, state, values: dict) -> None:
-        """Through ``Trainer.log``: the trainer's own log, its history and every reporting integration."""
+        """Through ``Trainer.log``: the trainer's own log, its history and every reporting integration. Its
+        ``on_log`` clears the step's ``should_log``, which is kept as it was: else the trainer's own loss log of
+        this step is lost, and under DDP rank 0 alone would skip that log's all_gather of the loss (a deadlock)."""
         if self.trainer is not None:
+            should_log = self.trainer.control.should_log
             self.trainer.log(dict(values))
+            self.trainer.control.should_log = should_log
         else:
             state.log_history.append({**values, "step": state.global_step})
 
