@@ -30,6 +30,7 @@ import contextlib
 import ctypes
 import gc
 import importlib.util
+import io
 import statistics
 import tempfile
 import time
@@ -168,7 +169,7 @@ def measurement_rounds(example, args, folder: Path) -> None:
     passages = measurement.prepared.tokens
     print(
         f"tiny LLaMA ({model_args.layers} blocks, d = {model_args.hidden}): {passages.num_passages} held-out "
-        f"passages of {model_args.seq_len} bytes, batch {batch_size}, {torch.get_num_threads()} threads; "
+        f"passages of {model_args.seq_len} bytes, batch {batch_size}, {torch.get_num_threads()} torch thread(s); "
         f"the callbacks' measurement (bootstrap {measurement.values['bootstrap']}, the confounds table)"
     )
     train_steps(model, optimizer, batch, 1)
@@ -252,7 +253,8 @@ def training_rounds(example, args, folder: Path) -> None:
             out = folder / f"train-{k}-{'with' if callback else 'without'}"
             argv = [*base, "--out", str(out), *([] if callback else ["--no-callback"])]
             start = clock()
-            example.train(example.parse_args(argv))
+            with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints its logs
+                example.train(example.parse_args(argv))
             times[callback].append(clock() - start)
             label = f"DeffCallback(every_steps={args.every_steps})" if callback else "without the callback"
             print(f"round {k + 1}: {args.steps} steps {label}: {times[callback][-1]:.1f} s")
@@ -261,7 +263,7 @@ def training_rounds(example, args, folder: Path) -> None:
     print(
         f"examples/train_with_deff.py, {args.steps} steps: {with_:.1f} s with the callback ({measured} measurements), "
         f"{without:.1f} s without: overhead {with_ / without - 1:+.1%} ({(with_ - without) / measured:.2f} s a "
-        "measurement)"
+        "measurement, the passages' preparation and the final figure included)"
     )
 
 

@@ -113,7 +113,8 @@ SECTIONS = (
         "tables, the result saved. Memory: anonymous resident memory and the live tensors before and after each\n"
         "measurement (target: flat; the pooled vectors go to disk), the training state (weights, gradients,\n"
         "AdamW moments) the same tensors, no hook left on the model. Then the example's 300 steps with\n"
-        "`DeffCallback(every_steps=50)` (7 measurements of its 32 held-out passages) against without it.",
+        "`DeffCallback(every_steps=50)` (7 measurements of its 32 held-out passages) against without it. Times\n"
+        "are the process's CPU time on one torch thread: this shared machine's wall time measures its neighbours.",
         "callback.py",
         (),
         ("--num-seqs", "16", "--repeats", "2", "--steps", "4", "--every-steps", "2"),

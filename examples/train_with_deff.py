@@ -1,7 +1,7 @@
 """Train a tiny LLaMA-family model on Shakespeare with the Hugging Face ``Trainer`` and watch its D_eff while it
 trains, then write the trajectory's report.
 
-    python examples/train_with_deff.py                      # 300 steps, a few minutes on 2 CPU cores
+    python examples/train_with_deff.py                      # 300 steps: a minute or two on 2 CPU cores
     tensorboard --logdir runs/train_with_deff/runs          # deff/... beside the loss (with tensorboard installed)
     effdepth show runs/train_with_deff/effdepth             # the trajectory: D_eff at every measured step
 
