@@ -32,12 +32,12 @@ test: lint
 
 # ruff as pyproject.toml configures it: the lint rules and the format, checked (make format fixes them).
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/ruff format --check src tests benchmarks examples
 
 format: setup
-	$(VENV)/bin/ruff check --fix src tests benchmarks
-	$(VENV)/bin/ruff format src tests benchmarks
+	$(VENV)/bin/ruff check --fix src tests benchmarks examples
+	$(VENV)/bin/ruff format src tests benchmarks examples
 
 # One tier each (markers given by tests/conftest.py).
 # unit: tests/unit and the doctests, no model, under a minute (the two paths only spare

@@ -101,6 +101,25 @@ SECTIONS = (
         ("--passages", "16,64", "--bootstrap", "50"),
     ),
     Section(
+        "D_eff while training: a measurement's cost and memory, the example's overhead",
+        "`callback.py`, on `examples/train_with_deff.py`'s tiny LLaMA (4 blocks, d = 96, byte vocabulary),\n"
+        "trained a few optimizer steps between measurements, measured on 128 held-out Shakespeare passages of\n"
+        "128 bytes with the callbacks' defaults (no bootstrap). Rounds alternate a bare eval forward over the\n"
+        "passages in the measurement's batches (`model.eval()`, `torch.no_grad()`, `model(input_ids)`),\n"
+        "`TrainingMeasurement.measure` as the callbacks call it, and `effdepth.analyse_saved` of the step it\n"
+        "saved (the analysis alone). Target: measure / (eval forward + analysis) at most 1.1. Beside it, where a\n"
+        "measurement's time goes: the pooled forward, the analysis, the step's paired difference to the step\n"
+        "before (`compare`'s paired bootstrap of both steps' pooled vectors, 1,000 resamples), the trajectory's\n"
+        "tables, the result saved. Memory: anonymous resident memory and the live tensors before and after each\n"
+        "measurement (target: flat; the pooled vectors go to disk), the training state (weights, gradients,\n"
+        "AdamW moments) the same tensors, no hook left on the model. Then the example's 300 steps with\n"
+        "`DeffCallback(every_steps=50)` (7 measurements of its 32 held-out passages) against without it. Times\n"
+        "are the process's CPU time on one torch thread: this shared machine's wall time measures its neighbours.",
+        "callback.py",
+        (),
+        ("--num-seqs", "16", "--repeats", "2", "--steps", "4", "--every-steps", "2"),
+    ),
+    Section(
         "The cross-model CKA matrix against pytorch-cka",
         "`cross_cka.py`: the linear CKA of every state of one stack against every state of another (31 x 31\n"
         "states, N = 1,024 passages, widths 576 and 640, float64), effdepth's `numerics.cross_cka` (both\n"

@@ -221,3 +221,22 @@ def test_the_compare_benchmark_runs_its_short_mode():
     for path in ("python", "cli"):
         assert f"{path}: compare A B / analyse A: median" in out
     assert "one comparison, part by part: load both" in out and "cross-model CKA" in out
+
+
+def test_the_callback_benchmark_shows_a_measurement_leaves_nothing_behind():
+    """``benchmarks/callback.py`` shortened: it runs end to end, and after every measurement the live tensors and
+    the training state are those before it, no hook is left on the model and it is back in training mode."""
+    done = subprocess.run(
+        [sys.executable, "callback.py", "--num-seqs", "8", "--repeats", "2", "--steps", "2", "--every-steps", "1"],
+        cwd=ROOT / "benchmarks",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert "measurement / (eval forward + analysis): median" in out and "where a measurement's" in out
+    assert "live tensors the same before and after every measurement: yes" in out
+    assert "AdamW moments" in out and "the same tensors of the same size after every measurement: yes" in out
+    assert "hooks left on the model: 0; back in training mode: yes" in out
+    assert "examples/train_with_deff.py, 2 steps:" in out and "(3 measurements)" in out

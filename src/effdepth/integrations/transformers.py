@@ -6,7 +6,9 @@ keys) and written as a trajectory folder (``effdepth/`` in the run's ``output_di
     trainer = Trainer(model, args, train_dataset=..., callbacks=[DeffCallback("shakespeare", every_steps=200)])
 
 Under DDP (torchrun, accelerate) rank 0 measures the unwrapped model on every passage and the other ranks wait at
-their next collective: each step's number is the one ``effdepth measure`` gives the checkpoint. Sharded models
+their next collective: each step's number is the one ``effdepth measure`` gives the checkpoint, and the measurement
+adds no collective to the training loop (sharing the passages between ranks would save the others' wait, one eval
+forward and an analysis every ``every_steps``, at that price; docs/scale.md). Sharded models
 (FSDP, DeepSpeed ZeRO-3) are refused at train start: no rank holds the whole model to measure. Bad input fails
 at train start, out of ``trainer.train()``, as one line; a failed measurement is one logged warning
 (docs/usage.md#during-training).
@@ -103,7 +105,8 @@ class DeffCallback(TrainerCallback):
             return
         should_log = control.should_log
         self.trainer.log(dict(values))
-        # Trainer.log clears should_log, which the step's own log (loss, learning rate) is still to read.
+        # Trainer.log clears should_log, which the step's own log (loss, learning rate) is still to read; under DDP
+        # rank 0 alone would then skip that log's all_gather of the loss, and the ranks would wait on each other.
         control.should_log = self.trainer.control.should_log = should_log
 
 
