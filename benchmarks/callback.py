@@ -7,8 +7,8 @@ optimizer's state exist, as in a training run).
 
 - Cost: rounds alternate a bare eval forward (``model.eval()`` under ``torch.no_grad()``, ``model(input_ids)``
   with its LM head, in the measurement's batches), ``TrainingMeasurement.measure`` as the callbacks call it
-  (the pooled forward, the analysis, the step's result and pooled vectors saved, its paired difference to the
-  step before, the trajectory's tables), and ``effdepth.analyse_saved`` of the step just saved (the analysis
+  (the pooled forward, the analysis, the step's result and pooled vectors saved, the trajectory's tables; the
+  steps' paired differences are made once, when training ends, and count in the training time below), and ``effdepth.analyse_saved`` of the step just saved (the analysis
   alone). Ratio: measure / (bare forward + analysis), target at most 1.1; beside it, where the measurement's
   time goes.
 - Memory: anonymous resident memory (RssAnon) and the live tensors (count, bytes) before and after each
@@ -43,7 +43,6 @@ import torch
 import effdepth
 import effdepth.measurement.run as measurement_run
 import effdepth.scale.trajectory as trajectory_module
-import effdepth.scale.trajectory.training as training_trajectory
 from effdepth.integrations.training import TrainingMeasurement
 from effdepth.results.result import Result
 
@@ -108,7 +107,6 @@ class Stopwatch:
     PARTS = (
         ("pooled forward", measurement_run, "pool_into"),
         ("analysis", measurement_run, "analysed_result"),
-        ("step difference", training_trajectory, "with_step_differences"),
         ("tables", trajectory_module, "write_trajectory"),
         ("result saved", Result, "save"),
     )
@@ -208,11 +206,6 @@ def print_cost(rows: list) -> None:
     print(
         f"measurement / (eval forward + analysis): median {statistics.median(ratios):.3f} "
         f"[{min(ratios):.3f}-{max(ratios):.3f}] (target <= 1.1)"
-    )
-    alone = [(m - p.get("step difference", 0.0)) / (b + a) for b, m, a, p in rows]
-    print(
-        f"the same without the step difference (the paired comparison to the step before, its own 1,000 "
-        f"resamples of both steps): median {statistics.median(alone):.3f} [{min(alone):.3f}-{max(alone):.3f}]"
     )
     measured = statistics.median(m for _, m, _, _ in rows)
     shares = {part: statistics.median(p.get(part, 0.0) for *_, p in rows) for part, *_ in Stopwatch.PARTS}

@@ -1,7 +1,8 @@
 """A trajectory written while a model trains: one result per measured step, in the folder layout of
 :func:`effdepth.scale.trajectory.trajectory`, so ``effdepth show``, ``report`` and ``compare`` read it as any
 trajectory. Training resumed from a checkpoint appends to it: the steps after the resumed one belong to the
-abandoned continuation and are dropped, the rest are kept.
+abandoned continuation and are dropped, the rest are kept. Each step's paired difference to the step before
+(``dD_eff``, ``moved``) is filled in when training ends.
 
 >>> import tempfile, torch, effdepth
 >>> from effdepth.models.tiny import tiny_model
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -32,6 +34,8 @@ from effdepth.scale.trajectory.steps import with_step_differences
 
 #: The files of a trajectory's tables and record (its figure is drawn once training ends).
 TABLE_FILES = ("trajectory.json", "trajectory.csv", "trajectory.parquet")
+logger = logging.getLogger("effdepth")
+
 #: How ``trajectory.json`` names a trajectory measured during training (the hub's and folders' are hub, local).
 SOURCE = "training"
 
@@ -110,21 +114,33 @@ class TrainingTrajectory:
         return folder
 
     def finish(self, figures: bool = True, last_step: int | None = None) -> None:
-        """The tables, record and (``figures``) the trajectory figure, once training ends; ``last_step``, where
-        measured, is the final one."""
+        """Once training ends: each step's paired difference to the step before (the comparisons of a whole run,
+        left out of the steps so that a measurement costs its forward passes and analysis alone), the tables, the
+        record and (``figures``) the trajectory figure; ``last_step``, where measured, is the final one."""
         if last_step is not None and self.has(last_step):
             self.checkpoints = [{**c, "final": c["step"] == last_step} for c in self.checkpoints]
             self.rows = [{**r, "final": r.get("step") == last_step} for r in self.rows]
         if self.checkpoints:
+            self.rows = self._with_step_differences(self.rows)
             self._write(self.checkpoints, self.rows, figure=figures)
 
     def _rows_with(self, step: int, job: Job, result: Result) -> list:
-        """The table's rows with ``step``'s (its result saved), its difference to the step before filled in."""
-        previous = [r for r in self.rows if r.get("step") is not None and r["step"] < step]
-        earlier = [r for r in previous if r.get("key") == previous[-1].get("key")] if previous else []
+        """The table's rows with ``step``'s (its result saved)."""
         new = [{**r, "duplicate_of": None} for r in result_rows(job, result)]
-        new = with_step_differences(self.out, earlier + new)[len(earlier) :]  # only the new step's pair is new
         return sorted([r for r in self.rows if r.get("step") != step] + new, key=lambda r: r["step"])
+
+    def _with_step_differences(self, rows: list) -> list:
+        """``rows`` with the difference of each step to the one before filled in where it is missing (a resumed
+        run's earlier steps keep theirs)."""
+        steps = sorted({r["step"] for r in rows if r.get("status") == "ok"})
+        done = {r["step"] for r in rows if r.get("dD_eff") is not None}
+        filled = {}
+        for before, step in zip(steps, steps[1:]):
+            if step not in done:
+                pair = [r for r in rows if r.get("step") in (before, step)]
+                compared = with_step_differences(self.out, [dict(r) for r in pair], log=logger.warning)
+                filled.update((id(r), new) for r, new in zip(pair, compared) if r["step"] == step)
+        return [filled.get(id(r), r) for r in rows]
 
     def _undo(self, folder: Path) -> None:
         """A step that failed half-way: its folder goes, and the tables and record are the ones before it."""
