@@ -5,6 +5,7 @@ read, the model handed back in training mode, resume appending, and bad input re
 import datetime
 import shutil
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -201,6 +202,7 @@ def _refused(module, callback, tmp_path, *args) -> str:
     with pytest.raises(EffdepthError) as caught:
         trainer.fit(module, _loader(), *args)
     assert trainer.global_step == 0 and "\n" not in str(caught.value)
+    assert {Path(e.path).name for e in caught.traceback if "/src/effdepth/" in str(e.path)} == {"lightning.py"}
     return str(caught.value)
 
 

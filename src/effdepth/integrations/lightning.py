@@ -60,6 +60,17 @@ class DeffCallback(Callback):
         self.step = None  # the optimizer step last seen: batches accumulating gradients do not advance it
 
     def on_train_start(self, trainer, pl_module):
+        try:
+            self._start(trainer, pl_module)
+        except EffdepthError as exc:
+            # Out of trainer.fit() before the first step: the script shows Lightning's frames down to here and
+            # the one line, not effdepth's internals or the library errors it was raised from.
+            raise EffdepthError(str(exc)) from None
+        if trainer.is_global_zero and self.measurement.due(self.step, first=True):
+            self._measure(trainer, self.step)
+
+    def _start(self, trainer, pl_module) -> None:
+        """Check the strategy and find the model on every rank (each refuses alike); fix the passages on rank 0."""
         check_unsharded(trainer.strategy)
         self.model = measured_model(pl_module, self.model_attr, blocks_path=self.measurement.options.load.blocks_path)
         self.step = step = trainer.global_step
@@ -78,8 +89,6 @@ class DeffCallback(Callback):
             model_name=getattr(self.model, "name_or_path", None) or type(pl_module).__name__,
             run={"framework": "lightning", "log_dir": log_dir, "ckpt_path": _text(trainer.ckpt_path)},
         )
-        if self.measurement.due(step, first=True):
-            self._measure(trainer, step)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
