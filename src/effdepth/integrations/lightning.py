@@ -108,8 +108,8 @@ class DeffCallback(Callback):
 
     def _measure(self, trainer, step: int, final: bool = False) -> None:
         """Measure at ``step`` and hand the values to every logger at that step. ``LightningModule.log`` is
-        refused in ``on_train_start`` and ``on_train_end``, and reaches the loggers only every
-        ``log_every_n_steps``; a logger's own ``log_metrics`` reaches each at the step whose weights were
+        refused in ``on_train_end``, kept for the epoch's end in ``on_train_start``, and reaches the loggers
+        only every ``log_every_n_steps``; a logger's own ``log_metrics`` reaches each at the step whose weights were
         measured, the step Lightning logs the loss of those weights at."""
         values = self.measurement.measure(self.model, step, final=final)
         if values:
