@@ -48,6 +48,7 @@ seen = {
     "step": trainer.state.global_step,
     "measured": measured,
     "prepared": callback.measurement.prepared is not None,
+    "writes": callback.measurement.trajectory is not None,
     "loss_logged": [row["step"] for row in trainer.state.log_history if "loss" in row],
 }
 with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
@@ -78,8 +79,9 @@ def test_training_completes_on_both_ranks_and_only_rank_0_measures(ddp_run):
     out, root, (rank0, rank1) = ddp_run
     assert rank0["world_size"] == rank1["world_size"] == 2
     assert rank0["step"] == rank1["step"] == 4
-    assert rank0["measured"] == [0, 2, 4] and rank0["prepared"]
-    assert rank1["measured"] == [] and not rank1["prepared"]
+    assert rank0["measured"] == [0, 2, 4] and rank0["prepared"] and rank0["writes"]
+    # Every rank checks the passages and model at train start (bad input stops them all); only rank 0 measures.
+    assert rank1["measured"] == [] and rank1["prepared"] and not rank1["writes"]
     assert [p.parent for p in root.rglob("trajectory.json")] == [out / "effdepth"]
     # A measured step is also a logging step: the trainer's own loss log there still runs (rank 0 skipping
     # it would skip the loss's all_gather the other rank waits in).

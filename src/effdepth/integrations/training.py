@@ -104,11 +104,14 @@ class TrainingMeasurement:
         output_dir=None,
         model_name: str | None = None,
         run: dict | None = None,
+        writes: bool = True,
     ) -> None:
         """Fix the passages and check the model, before the first step: blocks effdepth cannot find, passages
         beyond the model's context, too few passages or weights whose pooling would overflow fail here, in one
         line. ``tokenizer``: the training loop's, for a text corpus (a ``tokenizer=`` option wins). ``resumed``:
-        training resumed at ``step`` from a checkpoint (the trajectory there is extended)."""
+        training resumed at ``step`` from a checkpoint (the trajectory there is extended). ``writes``: whether this
+        process measures and writes the trajectory (rank 0 under DDP; every rank checks alike, so bad input stops
+        them all)."""
         from effdepth.measurement import prepare
         from effdepth.measurement.run import measurement_plan, passage_fingerprint
         from effdepth.scale.trajectory.training import TrainingTrajectory
@@ -129,6 +132,8 @@ class TrainingMeasurement:
             passages, prepared.arch.num_layers, _width(prepared), self.options.analysis, device="cpu"
         )
         self.prepared, self.attempted = prepared, set()
+        if not writes:
+            return
         name = model_name or getattr(model, "name_or_path", None) or type(model).__name__
         out = Path(self.out) if self.out is not None else Path(output_dir or ".") / "effdepth"
         fingerprint = passage_fingerprint(prepared, self.options.analysis, plan.variants)

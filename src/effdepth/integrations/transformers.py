@@ -44,8 +44,6 @@ class DeffCallback(TrainerCallback):
         self.pending = None  # the start's values, logged once the trackers have started
 
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
-        if not state.is_world_process_zero:
-            return
         self.trainer = _calling_trainer(self)
         try:
             self._start(args, state, model, processing_class)
@@ -53,7 +51,7 @@ class DeffCallback(TrainerCallback):
             # Out of trainer.train() before the first step: the script shows the Trainer's frames down to here
             # and the one line, not effdepth's internals or the library errors it was raised from.
             raise EffdepthError(str(exc)) from None
-        if self.measurement.due(state.global_step, first=True):
+        if state.is_world_process_zero and self.measurement.due(state.global_step, first=True):
             self.pending = self.measurement.measure(model, state.global_step, tokens_seen=_tokens_seen(args, state))
 
     def _start(self, args, state, model, processing_class) -> None:
@@ -70,6 +68,7 @@ class DeffCallback(TrainerCallback):
             output_dir=args.output_dir,
             model_name=getattr(model, "name_or_path", None) or None,
             run={"framework": "transformers", "run_name": getattr(args, "run_name", None)},
+            writes=state.is_world_process_zero,
         )
 
     def on_step_begin(self, args, state, control, **kwargs):
