@@ -26,9 +26,11 @@ demo: setup
 	$(VENV)/bin/effdepth claims runs/demo
 
 # Everything: ruff (lint and format), then the unit, integration and acceptance tiers (what CI runs);
-# gpu tests skip without CUDA.
+# gpu tests skip without CUDA. One worker per core, at most four (each holds its own models), a test file
+# to a worker (its module fixtures made once).
+PARALLEL := -n auto --maxprocesses 4 --dist loadfile
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PARALLEL)
 
 # ruff as pyproject.toml configures it: the lint rules and the format, checked (make format fixes them).
 lint: setup
