@@ -77,35 +77,37 @@ def _duplicates(ax, dups: list, key: str, scale=None) -> None:
         for x, p in dups
         if p.get(key) is not None and (scale is None or scale(p))
     ]
-    if pts:
-        ax.plot(
-            [x for x, _ in pts],
-            [y for _, y in pts],
-            linestyle="none",
-            marker="x",
-            markersize=8,
-            markeredgewidth=1.6,
-            color="#777777",
-            label="duplicate weights (repeats an earlier checkpoint)",
-        )
+    _points(
+        ax,
+        pts,
+        marker="x",
+        markersize=8,
+        markeredgewidth=1.6,
+        color="#777777",
+        label="duplicate weights (repeats an earlier checkpoint)",
+    )
 
 
 def _moved(ax, measured: list) -> None:
     """Rings round the D_eff of the checkpoints that moved against the one before."""
     pts = [(x, p["D_eff"]) for x, p in measured if p.get("moved") is True]
+    _points(
+        ax,
+        pts,
+        marker="o",
+        markersize=10,
+        markerfacecolor="none",
+        markeredgewidth=1.8,
+        color=OKABE_ITO["reddish_purple"],
+        label=MOVED_LABEL,
+        zorder=3,
+    )
+
+
+def _points(ax, pts: list, **style) -> None:
+    """``(x, y)`` points as unjoined markers, when there are any."""
     if pts:
-        ax.plot(
-            [x for x, _ in pts],
-            [y for _, y in pts],
-            linestyle="none",
-            marker="o",
-            markersize=10,
-            markerfacecolor="none",
-            markeredgewidth=1.8,
-            color=OKABE_ITO["reddish_purple"],
-            label=MOVED_LABEL,
-            zorder=3,
-        )
+        ax.plot([x for x, _ in pts], [y for _, y in pts], linestyle="none", **style)
 
 
 def _update_panel(ax, measured: list, dups: list) -> None:
