@@ -180,13 +180,14 @@ class TrainingMeasurement:
             return None
 
     def finish(self, last_step: int | None = None) -> None:
-        """The trajectory's figure, once training ends (its tables are written at every step); ``last_step``,
-        where measured, is marked final (training may stop early, after that step was measured)."""
+        """Once training ends: each step's paired difference to the one before and the trajectory's figure (its
+        tables are written at every step); ``last_step``, where measured, is marked final (training may stop
+        early, after that step was measured)."""
         if self.trajectory is not None:
             try:
                 self.trajectory.finish(figures=self.figures, last_step=last_step)
             except Exception as exc:
-                logger.warning("effdepth: the trajectory figure was not drawn: %s", one_line(exc))
+                logger.warning("effdepth: the trajectory was not completed: %s", one_line(exc))
 
 
 # ---------------------------------------------------------------------- the model as it was
