@@ -100,11 +100,13 @@ class DeffCallback(Callback):
             self._measure(trainer, step, final=last)
 
     def on_train_end(self, trainer, pl_module):
-        if not trainer.is_global_zero or self.measurement.prepared is None:
-            return
-        if self.measurement.due(trainer.global_step, last=True):  # stopped where no batch end saw it coming
-            self._measure(trainer, trainer.global_step, final=True)
-        self.measurement.finish(last_step=trainer.global_step)
+        if trainer.is_global_zero and self.measurement.prepared is not None:
+            if self.measurement.due(trainer.global_step, last=True):  # stopped where no batch end saw it coming
+                self._measure(trainer, trainer.global_step, final=True)
+            self.measurement.finish(last_step=trainer.global_step)
+        # The other ranks wait for rank 0's last measurement and step differences: a rank that exits while
+        # another still works may take the group down with it.
+        trainer.strategy.barrier("effdepth-train-end")
 
     def _measure(self, trainer, step: int, final: bool = False) -> None:
         """Measure at ``step`` and hand the values to every logger at that step. ``LightningModule.log`` is

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import sys
 
+import torch
 from transformers import TrainerCallback
 
 from effdepth.errors import EffdepthError
@@ -87,15 +88,15 @@ class DeffCallback(TrainerCallback):
                 self._log(state, control, values)
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
-        if not state.is_world_process_zero or self.measurement.prepared is None:
-            return
-        if self.measurement.due(state.global_step, last=True):  # stopped early, after the last step's callbacks
-            values = self.measurement.measure(
-                model, state.global_step, tokens_seen=_tokens_seen(args, state), final=True
-            )
-            if values:
-                state.log_history.append({**values, "step": state.global_step})
-        self.measurement.finish(last_step=state.global_step)
+        if state.is_world_process_zero and self.measurement.prepared is not None:
+            if self.measurement.due(state.global_step, last=True):  # stopped early, after the last step's callbacks
+                values = self.measurement.measure(
+                    model, state.global_step, tokens_seen=_tokens_seen(args, state), final=True
+                )
+                if values:
+                    state.log_history.append({**values, "step": state.global_step})
+            self.measurement.finish(last_step=state.global_step)
+        _wait_for_rank_zero()
 
     def _log(self, state, control, values: dict) -> None:
         """Through ``Trainer.log``: the trainer's own log, its history and every reporting integration."""
@@ -107,6 +108,13 @@ class DeffCallback(TrainerCallback):
         # Trainer.log clears should_log, which the step's own log (loss, learning rate) is still to read; under DDP
         # rank 0 alone would then skip that log's all_gather of the loss, and the ranks would wait on each other.
         control.should_log = self.trainer.control.should_log = should_log
+
+
+def _wait_for_rank_zero() -> None:
+    """Under DDP the other ranks wait for rank 0's last measurement and step differences: a rank that exits
+    while another still works may take the process group down with it."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
 
 
 def _calling_trainer(callback):
