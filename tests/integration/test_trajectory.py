@@ -441,10 +441,14 @@ def test_figure_axis_places_step0_and_main():
         ]
     )
     ax = fig.axes[0]
-    assert ax.get_xscale() == "symlog" and ax.get_xlim()[0] == 0
+    # Evenly spaced steps (a training run's every_steps): a linear axis from 0.
+    assert ax.get_xscale() == "linear" and ax.get_xlim()[0] == 0
     labels = [t.get_text() for t in ax.get_xticklabels()]
     assert labels[0] == "0" and labels[-1] == "main"
     assert any("duplicate" in t.get_text() for t in fig.legends[0].get_texts())
+    # Log-spaced checkpoints (Pythia's): step 0 on a short linear stretch, the rest on a log axis.
+    fig = trajectory_figure([_row(f"step{s}", s, 1.0) for s in (0, 1, 10, 100, 1000)])
+    assert fig.axes[0].get_xscale() == "symlog" and fig.axes[0].get_xlim()[0] == 0
     fig = trajectory_figure([_row("step10", 10, 1.0), _row("step1000", 1000, 1.2)])
     assert fig.axes[0].get_xscale() == "log"
 

@@ -193,7 +193,9 @@ def _scale(ax, xs: list[float], tokens: bool, named: dict) -> None:
     positive = [x for x in xs if x > 0]
     if not positive:
         return
-    if any(x <= 0 for x in xs):
+    if _evenly_spaced(xs):  # a training run measured every so many steps: a log axis would crowd its end
+        ax.set_xlim(left=min(0.0, min(xs)))
+    elif any(x <= 0 for x in xs):
         # Step 0 has no place on a log axis: a short linear stretch [0, first step] holds it.
         ax.set_xscale("symlog", linthresh=min(positive), linscale=0.4)
         ax.set_xlim(left=0)
@@ -207,6 +209,18 @@ def _scale(ax, xs: list[float], tokens: bool, named: dict) -> None:
     ax.xaxis.set_major_formatter(
         FuncFormatter(lambda x, _: named.get(x) or (_short_number(x) if tokens or x >= 1e4 else f"{x:g}"))
     )
+
+
+def _evenly_spaced(xs: list[float]) -> bool:
+    """Checkpoints a fixed number of steps or tokens apart (the last may come sooner: training can end between
+    two measurements).
+
+    >>> _evenly_spaced([0, 50, 100, 150, 170]), _evenly_spaced([0, 1, 10, 100, 1000])
+    (True, False)
+    """
+    distinct = sorted(set(xs))
+    gaps = [b - a for a, b in zip(distinct, distinct[1:])][:-1]
+    return len(gaps) >= 2 and max(gaps) <= 1.01 * min(gaps)
 
 
 def _short_number(x: float) -> str:
