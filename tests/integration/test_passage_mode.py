@@ -529,7 +529,9 @@ def test_a_run_that_fails_leaves_no_pooled_vectors_but_a_saved_checkpoint_stays(
     err = capsys.readouterr().err.strip()
     assert code != 0 and err.endswith("the forward pass failed") and len(err.splitlines()) == 1, err
     assert not (tmp_path / "failed").exists()
-    # without a checkpoint the pooled vectors lived in a temporary folder: gone as well
+    # without a checkpoint the pooled vectors lived in a temporary folder: gone as well (a temporary folder of
+    # this test's own: other test processes make theirs meanwhile)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     before = set(Path(tempfile.gettempdir()).glob("effdepth-pooled-*"))
     with pytest.raises(EffdepthError, match="the forward pass failed"):
         effdepth.measure(tiny_model("llama"), ids(12, 8), batch_size=4, bootstrap=0, progress=False)
