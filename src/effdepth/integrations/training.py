@@ -113,7 +113,7 @@ class TrainingMeasurement:
         process measures and writes the trajectory (rank 0 under DDP; every rank checks alike, so bad input stops
         them all)."""
         from effdepth.measurement import prepare
-        from effdepth.measurement.run import measurement_plan, passage_fingerprint
+        from effdepth.measurement.run import hidden_size, measurement_plan
         from effdepth.scale.trajectory.training import TrainingTrajectory
 
         _check_dtype(model)
@@ -128,20 +128,18 @@ class TrainingMeasurement:
                 f"{passages.num_passages} passage(s) to measure D_eff on; CKA across passages needs at least "
                 f"{MIN_PASSAGES}: give more (num_seqs=, or a larger eval dataset)"
             )
-        plan = measurement_plan(
-            passages, prepared.arch.num_layers, _width(prepared), self.options.analysis, device="cpu"
-        )
+        # What the analysis would refuse, refused now rather than at the first measured step.
+        measurement_plan(passages, prepared.arch.num_layers, hidden_size(prepared.lm), self.options.analysis)
         self.prepared, self.attempted = prepared, set()
         if not writes:
             return
         name = model_name or getattr(model, "name_or_path", None) or type(model).__name__
         out = Path(self.out) if self.out is not None else Path(output_dir or ".") / "effdepth"
-        fingerprint = passage_fingerprint(prepared, self.options.analysis, plan.variants)
         self.trajectory = TrainingTrajectory.open(
             out,
             model=str(name),
             options=self.record(),
-            passages_sha256=fingerprint["passages_sha256"],
+            passages_sha256=passages.sha256,
             run={**(run or {}), "output_dir": None if output_dir is None else str(output_dir)},
             resume_step=step if resumed else None,
         )
@@ -294,12 +292,6 @@ def _check_dtype(model) -> None:
             "the model's weights are float16, whose range the residual stream's massive activations overflow when "
             "pooled; train in bfloat16 or float32 (fp16 mixed precision keeps float32 weights and is fine)"
         )
-
-
-def _width(prepared) -> int:
-    from effdepth.measurement.run import hidden_size
-
-    return hidden_size(prepared.lm)
 
 
 __all__ = ["TrainingMeasurement", "logged_values", "eval_passages", "as_it_was", "measuring"]
